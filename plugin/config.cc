@@ -1,0 +1,191 @@
+#include "plugin/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+extern char** environ;
+
+namespace sieve::config {
+
+const std::vector<ParamInfo>& params() {
+  static const std::vector<ParamInfo> table = {
+#define SIEVE_PARAM(kind, member, name, def, choices, doc) {Kind::kind, name, def, choices, doc},
+#include "plugin/config_params.def"
+#undef SIEVE_PARAM
+  };
+  return table;
+}
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::Bool: return "bool";
+    case Kind::Int: return "int";
+    case Kind::Size: return "size";
+    case Kind::String: return "string";
+    case Kind::Choice: return "choice";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// Overloads so the X-macro can parse every kind with one call shape.
+[[maybe_unused]] bool parse_value(Kind, const ParamInfo&, const std::string& t, bool& out) { return parse_bool(t, out); }
+[[maybe_unused]] bool parse_value(Kind, const ParamInfo&, const std::string& t, int64_t& out) { return parse_int(t, out); }
+[[maybe_unused]] bool parse_value(Kind, const ParamInfo&, const std::string& t, uint64_t& out) { return parse_size(t, out); }
+[[maybe_unused]] bool parse_value(Kind kind, const ParamInfo& info, const std::string& t, std::string& out) {
+  if (kind == Kind::Choice) return parse_choice(t, info.choices, out);
+  out = t;
+  return true;
+}
+
+const ParamInfo* find_param(const std::string& name) {
+  for (const auto& p : params())
+    if (name == p.name) return &p;
+  return nullptr;
+}
+
+}  // namespace
+
+bool parse_bool(const std::string& text, bool& out) {
+  std::string t = lower(trim(text));
+  if (t == "1" || t == "true" || t == "on" || t == "yes") { out = true; return true; }
+  if (t == "0" || t == "false" || t == "off" || t == "no") { out = false; return true; }
+  return false;
+}
+
+bool parse_int(const std::string& text, int64_t& out) {
+  std::string t = trim(text);
+  if (t.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(t.c_str(), &end, 0);
+  if (errno != 0 || end == t.c_str() || *end != '\0') return false;
+  out = v;
+  return true;
+}
+
+bool parse_size(const std::string& text, uint64_t& out) {
+  std::string t = trim(text);
+  if (t.empty() || t[0] == '-') return false;
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(t.c_str(), &end, 10);
+  if (errno != 0 || end == t.c_str()) return false;
+  std::string suffix = lower(trim(end));
+  if (!suffix.empty() && suffix.back() == 'b') suffix.pop_back();  // "512KB", "4mb"
+  if (!suffix.empty() && suffix.back() == 'i') suffix.pop_back();  // "4Mi"
+  unsigned shift = 0;
+  if (suffix.empty()) shift = 0;
+  else if (suffix == "k") shift = 10;
+  else if (suffix == "m") shift = 20;
+  else if (suffix == "g") shift = 30;
+  else return false;
+  if (shift && v > (UINT64_MAX >> shift)) return false;
+  out = static_cast<uint64_t>(v) << shift;
+  return true;
+}
+
+bool parse_choice(const std::string& text, const char* choices, std::string& out) {
+  std::string t = lower(trim(text));
+  std::string all = choices;
+  size_t start = 0;
+  while (start <= all.size()) {
+    size_t bar = all.find('|', start);
+    std::string choice = all.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
+    if (t == choice) { out = choice; return true; }
+    if (bar == std::string::npos) break;
+    start = bar + 1;
+  }
+  return false;
+}
+
+std::string closest_param_name(const std::string& name) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& p : params()) {
+    size_t d = edit_distance(name, p.name);
+    if (d < best_d) { best_d = d; best = p.name; }
+  }
+  // Suggest only when the typo is plausible: a few edits, relative to the name's own length.
+  size_t limit = std::max<size_t>(3, name.size() / 4);
+  return best_d <= limit ? best : "";
+}
+
+std::map<std::string, std::string> environment_snapshot() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (!eq || std::strncmp(*e, "SIEVE_", 6) != 0) continue;
+    env.emplace(std::string(*e, eq - *e), std::string(eq + 1));
+  }
+  return env;
+}
+
+Registry::Registry(const std::map<std::string, std::string>& env) {
+  for (const auto& [name, value] : env) {
+    if (name.rfind("SIEVE_", 0) != 0 || find_param(name)) continue;
+    std::string hint = closest_param_name(name);
+    diagnostics_.push_back("unknown variable " + name + (hint.empty() ? "" : " (did you mean " + hint + "?)") +
+                           "; it is ignored");
+  }
+  auto apply = [&](const ParamInfo& info, auto& member) {
+    bool ok = parse_value(info.kind, info, info.default_text, member);
+    (void)ok;  // defaults are checked by the registry's own tests
+    auto it = env.find(info.name);
+    if (it == env.end()) {
+      effective_.push_back({&info, info.default_text, Source::Default});
+      return;
+    }
+    auto parsed = member;
+    if (parse_value(info.kind, info, it->second, parsed)) {
+      member = parsed;
+      effective_.push_back({&info, it->second, Source::Environment});
+    } else {
+      std::string expected = info.kind == Kind::Choice ? std::string("one of ") + info.choices : kind_name(info.kind);
+      diagnostics_.push_back(std::string(info.name) + "='" + it->second + "' is not a valid " + expected +
+                             "; using the default '" + info.default_text + "'");
+      effective_.push_back({&info, info.default_text, Source::Default});
+    }
+  };
+  size_t index = 0;
+#define SIEVE_PARAM(kind, member, name, def, choices, doc) apply(params()[index++], settings_.member);
+#include "plugin/config_params.def"
+#undef SIEVE_PARAM
+}
+
+const Registry& Registry::process() {
+  static const Registry registry(environment_snapshot());
+  return registry;
+}
+
+}  // namespace sieve::config

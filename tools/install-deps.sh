@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Sieve builds, tests and benchmarks with. Idempotent and quiet when
+# everything is already there (no apt-get update then), so CI reruns stay fast.
+set -euo pipefail
+
+packages=(build-essential cmake pkg-config git libgtest-dev libgmock-dev googletest libbenchmark-dev
+          libhwloc-dev hwloc iproute2 iperf3 clang python3 procps)
+# Extra packages a caller asks for (the demo adds python3-torch for the Gloo comparison).
+packages+=("$@")
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: missing packages: ${missing[*]} (run as root, or install them yourself)" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
