@@ -1,0 +1,83 @@
+// Telemetry for ops: a snapshot of what this process moved (totals, per device, per peer) rendered
+// as JSON or Prometheus text, and a writer that puts it in SIEVE_STATS_FILE at exit and, if asked,
+// every SIEVE_STATS_INTERVAL seconds. Files are replaced atomically (write + rename) so a scraper
+// never reads half a file.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace sieve::plugin {
+
+struct TrafficCounters {
+  uint64_t bytes_logical_sent = 0;
+  uint64_t bytes_wire_sent = 0;
+  uint64_t bytes_logical_received = 0;
+  uint64_t bytes_wire_received = 0;
+  uint64_t messages_sent = 0;
+  uint64_t messages_received = 0;
+  uint64_t busy_ns = 0;  // time with at least one request in flight
+
+  TrafficCounters& operator+=(const TrafficCounters& other);
+};
+
+struct PeerTraffic {
+  std::string device;  // local interface name
+  std::string peer;    // remote address:port
+  TrafficCounters counters;
+};
+
+struct Snapshot {
+  uint64_t unix_ms = 0;
+  int pid = 0;
+  std::string host;
+  TrafficCounters totals;
+  uint64_t collectives_dense = 0;
+  uint64_t collectives_compacted = 0;
+  uint64_t mask_violations = 0;
+  uint64_t connections_rejected = 0;
+  std::vector<PeerTraffic> peers;
+};
+
+// Per-device sums of the peers, in first-seen device order.
+std::vector<PeerTraffic> per_device(const Snapshot& snapshot);
+
+std::string to_json(const Snapshot& snapshot);
+std::string to_prometheus(const Snapshot& snapshot);
+
+enum class StatsFormat { Json, Prometheus };
+
+// Expands %p (pid) and %h (host name) so every process of a job writes its own file.
+std::string expand_stats_path(const std::string& pattern, int pid, const std::string& host);
+
+// Writes snapshots from `source` to a file. Construction starts the periodic thread when
+// interval_s > 0; destruction stops it and writes a final snapshot.
+class StatsWriter {
+ public:
+  using Source = std::function<Snapshot()>;
+  StatsWriter(std::string path, StatsFormat format, int64_t interval_s, Source source);
+  ~StatsWriter();
+  StatsWriter(const StatsWriter&) = delete;
+  StatsWriter& operator=(const StatsWriter&) = delete;
+
+  // Writes one snapshot now; returns false (with `error` set) if the file cannot be written.
+  bool write_now(std::string* error = nullptr);
+
+ private:
+  void run(int64_t interval_s);
+
+  std::string path_;
+  StatsFormat format_;
+  Source source_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace sieve::plugin
