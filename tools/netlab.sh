@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# netlab: several "nodes" on one machine, each in its own network namespace, joined by a virtual
+# switch, optionally shaped. Used alone, by the conformance tests, by sieve-perf and sieve-bench.
+#
+#   netlab.sh [--prefix P] up N [--rate 1gbit] [--delay 1ms] [--loss 1%] [--reorder 25%] [--p2p]
+#   netlab.sh [--prefix P] down
+#   netlab.sh [--prefix P] exec I cmd...     run cmd inside node I (0-based)
+#   netlab.sh [--prefix P] addr I            node I's IPv4 address (10.77.0.(I+1))
+#   netlab.sh [--prefix P] ns I              node I's namespace name
+#   netlab.sh [--prefix P] ifname            the nodes' interface name (eth0)
+#   netlab.sh [--prefix P] status            namespaces, addresses and qdiscs of the lab
+#
+# Node I lives in namespace P-nI with interface eth0 = 10.77.0.(I+1)/24. By default every node is
+# wired by a veth pair to a bridge that lives in its own namespace P-sw, so nothing touches the host's
+# network; --p2p (N = 2 only) joins the two nodes by one veth pair instead. Shaping applies to each
+# node's egress: tbf for --rate, netem (under the tbf) for --delay/--loss/--reorder. `up` first removes
+# a lab of the same prefix (so it is idempotent) and removes what it built if any step fails; `down`
+# never fails. Use a unique --prefix per caller (default "sieve", or $NETLAB_PREFIX) so parallel runs
+# do not collide. Needs root and iproute2.
+set -euo pipefail
+
+prefix=${NETLAB_PREFIX:-sieve}
+ifname=eth0
+
+die() { echo "netlab: $*" >&2; exit 2; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+# Leading global options.
+while [[ $# -gt 0 && $1 == --prefix ]]; do
+  [[ $# -ge 2 ]] || die "--prefix needs a value"
+  prefix=$2; shift 2
+done
+[[ $# -ge 1 ]] || usage
+command=$1; shift
+[[ $prefix =~ ^[A-Za-z0-9_.-]{1,40}$ ]] || die "bad prefix '$prefix' (letters, digits, _ . - ; at most 40)"
+
+node_ns() { echo "${prefix}-n$1"; }
+switch_ns() { echo "${prefix}-sw"; }
+node_addr() { echo "10.77.0.$(( $1 + 1 ))"; }
+
+check_index() {
+  [[ $1 =~ ^[0-9]+$ ]] || die "node index must be a number, got '$1'"
+  ip netns list | awk '{print $1}' | grep -qx "$(node_ns "$1")" || die "no node $1 in lab '$prefix' (run: $0 --prefix $prefix up N)"
+}
+
+# Bytes per second of a tc rate such as 1gbit, 500mbit, 10Gbit, 100kbit, 1000000bit.
+rate_bytes_per_sec() {
+  local text=${1,,} number unit
+  [[ $text =~ ^([0-9]+)(bit|kbit|mbit|gbit)$ ]] || die "bad --rate '$1' (e.g. 1gbit, 500mbit)"
+  number=${BASH_REMATCH[1]}; unit=${BASH_REMATCH[2]}
+  case $unit in
+    bit) echo $(( number / 8 )) ;;
+    kbit) echo $(( number * 1000 / 8 )) ;;
+    mbit) echo $(( number * 1000000 / 8 )) ;;
+    gbit) echo $(( number * 1000000000 / 8 )) ;;
+  esac
+}
+
+lab_namespaces() {
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix//./\\.}-(n[0-9]+|sw)$" || true
+}
+
+cmd_down() {
+  local ns
+  for ns in $(lab_namespaces); do
+    # Deleting a namespace destroys its veth ends, and with them the peers in other namespaces.
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+  done
+}
+
+# A TCP connect to a closed port answered "refused" proves the path works (no ping needed).
+reachable() {  # ns addr
+  local answer
+  answer=$(ip netns exec "$1" timeout 2 bash -c "exec 3<>/dev/tcp/$2/9" 2>&1 || true)
+  [[ $answer == *refused* || -z $answer ]]
+}
+
+shape_node() {  # ns rate delay loss reorder
+  local ns=$1 rate=$2 delay=$3 loss=$4 reorder=$5 netem=()
+  [[ -n $delay ]] && netem+=(delay "$delay")
+  [[ -n $loss ]] && netem+=(loss "$loss")
+  if [[ -n $reorder ]]; then
+    [[ -n $delay ]] || die "--reorder needs --delay (netem reorders by delaying the other packets)"
+    netem+=(reorder "$reorder")
+  fi
+  local parent=(root)
+  if ((${#netem[@]})); then
+    # Some kernels (containers) ship without sch_netem; say so instead of failing half-way.
+    ip netns exec "$ns" tc qdisc add dev lo root netem delay 0ms 2>/dev/null ||
+      die "this kernel has no netem qdisc: --delay/--loss/--reorder are unavailable (--rate works)"
+    ip netns exec "$ns" tc qdisc del dev lo root
+    ip netns exec "$ns" tc qdisc add dev $ifname root handle 1: netem limit 100000 "${netem[@]}"
+    parent=(parent 1:1)
+  fi
+  if [[ -n $rate ]]; then
+    local bps burst
+    bps=$(rate_bytes_per_sec "$rate")
+    # A veth hands tbf 64 KiB GSO packets, so the bucket must hold several of them: 4 ms of traffic,
+    # at least 256 KiB.
+    burst=$(( bps / 250 ))
+    (( burst < 262144 )) && burst=262144
+    ip netns exec "$ns" tc qdisc add dev $ifname "${parent[@]}" handle 10: tbf rate "$rate" burst "$burst" latency 50ms
+  fi
+}
+
+cmd_up() {
+  [[ $# -ge 1 && $1 =~ ^[0-9]+$ ]] || die "up needs a node count"
+  local n=$1; shift
+  (( n >= 1 && n <= 200 )) || die "node count must be 1..200"
+  local rate="" delay="" loss="" reorder="" p2p=0
+  while [[ $# -gt 0 ]]; do
+    case $1 in
+      --rate) rate=${2:?--rate needs a value}; shift 2 ;;
+      --delay) delay=${2:?--delay needs a value}; shift 2 ;;
+      --loss) loss=${2:?--loss needs a value}; shift 2 ;;
+      --reorder) reorder=${2:?--reorder needs a value}; shift 2 ;;
+      --prefix) prefix=${2:?--prefix needs a value}; shift 2 ;;
+      --p2p) p2p=1; shift ;;
+      *) die "unknown option '$1' for up" ;;
+    esac
+  done
+  [[ $(id -u) -eq 0 ]] || die "needs root (network namespaces)"
+  command -v ip >/dev/null || die "needs iproute2 (ip)"
+  [[ -n $rate ]] && rate_bytes_per_sec "$rate" >/dev/null
+  (( p2p == 0 || n == 2 )) || die "--p2p joins exactly 2 nodes"
+
+  cmd_down
+  # Any failure from here on (a failing command or a die) removes what was built.
+  trap 'echo "netlab: up failed, removing lab $prefix" >&2; cmd_down' EXIT
+  local i ns
+  for ((i = 0; i < n; i++)); do
+    ns=$(node_ns $i)
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+  done
+  if (( p2p )); then
+    ip link add $ifname netns "$(node_ns 0)" type veth peer name $ifname netns "$(node_ns 1)"
+  else
+    local sw
+    sw=$(switch_ns)
+    ip netns add "$sw"
+    ip -n "$sw" link set lo up
+    ip -n "$sw" link add br0 type bridge
+    ip -n "$sw" link set br0 up
+    for ((i = 0; i < n; i++)); do
+      ip link add $ifname netns "$(node_ns $i)" type veth peer name "p$i" netns "$sw"
+      ip -n "$sw" link set "p$i" master br0
+      ip -n "$sw" link set "p$i" up
+    done
+  fi
+  for ((i = 0; i < n; i++)); do
+    ns=$(node_ns $i)
+    ip -n "$ns" addr add "$(node_addr $i)/24" dev $ifname
+    ip -n "$ns" link set $ifname up
+    if [[ -n $rate$delay$loss$reorder ]]; then
+      shape_node "$ns" "$rate" "$delay" "$loss" "$reorder"
+    fi
+  done
+  # Wait until node 0 reaches every other node (bounded) so callers can start traffic at once.
+  for ((i = 1; i < n; i++)); do
+    local tries=0
+    until reachable "$(node_ns 0)" "$(node_addr $i)"; do
+      (( ++tries < 50 )) || { echo "netlab: node $i unreachable from node 0" >&2; false; }
+      sleep 0.1
+    done
+  done
+  trap - EXIT
+  echo "netlab: lab '$prefix' up: $n nodes${rate:+, rate $rate}${delay:+, delay $delay}${loss:+, loss $loss}${reorder:+, reorder $reorder}"
+}
+
+case $command in
+  up) cmd_up "$@" ;;
+  down)
+    while [[ $# -gt 0 ]]; do
+      case $1 in
+        --prefix) prefix=${2:?--prefix needs a value}; shift 2 ;;
+        *) die "unknown option '$1' for down" ;;
+      esac
+    done
+    cmd_down ;;
+  exec)
+    [[ $# -ge 2 ]] || die "exec needs a node index and a command"
+    check_index "$1"
+    ns=$(node_ns "$1"); shift
+    exec ip netns exec "$ns" "$@" ;;
+  addr) [[ $# -eq 1 ]] || die "addr needs a node index"; check_index "$1"; node_addr "$1" ;;
+  ns) [[ $# -eq 1 ]] || die "ns needs a node index"; check_index "$1"; node_ns "$1" ;;
+  ifname) echo $ifname ;;
+  status)
+    for ns in $(lab_namespaces); do
+      echo "== $ns"
+      ip -n "$ns" -br addr
+      ip netns exec "$ns" tc qdisc show | grep -v -E "noqueue|pfifo_fast|^$" || true
+    done ;;
+  -h|--help|help) usage ;;
+  *) die "unknown command '$command' (up, down, exec, addr, ns, ifname, status)" ;;
+esac
