@@ -1,0 +1,197 @@
+#include "topology/hwloc_reader.h"
+
+#include <hwloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace sieve::topology {
+
+namespace {
+
+// Owns one hwloc topology handle.
+class HwlocTopology {
+ public:
+  HwlocTopology() = default;
+  ~HwlocTopology() {
+    if (topology_ != nullptr) hwloc_topology_destroy(topology_);
+  }
+  HwlocTopology(const HwlocTopology&) = delete;
+  HwlocTopology& operator=(const HwlocTopology&) = delete;
+
+  // Returns "" on success, else why it failed.
+  std::string load(const std::string& xml_file) {
+    if (hwloc_topology_init(&topology_) != 0) {
+      topology_ = nullptr;
+      return std::string("hwloc_topology_init failed: ") + std::strerror(errno);
+    }
+    // Keeps PCI devices that matter (GPUs, NICs, storage), the bridges above them and their OS
+    // devices (network interfaces, RDMA devices).
+    hwloc_topology_set_io_types_filter(topology_, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (!xml_file.empty()) {
+      if (access(xml_file.c_str(), R_OK) != 0)
+        return "cannot read topology file '" + xml_file + "': " + std::strerror(errno);
+      if (hwloc_topology_set_xml(topology_, xml_file.c_str()) != 0)
+        return "hwloc rejects topology file '" + xml_file + "': " + std::strerror(errno);
+    }
+    if (hwloc_topology_load(topology_) != 0) {
+      return xml_file.empty() ? std::string("hwloc cannot load this machine: ") + std::strerror(errno)
+                              : "hwloc cannot load topology file '" + xml_file + "' (not hwloc XML?)";
+    }
+    return "";
+  }
+
+  hwloc_topology_t get() const { return topology_; }
+
+ private:
+  hwloc_topology_t topology_ = nullptr;
+};
+
+std::vector<int> bitmap_to_list(hwloc_const_bitmap_t bitmap) {
+  std::vector<int> result;
+  if (bitmap == nullptr || hwloc_bitmap_iszero(bitmap)) return result;
+  // An infinite bitmap ends with -1 from hwloc_bitmap_last: the loop below would never end.
+  if (hwloc_bitmap_last(bitmap) < 0) return result;
+  for (int index = hwloc_bitmap_first(bitmap); index >= 0; index = hwloc_bitmap_next(bitmap, index))
+    result.push_back(index);
+  return result;
+}
+
+std::string bus_id_text(const hwloc_obj_attr_u::hwloc_pcidev_attr_s& pci) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%04x:%02x:%02x.%01x", static_cast<unsigned>(pci.domain),
+                static_cast<unsigned>(pci.bus), static_cast<unsigned>(pci.dev), static_cast<unsigned>(pci.func));
+  return text;
+}
+
+// The host bridge as Linux names its sysfs directory: pci<domain>:<first bus below it>.
+std::string host_bridge_text(const hwloc_obj_attr_u::hwloc_bridge_attr_s& bridge) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "pci%04x:%02x", static_cast<unsigned>(bridge.downstream.pci.domain),
+                static_cast<unsigned>(bridge.downstream.pci.secondary_bus));
+  return text;
+}
+
+// Fills the placement of PCI function `pci` (bus id, bridges above it, sysfs path, locality).
+void place_pci_device(hwloc_obj_t pci, bool live, Placement& where) {
+  where.pci_bus_id = bus_id_text(pci->attr->pcidev);
+  where.vendor_id = pci->attr->pcidev.vendor_id;
+  where.device_id = pci->attr->pcidev.device_id;
+  where.class_id = pci->attr->pcidev.class_id;
+  std::vector<std::string> upstream;
+  for (hwloc_obj_t parent = pci->parent; parent != nullptr && parent->type == HWLOC_OBJ_BRIDGE;
+       parent = parent->parent) {
+    const auto& bridge = parent->attr->bridge;
+    upstream.push_back(bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST ? host_bridge_text(bridge)
+                                                                      : bus_id_text(bridge.upstream.pci));
+  }
+  std::reverse(upstream.begin(), upstream.end());
+  where.pci_upstream = upstream;
+
+  std::string path = "/sys/devices";
+  for (const auto& hop : upstream) path += "/" + hop;
+  path += "/" + where.pci_bus_id;
+  if (live) {
+    // The real path wins where the kernel inserts levels hwloc does not show (VMD domains).
+    char* real = realpath(("/sys/bus/pci/devices/" + where.pci_bus_id).c_str(), nullptr);
+    if (real != nullptr) {
+      path = real;
+      free(real);
+    }
+  }
+  where.pci_path = path;
+}
+
+void place_by_ancestor(hwloc_topology_t topology, hwloc_obj_t obj, Placement& where) {
+  hwloc_obj_t ancestor = hwloc_get_non_io_ancestor_obj(topology, obj);
+  if (ancestor == nullptr) return;
+  where.cpus = bitmap_to_list(ancestor->cpuset);
+  std::vector<int> nodes = bitmap_to_list(ancestor->nodeset);
+  where.numa_node = nodes.size() == 1 ? nodes[0] : -1;
+}
+
+const char* info(hwloc_obj_t obj, const char* name) {
+  const char* value = hwloc_obj_get_info_by_name(obj, name);
+  return value != nullptr ? value : "";
+}
+
+void read_nics(hwloc_topology_t topology, bool live, std::vector<Nic>& nics) {
+  for (hwloc_obj_t osdev = hwloc_get_next_osdev(topology, nullptr); osdev != nullptr;
+       osdev = hwloc_get_next_osdev(topology, osdev)) {
+    const auto type = osdev->attr->osdev.type;
+    if (type != HWLOC_OBJ_OSDEV_NETWORK && type != HWLOC_OBJ_OSDEV_OPENFABRICS) continue;
+    if (osdev->name == nullptr) continue;
+    Nic nic;
+    nic.name = osdev->name;
+    nic.kind = type == HWLOC_OBJ_OSDEV_NETWORK ? NicKind::Netdev : NicKind::Rdma;
+    nic.address = info(osdev, type == HWLOC_OBJ_OSDEV_NETWORK ? "Address" : "NodeGUID");
+    hwloc_obj_t parent = osdev->parent;
+    if (parent != nullptr && parent->type == HWLOC_OBJ_PCI_DEVICE) {
+      place_pci_device(parent, live, nic);
+      for (hwloc_obj_t sibling = parent->io_first_child; sibling != nullptr; sibling = sibling->next_sibling) {
+        if (sibling == osdev || sibling->type != HWLOC_OBJ_OS_DEVICE || sibling->name == nullptr) continue;
+        const auto sibling_type = sibling->attr->osdev.type;
+        const bool other_kind = nic.kind == NicKind::Netdev ? sibling_type == HWLOC_OBJ_OSDEV_OPENFABRICS
+                                                             : sibling_type == HWLOC_OBJ_OSDEV_NETWORK;
+        if (other_kind && nic.paired.empty()) nic.paired = sibling->name;
+      }
+    }
+    place_by_ancestor(topology, osdev, nic);
+    nic.guid = card_guid(nic.pci_bus_id, nic.name);
+    nics.push_back(std::move(nic));
+  }
+}
+
+bool is_nvidia_gpu(hwloc_obj_t pci) {
+  // Class 0x03xx is a display controller: VGA (0x0300) on workstations, 3D (0x0302) on servers.
+  return pci->attr->pcidev.vendor_id == 0x10de && (pci->attr->pcidev.class_id >> 8) == 0x03;
+}
+
+void read_gpus(hwloc_topology_t topology, bool live, std::vector<Gpu>& gpus) {
+  for (hwloc_obj_t pci = hwloc_get_next_pcidev(topology, nullptr); pci != nullptr;
+       pci = hwloc_get_next_pcidev(topology, pci)) {
+    if (!is_nvidia_gpu(pci)) continue;
+    Gpu gpu;
+    place_pci_device(pci, live, gpu);
+    place_by_ancestor(topology, pci, gpu);
+    // hwloc's CUDA backend (where built in) names the device's CUDA ordinal: "cuda<N>".
+    for (hwloc_obj_t child = pci->io_first_child; child != nullptr; child = child->next_sibling) {
+      if (child->type != HWLOC_OBJ_OS_DEVICE || child->name == nullptr) continue;
+      int index = -1;
+      char tail = 0;
+      if (std::sscanf(child->name, "cuda%d%c", &index, &tail) == 1 && index >= 0) gpu.cuda_index = index;
+    }
+    gpus.push_back(std::move(gpu));
+  }
+}
+
+void read_numa(hwloc_topology_t topology, Machine& machine) {
+  for (hwloc_obj_t node = hwloc_get_next_obj_by_type(topology, HWLOC_OBJ_NUMANODE, nullptr); node != nullptr;
+       node = hwloc_get_next_obj_by_type(topology, HWLOC_OBJ_NUMANODE, node)) {
+    NumaNode numa;
+    numa.os_index = static_cast<int>(node->os_index);
+    numa.cpus = bitmap_to_list(node->cpuset);
+    numa.memory_bytes = node->attr != nullptr ? node->attr->numanode.local_memory : 0;
+    machine.numa_nodes.push_back(std::move(numa));
+  }
+  machine.cpus = bitmap_to_list(hwloc_topology_get_topology_cpuset(topology));
+}
+
+}  // namespace
+
+bool read_with_hwloc(const std::string& xml_file, Machine& machine, std::string& error) {
+  HwlocTopology topology;
+  error = topology.load(xml_file);
+  if (!error.empty()) return false;
+  const bool live = xml_file.empty();
+  machine.source = live ? Source::LiveHwloc : Source::TopologyFile;
+  read_numa(topology.get(), machine);
+  read_nics(topology.get(), live, machine.nics);
+  read_gpus(topology.get(), live, machine.gpus);
+  return true;
+}
+
+}  // namespace sieve::topology
