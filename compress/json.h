@@ -1,0 +1,36 @@
+// A small strict JSON reader for file headers (safetensors). RFC 8259 grammar, nesting bounded,
+// duplicate object keys refused, numbers kept as text so 64-bit integers survive exactly. Errors
+// name the byte offset. Not a general-purpose library: it reads headers of at most a few MB.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compress/status.h"
+
+namespace sieve::compress::json {
+
+struct Value {
+  enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
+  Type type = Type::kNull;
+  bool boolean = false;
+  std::string text;  // kString: the decoded string; kNumber: the number as written
+  std::vector<Value> items;                            // kArray
+  std::vector<std::pair<std::string, Value>> members;  // kObject, in file order
+
+  // kNumber holding a non-negative integer that fits 64 bits.
+  bool as_uint64(uint64_t* out) const;
+  const Value* find(const std::string& key) const;
+};
+
+const char* type_name(Value::Type type);
+
+constexpr int kMaxDepth = 64;
+
+// Parses exactly one value spanning text[0, size) (surrounding whitespace allowed).
+Status parse(const char* text, size_t size, Value* out);
+
+}  // namespace sieve::compress::json

@@ -1,0 +1,60 @@
+// Reads safetensors files (8-byte little-endian header length N, N bytes of JSON describing each
+// tensor's dtype, shape and [begin, end) offsets into the data that follows) and turns their BOOL
+// and U8 tensors into masks: nonzero = kept, tensors concatenated in data-offset order. Everything
+// is checked against the file; a malformed file is refused with a message naming the problem.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compress/mask.h"
+#include "compress/status.h"
+
+namespace sieve::compress {
+
+// safetensors' own limit on the JSON header.
+constexpr uint64_t kMaxSafetensorsHeader = 100u << 20;
+
+struct TensorInfo {
+  std::string name;
+  std::string dtype;
+  std::vector<uint64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte offsets into the data section
+  uint64_t elements = 0;
+};
+
+struct SafetensorsView {
+  std::vector<TensorInfo> tensors;  // in data-offset order
+  std::vector<std::pair<std::string, std::string>> metadata;
+  const uint8_t* data = nullptr;  // the data section (points into the parsed bytes)
+  uint64_t data_size = 0;
+};
+
+// Bytes per element of a safetensors dtype name, 0 when unknown.
+size_t safetensors_dtype_size(const std::string& dtype);
+
+Status parse_safetensors(const uint8_t* bytes, size_t size, SafetensorsView* out);
+
+struct MaskTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<uint64_t> shape;
+  uint64_t first = 0;  // index of its first element in the combined mask
+  uint64_t elements = 0;
+  uint64_t kept = 0;
+};
+
+struct MaskFile {
+  std::vector<MaskTensor> masks;
+  std::vector<TensorInfo> skipped;  // tensors of other dtypes, not masks
+  Mask combined;                    // every mask tensor, in data-offset order
+};
+
+Status masks_from_safetensors(const uint8_t* bytes, size_t size, MaskFile* out);
+// Reads the whole file first (refusing files larger than max_bytes).
+Status load_mask_file(const std::string& path, MaskFile* out, uint64_t max_bytes = uint64_t{1} << 36);
+
+}  // namespace sieve::compress

@@ -1,0 +1,35 @@
+// The result of compress/ operations that can fail: a code the C API maps to its own codes and a
+// message for the user. compress/ never logs; callers decide where messages go.
+#pragma once
+
+#include <string>
+#include <utility>
+
+namespace sieve::compress {
+
+enum class Code {
+  kOk = 0,
+  kInvalidArgument,  // null pointer, zero count, mismatched sizes
+  kOutOfRange,       // an index or range past the end, overlapping ranges
+  kNotFound,         // no such entry
+  kMalformed,        // a file or frame that does not follow its format
+  kIo,               // the operating system refused (open, read)
+};
+
+class Status {
+ public:
+  Status() = default;
+  static Status ok_status() { return Status(); }
+  static Status error(Code code, std::string message) { return Status(code, std::move(message)); }
+
+  bool ok() const { return code_ == Code::kOk; }
+  Code code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  Code code_ = Code::kOk;
+  std::string message_;
+};
+
+}  // namespace sieve::compress
