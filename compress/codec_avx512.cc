@@ -1,5 +1,5 @@
 // AVX-512 (F, BW, VL) codec loops, chosen at run time. 32-bit words use vpcompressd/vpexpandd
-// directly. 16-bit words are widened to 32-bit lanes first, because the 16-bit compress
+// directly. 16-bit words are widened to 32-bit lanes for vpcompressd, because the 16-bit compress
 // instructions need VBMI2, which this path does not assume. Stores are full registers kept inside
 // the destination; loads are full registers kept inside the input.
 #include "compress/codec_kernels.h"
@@ -75,31 +75,17 @@ SIEVE_AVX512 void decode32(DecodeCursor& c) {
   c.done = b * 16;
 }
 
-SIEVE_AVX512 void decode16(DecodeCursor& c) {
-  const uint8_t* in = c.in;
-  size_t b = c.done / 16;
-  for (const size_t blocks = c.words / 16; b < blocks; ++b) {
-    if (in + 32 > c.in_end) break;
-    __mmask16 m;
-    std::memcpy(&m, c.bitmap + 2 * b, 2);
-    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(c.dst + b * 32),
-                        _mm512_cvtepi32_epi16(_mm512_maskz_expand_epi32(m, wide)));
-    in += _mm_popcnt_u32(m) * 2;
-  }
-  c.in = in;
-  c.done = b * 16;
-}
-
 }  // namespace
 
 bool encode_avx512(EncodeCursor& c, unsigned word_size) { return word_size == 4 ? encode32(c) : encode16(c); }
 
 void decode_avx512(DecodeCursor& c, unsigned word_size) {
+  // For 16-bit words the AVX2 pshufb loop wins: widening + vpexpandd + narrowing costs five
+  // shuffle-port uops per 32 bytes against two (measured: 11.8 vs 17.5 GiB/s at d = 0.5).
   if (word_size == 4)
     decode32(c);
   else
-    decode16(c);
+    decode_avx2(c, word_size);
 }
 
 }  // namespace sieve::compress::detail
