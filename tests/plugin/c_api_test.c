@@ -1,0 +1,107 @@
+/* Exercises sieve.h from C99, linked against the built shared library: every entry point, bad input
+ * included. A plain C program (no GoogleTest): it prints each failed check and exits nonzero. */
+#include "plugin/sieve.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int failures = 0;
+
+#define CHECK(cond)                                                   \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                     \
+    }                                                                 \
+  } while (0)
+
+/* A failing call must return `code`, leave a message, and have a strerror text. */
+static void expect_error(int rc, int code) {
+  CHECK(rc == code);
+  CHECK(strlen(sieve_last_error()) > 0);
+  CHECK(strcmp(sieve_strerror(rc), "unknown error code") != 0);
+}
+
+static float weights[1000];
+static float other[64];
+
+int main(void) {
+  uint8_t bits[125];
+  uint64_t id = 0, id2 = 0;
+  sieve_mask_info_t info;
+  sieve_stats_t stats;
+  uint64_t starts[2] = {10, 100};
+  uint64_t lengths[2] = {20, 50};
+  uint64_t overlap_starts[2] = {10, 25};
+  int code;
+
+  CHECK(strlen(sieve_version()) > 0);
+  CHECK(sieve_dtype_size(SIEVE_DTYPE_F32) == 4);
+  CHECK(sieve_dtype_size(SIEVE_DTYPE_BF16) == 2);
+  CHECK(sieve_dtype_size(SIEVE_DTYPE_F64) == 8);
+  CHECK(sieve_dtype_size(99) == 0);
+  for (code = SIEVE_ERR_INTERNAL; code <= SIEVE_OK; ++code)
+    CHECK(strcmp(sieve_strerror(code), "unknown error code") != 0);
+  CHECK(strcmp(sieve_strerror(-1000), "unknown error code") == 0);
+
+  /* A bitmap mask: every third element kept. */
+  memset(bits, 0, sizeof bits);
+  for (code = 0; code < 1000; code += 3) bits[code / 8] |= (uint8_t)(1u << (code % 8));
+  CHECK(sieve_mask_publish(weights, 1000, SIEVE_DTYPE_F32, bits, &id) == SIEVE_OK);
+  CHECK(id != 0);
+  memset(&info, 0, sizeof info);
+  info.size = sizeof info;
+  CHECK(sieve_mask_query(weights, &info) == SIEVE_OK);
+  CHECK(info.mask_id == id && info.count == 1000 && info.kept == 334 && info.dtype == SIEVE_DTYPE_F32);
+
+  /* Publishing again replaces: same base, new id, new contents. */
+  CHECK(sieve_mask_publish_ranges(weights, 1000, SIEVE_DTYPE_F32, starts, lengths, 2, &id2) == SIEVE_OK);
+  CHECK(id2 != 0 && id2 != id);
+  CHECK(sieve_mask_query(weights, &info) == SIEVE_OK);
+  CHECK(info.mask_id == id2 && info.kept == 70);
+
+  /* Bad input: a negative code, a message, nothing stored. */
+  expect_error(sieve_mask_publish(NULL, 10, SIEVE_DTYPE_F32, bits, &id), SIEVE_ERR_INVALID_ARGUMENT);
+  expect_error(sieve_mask_publish(other, 0, SIEVE_DTYPE_F32, bits, &id), SIEVE_ERR_INVALID_ARGUMENT);
+  expect_error(sieve_mask_publish(other, 64, 42, bits, &id), SIEVE_ERR_UNKNOWN_DTYPE);
+  expect_error(sieve_mask_publish(other, 64, SIEVE_DTYPE_F32, NULL, &id), SIEVE_ERR_INVALID_ARGUMENT);
+  expect_error(sieve_mask_publish_ranges(other, 64, SIEVE_DTYPE_F32, starts, lengths, 2, &id), SIEVE_ERR_RANGE);
+  expect_error(sieve_mask_publish_ranges(other, 1000, SIEVE_DTYPE_F32, overlap_starts, lengths, 2, &id),
+               SIEVE_ERR_RANGE);
+  expect_error(sieve_mask_publish_ranges(other, 64, SIEVE_DTYPE_F32, NULL, lengths, 2, &id), SIEVE_ERR_INVALID_ARGUMENT);
+  expect_error(sieve_mask_publish_file(other, 64, SIEVE_DTYPE_F32, "/nonexistent/mask.safetensors", &id), SIEVE_ERR_IO);
+  expect_error(sieve_mask_publish_file(other, 64, SIEVE_DTYPE_F32, NULL, &id), SIEVE_ERR_INVALID_ARGUMENT);
+  expect_error(sieve_mask_query(other, &info), SIEVE_ERR_NOT_FOUND);
+  expect_error(sieve_mask_query(weights, NULL), SIEVE_ERR_INVALID_ARGUMENT);
+
+  memset(&stats, 0, sizeof stats);
+  stats.size = sizeof stats;
+  CHECK(sieve_stats_get(&stats) == SIEVE_OK);
+  CHECK(stats.size == sizeof stats);
+  CHECK(stats.masks_published == 1);
+  /* An older caller with a shorter struct gets only what fits. */
+  {
+    unsigned char old[sizeof(size_t) + 2 * sizeof(uint64_t) + 8];
+    size_t old_size = sizeof(size_t) + 2 * sizeof(uint64_t);
+    memset(old, 0xEE, sizeof old);
+    memcpy(old, &old_size, sizeof old_size);
+    CHECK(sieve_stats_get((sieve_stats_t*)(void*)old) == SIEVE_OK);
+    CHECK(old[old_size] == 0xEE && old[sizeof old - 1] == 0xEE);
+  }
+  expect_error(sieve_stats_get(NULL), SIEVE_ERR_INVALID_ARGUMENT);
+  stats.size = 0;
+  expect_error(sieve_stats_get(&stats), SIEVE_ERR_INVALID_ARGUMENT);
+
+  CHECK(sieve_mask_retract(weights) == SIEVE_OK);
+  expect_error(sieve_mask_retract(weights), SIEVE_ERR_NOT_FOUND);
+  expect_error(sieve_mask_retract(NULL), SIEVE_ERR_INVALID_ARGUMENT);
+  stats.size = sizeof stats;
+  CHECK(sieve_stats_get(&stats) == SIEVE_OK && stats.masks_published == 0);
+
+  if (failures) {
+    fprintf(stderr, "c_api_test: %d checks failed\n", failures);
+    return 1;
+  }
+  printf("c_api_test: all checks passed (sieve %s)\n", sieve_version());
+  return 0;
+}
