@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Runs sieve-info and checks what it prints: --json parses and lists every SIEVE_* variable of
+plugin/config_params.def; its NICs agree with /sys/class/net/*/device; the plugin's devices (when
+it offers any) are NICs of the topology with the same PCI path; a topology file gives the expected
+GPU x NIC matrix; bad input gives clear errors. Usage: sieve_info_check.py SIEVE_INFO SOURCE_DIR"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+sieve_info, source_dir = sys.argv[1], sys.argv[2]
+fixtures = os.path.join(source_dir, "tests", "topology", "fixtures")
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+
+
+def run(*args, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIEVE_")}
+    env.update(env_extra or {})
+    done = subprocess.run([sieve_info, *args], capture_output=True, text=True, timeout=60, env=env)
+    return done.returncode, done.stdout, done.stderr
+
+
+# 1. --json parses (json.tool, as ops would pipe it) and carries the whole configuration.
+rc, out, err = run("--json")
+check(rc == 0, f"sieve-info --json exited {rc}: {err}")
+tool = subprocess.run([sys.executable, "-m", "json.tool"], input=out, capture_output=True, text=True, timeout=60)
+check(tool.returncode == 0, f"python3 -m json.tool rejects the output: {tool.stderr}")
+report = json.loads(out)
+with open(os.path.join(source_dir, "plugin", "config_params.def")) as f:
+    declared = re.findall(r'^SIEVE_PARAM\(\s*\w+\s*,\s*\w+\s*,\s*"(SIEVE_[A-Z0-9_]+)"', f.read(), re.M)
+listed = [entry["name"] for entry in report["config"]]
+check(listed == declared, f"config lists {listed}, config_params.def declares {declared}")
+for entry in report["config"]:
+    check(entry["source"] == "default" and entry["value"] == entry["default"],
+          f"{entry['name']}: expected its default with a clean environment, got {entry}")
+check(report["topology"]["ok"], f"live topology failed: {report['topology']['error']}")
+
+# 2. The NICs agree with /sys/class/net/*/device.
+nics = {(n["name"], n["kind"]): n for n in report["topology"]["nics"]}
+for name in sorted(os.listdir("/sys/class/net")):
+    nic = nics.get((name, "netdev"))
+    check(nic is not None, f"/sys/class/net/{name} is missing from sieve-info")
+    if nic is None:
+        continue
+    link = f"/sys/class/net/{name}/device"
+    device = os.path.realpath(link) if os.path.exists(link) else ""
+    check(nic["sysfs_device_path"] == device, f"{name}: sysfs_device_path {nic['sysfs_device_path']!r} != {device!r}")
+    check(nic["virtual"] == (device == ""), f"{name}: virtual flag {nic['virtual']} but device {device!r}")
+    if nic["pci_bus_id"]:
+        check(nic["pci_bus_id"] in device.split("/"), f"{name}: bus id {nic['pci_bus_id']} not in {device}")
+        check(device.startswith(nic["pci_path"]), f"{name}: pci_path {nic['pci_path']} is not above {device}")
+
+# 3. The plugin's devices are topology NICs at the same place (once the plugin offers devices).
+plugin = report["plugin"]
+for device in plugin["devices"] if plugin else []:
+    nic = nics.get((device["name"], "netdev"))
+    check(nic is not None, f"plugin device {device['name']} is not a NIC of the topology")
+    if nic is not None:
+        check(device["pci_path"] in (nic["pci_path"], nic["sysfs_device_path"], ""),
+              f"plugin device {device['name']}: pciPath {device['pci_path']!r} vs topology {nic['pci_path']!r}")
+
+# 4. A topology file: the 2-socket node's matrix, best NICs, and SIEVE_TOPO_FILE as its source.
+node = os.path.join(fixtures, "two_socket_8gpu_4nic.xml")
+rc, out, err = run("--json", "--no-plugin", env_extra={"SIEVE_TOPO_FILE": node})
+check(rc == 0, f"SIEVE_TOPO_FILE run exited {rc}: {err}")
+fixture = json.loads(out)
+topo = fixture["topology"]
+check(topo["file"] == node and topo["source"] == "topology file", f"topology file not used: {topo['file']}")
+check(topo["matrix"]["nics"] == ["ib0", "ib1", "eth2", "eth3"], f"matrix columns {topo['matrix']['nics']}")
+check(topo["matrix"]["rows"][0] == ["PIX", "NODE", "SYS", "SYS"], f"GPU0 row {topo['matrix']['rows'][0]}")
+check(topo["matrix"]["rows"][1] == ["PXB", "NODE", "SYS", "SYS"], f"GPU1 row {topo['matrix']['rows'][1]}")
+check([g["best_nic"] for g in topo["gpus"]] == ["ib0", "ib0", "ib1", "ib1", "eth2", "eth2", "eth3", "eth3"],
+      f"best NICs {[g['best_nic'] for g in topo['gpus']]}")
+topo_entry = [e for e in fixture["config"] if e["name"] == "SIEVE_TOPO_FILE"][0]
+check(topo_entry["source"] == "environment" and topo_entry["value"] == node, f"SIEVE_TOPO_FILE entry {topo_entry}")
+check(fixture["plugin"] is None, "--no-plugin still loaded the plugin")
+
+# 5. Text mode shows the matrix; a secret is never printed; a typo is reported.
+rc, out, err = run("--topo", node, "--no-plugin", env_extra={"SIEVE_JOB_TOKEN": "hunter2", "SIEVE_PIN_THREAD": "on"})
+check(rc == 0, f"text mode exited {rc}: {err}")
+check("GPU x NIC" in out and "GPU1   PXB" in out, "text mode lacks the GPU x NIC matrix")
+check("hunter2" not in out, "the job token is printed")
+check("did you mean SIEVE_PIN_THREADS" in out, "the SIEVE_PIN_THREAD typo is not reported")
+
+# 6. Bad input: clear errors and non-zero exits, JSON still valid.
+rc, out, err = run("--json", "--no-plugin", "--topo", "/nonexistent/topology.xml")
+check(rc == 1, f"missing topology file exited {rc}")
+check("/nonexistent/topology.xml" in json.loads(out)["topology"]["error"], "missing file not named in the error")
+rc, out, err = run("--frobnicate")
+check(rc == 2 and "--frobnicate" in err, f"unknown argument: rc {rc}, stderr {err!r}")
+
+for failure in failures:
+    print("FAIL:", failure)
+print(f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)

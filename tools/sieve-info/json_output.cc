@@ -1,0 +1,170 @@
+#include <cstdio>
+
+#include "tools/sieve-info/json_writer.h"
+#include "tools/sieve-info/output.h"
+
+namespace sieve::info {
+
+std::string hex(uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof(text), "0x%llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+namespace {
+
+void write_plugin(JsonWriter& json, const Report& report) {
+  json.key("plugin");
+  if (report.plugin_skipped) {
+    json.null();
+    return;
+  }
+  const PluginReport& plugin = report.plugin;
+  json.begin_object();
+  json.member("library", plugin.library);
+  json.member("error", plugin.error);
+  json.key("abi_versions");
+  json.begin_array();
+  for (int version : plugin.abi_versions) json.value(version);
+  json.end_array();
+  json.member("used_version", plugin.used_version);
+  json.member("name", plugin.name);
+  json.key("devices");
+  json.begin_array();
+  for (size_t i = 0; i < plugin.devices.size(); ++i) {
+    const auto& device = plugin.devices[i];
+    json.begin_object();
+    json.member("index", static_cast<int64_t>(i));
+    json.member("name", device.name);
+    json.member("pci_path", device.pci_path);
+    json.member("guid", hex(device.guid));
+    json.member("speed_mbps", device.speed_mbps);
+    json.member("port", device.port);
+    json.member("latency_us", static_cast<double>(device.latency_us));
+    json.member("max_comms", device.max_comms);
+    json.member("max_recvs", device.max_recvs);
+    json.member("ptr_support", device.ptr_support);
+    json.end_object();
+  }
+  json.end_array();
+  json.member("devices_error", plugin.devices_error);
+  json.end_object();
+}
+
+void write_placement(JsonWriter& json, const topology::Placement& where) {
+  json.member("pci_bus_id", where.pci_bus_id);
+  json.member("pci_path", where.pci_path);
+  json.member_strings("pci_upstream", where.pci_upstream);
+  json.member("numa_node", where.numa_node);
+  json.member("cpus", topology::cpu_list_text(where.cpus));
+  json.member("vendor_id", hex(where.vendor_id));
+  json.member("device_id", hex(where.device_id));
+}
+
+void write_topology(JsonWriter& json, const Report& report) {
+  const topology::Machine& machine = report.topology.machine;
+  json.key("topology");
+  json.begin_object();
+  json.member("ok", report.topology.ok);
+  json.member("error", report.topology.error);
+  json.member("file", report.topo_file);
+  json.member("source", topology::source_name(machine.source));
+  json.member_strings("notes", machine.notes);
+  json.member("cpus", topology::cpu_list_text(machine.cpus));
+
+  json.key("numa_nodes");
+  json.begin_array();
+  for (const auto& node : machine.numa_nodes) {
+    json.begin_object();
+    json.member("os_index", node.os_index);
+    json.member("cpus", topology::cpu_list_text(node.cpus));
+    json.member("memory_bytes", node.memory_bytes);
+    json.end_object();
+  }
+  json.end_array();
+
+  json.key("nics");
+  json.begin_array();
+  for (const auto& nic : machine.nics) {
+    json.begin_object();
+    json.member("name", nic.name);
+    json.member("kind", topology::nic_kind_name(nic.kind));
+    json.member("virtual", nic.is_virtual);
+    auto found = report.addresses.find(nic.name);
+    json.member_strings("addresses", found != report.addresses.end() ? found->second : std::vector<std::string>{});
+    json.member("hw_address", nic.address);
+    write_placement(json, nic);
+    json.member("sysfs_device_path", nic.sysfs_device_path);
+    json.member("speed_mbps", nic.speed_mbps);
+    json.member("guid", hex(nic.guid));
+    json.member("paired", nic.paired);
+    json.end_object();
+  }
+  json.end_array();
+
+  json.key("gpus");
+  json.begin_array();
+  for (size_t g = 0; g < machine.gpus.size(); ++g) {
+    const auto& gpu = machine.gpus[g];
+    json.begin_object();
+    json.member("index", static_cast<int64_t>(g));
+    json.member("cuda_index", gpu.cuda_index);
+    write_placement(json, gpu);
+    const int best = topology::best_nic_for(machine, g);
+    json.member("best_nic", best >= 0 ? machine.nics[static_cast<size_t>(best)].name : "");
+    json.end_object();
+  }
+  json.end_array();
+
+  const std::vector<size_t> columns = matrix_columns(machine);
+  json.key("matrix");
+  json.begin_object();
+  json.key("nics");
+  json.begin_array();
+  for (size_t column : columns) json.value(machine.nics[column].name);
+  json.end_array();
+  json.key("rows");
+  json.begin_array();
+  for (const auto& gpu : machine.gpus) {
+    json.begin_array();
+    for (size_t column : columns) json.value(topology::path_class_name(topology::classify(gpu, machine.nics[column])));
+    json.end_array();
+  }
+  json.end_array();
+  json.end_object();
+  json.end_object();
+}
+
+void write_config(JsonWriter& json, const Report& report) {
+  json.key("config");
+  json.begin_array();
+  for (const auto& entry : report.config) {
+    json.begin_object();
+    json.member("name", entry.info->name);
+    json.member("kind", config::kind_name(entry.info->kind));
+    json.member("value", shown_value(entry));
+    json.member("default", entry.info->default_text);
+    json.member("source", entry.source == config::Source::Environment ? "environment" : "default");
+    json.member("choices", entry.info->choices);
+    json.member("doc", entry.info->doc);
+    json.end_object();
+  }
+  json.end_array();
+  json.member_strings("diagnostics", report.config_diagnostics);
+}
+
+}  // namespace
+
+void print_json(const Report& report, std::ostream& out) {
+  JsonWriter json(out);
+  json.begin_object();
+  json.member("tool", "sieve-info");
+  json.member("version", report.version);
+  write_plugin(json, report);
+  write_topology(json, report);
+  write_config(json, report);
+  json.end_object();
+  out << '\n';
+}
+
+}  // namespace sieve::info

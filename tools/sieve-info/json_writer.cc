@@ -1,0 +1,103 @@
+#include "tools/sieve-info/json_writer.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace sieve::info {
+
+std::string JsonWriter::escape(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char code[8];
+          std::snprintf(code, sizeof(code), "\\u%04x", c);
+          out += code;
+        } else {
+          out += static_cast<char>(c);  // UTF-8 passes through; invalid bytes are the caller's text
+        }
+    }
+  }
+  return out + "\"";
+}
+
+void JsonWriter::separate() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (!first_.empty()) {
+    if (!first_.back()) out_ << ',';
+    first_.back() = false;
+  }
+}
+
+void JsonWriter::open(char bracket) {
+  separate();
+  out_ << bracket;
+  first_.push_back(true);
+}
+
+void JsonWriter::close(char bracket) {
+  first_.pop_back();
+  out_ << bracket;
+}
+
+void JsonWriter::key(const std::string& name) {
+  separate();
+  out_ << escape(name) << ':';
+  after_key_ = true;
+}
+
+void JsonWriter::value(const std::string& text) {
+  separate();
+  out_ << escape(text);
+}
+
+void JsonWriter::value(int64_t number) {
+  separate();
+  out_ << number;
+}
+
+void JsonWriter::value(uint64_t number) {
+  separate();
+  out_ << number;
+}
+
+void JsonWriter::value(double number) {
+  separate();
+  if (!std::isfinite(number)) {
+    out_ << "null";  // JSON has no NaN or infinity
+    return;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.17g", number);
+  out_ << text;
+}
+
+void JsonWriter::value(bool flag) {
+  separate();
+  out_ << (flag ? "true" : "false");
+}
+
+void JsonWriter::null() {
+  separate();
+  out_ << "null";
+}
+
+void JsonWriter::member_strings(const std::string& name, const std::vector<std::string>& items) {
+  key(name);
+  begin_array();
+  for (const auto& item : items) value(item);
+  end_array();
+}
+
+}  // namespace sieve::info

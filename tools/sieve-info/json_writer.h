@@ -1,0 +1,51 @@
+// A small streaming JSON writer: objects, arrays, strings (escaped per RFC 8259), numbers, bools.
+// It places commas itself, so callers write members in order and cannot produce broken JSON.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace sieve::info {
+
+class JsonWriter {
+ public:
+  explicit JsonWriter(std::ostream& out) : out_(out) {}
+
+  void begin_object() { open('{'); }
+  void end_object() { close('}'); }
+  void begin_array() { open('['); }
+  void end_array() { close(']'); }
+  // Member name inside an object; the next value call writes its value.
+  void key(const std::string& name);
+
+  void value(const std::string& text);
+  void value(const char* text) { value(std::string(text != nullptr ? text : "")); }
+  void value(int64_t number);
+  void value(uint64_t number);
+  void value(int number) { value(static_cast<int64_t>(number)); }
+  void value(double number);
+  void value(bool flag);
+  void null();
+
+  template <typename T>
+  void member(const std::string& name, const T& v) {
+    key(name);
+    value(v);
+  }
+  void member_strings(const std::string& name, const std::vector<std::string>& items);
+
+  static std::string escape(const std::string& text);
+
+ private:
+  void open(char bracket);
+  void close(char bracket);
+  void separate();
+
+  std::ostream& out_;
+  std::vector<bool> first_;  // per open container: nothing written yet
+  bool after_key_ = false;
+};
+
+}  // namespace sieve::info

@@ -1,0 +1,81 @@
+// sieve-info: what the Sieve plugin sees on this machine (or in an hwloc XML topology): its
+// version and exported ABI versions, NICs, GPUs, the GPU x NIC distance matrix, and the effective
+// SIEVE_* configuration. Text by default, --json for machines.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "tools/sieve-info/output.h"
+#include "tools/sieve-info/report.h"
+
+#ifdef SIEVE_INFO_HAVE_MASKS
+#include "tools/sieve-info/masks_command.h"
+#endif
+
+namespace {
+
+void usage(std::ostream& out) {
+  out << "usage: sieve-info [--json] [--topo FILE] [--plugin PATH] [--no-plugin]\n"
+#ifdef SIEVE_INFO_HAVE_MASKS
+         "       sieve-info masks ...   (sieve-info masks --help)\n"
+#endif
+         "\n"
+         "  --json         machine-readable output\n"
+         "  --topo FILE    describe the machine of this hwloc XML (lstopo --of xml) instead of this one\n"
+         "                 (default: SIEVE_TOPO_FILE, else the live machine)\n"
+         "  --plugin PATH  the plugin library to inspect (default: next to sieve-info, or the build tree)\n"
+         "  --no-plugin    do not load the plugin\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "masks") {
+#ifdef SIEVE_INFO_HAVE_MASKS
+    return sieve_info_masks(std::vector<std::string>(args.begin() + 1, args.end()), std::cout, std::cerr);
+#else
+    std::cerr << "sieve-info: this build has no 'masks' command\n";
+    return 2;
+#endif
+  }
+
+  sieve::info::ReportOptions options;
+  bool json = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    auto next = [&](std::string& into) {
+      if (i + 1 >= args.size()) {
+        std::cerr << "sieve-info: " << arg << " needs a value\n";
+        return false;
+      }
+      into = args[++i];
+      return true;
+    };
+    if (arg == "--json") {
+      json = true;
+    } else if (arg == "--topo") {
+      if (!next(options.topo_file)) return 2;
+    } else if (arg == "--plugin") {
+      if (!next(options.plugin_path)) return 2;
+    } else if (arg == "--no-plugin") {
+      options.skip_plugin = true;
+    } else if (arg == "--help" || arg == "-h") {
+      usage(std::cout);
+      return 0;
+    } else {
+      std::cerr << "sieve-info: unknown argument '" << arg << "'\n";
+      usage(std::cerr);
+      return 2;
+    }
+  }
+
+  const sieve::info::Report report = sieve::info::gather(options);
+  if (json) {
+    sieve::info::print_json(report, std::cout);
+  } else {
+    sieve::info::print_text(report, std::cout);
+  }
+  // A topology file that cannot be read is the one failure: the rest is reported, not fatal.
+  return report.topology.ok ? 0 : 1;
+}

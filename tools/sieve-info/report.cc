@@ -1,0 +1,146 @@
+#include "tools/sieve-info/report.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+
+#ifndef SIEVE_VERSION
+#define SIEVE_VERSION "unknown"
+#endif
+
+namespace sieve::info {
+
+namespace {
+
+std::string executable_dir() {
+  char path[PATH_MAX];
+  const ssize_t length = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (length <= 0) return ".";
+  path[length] = '\0';
+  std::string text(path);
+  return text.substr(0, text.rfind('/'));
+}
+
+// The plugin next to sieve-info (installed side by side), in ../lib, or in the build tree.
+std::string find_plugin() {
+  const std::string dir = executable_dir();
+  for (const std::string& candidate : {dir + "/libnccl-net-sieve.so", dir + "/../lib/libnccl-net-sieve.so",
+                                       dir + "/../../plugin/libnccl-net-sieve.so"})
+    if (access(candidate.c_str(), R_OK) == 0) {
+      char* real = realpath(candidate.c_str(), nullptr);
+      const std::string found = real != nullptr ? real : candidate;
+      free(real);
+      return found;
+    }
+  return "libnccl-net-sieve.so";  // let the dynamic loader search LD_LIBRARY_PATH
+}
+
+PluginReport inspect_plugin(const std::string& path) {
+  PluginReport report;
+  report.library = path.empty() ? find_plugin() : path;
+  report.abi_versions = tools::exported_versions(report.library, &report.error);
+  if (!report.error.empty()) return report;
+  if (report.abi_versions.empty()) {
+    report.error = "exports no ncclNetPlugin_v" + std::to_string(tools::kOldestVersion) + "..v" +
+                   std::to_string(tools::kNewestVersion) + " symbol";
+    return report;
+  }
+  tools::LoaderOptions options;
+  options.log_level = 2;
+  std::string error;
+  auto plugin = tools::NetPlugin::open(report.library, options, &error);
+  if (!plugin) {
+    report.devices_error = error;
+    return report;
+  }
+  report.used_version = plugin->version();
+  report.name = plugin->name() != nullptr ? plugin->name() : "";
+  int result = plugin->init();
+  if (result != tools::kNetSuccess) {
+    report.devices_error = std::string("init failed: ") + tools::result_name(result);
+    return report;
+  }
+  int count = 0;
+  result = plugin->devices(&count);
+  if (result != tools::kNetSuccess) {
+    report.devices_error = std::string("devices failed: ") + tools::result_name(result);
+    return report;
+  }
+  for (int dev = 0; dev < count; ++dev) {
+    tools::NetDeviceInfo device;
+    result = plugin->properties(dev, &device);
+    if (result != tools::kNetSuccess) {
+      report.devices_error = "getProperties(" + std::to_string(dev) + ") failed: " + tools::result_name(result);
+      break;
+    }
+    report.devices.push_back(device);
+  }
+  return report;
+}
+
+std::map<std::string, std::vector<std::string>> interface_addresses() {
+  std::map<std::string, std::vector<std::string>> result;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return result;
+  for (ifaddrs* entry = list; entry != nullptr; entry = entry->ifa_next) {
+    if (entry->ifa_addr == nullptr || entry->ifa_name == nullptr) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    const int family = entry->ifa_addr->sa_family;
+    if (family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(entry->ifa_addr)->sin_addr, text, sizeof(text));
+    } else if (family == AF_INET6) {
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(entry->ifa_addr)->sin6_addr, text, sizeof(text));
+    } else {
+      continue;
+    }
+    result[entry->ifa_name].push_back(text);
+  }
+  freeifaddrs(list);
+  return result;
+}
+
+}  // namespace
+
+std::vector<size_t> matrix_columns(const topology::Machine& machine) {
+  std::vector<size_t> columns;
+  for (size_t i = 0; i < machine.nics.size(); ++i) {
+    const auto& nic = machine.nics[i];
+    if (nic.is_virtual) continue;
+    const bool shown_by_netdev = nic.kind == topology::NicKind::Rdma && !nic.paired.empty();
+    if (!shown_by_netdev) columns.push_back(i);
+  }
+  return columns;
+}
+
+std::string shown_value(const config::Effective& entry) {
+  const std::string name = entry.info->name;
+  const std::string suffix = "_TOKEN";
+  const bool secret = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  if (!secret) return entry.value;
+  return entry.value.empty() ? "" : "(set, not shown)";
+}
+
+Report gather(const ReportOptions& options) {
+  Report report;
+  report.version = SIEVE_VERSION;
+  const config::Registry& registry = config::Registry::process();
+  report.config = registry.effective();
+  report.config_diagnostics = registry.diagnostics();
+
+  report.topo_file = options.topo_file.empty() ? registry.settings().topo_file : options.topo_file;
+  topology::Options topology_options;
+  topology_options.xml_file = report.topo_file;
+  report.topology = topology::discover(topology_options);
+  if (report.topo_file.empty()) report.addresses = interface_addresses();
+
+  report.plugin_skipped = options.skip_plugin;
+  if (!options.skip_plugin) report.plugin = inspect_plugin(options.plugin_path);
+  return report;
+}
+
+}  // namespace sieve::info

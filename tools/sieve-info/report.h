@@ -1,0 +1,52 @@
+// What sieve-info reports, gathered once and printed as text or JSON: the plugin library and the
+// ABI versions it exports, the devices it offers NCCL, the machine as topology/ sees it (with the
+// IP addresses of each interface), and the effective SIEVE_* configuration.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "plugin/config.h"
+#include "tools/common/plugin_loader.h"
+#include "topology/discover.h"
+
+namespace sieve::info {
+
+struct PluginReport {
+  std::string library;             // the file loaded (or tried)
+  std::string error;               // why it could not be loaded; "" when it was
+  std::vector<int> abi_versions;   // ncclNetPlugin_vN symbols found, newest first
+  int used_version = 0;            // the one driven to list devices
+  std::string name;                // the table's name field
+  std::vector<tools::NetDeviceInfo> devices;
+  std::string devices_error;       // init/devices/getProperties failure
+};
+
+struct Report {
+  std::string version;
+  bool plugin_skipped = false;
+  PluginReport plugin;
+  std::string topo_file;  // "" = the live machine
+  topology::Discovery topology;
+  std::map<std::string, std::vector<std::string>> addresses;  // interface -> IPv4/IPv6 addresses
+  std::vector<config::Effective> config;
+  std::vector<std::string> config_diagnostics;
+};
+
+struct ReportOptions {
+  std::string topo_file;    // --topo, else SIEVE_TOPO_FILE
+  std::string plugin_path;  // --plugin, else found next to sieve-info
+  bool skip_plugin = false;
+};
+
+Report gather(const ReportOptions& options);
+
+// The value to show for a setting: secrets (SIEVE_*_TOKEN) are never printed, only whether set.
+std::string shown_value(const config::Effective& entry);
+
+// Columns of the GPU x NIC matrix: the NICs a GPU could be paired with (real netdevs; RDMA
+// devices appear through their paired netdev, or on their own where they have none).
+std::vector<size_t> matrix_columns(const topology::Machine& machine);
+
+}  // namespace sieve::info

@@ -1,0 +1,138 @@
+#include <algorithm>
+#include <iomanip>
+#include <sstream>
+
+#include "tools/sieve-info/output.h"
+
+namespace sieve::info {
+
+namespace {
+
+std::string or_dash(const std::string& text) { return text.empty() ? "-" : text; }
+std::string number_or_dash(int64_t value) { return value < 0 ? "-" : std::to_string(value); }
+
+std::string speed_text(int64_t mbps) {
+  if (mbps <= 0) return "-";
+  if (mbps % 1000 == 0) return std::to_string(mbps / 1000) + " Gb/s";
+  return std::to_string(mbps) + " Mb/s";
+}
+
+std::string join(const std::vector<std::string>& items, const char* separator) {
+  std::string text;
+  for (const auto& item : items) text += (text.empty() ? "" : separator) + item;
+  return text;
+}
+
+void print_plugin(const Report& report, std::ostream& out) {
+  out << "Plugin\n";
+  if (report.plugin_skipped) {
+    out << "  (not loaded: --no-plugin)\n\n";
+    return;
+  }
+  const PluginReport& plugin = report.plugin;
+  out << "  library       " << plugin.library << "\n";
+  if (!plugin.error.empty()) {
+    out << "  error         " << plugin.error << "\n\n";
+    return;
+  }
+  out << "  ABI versions ";
+  for (int version : plugin.abi_versions) out << " ncclNetPlugin_v" << version;
+  out << "\n  name          " << or_dash(plugin.name) << " (driven through v" << plugin.used_version << ")\n";
+  if (!plugin.devices_error.empty()) out << "  error         " << plugin.devices_error << "\n";
+  for (size_t i = 0; i < plugin.devices.size(); ++i) {
+    const auto& device = plugin.devices[i];
+    out << "  device " << i << "      " << device.name << "  pciPath " << or_dash(device.pci_path) << "  speed "
+        << speed_text(device.speed_mbps) << "  guid " << hex(device.guid) << "  port " << device.port << "\n";
+  }
+  if (plugin.devices.empty() && plugin.devices_error.empty()) out << "  devices       none\n";
+  out << "\n";
+}
+
+void print_machine(const Report& report, std::ostream& out) {
+  const topology::Machine& machine = report.topology.machine;
+  if (report.topo_file.empty())
+    out << "Topology        this machine, read with " << topology::source_name(machine.source) << "\n";
+  else
+    out << "Topology        file " << report.topo_file << "\n";
+  if (!report.topology.ok) {
+    out << "  error         " << report.topology.error << "\n\n";
+    return;
+  }
+  for (const auto& note : machine.notes) out << "  note          " << note << "\n";
+  out << "  CPUs          " << topology::cpu_list_text(machine.cpus) << "\n";
+  for (const auto& node : machine.numa_nodes)
+    out << "  NUMA node " << node.os_index << "   CPUs " << topology::cpu_list_text(node.cpus) << "  memory "
+        << node.memory_bytes / (1024 * 1024) << " MiB\n";
+
+  out << "\nNICs\n";
+  out << "  " << std::left << std::setw(14) << "name" << std::setw(8) << "kind" << std::setw(14) << "PCI"
+      << std::setw(6) << "NUMA" << std::setw(10) << "CPUs" << std::setw(11) << "speed" << std::setw(9) << "paired"
+      << "addresses\n";
+  for (const auto& nic : machine.nics) {
+    auto found = report.addresses.find(nic.name);
+    std::string addresses = found != report.addresses.end() ? join(found->second, " ") : "";
+    if (!nic.address.empty()) addresses += (addresses.empty() ? "" : " ") + std::string("hw ") + nic.address;
+    out << "  " << std::left << std::setw(14) << nic.name << std::setw(8)
+        << (nic.is_virtual ? "virtual" : topology::nic_kind_name(nic.kind)) << std::setw(14) << or_dash(nic.pci_bus_id)
+        << std::setw(6) << number_or_dash(nic.numa_node) << std::setw(10) << or_dash(topology::cpu_list_text(nic.cpus))
+        << std::setw(11) << speed_text(nic.speed_mbps) << std::setw(9) << or_dash(nic.paired) << addresses << "\n";
+    if (!nic.pci_path.empty()) out << "  " << std::setw(14) << "" << "pciPath " << nic.pci_path << "\n";
+  }
+
+  out << "\nGPUs\n";
+  if (machine.gpus.empty()) out << "  none\n";
+  for (size_t g = 0; g < machine.gpus.size(); ++g) {
+    const auto& gpu = machine.gpus[g];
+    out << "  GPU" << g << "  " << gpu.pci_bus_id << "  NUMA " << number_or_dash(gpu.numa_node) << "  CPUs "
+        << or_dash(topology::cpu_list_text(gpu.cpus)) << "  CUDA index " << number_or_dash(gpu.cuda_index) << "\n";
+  }
+}
+
+void print_matrix(const topology::Machine& machine, std::ostream& out) {
+  const std::vector<size_t> columns = matrix_columns(machine);
+  if (machine.gpus.empty() || columns.empty()) return;
+  out << "\nGPU x NIC (like nvidia-smi topo -m)\n  " << std::left << std::setw(7) << "";
+  for (size_t column : columns) out << std::setw(std::max<int>(6, static_cast<int>(machine.nics[column].name.size()) + 2)) << machine.nics[column].name;
+  out << std::setw(12) << "CPU Affinity" << "  " << std::setw(6) << "NUMA" << "best NIC\n";
+  for (size_t g = 0; g < machine.gpus.size(); ++g) {
+    const auto& gpu = machine.gpus[g];
+    out << "  " << std::setw(7) << ("GPU" + std::to_string(g));
+    for (size_t column : columns)
+      out << std::setw(std::max<int>(6, static_cast<int>(machine.nics[column].name.size()) + 2))
+          << topology::path_class_name(topology::classify(gpu, machine.nics[column]));
+    const int best = topology::best_nic_for(machine, g);
+    out << std::setw(12) << or_dash(topology::cpu_list_text(gpu.cpus)) << "  " << std::setw(6)
+        << number_or_dash(gpu.numa_node) << (best >= 0 ? machine.nics[static_cast<size_t>(best)].name : "-") << "\n";
+  }
+  out << "\n  PIX  = at most one PCIe switch between them\n"
+         "  PXB  = several PCIe switches, without the host bridge\n"
+         "  PHB  = through the PCIe host bridge (the CPU's root complex)\n"
+         "  NODE = between host bridges within a NUMA node\n"
+         "  SYS  = across NUMA nodes (the socket interconnect)\n";
+}
+
+void print_config(const Report& report, std::ostream& out) {
+  out << "\nConfiguration\n";
+  size_t width = 0;
+  for (const auto& entry : report.config) width = std::max(width, std::string(entry.info->name).size());
+  for (const auto& entry : report.config) {
+    const std::string value = shown_value(entry);
+    out << "  " << std::left << std::setw(static_cast<int>(width) + 2) << entry.info->name << std::setw(14)
+        << (value.empty() ? "(empty)" : value)
+        << (entry.source == config::Source::Environment ? "environment" : "default    ") << "  " << entry.info->doc
+        << "\n";
+  }
+  for (const auto& line : report.config_diagnostics) out << "  problem: " << line << "\n";
+}
+
+}  // namespace
+
+void print_text(const Report& report, std::ostream& out) {
+  out << "sieve-info " << report.version << "\n\n";
+  print_plugin(report, out);
+  print_machine(report, out);
+  if (report.topology.ok) print_matrix(report.topology.machine, out);
+  print_config(report, out);
+}
+
+}  // namespace sieve::info
