@@ -1,0 +1,31 @@
+// The real peer: PyTorch's Gloo all-reduce (tools/gloo_allreduce.py, Debian's python3-torch) run by
+// N processes in the same namespaces, over the same link, on the same bucket sizes.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "tools/bench/dtype.h"
+#include "tools/bench/report.h"
+
+namespace sieve::bench {
+
+struct GlooJob {
+  std::string python = "/usr/bin/python3";  // the system one: Debian's torch lives there
+  std::string script;
+  std::vector<size_t> bucket_elements;
+  int nodes = 0;
+  std::vector<std::string> namespaces;
+  std::string master_address;
+  std::string ifname;
+  DType dtype = DType::F32;
+  int iterations = 1;
+  int warmup = 0;
+  std::chrono::steady_clock::time_point deadline;
+};
+
+// Fills `result` (ok, seconds, kernel tx bytes per node) or its error.
+void run_gloo(const GlooJob& job, ModeResult* result);
+
+}  // namespace sieve::bench

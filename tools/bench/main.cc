@@ -1,0 +1,38 @@
+// sieve-bench: the main job of Sieve on emulated nodes. See usage_text() in options.cc.
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <string>
+
+#include "tools/bench/options.h"
+#include "tools/bench/orchestrator.h"
+#include "tools/bench/report.h"
+
+int main(int argc, char** argv) {
+  using namespace sieve::bench;
+  Options options;
+  std::string message;
+  bool help = false;
+  if (!parse_options(argc, argv, &options, &message, &help)) {
+    std::fprintf(help ? stdout : stderr, "%s%s", help ? "" : "sieve-bench: ", message.c_str());
+    if (!help) std::fputc('\n', stderr);
+    return help ? 0 : 2;
+  }
+  char self[PATH_MAX] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  const std::string self_path = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
+
+  RunReport report;
+  const int status = run_bench(options, self_path, &report);
+  if (options.json) {
+    std::fputs(format_json(report).c_str(), stdout);
+  } else if (report.parameters > 0) {
+    std::fputs(format_table(report).c_str(), stdout);
+  }
+  if (status != 0) {
+    std::fprintf(stderr, "sieve-bench: FAILED: %s\n", report.failure.c_str());
+    if (!report.exact) std::fprintf(stderr, "sieve-bench: the all-reduce returned WRONG VALUES\n");
+  }
+  return status;
+}

@@ -1,0 +1,55 @@
+#include "tools/bench/masks_file.h"
+
+#include <cstring>
+
+#if SIEVE_BENCH_HAVE_MASK_FILES
+#include "compress/safetensors.h"
+#endif
+
+namespace sieve::bench {
+
+std::vector<BucketMask> bucket_masks(const std::vector<Bucket>& buckets, const std::vector<std::vector<uint8_t>>& keep) {
+  std::vector<BucketMask> masks;
+  for (const Bucket& bucket : buckets) {
+    BucketMask mask(bucket.elements);
+    for (const BucketSpan& span : bucket.spans) std::memcpy(mask.data() + span.offset, keep[span.param].data(), span.count);
+    masks.push_back(std::move(mask));
+  }
+  return masks;
+}
+
+bool load_masked_model(const std::string& path, MaskedModel* out, std::string* error) {
+#if SIEVE_BENCH_HAVE_MASK_FILES
+  compress::MaskFile file;
+  const compress::Status status = compress::load_mask_file(path, &file);
+  if (!status.ok()) {
+    *error = path + ": " + status.message();
+    return false;
+  }
+  if (file.masks.empty()) {
+    *error = path + ": no BOOL or U8 mask tensors in the file";
+    return false;
+  }
+  std::string stem = path.substr(path.find_last_of('/') + 1);
+  stem = stem.substr(0, stem.find('.'));
+  out->model = Model{stem, stem, {}};
+  out->keep.clear();
+  for (const compress::MaskTensor& tensor : file.masks) {
+    Param param{tensor.name, {}, ParamRole::Bias};
+    for (uint64_t d : tensor.shape) param.shape.push_back(static_cast<int64_t>(d));
+    if (param.shape.size() >= 2) param.role = param.shape.size() == 2 ? ParamRole::LinearWeight : ParamRole::ConvWeight;
+    if (param.shape.empty()) param.shape.push_back(static_cast<int64_t>(tensor.elements));
+    std::vector<uint8_t> keep(tensor.elements);
+    for (uint64_t i = 0; i < tensor.elements; ++i) keep[i] = file.combined.test(tensor.first + i) ? 1 : 0;
+    out->model.params.push_back(std::move(param));
+    out->keep.push_back(std::move(keep));
+  }
+  return true;
+#else
+  (void)out;
+  *error = "--masks " + path + ": this build has no safetensors mask reader (compress/safetensors.h)";
+  return false;
+#endif
+}
+
+}  // namespace sieve::bench

@@ -1,0 +1,49 @@
+// sieve-bench's command line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tools/bench/dtype.h"
+#include "tools/bench/pruning.h"
+
+namespace sieve::bench {
+
+enum class Mode {
+  Dense,      // the unpruned model's gradients, every element nonzero, sent as they are
+  Compacted,  // the pruned model: kept elements gathered, all-reduced, scattered back (the proxy)
+  Codec,      // the pruned model's zero-filled gradients sent whole; the transport elides the zeros
+};
+const char* mode_name(Mode mode);
+
+struct Options {
+  int nodes = 4;
+  std::string model = "resnet50";
+  std::string masks_file;  // user's own model: one mask tensor per parameter (safetensors)
+  PruneSpec prune{PruneKind::Unstructured, 0.2, 1};
+  DType dtype = DType::F32;
+  std::vector<Mode> modes{Mode::Dense, Mode::Compacted};
+  int iterations = 5;
+  int warmup = 1;
+  std::string rate = "1gbit";  // tc rate in namespaces; "" = unshaped
+  std::string delay, loss, reorder;
+  bool loopback = false;  // force loopback even as root
+  std::string plugin;     // path of libnccl-net-sieve.so ("" = next to this build)
+  std::string netlab;     // path of tools/netlab.sh ("" = from the source tree)
+  size_t chunk_bytes = 512 << 10;
+  int inflight = 8;
+  int timeout_s = 300;  // whole run; every node and every wait is bounded by it
+  bool json = false;
+  bool gloo = false;  // also run tools/gloo_allreduce.py on the same lab and buckets
+  std::string gloo_script;
+  bool quiet = false;
+};
+
+// Parses argv; on error or --help returns false with the message (or usage) in *message.
+bool parse_options(int argc, char** argv, Options* options, std::string* message, bool* help);
+std::string usage_text();
+
+// "1gbit" -> 1e9 bits per second; 0 when the text is empty or does not parse.
+double rate_bits_per_second(const std::string& rate);
+
+}  // namespace sieve::bench

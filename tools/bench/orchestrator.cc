@@ -1,0 +1,423 @@
+#include "tools/bench/orchestrator.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <sstream>
+
+#include "tools/bench/gloo_peer.h"
+#include "tools/bench/masks_file.h"
+#include "tools/bench/node.h"
+
+namespace sieve::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Set by SIGINT/SIGTERM; global because a signal handler can reach nothing else.
+volatile sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int signal) { g_stop_signal = signal; }
+
+std::string directory_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+bool file_exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+// Runs a command, its output passed through; true when it exits 0.
+bool run_command(const std::string& command) { return std::system(command.c_str()) == 0; }
+
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// The namespace lab; `down` runs on every exit path through the destructor.
+class Lab {
+ public:
+  Lab(std::string script, std::string prefix) : script_(std::move(script)), prefix_(std::move(prefix)) {}
+  ~Lab() { down(); }
+  bool up(const Options& o, int nodes) {
+    std::string command = "bash " + shell_quote(script_) + " --prefix " + prefix_ + " up " + std::to_string(nodes);
+    if (!o.rate.empty()) command += " --rate " + shell_quote(o.rate);
+    if (!o.delay.empty()) command += " --delay " + shell_quote(o.delay);
+    if (!o.loss.empty()) command += " --loss " + shell_quote(o.loss);
+    if (!o.reorder.empty()) command += " --reorder " + shell_quote(o.reorder);
+    command += " >&2";
+    up_ = true;  // a half-built lab is removed too
+    return run_command(command);
+  }
+  void down() {
+    if (!up_) return;
+    up_ = false;
+    run_command("bash " + shell_quote(script_) + " --prefix " + prefix_ + " down >/dev/null 2>&1");
+  }
+  std::string ns(int node) const { return prefix_ + "-n" + std::to_string(node); }
+
+ private:
+  std::string script_, prefix_;
+  bool up_ = false;
+};
+
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;
+  std::string last_words;  // a "fail ..." message, if it sent one
+};
+
+class Fleet {
+ public:
+  ~Fleet() { kill_all(); }
+  std::vector<Child> children;
+
+  void kill_all() {
+    for (Child& c : children) {
+      if (c.pid > 0) {
+        ::kill(c.pid, SIGKILL);
+        ::waitpid(c.pid, nullptr, 0);
+        c.pid = -1;
+      }
+      if (c.fd >= 0) {
+        ::close(c.fd);
+        c.fd = -1;
+      }
+    }
+  }
+
+  // Waits until every node has sent a message starting with `prefix`. On a failure returns false
+  // with *error naming the node and what it said (or how it ended).
+  bool gather(const std::string& prefix, Clock::time_point deadline, std::vector<std::string>* out, std::string* error) {
+    out->assign(children.size(), "");
+    std::vector<bool> have(children.size(), false);
+    size_t pending = children.size();
+    while (pending > 0) {
+      if (g_stop_signal) return *error = "interrupted by signal " + std::to_string(g_stop_signal), false;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) {
+        std::string late;
+        for (size_t i = 0; i < children.size(); ++i) {
+          if (!have[i]) late += (late.empty() ? "" : ", ") + std::to_string(i);
+        }
+        return *error = "timed out waiting for '" + prefix + "' from node(s) " + late, false;
+      }
+      // Only nodes that have not answered: an answered one may already have sent its next message.
+      std::vector<pollfd> fds;
+      for (size_t i = 0; i < children.size(); ++i) fds.push_back({have[i] ? -1 : children[i].fd, POLLIN, 0});
+      const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long>(left, 200)));
+      if (ready < 0 && errno != EINTR) return *error = std::string("poll: ") + std::strerror(errno), false;
+      for (size_t i = 0; i < children.size() && ready > 0; ++i) {
+        if (have[i] || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        std::string why;
+        std::string message = receive_message(children[i].fd, 0, &why);
+        if (message.empty()) return *error = "node " + std::to_string(i) + " " + describe_end(i, why), false;
+        if (message.compare(0, 5, "fail ") == 0) {
+          return *error = "node " + std::to_string(i) + ": " + message.substr(5), false;
+        }
+        if (have[i] || message.compare(0, prefix.size(), prefix) != 0) {
+          return *error = "node " + std::to_string(i) + " said '" + message + "' out of turn", false;
+        }
+        (*out)[i] = message.substr(prefix.size());
+        have[i] = true;
+        --pending;
+      }
+    }
+    return true;
+  }
+
+  bool broadcast(const std::string& message) {
+    bool ok = true;
+    for (const Child& c : children) ok = send_message(c.fd, message) && ok;
+    return ok;
+  }
+
+  bool send_to(size_t i, const std::string& message) { return send_message(children[i].fd, message); }
+
+  // After "bye": wait a little for clean exits, then make sure.
+  void reap(Clock::time_point deadline) {
+    for (Child& c : children) {
+      while (c.pid > 0 && Clock::now() < deadline) {
+        if (::waitpid(c.pid, nullptr, WNOHANG) == c.pid) c.pid = -1;
+        else usleep(10000);
+      }
+    }
+    kill_all();
+  }
+
+ private:
+  std::string describe_end(size_t i, const std::string& why) {
+    int status = 0;
+    usleep(100000);  // let it finish dying so the status says how
+    if (children[i].pid > 0 && ::waitpid(children[i].pid, &status, WNOHANG) == children[i].pid) {
+      children[i].pid = -1;
+      if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status)) + " (" + why + ")";
+      return "exited with status " + std::to_string(WEXITSTATUS(status)) + " (" + why + ")";
+    }
+    return "went silent (" + why + ")";
+  }
+};
+
+double ideal_speedup(Mode mode, double kept, DType dtype) {
+  switch (mode) {
+    case Mode::Dense: return 1.0;
+    case Mode::Compacted: return 1.0 / kept;
+    // The codec's bitmap costs one bit per element: 1/32 of fp32, 1/16 of bf16.
+    case Mode::Codec: return 1.0 / (kept + 1.0 / (8.0 * static_cast<double>(dtype_bytes(dtype))));
+  }
+  return 0;
+}
+
+struct Workload {
+  std::string display_name;
+  int64_t parameters = 0;
+  std::vector<Bucket> buckets;
+  std::vector<BucketMask> masks;
+  double kept = 1.0;
+};
+
+bool build_workload(const Options& o, Workload* w, std::string* error) {
+  const size_t elem = dtype_bytes(o.dtype);
+  if (!o.masks_file.empty()) {
+    MaskedModel masked;
+    if (!load_masked_model(o.masks_file, &masked, error)) return false;
+    w->display_name = masked.model.display_name;
+    w->parameters = masked.model.elements();
+    w->buckets = ddp_buckets(masked.model, elem);
+    w->masks = bucket_masks(w->buckets, masked.keep);
+  } else {
+    const Model model = *make_model(o.model);
+    w->display_name = model.display_name;
+    w->parameters = model.elements();
+    w->buckets = ddp_buckets(model, elem);
+    w->masks = prune(model, w->buckets, o.prune);
+  }
+  w->kept = kept_fraction(w->masks);
+  return true;
+}
+
+}  // namespace
+
+int run_bench(const Options& o, const std::string& self_path, RunReport* report) {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  const auto deadline = Clock::now() + std::chrono::seconds(o.timeout_s);
+  Workload work;
+  std::string error;
+  if (!build_workload(o, &work, &error)) {
+    report->failure = error;
+    return 2;
+  }
+  const std::string build_dir = directory_of(directory_of(directory_of(self_path)));  // build/tools/bench/x
+  const std::string library = o.plugin.empty() ? build_dir + "/plugin/libnccl-net-sieve.so" : o.plugin;
+  if (!file_exists(library)) {
+    report->failure = "plugin not found at " + library + " (build it, or pass --plugin PATH)";
+    return 2;
+  }
+  report->model = work.display_name;
+  report->parameters = work.parameters;
+  report->buckets = work.buckets.size();
+  report->dtype = o.dtype;
+  report->nodes = o.nodes;
+  report->iterations = o.iterations;
+  report->kept_fraction = work.kept;
+  std::ostringstream prune;
+  if (!o.masks_file.empty()) prune << "masks from " << o.masks_file;
+  else if (o.prune.kind == PruneKind::None) prune << "none";
+  else prune << (o.prune.kind == PruneKind::Channel ? "channel-structured" : "unstructured") << ", density " << o.prune.density;
+  report->prune = prune.str();
+
+  const bool use_lab = geteuid() == 0 && !o.loopback;
+  const std::string netlab = !o.netlab.empty() ? o.netlab : std::string(SIEVE_BENCH_TOOLS_DIR) + "/netlab.sh";
+  Lab lab(netlab, "sb" + std::to_string(getpid()));
+  std::vector<std::pair<std::string, std::string>> environment;
+  if (use_lab) {
+    if (!file_exists(netlab)) {
+      report->failure = "netlab script not found at " + netlab + " (pass --netlab PATH, or --loopback)";
+      return 2;
+    }
+    if (!lab.up(o, o.nodes)) {
+      report->failure = "could not bring up the namespace lab (tools/netlab.sh up failed; see above)";
+      return 2;
+    }
+    std::ostringstream link;
+    link << "network namespaces on a " << (o.rate.empty() ? "unshaped" : o.rate) << " switch";
+    if (!o.delay.empty()) link << ", delay " << o.delay;
+    if (!o.loss.empty()) link << ", loss " << o.loss;
+    if (!o.reorder.empty()) link << ", reorder " << o.reorder;
+    report->link = link.str();
+    environment.emplace_back("SIEVE_SOCKET_IFNAME", "=eth0");
+  } else {
+    environment.emplace_back("SIEVE_SOCKET_IFNAME", "=lo");
+    report->link = "loopback";
+#ifdef SIEVE_BENCH_HAVE_RATE_LIMIT
+    if (!o.rate.empty()) {
+      environment.emplace_back("SIEVE_RATE_LIMIT_MBPS", std::to_string(static_cast<long>(rate_bits_per_second(o.rate) / 1e6)));
+      report->link += " shaped to " + o.rate + " per node by the plugin";
+    }
+#else
+    report->link += " (unshaped: this build's plugin has no rate limit)";
+#endif
+  }
+
+  Progress progress(!o.quiet);
+  const int rounds = o.warmup + o.iterations;
+  for (Mode mode : o.modes) {
+    ModeResult result;
+    result.name = mode_name(mode);
+    result.ideal_speedup = ideal_speedup(mode, work.kept, o.dtype);
+    NodeJob job;
+    job.nranks = o.nodes;
+    job.mode = mode;
+    job.dtype = o.dtype;
+    job.buckets = &work.buckets;
+    job.masks = mode == Mode::Dense ? nullptr : &work.masks;
+    job.ifname = use_lab ? "eth0" : "lo";
+    job.library = library;
+    job.environment = environment;
+#ifdef SIEVE_BENCH_HAVE_WIRE_CODEC
+    // Dense and compacted measure the plain transport; codec turns the zero elision on.
+    job.environment.emplace_back("SIEVE_WIRE_CODEC", mode == Mode::Codec ? "on" : "off");
+#endif
+    job.iterations = o.iterations;
+    job.warmup = o.warmup;
+    job.chunk_bytes = o.chunk_bytes;
+    job.inflight = o.inflight;
+    job.timeout_s = static_cast<int>(std::max<long>(
+        5, std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count()));
+
+    Fleet fleet;
+    std::string failure;
+    for (int rank = 0; rank < o.nodes && failure.empty(); ++rank) {
+      int pair[2];
+      if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+        failure = std::string("socketpair: ") + std::strerror(errno);
+        break;
+      }
+      std::fflush(nullptr);
+      const pid_t pid = fork();
+      if (pid < 0) {
+        failure = std::string("fork: ") + std::strerror(errno);
+        ::close(pair[0]);
+        ::close(pair[1]);
+        break;
+      }
+      if (pid == 0) {
+        for (const Child& c : fleet.children) ::close(c.fd);
+        ::close(pair[0]);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        job.rank = rank;
+        job.netns = use_lab ? lab.ns(rank) : "";
+        _exit(run_node(job, pair[1]));
+      }
+      ::close(pair[1]);
+      fleet.children.push_back({pid, pair[0], ""});
+    }
+    std::vector<std::string> answers;
+    if (failure.empty() && fleet.gather("listen ", deadline, &answers, &failure)) {
+      for (int rank = 0; rank < o.nodes; ++rank) fleet.send_to(rank, "peer " + answers[(rank + 1) % o.nodes]);
+      if (fleet.gather("ready", deadline, &answers, &failure)) {
+        for (int iter = 0; iter < rounds && failure.empty(); ++iter) {
+          progress.update(result.name, iter, rounds);
+          fleet.broadcast("go " + std::to_string(iter));
+          if (!fleet.gather("done ", deadline, &answers, &failure)) break;
+          double slowest = 0, bytes = 0;
+          for (const std::string& a : answers) {
+            std::istringstream in(a);
+            long it = 0;
+            double ns = 0, sent = 0;
+            in >> it >> ns >> sent;
+            slowest = std::max(slowest, ns * 1e-9);
+            bytes += sent;
+          }
+          if (iter >= o.warmup) {
+            result.seconds.push_back(slowest);
+            result.logical_bytes = bytes / o.nodes;
+          }
+        }
+        progress.update(result.name, rounds, rounds);
+        if (failure.empty() && fleet.gather("stats ", deadline, &answers, &failure)) {
+          double wire = 0, tx = 0;
+          bool has_plugin = true, has_kernel = use_lab;
+          for (size_t i = 0; i < answers.size(); ++i) {
+            std::istringstream in(answers[i]);
+            int plugin_ok = 0, kernel_ok = 0;
+            double w = 0, k_tx = 0, k_rx = 0, logical = 0;
+            in >> plugin_ok >> logical >> w >> kernel_ok >> k_tx >> k_rx;
+            std::string device;
+            std::getline(in, device);
+            if (i == 0 && device.size() > 1) result.device = device.substr(1);
+            has_plugin = has_plugin && plugin_ok;
+            has_kernel = has_kernel && kernel_ok;
+            wire += w;
+            tx += k_tx;
+          }
+          const double per = static_cast<double>(o.nodes) * o.iterations;
+          result.has_plugin_wire = has_plugin;
+          result.plugin_wire_bytes = wire / per;
+          result.has_kernel = has_kernel;
+          result.kernel_tx_bytes = tx / per;
+          fleet.broadcast("bye");
+          fleet.reap(Clock::now() + std::chrono::seconds(5));
+          result.ok = true;
+        }
+      }
+    }
+    progress.finish();
+    if (!result.ok) {
+      result.error = failure;
+      report->failure = std::string(mode_name(mode)) + ": " + failure;
+      report->exact = failure.find("WRONG RESULT") == std::string::npos;
+      report->modes.push_back(result);
+      return 1;
+    }
+    report->modes.push_back(result);
+  }
+
+  if (o.gloo) {
+    ModeResult gloo;
+    gloo.name = "gloo";
+    if (!use_lab) {
+      gloo.error = "the Gloo peer runs in the namespace lab only (run as root, without --loopback)";
+    } else {
+      GlooJob job;
+      job.script = !o.gloo_script.empty() ? o.gloo_script : std::string(SIEVE_BENCH_TOOLS_DIR) + "/gloo_allreduce.py";
+      for (const Bucket& b : work.buckets) job.bucket_elements.push_back(b.elements);
+      job.nodes = o.nodes;
+      for (int i = 0; i < o.nodes; ++i) job.namespaces.push_back(lab.ns(i));
+      job.master_address = "10.77.0.1";
+      job.ifname = "eth0";
+      job.dtype = o.dtype;
+      job.iterations = o.iterations;
+      job.warmup = o.warmup;
+      job.deadline = deadline;
+      progress.update("gloo", 0, 1);
+      run_gloo(job, &gloo);
+      progress.finish();
+    }
+    gloo.ideal_speedup = 0;
+    report->modes.push_back(gloo);
+  }
+  if (g_stop_signal) {
+    report->failure = "interrupted";
+    return 130;
+  }
+  return 0;
+}
+
+}  // namespace sieve::bench
