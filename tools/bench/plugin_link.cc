@@ -118,9 +118,21 @@ std::string PluginLink::test(void* request, bool* done, size_t* bytes) {
 }
 
 bool PluginLink::plugin_counters(uint64_t* logical_sent, uint64_t* wire_sent) const {
+#if __has_include("plugin/sieve.h")
+  // The symbol of the library the nodes loaded, typed by the header it was built from.
+  if (stats_symbol_ == nullptr) return false;
+  auto get = reinterpret_cast<decltype(&sieve_stats_get)>(stats_symbol_);
+  sieve_stats_t stats{};
+  stats.size = sizeof stats;
+  if (get(&stats) != 0) return false;
+  *logical_sent = stats.bytes_logical_sent;
+  *wire_sent = stats.bytes_wire_sent;
+  return true;
+#else
   (void)logical_sent;
   (void)wire_sent;
-  return stats_symbol_ != nullptr && false;
+  return false;
+#endif
 }
 
 }  // namespace sieve::bench
