@@ -65,35 +65,42 @@ Discovery discover_file(const Options& options) {
 
 Discovery discover_live(const Options& options) {
   Discovery result;
-  Machine& machine = result.machine;
+  Machine from_hwloc;
   std::string error;
-  const bool with_hwloc = options.use_hwloc && read_with_hwloc("", machine, error);
-  if (options.use_hwloc && !with_hwloc) machine.notes.push_back(error + "; using sysfs");
-  std::vector<Nic> from_sysfs = read_sysfs_nics(options.sysfs_root);
-
-  if (!with_hwloc) {
-    machine.source = Source::Sysfs;
-    if (!read_sysfs_numa(options.sysfs_root, machine.numa_nodes, machine.cpus))
-      machine.notes.push_back("sysfs lists no online CPUs under " + options.sysfs_root + ": CPU placement unknown");
-    machine.nics = std::move(from_sysfs);
-  } else if (!any_on_pci(machine.nics) && any_on_pci(from_sysfs)) {
-    machine.source = Source::Sysfs;
-    machine.notes.push_back("hwloc sees no PCI network devices (VM or container?); NIC placement read from sysfs");
-    machine.nics = std::move(from_sysfs);
-  } else {
-    merge_sysfs_nics(machine.nics, from_sysfs);
-  }
-
+  const bool with_hwloc = options.use_hwloc && read_with_hwloc("", from_hwloc, error);
+  if (!options.use_hwloc) error = "hwloc not used";
+  result.machine = combine_live_views(with_hwloc, std::move(from_hwloc), error, read_sysfs_nics(options.sysfs_root),
+                                      options.sysfs_root);
   if (options.query_cuda) {
-    const std::string note = assign_cuda_indices(machine.gpus);
-    if (!note.empty()) machine.notes.push_back(note);
+    const std::string note = assign_cuda_indices(result.machine.gpus);
+    if (!note.empty()) result.machine.notes.push_back(note);
   }
-  resolve_unknown_locality(machine);
   result.ok = true;
   return result;
 }
 
 }  // namespace
+
+Machine combine_live_views(bool hwloc_loaded, Machine hwloc_view, const std::string& hwloc_error,
+                           std::vector<Nic> sysfs_nics, const std::string& sysfs_root) {
+  Machine machine = std::move(hwloc_view);
+  if (!hwloc_loaded) {
+    machine = Machine{};
+    machine.source = Source::Sysfs;
+    machine.notes.push_back(hwloc_error + "; using sysfs");
+    if (!read_sysfs_numa(sysfs_root, machine.numa_nodes, machine.cpus))
+      machine.notes.push_back("sysfs lists no online CPUs under " + sysfs_root + ": CPU placement unknown");
+    machine.nics = std::move(sysfs_nics);
+  } else if (!any_on_pci(machine.nics) && any_on_pci(sysfs_nics)) {
+    machine.source = Source::Sysfs;
+    machine.notes.push_back("hwloc sees no PCI network devices (VM or container?); NIC placement read from sysfs");
+    machine.nics = std::move(sysfs_nics);
+  } else {
+    merge_sysfs_nics(machine.nics, sysfs_nics);
+  }
+  resolve_unknown_locality(machine);
+  return machine;
+}
 
 Discovery discover(const Options& options) {
   return options.xml_file.empty() ? discover_live(options) : discover_file(options);

@@ -27,4 +27,11 @@ struct Discovery {
 // Machine, from sysfs when hwloc cannot help (machine.notes says so).
 Discovery discover(const Options& options);
 
+// The live-machine rules on given views, exposed so tests can feed them any combination: hwloc's
+// view (`hwloc_loaded`, else `hwloc_error`), the NICs sysfs lists, and sysfs for NUMA when hwloc
+// failed. Keeps hwloc's NICs and adds sysfs's speed, device links and virtual interfaces; takes
+// sysfs's NICs instead where hwloc places none on PCI but sysfs does; notes every fallback.
+Machine combine_live_views(bool hwloc_loaded, Machine hwloc_view, const std::string& hwloc_error,
+                           std::vector<Nic> sysfs_nics, const std::string& sysfs_root);
+
 }  // namespace sieve::topology

@@ -26,12 +26,25 @@ def run(*args, env_extra=None):
     return done.returncode, done.stdout, done.stderr
 
 
+# Other tests create and delete veth pairs concurrently: only interfaces present before and after
+# the run are compared.
+def interfaces():
+    result = {}
+    for name in os.listdir("/sys/class/net"):
+        link = f"/sys/class/net/{name}/device"
+        result[name] = os.path.realpath(link) if os.path.exists(link) else ""
+    return result
+
+
+before = interfaces()
 # 1. --json parses (json.tool, as ops would pipe it) and carries the whole configuration.
 rc, out, err = run("--json")
 check(rc == 0, f"sieve-info --json exited {rc}: {err}")
 tool = subprocess.run([sys.executable, "-m", "json.tool"], input=out, capture_output=True, text=True, timeout=60)
 check(tool.returncode == 0, f"python3 -m json.tool rejects the output: {tool.stderr}")
 report = json.loads(out)
+after = interfaces()
+stable = {name: device for name, device in before.items() if after.get(name) == device}
 with open(os.path.join(source_dir, "plugin", "config_params.def")) as f:
     declared = re.findall(r'^SIEVE_PARAM\(\s*\w+\s*,\s*\w+\s*,\s*"(SIEVE_[A-Z0-9_]+)"', f.read(), re.M)
 listed = [entry["name"] for entry in report["config"]]
@@ -43,13 +56,12 @@ check(report["topology"]["ok"], f"live topology failed: {report['topology']['err
 
 # 2. The NICs agree with /sys/class/net/*/device.
 nics = {(n["name"], n["kind"]): n for n in report["topology"]["nics"]}
-for name in sorted(os.listdir("/sys/class/net")):
+check(len(stable) > 0, "no stable interface in /sys/class/net")
+for name, device in sorted(stable.items()):
     nic = nics.get((name, "netdev"))
     check(nic is not None, f"/sys/class/net/{name} is missing from sieve-info")
     if nic is None:
         continue
-    link = f"/sys/class/net/{name}/device"
-    device = os.path.realpath(link) if os.path.exists(link) else ""
     check(nic["sysfs_device_path"] == device, f"{name}: sysfs_device_path {nic['sysfs_device_path']!r} != {device!r}")
     check(nic["virtual"] == (device == ""), f"{name}: virtual flag {nic['virtual']} but device {device!r}")
     if nic["pci_bus_id"]:

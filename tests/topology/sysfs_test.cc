@@ -9,6 +9,8 @@
 #include <fstream>
 
 #include "topology/discover.h"
+#include "topology/hwloc_reader.h"
+#include "topology/sysfs_reader.h"
 
 namespace sieve::topology {
 namespace {
@@ -169,8 +171,58 @@ TEST(SysfsFallback, MissingSysfsStillYieldsAMachineAndSaysWhy) {
   Discovery found = discover(options);
   ASSERT_TRUE(found.ok);
   EXPECT_TRUE(found.machine.nics.empty());
-  ASSERT_FALSE(found.machine.notes.empty());
-  EXPECT_NE(found.machine.notes[0].find("/nonexistent-sysfs"), std::string::npos) << found.machine.notes[0];
+  bool named = false;
+  for (const auto& note : found.machine.notes) named = named || note.find("/nonexistent-sysfs") != std::string::npos;
+  EXPECT_TRUE(named) << "no note names the missing sysfs";
+}
+
+Machine hwloc_view_of(const std::string& fixture) {
+  Machine view;
+  std::string error;
+  EXPECT_TRUE(read_with_hwloc(std::string(SIEVE_TOPOLOGY_FIXTURES) + "/" + fixture, view, error)) << error;
+  return view;
+}
+
+TEST_F(FakeSysfs, WhereHwlocSeesNoPciSysfsPlacesTheNicsAndSaysSo) {
+  Machine machine = combine_live_views(true, hwloc_view_of("vm_virtio_no_pci.xml"), "", read_sysfs_nics(root_), root_);
+  EXPECT_EQ(machine.source, Source::Sysfs);
+  ASSERT_EQ(machine.notes.size(), 1u);
+  EXPECT_NE(machine.notes[0].find("hwloc sees no PCI"), std::string::npos) << machine.notes[0];
+  ASSERT_EQ(machine.numa_nodes.size(), 1u);  // NUMA and CPUs still from hwloc
+  EXPECT_EQ(cpu_list_text(machine.cpus), "0-1");
+  const Nic* eth0 = machine.find_nic("eth0");
+  ASSERT_NE(eth0, nullptr);
+  EXPECT_EQ(eth0->pci_bus_id, "0000:00:03.0");
+  EXPECT_EQ(eth0->numa_node, 0);  // sysfs says -1; the machine has one node
+}
+
+TEST_F(FakeSysfs, SysfsAddsSpeedDeviceLinksAndVirtualInterfacesToHwlocsView) {
+  Machine machine = combine_live_views(true, hwloc_view_of("two_socket_8gpu_4nic.xml"), "", read_sysfs_nics(root_), root_);
+  EXPECT_EQ(machine.source, Source::TopologyFile);  // the view's own source is kept
+  EXPECT_TRUE(machine.notes.empty());
+  const Nic* mlx5_2 = machine.find_nic("mlx5_2");
+  ASSERT_NE(mlx5_2, nullptr);
+  EXPECT_EQ(mlx5_2->speed_mbps, 200000);
+  EXPECT_EQ(mlx5_2->paired, "eth2");  // hwloc's pairing stays
+  EXPECT_NE(mlx5_2->sysfs_device_path, "");
+  const Nic* ib0 = machine.find_nic("ib0");
+  ASSERT_NE(ib0, nullptr);
+  EXPECT_EQ(ib0->pci_bus_id, "0000:04:00.0");
+  EXPECT_EQ(ib0->speed_mbps, 0);
+  const Nic* veth0 = machine.find_nic("veth0");
+  ASSERT_NE(veth0, nullptr);
+  EXPECT_TRUE(veth0->is_virtual);
+  EXPECT_EQ(cpu_list_text(veth0->cpus), "0-15");
+  EXPECT_EQ(machine.gpus.size(), 8u);
+}
+
+TEST_F(FakeSysfs, WhenHwlocFailsSysfsDescribesTheWholeMachine) {
+  Machine machine = combine_live_views(false, Machine{}, "hwloc cannot load this machine: boom", read_sysfs_nics(root_), root_);
+  EXPECT_EQ(machine.source, Source::Sysfs);
+  ASSERT_FALSE(machine.notes.empty());
+  EXPECT_NE(machine.notes[0].find("boom; using sysfs"), std::string::npos) << machine.notes[0];
+  EXPECT_EQ(machine.numa_nodes.size(), 2u);
+  EXPECT_EQ(machine.nics.size(), 4u);
 }
 
 }  // namespace
