@@ -1,0 +1,95 @@
+// The TCP send and receive comms: framing on the control socket (driven by the caller's thread, so
+// small messages cost no thread hand-off) and stripes on the data sockets (driven by helper threads).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "net/connection.h"
+#include "net/stripe_worker.h"
+#include "net/transport.h"
+#include "net/wire.h"
+
+namespace sieve::net {
+
+class TcpComm;
+
+// One outstanding isend or irecv. Slots are reused once test has reported them done.
+struct Slot final : Request {
+  Status test(Completion* out) override;
+
+  TcpComm* owner = nullptr;
+  bool busy = false;
+  char* data = nullptr;
+  size_t capacity = 0;  // receive: posted size
+  size_t size = 0;      // bytes really carried (known on receive once the frame header arrived)
+  uint64_t sequence = 0;
+  bool inline_payload = false;
+  uint8_t header[wire::kFrameHeaderBytes];
+  size_t control_moved = 0;  // send: header + inline payload bytes written
+  bool control_done = false; // frame header (and inline payload) fully moved
+  std::atomic<uint32_t> stripes_left{0};
+  uint64_t wire_bytes = 0;
+};
+
+// What send and receive comms share: the connection, the first failure, the helper threads, the slots.
+class TcpComm {
+ public:
+  TcpComm(Connection connection, const CommOptions& options);
+  virtual ~TcpComm();
+  TcpComm(const TcpComm&) = delete;
+  TcpComm& operator=(const TcpComm&) = delete;
+
+  Status start(StripeWorker::Direction direction);
+  virtual Status test(Slot* slot, Completion* out) = 0;
+
+ protected:
+  Slot* free_slot();
+  Status fail(const Status& status);  // records (and logs) the first failure; returns the comm's failure
+  // Splits [data, data+length) into stripes over the data sockets; returns how many.
+  uint32_t queue_stripes(char* data, uint64_t length, uint64_t sequence, std::atomic<uint32_t>* stripes_left);
+  Status finish(Slot* slot, Completion* out);
+  int nsocks() const { return static_cast<int>(connection_.data.size()); }
+
+  Connection connection_;
+  const CommOptions options_;
+  Failure failure_;
+  std::array<Slot, kMaxRequests> slots_;
+  uint64_t next_sequence_ = 0;
+  uint64_t stripe_cursor_ = 0;
+  std::vector<std::unique_ptr<StripeWorker>> workers_;  // last: stopped before the sockets close
+};
+
+class TcpSendComm final : public SendComm, public TcpComm {
+ public:
+  using TcpComm::TcpComm;
+  Status isend(const void* data, size_t size, Request** request) override;
+  Status test(Slot* slot, Completion* out) override;
+  const std::string& peer() const override { return connection_.peer; }
+
+ private:
+  Status progress_control();
+  std::deque<Slot*> control_queue_;  // frames not yet fully written, in sequence order
+};
+
+class TcpRecvComm final : public RecvComm, public TcpComm {
+ public:
+  using TcpComm::TcpComm;
+  Status irecv(void* data, size_t capacity, Request** request) override;
+  Status test(Slot* slot, Completion* out) override;
+  const std::string& peer() const override { return connection_.peer; }
+
+ private:
+  Status progress_control();
+  Status read_header(bool* complete);
+  std::deque<Slot*> awaiting_header_;  // posted receives whose frame header has not arrived
+  Slot* reading_inline_ = nullptr;     // the receive whose inline payload is arriving
+  uint8_t header_[wire::kFrameHeaderBytes];
+  size_t header_moved_ = 0;
+  Clock::time_point last_control_progress_{};
+};
+
+}  // namespace sieve::net

@@ -1,0 +1,71 @@
+// Which network interfaces Sieve uses, and what it reports about them. Kept in one place so the
+// topology work can replace discovery (PCI paths, speeds) without touching the transport.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "net/status.h"
+
+namespace sieve::net {
+
+enum class Family { Any, IPv4, IPv6 };
+
+struct DeviceFilter {
+  std::string ifname;  // NCCL syntax: "eth,ib" prefixes, "^docker,lo" excludes, "=eth0" exact names
+  Family family = Family::Any;
+};
+
+struct SocketAddress {
+  sockaddr_storage storage{};
+  socklen_t length = 0;
+
+  int family() const { return storage.ss_family; }
+  std::string text() const;  // "10.0.0.1:1234", "[fe80::1%eth0]:1234" (port omitted when 0)
+  uint16_t port() const;
+  void set_port(uint16_t port);
+};
+
+struct Device {
+  std::string name;      // interface name
+  SocketAddress address; // port 0
+  std::string pci_path;  // realpath of /sys/class/net/<name>/device; empty when virtual
+  int speed_mbps = 0;
+  uint64_t guid = 0;
+};
+
+// One address of one interface, as getifaddrs reports it (input of the pure selection below).
+struct InterfaceAddress {
+  std::string name;
+  SocketAddress address;
+  bool up = false;
+  bool loopback = false;
+};
+
+struct IfnameSpec {
+  bool exclude = false;  // leading '^'
+  bool exact = false;    // leading '='
+  std::vector<std::string> names;
+};
+
+IfnameSpec parse_ifname_spec(const std::string& text);
+bool ifname_matches(const IfnameSpec& spec, const std::string& name);
+// Names of container bridges skipped by default (docker0, br-..., virbr0, ...).
+bool is_container_bridge(const std::string& name);
+
+// Pure selection: one address per interface (IPv4 first, then global IPv6, then link-local IPv6),
+// in the order given. Without an ifname, lo and container bridges are skipped unless nothing else is up.
+std::vector<Device> select_devices(const std::vector<InterfaceAddress>& candidates, const DeviceFilter& filter);
+
+// getifaddrs + sysfs (under sysfs_root) for PCI path and speed. Error when nothing is usable.
+Status discover_devices(const DeviceFilter& filter, std::vector<Device>* out, const std::string& sysfs_root = "/sys");
+
+// Speed in Mbps from <sysfs_root>/class/net/<name>/speed; 10000 when unknown (virtual NICs report -1).
+int read_speed_mbps(const std::string& sysfs_root, const std::string& name);
+std::string read_pci_path(const std::string& sysfs_root, const std::string& name);
+
+}  // namespace sieve::net

@@ -1,0 +1,274 @@
+#include "net/handshake.h"
+
+#include <poll.h>
+
+#include "net/comm.h"
+#include "net/log.h"
+
+namespace sieve::net {
+
+namespace {
+
+constexpr size_t kMaxPending = 128;  // unauthenticated sockets held at once; beyond, the oldest goes
+
+CommOptions comm_options(const TransportOptions& o) {
+  CommOptions c;
+  c.nthreads = o.nthreads;
+  c.inline_threshold = o.inline_threshold;
+  c.peer_timeout_ms = o.peer_timeout_ms;
+  return c;
+}
+
+bool writable_now(int fd) {
+  pollfd p{fd, POLLOUT, 0};
+  return ::poll(&p, 1, 0) == 1;
+}
+
+Status handshake_error(const std::string& peer, const Status& cause) {
+  return error(Code::RemoteError, "handshake with " + peer + " failed: " + cause.message());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- connector
+
+Connector::Connector(const TransportOptions& options, const wire::HandleFields& handle)
+    : options_(options),
+      handle_(handle),
+      peer_(handle.address.text()),
+      connection_id_(random64()),
+      deadline_(Clock::now() + std::chrono::milliseconds(options.peer_timeout_ms)) {}
+
+Status Connector::progress(std::unique_ptr<SendComm>* comm) {
+  if (!started_) {
+    started_ = true;
+    sockets_.resize(options_.nsocks + 1);
+    for (size_t i = 0; i < sockets_.size(); ++i) {
+      Status st = start_connect(handle_.address, &sockets_[i].fd);
+      if (!st.is_ok()) return st;
+      wire::Hello& h = sockets_[i].hello;
+      h.socket_index = static_cast<uint16_t>(i);
+      h.nsocks = static_cast<uint16_t>(options_.nsocks);
+      h.caps = wire::kCapsOffered;
+      h.listener_nonce = handle_.listener_nonce;
+      h.connection_id = connection_id_;
+      h.client_nonce = random64();
+      h.chunk_size = options_.chunk_size;
+    }
+  }
+  bool all_done = true;
+  for (auto& s : sockets_) {
+    Status st = step(s);
+    if (!st.is_ok()) return st;
+    all_done = all_done && s.stage == Stage::Done;
+  }
+  if (!all_done) {
+    if (Clock::now() > deadline_)
+      return error(Code::RemoteError, "connecting to " + peer_ + ": no complete handshake within " +
+                                          std::to_string(options_.peer_timeout_ms) + " ms (SIEVE_PEER_TIMEOUT_MS)");
+    return Status::ok();
+  }
+  Connection c;
+  c.peer = peer_;
+  c.chunk_size = options_.chunk_size;
+  c.caps = sockets_[0].caps;
+  c.control = std::move(sockets_[0].fd);
+  for (size_t i = 1; i < sockets_.size(); ++i) c.data.push_back(std::move(sockets_[i].fd));
+  tune_connection(c.control.get(), options_.peer_timeout_ms, 0);
+  for (auto& fd : c.data) tune_connection(fd.get(), options_.peer_timeout_ms, 0);
+  auto send = std::make_unique<TcpSendComm>(std::move(c), comm_options(options_));
+  Status st = send->start(StripeWorker::Direction::Send);
+  if (!st.is_ok()) return st;
+  *comm = std::move(send);
+  return Status::ok();
+}
+
+Status Connector::step(Socket& s) {
+  const int fd = s.fd.get();
+  if (s.stage == Stage::Connecting) {
+    if (!writable_now(fd)) return Status::ok();
+    int err = connect_error(fd);
+    if (err) return error(Code::RemoteError, "connecting to " + peer_ + ": " + errno_text(err));
+    s.stage = Stage::SendHello;
+    s.message = PartialMessage{};
+    s.message.size = wire::kHelloBytes;
+    wire::encode_hello(s.hello, s.message.data);
+  }
+  if (s.stage == Stage::SendHello) {
+    Status st = write_message(fd, &s.message, peer_);
+    if (!st.is_ok()) return handshake_error(peer_, st);
+    if (!s.message.complete()) return Status::ok();
+    s.stage = Stage::ReadWelcome;
+    s.message = PartialMessage{};
+    s.message.size = wire::kWelcomeBytes;
+  }
+  if (s.stage == Stage::ReadWelcome) {
+    Status st = read_message(fd, &s.message, peer_);
+    if (!st.is_ok()) return handshake_error(peer_, st);
+    if (!s.message.complete()) return Status::ok();
+    wire::Welcome w;
+    st = wire::decode_welcome(s.message.data, &w);
+    if (!st.is_ok()) return handshake_error(peer_, st);
+    Digest expected = wire::handshake_mac(options_.job_token, wire::Role::Listener, s.hello, w.server_nonce);
+    if (!digest_equal(expected.data(), w.mac.data(), expected.size()))
+      return error(Code::RemoteError, "listener " + peer_ + " did not prove the job token (SIEVE_JOB_TOKEN differs or is set on one side only)");
+    s.caps = w.caps & s.hello.caps;
+    wire::Proof proof{wire::handshake_mac(options_.job_token, wire::Role::Connector, s.hello, w.server_nonce)};
+    s.stage = Stage::SendProof;
+    s.message = PartialMessage{};
+    s.message.size = wire::kProofBytes;
+    wire::encode_proof(proof, s.message.data);
+  }
+  if (s.stage == Stage::SendProof) {
+    Status st = write_message(fd, &s.message, peer_);
+    if (!st.is_ok()) return handshake_error(peer_, st);
+    if (s.message.complete()) s.stage = Stage::Done;
+  }
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------- listener
+
+TcpListenComm::TcpListenComm(const TransportOptions& options, Fd listener, uint64_t nonce, std::string address)
+    : options_(options), listener_(std::move(listener)), nonce_(nonce), address_(std::move(address)) {}
+
+uint64_t TcpListenComm::take_rejected() {
+  uint64_t n = rejected_;
+  rejected_ = 0;
+  return n;
+}
+
+void TcpListenComm::reject(const std::string& peer, const std::string& reason) {
+  ++rejected_;
+  SIEVE_WARN("listener %s dropped a connection from %s: %s", address_.c_str(), peer.c_str(), reason.c_str());
+}
+
+void TcpListenComm::accept_new() {
+  for (;;) {
+    Fd fd;
+    SocketAddress peer;
+    bool got = false;
+    Status st = accept_one(listener_.get(), &fd, &peer, &got);
+    if (!st.is_ok()) {
+      SIEVE_WARN("listener %s: %s", address_.c_str(), st.message().c_str());
+      return;
+    }
+    if (!got) return;
+    if (pending_.size() >= kMaxPending) {
+      reject(pending_.front()->peer, "too many unauthenticated connections; dropping the oldest");
+      pending_.erase(pending_.begin());
+    }
+    auto p = std::make_unique<Pending>();
+    p->fd = std::move(fd);
+    p->peer = peer.text();
+    p->message.size = wire::kHelloBytes;
+    p->deadline = Clock::now() + std::chrono::milliseconds(options_.peer_timeout_ms);
+    pending_.push_back(std::move(p));
+  }
+}
+
+bool TcpListenComm::step(Pending& p) {
+  const int fd = p.fd.get();
+  if (p.stage == Stage::ReadHello) {
+    Status st = read_message(fd, &p.message, p.peer);
+    if (!st.is_ok()) { reject(p.peer, st.message()); return false; }
+    if (!p.message.complete()) return true;
+    st = wire::decode_hello(p.message.data, &p.hello);
+    if (!st.is_ok()) { reject(p.peer, st.message()); return false; }
+    if (p.hello.listener_nonce != nonce_) { reject(p.peer, "wrong listener nonce (a stale or stray peer)"); return false; }
+    p.server_nonce = random64();
+    wire::Welcome w{wire::kCapsOffered, p.server_nonce,
+                    wire::handshake_mac(options_.job_token, wire::Role::Listener, p.hello, p.server_nonce)};
+    p.stage = Stage::SendWelcome;
+    p.message = PartialMessage{};
+    p.message.size = wire::kWelcomeBytes;
+    wire::encode_welcome(w, p.message.data);
+  }
+  if (p.stage == Stage::SendWelcome) {
+    Status st = write_message(fd, &p.message, p.peer);
+    if (!st.is_ok()) { reject(p.peer, st.message()); return false; }
+    if (!p.message.complete()) return true;
+    p.stage = Stage::ReadProof;
+    p.message = PartialMessage{};
+    p.message.size = wire::kProofBytes;
+  }
+  if (p.stage == Stage::ReadProof) {
+    Status st = read_message(fd, &p.message, p.peer);
+    if (!st.is_ok()) { reject(p.peer, st.message()); return false; }
+    if (!p.message.complete()) return true;
+    wire::Proof proof;
+    st = wire::decode_proof(p.message.data, &proof);
+    if (!st.is_ok()) { reject(p.peer, st.message()); return false; }
+    Digest expected = wire::handshake_mac(options_.job_token, wire::Role::Connector, p.hello, p.server_nonce);
+    if (!digest_equal(expected.data(), proof.mac.data(), expected.size())) {
+      reject(p.peer, "it did not prove the job token (SIEVE_JOB_TOKEN differs or is set on one side only)");
+      return false;
+    }
+    return join_group(p);
+  }
+  return true;
+}
+
+bool TcpListenComm::join_group(Pending& p) {
+  auto [it, inserted] = groups_.try_emplace(p.hello.connection_id);
+  Group& g = it->second;
+  if (inserted) {
+    g.sockets.resize(p.hello.nsocks + 1);
+    g.first = p.hello;
+    g.peer = p.peer;
+    g.deadline = Clock::now() + std::chrono::milliseconds(options_.peer_timeout_ms);
+  }
+  if (p.hello.nsocks != g.first.nsocks || p.hello.chunk_size != g.first.chunk_size || p.hello.caps != g.first.caps ||
+      g.sockets[p.hello.socket_index].valid()) {
+    reject(p.peer, "socket " + std::to_string(p.hello.socket_index) + " does not fit its connection");
+    return false;
+  }
+  g.sockets[p.hello.socket_index] = std::move(p.fd);
+  ++g.present;
+  return false;
+}
+
+Status TcpListenComm::accept(std::unique_ptr<RecvComm>* comm) {
+  comm->reset();
+  accept_new();
+  const Clock::time_point now = Clock::now();
+  for (size_t i = 0; i < pending_.size();) {
+    bool keep = step(*pending_[i]);
+    if (keep && now > pending_[i]->deadline) {
+      reject(pending_[i]->peer, "no complete handshake within " + std::to_string(options_.peer_timeout_ms) + " ms");
+      keep = false;
+    }
+    if (keep) ++i;
+    else pending_.erase(pending_.begin() + i);
+  }
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    Group& g = it->second;
+    if (g.present == static_cast<int>(g.sockets.size())) {
+      Connection c;
+      c.peer = g.peer;
+      c.chunk_size = g.first.chunk_size;
+      c.caps = g.first.caps & wire::kCapsOffered;
+      c.control = std::move(g.sockets[0]);
+      for (size_t k = 1; k < g.sockets.size(); ++k) c.data.push_back(std::move(g.sockets[k]));
+      groups_.erase(it);
+      tune_connection(c.control.get(), options_.peer_timeout_ms, 0);
+      for (auto& fd : c.data) tune_connection(fd.get(), options_.peer_timeout_ms, 0);
+      CommOptions co = comm_options(options_);
+      auto recv = std::make_unique<TcpRecvComm>(std::move(c), co);
+      Status st = recv->start(StripeWorker::Direction::Receive);
+      if (!st.is_ok()) return st;
+      *comm = std::move(recv);
+      return Status::ok();
+    }
+    if (now > g.deadline) {
+      reject(g.peer, "only " + std::to_string(g.present) + " of " + std::to_string(g.sockets.size()) +
+                         " sockets of its connection arrived in time");
+      it = groups_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+  return Status::ok();
+}
+
+}  // namespace sieve::net

@@ -1,0 +1,187 @@
+#include "net/socket.h"
+
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <random>
+
+namespace sieve::net {
+
+void Fd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+namespace {
+
+Status sys_error(const std::string& what, int err) {
+  return error(Code::SystemError, what + ": " + errno_text(err));
+}
+
+}  // namespace
+
+Status make_listener(const SocketAddress& address, Fd* out, SocketAddress* bound) {
+  Fd fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return sys_error("socket", errno);
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  SocketAddress local = address;
+  local.set_port(0);
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&local.storage), local.length) != 0)
+    return sys_error("bind " + local.text(), errno);
+  if (::listen(fd.get(), 256) != 0) return sys_error("listen", errno);
+  *bound = local;
+  socklen_t len = sizeof(bound->storage);
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound->storage), &len) != 0)
+    return sys_error("getsockname", errno);
+  bound->length = len;
+  *out = std::move(fd);
+  return Status::ok();
+}
+
+Status start_connect(const SocketAddress& address, Fd* out) {
+  Fd fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return sys_error("socket", errno);
+  int one = 1;
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address.storage), address.length) != 0 &&
+      errno != EINPROGRESS)
+    return error(Code::RemoteError, "connect to " + address.text() + ": " + errno_text(errno));
+  *out = std::move(fd);
+  return Status::ok();
+}
+
+int connect_error(int fd) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+  return err;
+}
+
+Status accept_one(int listen_fd, Fd* out, SocketAddress* peer, bool* got_one) {
+  *got_one = false;
+  peer->length = sizeof(peer->storage);
+  int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer->storage), &peer->length, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    // A client that vanished between SYN and accept is its own problem, not the listener's.
+    if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED || err == EPROTO) return Status::ok();
+    return sys_error("accept", err);
+  }
+  *got_one = true;
+  out->reset(fd);
+  return Status::ok();
+}
+
+void tune_connection(int fd, int peer_timeout_ms, int buffer_bytes) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  int idle = std::max(1, peer_timeout_ms / 2000);
+  int interval = 1;
+  int count = std::max(1, peer_timeout_ms / 2000);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+  unsigned user_timeout = static_cast<unsigned>(peer_timeout_ms);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+  if (buffer_bytes > 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof(buffer_bytes));
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
+  }
+}
+
+IoResult write_some(int fd, const iovec* iov, int count) {
+  IoResult r;
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(iov);
+  msg.msg_iovlen = count;
+  for (;;) {
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) {
+      r.bytes = static_cast<size_t>(n);
+      return r;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) r.would_block = true;
+    else r.error = errno;
+    return r;
+  }
+}
+
+IoResult read_some(int fd, const iovec* iov, int count) {
+  IoResult r;
+  for (;;) {
+    ssize_t n = ::readv(fd, iov, count);
+    if (n > 0) {
+      r.bytes = static_cast<size_t>(n);
+      return r;
+    }
+    if (n == 0) {
+      r.closed = true;
+      return r;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) r.would_block = true;
+    else r.error = errno;
+    return r;
+  }
+}
+
+int advance_iov(iovec* iov, int count, size_t bytes) {
+  int i = 0;
+  while (i < count && bytes >= iov[i].iov_len) {
+    bytes -= iov[i].iov_len;
+    iov[i].iov_len = 0;
+    ++i;
+  }
+  if (i < count) {
+    iov[i].iov_base = static_cast<char*>(iov[i].iov_base) + bytes;
+    iov[i].iov_len -= bytes;
+  }
+  return i;
+}
+
+Status read_message(int fd, PartialMessage* m, const std::string& peer) {
+  while (!m->complete()) {
+    iovec v{m->data + m->done, m->size - m->done};
+    IoResult r = read_some(fd, &v, 1);
+    if (r.would_block) return Status::ok();
+    if (r.closed) return error(Code::RemoteError, "peer " + peer + " closed the connection during the handshake");
+    if (r.error) return error(Code::RemoteError, "reading from " + peer + ": " + errno_text(r.error));
+    m->done += r.bytes;
+  }
+  return Status::ok();
+}
+
+Status write_message(int fd, PartialMessage* m, const std::string& peer) {
+  while (!m->complete()) {
+    iovec v{m->data + m->done, m->size - m->done};
+    IoResult r = write_some(fd, &v, 1);
+    if (r.would_block) return Status::ok();
+    if (r.error) return error(Code::RemoteError, "writing to " + peer + ": " + errno_text(r.error));
+    m->done += r.bytes;
+  }
+  return Status::ok();
+}
+
+uint64_t random64() {
+  uint64_t value = 0;
+  if (::getrandom(&value, sizeof(value), 0) == sizeof(value)) return value;
+  // getrandom cannot fail for 8 bytes once the pool is initialised; keep a fallback anyway.
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  return (uint64_t(rd()) << 32 ^ rd()) + counter.fetch_add(0x9e3779b97f4a7c15ull) +
+         uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+}  // namespace sieve::net

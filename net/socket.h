@@ -1,0 +1,83 @@
+// Thin RAII and error handling over POSIX sockets. Every socket Sieve makes is non-blocking; the
+// helpers here never wait, they report how far they got.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "net/devices.h"
+#include "net/status.h"
+
+namespace sieve::net {
+
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(other.release()) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) reset(other.release());
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// Listening socket on `address` (port 0: any), non-blocking; *bound gets the real port.
+Status make_listener(const SocketAddress& address, Fd* out, SocketAddress* bound);
+// Starts a non-blocking connect; completion is seen as writability, then connect_error().
+Status start_connect(const SocketAddress& address, Fd* out);
+// 0 when the connect finished, else the errno it failed with.
+int connect_error(int fd);
+Status accept_one(int listen_fd, Fd* out, SocketAddress* peer, bool* got_one);
+
+// Socket options for an established connection: no Nagle, kernel keepalive and a user timeout so
+// a vanished host (no ACKs) fails the connection within peer_timeout_ms, large buffers when asked.
+void tune_connection(int fd, int peer_timeout_ms, int buffer_bytes);
+
+// Outcome of one non-blocking read or write.
+struct IoResult {
+  size_t bytes = 0;
+  bool would_block = false;
+  bool closed = false;  // orderly EOF on read
+  int error = 0;        // errno of a hard failure
+
+  bool failed() const { return closed || error != 0; }
+};
+IoResult write_some(int fd, const iovec* iov, int count);
+IoResult read_some(int fd, const iovec* iov, int count);
+
+// Advances an iovec array past `bytes` already transferred; returns the first non-empty entry.
+int advance_iov(iovec* iov, int count, size_t bytes);
+
+// Fixed-size handshake message read or written piecewise across calls.
+struct PartialMessage {
+  uint8_t data[64];
+  size_t size = 0;
+  size_t done = 0;
+  bool complete() const { return done == size; }
+};
+// Status is not-ok on a hard failure or EOF; check complete() for progress.
+Status read_message(int fd, PartialMessage* m, const std::string& peer);
+Status write_message(int fd, PartialMessage* m, const std::string& peer);
+
+uint64_t random64();
+std::string errno_text(int err);
+
+}  // namespace sieve::net

@@ -1,0 +1,71 @@
+// A helper thread moving stripes of large messages over a few data sockets of one connection,
+// straight from the sender's buffer and straight into the posted receive buffer. It sleeps in
+// poll() when idle (no spinning: CPU is scarce next to the training job) and is woken by an eventfd
+// only when the caller queues work while it sleeps.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "net/connection.h"
+#include "net/wire.h"
+
+namespace sieve::net {
+
+struct Stripe {
+  int socket = 0;                 // index into the worker's sockets
+  uint8_t header[wire::kChunkHeaderBytes];
+  wire::ChunkHeader expected{};   // receiver: what the header must say
+  char* data = nullptr;
+  size_t length = 0;
+  size_t moved = 0;               // bytes of header + payload transferred so far
+  std::atomic<uint32_t>* stripes_left = nullptr;  // the request's counter, decremented when done
+};
+
+class StripeWorker {
+ public:
+  enum class Direction { Send, Receive };
+
+  // `sockets` are borrowed file descriptors (the comm owns them). `watch_fd` (or -1) is watched
+  // for hang-up only: the control socket of a send comm, so a dead receiver is noticed.
+  StripeWorker(Direction direction, std::vector<int> sockets, int watch_fd, Failure* failure, std::string peer,
+               int peer_timeout_ms);
+  ~StripeWorker();
+  StripeWorker(const StripeWorker&) = delete;
+  StripeWorker& operator=(const StripeWorker&) = delete;
+
+  Status start();
+  void enqueue(const Stripe& stripe);
+
+ private:
+  void run();
+  void drain_inbox();
+  // Moves bytes on one socket until it would block; false when the comm failed.
+  bool pump(size_t socket, bool* progressed);
+  void wait_for_work();
+  void fail(const Status& status);
+  void wake();
+
+  const Direction direction_;
+  const std::vector<int> sockets_;
+  const int watch_fd_;
+  Failure* const failure_;
+  const std::string peer_;
+  const int peer_timeout_ms_;
+
+  int wake_fd_ = -1;
+  std::mutex inbox_mutex_;
+  std::vector<Stripe> inbox_;
+  std::atomic<bool> sleeping_{false};
+  std::atomic<bool> stop_{false};
+  std::vector<std::deque<Stripe>> queues_;  // per socket, touched by the worker thread only
+  std::vector<Clock::time_point> last_progress_;
+  std::thread thread_;
+};
+
+}  // namespace sieve::net

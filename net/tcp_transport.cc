@@ -1,0 +1,127 @@
+// The TCP implementation of Transport: device list, listen, and connect attempts kept by id so the
+// handle NCCL passes back can name the attempt in progress.
+#include <map>
+#include <mutex>
+
+#include "net/handshake.h"
+#include "net/log.h"
+#include "net/transport.h"
+#include "net/wire.h"
+
+namespace sieve::net {
+
+namespace {
+
+Status check_options(const TransportOptions& o) {
+  if (o.nsocks < 1 || o.nsocks > kMaxSockets)
+    return error(Code::InvalidArgument, "SIEVE_NSOCKS=" + std::to_string(o.nsocks) + " is outside 1-16");
+  if (o.nthreads < 1 || o.nthreads > kMaxSockets)
+    return error(Code::InvalidArgument, "SIEVE_NTHREADS=" + std::to_string(o.nthreads) + " is outside 1-16");
+  if (o.chunk_size < 4096 || o.chunk_size > (1u << 30))
+    return error(Code::InvalidArgument, "SIEVE_CHUNK_SIZE=" + std::to_string(o.chunk_size) + " is outside 4K-1G");
+  if (o.peer_timeout_ms < 100)
+    return error(Code::InvalidArgument, "SIEVE_PEER_TIMEOUT_MS=" + std::to_string(o.peer_timeout_ms) + " is below 100");
+  return Status::ok();
+}
+
+class TcpTransport final : public Transport {
+ public:
+  TcpTransport(const TransportOptions& options, std::vector<Device> devices)
+      : options_(options), devices_(std::move(devices)) {}
+
+  const std::vector<Device>& devices() const override { return devices_; }
+
+  Status listen(int dev, Handle* handle, std::unique_ptr<ListenComm>* comm) override {
+    comm->reset();
+    Status st = check_device(dev);
+    if (!st.is_ok()) return st;
+    Fd fd;
+    SocketAddress bound;
+    st = make_listener(devices_[dev].address, &fd, &bound);
+    if (!st.is_ok()) return st;
+    wire::HandleFields fields;
+    fields.address = bound;
+    fields.listener_nonce = random64();
+    wire::encode_handle(fields, handle->bytes);
+    *comm = std::make_unique<TcpListenComm>(options_, std::move(fd), fields.listener_nonce, bound.text());
+    SIEVE_INFO("listening on %s (%s)", bound.text().c_str(), devices_[dev].name.c_str());
+    return Status::ok();
+  }
+
+  Status connect(int dev, Handle* handle, std::unique_ptr<SendComm>* comm) override {
+    comm->reset();
+    Status st = check_device(dev);
+    if (!st.is_ok()) return st;
+    wire::HandleFields fields;
+    st = decode_handle(handle->bytes, &fields);
+    if (!st.is_ok()) return st;
+    Connector* connector = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (fields.pending_connect) {
+        auto it = connecting_.find(fields.pending_connect);
+        if (it == connecting_.end())
+          return error(Code::InvalidArgument, "handle names a connect attempt this process does not know");
+        connector = it->second.get();
+      } else {
+        uint64_t id = ++last_id_;
+        auto owned = std::make_unique<Connector>(options_, fields);
+        connector = owned.get();
+        connecting_.emplace(id, std::move(owned));
+        wire::set_handle_pending(handle->bytes, id);
+        fields.pending_connect = id;
+      }
+    }
+    st = connector->progress(comm);
+    if (!st.is_ok() || *comm) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      connecting_.erase(fields.pending_connect);
+      wire::set_handle_pending(handle->bytes, 0);
+    }
+    if (*comm) SIEVE_INFO("connected to %s", (*comm)->peer().c_str());
+    return st;
+  }
+
+ private:
+  Status check_device(int dev) const {
+    if (dev < 0 || dev >= static_cast<int>(devices_.size()))
+      return error(Code::InvalidArgument, "device " + std::to_string(dev) + " does not exist (" +
+                                              std::to_string(devices_.size()) + " devices)");
+    return Status::ok();
+  }
+
+  const TransportOptions options_;
+  const std::vector<Device> devices_;
+  std::mutex mutex_;
+  std::map<uint64_t, std::unique_ptr<Connector>> connecting_;
+  uint64_t last_id_ = 0;
+};
+
+}  // namespace
+
+const char* code_name(Code code) {
+  switch (code) {
+    case Code::Ok: return "ok";
+    case Code::InvalidArgument: return "invalid argument";
+    case Code::InvalidUsage: return "invalid usage";
+    case Code::SystemError: return "system error";
+    case Code::RemoteError: return "remote error";
+    case Code::InternalError: return "internal error";
+  }
+  return "?";
+}
+
+Status Transport::create_tcp(const TransportOptions& options, std::unique_ptr<Transport>* out) {
+  Status st = check_options(options);
+  if (!st.is_ok()) return st;
+  std::vector<Device> devices;
+  st = discover_devices(options.devices, &devices);
+  if (!st.is_ok()) return st;
+  for (const auto& d : devices)
+    SIEVE_INFO("device %s %s speed %d Mbps%s%s", d.name.c_str(), d.address.text().c_str(), d.speed_mbps,
+               d.pci_path.empty() ? "" : " pci ", d.pci_path.c_str());
+  *out = std::make_unique<TcpTransport>(options, std::move(devices));
+  return Status::ok();
+}
+
+}  // namespace sieve::net

@@ -1,0 +1,93 @@
+// The one internal interface of Sieve's transport. plugin/ wraps it in NCCL's versioned ABI tables;
+// tests and tools drive it directly. No NCCL types here: sizes are size_t, results are Status.
+//
+// NCCL's rules hold for every call: nothing blocks (listen/connect/accept return a null comm until
+// ready and are called again with the same handle), isend/irecv return a null request when
+// kMaxRequests are outstanding, a receive may be posted larger than the send (test reports the real
+// size), and a send larger than the posted receive is an error, never an overflow.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "net/devices.h"
+#include "net/status.h"
+
+namespace sieve::net {
+
+constexpr int kMaxRequests = 32;   // outstanding requests per comm (NCCL_NET_MAX_REQUESTS)
+constexpr size_t kHandleSize = 128;  // NCCL_NET_HANDLE_MAXSIZE
+constexpr int kMaxSockets = 16;
+
+struct TransportOptions {
+  DeviceFilter devices;
+  int nsocks = 4;                       // data sockets per connection
+  int nthreads = 2;                     // helper threads per connection (<= nsocks)
+  size_t chunk_size = 512 * 1024;       // largest stripe of a message on one data socket
+  size_t inline_threshold = 64 * 1024;  // messages up to this size travel on the control socket
+  std::string job_token;                // empty: no authentication beyond the listener's nonce
+  int peer_timeout_ms = 5000;           // handshake deadline; silence allowed mid-transfer
+};
+
+// Opaque to NCCL; produced by listen, carried by NCCL's bootstrap to the connecting side.
+struct Handle {
+  unsigned char bytes[kHandleSize];
+};
+
+// What test reports once a request is done.
+struct Completion {
+  bool done = false;
+  size_t size = 0;          // bytes really sent / received
+  uint64_t wire_bytes = 0;  // bytes on the wire for this message, frame headers included
+  bool sent = false;        // true for a send request, false for a receive
+};
+
+class Request {
+ public:
+  // Progresses the request's comm; on done, the request slot is free for reuse.
+  virtual Status test(Completion* out) = 0;
+
+ protected:
+  ~Request() = default;
+};
+
+class SendComm {
+ public:
+  virtual ~SendComm() = default;
+  // *request is null (and Ok returned) when kMaxRequests are outstanding: call again later.
+  virtual Status isend(const void* data, size_t size, Request** request) = 0;
+  virtual const std::string& peer() const = 0;
+};
+
+class RecvComm {
+ public:
+  virtual ~RecvComm() = default;
+  virtual Status irecv(void* data, size_t capacity, Request** request) = 0;
+  virtual const std::string& peer() const = 0;
+};
+
+class ListenComm {
+ public:
+  virtual ~ListenComm() = default;
+  // *comm stays null until a peer has completed the handshake. Bad or silent clients are dropped.
+  virtual Status accept(std::unique_ptr<RecvComm>* comm) = 0;
+  // Connections dropped (stray, garbage, wrong nonce or token, too slow) since the last call.
+  virtual uint64_t take_rejected() = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  static Status create_tcp(const TransportOptions& options, std::unique_ptr<Transport>* out);
+
+  virtual const std::vector<Device>& devices() const = 0;
+  virtual Status listen(int dev, Handle* handle, std::unique_ptr<ListenComm>* comm) = 0;
+  // Writes its in-progress state into *handle: NCCL calls again with the same handle until *comm is set.
+  virtual Status connect(int dev, Handle* handle, std::unique_ptr<SendComm>* comm) = 0;
+};
+
+}  // namespace sieve::net

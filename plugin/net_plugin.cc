@@ -1,0 +1,414 @@
+#include "plugin/net_plugin.h"
+
+#include <sys/resource.h>
+
+#include <climits>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <set>
+#include <string>
+
+#include "net/log.h"
+#include "net/transport.h"
+#include "plugin/config.h"
+#include "plugin/stats.h"
+
+namespace sieve::plugin {
+
+namespace {
+
+using abi::ncclInternalError;
+using abi::ncclInvalidArgument;
+using abi::ncclInvalidUsage;
+using abi::ncclRemoteError;
+using abi::ncclSuccess;
+using abi::ncclSystemError;
+
+struct ProcessState {
+  net::TransportOptions options;
+  std::unique_ptr<net::Transport> transport;
+};
+
+// The shared state and its references; comms hold their own shared_ptr so a finalize racing a
+// late close never frees the transport under them.
+std::mutex g_mutex;
+std::shared_ptr<ProcessState> g_state;
+int g_references = 0;
+bool g_legacy_reference = false;
+
+struct Context {
+  std::shared_ptr<ProcessState> state;
+  uint64_t comm_id = 0;
+  int traffic_class = -1;
+};
+
+struct ListenWrapper {
+  std::shared_ptr<ProcessState> state;
+  std::unique_ptr<net::ListenComm> comm;
+};
+struct SendWrapper {
+  std::shared_ptr<ProcessState> state;
+  std::unique_ptr<net::SendComm> comm;
+};
+struct RecvWrapper {
+  std::shared_ptr<ProcessState> state;
+  std::unique_ptr<net::RecvComm> comm;
+};
+
+// Registered host memory needs no bookkeeping; NCCL only needs a non-null handle back.
+int g_host_registration = 0;
+
+ncclResult_t to_nccl(net::Code code) {
+  switch (code) {
+    case net::Code::Ok: return ncclSuccess;
+    case net::Code::InvalidArgument: return ncclInvalidArgument;
+    case net::Code::InvalidUsage: return ncclInvalidUsage;
+    case net::Code::SystemError: return ncclSystemError;
+    case net::Code::RemoteError: return ncclRemoteError;
+    case net::Code::InternalError: return ncclInternalError;
+  }
+  return ncclInternalError;
+}
+
+ncclResult_t report(const char* call, const net::Status& st) {
+  if (st.is_ok()) return ncclSuccess;
+  SIEVE_WARN("%s failed (%s): %s", call, net::code_name(st.code()), st.message().c_str());
+  return to_nccl(st.code());
+}
+
+// Runs an entry point body; no exception may cross NCCL's C boundary.
+template <typename Body>
+ncclResult_t guarded(const char* call, Body&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    SIEVE_WARN("%s: out of memory", call);
+    return ncclSystemError;
+  } catch (const std::exception& e) {
+    SIEVE_WARN("%s: %s", call, e.what());
+    return ncclInternalError;
+  } catch (...) {
+    SIEVE_WARN("%s: unknown exception", call);
+    return ncclInternalError;
+  }
+}
+
+net::TransportOptions options_from(const config::Settings& s) {
+  net::TransportOptions o;
+  o.devices.ifname = s.socket_ifname;
+  o.devices.family = s.socket_family == "ipv4" ? net::Family::IPv4
+                     : s.socket_family == "ipv6" ? net::Family::IPv6
+                                                 : net::Family::Any;
+  o.nsocks = static_cast<int>(s.nsocks);
+  o.nthreads = static_cast<int>(s.nthreads);
+  o.chunk_size = s.chunk_size;
+  o.inline_threshold = s.inline_threshold;
+  o.job_token = s.job_token;
+  o.peer_timeout_ms = static_cast<int>(std::min<int64_t>(s.peer_timeout_ms, INT_MAX));
+  return o;
+}
+
+log::Level level_from(const std::string& name) {
+  if (name == "none") return log::Level::None;
+  if (name == "info") return log::Level::Info;
+  if (name == "trace") return log::Level::Trace;
+  return log::Level::Warn;
+}
+
+// Takes one reference, creating the state on first use. Caller holds g_mutex.
+ncclResult_t acquire_locked(abi::ncclDebugLogger_t logger, std::shared_ptr<ProcessState>* out) {
+  if (!g_state) {
+    const config::Registry& registry = config::Registry::process();
+    log::set_stderr_level(level_from(registry.settings().log_level));
+    install_nccl_logger(logger);
+    for (const auto& d : registry.diagnostics()) SIEVE_WARN("%s", d.c_str());
+    auto state = std::make_shared<ProcessState>();
+    state->options = options_from(registry.settings());
+    net::Status st = net::Transport::create_tcp(state->options, &state->transport);
+    if (!st.is_ok()) return report("init", st);
+    g_state = std::move(state);
+    SIEVE_INFO("initialised: %zu device(s), %d sockets x %d threads per connection, chunk %zu, inline <= %zu%s",
+               g_state->transport->devices().size(), g_state->options.nsocks, g_state->options.nthreads,
+               g_state->options.chunk_size, g_state->options.inline_threshold,
+               g_state->options.job_token.empty() ? "" : ", job token required");
+  } else if (logger) {
+    install_nccl_logger(logger);
+  }
+  ++g_references;
+  *out = g_state;
+  return ncclSuccess;
+}
+
+void release_locked() {
+  if (g_references > 0 && --g_references == 0) {
+    g_state.reset();
+    g_legacy_reference = false;
+    install_nccl_logger(nullptr);
+  }
+}
+
+std::shared_ptr<ProcessState> current_state() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_state;
+}
+
+// Property strings must outlive any state: NCCL may keep the pointers. Interned for the process.
+const char* intern(const std::string& text) {
+  static std::mutex mutex;
+  static std::set<std::string>* strings = new std::set<std::string>();  // never freed on purpose
+  std::lock_guard<std::mutex> lock(mutex);
+  return strings->insert(text).first->c_str();
+}
+
+int honest_max_comms(const net::TransportOptions& o) {
+  rlimit limit{};
+  uint64_t fds = 65536;
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) fds = limit.rlim_cur;
+  uint64_t per_comm = static_cast<uint64_t>(o.nsocks) + 1;
+  return static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(65536, fds / per_comm)));
+}
+
+void count_completion(const net::Completion& c) {
+  ProcessStats& s = process_stats();
+  if (c.sent) {
+    add(s.bytes_logical_sent, c.size);
+    add(s.bytes_wire_sent, c.wire_bytes);
+    add(s.messages_sent, 1);
+  } else {
+    add(s.bytes_logical_received, c.size);
+    add(s.bytes_wire_received, c.wire_bytes);
+    add(s.messages_received, 1);
+  }
+}
+
+}  // namespace
+
+int net_state_references() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_references;
+}
+
+ncclResult_t net_init(abi::ncclDebugLogger_t logger) {
+  return guarded("init", [&] {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_legacy_reference) {
+      if (logger) install_nccl_logger(logger);
+      return ncclSuccess;
+    }
+    std::shared_ptr<ProcessState> state;
+    ncclResult_t r = acquire_locked(logger, &state);
+    if (r == ncclSuccess) g_legacy_reference = true;
+    return r;
+  });
+}
+
+ncclResult_t net_init_context(void** ctx, uint64_t comm_id, int traffic_class, abi::ncclDebugLogger_t logger) {
+  return guarded("init", [&] {
+    if (!ctx) return ncclInvalidArgument;
+    *ctx = nullptr;
+    auto context = std::make_unique<Context>();
+    std::lock_guard<std::mutex> lock(g_mutex);
+    ncclResult_t r = acquire_locked(logger, &context->state);
+    if (r != ncclSuccess) return r;
+    context->comm_id = comm_id;
+    context->traffic_class = traffic_class;
+    *ctx = context.release();
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t net_finalize(void* ctx) {
+  return guarded("finalize", [&] {
+    if (!ctx) return ncclInvalidArgument;
+    std::unique_ptr<Context> context(static_cast<Context*>(ctx));
+    context->state.reset();
+    std::lock_guard<std::mutex> lock(g_mutex);
+    release_locked();
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t net_devices(int* ndev) {
+  return guarded("devices", [&] {
+    auto state = current_state();
+    if (!state || !ndev) return ncclInvalidUsage;
+    *ndev = static_cast<int>(state->transport->devices().size());
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t net_properties(int dev, DeviceProperties* props) {
+  return guarded("getProperties", [&] {
+    auto state = current_state();
+    if (!state || !props) return ncclInvalidUsage;
+    const auto& devices = state->transport->devices();
+    if (dev < 0 || dev >= static_cast<int>(devices.size())) {
+      SIEVE_WARN("getProperties: device %d does not exist (%zu devices)", dev, devices.size());
+      return ncclInvalidArgument;
+    }
+    const net::Device& d = devices[dev];
+    *props = DeviceProperties{};
+    props->name = intern(d.name);
+    props->pci_path = d.pci_path.empty() ? nullptr : intern(d.pci_path);
+    props->guid = d.guid;
+    props->ptr_support = abi::NCCL_PTR_HOST;
+    props->speed_mbps = d.speed_mbps;
+    props->max_comms = honest_max_comms(state->options);
+    props->max_recvs = 1;
+    props->max_p2p_bytes = kMaxNetSizeBytes;
+    props->max_coll_bytes = kMaxNetSizeBytes;
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t net_listen(void* ctx, int dev, void* handle, void** listen_comm) {
+  return guarded("listen", [&] {
+    if (!handle || !listen_comm) return ncclInvalidArgument;
+    *listen_comm = nullptr;
+    auto state = ctx ? static_cast<Context*>(ctx)->state : current_state();
+    if (!state) return ncclInvalidUsage;
+    auto wrapper = std::make_unique<ListenWrapper>();
+    wrapper->state = state;
+    net::Status st = state->transport->listen(dev, static_cast<net::Handle*>(handle), &wrapper->comm);
+    if (!st.is_ok()) return report("listen", st);
+    *listen_comm = wrapper.release();
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t net_connect(void* ctx, int dev, void* handle, void** send_comm) {
+  return guarded("connect", [&] {
+    if (!handle || !send_comm) return ncclInvalidArgument;
+    *send_comm = nullptr;
+    auto state = ctx ? static_cast<Context*>(ctx)->state : current_state();
+    if (!state) return ncclInvalidUsage;
+    std::unique_ptr<net::SendComm> comm;
+    net::Status st = state->transport->connect(dev, static_cast<net::Handle*>(handle), &comm);
+    if (!st.is_ok()) return report("connect", st);
+    if (comm) *send_comm = new SendWrapper{state, std::move(comm)};
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t net_accept(void* listen_comm, void** recv_comm) {
+  return guarded("accept", [&] {
+    if (!listen_comm || !recv_comm) return ncclInvalidArgument;
+    *recv_comm = nullptr;
+    auto* listener = static_cast<ListenWrapper*>(listen_comm);
+    std::unique_ptr<net::RecvComm> comm;
+    net::Status st = listener->comm->accept(&comm);
+    add(process_stats().connections_rejected, listener->comm->take_rejected());
+    if (!st.is_ok()) return report("accept", st);
+    if (comm) *recv_comm = new RecvWrapper{listener->state, std::move(comm)};
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t net_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  (void)data;
+  (void)size;
+  if (!comm || !mhandle) return ncclInvalidArgument;
+  if (type != abi::NCCL_PTR_HOST) {
+    SIEVE_WARN("regMr: memory type %d is not supported (Sieve carries host memory only)", type);
+    return ncclInternalError;
+  }
+  *mhandle = &g_host_registration;
+  return ncclSuccess;
+}
+
+ncclResult_t net_reg_mr_dmabuf(void*, void*, size_t, int, uint64_t, int, void** mhandle) {
+  if (mhandle) *mhandle = nullptr;
+  SIEVE_WARN("regMrDmaBuf: DMA-BUF registration is not supported (ptrSupport is host only)");
+  return ncclInternalError;
+}
+
+ncclResult_t net_dereg_mr(void* comm, void* mhandle) {
+  (void)mhandle;
+  return comm ? ncclSuccess : ncclInvalidArgument;
+}
+
+ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void** request) {
+  (void)tag;
+  (void)mhandle;
+  return guarded("isend", [&] {
+    if (!send_comm || !request) return ncclInvalidArgument;
+    net::Request* r = nullptr;
+    net::Status st = static_cast<SendWrapper*>(send_comm)->comm->isend(data, size, &r);
+    *request = r;
+    return st.is_ok() ? ncclSuccess : to_nccl(st.code());  // the comm logged its failure
+  });
+}
+
+ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes, int* tags, void** mhandles,
+                       void** request) {
+  (void)tags;
+  (void)mhandles;
+  return guarded("irecv", [&] {
+    if (!recv_comm || !request || !data || !sizes) return ncclInvalidArgument;
+    *request = nullptr;
+    if (n != 1) {
+      SIEVE_WARN("irecv: %d grouped receives requested but maxRecvs is 1", n);
+      return ncclInternalError;
+    }
+    net::Request* r = nullptr;
+    net::Status st = static_cast<RecvWrapper*>(recv_comm)->comm->irecv(data[0], sizes[0], &r);
+    *request = r;
+    return st.is_ok() ? ncclSuccess : to_nccl(st.code());
+  });
+}
+
+ncclResult_t net_iflush(void* recv_comm, int n, void** data, int* sizes, void** mhandles, void** request) {
+  (void)n;
+  (void)data;
+  (void)sizes;
+  (void)mhandles;
+  if (!recv_comm || !request) return ncclInvalidArgument;
+  *request = nullptr;  // host memory: nothing to flush
+  return ncclSuccess;
+}
+
+ncclResult_t net_test(void* request, int* done, size_t* size) {
+  return guarded("test", [&] {
+    if (!request || !done) return ncclInvalidArgument;
+    *done = 0;
+    net::Completion c;
+    net::Status st = static_cast<net::Request*>(request)->test(&c);
+    if (!st.is_ok()) return to_nccl(st.code());  // logged once by the comm, with the peer
+    if (c.done) {
+      *done = 1;
+      if (size) *size = c.size;
+      count_completion(c);
+    }
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t net_close_send(void* send_comm) {
+  return guarded("closeSend", [&] {
+    delete static_cast<SendWrapper*>(send_comm);
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t net_close_recv(void* recv_comm) {
+  return guarded("closeRecv", [&] {
+    delete static_cast<RecvWrapper*>(recv_comm);
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t net_close_listen(void* listen_comm) {
+  return guarded("closeListen", [&] {
+    delete static_cast<ListenWrapper*>(listen_comm);
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t net_set_attr(void* ctx, const void* attr) {
+  (void)attr;  // flow hints: the transport sizes itself from SIEVE_NSOCKS / SIEVE_NTHREADS
+  return ctx ? ncclSuccess : ncclInvalidArgument;
+}
+
+}  // namespace sieve::plugin

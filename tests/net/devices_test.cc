@@ -1,0 +1,140 @@
+// Interface selection with NCCL's SIEVE_SOCKET_IFNAME syntax, from synthetic interface lists.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <filesystem>
+
+#include "net/devices.h"
+
+namespace sieve::net {
+namespace {
+
+InterfaceAddress v4(const std::string& name, const char* addr, bool loopback = false, bool up = true) {
+  InterfaceAddress a;
+  a.name = name;
+  a.up = up;
+  a.loopback = loopback;
+  sockaddr_in in{};
+  in.sin_family = AF_INET;
+  inet_pton(AF_INET, addr, &in.sin_addr);
+  std::memcpy(&a.address.storage, &in, sizeof(in));
+  a.address.length = sizeof(in);
+  return a;
+}
+
+InterfaceAddress v6(const std::string& name, const char* addr, bool loopback = false) {
+  InterfaceAddress a;
+  a.name = name;
+  a.up = true;
+  a.loopback = loopback;
+  sockaddr_in6 in6{};
+  in6.sin6_family = AF_INET6;
+  inet_pton(AF_INET6, addr, &in6.sin6_addr);
+  std::memcpy(&a.address.storage, &in6, sizeof(in6));
+  a.address.length = sizeof(in6);
+  return a;
+}
+
+std::vector<std::string> names(const std::vector<Device>& devices) {
+  std::vector<std::string> n;
+  for (const auto& d : devices) n.push_back(d.name);
+  return n;
+}
+
+const std::vector<InterfaceAddress> kHost = {
+    v4("lo", "127.0.0.1", true), v6("lo", "::1", true),     v4("eth0", "10.0.0.2"),    v6("eth0", "fe80::1"),
+    v6("eth0", "fd00::2"),        v4("docker0", "172.17.0.1"), v4("br-1a2b", "172.18.0.1"), v4("ib0", "192.168.1.2"),
+    v6("eth1", "fe80::5"),        v4("eth2", "10.9.9.9", false, false)};
+
+using V = std::vector<std::string>;
+
+TEST(IfnameSpec, Parses) {
+  IfnameSpec s = parse_ifname_spec("^docker,lo");
+  EXPECT_TRUE(s.exclude);
+  EXPECT_FALSE(s.exact);
+  EXPECT_EQ(s.names, (V{"docker", "lo"}));
+  s = parse_ifname_spec("=eth0, eth1");
+  EXPECT_TRUE(s.exact);
+  EXPECT_EQ(s.names, (V{"eth0", "eth1"}));
+  s = parse_ifname_spec("^=eth0");
+  EXPECT_TRUE(s.exclude && s.exact);
+  EXPECT_TRUE(parse_ifname_spec("").names.empty());
+}
+
+TEST(IfnameSpec, Matches) {
+  EXPECT_TRUE(ifname_matches(parse_ifname_spec("eth"), "eth10"));
+  EXPECT_FALSE(ifname_matches(parse_ifname_spec("=eth1"), "eth10"));
+  EXPECT_TRUE(ifname_matches(parse_ifname_spec("=eth1"), "eth1"));
+  EXPECT_FALSE(ifname_matches(parse_ifname_spec("^eth"), "eth0"));
+  EXPECT_TRUE(ifname_matches(parse_ifname_spec("^eth"), "ib0"));
+  EXPECT_TRUE(ifname_matches(parse_ifname_spec("^=eth"), "eth0"));
+}
+
+TEST(SelectDevices, DefaultSkipsLoopbackBridgesAndDownInterfaces) {
+  auto d = select_devices(kHost, {});
+  EXPECT_EQ(names(d), (V{"eth0", "ib0", "eth1"}));
+  EXPECT_EQ(d[0].address.text(), "10.0.0.2");  // IPv4 preferred
+  EXPECT_EQ(d[2].address.text(), "fe80::5");   // link-local only when nothing better
+  for (size_t i = 0; i < d.size(); ++i) EXPECT_EQ(d[i].guid, i);
+}
+
+TEST(SelectDevices, FallsBackToLoopbackWhenNothingElse) {
+  std::vector<InterfaceAddress> only_lo = {v4("lo", "127.0.0.1", true), v4("docker0", "172.17.0.1")};
+  EXPECT_EQ(names(select_devices(only_lo, {})), (V{"docker0", "lo"}));
+}
+
+TEST(SelectDevices, FamilyFilter) {
+  auto d = select_devices(kHost, {"", Family::IPv6});
+  EXPECT_EQ(names(d), (V{"eth0", "eth1"}));
+  EXPECT_EQ(d[0].address.text(), "fd00::2");  // global before link-local
+  EXPECT_EQ(names(select_devices(kHost, {"", Family::IPv4})), (V{"eth0", "ib0"}));
+}
+
+TEST(SelectDevices, IfnameSyntax) {
+  EXPECT_EQ(names(select_devices(kHost, {"eth", Family::Any})), (V{"eth0", "eth1"}));
+  EXPECT_EQ(names(select_devices(kHost, {"=eth1", Family::Any})), (V{"eth1"}));
+  EXPECT_EQ(names(select_devices(kHost, {"^eth,lo", Family::Any})), (V{"docker0", "br-1a2b", "ib0"}));
+  EXPECT_EQ(names(select_devices(kHost, {"lo", Family::IPv4})), (V{"lo"}));
+  EXPECT_TRUE(select_devices(kHost, {"=eth", Family::Any}).empty());
+  EXPECT_TRUE(select_devices(kHost, {"nomatch", Family::Any}).empty());
+}
+
+TEST(SelectDevices, ContainerBridgeNames) {
+  for (const char* n : {"docker0", "br-abc", "virbr0", "lxcbr0", "cni0", "podman1"}) EXPECT_TRUE(is_container_bridge(n)) << n;
+  for (const char* n : {"eth0", "bridge", "veth1", "ens5", "ib0"}) EXPECT_FALSE(is_container_bridge(n)) << n;
+}
+
+TEST(Sysfs, SpeedAndPciPath) {
+  namespace fs = std::filesystem;
+  fs::path root = fs::temp_directory_path() / ("sieve-sysfs-" + std::to_string(::getpid()));
+  fs::create_directories(root / "class/net/eth0");
+  fs::create_directories(root / "class/net/veth0");
+  fs::create_directories(root / "devices/pci0000:00/0000:00:03.0");
+  std::ofstream(root / "class/net/eth0/speed") << "25000\n";
+  std::ofstream(root / "class/net/veth0/speed") << "-1\n";
+  fs::create_directory_symlink(root / "devices/pci0000:00/0000:00:03.0", root / "class/net/eth0/device");
+  EXPECT_EQ(read_speed_mbps(root.string(), "eth0"), 25000);
+  EXPECT_EQ(read_speed_mbps(root.string(), "veth0"), 10000);
+  EXPECT_EQ(read_speed_mbps(root.string(), "missing"), 10000);
+  EXPECT_EQ(read_pci_path(root.string(), "eth0"), fs::canonical(root / "devices/pci0000:00/0000:00:03.0").string());
+  EXPECT_EQ(read_pci_path(root.string(), "veth0"), "");
+  fs::remove_all(root);
+}
+
+TEST(Discover, FindsLoopbackWhenAskedFor) {
+  std::vector<Device> d;
+  Status st = discover_devices({"=lo", Family::IPv4}, &d);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].address.text(), "127.0.0.1");
+  EXPECT_TRUE(d[0].pci_path.empty());
+  EXPECT_GT(d[0].speed_mbps, 0);
+  Status none = discover_devices({"=no-such-interface", Family::Any}, &d);
+  EXPECT_EQ(none.code(), Code::SystemError);
+  EXPECT_NE(none.message().find("SIEVE_SOCKET_IFNAME"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sieve::net

@@ -1,0 +1,188 @@
+// Listener robustness: stray and garbage clients are dropped while the real peer still connects;
+// the job token is proven, never sent; a wrong token is refused on both sides.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "net/socket.h"
+#include "net/wire.h"
+#include "tests/net/transport_harness.h"
+
+namespace sieve::net {
+namespace {
+
+using testing::loopback_options;
+using testing::make_transport;
+
+// A raw TCP client to the listener named by a handle.
+Fd raw_client(const Handle& handle) {
+  wire::HandleFields fields;
+  EXPECT_TRUE(wire::decode_handle(handle.bytes, &fields).is_ok());
+  Fd fd(::socket(fields.address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<const sockaddr*>(&fields.address.storage), fields.address.length), 0);
+  return fd;
+}
+
+struct Connecting {
+  std::unique_ptr<SendComm> send;
+  std::unique_ptr<RecvComm> recv;
+  Status connect_status;
+  Status accept_status;
+  uint64_t rejected = 0;
+};
+
+// Drives connect and accept until both finish, one fails, or the deadline passes.
+void drive(Transport& a, Transport& b, Handle& handle, ListenComm& listener, Connecting* c,
+           std::chrono::milliseconds deadline = std::chrono::seconds(10)) {
+  auto end = std::chrono::steady_clock::now() + deadline;
+  while ((!c->send || !c->recv) && std::chrono::steady_clock::now() < end) {
+    if (!c->send && c->connect_status.is_ok()) c->connect_status = b.connect(0, &handle, &c->send);
+    if (!c->recv && c->accept_status.is_ok()) c->accept_status = listener.accept(&c->recv);
+    c->rejected += listener.take_rejected();
+    if (!c->connect_status.is_ok() && !c->recv) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  (void)a;
+}
+
+void expect_working(Connecting& c) {
+  ASSERT_TRUE(c.send && c.recv) << c.connect_status.message() << " / " << c.accept_status.message();
+  char out[100], in[100] = {};
+  std::memset(out, 7, sizeof(out));
+  Request *s = nullptr, *r = nullptr;
+  ASSERT_TRUE(c.recv->irecv(in, sizeof(in), &r).is_ok());
+  ASSERT_TRUE(c.send->isend(out, sizeof(out), &s).is_ok());
+  Completion cs, cr;
+  ASSERT_TRUE(testing::wait_both(s, &cs, r, &cr).is_ok());
+  EXPECT_EQ(std::memcmp(in, out, sizeof(in)), 0);
+}
+
+TEST(Handshake, GarbageAndWrongNonceClientsAreDroppedRealPeerConnects) {
+  auto t = make_transport(loopback_options());
+  ASSERT_NE(t, nullptr);
+  Handle handle;
+  std::unique_ptr<ListenComm> listener;
+  ASSERT_TRUE(t->listen(0, &handle, &listener).is_ok());
+
+  Fd garbage = raw_client(handle);
+  const char junk[64] = "GET / HTTP/1.1\r\nHost: example\r\n\r\n";
+  ASSERT_EQ(::send(garbage.get(), junk, sizeof(junk), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(junk)));
+
+  Fd stale = raw_client(handle);  // speaks the protocol but presents another listener's nonce
+  wire::Hello hello{0, 1, 0, 0x1234, 42, 7, 128 * 1024};
+  uint8_t bytes[wire::kHelloBytes];
+  wire::encode_hello(hello, bytes);
+  ASSERT_EQ(::send(stale.get(), bytes, sizeof(bytes), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(bytes)));
+
+  Connecting c;
+  drive(*t, *t, handle, *listener, &c);
+  expect_working(c);
+  // Both bad clients were dropped, and the listener closed them.
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (c.rejected < 2 && std::chrono::steady_clock::now() < end) {
+    std::unique_ptr<RecvComm> none;
+    ASSERT_TRUE(listener->accept(&none).is_ok());
+    c.rejected += listener->take_rejected();
+  }
+  EXPECT_EQ(c.rejected, 2u);
+  char b;
+  EXPECT_LE(::recv(garbage.get(), &b, 1, 0), 0);
+}
+
+TEST(Handshake, SilentClientDoesNotBlockAndIsDroppedAfterTimeout) {
+  TransportOptions o = loopback_options();
+  o.peer_timeout_ms = 300;
+  auto t = make_transport(o);
+  ASSERT_NE(t, nullptr);
+  Handle handle;
+  std::unique_ptr<ListenComm> listener;
+  ASSERT_TRUE(t->listen(0, &handle, &listener).is_ok());
+  Fd silent = raw_client(handle);  // connects and never says a word
+
+  Connecting c;
+  drive(*t, *t, handle, *listener, &c);
+  expect_working(c);
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  uint64_t rejected = c.rejected;
+  while (rejected == 0 && std::chrono::steady_clock::now() < end) {
+    std::unique_ptr<RecvComm> none;
+    ASSERT_TRUE(listener->accept(&none).is_ok());
+    rejected += listener->take_rejected();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(rejected, 1u);
+}
+
+TEST(Handshake, MatchingJobTokenConnects) {
+  TransportOptions o = loopback_options();
+  o.job_token = "correct horse battery staple";
+  auto a = make_transport(o);
+  auto b = make_transport(o);
+  Handle handle;
+  std::unique_ptr<ListenComm> listener;
+  ASSERT_TRUE(a->listen(0, &handle, &listener).is_ok());
+  Connecting c;
+  drive(*a, *b, handle, *listener, &c);
+  expect_working(c);
+  EXPECT_EQ(c.rejected, 0u);
+}
+
+void expect_refused(const std::string& listener_token, const std::string& connector_token) {
+  TransportOptions lo = loopback_options(), co = loopback_options();
+  lo.job_token = listener_token;
+  co.job_token = connector_token;
+  auto a = make_transport(lo);
+  auto b = make_transport(co);
+  Handle handle;
+  std::unique_ptr<ListenComm> listener;
+  ASSERT_TRUE(a->listen(0, &handle, &listener).is_ok());
+  Connecting c;
+  drive(*a, *b, handle, *listener, &c, std::chrono::seconds(3));
+  EXPECT_EQ(c.connect_status.code(), Code::RemoteError);
+  EXPECT_NE(c.connect_status.message().find("job token"), std::string::npos) << c.connect_status.message();
+  EXPECT_EQ(c.recv, nullptr);
+}
+
+TEST(Handshake, WrongJobTokenIsRefused) { expect_refused("alpha", "beta"); }
+TEST(Handshake, TokenOnOneSideOnlyIsRefused) {
+  expect_refused("alpha", "");
+  expect_refused("", "alpha");
+}
+
+TEST(Handshake, TokenNeverTravels) {
+  // The connector's messages are a hello and a proof: neither may contain the token's bytes.
+  const std::string token = "TOKEN-THAT-MUST-NOT-LEAK";
+  wire::Hello hello{1, 2, 0, 11, 22, 33, 1 << 20};
+  uint8_t bytes[wire::kHelloBytes + wire::kProofBytes];
+  wire::encode_hello(hello, bytes);
+  wire::encode_proof({wire::handshake_mac(token, wire::Role::Connector, hello, 44)}, bytes + wire::kHelloBytes);
+  std::string all(reinterpret_cast<char*>(bytes), sizeof(bytes));
+  EXPECT_EQ(all.find(token.substr(0, 6)), std::string::npos);
+}
+
+TEST(Handshake, ConnectToNothingFailsWithoutHanging) {
+  auto t = make_transport(loopback_options());
+  Handle handle;
+  std::unique_ptr<ListenComm> listener;
+  ASSERT_TRUE(t->listen(0, &handle, &listener).is_ok());
+  listener.reset();  // port closed: connection refused
+  std::unique_ptr<SendComm> send;
+  Status st;
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (st.is_ok() && !send && std::chrono::steady_clock::now() < end) st = t->connect(0, &handle, &send);
+  EXPECT_EQ(st.code(), Code::RemoteError) << st.message();
+}
+
+TEST(Handshake, ForeignHandleIsInvalidArgument) {
+  auto t = make_transport(loopback_options());
+  Handle handle;
+  std::memset(handle.bytes, 0xab, sizeof(handle.bytes));
+  std::unique_ptr<SendComm> send;
+  EXPECT_EQ(t->connect(0, &handle, &send).code(), Code::InvalidArgument);
+}
+
+}  // namespace
+}  // namespace sieve::net
