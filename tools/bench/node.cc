@@ -120,6 +120,9 @@ class Node {
           << after_.kernel.tx - before_.kernel.tx << ' ' << after_.kernel.rx - before_.kernel.rx << ' '
           << link_->device_name();
     if (!send_message(fd_, stats.str())) return "orchestrator gone";
+    if (expect("close").empty()) return error_;
+    link_->close_receiving();
+    if (!send_message(fd_, "closed")) return "orchestrator gone";
     expect("bye");
     return "";
   }

@@ -1,8 +1,8 @@
 // One emulated node: a child process that enters its network namespace, loads the plugin, joins
 // the ring and runs the all-reduces the orchestrator paces. It talks to the orchestrator over a
 // SOCK_SEQPACKET socket made before fork, one text message per packet:
-//   node -> parent: "listen <hex handle>", "ready", "done <iter> <ns> <bytes>", "stats ...", "fail <why>"
-//   parent -> node: "peer <hex handle of the next node>", "go <iter>", "bye"
+//   node -> parent: "listen <hex handle>", "ready", "done <iter> <ns> <bytes>", "stats ...", "closed", "fail <why>"
+//   parent -> node: "peer <hex handle of the next node>", "go <iter>", "close", "bye"
 #pragma once
 
 #include <string>

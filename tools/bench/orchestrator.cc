@@ -372,9 +372,13 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
           result.plugin_wire_bytes = wire / per;
           result.has_kernel = has_kernel;
           result.kernel_tx_bytes = tx / per;
-          fleet.broadcast("bye");
-          fleet.reap(Clock::now() + std::chrono::seconds(5));
-          result.ok = true;
+          // Receivers close first everywhere, then senders: a clean end, no peer seen vanishing.
+          fleet.broadcast("close");
+          if (fleet.gather("closed", deadline, &answers, &failure)) {
+            fleet.broadcast("bye");
+            fleet.reap(Clock::now() + std::chrono::seconds(5));
+            result.ok = true;
+          }
         }
       }
     }

@@ -41,13 +41,21 @@ std::unique_ptr<PluginLink> PluginLink::open(const std::string& library, std::st
 
 PluginLink::~PluginLink() {
   if (!net_) return;
+  close_receiving();
   for (const Region& region : regions_) {
     if (region.send_mhandle) net_->dereg_mr(send_comm_, region.send_mhandle);
-    if (region.recv_mhandle) net_->dereg_mr(recv_comm_, region.recv_mhandle);
   }
   if (send_comm_) net_->close_send(send_comm_);
+}
+
+void PluginLink::close_receiving() {
+  for (Region& region : regions_) {
+    if (region.recv_mhandle) net_->dereg_mr(recv_comm_, region.recv_mhandle);
+    region.recv_mhandle = nullptr;
+  }
   if (recv_comm_) net_->close_recv(recv_comm_);
   if (listen_comm_) net_->close_listen(listen_comm_);
+  recv_comm_ = listen_comm_ = nullptr;
 }
 
 std::string PluginLink::connect_ring(const tools::NetHandle& next, std::chrono::steady_clock::time_point deadline) {

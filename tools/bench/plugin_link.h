@@ -30,6 +30,10 @@ class PluginLink : public RingLink {
   std::string post_recv(void* data, size_t bytes, void** request) override;
   std::string test(void* request, bool* done, size_t* bytes) override;
 
+  // Closes the receiving side (with its registrations) first: done on every node before any send
+  // side closes, no transport sees its peer vanish while it still listens.
+  void close_receiving();
+
   // The plugin's own counters through its C API, when it exports one (false otherwise).
   bool plugin_counters(uint64_t* logical_sent, uint64_t* wire_sent) const;
   const std::string& device_name() const { return device_name_; }

@@ -109,6 +109,9 @@ std::string summary_line(const RunReport& r) {
       << megabytes(r.model_bytes() * r.kept_fraction) << " instead of " << megabytes(r.model_bytes())
       << " per all-reduce, " << fixed(fast->mean_seconds(), 2) << " s instead of " << fixed(dense->mean_seconds(), 2)
       << " s, every sum exact.";
+  if (const ModeResult* gloo = find(r, "gloo")) {
+    out << " PyTorch Gloo on the same link: " << fixed(gloo->mean_seconds(), 2) << " s.";
+  }
   return out.str();
 }
 
