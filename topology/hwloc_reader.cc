@@ -31,7 +31,13 @@ class HwlocTopology {
     // Keeps PCI devices that matter (GPUs, NICs, storage), the bridges above them and their OS
     // devices (network interfaces, RDMA devices).
     hwloc_topology_set_io_types_filter(topology_, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-    if (!xml_file.empty()) {
+    if (xml_file.empty()) {
+      // hwloc's Linux backend reads PCI devices from sysfs by itself. Left out: libpciaccess (it
+      // leaks on every load and adds nothing here), and the OpenCL and GL backends, which would open
+      // GPU driver stacks and X displays from inside a training job.
+      for (const char* component : {"pci", "opencl", "gl"})
+        hwloc_topology_set_components(topology_, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, component);
+    } else {
       if (access(xml_file.c_str(), R_OK) != 0)
         return "cannot read topology file '" + xml_file + "': " + std::strerror(errno);
       if (hwloc_topology_set_xml(topology_, xml_file.c_str()) != 0)
