@@ -129,6 +129,15 @@ bool parse_cpu_list(const std::string& text, std::vector<int>& cpus, std::string
   return true;
 }
 
+std::string summary(const Nic& nic) {
+  std::string text = nic.name + " (" + (nic.is_virtual ? "virtual " : "") + nic_kind_name(nic.kind) + ")";
+  text += " pci " + (nic.pci_bus_id.empty() ? std::string("-") : nic.pci_bus_id);
+  text += " numa " + (nic.numa_node < 0 ? std::string("-") : std::to_string(nic.numa_node));
+  text += " cpus " + (nic.cpus.empty() ? std::string("-") : cpu_list_text(nic.cpus));
+  text += " speed " + (nic.speed_mbps > 0 ? std::to_string(nic.speed_mbps) + " Mb/s" : std::string("unknown"));
+  return text;
+}
+
 uint64_t card_guid(const std::string& pci_bus_id, const std::string& name) {
   // FNV-1a: stable across runs and hosts, so the same card gets the same guid everywhere.
   std::string key = name;

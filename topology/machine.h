@@ -89,6 +89,9 @@ std::string cpu_list_text(const std::vector<int>& cpus);
 // Parses the Linux cpulist format (sysfs local_cpulist). False with `error` set on bad text.
 bool parse_cpu_list(const std::string& text, std::vector<int>& cpus, std::string& error);
 
+// One line for logs: "eth0 (netdev) pci 0000:00:03.0 numa 0 cpus 0-1 speed 10000 Mb/s".
+std::string summary(const Nic& nic);
+
 // Guid of a PCI function's card (domain:bus:device, function ignored), or of a name.
 uint64_t card_guid(const std::string& pci_bus_id, const std::string& name);
 

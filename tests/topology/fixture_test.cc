@@ -87,6 +87,7 @@ TEST(TwoSocketNode, NicCarriesWhatGetPropertiesNeeds) {
   EXPECT_NE(machine.find_nic("ib0")->guid, machine.find_nic("ib1")->guid);
   EXPECT_NE(machine.find_nic("eth2")->guid, machine.find_nic("eth3")->guid);
   EXPECT_EQ(machine.find_nic("ib7"), nullptr);
+  EXPECT_EQ(summary(*ib0), "ib0 (netdev) pci 0000:04:00.0 numa 0 cpus 0-7 speed unknown");
 }
 
 TEST(TwoSocketNode, DistanceMatrixLikeNvidiaSmiTopo) {
