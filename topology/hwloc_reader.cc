@@ -111,12 +111,25 @@ void place_pci_device(hwloc_obj_t pci, bool live, Placement& where) {
   where.pci_path = path;
 }
 
-void place_by_ancestor(hwloc_topology_t topology, hwloc_obj_t obj, Placement& where) {
+void place_by_ancestor(hwloc_topology_t topology, hwloc_obj_t obj, bool live, Placement& where) {
   hwloc_obj_t ancestor = hwloc_get_non_io_ancestor_obj(topology, obj);
   if (ancestor == nullptr) return;
   where.cpus = bitmap_to_list(ancestor->cpuset);
   std::vector<int> nodes = bitmap_to_list(ancestor->nodeset);
   where.numa_node = nodes.size() == 1 ? nodes[0] : -1;
+  if (where.numa_node >= 0 || !live || where.pci_bus_id.empty()) return;
+  // hwloc attaches a device to an object spanning several nodes (sub-NUMA clustering) where the
+  // kernel still knows the one node it is wired to.
+  std::FILE* file = std::fopen(("/sys/bus/pci/devices/" + where.pci_bus_id + "/numa_node").c_str(), "r");
+  if (file == nullptr) return;
+  int node = -1;
+  if (std::fscanf(file, "%d", &node) == 1 && node >= 0 &&
+      std::find(nodes.begin(), nodes.end(), node) != nodes.end()) {
+    where.numa_node = node;
+    if (hwloc_obj_t numa = hwloc_get_numanode_obj_by_os_index(topology, static_cast<unsigned>(node)))
+      where.cpus = bitmap_to_list(numa->cpuset);
+  }
+  std::fclose(file);
 }
 
 const char* info(hwloc_obj_t obj, const char* name) {
@@ -145,7 +158,7 @@ void read_nics(hwloc_topology_t topology, bool live, std::vector<Nic>& nics) {
         if (other_kind && nic.paired.empty()) nic.paired = sibling->name;
       }
     }
-    place_by_ancestor(topology, osdev, nic);
+    place_by_ancestor(topology, osdev, live, nic);
     nic.guid = card_guid(nic.pci_bus_id, nic.name);
     nics.push_back(std::move(nic));
   }
@@ -162,7 +175,7 @@ void read_gpus(hwloc_topology_t topology, bool live, std::vector<Gpu>& gpus) {
     if (!is_nvidia_gpu(pci)) continue;
     Gpu gpu;
     place_pci_device(pci, live, gpu);
-    place_by_ancestor(topology, pci, gpu);
+    place_by_ancestor(topology, pci, live, gpu);
     // hwloc's CUDA backend (where built in) names the device's CUDA ordinal: "cuda<N>".
     for (hwloc_obj_t child = pci->io_first_child; child != nullptr; child = child->next_sibling) {
       if (child->type != HWLOC_OBJ_OS_DEVICE || child->name == nullptr) continue;

@@ -47,12 +47,20 @@ std::vector<std::string> list_dir(const std::string& path) {
   return names;
 }
 
-bool looks_like_bus_id(const std::string& text) {
-  // dddd:bb:dd.f
-  if (text.size() != 12 || text[4] != ':' || text[7] != ':' || text[10] != '.') return false;
-  for (size_t i : {0, 1, 2, 3, 5, 6, 8, 9, 11})
-    if (!std::isxdigit(static_cast<unsigned char>(text[i]))) return false;
+bool all_hex(const std::string& text) {
+  if (text.empty()) return false;
+  for (unsigned char c : text)
+    if (!std::isxdigit(c)) return false;
   return true;
+}
+
+// dddd:bb:dd.f, where VMD and other synthetic domains have more than four domain digits.
+bool looks_like_bus_id(const std::string& text) {
+  const size_t first = text.find(':');
+  if (first == std::string::npos || first < 4 || first > 8) return false;
+  const std::string rest = text.substr(first + 1);
+  return all_hex(text.substr(0, first)) && rest.size() == 7 && rest[2] == ':' && rest[5] == '.' &&
+         all_hex(rest.substr(0, 2)) && all_hex(rest.substr(3, 2)) && all_hex(rest.substr(6, 1));
 }
 
 // Fills the PCI part of `where` from the real path of a device directory: the nearest ancestor

@@ -163,6 +163,28 @@ TEST_F(FakeSysfs, KeepsVirtualInterfacesFlagged) {
   EXPECT_EQ(cpu_list_text(veth->cpus), "0-15");  // unknown node: the whole machine
 }
 
+TEST_F(FakeSysfs, ReadsNicsBehindAVmdDomain) {
+  // Intel VMD puts devices in a synthetic PCI domain with a five-digit number below a host device.
+  std::string path = "devices/pci0000:00/0000:00:0e.0";
+  pci_function(path, "0", "0-7", "0x8086", "0x467f");
+  path += "/pci10000:e0";
+  dir(path);
+  path += "/10000:e0:06.0";
+  pci_function(path, "0", "0-7", "0x8086", "0xa74d");
+  path += "/10000:e1:00.0";
+  pci_function(path, "0", "0-7", "0x8086", "0x1593");
+  net_device(path, "enp225s0", "3c:fd:fe:00:00:01", "25000", "../../../10000:e1:00.0");
+  Discovery found = discover_fake();
+  const Nic* nic = found.machine.find_nic("enp225s0");
+  ASSERT_NE(nic, nullptr);
+  EXPECT_EQ(nic->pci_bus_id, "10000:e1:00.0");
+  EXPECT_EQ(nic->pci_upstream,
+            (std::vector<std::string>{"pci0000:00", "0000:00:0e.0", "pci10000:e0", "10000:e0:06.0"}));
+  EXPECT_EQ(nic->numa_node, 0);
+  EXPECT_EQ(nic->speed_mbps, 25000);
+  EXPECT_EQ(classify(*nic, *found.machine.find_nic("eth0")), PathClass::PHB);
+}
+
 TEST(SysfsFallback, MissingSysfsStillYieldsAMachineAndSaysWhy) {
   Options options;
   options.sysfs_root = "/nonexistent-sysfs";
