@@ -35,6 +35,7 @@ Status MaskRegistry::publish(const void* base, size_t element_size, std::shared_
   entry.mask = std::move(mask);
   if (id) *id = entry.id;
   entries_.emplace(start, std::move(entry));
+  generation_.fetch_add(1, std::memory_order_acq_rel);
   return Status::ok_status();
 }
 
@@ -42,6 +43,7 @@ Status MaskRegistry::retract(const void* base) {
   std::unique_lock lock(mutex_);
   if (entries_.erase(reinterpret_cast<uintptr_t>(base)) == 0)
     return Status::error(Code::kNotFound, "no mask is published for this buffer address");
+  generation_.fetch_add(1, std::memory_order_acq_rel);
   return Status::ok_status();
 }
 
@@ -106,6 +108,7 @@ size_t MaskRegistry::size() const {
 void MaskRegistry::clear() {
   std::unique_lock lock(mutex_);
   entries_.clear();
+  generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 }  // namespace sieve::compress

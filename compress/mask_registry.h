@@ -5,6 +5,7 @@
 // racing with a publish sees either the old or the new mask, never half of one.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -46,11 +47,15 @@ class MaskRegistry {
   MaskLookup lookup(const void* addr, uint64_t count, size_t element_size) const;
   size_t size() const;
   void clear();
+  // Bumped by every publish, retract and clear: a cached view of the registry is current while the
+  // generation it was built at still equals this.
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
  private:
   mutable std::shared_mutex mutex_;
   std::map<uintptr_t, MaskEntry> entries_;  // by base; ranges disjoint
   uint64_t next_id_ = 1;
+  std::atomic<uint64_t> generation_{0};
 };
 
 }  // namespace sieve::compress

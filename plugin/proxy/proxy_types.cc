@@ -1,0 +1,85 @@
+#include "plugin/proxy/proxy_types.h"
+
+namespace sieve::plugin::proxy {
+
+size_t element_size(ElemType type) {
+  switch (type) {
+    case ElemType::kF32: return 4;
+    case ElemType::kF16: return 2;
+    case ElemType::kBF16: return 2;
+    case ElemType::kF64: return 8;
+    case ElemType::kOther: return 0;
+  }
+  return 0;
+}
+
+const char* elem_type_name(ElemType type) {
+  switch (type) {
+    case ElemType::kF32: return "f32";
+    case ElemType::kF16: return "f16";
+    case ElemType::kBF16: return "bf16";
+    case ElemType::kF64: return "f64";
+    case ElemType::kOther: return "other";
+  }
+  return "other";
+}
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kProd: return "prod";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kOther: return "other";
+  }
+  return "other";
+}
+
+namespace {
+
+// IEEE bit patterns of +1 and -1 in each type.
+uint64_t one_bits(ElemType type) {
+  switch (type) {
+    case ElemType::kF32: return 0x3F800000ull;
+    case ElemType::kF16: return 0x3C00ull;
+    case ElemType::kBF16: return 0x3F80ull;
+    case ElemType::kF64: return 0x3FF0000000000000ull;
+    case ElemType::kOther: return 0;
+  }
+  return 0;
+}
+
+uint64_t sign_bit(ElemType type) { return element_size(type) ? 1ull << (element_size(type) * 8 - 1) : 0; }
+
+}  // namespace
+
+FlagEncoding flag_encoding(ElemType type, ReduceOp op) {
+  FlagEncoding e;
+  const uint64_t one = one_bits(type);
+  switch (op) {
+    case ReduceOp::kProd:
+      e.ok_bits = one;
+      e.bad_bits = 0;
+      e.violation_when_zero = true;
+      break;
+    case ReduceOp::kMin:
+      e.ok_bits = 0;
+      e.bad_bits = one | sign_bit(type);
+      break;
+    default:
+      e.ok_bits = 0;
+      e.bad_bits = one;
+      break;
+  }
+  return e;
+}
+
+bool flag_reports_violation(const FlagEncoding& encoding, ElemType type, uint64_t reduced_bits) {
+  const size_t bits = element_size(type) * 8;
+  const uint64_t value_mask = bits >= 64 ? ~0ull : ((1ull << bits) - 1);
+  const bool nonzero = (reduced_bits & value_mask & ~sign_bit(type)) != 0;
+  return encoding.violation_when_zero ? !nonzero : nonzero;
+}
+
+}  // namespace sieve::plugin::proxy
