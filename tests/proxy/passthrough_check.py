@@ -1,0 +1,67 @@
+"""The interposed NCCL entry points on a machine without a GPU: they must pass through to the real
+NCCL when it is loaded, fail cleanly (ncclSystemError, a warning) when it is not, and never recurse
+into themselves. One mode per process, because the real symbols are resolved once per process.
+Usage: passthrough_check.py LIBRARY {no-nccl | nccl-first | preload} [LIBNCCL]"""
+
+import ctypes
+import sys
+
+NCCL_SUCCESS, NCCL_SYSTEM_ERROR, NCCL_INVALID_ARGUMENT = 0, 2, 4
+NCCL_FLOAT32, NCCL_INT32, NCCL_SUM = 7, 2, 0
+
+
+def stats(lib):
+    s = (ctypes.c_uint64 * 12)()
+    s[0] = ctypes.sizeof(s)
+    assert lib.sieve_stats_get(s) == 0
+    return {"dense": s[7], "compacted": s[8]}
+
+
+def expect(what, got, want):
+    if got != want:
+        print("FAIL: %s returned %d, expected %d" % (what, got, want))
+        sys.exit(1)
+    print("ok: %s -> %d" % (what, got))
+
+
+def main():
+    library, mode = sys.argv[1], sys.argv[2]
+    if mode == "no-nccl":
+        lib = ctypes.CDLL(library)
+        expect("ncclGroupStart without libnccl", lib.ncclGroupStart(), NCCL_SYSTEM_ERROR)
+        expect("ncclAllReduce without libnccl",
+               lib.ncclAllReduce(None, None, ctypes.c_size_t(1 << 20), NCCL_FLOAT32, NCCL_SUM, None, None),
+               NCCL_SYSTEM_ERROR)
+        return
+    libnccl = sys.argv[3]
+    if mode == "nccl-first":
+        ctypes.CDLL(libnccl, mode=ctypes.RTLD_GLOBAL)  # NCCL earlier in the global scope than Sieve
+        lib = ctypes.CDLL(library)
+    else:  # preload: Sieve came first (LD_PRELOAD in the environment); calls through the global scope
+        ctypes.CDLL(libnccl, mode=ctypes.RTLD_GLOBAL)
+        lib = ctypes.CDLL(None)
+    expect("ncclGroupStart", lib.ncclGroupStart(), NCCL_SUCCESS)
+    expect("ncclGroupEnd", lib.ncclGroupEnd(), NCCL_SUCCESS)
+    # NCCL refuses a null communicator: proof the call reached the real ncclAllReduce and came back.
+    for dtype, count in ((NCCL_INT32, 1 << 20), (NCCL_FLOAT32, 16), (NCCL_FLOAT32, 1 << 20)):
+        expect("ncclAllReduce(comm=NULL, dtype %d, count %d)" % (dtype, count),
+               lib.ncclAllReduce(None, None, ctypes.c_size_t(count), dtype, NCCL_SUM, None, None),
+               NCCL_INVALID_ARGUMENT)
+    sieve = ctypes.CDLL(library)
+    # With a mask published the proxy looks further, but without a CUDA device it must still end in
+    # the real NCCL (dense), never crash.
+    bits = (ctypes.c_uint8 * (1 << 17))()
+    fake_buffer = ctypes.c_void_p(0x7f0000000000)
+    assert sieve.sieve_mask_publish(fake_buffer, ctypes.c_size_t(1 << 20), 0, bits, None) == 0
+    expect("ncclAllReduce(comm=NULL) on a published buffer",
+           lib.ncclAllReduce(fake_buffer, fake_buffer, ctypes.c_size_t(1 << 20), NCCL_FLOAT32, NCCL_SUM, None, None),
+           NCCL_INVALID_ARGUMENT)
+    counted = stats(sieve)
+    if counted["dense"] != 4 or counted["compacted"] != 0:
+        print("FAIL: expected 4 dense pass-throughs counted, got %s" % counted)
+        sys.exit(1)
+    print("ok: counters %s" % counted)
+
+
+if __name__ == "__main__":
+    main()
