@@ -121,7 +121,7 @@ TEST(MaskRegistry, ConcurrentPublishAndLookupSeeWholeMasks) {
     });
   for (int rd = 0; rd < 2; ++rd)
     threads.emplace_back([&] {
-      while (!stop.load()) {
+      for (int round = 0; round < 200 || !stop.load(); ++round) {  // some rounds even if writers finish first
         for (int b = 0; b < 4; ++b) {
           MaskLookup l = r.lookup(buffers.data() + 256 * b, 256, 4);
           lookups.fetch_add(1);
