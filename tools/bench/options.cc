@@ -44,7 +44,7 @@ std::string usage_text() {
          "  --loopback            loopback even as root (shaped by the plugin's own rate limit when it has one)\n"
          "  --gloo                also run PyTorch's Gloo all-reduce on the same lab and buckets\n"
          "  --plugin PATH         libnccl-net-sieve.so (default: the one of this build)\n"
-         "  --chunk BYTES         ring chunk (default 524288)   --inflight N  chunks in flight (default 8)\n"
+         "  --chunk BYTES         ring chunk (default 131072)   --inflight N  chunks in flight (default 16)\n"
          "  --timeout S           hard limit for the whole run (default 300)\n"
          "  --json                one JSON object on stdout instead of the table\n"
          "  --quiet               no progress bar\n";

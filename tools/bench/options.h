@@ -30,8 +30,10 @@ struct Options {
   bool loopback = false;  // force loopback even as root
   std::string plugin;     // path of libnccl-net-sieve.so ("" = next to this build)
   std::string netlab;     // path of tools/netlab.sh ("" = from the source tree)
-  size_t chunk_bytes = 512 << 10;
-  int inflight = 8;
+  // Finer than NCCL's 512 KiB steps: on a shaped 1 Gbit/s ring 128 KiB x 16 measured ~5 % faster
+  // than 512 KiB x 8 (less pipeline bubble at each step's hand-over), with the same bytes in flight.
+  size_t chunk_bytes = 128 << 10;
+  int inflight = 16;
   int timeout_s = 300;  // whole run; every node and every wait is bounded by it
   bool json = false;
   bool gloo = false;  // also run tools/gloo_allreduce.py on the same lab and buckets
