@@ -47,6 +47,26 @@ Mask Mask::from_bytes(const uint8_t* bytes, uint64_t count) {
   return m;
 }
 
+Mask Mask::from_nonzero(const void* data, uint64_t count, size_t element_size, bool ignore_sign_bit) {
+  Mask m(count);
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  const uint8_t top_byte_bits = ignore_sign_bit ? 0x7F : 0xFF;
+  for (uint64_t w = 0; w < m.words_.size(); ++w) {
+    uint64_t word = 0;
+    const uint64_t base = w * 64, n = std::min<uint64_t>(64, count - base);
+    for (uint64_t b = 0; b < n; ++b) {
+      const uint8_t* e = bytes + (base + b) * element_size;
+      bool nonzero = false;
+      for (size_t k = 0; k + 1 < element_size; ++k) nonzero |= e[k] != 0;
+      nonzero |= (e[element_size - 1] & top_byte_bits) != 0;
+      word |= uint64_t(nonzero) << b;
+    }
+    m.words_[w] = word;
+  }
+  m.recount();
+  return m;
+}
+
 Mask Mask::from_bitmap(const uint8_t* bits, uint64_t count) {
   Mask m(count);
   const uint64_t full_bytes = count / 8;

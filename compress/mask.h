@@ -42,6 +42,10 @@ class Mask {
 
   // bytes[i] != 0 keeps element i.
   static Mask from_bytes(const uint8_t* bytes, uint64_t count);
+  // Element i (element_size little-endian bytes) kept when any of its bits is set: the zero pattern
+  // of a host buffer, as the mask tracker consumes it. With ignore_sign_bit (floating-point data)
+  // -0.0 counts as zero too: pruned gradients come out as +0.0 or -0.0, and both compare equal.
+  static Mask from_nonzero(const void* data, uint64_t count, size_t element_size, bool ignore_sign_bit = false);
   // Bit i of `bits` (LSB first within each byte) keeps element i; bits past count are ignored.
   static Mask from_bitmap(const uint8_t* bits, uint64_t count);
   // Kept elements listed by index (any order, repeats allowed); an index >= count is refused.

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace sieve::compress {
 namespace {
 
@@ -58,6 +60,21 @@ TEST(MaskTracker, FewerNonzerosFitTheStableMaskNewOnesAreDrift) {
   u = t.observe(pattern(64, {0, 10, 20, 30, 40, 63}));
   EXPECT_EQ(u.state, TrackState::kStable);
   EXPECT_TRUE(u.became_stable);
+}
+
+TEST(MaskTracker, LearnsFromHostBuffersZeroPatterns) {
+  // Pruned weights' gradients are exactly +0.0 or -0.0: both zero for floating-point data.
+  std::vector<float> grad = {0.5f, 0.0f, -0.0f, 2.0f, 0.0f};
+  EXPECT_EQ(Mask::from_nonzero(grad.data(), grad.size(), sizeof(float)), pattern(5, {0, 2, 3}));
+  const Mask seen = Mask::from_nonzero(grad.data(), grad.size(), sizeof(float), true);
+  EXPECT_EQ(seen, pattern(5, {0, 3}));
+  const uint8_t bytes[] = {0, 0x80, 1};
+  EXPECT_EQ(Mask::from_nonzero(bytes, 3, 1), pattern(3, {1, 2}));
+  std::vector<uint16_t> bf16 = {0, 0x3f80, 0, 0};
+  EXPECT_EQ(Mask::from_nonzero(bf16.data(), 4, 2), pattern(4, {1}));
+  MaskTracker t(2);
+  t.observe(seen);
+  EXPECT_EQ(t.observe(Mask::from_nonzero(grad.data(), grad.size(), 4, true)).state, TrackState::kStable);
 }
 
 TEST(MaskTracker, SizeChangeAndResetStartOver) {
