@@ -98,6 +98,17 @@ bool parse_modes(const std::string& text, std::vector<Mode>* modes, std::string*
   return !modes->empty();
 }
 
+bool takes_value(const std::string& arg) {
+  static const char* const kValued[] = {"--nodes", "--model", "--masks", "--prune", "--density", "--seed",
+                                        "--dtype", "--modes", "--iters", "--warmup", "--rate", "--delay",
+                                        "--loss", "--reorder", "--plugin", "--netlab", "--gloo-script",
+                                        "--chunk", "--inflight", "--timeout"};
+  for (const char* name : kValued) {
+    if (arg == name) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool parse_options(int argc, char** argv, Options* o, std::string* message, bool* help) {
@@ -126,8 +137,10 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       o->loopback = true;
     } else if (arg == "--gloo") {
       o->gloo = true;
+    } else if (!takes_value(arg)) {
+      *message = "unknown option '" + arg + "'\n" + usage_text();
+      return false;
     } else if (!value(&v)) {
-      if (message->empty()) *message = "unknown option '" + arg + "'";
       return false;
     } else if (arg == "--nodes") {
       if (!parse_int(v, 2, 64, &n)) return *message = "--nodes: a number from 2 to 64", false;

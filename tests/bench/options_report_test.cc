@@ -1,0 +1,104 @@
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "tools/bench/options.h"
+#include "tools/bench/report.h"
+
+namespace sieve::bench {
+namespace {
+
+bool parse(std::vector<const char*> args, Options* options, std::string* message) {
+  args.insert(args.begin(), "sieve-bench");
+  bool help = false;
+  return parse_options(static_cast<int>(args.size()), const_cast<char**>(args.data()), options, message, &help);
+}
+
+TEST(Options, DefaultsAreTheDemo) {
+  Options o;
+  std::string message;
+  ASSERT_TRUE(parse({}, &o, &message)) << message;
+  EXPECT_EQ(o.nodes, 4);
+  EXPECT_EQ(o.model, "resnet50");
+  EXPECT_EQ(o.prune.kind, PruneKind::Unstructured);
+  EXPECT_DOUBLE_EQ(o.prune.density, 0.2);
+  EXPECT_EQ(o.rate, "1gbit");
+  ASSERT_EQ(o.modes.size(), 2u);
+  EXPECT_EQ(o.modes[0], Mode::Dense);
+  EXPECT_EQ(o.modes[1], Mode::Compacted);
+}
+
+TEST(Options, ParsesEveryKnob) {
+  Options o;
+  std::string message;
+  ASSERT_TRUE(parse({"--nodes", "8", "--model", "vit_b_16", "--prune", "channel", "--density", "0.5", "--dtype", "bf16",
+                     "--rate", "10gbit", "--iters", "3", "--warmup", "0", "--json", "--gloo", "--loopback"},
+                    &o, &message))
+      << message;
+  EXPECT_EQ(o.nodes, 8);
+  EXPECT_EQ(o.model, "vit_b_16");
+  EXPECT_EQ(o.prune.kind, PruneKind::Channel);
+  EXPECT_EQ(o.dtype, DType::BF16);
+  EXPECT_DOUBLE_EQ(rate_bits_per_second(o.rate), 1e10);
+  EXPECT_TRUE(o.json && o.gloo && o.loopback);
+  ASSERT_TRUE(parse({"--rate", "none"}, &o, &message));
+  EXPECT_EQ(o.rate, "");
+}
+
+TEST(Options, EveryBadInputGetsAClearError) {
+  const std::vector<std::vector<const char*>> bad = {
+      {"--nodes", "1"}, {"--nodes", "x"}, {"--model", "resnet51"}, {"--density", "0"}, {"--density", "1.5"},
+      {"--dtype", "fp16"}, {"--modes", "sparse"}, {"--rate", "fast"}, {"--iters", "0"}, {"--inflight", "33"},
+      {"--bogus"}, {"--nodes"}};
+  for (const auto& args : bad) {
+    Options o;
+    std::string message;
+    EXPECT_FALSE(parse(args, &o, &message)) << args[0];
+    EXPECT_FALSE(message.empty()) << args[0];
+  }
+}
+
+RunReport sample() {
+  RunReport r;
+  r.model = "ResNet-50";
+  r.parameters = 25557032;
+  r.buckets = 6;
+  r.nodes = 4;
+  r.link = "network namespaces on a 1gbit switch";
+  r.prune = "unstructured, density 0.2";
+  r.kept_fraction = 0.2;
+  r.iterations = 2;
+  ModeResult dense{"dense", true, "", {1.0, 1.2}, 153e6};
+  ModeResult compacted{"compacted", true, "", {0.25, 0.25}, 30e6};
+  compacted.ideal_speedup = 5;
+  r.modes = {dense, compacted};
+  return r;
+}
+
+TEST(Report, TableJsonAndSummaryAgree) {
+  const RunReport r = sample();
+  const std::string line = summary_line(r);
+  EXPECT_NE(line.find("ResNet-50"), std::string::npos) << line;
+  EXPECT_NE(line.find("80 % pruned"), std::string::npos) << line;
+  EXPECT_NE(line.find("4.4x faster"), std::string::npos) << line;  // 1.1 s / 0.25 s
+  const std::string table = format_table(r);
+  EXPECT_NE(table.find("compacted"), std::string::npos);
+  EXPECT_NE(table.find("4.40x"), std::string::npos) << table;
+  EXPECT_NE(table.find(line), std::string::npos);
+  const std::string json = format_json(r);
+  EXPECT_NE(json.find("\"mode\":\"compacted\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"ideal_speedup\":5"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"exact\":true"), std::string::npos) << json;
+}
+
+TEST(Report, AFailureIsShownNotSummarised) {
+  RunReport r = sample();
+  r.modes[1].ok = false;
+  r.modes[1].error = "node 2: WRONG RESULT";
+  r.failure = "compacted: node 2: WRONG RESULT";
+  EXPECT_EQ(summary_line(r), "");
+  EXPECT_NE(format_table(r).find("FAILED: compacted: node 2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sieve::bench
