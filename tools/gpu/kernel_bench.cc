@@ -1,0 +1,121 @@
+// sieve-proxy-kernel-bench: gather/scatter bandwidth of the collective proxy's kernels against a
+// device-to-device cudaMemcpy of the same useful bytes, in one run (ratios, not absolute times, are
+// the result). Bar (DESIGN.md): gather/scatter >= 80 % of the copy.
+//
+//   sieve-proxy-kernel-bench [--count ELEMENTS] [--iters K]
+// Prints one JSON line per (dtype size, mask shape, density, kernel).
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compress/mask.h"
+#include "plugin/proxy/cuda_backend.h"
+
+namespace {
+
+using sieve::compress::Mask;
+using sieve::plugin::proxy::CudaBackend;
+using sieve::plugin::proxy::DevicePlan;
+using sieve::plugin::proxy::ElemType;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// "runs": kept runs of ~256 elements (ranges layout); "scattered": independent elements (indices).
+Mask make_mask(uint64_t count, double density, bool runs) {
+  Mask m(count, false);
+  std::mt19937_64 rng(42);
+  std::uniform_real_distribution<double> u(0, 1);
+  const uint64_t run = runs ? 256 : 1;
+  for (uint64_t i = 0; i < count; i += run)
+    if (u(rng) < density) m.set_range(i, std::min(run, count - i), true);
+  return m;
+}
+
+template <typename F> double time_ms(cudaStream_t s, int iters, F&& body) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  body();  // warm-up
+  check(cudaEventRecord(a, s), "record");
+  for (int i = 0; i < iters; ++i) body();
+  check(cudaEventRecord(b, s), "record");
+  check(cudaEventSynchronize(b), "sync");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return double(ms) / iters;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint64_t count = 64ull << 20;
+  int iters = 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--count") count = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--iters") iters = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: sieve-proxy-kernel-bench [--count ELEMENTS] [--iters K]\n");
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "sieve-proxy-kernel-bench: no CUDA device visible; nothing measured\n");
+    return 77;
+  }
+  cudaDeviceProp prop;
+  check(cudaGetDeviceProperties(&prop, 0), "properties");
+  std::fprintf(stderr, "device: %s\n", prop.name);
+  cudaStream_t s;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  CudaBackend backend;
+  const std::pair<ElemType, const char*> types[] = {{ElemType::kF16, "f16"}, {ElemType::kF32, "f32"}, {ElemType::kF64, "f64"}};
+  for (const auto& [type, name] : types) {
+    const size_t es = sieve::plugin::proxy::element_size(type);
+    void *buf, *copy_dst;
+    check(cudaMalloc(&buf, count * es), "malloc");
+    check(cudaMalloc(&copy_dst, count * es), "malloc");
+    check(cudaMemset(buf, 0, count * es), "memset");
+    for (bool runs : {true, false}) {
+      for (double density : {0.5, 0.2, 0.1}) {
+        const Mask mask = make_mask(count, density, runs);
+        std::unique_ptr<DevicePlan> plan;
+        if (backend.create_plan(mask, type, false, &plan) != 0) return 1;
+        const size_t useful = plan->nnz() * es;
+        const double copy = time_ms(s, iters, [&] { cudaMemcpyAsync(copy_dst, buf, useful, cudaMemcpyDeviceToDevice, s); });
+        const double copy_and_zero = time_ms(s, iters, [&] {
+          cudaMemsetAsync(copy_dst, 0, count * es, s);
+          cudaMemcpyAsync(copy_dst, buf, useful, cudaMemcpyDeviceToDevice, s);
+        });
+        const double gather = time_ms(s, iters, [&] { backend.gather(*plan, buf, s); });
+        const double scatter = time_ms(s, iters, [&] { backend.scatter(*plan, buf, s); });
+        check(cudaGetLastError(), "kernels");
+        const char* shape = runs ? "runs256" : "scattered";
+        std::printf("{\"dtype\": \"%s\", \"mask\": \"%s\", \"density\": %.4f, \"count\": %llu, \"copy_ms\": %.4f, "
+                    "\"gather_ms\": %.4f, \"gather_vs_copy\": %.3f, \"gather_GBps\": %.1f, \"scatter_ms\": %.4f, "
+                    "\"scatter_vs_copy_and_zero\": %.3f, \"copy_GBps\": %.1f}\n",
+                    name, shape, mask.density(), (unsigned long long)count, copy, gather, copy / gather,
+                    2.0 * double(useful) / gather / 1e6, scatter, copy_and_zero / scatter,
+                    2.0 * double(useful) / copy / 1e6);
+        std::fflush(stdout);
+      }
+    }
+    cudaFree(buf);
+    cudaFree(copy_dst);
+  }
+  return 0;
+}

@@ -1,0 +1,371 @@
+// sieve-proxy-rank: one rank of a multi-process NCCL job on a GPU machine, driving the collective
+// proxy the way a trainer does: NCCL linked normally, libnccl-net-sieve.so loaded (NCCL also loads it
+// as its net plugin when NCCL_NET_PLUGIN names it), masks published through the C API, and
+// all-reduces called through the library's interposed ncclAllReduce. Several ranks share one GPU when
+// each has its own NCCL_HOSTID (tools/gpu/run_proxy_ranks.sh and tests/proxy/gpu set that up).
+//
+//   sieve-proxy-rank --rank R --nranks N --id-file F --library L check     every dtype and op, compact vs dense
+//   ... learned                      SIEVE_TRACK=1: learn, compact, violate, fall back
+//   ... bench [--count E] [--iters K] [--densities 0.5,0.2,0.1]            timings and wire bytes (JSON lines)
+// Exit status 0 = every check held; messages name the first difference.
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "plugin/sieve.h"
+
+namespace {
+
+#define CHECK_CUDA(call)                                                                            \
+  do {                                                                                              \
+    cudaError_t e_ = (call);                                                                        \
+    if (e_ != cudaSuccess) fail("%s: %s", #call, cudaGetErrorString(e_));                           \
+  } while (0)
+#define CHECK_NCCL(call)                                                                            \
+  do {                                                                                              \
+    ncclResult_t r_ = (call);                                                                       \
+    if (r_ != ncclSuccess) fail("%s: %s", #call, ncclGetErrorString(r_));                           \
+  } while (0)
+
+int g_rank = 0;
+
+[[noreturn]] __attribute__((format(printf, 1, 2))) void fail(const char* fmt, ...) {
+  char text[1024];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(text, sizeof text, fmt, args);
+  va_end(args);
+  std::fprintf(stderr, "rank %d: FAIL: %s\n", g_rank, text);
+  std::exit(1);
+}
+
+// The library's entry points, from the loaded copy (the one NCCL also uses as its plugin).
+struct Sieve {
+  decltype(&::ncclAllReduce) all_reduce;
+  decltype(&::ncclGroupStart) group_start;
+  decltype(&::ncclGroupEnd) group_end;
+  decltype(&::sieve_mask_publish) publish;
+  decltype(&::sieve_mask_retract) retract;
+  decltype(&::sieve_stats_get) stats;
+  decltype(&::sieve_last_error) last_error;
+};
+
+Sieve load(const std::string& path) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) fail("dlopen %s: %s", path.c_str(), dlerror());
+  auto sym = [&](const char* name) {
+    void* p = dlsym(h, name);
+    if (!p) fail("%s has no %s (built without CUDA?)", path.c_str(), name);
+    return p;
+  };
+  Sieve s;
+  s.all_reduce = reinterpret_cast<decltype(s.all_reduce)>(sym("ncclAllReduce"));
+  s.group_start = reinterpret_cast<decltype(s.group_start)>(sym("ncclGroupStart"));
+  s.group_end = reinterpret_cast<decltype(s.group_end)>(sym("ncclGroupEnd"));
+  s.publish = reinterpret_cast<decltype(s.publish)>(sym("sieve_mask_publish"));
+  s.retract = reinterpret_cast<decltype(s.retract)>(sym("sieve_mask_retract"));
+  s.stats = reinterpret_cast<decltype(s.stats)>(sym("sieve_stats_get"));
+  s.last_error = reinterpret_cast<decltype(s.last_error)>(sym("sieve_last_error"));
+  return s;
+}
+
+sieve_stats_t stats(const Sieve& s) {
+  sieve_stats_t st;
+  std::memset(&st, 0, sizeof st);
+  st.size = sizeof st;
+  s.stats(&st);
+  return st;
+}
+
+ncclUniqueId rendezvous(int rank, const std::string& file) {
+  ncclUniqueId id;
+  if (rank == 0) {
+    CHECK_NCCL(ncclGetUniqueId(&id));
+    const std::string tmp = file + ".tmp";
+    std::ofstream(tmp, std::ios::binary).write(id.internal, sizeof id.internal);
+    if (std::rename(tmp.c_str(), file.c_str()) != 0) fail("cannot write %s", file.c_str());
+    return id;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    std::ifstream in(file, std::ios::binary);
+    if (in && in.read(id.internal, sizeof id.internal)) return id;
+    if (std::chrono::steady_clock::now() > deadline) fail("rank 0 never wrote %s", file.c_str());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+struct Type {
+  ncclDataType_t nccl;
+  int sieve;
+  size_t size;
+  const char* name;
+};
+const Type kTypes[] = {{ncclFloat32, SIEVE_DTYPE_F32, 4, "f32"},
+                       {ncclFloat16, SIEVE_DTYPE_F16, 2, "f16"},
+                       {ncclBfloat16, SIEVE_DTYPE_BF16, 2, "bf16"},
+                       {ncclFloat64, SIEVE_DTYPE_F64, 8, "f64"}};
+const std::pair<ncclRedOp_t, const char*> kOps[] = {
+    {ncclSum, "sum"}, {ncclProd, "prod"}, {ncclMax, "max"}, {ncclMin, "min"}, {ncclAvg, "avg"}};
+
+// Bits of v (exactly representable: the test values are small multiples of 0.5) in each type.
+uint64_t encode(float v, const Type& t) {
+  uint32_t f;
+  std::memcpy(&f, &v, 4);
+  switch (t.size) {
+    case 8: {
+      double d = v;
+      uint64_t b;
+      std::memcpy(&b, &d, 8);
+      return b;
+    }
+    case 4: return f;
+    default:
+      if (t.nccl == ncclBfloat16) return f >> 16;
+      if (v == 0.0f) return (f >> 16) & 0x8000;
+      return ((f >> 16) & 0x8000) | ((((f >> 23) & 0xff) - 127 + 15) << 10) | ((f >> 13) & 0x3ff);
+  }
+}
+
+// A mask at density d: short random gaps and kept runs, so both plan layouts appear across densities.
+std::vector<uint8_t> make_mask(size_t count, double density, uint32_t seed, size_t* kept) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<uint8_t> bits((count + 7) / 8, 0);
+  *kept = 0;
+  for (size_t i = 0; i < count;) {
+    const size_t run = 1 + rng() % 64;
+    const bool keep = u(rng) < density;
+    for (size_t j = i; j < i + run && j < count; ++j)
+      if (keep) bits[j / 8] |= uint8_t(1u << (j % 8)), ++*kept;
+    i += run;
+  }
+  return bits;
+}
+
+bool kept_at(const std::vector<uint8_t>& bits, size_t i) { return (bits[i / 8] >> (i % 8)) & 1; }
+
+// Host image of rank r's buffer: small exact values where kept, -0.0 where pruned (as prune leaves).
+std::vector<uint8_t> make_data(const std::vector<uint8_t>& mask, size_t count, const Type& t, int rank, int salt) {
+  std::vector<uint8_t> data(count * t.size);
+  for (size_t i = 0; i < count; ++i) {
+    const float v = kept_at(mask, i) ? float((i + rank + salt) % 4 + 2) * 0.5f * ((i + rank) % 3 ? 1.f : -1.f) : -0.0f;
+    const uint64_t b = encode(v, t);
+    std::memcpy(&data[i * t.size], &b, t.size);
+  }
+  return data;
+}
+
+// Equal bit for bit, except that +0 and -0 are the same zero.
+void expect_same(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, const Type& t, const char* what) {
+  const uint64_t sign = 1ull << (t.size * 8 - 1);
+  for (size_t i = 0; i < got.size() / t.size; ++i) {
+    uint64_t a = 0, b = 0;
+    std::memcpy(&a, &got[i * t.size], t.size);
+    std::memcpy(&b, &want[i * t.size], t.size);
+    if (a != b && !((a & ~sign) == 0 && (b & ~sign) == 0))
+      fail("%s: element %zu is 0x%llx, dense gives 0x%llx", what, i, (unsigned long long)a, (unsigned long long)b);
+  }
+}
+
+struct Job {
+  Sieve sieve;
+  ncclComm_t comm;
+  cudaStream_t stream;
+  int rank, nranks;
+};
+
+std::vector<uint8_t> download(const void* d, size_t bytes, cudaStream_t s) {
+  std::vector<uint8_t> h(bytes);
+  CHECK_CUDA(cudaMemcpyAsync(h.data(), d, bytes, cudaMemcpyDeviceToHost, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  return h;
+}
+
+void run_check(Job& job) {
+  const size_t count = (1u << 20) + 37;
+  for (const Type& t : kTypes) {
+    for (double density : {0.2, 0.02}) {
+      size_t kept = 0;
+      const std::vector<uint8_t> mask = make_mask(count, density, 7 + uint32_t(density * 100), &kept);
+      const size_t bytes = count * t.size;
+      void *in, *dense, *inplace, *outplace, *group_a, *group_b;
+      for (void** p : {&in, &dense, &inplace, &outplace, &group_a, &group_b}) CHECK_CUDA(cudaMalloc(p, bytes));
+      for (const auto& [op, op_name] : kOps) {
+        const std::vector<uint8_t> data = make_data(mask, count, t, job.rank, int(op));
+        CHECK_CUDA(cudaMemcpy(in, data.data(), bytes, cudaMemcpyHostToDevice));
+        for (void* p : {inplace, group_a, group_b}) CHECK_CUDA(cudaMemcpy(p, data.data(), bytes, cudaMemcpyHostToDevice));
+        for (void* p : {in, inplace, group_a, group_b})
+          if (job.sieve.publish(p, count, t.sieve, mask.data(), nullptr) != 0)
+            fail("publish: %s", job.sieve.last_error());
+        // Masks are agreed (a waiting exchange) only outside groups: agree these first, then refill.
+        for (void* p : {group_a, group_b})
+          CHECK_NCCL(job.sieve.all_reduce(p, p, count, t.nccl, op, job.comm, job.stream));
+        CHECK_CUDA(cudaStreamSynchronize(job.stream));
+        for (void* p : {group_a, group_b}) CHECK_CUDA(cudaMemcpy(p, data.data(), bytes, cudaMemcpyHostToDevice));
+        // Dense reference through the real NCCL (linked directly, not interposed).
+        CHECK_NCCL(ncclAllReduce(in, dense, count, t.nccl, op, job.comm, job.stream));
+        const sieve_stats_t before = stats(job.sieve);
+        CHECK_NCCL(job.sieve.all_reduce(inplace, inplace, count, t.nccl, op, job.comm, job.stream));
+        CHECK_NCCL(job.sieve.all_reduce(in, outplace, count, t.nccl, op, job.comm, job.stream));
+        CHECK_NCCL(job.sieve.group_start());
+        CHECK_NCCL(job.sieve.all_reduce(group_a, group_a, count, t.nccl, op, job.comm, job.stream));
+        CHECK_NCCL(job.sieve.all_reduce(group_b, group_b, count, t.nccl, op, job.comm, job.stream));
+        CHECK_NCCL(job.sieve.group_end());
+        const sieve_stats_t after = stats(job.sieve);
+        const std::vector<uint8_t> want = download(dense, bytes, job.stream);
+        char what[128];
+        std::snprintf(what, sizeof what, "%s %s d=%.2f", t.name, op_name, density);
+        expect_same(download(inplace, bytes, job.stream), want, t, (std::string(what) + " in-place").c_str());
+        expect_same(download(outplace, bytes, job.stream), want, t, (std::string(what) + " out-of-place").c_str());
+        expect_same(download(group_a, bytes, job.stream), want, t, (std::string(what) + " grouped").c_str());
+        expect_same(download(group_b, bytes, job.stream), want, t, (std::string(what) + " grouped").c_str());
+        if (after.collectives_compacted - before.collectives_compacted != 4)
+          fail("%s: %llu of 4 calls compacted", what,
+               (unsigned long long)(after.collectives_compacted - before.collectives_compacted));
+        for (void* p : {in, inplace, group_a, group_b}) job.sieve.retract(p);
+        if (job.rank == 0) std::printf("ok: %s (kept %zu of %zu)\n", what, kept, count);
+      }
+      for (void* p : {in, dense, inplace, outplace, group_a, group_b}) CHECK_CUDA(cudaFree(p));
+    }
+  }
+}
+
+void run_learned(Job& job) {
+  const Type& t = kTypes[0];
+  const size_t count = 1u << 20;
+  size_t kept = 0;
+  const std::vector<uint8_t> mask = make_mask(count, 0.1, 11, &kept);
+  void *buf, *ref;
+  CHECK_CUDA(cudaMalloc(&buf, count * 4));
+  CHECK_CUDA(cudaMalloc(&ref, count * 4));
+  const int steps = 30, violating = 15;
+  uint64_t compacted_before_violation = 0;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<uint8_t> data = make_data(mask, count, t, job.rank, step);
+    if (step == violating && job.rank == 1) {  // a nonzero where every earlier output was zero
+      size_t i = 0;
+      while (kept_at(mask, i)) ++i;
+      const uint64_t b = encode(3.0f, t);
+      std::memcpy(&data[i * 4], &b, 4);
+    }
+    CHECK_CUDA(cudaStreamSynchronize(job.stream));
+    CHECK_CUDA(cudaMemcpy(buf, data.data(), count * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(ref, data.data(), count * 4, cudaMemcpyHostToDevice));
+    CHECK_NCCL(ncclAllReduce(ref, ref, count, t.nccl, ncclSum, job.comm, job.stream));
+    CHECK_NCCL(job.sieve.all_reduce(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));
+    // Outputs equal the dense ones except at violating positions of compact calls (documented: dropped).
+    if (step != violating) expect_same(download(buf, count * 4, job.stream), download(ref, count * 4, job.stream), t, "learned");
+    if (step == violating - 1) compacted_before_violation = stats(job.sieve).collectives_compacted;
+  }
+  const sieve_stats_t st = stats(job.sieve);
+  if (compacted_before_violation == 0) fail("learned: never compacted before the violation");
+  if (job.rank == 1 && st.mask_violations == 0) fail("learned: the violation was not counted");
+  std::printf("ok: rank %d learned: compacted %llu of %d calls, violations counted %llu\n", job.rank,
+              (unsigned long long)st.collectives_compacted, steps, (unsigned long long)st.mask_violations);
+}
+
+void run_bench(Job& job, size_t count, int iters, const std::vector<double>& densities) {
+  const Type& t = kTypes[0];
+  void* buf;
+  CHECK_CUDA(cudaMalloc(&buf, count * 4));
+  CHECK_CUDA(cudaMemset(buf, 0, count * 4));
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  auto time_calls = [&](bool proxied, double* wire_bytes) {
+    const sieve_stats_t before = stats(job.sieve);
+    for (int i = 0; i < 3; ++i)  // warm-up (and the proxy's one-time hash agreement)
+      CHECK_NCCL((proxied ? job.sieve.all_reduce : &ncclAllReduce)(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));
+    CHECK_CUDA(cudaStreamSynchronize(job.stream));
+    const sieve_stats_t warm = stats(job.sieve);
+    CHECK_CUDA(cudaEventRecord(start, job.stream));
+    for (int i = 0; i < iters; ++i)
+      CHECK_NCCL((proxied ? job.sieve.all_reduce : &ncclAllReduce)(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));
+    CHECK_CUDA(cudaEventRecord(stop, job.stream));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    *wire_bytes = double(stats(job.sieve).bytes_wire_sent - warm.bytes_wire_sent) / iters;
+    (void)before;
+    return double(ms) / iters;
+  };
+  double dense_wire = 0;
+  const double dense_ms = time_calls(false, &dense_wire);
+  for (double d : densities) {
+    size_t kept = 0;
+    const std::vector<uint8_t> mask = make_mask(count, d, 5, &kept);
+    if (job.sieve.publish(buf, count, t.sieve, mask.data(), nullptr) != 0) fail("publish: %s", job.sieve.last_error());
+    double wire = 0;
+    const double ms = time_calls(true, &wire);
+    job.sieve.retract(buf);
+    if (job.rank == 0)
+      std::printf("{\"count\": %zu, \"density\": %.4f, \"dense_ms\": %.3f, \"compact_ms\": %.3f, \"time_ratio\": %.4f, "
+                  "\"dense_wire_bytes\": %.0f, \"compact_wire_bytes\": %.0f, \"wire_ratio\": %.4f, "
+                  "\"bar_time_ratio\": %.4f}\n",
+                  count, double(kept) / double(count), dense_ms, ms, ms / dense_ms, dense_wire, wire,
+                  dense_wire > 0 ? wire / dense_wire : 0.0, 1.15 * double(kept) / double(count));
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int nranks = 2;
+  std::string id_file, library, mode;
+  size_t count = 64u << 20;  // 256 MiB of f32: large enough that the link, not latency, dominates
+  int iters = 10;
+  std::vector<double> densities = {0.5, 0.2, 0.1};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) fail("%s needs a value", a.c_str());
+      return argv[++i];
+    };
+    if (a == "--rank") g_rank = std::atoi(next().c_str());
+    else if (a == "--nranks") nranks = std::atoi(next().c_str());
+    else if (a == "--id-file") id_file = next();
+    else if (a == "--library") library = next();
+    else if (a == "--count") count = std::strtoull(next().c_str(), nullptr, 10);
+    else if (a == "--iters") iters = std::atoi(next().c_str());
+    else if (a == "--densities") {
+      densities.clear();
+      std::string list = next();
+      for (size_t p = 0; p < list.size();) {
+        size_t q = list.find(',', p);
+        densities.push_back(std::atof(list.substr(p, q - p).c_str()));
+        p = q == std::string::npos ? list.size() : q + 1;
+      }
+    } else if (a == "check" || a == "learned" || a == "bench") mode = a;
+    else fail("unknown argument %s", a.c_str());
+  }
+  if (id_file.empty() || library.empty() || mode.empty() || nranks < 1 || g_rank < 0 || g_rank >= nranks)
+    fail("usage: sieve-proxy-rank --rank R --nranks N --id-file F --library L {check|learned|bench}");
+  Job job;
+  job.rank = g_rank;
+  job.nranks = nranks;
+  job.sieve = load(library);
+  CHECK_CUDA(cudaSetDevice(0));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&job.stream, cudaStreamNonBlocking));
+  const ncclUniqueId id = rendezvous(g_rank, id_file);
+  CHECK_NCCL(ncclCommInitRank(&job.comm, nranks, id, g_rank));
+  if (mode == "check") run_check(job);
+  else if (mode == "learned") run_learned(job);
+  else run_bench(job, count, iters, densities);
+  CHECK_CUDA(cudaStreamSynchronize(job.stream));
+  ncclCommDestroy(job.comm);
+  return 0;
+}
