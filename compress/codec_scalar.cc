@@ -10,19 +10,21 @@ namespace {
 template <typename Word> bool encode_words(EncodeCursor& c) {
   uint8_t* out = c.out;
   for (size_t i = c.done; i < c.words; i += 8) {
+    if (size_t(out - c.payload) > c.budget) {
+      c.out = out;
+      return false;
+    }
     const size_t n = c.words - i < 8 ? c.words - i : 8;
+    const bool room = out + 8 * sizeof(Word) <= c.limit;
     unsigned byte = 0;
     for (size_t k = 0; k < n; ++k) {
       Word w;
       std::memcpy(&w, c.src + (i + k) * sizeof(Word), sizeof w);
-      if (!w) continue;
-      if (size_t(out - c.payload) + sizeof w > c.budget) {
-        c.out = out;
-        return false;
-      }
-      byte |= 1u << k;
-      std::memcpy(out, &w, sizeof w);
-      out += sizeof w;
+      const unsigned nonzero = w != 0;
+      byte |= nonzero << k;
+      // Branch-free where the destination has room: store always, advance only past nonzeros.
+      if (room || nonzero) std::memcpy(out, &w, sizeof w);
+      out += nonzero * sizeof w;
     }
     c.bitmap[i / 8] = uint8_t(byte);
   }
@@ -33,13 +35,29 @@ template <typename Word> bool encode_words(EncodeCursor& c) {
 
 template <typename Word> void decode_words(DecodeCursor& c) {
   const uint8_t* in = c.in;
-  for (size_t i = c.done; i < c.words; ++i) {
-    Word w = 0;
-    if ((c.bitmap[i / 8] >> (i % 8)) & 1) {
-      std::memcpy(&w, in, sizeof w);
-      in += sizeof w;
+  for (size_t i = c.done; i < c.words; i += 8) {
+    const size_t n = c.words - i < 8 ? c.words - i : 8;
+    const unsigned byte = c.bitmap[i / 8];
+    if (in + 8 * sizeof(Word) <= c.in_end) {
+      // Branch-free: always read the next packed word, keep it only where the bitmap says so.
+      for (size_t k = 0; k < n; ++k) {
+        const unsigned nonzero = (byte >> k) & 1;
+        Word w;
+        std::memcpy(&w, in, sizeof w);
+        w = Word(w & Word(0 - Word(nonzero)));
+        std::memcpy(c.dst + (i + k) * sizeof(Word), &w, sizeof w);
+        in += nonzero * sizeof w;
+      }
+      continue;
     }
-    std::memcpy(c.dst + i * sizeof(Word), &w, sizeof w);
+    for (size_t k = 0; k < n; ++k) {  // near the end of the input: read only what exists
+      Word w = 0;
+      if ((byte >> k) & 1) {
+        std::memcpy(&w, in, sizeof w);
+        in += sizeof w;
+      }
+      std::memcpy(c.dst + (i + k) * sizeof(Word), &w, sizeof w);
+    }
   }
   c.in = in;
   c.done = c.words;
