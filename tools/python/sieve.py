@@ -5,13 +5,14 @@ masks of tensors so the collective proxy all-reduces only their kept elements, a
 process's counters.
 
     import sieve
-    sieve.publish_pruned_model(ddp_model.module)   # every rank, after the first backward
+    sieve.publish_pruned_model(ddp_model.module)   # every rank, after the second backward
     print(sieve.stats())
 
 DDP settings the proxy needs (see publish_pruned_model): gradient_as_bucket_view=True, so that each
 parameter's .grad *is* a view into the bucket NCCL all-reduces and a mask published for the grad
-covers the bucket; publish after the first iteration, because DDP rebuilds its buckets (new
-addresses) once after it; publish at the same point on every rank.
+covers the bucket; publish after the second backward pass, because DDP rebuilds its buckets (new
+addresses) once during the second iteration; publish at the same point on every rank; keep the
+gradients alive (optimizer.zero_grad(set_to_none=False)).
 """
 
 import ctypes
@@ -178,6 +179,17 @@ def _pruned_parameters(model):
                     yield ("%s.%s" % (module_name, param_name)).lstrip("."), param, mask
 
 
+# Addresses publish_pruned_model published, per model: DDP moves gradients when it rebuilds its
+# buckets, and a mask left at an old address could later describe some other tensor placed there.
+_published_by_model = {}
+
+
+def _retract_addresses(addresses):
+    lib = library()
+    for address in addresses:
+        lib.sieve_mask_retract(ctypes.c_void_p(address))  # NOT_FOUND is fine: already replaced
+
+
 def publish_pruned_model(model, require_grads=True):
     """Publishes, for every parameter pruned with torch.nn.utils.prune, its mask on the parameter's
     gradient: the gradient of a pruned weight is exactly zero there while the reparametrization is
@@ -186,28 +198,28 @@ def publish_pruned_model(model, require_grads=True):
     For DDP, pass the wrapped module (ddp.module) and construct DDP with gradient_as_bucket_view=True:
     then every .grad is a view into the bucket that NCCL all-reduces, and the bucket's mask is the
     union of its gradients' masks (unpruned parameters stay dense). Call it on every rank at the same
-    point, after the first backward pass (DDP allocates gradients then and rebuilds its buckets once
-    after the first iteration), and again whenever a mask changes or buckets move. Without
+    point, after the *second* backward pass: DDP rebuilds its buckets once during the second
+    iteration, which moves every gradient; call it again whenever a mask changes or buckets move
+    (it first retracts what it published for this model before). Keep gradients alive: use
+    optimizer.zero_grad(set_to_none=False), or the bucket views are dropped. Without
     gradient_as_bucket_view DDP copies gradients into separate buckets that no mask covers, and the
     proxy simply runs dense.
     """
-    published = 0
-    for name, param, mask in _pruned_parameters(model):
-        if param.grad is None:
-            if require_grads:
+    pruned = list(_pruned_parameters(model))
+    if require_grads:
+        for name, param, _ in pruned:
+            if param.grad is None:
                 raise SieveError(-1, "%s has no gradient yet: publish after the first backward pass" % name)
-            continue
-        publish_mask(param.grad, mask)
-        published += 1
-    return published
+    _retract_addresses(_published_by_model.pop(id(model), []))
+    addresses = []
+    for _, param, mask in pruned:
+        if param.grad is not None:
+            publish_mask(param.grad, mask)
+            addresses.append(param.grad.data_ptr())
+    _published_by_model[id(model)] = addresses
+    return len(addresses)
 
 
 def retract_all(model):
-    """Retracts the masks publish_pruned_model published (missing ones are ignored)."""
-    for _, param, _ in _pruned_parameters(model):
-        if param.grad is not None:
-            try:
-                retract(param.grad)
-            except SieveError as error:
-                if error.code != -4:
-                    raise
+    """Retracts the masks publish_pruned_model published for this model, wherever they were."""
+    _retract_addresses(_published_by_model.pop(id(model), []))

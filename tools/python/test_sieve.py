@@ -98,6 +98,11 @@ class BindingTest(unittest.TestCase):
         self.assertEqual(sieve.query(model[0].weight_orig.grad)["kept"], int(model[0].weight_mask.sum()))
         self.assertEqual(sieve.query(model[3].weight_orig.grad)["kept"], int(model[3].weight_mask.sum()))
         self.assertEqual(sieve.stats()["masks_published"], self.before + 2)
+        # Gradients moved (as when DDP rebuilds its buckets): republishing drops the stale addresses.
+        for module in (model[0], model[3]):
+            module.weight_orig.grad = module.weight_orig.grad.clone()
+        self.assertEqual(sieve.publish_pruned_model(model), 2)
+        self.assertEqual(sieve.stats()["masks_published"], self.before + 2)
         sieve.retract_all(model)
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
