@@ -135,7 +135,7 @@ cmd_up() {
     ip -n "$ns" link set lo up
   done
   if (( p2p )); then
-    ip link add $ifname netns "$(node_ns 0)" type veth peer name $ifname netns "$(node_ns 1)"
+    ip -n "$(node_ns 0)" link add $ifname type veth peer name $ifname netns "$(node_ns 1)"
   else
     local sw
     sw=$(switch_ns)
@@ -144,7 +144,7 @@ cmd_up() {
     ip -n "$sw" link add br0 type bridge
     ip -n "$sw" link set br0 up
     for ((i = 0; i < n; i++)); do
-      ip link add $ifname netns "$(node_ns $i)" type veth peer name "p$i" netns "$sw"
+      ip -n "$(node_ns $i)" link add $ifname type veth peer name "p$i" netns "$sw"
       ip -n "$sw" link set "p$i" master br0
       ip -n "$sw" link set "p$i" up
     done
@@ -156,6 +156,15 @@ cmd_up() {
     if [[ -n $rate$delay$loss$reorder ]]; then
       shape_node "$ns" "$rate" "$delay" "$loss" "$reorder"
     fi
+  done
+  # The kernel reports carrier changes lazily (linkwatch, up to a second): wait until every node's
+  # interface is operationally up, since programs (Sieve among them) skip interfaces that are down.
+  for ((i = 0; i < n; i++)); do
+    local waited=0
+    until [[ $(ip netns exec "$(node_ns $i)" cat /sys/class/net/$ifname/operstate) == up ]]; do
+      (( ++waited < 50 )) || { echo "netlab: node $i's $ifname never came up" >&2; false; }
+      sleep 0.1
+    done
   done
   # Wait until node 0 reaches every other node (bounded) so callers can start traffic at once.
   for ((i = 1; i < n; i++)); do

@@ -95,7 +95,10 @@ bool Child::read_line(std::string* line, int timeout_ms) {
     char buffer[4096];
     const ssize_t n = read(stdout_fd_, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;  // EOF: the child closed stdout or died
+    if (n <= 0) {  // EOF: the child closed stdout or died
+      stdout_closed_ = true;
+      return false;
+    }
     pending_.append(buffer, static_cast<size_t>(n));
   }
 }

@@ -26,6 +26,8 @@ class Child {
   bool read_line(std::string* line, int timeout_ms);
   // Reads lines until one starts with any of `prefixes`; false on EOF or timeout.
   bool expect_line(const std::vector<std::string>& prefixes, std::string* line, int timeout_ms);
+  // True once the child closed its stdout (usually: it exited).
+  bool stdout_closed() const { return stdout_closed_; }
   void close_stdin();
   void kill_now();
   // True when the child exited within timeout_ms; *status gets the exit code, or 128+signal.
@@ -43,6 +45,7 @@ class Child {
   int stdin_fd_ = -1;
   int stdout_fd_ = -1;
   bool reaped_ = false;
+  bool stdout_closed_ = false;
   rusage usage_{};
   std::string pending_;
   std::string transcript_;

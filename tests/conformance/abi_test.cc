@@ -1,0 +1,167 @@
+// In-process ABI conformance: the built library is dlopened as NCCL would, through each exported
+// ncclNetPlugin_vN, and both ends of a loopback connection are driven from this one process (NCCL's
+// own pattern for a rank talking to itself through the network).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "tests/conformance/pattern.h"
+#include "tools/common/plugin_loader.h"
+
+namespace sieve::conformance {
+namespace {
+
+constexpr int kTimeoutMs = 20000;
+
+std::unique_ptr<tools::NetPlugin> open_version(int version) {
+  setenv("SIEVE_SOCKET_IFNAME", "lo", 1);  // the only interface every machine has
+  tools::LoaderOptions options;
+  options.version = version;
+  std::string error;
+  auto net = tools::NetPlugin::open(SIEVE_PLUGIN_PATH, options, &error);
+  EXPECT_TRUE(net) << error;
+  return net;
+}
+
+TEST(PluginLibrary, ExportsEveryNetVersionFrom8To11) {
+  std::string error;
+  const auto versions = tools::exported_versions(SIEVE_PLUGIN_PATH, &error);
+  EXPECT_EQ(versions, (std::vector<int>{11, 10, 9, 8})) << error;
+}
+
+TEST(PluginLibrary, NamesFollowNcclsPluginNamingRule) {
+  EXPECT_EQ(tools::plugin_library_name("sieve"), "libnccl-net-sieve.so");
+  EXPECT_EQ(tools::plugin_library_name("libnccl-net-sieve.so"), "libnccl-net-sieve.so");
+  EXPECT_EQ(tools::plugin_library_name("./build/x.so"), "./build/x.so");
+  std::string error;
+  EXPECT_FALSE(tools::NetPlugin::open("/nonexistent/libnccl-net-none.so", {}, &error));
+  EXPECT_NE(error.find("cannot load"), std::string::npos) << error;
+}
+
+class Abi : public ::testing::TestWithParam<int> {};
+
+TEST_P(Abi, InitDevicesAndPropertiesAreSane) {
+  auto net = open_version(GetParam());
+  ASSERT_TRUE(net);
+  EXPECT_STREQ(net->name(), "Sieve");
+  ASSERT_EQ(net->init(), tools::kNetSuccess);
+  int ndev = 0;
+  ASSERT_EQ(net->devices(&ndev), tools::kNetSuccess);
+  ASSERT_GE(ndev, 1);
+  for (int dev = 0; dev < ndev; ++dev) {
+    tools::NetDeviceInfo info;
+    ASSERT_EQ(net->properties(dev, &info), tools::kNetSuccess);
+    EXPECT_FALSE(info.name.empty());
+    EXPECT_TRUE(info.ptr_support & tools::kPtrHost);
+    EXPECT_GT(info.speed_mbps, 0);
+    EXPECT_GE(info.max_comms, 1);
+    EXPECT_GE(info.max_recvs, 1);
+    if (GetParam() >= 9) {
+      EXPECT_GT(info.max_p2p_bytes, 0u);
+    }
+  }
+  tools::NetDeviceInfo info;
+  const uint64_t warnings = tools::plugin_warning_count();
+  EXPECT_NE(net->properties(ndev, &info), tools::kNetSuccess) << "a device index past the end must be refused";
+  EXPECT_GT(tools::plugin_warning_count(), warnings) << "a refused call must say why through NCCL's logger";
+  EXPECT_EQ(net->finalize(), tools::kNetSuccess);
+}
+
+TEST_P(Abi, LoopbackConnectionInOneProcessCarries32OutstandingRequests) {
+  auto net = open_version(GetParam());
+  ASSERT_TRUE(net);
+  ASSERT_EQ(net->init(), tools::kNetSuccess);
+  tools::NetHandle handle;
+  void* listen_comm = nullptr;
+  ASSERT_EQ(net->listen(0, &handle, &listen_comm), tools::kNetSuccess);
+  ASSERT_TRUE(listen_comm);
+  void *send_comm = nullptr, *recv_comm = nullptr;
+  ASSERT_EQ(tools::connect_accept_until(*net, 0, &handle, listen_comm, &send_comm, &recv_comm, kTimeoutMs),
+            tools::kNetSuccess);
+
+  constexpr int kCount = tools::kMaxRequests;
+  constexpr size_t kSize = 65536 + 5;
+  std::vector<std::vector<unsigned char>> sent(kCount), received(kCount);
+  std::vector<void*> send_mr(kCount), recv_mr(kCount), send_req(kCount), recv_req(kCount);
+  for (int i = 0; i < kCount; ++i) {
+    const size_t size = i == 0 ? 0 : kSize - i;  // 0 B included, receives posted larger than sends
+    sent[i].resize(size);
+    fill_pattern(sent[i].data(), size, 7, i);
+    received[i].assign(kSize + 64, kCanary);
+    ASSERT_EQ(net->reg_mr(send_comm, sent[i].data(), size, tools::kPtrHost, &send_mr[i]), tools::kNetSuccess);
+    ASSERT_EQ(net->reg_mr(recv_comm, received[i].data(), kSize, tools::kPtrHost, &recv_mr[i]), tools::kNetSuccess);
+  }
+  // All 32 receives and all 32 sends outstanding at once: NCCL's guaranteed depth.
+  for (int i = 0; i < kCount; ++i) {
+    void* data = received[i].data();
+    size_t size = kSize;
+    int tag = i;
+    ASSERT_EQ(net->irecv(recv_comm, 1, &data, &size, &tag, &recv_mr[i], &recv_req[i]), tools::kNetSuccess);
+    ASSERT_TRUE(recv_req[i]) << "irecv " << i << " of 32 refused";
+  }
+  for (int i = 0; i < kCount; ++i) {
+    ASSERT_EQ(net->isend(send_comm, sent[i].data(), sent[i].size(), i, send_mr[i], &send_req[i]), tools::kNetSuccess);
+    ASSERT_TRUE(send_req[i]) << "isend " << i << " of 32 refused";
+  }
+  // Test oldest first, alternating ends, as one proxy thread does for a rank talking to itself.
+  std::vector<bool> send_done(kCount), recv_done(kCount);
+  int remaining = 2 * kCount;
+  const int64_t deadline = tools::monotonic_ms() + kTimeoutMs;
+  while (remaining > 0) {
+    ASSERT_LT(tools::monotonic_ms(), deadline) << remaining << " requests still pending";
+    for (int i = 0; i < kCount; ++i) {
+      int done = 0, size = -1;
+      if (!send_done[i]) {
+        ASSERT_EQ(net->test(send_req[i], &done, &size), tools::kNetSuccess);
+        if (done) {
+          EXPECT_EQ(static_cast<size_t>(size), sent[i].size());
+          send_done[i] = true;
+          --remaining;
+        }
+      }
+      if (!recv_done[i]) {
+        ASSERT_EQ(net->test(recv_req[i], &done, &size), tools::kNetSuccess);
+        if (done) {
+          ASSERT_EQ(static_cast<size_t>(size), sent[i].size()) << "message " << i;
+          EXPECT_EQ(first_mismatch(received[i].data(), sent[i].size(), 7, i), sent[i].size()) << "message " << i;
+          for (size_t b = sent[i].size(); b < received[i].size(); ++b) {
+            ASSERT_EQ(received[i][b], kCanary) << "message " << i << " wrote past its size at " << b;
+          }
+          recv_done[i] = true;
+          --remaining;
+        }
+      }
+    }
+  }
+  for (int i = 0; i < kCount; ++i) {
+    EXPECT_EQ(net->dereg_mr(send_comm, send_mr[i]), tools::kNetSuccess);
+    EXPECT_EQ(net->dereg_mr(recv_comm, recv_mr[i]), tools::kNetSuccess);
+  }
+  EXPECT_EQ(net->close_send(send_comm), tools::kNetSuccess);
+  EXPECT_EQ(net->close_recv(recv_comm), tools::kNetSuccess);
+  EXPECT_EQ(net->close_listen(listen_comm), tools::kNetSuccess);
+  EXPECT_EQ(net->finalize(), tools::kNetSuccess);
+}
+
+TEST_P(Abi, ListenCloseWithoutAnyPeerReleasesCleanly) {
+  auto net = open_version(GetParam());
+  ASSERT_TRUE(net);
+  ASSERT_EQ(net->init(), tools::kNetSuccess);
+  for (int round = 0; round < 3; ++round) {
+    tools::NetHandle handle;
+    void* listen_comm = nullptr;
+    ASSERT_EQ(net->listen(0, &handle, &listen_comm), tools::kNetSuccess);
+    void* recv_comm = nullptr;
+    ASSERT_EQ(net->accept(listen_comm, &recv_comm), tools::kNetSuccess) << "accept must not block or fail";
+    EXPECT_EQ(recv_comm, nullptr);
+    EXPECT_EQ(net->close_listen(listen_comm), tools::kNetSuccess);
+  }
+}
+
+std::string version_name(const ::testing::TestParamInfo<int>& param) { return "v" + std::to_string(param.param); }
+
+INSTANTIATE_TEST_SUITE_P(EveryVersion, Abi, ::testing::Values(8, 9, 10, 11), version_name);
+
+}  // namespace
+}  // namespace sieve::conformance

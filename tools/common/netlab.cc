@@ -1,0 +1,82 @@
+#include "tools/common/netlab.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+namespace sieve::tools {
+
+std::string run_command(const std::string& command, int* status) {
+  std::string output;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) {
+    if (status) *status = -1;
+    return output;
+  }
+  char buffer[512];
+  while (fgets(buffer, sizeof buffer, pipe)) output += buffer;
+  const int raw = pclose(pipe);
+  if (status) *status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return output;
+}
+
+const char* default_netlab_script() { return SIEVE_NETLAB_SCRIPT; }
+
+std::string NetLab::unavailable_reason() {
+  if (geteuid() != 0) return "needs root to create network namespaces";
+  int status = 0;
+  run_command("ip -V", &status);
+  if (status != 0) return "needs iproute2 (`ip`)";
+  const std::string probe = "sieve-probe-" + std::to_string(getpid());
+  const std::string out = run_command("ip netns add " + probe + " && ip netns del " + probe, &status);
+  if (status != 0) return "cannot create network namespaces here: " + out;
+  return "";
+}
+
+namespace {
+// Labs are named sc<pid>x<n>; a process killed before its destructor ran (a test timeout) leaves its
+// lab behind, so every new lab first removes the labs of processes that no longer exist.
+void remove_orphaned_labs(const std::string& script) {
+  int status = 0;
+  std::istringstream names(run_command("ip netns list", &status));
+  std::set<std::string> orphans;
+  for (std::string line; std::getline(names, line);) {
+    unsigned pid = 0, lab = 0;
+    char suffix[8] = {};
+    if (sscanf(line.c_str(), "sc%ux%u-%7s", &pid, &lab, suffix) != 3) continue;
+    if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      orphans.insert("sc" + std::to_string(pid) + "x" + std::to_string(lab));
+    }
+  }
+  for (const auto& prefix : orphans) run_command(script + " --prefix " + prefix + " down", &status);
+}
+}  // namespace
+
+NetLab::NetLab(int nodes, const std::string& extra_options, const std::string& script) : script_(script) {
+  remove_orphaned_labs(script_);
+  // Unique per process and per lab: ctest runs tests in parallel.
+  static std::atomic<int> labs{0};
+  prefix_ = "sc" + std::to_string(getpid()) + "x" + std::to_string(labs++);
+  int status = 0;
+  const std::string out = run_command(script_ + " --prefix " + prefix_ + " up " +
+                                          std::to_string(nodes) + " " + extra_options,
+                                      &status);
+  ok_ = status == 0;
+  if (!ok_) error_ = out;
+}
+
+NetLab::~NetLab() {
+  int status = 0;
+  run_command(script_ + " --prefix " + prefix_ + " down", &status);
+}
+
+std::string NetLab::ns(int node) const { return prefix_ + "-n" + std::to_string(node); }
+std::string NetLab::addr(int node) const { return "10.77.0." + std::to_string(node + 1); }
+
+}  // namespace sieve::tools

@@ -1,0 +1,38 @@
+// A namespace lab from tools/netlab.sh for tests and tools: N nodes (namespaces) on a virtual
+// switch with addresses 10.77.0.(i+1), optionally shaped, removed by the destructor even when the
+// caller fails half-way.
+#pragma once
+
+#include <string>
+
+namespace sieve::tools {
+
+// tools/netlab.sh of the source tree this was built from.
+const char* default_netlab_script();
+
+// Two or more namespaces on a virtual switch, removed by the destructor (even after a failed assert).
+class NetLab {
+ public:
+  // Empty when the lab can run here; otherwise why not (not root, no `ip`, no namespaces).
+  static std::string unavailable_reason();
+  // `extra_options` go to `netlab.sh up` (--p2p, --rate 1gbit, ...). The prefix is unique per process
+  // and per lab, so parallel callers never collide.
+  NetLab(int nodes, const std::string& extra_options, const std::string& script = default_netlab_script());
+  ~NetLab();
+  bool ok() const { return ok_; }
+  const std::string& error() const { return error_; }
+  std::string ns(int node) const;
+  std::string addr(int node) const;
+  static const char* ifname() { return "eth0"; }
+
+ private:
+  std::string script_;
+  std::string prefix_;
+  bool ok_ = false;
+  std::string error_;
+};
+
+// The output (stdout and stderr) of a shell command; *status gets its exit status (-1 if none).
+std::string run_command(const std::string& command, int* status);
+
+}  // namespace sieve::tools

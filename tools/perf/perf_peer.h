@@ -1,0 +1,27 @@
+// One end of a sieve-perf stream: the plugin loaded through tools/common's loader, `window` messages
+// of `size` bytes outstanding, for `seconds`. The sender ends the stream with `window` empty messages,
+// exactly enough to complete every receive the receiver still has posted, so both ends close with
+// nothing outstanding.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace sieve::perf {
+
+struct PeerOptions {
+  std::string plugin;     // path or NCCL plugin name
+  int version = 0;        // 0: newest exported
+  bool sender = false;
+  std::string handle;     // sender: the receiver's handle, hex
+  size_t size = 4u << 20;
+  int window = 8;
+  double seconds = 10;
+  int poll_us = 50;       // sleep between unsuccessful test() calls
+};
+
+// Runs the peer; prints "HANDLE <hex>" (receiver) then "RESULT bytes=<n> seconds=<s> messages=<m>"
+// or "FAIL <why>" on stdout. Returns the process exit status.
+int run_peer(const PeerOptions& options);
+
+}  // namespace sieve::perf
