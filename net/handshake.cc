@@ -2,6 +2,8 @@
 
 #include <poll.h>
 
+#include <algorithm>
+
 #include "net/comm.h"
 #include "net/log.h"
 
@@ -10,6 +12,9 @@ namespace sieve::net {
 namespace {
 
 constexpr size_t kMaxPending = 128;  // unauthenticated sockets held at once; beyond, the oldest goes
+// The listener answers only when NCCL calls accept on its side, which a slow rank may do late:
+// a connect waits at least this long for the welcome (a dead listener is refused or reset sooner).
+constexpr int kMinConnectWaitMs = 30000;
 
 CommOptions comm_options(const TransportOptions& o) {
   CommOptions c;
@@ -37,7 +42,7 @@ Connector::Connector(const TransportOptions& options, const wire::HandleFields& 
       handle_(handle),
       peer_(handle.address.text()),
       connection_id_(random64()),
-      deadline_(Clock::now() + std::chrono::milliseconds(options.peer_timeout_ms)) {}
+      deadline_(Clock::now() + std::chrono::milliseconds(std::max(options.peer_timeout_ms, kMinConnectWaitMs))) {}
 
 Status Connector::progress(std::unique_ptr<SendComm>* comm) {
   if (!started_) {
@@ -65,7 +70,7 @@ Status Connector::progress(std::unique_ptr<SendComm>* comm) {
   if (!all_done) {
     if (Clock::now() > deadline_)
       return error(Code::RemoteError, "connecting to " + peer_ + ": no complete handshake within " +
-                                          std::to_string(options_.peer_timeout_ms) + " ms (SIEVE_PEER_TIMEOUT_MS)");
+                                          std::to_string(std::max(options_.peer_timeout_ms, kMinConnectWaitMs)) + " ms");
     return Status::ok();
   }
   Connection c;

@@ -10,6 +10,18 @@
 
 namespace sieve::net {
 
+namespace {
+// Bytes a receiving helper waits for before it wakes: fewer wake-ups per GB (CPU is scarce next
+// to the training job) while far below the socket buffer, so the sender never stalls on it.
+constexpr size_t kReceiveBatch = 128 * 1024;
+
+size_t iov_bytes(const iovec* iov, int count) {
+  size_t n = 0;
+  for (int i = 0; i < count; ++i) n += iov[i].iov_len;
+  return n;
+}
+}  // namespace
+
 bool Failure::set(const Status& status) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (failed_.load(std::memory_order_relaxed)) return false;
@@ -38,7 +50,8 @@ StripeWorker::StripeWorker(Direction direction, std::vector<int> sockets, int wa
       peer_(std::move(peer)),
       peer_timeout_ms_(peer_timeout_ms),
       queues_(sockets_.size()),
-      last_progress_(sockets_.size(), Clock::now()) {}
+      last_progress_(sockets_.size(), Clock::now()),
+      receive_lowat_(sockets_.size(), 1) {}
 
 StripeWorker::~StripeWorker() {
   stop_.store(true);
@@ -118,6 +131,9 @@ bool StripeWorker::pump(size_t socket, bool* progressed) {
       return false;
     }
     bool header_now_complete = s.moved < wire::kChunkHeaderBytes && s.moved + r.bytes >= wire::kChunkHeaderBytes;
+    // A short transfer means the socket buffer is full (send) or drained (receive): go back to
+    // poll rather than spend a system call on the EAGAIN that would follow.
+    const bool short_transfer = r.bytes < iov_bytes(iov, count);
     s.moved += r.bytes;
     *progressed = true;
     if (direction_ == Direction::Receive) {
@@ -134,8 +150,17 @@ bool StripeWorker::pump(size_t socket, bool* progressed) {
       s.stripes_left->fetch_sub(1, std::memory_order_acq_rel);
       queue.pop_front();
     }
+    if (short_transfer) return true;
   }
   return true;
+}
+
+void StripeWorker::set_receive_lowat(size_t socket) {
+  const Stripe& s = queues_[socket].front();
+  const size_t remaining = wire::kChunkHeaderBytes + s.length - s.moved;
+  const int want = static_cast<int>(std::max<size_t>(1, std::min(kReceiveBatch, remaining)));
+  if (want == receive_lowat_[socket]) return;
+  if (::setsockopt(sockets_[socket], SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)) == 0) receive_lowat_[socket] = want;
 }
 
 void StripeWorker::wait_for_work() {
@@ -163,6 +188,7 @@ void StripeWorker::wait_for_work() {
     if (!queues_[i].empty()) {
       events = direction_ == Direction::Send ? POLLOUT : POLLIN;
       if (direction_ == Direction::Receive) {
+        set_receive_lowat(i);
         auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_[i]).count();
         int left = static_cast<int>(std::max<int64_t>(0, peer_timeout_ms_ - waited)) + 1;
         timeout_ms = timeout_ms < 0 ? left : std::min(timeout_ms, left);

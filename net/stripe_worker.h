@@ -48,6 +48,9 @@ class StripeWorker {
   // Moves bytes on one socket until it would block; false when the comm failed.
   bool pump(size_t socket, bool* progressed);
   void wait_for_work();
+  // Lets poll wake the receiver only once a worthwhile batch has arrived (never more than the
+  // current stripe still needs, or it would wait for bytes the sender has no reason to send).
+  void set_receive_lowat(size_t socket);
   void fail(const Status& status);
   void wake();
 
@@ -65,6 +68,7 @@ class StripeWorker {
   std::atomic<bool> stop_{false};
   std::vector<std::deque<Stripe>> queues_;  // per socket, touched by the worker thread only
   std::vector<Clock::time_point> last_progress_;
+  std::vector<int> receive_lowat_;  // SO_RCVLOWAT in force per socket (receive direction)
   std::thread thread_;
 };
 

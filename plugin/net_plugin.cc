@@ -346,12 +346,12 @@ ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes,
   (void)tags;
   (void)mhandles;
   return guarded("irecv", [&] {
-    if (!recv_comm || !request || !data || !sizes) return ncclInvalidArgument;
-    *request = nullptr;
+    if (request) *request = nullptr;
     if (n != 1) {
       SIEVE_WARN("irecv: %d grouped receives requested but maxRecvs is 1", n);
       return ncclInternalError;
     }
+    if (!recv_comm || !request || !data || !sizes) return ncclInvalidArgument;
     net::Request* r = nullptr;
     net::Status st = static_cast<RecvWrapper*>(recv_comm)->comm->irecv(data[0], sizes[0], &r);
     *request = r;
