@@ -22,7 +22,11 @@ enum ResultCode : int {
   kResultSystemError = 2,     // ncclSystemError (e.g. the real NCCL symbol is missing)
   kResultInternalError = 3,   // ncclInternalError
   kResultInvalidArgument = 4, // ncclInvalidArgument
+  kResultInProgress = 7,      // ncclInProgress: a non-blocking communicator accepted the call
 };
+
+// True for codes after which the rest of a collective's work may still be enqueued.
+inline bool enqueued(int rc) { return rc == kResultSuccess || rc == kResultInProgress; }
 
 // A mask's device-resident form plus the compact buffer its collectives run on: nnz elements, and
 // one more for the violation flag when the plan was built with a check (learned masks).

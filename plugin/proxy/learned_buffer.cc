@@ -58,16 +58,16 @@ int LearnedBuffer::record_dense(DeviceBackend& backend, size_t record, const voi
   return kResultSuccess;
 }
 
-int LearnedBuffer::record_compact(DeviceBackend& backend, size_t record, const FlagEncoding& encoding,
-                                  Stream stream) {
+int LearnedBuffer::record_compact(DeviceBackend& backend, size_t record, const std::shared_ptr<DevicePlan>& plan,
+                                  const FlagEncoding& encoding, Stream stream) {
   Record& r = ring_.at(record);
   if (!r.slot)
     if (int rc = backend.create_slot(count_, &r.slot)) return rc;
-  if (int rc = backend.record_flag(*r.slot, *plan_, stream)) return rc;
+  if (int rc = backend.record_flag(*r.slot, *plan, stream)) return rc;
   r.issued = true;
   r.compact = true;
   r.encoding = encoding;
-  r.plan = plan_;
+  r.plan = plan;
   return kResultSuccess;
 }
 

@@ -31,10 +31,11 @@ class LearnedBuffer {
   // call's mode. Allocates plans and slots as needed (never called during graph capture).
   int begin_call(DeviceBackend& backend, LearnedDecision* decision);
   // The plan of a compact call (valid after begin_call decided compact).
-  DevicePlan& plan() { return *plan_; }
+  const std::shared_ptr<DevicePlan>& plan() const { return plan_; }
   // After the call's collective is enqueued: leaves this call's record.
   int record_dense(DeviceBackend& backend, size_t record, const void* output, Stream stream);
-  int record_compact(DeviceBackend& backend, size_t record, const FlagEncoding& encoding, Stream stream);
+  int record_compact(DeviceBackend& backend, size_t record, const std::shared_ptr<DevicePlan>& plan,
+                     const FlagEncoding& encoding, Stream stream);
 
   uint64_t calls() const { return calls_; }
   bool compact() const { return static_cast<bool>(plan_); }

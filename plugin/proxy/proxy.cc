@@ -98,9 +98,18 @@ int Proxy::refresh_published(const BufferKey& key, PublishedState& s) {
   if (same && s.agreement != Agreement::kUnchecked) return kResultSuccess;  // an unrelated publish
   // A new mask: it must be agreed again before use, on every rank at this same call.
   s.mask = std::move(mask);
-  s.plan.reset();
+  retire_plan(s);
   s.agreement = Agreement::kUnchecked;
   return kResultSuccess;
+}
+
+void Proxy::retire_plan(PublishedState& s) {
+  if (s.plan && s.captured) {
+    std::lock_guard lock(mutex_);
+    captured_plans_.push_back(s.plan);
+  }
+  s.plan.reset();
+  s.captured = false;
 }
 
 int Proxy::agree_published(const BufferKey& key, PublishedState& s, Stream stream) {
@@ -116,7 +125,9 @@ int Proxy::agree_published(const BufferKey& key, PublishedState& s, Stream strea
   }
   s.agreement = Agreement::kAgreed;
   if (!s.mask || s.mask->kept() == s.mask->count() || s.mask->density() > options_.max_density) return kResultSuccess;
-  if (int rc = backend_.create_plan(*s.mask, key.type, /*with_check=*/false, &s.plan)) return rc;
+  std::unique_ptr<DevicePlan> plan;
+  if (int rc = backend_.create_plan(*s.mask, key.type, /*with_check=*/false, &plan)) return rc;
+  s.plan = std::move(plan);
   SIEVE_INFO("collective proxy: buffer %p (%llu x %s) compacts to %llu elements (density %.3f)", key.recv,
              (unsigned long long)key.count, elem_type_name(key.type), (unsigned long long)s.mask->kept(),
              s.mask->density());
@@ -128,15 +139,20 @@ int Proxy::dense(const BufferKey& key, ReduceOp op, Stream stream) {
   return backend_.all_reduce(key.send, key.recv, key.count, key.type, op, key.comm, stream);
 }
 
-int Proxy::run_compact_published(const BufferKey& key, DevicePlan& plan, ReduceOp op, Stream stream) {
+int Proxy::run_compact_published(const BufferKey& key, const std::shared_ptr<DevicePlan>& plan, ReduceOp op,
+                                 Stream stream) {
   add(stats_.collectives_compacted, 1);
-  if (int rc = backend_.gather(plan, key.send, stream)) return rc;
+  if (int rc = backend_.gather(*plan, key.send, stream)) return rc;
+  int rc = kResultSuccess;
   // Nothing kept: every rank knows the result is all zeros, so no collective is needed.
-  if (plan.nnz() > 0)
-    if (int rc = backend_.all_reduce(plan.compact(), plan.compact(), plan.nnz(), key.type, op, key.comm, stream))
-      return rc;
-  DevicePlan* p = &plan;  // owned by the buffer's state, which outlives the group (never erased)
-  return after_collective([this, p, key, stream] { return backend_.scatter(*p, key.recv, stream); });
+  if (plan->nnz() > 0) {
+    rc = backend_.all_reduce(plan->compact(), plan->compact(), plan->nnz(), key.type, op, key.comm, stream);
+    if (!enqueued(rc)) return rc;
+  }
+  // The work holds the plan: a republish inside a group must not free it under the deferred scatter.
+  std::shared_ptr<DevicePlan> held = plan;
+  const int post = after_collective([this, held, key, stream] { return backend_.scatter(*held, key.recv, stream); });
+  return post ? post : rc;
 }
 
 int Proxy::run_learned(const BufferKey& key, BufferState& state, ReduceOp op, Stream stream, Path* path) {
@@ -156,27 +172,30 @@ int Proxy::run_learned(const BufferKey& key, BufferState& state, ReduceOp op, St
                key.recv);
   if (!d.compact) {
     *path = Path::kDense;
-    if (int rc = dense(key, op, stream)) return rc;
+    const int rc = dense(key, op, stream);
+    if (!enqueued(rc)) return rc;
     LearnedBuffer* l = &learned;
     const size_t record = d.record;
-    return after_collective([this, l, record, key, stream] { return l->record_dense(backend_, record, key.recv, stream); });
+    const int post =
+        after_collective([this, l, record, key, stream] { return l->record_dense(backend_, record, key.recv, stream); });
+    return post ? post : rc;
   }
   *path = Path::kCompactLearned;
   add(stats_.collectives_compacted, 1);
-  DevicePlan& plan = learned.plan();
+  std::shared_ptr<DevicePlan> plan = learned.plan();
   const FlagEncoding encoding = flag_encoding(key.type, op);
-  if (int rc = backend_.gather(plan, key.send, stream)) return rc;
-  if (int rc = backend_.check(plan, key.send, encoding, stream)) return rc;
+  if (int rc = backend_.gather(*plan, key.send, stream)) return rc;
+  if (int rc = backend_.check(*plan, key.send, encoding, stream)) return rc;
   // The flag element travels with the kept ones and is reduced by the caller's own op.
-  if (int rc = backend_.all_reduce(plan.compact(), plan.compact(), plan.nnz() + 1, key.type, op, key.comm, stream))
-    return rc;
+  const int rc = backend_.all_reduce(plan->compact(), plan->compact(), plan->nnz() + 1, key.type, op, key.comm, stream);
+  if (!enqueued(rc)) return rc;
   LearnedBuffer* l = &learned;
-  DevicePlan* p = &plan;
   const size_t record = d.record;
-  return after_collective([this, l, p, record, encoding, key, stream] {
-    if (int rc = l->record_compact(backend_, record, encoding, stream)) return rc;
-    return backend_.scatter(*p, key.recv, stream);
+  const int post = after_collective([this, l, plan, record, encoding, key, stream] {
+    if (int r = l->record_compact(backend_, record, plan, encoding, stream)) return r;
+    return backend_.scatter(*plan, key.recv, stream);
   });
+  return post ? post : rc;
 }
 
 int Proxy::all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
@@ -206,7 +225,8 @@ int Proxy::all_reduce(const void* send, void* recv, uint64_t count, ElemType typ
   }
   if (pub.agreement == Agreement::kAgreed && pub.plan) {
     *path = Path::kCompactPublished;
-    return run_compact_published(key, *pub.plan, op, stream);
+    if (capturing) pub.captured = true;
+    return run_compact_published(key, pub.plan, op, stream);
   }
   const bool published_covers = pub.mask != nullptr;
   if (options_.track && !published_covers && !capturing) return run_learned(key, *state, op, stream, path);

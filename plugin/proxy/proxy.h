@@ -62,7 +62,8 @@ class Proxy {
     uint64_t generation = ~0ull;             // registry generation last looked at
     std::shared_ptr<const compress::Mask> mask;  // null: no published mask covers the buffer
     Agreement agreement = Agreement::kUnchecked;
-    std::unique_ptr<DevicePlan> plan;        // set when agreed and worth compacting
+    std::shared_ptr<DevicePlan> plan;        // set when agreed and worth compacting
+    bool captured = false;                   // a CUDA graph holds plan's buffers: never free them
   };
   struct BufferState {
     PublishedState published;
@@ -81,7 +82,10 @@ class Proxy {
   // Brings the published view of the buffer up to date; false when the plan had to change.
   int refresh_published(const BufferKey& key, PublishedState& s);
   int agree_published(const BufferKey& key, PublishedState& s, Stream stream);
-  int run_compact_published(const BufferKey& key, DevicePlan& plan, ReduceOp op, Stream stream);
+  int run_compact_published(const BufferKey& key, const std::shared_ptr<DevicePlan>& plan, ReduceOp op,
+                            Stream stream);
+  // Drops the buffer's plan; one a captured graph uses is kept alive for the process's lifetime.
+  void retire_plan(PublishedState& s);
   int run_learned(const BufferKey& key, BufferState& state, ReduceOp op, Stream stream, Path* path);
   int dense(const BufferKey& key, ReduceOp op, Stream stream);
 
@@ -94,6 +98,7 @@ class Proxy {
   mutable std::mutex mutex_;
   std::unordered_map<BufferKey, std::shared_ptr<BufferState>, BufferKeyHash> buffers_;
   std::unordered_map<std::thread::id, GroupState> groups_;
+  std::vector<std::shared_ptr<DevicePlan>> captured_plans_;  // graphs may replay them at any time
 };
 
 }  // namespace sieve::plugin::proxy

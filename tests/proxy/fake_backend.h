@@ -5,6 +5,7 @@
 // group's end, as NCCL does, so a scatter issued too early reads unreduced data.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -46,6 +47,9 @@ class FakeWorld {
 };
 
 struct FakePlan : DevicePlan {
+  FakePlan() { ++live; }
+  ~FakePlan() override { --live; }
+  static inline std::atomic<int> live{0};  // plans not yet freed, across all fake backends
   compress::Mask mask;
   std::vector<uint64_t> kept;       // indices
   std::vector<unsigned char> bytes; // compact buffer (+ flag element)

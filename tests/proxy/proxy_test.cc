@@ -292,6 +292,30 @@ TEST(ProxyTest, GraphCaptureNeverAllocatesOrWaits) {
   });
 }
 
+TEST(ProxyTest, APlanACapturedGraphUsesIsNeverFreed) {
+  FakeWorld world(1);
+  auto ranks = make_ranks(world);
+  Rank& r = *ranks[0];
+  compress::Mask m = test_mask(), m2 = test_mask();
+  m2.set_range(0, 300, false);
+  std::vector<float> g = gradient(m, 0), h = gradient(m, 0);
+  publish(r, g.data(), m);
+  publish(r, h.data(), m);
+  const int live_before = testing::FakePlan::live.load();
+  for (float* buf : {g.data(), h.data()})
+    ASSERT_EQ(r.proxy.all_reduce(buf, buf, kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream), 0);
+  ASSERT_EQ(testing::FakePlan::live.load(), live_before + 2);
+  r.backend.capturing_ = true;  // g's plan goes into a graph; h's does not
+  ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream), 0);
+  r.backend.capturing_ = false;
+  publish(r, g.data(), m2);
+  publish(r, h.data(), m2);
+  for (float* buf : {g.data(), h.data()})
+    ASSERT_EQ(r.proxy.all_reduce(buf, buf, kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream), 0);
+  // Two new plans; h's old one freed, g's old one kept for the graph's replays.
+  EXPECT_EQ(testing::FakePlan::live.load(), live_before + 3);
+}
+
 TEST(ProxyTest, SmallBuffersAndUnsupportedTypesPassThrough) {
   FakeWorld world(1);
   ProxyOptions o;
