@@ -71,6 +71,13 @@ def main():
         k = (bases[b] + (13 * rank + 5 * iteration)) % magnitude + 1
         return k * signs[b] if rank % 2 == 0 else -k * signs[b]
 
+    try:  # older Gloo builds cannot sum bf16: say so plainly rather than with a traceback
+        dist.all_reduce(torch.ones(1, dtype=dtype))
+    except RuntimeError as e:
+        print(json.dumps({"rank": args.rank, "error": f"Gloo in torch {torch.__version__} cannot sum {args.dtype}: {e}"},
+                         separators=(",", ":")), flush=True)
+        return 4
+
     buffers = [torch.empty(n, dtype=dtype) for n in sizes]
     seconds, wrong = [], 0
     before = None

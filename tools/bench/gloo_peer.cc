@@ -127,7 +127,10 @@ void run_gloo(const GlooJob& job, ModeResult* result) {
       if (!result->error.empty()) kill(r.pid, SIGKILL);
       waitpid(r.pid, &status, 0);
       if (result->error.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        result->error = "Gloo rank " + std::to_string(rank) + " failed (see its messages above)";
+        const size_t at = r.text.find("\"error\":\"");
+        result->error = at != std::string::npos
+                            ? r.text.substr(at + 9, r.text.find('"', at + 9) - (at + 9))
+                            : "Gloo rank " + std::to_string(rank) + " failed (see its messages above)";
       }
     }
     if (r.out >= 0) close(r.out);
