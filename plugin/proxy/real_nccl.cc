@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
+#include <mutex>
+
 #include "net/log.h"
 
 namespace sieve::plugin::proxy {
@@ -32,16 +35,25 @@ void* resolve(const char* name) {
 }  // namespace
 
 const RealNccl& real_nccl() {
-  static const RealNccl real = [] {
-    RealNccl r;
-    r.all_reduce = reinterpret_cast<decltype(r.all_reduce)>(resolve("ncclAllReduce"));
-    r.group_start = reinterpret_cast<decltype(r.group_start)>(resolve("ncclGroupStart"));
-    r.group_end = reinterpret_cast<decltype(r.group_end)>(resolve("ncclGroupEnd"));
-    if (!r.complete())
-      SIEVE_WARN("collective proxy: the real ncclAllReduce/ncclGroupStart/ncclGroupEnd were not found (is libnccl "
-                 "loaded, and dynamically linked?); interposed NCCL calls fail with ncclSystemError");
-    return r;
-  }();
+  // Resolved until found, then fixed: a call that comes before libnccl is loaded must not make every
+  // later call fail. Readers after success take no lock.
+  static RealNccl real;
+  static std::atomic<bool> found{false};
+  static std::mutex mutex;
+  static bool warned = false;
+  if (found.load(std::memory_order_acquire)) return real;
+  std::lock_guard lock(mutex);
+  if (found.load(std::memory_order_relaxed)) return real;
+  real.all_reduce = reinterpret_cast<decltype(real.all_reduce)>(resolve("ncclAllReduce"));
+  real.group_start = reinterpret_cast<decltype(real.group_start)>(resolve("ncclGroupStart"));
+  real.group_end = reinterpret_cast<decltype(real.group_end)>(resolve("ncclGroupEnd"));
+  if (real.complete()) {
+    found.store(true, std::memory_order_release);
+  } else if (!warned) {
+    warned = true;
+    SIEVE_WARN("collective proxy: the real ncclAllReduce/ncclGroupStart/ncclGroupEnd were not found (is libnccl "
+               "loaded, and dynamically linked?); interposed NCCL calls fail with ncclSystemError");
+  }
   return real;
 }
 

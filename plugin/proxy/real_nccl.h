@@ -15,7 +15,8 @@ struct RealNccl {
   bool complete() const { return all_reduce && group_start && group_end; }
 };
 
-// Resolved once; members are null (and a warning was logged once) when NCCL is not loaded.
+// Resolved on first use and retried until found; members are null (a warning was logged once)
+// while NCCL is not loaded.
 const RealNccl& real_nccl();
 
 }  // namespace sieve::plugin::proxy

@@ -1,7 +1,8 @@
 """The interposed NCCL entry points on a machine without a GPU: they must pass through to the real
 NCCL when it is loaded, fail cleanly (ncclSystemError, a warning) when it is not, and never recurse
 into themselves. One mode per process, because the real symbols are resolved once per process.
-Usage: passthrough_check.py LIBRARY {no-nccl | nccl-first | preload} [LIBNCCL]"""
+Usage: passthrough_check.py LIBRARY {no-nccl | nccl-first | preload} [LIBNCCL]
+(no-nccl with LIBNCCL: loads it after the first calls, locally, as Python loads torch)"""
 
 import ctypes
 import sys
@@ -32,14 +33,18 @@ def main():
         expect("ncclAllReduce without libnccl",
                lib.ncclAllReduce(None, None, ctypes.c_size_t(1 << 20), NCCL_FLOAT32, NCCL_SUM, None, None),
                NCCL_SYSTEM_ERROR)
+        if len(sys.argv) > 3:  # NCCL loaded later (as torch does on first use): found then
+            ctypes.CDLL(sys.argv[3], mode=ctypes.RTLD_LOCAL)
+            expect("ncclGroupStart once libnccl is loaded", lib.ncclGroupStart(), NCCL_SUCCESS)
+            expect("ncclGroupEnd once libnccl is loaded", lib.ncclGroupEnd(), NCCL_SUCCESS)
         return
     libnccl = sys.argv[3]
     if mode == "nccl-first":
         ctypes.CDLL(libnccl, mode=ctypes.RTLD_GLOBAL)  # NCCL earlier in the global scope than Sieve
         lib = ctypes.CDLL(library)
-    else:  # preload: Sieve came first (LD_PRELOAD in the environment); calls through the global scope
-        ctypes.CDLL(libnccl, mode=ctypes.RTLD_GLOBAL)
-        lib = ctypes.CDLL(None)
+    else:  # preload: Sieve came first (LD_PRELOAD); NCCL loaded locally, as Python loads torch's
+        ctypes.CDLL(libnccl, mode=ctypes.RTLD_LOCAL)
+        lib = ctypes.CDLL(None)  # calls through the global scope: the interposer
     expect("ncclGroupStart", lib.ncclGroupStart(), NCCL_SUCCESS)
     expect("ncclGroupEnd", lib.ncclGroupEnd(), NCCL_SUCCESS)
     # NCCL refuses a null communicator: proof the call reached the real ncclAllReduce and came back.
