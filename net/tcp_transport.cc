@@ -24,6 +24,15 @@ Status check_options(const TransportOptions& o) {
   return Status::ok();
 }
 
+// A link-local IPv6 address is only meaningful with an interface index, and the listener's index
+// names an interface of the listener's host: reach it through our own device's interface instead.
+void use_local_scope(const Device& local, SocketAddress* remote) {
+  if (remote->family() != AF_INET6 || local.address.family() != AF_INET6) return;
+  auto* r = reinterpret_cast<sockaddr_in6*>(&remote->storage);
+  if (!IN6_IS_ADDR_LINKLOCAL(&r->sin6_addr)) return;
+  r->sin6_scope_id = reinterpret_cast<const sockaddr_in6*>(&local.address.storage)->sin6_scope_id;
+}
+
 class TcpTransport final : public Transport {
  public:
   TcpTransport(const TransportOptions& options, std::vector<Device> devices)
@@ -55,6 +64,7 @@ class TcpTransport final : public Transport {
     wire::HandleFields fields;
     st = decode_handle(handle->bytes, &fields);
     if (!st.is_ok()) return st;
+    use_local_scope(devices_[dev], &fields.address);
     Connector* connector = nullptr;
     {
       std::lock_guard<std::mutex> lock(mutex_);
