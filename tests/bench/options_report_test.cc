@@ -68,8 +68,16 @@ RunReport sample() {
   r.prune = "unstructured, density 0.2";
   r.kept_fraction = 0.2;
   r.iterations = 2;
-  ModeResult dense{"dense", true, "", {1.0, 1.2}, 153e6};
-  ModeResult compacted{"compacted", true, "", {0.25, 0.25}, 30e6};
+  ModeResult dense;
+  dense.name = "dense";
+  dense.ok = true;
+  dense.seconds = {1.0, 1.2};
+  dense.logical_bytes = 153e6;
+  ModeResult compacted = dense;
+  compacted.name = "compacted";
+  compacted.seconds = {0.25, 0.25};
+  compacted.compaction_seconds = {0.01, 0.03};
+  compacted.logical_bytes = 30e6;
   compacted.ideal_speedup = 5;
   r.modes = {dense, compacted};
   return r;
@@ -89,6 +97,8 @@ TEST(Report, TableJsonAndSummaryAgree) {
   EXPECT_NE(json.find("\"mode\":\"compacted\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"ideal_speedup\":5"), std::string::npos) << json;
   EXPECT_NE(json.find("\"exact\":true"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"compaction_seconds\":0.02"), std::string::npos) << json;
+  EXPECT_NE(table.find("compacted: 0.020 s of each all-reduce is the gather and scatter"), std::string::npos) << table;
 }
 
 TEST(Report, AFailureIsShownNotSummarised) {

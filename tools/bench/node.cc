@@ -229,14 +229,19 @@ class Node {
                      gradients_->data.get() + bucket_first_[b] * elem_);
     }
     size_t bytes = 0;
+    Clock::duration compaction{};  // gather + scatter: what the proxy's GPU kernels would do
     const auto start = Clock::now();
     for (size_t b = 0; b < buckets.size(); ++b) {
       RingResult result;
       if (job_.mode == Mode::Compacted) {
+        auto t0 = Clock::now();
         job_.dtype == DType::F32 ? gather<uint32_t>(b) : gather<uint16_t>(b);
+        compaction += Clock::now() - t0;
         result = ring_allreduce(*link_, job_.rank, job_.nranks, compact_->data.get() + compact_first_[b] * elem_,
                                 kept_index_[b].size(), job_.dtype, scratch_->data.get(), options_);
+        t0 = Clock::now();
         if (result.error.empty()) job_.dtype == DType::F32 ? scatter<uint32_t>(b) : scatter<uint16_t>(b);
+        compaction += Clock::now() - t0;
       } else {
         result = ring_allreduce(*link_, job_.rank, job_.nranks, gradients_->data.get() + bucket_first_[b] * elem_,
                                 buckets[b].elements, job_.dtype, scratch_->data.get(), options_);
@@ -253,7 +258,8 @@ class Node {
       }
     }
     std::ostringstream done;
-    done << "done " << iter << ' ' << elapsed << ' ' << bytes;
+    done << "done " << iter << ' ' << elapsed << ' ' << bytes << ' '
+         << std::chrono::duration_cast<std::chrono::nanoseconds>(compaction).count();
     return send_message(fd_, done.str()) ? "" : "orchestrator gone";
   }
 

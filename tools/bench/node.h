@@ -1,7 +1,7 @@
 // One emulated node: a child process that enters its network namespace, loads the plugin, joins
 // the ring and runs the all-reduces the orchestrator paces. It talks to the orchestrator over a
 // SOCK_SEQPACKET socket made before fork, one text message per packet:
-//   node -> parent: "listen <hex handle>", "ready", "done <iter> <ns> <bytes>", "stats ...", "closed", "fail <why>"
+//   node -> parent: "listen <hex handle>", "ready", "done <iter> <ns> <bytes> <compaction ns>", "stats ...", "closed", "fail <why>"
 //   parent -> node: "peer <hex handle of the next node>", "go <iter>", "close", "bye"
 #pragma once
 

@@ -336,17 +336,19 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
           progress.update(result.name, iter, rounds);
           fleet.broadcast("go " + std::to_string(iter));
           if (!fleet.gather("done ", deadline, &answers, &failure)) break;
-          double slowest = 0, bytes = 0;
+          double slowest = 0, bytes = 0, compaction = 0;
           for (const std::string& a : answers) {
             std::istringstream in(a);
             long it = 0;
-            double ns = 0, sent = 0;
-            in >> it >> ns >> sent;
+            double ns = 0, sent = 0, compaction_ns = 0;
+            in >> it >> ns >> sent >> compaction_ns;
             slowest = std::max(slowest, ns * 1e-9);
+            compaction = std::max(compaction, compaction_ns * 1e-9);
             bytes += sent;
           }
           if (iter >= o.warmup) {
             result.seconds.push_back(slowest);
+            result.compaction_seconds.push_back(compaction);
             result.logical_bytes = bytes / o.nodes;
           }
         }

@@ -16,6 +16,7 @@ struct ModeResult {
   bool ok = false;
   std::string error;      // what failed, naming the node
   std::vector<double> seconds;  // per measured all-reduce of the whole model: the slowest node
+  std::vector<double> compaction_seconds;  // of which gather + scatter on the CPU (slowest node)
   double logical_bytes = 0;     // per node per all-reduce, handed to the transport
   bool has_plugin_wire = false;
   double plugin_wire_bytes = 0;  // per node per all-reduce, the plugin's own count
@@ -24,6 +25,7 @@ struct ModeResult {
   double ideal_speedup = 0;      // 0 = not applicable
   std::string device;            // the plugin's device name on node 0
   double mean_seconds() const;
+  double mean_compaction_seconds() const;
   double min_seconds() const;
 };
 
