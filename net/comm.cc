@@ -5,6 +5,7 @@
 namespace sieve::net {
 
 Status Slot::test(Completion* out) { return owner->test(this, out); }
+void* Slot::comm_tag() const { return owner->tag(); }
 
 TcpComm::TcpComm(Connection connection, const CommOptions& options)
     : connection_(std::move(connection)), options_(options) {

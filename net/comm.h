@@ -20,6 +20,7 @@ class TcpComm;
 // One outstanding isend or irecv. Slots are reused once test has reported them done.
 struct Slot final : Request {
   Status test(Completion* out) override;
+  void* comm_tag() const override;
 
   TcpComm* owner = nullptr;
   bool busy = false;
@@ -45,6 +46,7 @@ class TcpComm {
 
   Status start(StripeWorker::Direction direction);
   virtual Status test(Slot* slot, Completion* out) = 0;
+  void* tag() const { return tag_; }
 
  protected:
   Slot* free_slot();
@@ -60,6 +62,7 @@ class TcpComm {
   std::array<Slot, kMaxRequests> slots_;
   uint64_t next_sequence_ = 0;
   uint64_t stripe_cursor_ = 0;
+  void* tag_ = nullptr;
   std::vector<std::unique_ptr<StripeWorker>> workers_;  // last: stopped before the sockets close
 };
 
@@ -69,6 +72,7 @@ class TcpSendComm final : public SendComm, public TcpComm {
   Status isend(const void* data, size_t size, Request** request) override;
   Status test(Slot* slot, Completion* out) override;
   const std::string& peer() const override { return connection_.peer; }
+  void set_tag(void* tag) override { tag_ = tag; }
 
  private:
   Status progress_control();
@@ -81,6 +85,7 @@ class TcpRecvComm final : public RecvComm, public TcpComm {
   Status irecv(void* data, size_t capacity, Request** request) override;
   Status test(Slot* slot, Completion* out) override;
   const std::string& peer() const override { return connection_.peer; }
+  void set_tag(void* tag) override { tag_ = tag; }
 
  private:
   Status progress_control();

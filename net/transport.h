@@ -49,6 +49,8 @@ class Request {
  public:
   // Progresses the request's comm; on done, the request slot is free for reuse.
   virtual Status test(Completion* out) = 0;
+  // The tag its comm was given (set_tag), so a caller can account per connection.
+  virtual void* comm_tag() const = 0;
 
  protected:
   ~Request() = default;
@@ -60,6 +62,7 @@ class SendComm {
   // *request is null (and Ok returned) when kMaxRequests are outstanding: call again later.
   virtual Status isend(const void* data, size_t size, Request** request) = 0;
   virtual const std::string& peer() const = 0;
+  virtual void set_tag(void* tag) = 0;
 };
 
 class RecvComm {
@@ -67,6 +70,7 @@ class RecvComm {
   virtual ~RecvComm() = default;
   virtual Status irecv(void* data, size_t capacity, Request** request) = 0;
   virtual const std::string& peer() const = 0;
+  virtual void set_tag(void* tag) = 0;
 };
 
 class ListenComm {

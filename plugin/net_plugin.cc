@@ -13,6 +13,7 @@
 #include "net/log.h"
 #include "net/transport.h"
 #include "plugin/config.h"
+#include "plugin/peer_traffic.h"
 #include "plugin/stats.h"
 
 namespace sieve::plugin {
@@ -47,15 +48,25 @@ struct Context {
 struct ListenWrapper {
   std::shared_ptr<ProcessState> state;
   std::unique_ptr<net::ListenComm> comm;
+  int dev = 0;
 };
 struct SendWrapper {
   std::shared_ptr<ProcessState> state;
   std::unique_ptr<net::SendComm> comm;
+  std::shared_ptr<CommTraffic> traffic;
 };
 struct RecvWrapper {
   std::shared_ptr<ProcessState> state;
   std::unique_ptr<net::RecvComm> comm;
+  std::shared_ptr<CommTraffic> traffic;
 };
+
+template <typename Wrapper, typename Comm>
+Wrapper* wrap(std::shared_ptr<ProcessState> state, std::unique_ptr<Comm> comm, int dev) {
+  auto traffic = register_comm_traffic(state->transport->devices()[dev].name, comm->peer());
+  comm->set_tag(traffic.get());
+  return new Wrapper{std::move(state), std::move(comm), std::move(traffic)};
+}
 
 // Registered host memory needs no bookkeeping; NCCL only needs a non-null handle back.
 int g_host_registration = 0;
@@ -271,6 +282,7 @@ ncclResult_t net_listen(void* ctx, int dev, void* handle, void** listen_comm) {
     if (!state) return ncclInvalidUsage;
     auto wrapper = std::make_unique<ListenWrapper>();
     wrapper->state = state;
+    wrapper->dev = dev;
     net::Status st = state->transport->listen(dev, static_cast<net::Handle*>(handle), &wrapper->comm);
     if (!st.is_ok()) return report("listen", st);
     *listen_comm = wrapper.release();
@@ -287,7 +299,7 @@ ncclResult_t net_connect(void* ctx, int dev, void* handle, void** send_comm) {
     std::unique_ptr<net::SendComm> comm;
     net::Status st = state->transport->connect(dev, static_cast<net::Handle*>(handle), &comm);
     if (!st.is_ok()) return report("connect", st);
-    if (comm) *send_comm = new SendWrapper{state, std::move(comm)};
+    if (comm) *send_comm = wrap<SendWrapper>(state, std::move(comm), dev);
     return ncclSuccess;
   });
 }
@@ -301,7 +313,7 @@ ncclResult_t net_accept(void* listen_comm, void** recv_comm) {
     net::Status st = listener->comm->accept(&comm);
     add(process_stats().connections_rejected, listener->comm->take_rejected());
     if (!st.is_ok()) return report("accept", st);
-    if (comm) *recv_comm = new RecvWrapper{listener->state, std::move(comm)};
+    if (comm) *recv_comm = wrap<RecvWrapper>(listener->state, std::move(comm), listener->dev);
     return ncclSuccess;
   });
 }
@@ -335,8 +347,10 @@ ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* 
   return guarded("isend", [&] {
     if (!send_comm || !request) return ncclInvalidArgument;
     net::Request* r = nullptr;
-    net::Status st = static_cast<SendWrapper*>(send_comm)->comm->isend(data, size, &r);
+    auto* wrapper = static_cast<SendWrapper*>(send_comm);
+    net::Status st = wrapper->comm->isend(data, size, &r);
     *request = r;
+    if (r) wrapper->traffic->posted();
     return st.is_ok() ? ncclSuccess : to_nccl(st.code());  // the comm logged its failure
   });
 }
@@ -353,8 +367,10 @@ ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes,
     }
     if (!recv_comm || !request || !data || !sizes) return ncclInvalidArgument;
     net::Request* r = nullptr;
-    net::Status st = static_cast<RecvWrapper*>(recv_comm)->comm->irecv(data[0], sizes[0], &r);
+    auto* wrapper = static_cast<RecvWrapper*>(recv_comm);
+    net::Status st = wrapper->comm->irecv(data[0], sizes[0], &r);
     *request = r;
+    if (r) wrapper->traffic->posted();
     return st.is_ok() ? ncclSuccess : to_nccl(st.code());
   });
 }
@@ -374,12 +390,15 @@ ncclResult_t net_test(void* request, int* done, size_t* size) {
     if (!request || !done) return ncclInvalidArgument;
     *done = 0;
     net::Completion c;
-    net::Status st = static_cast<net::Request*>(request)->test(&c);
+    auto* r = static_cast<net::Request*>(request);
+    auto* traffic = static_cast<CommTraffic*>(r->comm_tag());  // read before test frees the slot
+    net::Status st = r->test(&c);
     if (!st.is_ok()) return to_nccl(st.code());  // logged once by the comm, with the peer
     if (c.done) {
       *done = 1;
       if (size) *size = c.size;
       count_completion(c);
+      if (traffic) traffic->completed(c);
     }
     return ncclSuccess;
   });

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "plugin/net_plugin.h"
+#include "plugin/peer_traffic.h"
 #include "plugin/stats.h"
 
 namespace sieve::plugin {
@@ -112,6 +113,13 @@ TEST_F(Adapter, MessageThroughTheAdapterCountsTraffic) {
   EXPECT_EQ(std::memcmp(in.data(), out.data(), out.size()), 0);
   EXPECT_EQ(process_stats().bytes_logical_received.load() - before, out.size());
   EXPECT_GT(process_stats().bytes_wire_received.load(), out.size());
+  bool seen_send = false, seen_recv = false;
+  for (const auto& p : peer_traffic()) {
+    EXPECT_EQ(p.device, "lo");
+    seen_send |= p.counters.bytes_logical_sent == out.size() && p.counters.messages_sent == 1;
+    seen_recv |= p.counters.bytes_logical_received == out.size() && p.counters.bytes_wire_received > out.size();
+  }
+  EXPECT_TRUE(seen_send && seen_recv);
 
   void* flush = reinterpret_cast<void*>(1);
   int isizes[1] = {0};
