@@ -204,9 +204,10 @@ int Proxy::all_reduce(const void* send, void* recv, uint64_t count, ElemType typ
   if (!path) path = &ignored;
   *path = Path::kPassThrough;
   const BufferKey key{comm, send, recv, count, type};
-  // Nothing to do: no mask anywhere and no learning. The common case costs two loads.
-  if (count < options_.min_count || count == 0 || !eligible(type, op) || !send || !recv || (!options_.track && registry_.size() == 0 &&
-                                                               registry_.generation() == 0)) {
+  // Nothing to do: ineligible, small, or no mask ever published and no learning. Costs a few loads.
+  const bool nothing_published = registry_.generation() == 0;
+  if (count < options_.min_count || count == 0 || !eligible(type, op) || !send || !recv ||
+      (!options_.track && nothing_published)) {
     add(stats_.collectives_dense, 1);
     return backend_.all_reduce(send, recv, count, type, op, comm, stream);
   }
@@ -218,7 +219,7 @@ int Proxy::all_reduce(const void* send, void* recv, uint64_t count, ElemType typ
   *path = Path::kDense;
   if (!capturing)
     if (int rc = refresh_published(key, pub)) return rc;
-  if (pub.agreement == Agreement::kUnchecked && registry_.generation() != 0) {
+  if (pub.agreement == Agreement::kUnchecked && !nothing_published) {
     // Agreement needs a wait; never inside a group (the exchange would join it) or a capture.
     if (capturing || in_group()) return dense(key, op, stream);
     if (int rc = agree_published(key, pub, stream)) return rc;
