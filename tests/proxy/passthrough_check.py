@@ -62,8 +62,9 @@ def main():
            lib.ncclAllReduce(fake_buffer, fake_buffer, ctypes.c_size_t(1 << 20), NCCL_FLOAT32, NCCL_SUM, None, None),
            NCCL_INVALID_ARGUMENT)
     counted = stats(sieve)
-    if counted["dense"] != 4 or counted["compacted"] != 0:
-        print("FAIL: expected 4 dense pass-throughs counted, got %s" % counted)
+    # 4 dense; 3 on a machine with a GPU, where the last call fails earlier, in the mask agreement.
+    if counted["dense"] not in (3, 4) or counted["compacted"] != 0:
+        print("FAIL: expected 3 or 4 dense pass-throughs counted, got %s" % counted)
         sys.exit(1)
     print("ok: counters %s" % counted)
 
