@@ -42,6 +42,24 @@ Mask make_mask(uint64_t count, double density, bool runs) {
   return m;
 }
 
+// Bytes a gather really moves: the plan (4-byte indices, or 16 bytes per run), every 32-byte sector
+// of the source holding a kept element (DRAM moves whole sectors), and the compact output. For
+// scattered masks this is far more than the useful bytes; it is what to compare with memory bandwidth.
+double touched_bytes(const Mask& mask, size_t es, bool indices) {
+  uint64_t sectors = 0, last = ~0ull, runs = 0;
+  bool in_run = false;
+  for (uint64_t i = 0; i < mask.count(); ++i) {
+    const bool kept = mask.test(i);
+    if (kept && !in_run) ++runs;
+    in_run = kept;
+    if (!kept) continue;
+    const uint64_t sector = i * es / 32;
+    if (sector != last) ++sectors, last = sector;
+  }
+  const double plan = indices ? 4.0 * double(mask.kept()) : 16.0 * double(runs);
+  return plan + 32.0 * double(sectors) + double(mask.kept() * es);
+}
+
 template <typename F> double time_ms(cudaStream_t s, int iters, F&& body) {
   cudaEvent_t a, b;
   check(cudaEventCreate(&a), "event");
@@ -105,12 +123,18 @@ int main(int argc, char** argv) {
         const double scatter = time_ms(s, iters, [&] { backend.scatter(*plan, buf, s); });
         check(cudaGetLastError(), "kernels");
         const char* shape = runs ? "runs256" : "scattered";
-        std::printf("{\"dtype\": \"%s\", \"mask\": \"%s\", \"density\": %.4f, \"count\": %llu, \"copy_ms\": %.4f, "
-                    "\"gather_ms\": %.4f, \"gather_vs_copy\": %.3f, \"gather_GBps\": %.1f, \"scatter_ms\": %.4f, "
-                    "\"scatter_vs_copy_and_zero\": %.3f, \"copy_GBps\": %.1f}\n",
-                    name, shape, mask.density(), (unsigned long long)count, copy, gather, copy / gather,
-                    2.0 * double(useful) / gather / 1e6, scatter, copy_and_zero / scatter,
-                    2.0 * double(useful) / copy / 1e6);
+        const bool indices = mask.layout().kind == sieve::compress::MaskLayout::Kind::kIndices;
+        const double copy_gbps = 2.0 * double(useful) / copy / 1e6;
+        const double touched_gbps = touched_bytes(mask, es, indices) / gather / 1e6;
+        // gather_vs_copy: same useful bytes; touched_vs_copy: bandwidth actually drawn (the bar's sense
+        // for scattered masks, where whole sectors move for a few kept elements).
+        std::printf("{\"dtype\": \"%s\", \"mask\": \"%s\", \"layout\": \"%s\", \"density\": %.4f, \"count\": %llu, "
+                    "\"copy_ms\": %.4f, \"copy_GBps\": %.1f, \"gather_ms\": %.4f, \"gather_vs_copy\": %.3f, "
+                    "\"gather_touched_GBps\": %.1f, \"gather_touched_vs_copy\": %.3f, \"scatter_ms\": %.4f, "
+                    "\"scatter_vs_copy_and_zero\": %.3f}\n",
+                    name, shape, indices ? "indices" : "ranges", mask.density(), (unsigned long long)count, copy,
+                    copy_gbps, gather, copy / gather, touched_gbps, touched_gbps / copy_gbps, scatter,
+                    copy_and_zero / scatter);
         std::fflush(stdout);
       }
     }
