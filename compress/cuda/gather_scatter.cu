@@ -38,6 +38,51 @@ __device__ __forceinline__ uint64_t source_index(const DeviceLayout& l, uint64_t
   return l.range_src[r] + (j - l.range_dst[r]);
 }
 
+// Ranges layout: a per-element binary search over all runs would be a chain of dependent global
+// loads per element. Instead each block takes a tile of compact positions, finds the runs that tile
+// touches (at most one per position, since runs are never empty), stages them in shared memory and
+// searches there. Gather (kGather) reads the runs and writes the tile; scatter the reverse.
+constexpr int kItems = 4;
+constexpr int kTile = kThreads * kItems;
+
+template <typename T, bool kGather>
+__global__ void __launch_bounds__(kThreads) ranges_kernel(DeviceLayout l, const T* __restrict__ in, T* __restrict__ out) {
+  __shared__ uint64_t s_src[kTile];
+  __shared__ uint64_t s_dst[kTile];
+  __shared__ uint64_t s_first, s_n;
+  const uint64_t step = uint64_t(gridDim.x) * kTile;
+  for (uint64_t tile = uint64_t(blockIdx.x) * kTile; tile < l.nnz; tile += step) {
+    const uint64_t last = (tile + kTile < l.nnz ? tile + kTile : l.nnz) - 1;
+    if (threadIdx.x == 0) {
+      const uint64_t first = find_range(l.range_dst, l.nranges, tile);
+      s_first = first;
+      s_n = find_range(l.range_dst, l.nranges, last) - first + 1;
+    }
+    __syncthreads();
+    const uint64_t first = s_first, n = s_n;
+    for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      s_src[i] = l.range_src[first + i];
+      s_dst[i] = l.range_dst[first + i];
+    }
+    __syncthreads();
+    for (uint64_t j = tile + threadIdx.x; j <= last; j += blockDim.x) {
+      uint64_t lo = 0, hi = n;  // the last lo < n with s_dst[lo] <= j
+      while (hi - lo > 1) {
+        const uint64_t mid = (lo + hi) / 2;
+        if (s_dst[mid] <= j) lo = mid; else hi = mid;
+      }
+      const uint64_t element = s_src[lo] + (j - s_dst[lo]);
+      if (kGather) out[j] = in[element]; else out[element] = in[j];
+    }
+    __syncthreads();  // the next tile overwrites the shared runs
+  }
+}
+
+unsigned tiles_for(uint64_t nnz) {
+  const uint64_t t = (nnz + kTile - 1) / kTile;
+  return unsigned(t < 1 ? 1 : (t > kMaxBlocks ? kMaxBlocks : t));
+}
+
 template <typename T> __global__ void gather_kernel(DeviceLayout l, const T* __restrict__ src, T* __restrict__ compact) {
   const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
   for (uint64_t j = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < l.nnz; j += stride)
@@ -83,14 +128,20 @@ template <typename T> __global__ void copy_element_kernel(const T* src, uint64_t
 
 template <typename T> int gather_as(const DeviceLayout& l, const void* src, void* compact, cudaStream_t s) {
   if (l.nnz == 0) return cudaSuccess;
-  gather_kernel<T><<<blocks_for(l.nnz), kThreads, 0, s>>>(l, static_cast<const T*>(src), static_cast<T*>(compact));
+  if (l.kind == DeviceLayout::Kind::kRanges)
+    ranges_kernel<T, true><<<tiles_for(l.nnz), kThreads, 0, s>>>(l, static_cast<const T*>(src), static_cast<T*>(compact));
+  else
+    gather_kernel<T><<<blocks_for(l.nnz), kThreads, 0, s>>>(l, static_cast<const T*>(src), static_cast<T*>(compact));
   return cudaGetLastError();
 }
 
 template <typename T> int scatter_as(const DeviceLayout& l, const void* compact, void* dst, cudaStream_t s) {
   cudaError_t e = cudaMemsetAsync(dst, 0, l.count * sizeof(T), s);
   if (e != cudaSuccess || l.nnz == 0) return e;
-  scatter_kernel<T><<<blocks_for(l.nnz), kThreads, 0, s>>>(l, static_cast<const T*>(compact), static_cast<T*>(dst));
+  if (l.kind == DeviceLayout::Kind::kRanges)
+    ranges_kernel<T, false><<<tiles_for(l.nnz), kThreads, 0, s>>>(l, static_cast<const T*>(compact), static_cast<T*>(dst));
+  else
+    scatter_kernel<T><<<blocks_for(l.nnz), kThreads, 0, s>>>(l, static_cast<const T*>(compact), static_cast<T*>(dst));
   return cudaGetLastError();
 }
 

@@ -19,7 +19,7 @@ struct DeviceLayout {
   uint64_t count = 0;                  // elements of the full buffer
   uint64_t nnz = 0;                    // kept elements = compact elements
   const uint32_t* indices = nullptr;   // kIndices: nnz ascending element indices
-  const uint64_t* range_src = nullptr; // kRanges: first element of each kept run
+  const uint64_t* range_src = nullptr; // kRanges: first element of each kept run (runs never empty)
   const uint64_t* range_dst = nullptr; // kRanges: nranges + 1 prefix offsets into the compact buffer
   uint64_t nranges = 0;
   const uint32_t* keep_bits = nullptr; // optional: bitmap (bit i = element i kept), for check_pruned

@@ -191,6 +191,7 @@ int CudaBackend::create_plan(const compress::Mask& mask, ElemType type, bool wit
     std::vector<compress::Range> runs = layout.kind == compress::MaskLayout::Kind::kRanges ? layout.ranges : mask.runs();
     std::vector<uint64_t> src, dst{0};
     for (const compress::Range& r : runs) {
+      if (r.length == 0) continue;  // the kernels rely on every run holding an element
       src.push_back(r.start);
       dst.push_back(dst.back() + r.length);
     }
