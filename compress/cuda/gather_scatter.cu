@@ -112,15 +112,13 @@ __global__ void check_kernel(DeviceLayout l, const T* __restrict__ src, T* flag,
   }
 }
 
-// One thread per 32 elements: word w holds elements [32 w, 32 w + 32).
+// One thread per element, one warp per 32-bit word (a ballot), so reads stay coalesced. The loop
+// runs to a multiple of 32 with a stride that is one too, so the lanes of a warp always vote together.
 template <typename T> __global__ void bitmap_kernel(const T* __restrict__ src, uint64_t count, uint32_t* bits) {
-  const uint64_t words = (count + 31) / 32, stride = uint64_t(gridDim.x) * blockDim.x;
-  for (uint64_t w = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; w < words; w += stride) {
-    uint32_t word = 0;
-    const uint64_t first = w * 32;
-    const uint64_t n = count - first < 32 ? count - first : 32;
-    for (uint64_t b = 0; b < n; ++b) word |= uint32_t(is_nonzero(src[first + b])) << b;
-    bits[w] = word;
+  const uint64_t total = (count + 31) / 32 * 32, stride = uint64_t(gridDim.x) * blockDim.x;
+  for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const unsigned word = __ballot_sync(0xffffffffu, i < count && is_nonzero(src[i]));
+    if ((threadIdx.x & 31) == 0) bits[i >> 5] = word;
   }
 }
 
@@ -185,7 +183,7 @@ int check_pruned(const DeviceLayout& layout, size_t element_size, const void* sr
 int nonzero_bitmap(size_t element_size, const void* src, uint64_t count, uint32_t* bits, void* stream) {
   return by_size(element_size, [&](auto t) {
     using T = decltype(t);
-    bitmap_kernel<T><<<blocks_for((count + 31) / 32), kThreads, 0, as_stream(stream)>>>(static_cast<const T*>(src), count, bits);
+    bitmap_kernel<T><<<blocks_for(count), kThreads, 0, as_stream(stream)>>>(static_cast<const T*>(src), count, bits);
     return int(cudaGetLastError());
   });
 }
