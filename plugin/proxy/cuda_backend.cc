@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -141,6 +142,11 @@ bool CudaBackend::capturing(Stream stream) {
   cudaError_t e = cudaStreamIsCapturing(as_stream(stream), &status);
   if (e != cudaSuccess) {
     cudaGetLastError();  // clear it: the answer "capturing" makes the caller run dense, always safe
+    // A driver older than this build's CUDA runtime, or no device: say so once, not per call.
+    static std::atomic<bool> warned{false};
+    if (e != cudaErrorStreamCaptureImplicit && !warned.exchange(true))
+      SIEVE_WARN("collective proxy: CUDA is unusable here (%s); every all-reduce passes through dense",
+                 cudaGetErrorString(e));
     return true;
   }
   return status != cudaStreamCaptureStatusNone;
