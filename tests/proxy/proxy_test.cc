@@ -316,6 +316,31 @@ TEST(ProxyTest, APlanACapturedGraphUsesIsNeverFreed) {
   EXPECT_EQ(testing::FakePlan::live.load(), live_before + 3);
 }
 
+// DDP with gradient_as_bucket_view: one bucket holds several gradients; the pruned ones publish
+// their masks, an unpruned one (a bias) publishes nothing and stays dense inside the bucket.
+TEST(ProxyTest, ABucketComposedOfPublishedGradientsCompactsToTheirUnion) {
+  FakeWorld world(2);
+  auto ranks = make_ranks(world);
+  run_ranks(ranks, [&](Rank& r) {
+    std::vector<float> bucket(kCount);
+    compress::Mask w1(400, false), w2(500, false);
+    for (uint64_t i = 0; i < 400; i += 5) w1.set_range(i, 1, true);
+    w2.set_range(100, 50, true);
+    publish(r, bucket.data(), w1);         // elements [0, 400)
+    publish(r, bucket.data() + 400, w2);   // [400, 900); [900, 1000) is an unpublished bias
+    compress::Mask whole(kCount, true);
+    whole.copy_bits(0, w1, 0, 400);
+    whole.copy_bits(400, w2, 0, 500);
+    refill(bucket, gradient(whole, r.rank));
+    Path path;
+    ASSERT_EQ(r.proxy.all_reduce(bucket.data(), bucket.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream,
+                                 &path), 0);
+    EXPECT_EQ(path, Path::kCompactPublished);
+    EXPECT_EQ(r.backend.last_count, w1.kept() + w2.kept() + 100);
+    expect_exact(bucket, dense_sum(whole, 2));
+  });
+}
+
 TEST(ProxyTest, SmallBuffersAndUnsupportedTypesPassThrough) {
   FakeWorld world(1);
   ProxyOptions o;
