@@ -5,7 +5,7 @@
 // NCCL would load it; CPU comes from wait4() of every process of both tools, start to exit.
 //
 //   sieve-perf [--links loopback,veth,veth-1g,veth-10g] [--seconds 10] [--size 4M] [--window 8]
-//              [--version 0|8..11] [--plugin PATH] [--iperf-streams 1] [--poll-us 50] [--json FILE]
+//              [--version 0|8..11] [--plugin PATH] [--iperf-streams 1] [--poll-us 1000] [--json FILE]
 //              [--strict] [--smoke]
 // Bars (shaped links): Sieve >= 95 % of iperf3's Gbit/s and <= 1.5x its CPU s/GB. Others: reported.
 #include <signal.h>
@@ -33,7 +33,7 @@ struct Options {
   int version = 0;
   std::string plugin = SIEVE_PLUGIN_DEFAULT;
   int iperf_streams = 1;
-  int poll_us = 50;
+  int poll_us = 1000;
   std::string json;
   bool strict = false;
 };

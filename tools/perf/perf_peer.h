@@ -17,7 +17,7 @@ struct PeerOptions {
   size_t size = 4u << 20;
   int window = 8;
   double seconds = 10;
-  int poll_us = 50;       // sleep between unsuccessful test() calls
+  int poll_us = 1000;     // sleep between unsuccessful test() calls
 };
 
 // Runs the peer; prints "HANDLE <hex>" (receiver) then "RESULT bytes=<n> seconds=<s> messages=<m>"
