@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "tests/net/transport_harness.h"
@@ -149,6 +150,24 @@ TEST_F(TransportTest, ClosedReceiverFailsPendingSend) {
   }
   EXPECT_EQ(st.code(), Code::RemoteError) << st.message();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST_F(TransportTest, ClosedReceiverFailsSmallInlineSends) {
+  pair_.recv.reset();
+  char small[64] = {};
+  Status st;
+  auto start = std::chrono::steady_clock::now();
+  while (st.is_ok() && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    Request* s = nullptr;
+    st = pair_.send->isend(small, sizeof(small), &s);
+    if (st.is_ok() && s) {
+      Completion c;
+      st = testing::wait(s, &c, std::chrono::seconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(st.code(), Code::RemoteError) << st.message();
+  EXPECT_NE(st.message().find("127.0.0.1"), std::string::npos) << "the error names the peer: " << st.message();
 }
 
 TEST_F(TransportTest, ClosedSenderFailsPendingReceive) {
