@@ -1,5 +1,6 @@
 #include "tools/perf/perf_peer.h"
 
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,6 +34,13 @@ void pause_us(int us) {
 
 double seconds_since(int64_t start_ms) { return (tools::monotonic_ms() - start_ms) / 1000.0; }
 
+// CPU of every thread of this process (the plugin's helpers included), user + system.
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6;
+}
+
 struct Buffers {
   tools::NetPlugin& net;
   void* comm;
@@ -55,6 +63,7 @@ struct Buffers {
 // Keeps `window` sends outstanding until the time is up, then sends `window` empty messages.
 int stream_send(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
   Buffers buffers(net, comm, o.window, o.size);
+  const double cpu_start = process_cpu_seconds();
   std::deque<std::pair<void*, size_t>> in_flight;  // request, size
   uint64_t bytes = 0, messages = 0, posted = 0;
   int tails_posted = 0;
@@ -95,8 +104,8 @@ int stream_send(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
     }
     in_flight.pop_front();
   }
-  printf("RESULT bytes=%llu seconds=%.6f messages=%llu\n", static_cast<unsigned long long>(bytes), elapsed,
-         static_cast<unsigned long long>(messages));
+  printf("RESULT bytes=%llu seconds=%.6f messages=%llu cpu=%.6f\n", static_cast<unsigned long long>(bytes), elapsed,
+         static_cast<unsigned long long>(messages), process_cpu_seconds() - cpu_start);
   fflush(stdout);
   return 0;
 }
@@ -104,6 +113,7 @@ int stream_send(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
 // Keeps `window` receives posted until the first empty message arrives, then drains the rest.
 int stream_recv(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
   Buffers buffers(net, comm, o.window, o.size);
+  const double cpu_start = process_cpu_seconds();
   std::deque<void*> in_flight;
   uint64_t bytes = 0, messages = 0, posted = 0, completed = 0;
   // Messages are matched in order, so the first empty one (index z) tells the total: z + window.
@@ -146,8 +156,8 @@ int stream_recv(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
     ++completed;
     in_flight.pop_front();
   }
-  printf("RESULT bytes=%llu seconds=%.6f messages=%llu\n", static_cast<unsigned long long>(bytes), elapsed,
-         static_cast<unsigned long long>(messages));
+  printf("RESULT bytes=%llu seconds=%.6f messages=%llu cpu=%.6f\n", static_cast<unsigned long long>(bytes), elapsed,
+         static_cast<unsigned long long>(messages), process_cpu_seconds() - cpu_start);
   fflush(stdout);
   return 0;
 }

@@ -20,8 +20,8 @@ struct PeerOptions {
   int poll_us = 1000;     // sleep between unsuccessful test() calls
 };
 
-// Runs the peer; prints "HANDLE <hex>" (receiver) then "RESULT bytes=<n> seconds=<s> messages=<m>"
-// or "FAIL <why>" on stdout. Returns the process exit status.
+// Runs the peer; prints "HANDLE <hex>" (receiver) then "RESULT bytes=<n> seconds=<s> messages=<m>
+// cpu=<s>" (cpu: all threads, streaming phase only) or "FAIL <why>" on stdout. Returns the process exit status.
 int run_peer(const PeerOptions& options);
 
 }  // namespace sieve::perf
