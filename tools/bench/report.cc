@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <numeric>
 #include <sstream>
+#include <vector>
 
 namespace sieve::bench {
 
@@ -19,6 +20,14 @@ double ModeResult::mean_compaction_seconds() const {
   if (compaction_seconds.empty()) return 0;
   return std::accumulate(compaction_seconds.begin(), compaction_seconds.end(), 0.0) /
          static_cast<double>(compaction_seconds.size());
+}
+
+double ModeResult::median_seconds() const {
+  if (seconds.empty()) return 0;
+  std::vector<double> sorted(seconds);
+  std::sort(sorted.begin(), sorted.end());
+  const size_t mid = sorted.size() / 2;
+  return sorted.size() % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
 double ModeResult::min_seconds() const {
@@ -75,9 +84,9 @@ std::string format_table(const RunReport& r) {
   out << "sieve-bench: " << r.model << " (" << r.parameters << " parameters, " << megabytes(r.model_bytes()) << ' '
       << dtype_name(r.dtype) << " in " << r.buckets << " DDP buckets), " << r.nodes << " nodes, " << r.link << '\n';
   out << "pruning: " << r.prune << " (" << fixed(100.0 * r.kept_fraction, 1) << " % of all elements kept); "
-      << r.iterations << " measured all-reduces per mode\n\n";
+      << r.iterations << " measured all-reduces per mode (time: the slowest node's, median and best)\n\n";
   const ModeResult* dense = find(r, "dense");
-  out << pad("mode", 10, false) << pad("time/all-reduce", 17) << pad("best", 9) << pad("logical/node", 14)
+  out << pad("mode", 10, false) << pad("median time", 17) << pad("best", 9) << pad("logical/node", 14)
       << pad("plugin wire/node", 18) << pad("kernel tx/node", 16) << pad("speedup", 9) << pad("ideal", 8) << '\n';
   for (const ModeResult& m : r.modes) {
     out << pad(m.name, 10, false);
@@ -85,11 +94,11 @@ std::string format_table(const RunReport& r) {
       out << "  FAILED: " << m.error << '\n';
       continue;
     }
-    out << pad(fixed(m.mean_seconds(), 3, " s"), 17) << pad(fixed(m.min_seconds(), 3, " s"), 9)
+    out << pad(fixed(m.median_seconds(), 3, " s"), 17) << pad(fixed(m.min_seconds(), 3, " s"), 9)
         << pad(m.logical_bytes > 0 ? megabytes(m.logical_bytes) : "-", 14)
         << pad(m.has_plugin_wire ? megabytes(m.plugin_wire_bytes) : "-", 18)
         << pad(m.has_kernel ? megabytes(m.kernel_tx_bytes) : "-", 16)
-        << pad(dense && m.mean_seconds() > 0 ? fixed(dense->mean_seconds() / m.mean_seconds(), 2, "x") : "-", 9)
+        << pad(dense && m.median_seconds() > 0 ? fixed(dense->median_seconds() / m.median_seconds(), 2, "x") : "-", 9)
         << pad(m.ideal_speedup > 0 ? fixed(m.ideal_speedup, 2, "x") : "-", 8) << '\n';
   }
   for (const ModeResult& m : r.modes) {
@@ -113,16 +122,16 @@ std::string summary_line(const RunReport& r) {
   const ModeResult* dense = find(r, "dense");
   const ModeResult* fast = find(r, "compacted");
   if (fast == nullptr) fast = find(r, "codec");
-  if (dense == nullptr || fast == nullptr || fast->mean_seconds() <= 0) return "";
+  if (dense == nullptr || fast == nullptr || fast->median_seconds() <= 0) return "";
   const double pruned = 100.0 * (1.0 - r.kept_fraction);
   std::ostringstream out;
   out << "Sieve moved " << r.model << "'s gradients (" << fixed(pruned, 0) << " % pruned) "
-      << fixed(dense->mean_seconds() / fast->mean_seconds(), 1) << "x faster between " << r.nodes << " nodes: "
+      << fixed(dense->median_seconds() / fast->median_seconds(), 1) << "x faster between " << r.nodes << " nodes: "
       << megabytes(r.model_bytes() * r.kept_fraction) << " instead of " << megabytes(r.model_bytes())
-      << " per all-reduce, " << fixed(fast->mean_seconds(), 2) << " s instead of " << fixed(dense->mean_seconds(), 2)
+      << " per all-reduce, " << fixed(fast->median_seconds(), 2) << " s instead of " << fixed(dense->median_seconds(), 2)
       << " s, every sum exact.";
   if (const ModeResult* gloo = find(r, "gloo")) {
-    out << " PyTorch Gloo on the same link: " << fixed(gloo->mean_seconds(), 2) << " s.";
+    out << " PyTorch Gloo on the same link: " << fixed(gloo->median_seconds(), 2) << " s.";
   }
   return out.str();
 }
@@ -140,13 +149,13 @@ std::string format_json(const RunReport& r) {
     out << (i ? "," : "") << "{\"mode\":\"" << m.name << "\",\"ok\":" << (m.ok ? "true" : "false") << ",\"error\":\""
         << json_escape(m.error) << "\",\"seconds\":[";
     for (size_t k = 0; k < m.seconds.size(); ++k) out << (k ? "," : "") << m.seconds[k];
-    out << "],\"compaction_seconds\":" << m.mean_compaction_seconds() << ",\"mean_seconds\":" << m.mean_seconds() << ",\"logical_bytes_per_node\":" << m.logical_bytes
+    out << "],\"compaction_seconds\":" << m.mean_compaction_seconds() << ",\"mean_seconds\":" << m.mean_seconds() << ",\"median_seconds\":" << m.median_seconds() << ",\"logical_bytes_per_node\":" << m.logical_bytes
         << ",\"plugin_wire_bytes_per_node\":";
     if (m.has_plugin_wire) out << m.plugin_wire_bytes; else out << "null";
     out << ",\"kernel_tx_bytes_per_node\":";
     if (m.has_kernel) out << m.kernel_tx_bytes; else out << "null";
     out << ",\"speedup\":";
-    if (dense && m.ok && m.mean_seconds() > 0) out << dense->mean_seconds() / m.mean_seconds(); else out << "null";
+    if (dense && m.ok && m.median_seconds() > 0) out << dense->median_seconds() / m.median_seconds(); else out << "null";
     out << ",\"ideal_speedup\":";
     if (m.ideal_speedup > 0) out << m.ideal_speedup; else out << "null";
     out << ",\"device\":\"" << json_escape(m.device) << "\"}";

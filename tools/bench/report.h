@@ -25,6 +25,9 @@ struct ModeResult {
   double ideal_speedup = 0;      // 0 = not applicable
   std::string device;            // the plugin's device name on node 0
   double mean_seconds() const;
+  // The table and the speedups use the median: on shared cores one descheduled node stalls the
+  // whole ring now and then, and the median is not moved by such an outlier.
+  double median_seconds() const;
   double mean_compaction_seconds() const;
   double min_seconds() const;
 };
