@@ -80,6 +80,13 @@ Status TcpComm::finish(Slot* slot, Completion* out) {
   return Status::ok();
 }
 
+Status TcpComm::report_failure(Slot* slot) {
+  for (auto& w : workers_)
+    if (!w->quiesced()) return Status::ok();
+  slot->busy = false;
+  return failure_.surface();
+}
+
 namespace {
 uint64_t wire_bytes_of(uint64_t size, bool inline_payload, uint32_t stripes) {
   return wire::kFrameHeaderBytes + size + (inline_payload ? 0 : uint64_t(stripes) * wire::kChunkHeaderBytes);
@@ -137,10 +144,7 @@ Status TcpSendComm::test(Slot* slot, Completion* out) {
   if (!slot->busy) return error(Code::InvalidUsage, "test on a request that is not outstanding");
   Status st = progress_control();
   if (slot->control_done && slot->stripes_left.load(std::memory_order_acquire) == 0) return finish(slot, out);
-  if (failure_.failed()) {
-    slot->busy = false;
-    return failure_.surface();
-  }
+  if (failure_.failed()) return report_failure(slot);
   return Status::ok();
 }
 
@@ -234,10 +238,7 @@ Status TcpRecvComm::test(Slot* slot, Completion* out) {
   if (!slot->busy) return error(Code::InvalidUsage, "test on a request that is not outstanding");
   Status st = progress_control();
   if (slot->control_done && slot->stripes_left.load(std::memory_order_acquire) == 0) return finish(slot, out);
-  if (failure_.failed()) {
-    slot->busy = false;
-    return failure_.surface();
-  }
+  if (failure_.failed()) return report_failure(slot);
   return Status::ok();
 }
 

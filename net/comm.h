@@ -54,6 +54,9 @@ class TcpComm {
   // Splits [data, data+length) into stripes over the data sockets; returns how many.
   uint32_t queue_stripes(char* data, uint64_t length, uint64_t sequence, std::atomic<uint32_t>* stripes_left);
   Status finish(Slot* slot, Completion* out);
+  // A failed request is reported only once no helper thread can still touch its buffer; until
+  // then test says "not done" (the helpers notice the failure within one poll wake-up).
+  Status report_failure(Slot* slot);
   int nsocks() const { return static_cast<int>(connection_.data.size()); }
 
   Connection connection_;

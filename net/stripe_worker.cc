@@ -81,6 +81,12 @@ void StripeWorker::enqueue(const Stripe& stripe) {
   if (sleeping_.exchange(false)) wake();
 }
 
+bool StripeWorker::quiesced() {
+  if (quiesced_.load(std::memory_order_acquire)) return true;
+  wake();
+  return false;
+}
+
 void StripeWorker::wake() {
   uint64_t one = 1;
   ssize_t n = ::write(wake_fd_, &one, sizeof(one));
@@ -236,6 +242,7 @@ void StripeWorker::run() {
     drain_inbox();
     if (failure_->failed()) {
       for (auto& q : queues_) q.clear();
+      quiesced_.store(true, std::memory_order_release);
     } else {
       bool progressed = false;
       for (size_t i = 0; i < sockets_.size(); ++i) {

@@ -41,6 +41,9 @@ class StripeWorker {
 
   Status start();
   void enqueue(const Stripe& stripe);
+  // True once the worker has seen the comm's failure and dropped every stripe: from then on it
+  // touches no user buffer, so a failed request may be handed back. Wakes the worker otherwise.
+  bool quiesced();
 
  private:
   void run();
@@ -66,6 +69,7 @@ class StripeWorker {
   std::vector<Stripe> inbox_;
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> quiesced_{false};
   std::vector<std::deque<Stripe>> queues_;  // per socket, touched by the worker thread only
   std::vector<Clock::time_point> last_progress_;
   std::vector<int> receive_lowat_;  // SO_RCVLOWAT in force per socket (receive direction)

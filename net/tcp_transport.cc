@@ -109,18 +109,6 @@ class TcpTransport final : public Transport {
 
 }  // namespace
 
-const char* code_name(Code code) {
-  switch (code) {
-    case Code::Ok: return "ok";
-    case Code::InvalidArgument: return "invalid argument";
-    case Code::InvalidUsage: return "invalid usage";
-    case Code::SystemError: return "system error";
-    case Code::RemoteError: return "remote error";
-    case Code::InternalError: return "internal error";
-  }
-  return "?";
-}
-
 Status Transport::create_tcp(const TransportOptions& options, std::unique_ptr<Transport>* out) {
   Status st = check_options(options);
   if (!st.is_ok()) return st;
