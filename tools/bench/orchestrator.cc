@@ -206,6 +206,100 @@ bool build_workload(const Options& o, Workload* w, std::string* error) {
   return true;
 }
 
+
+// Starts the nodes of one mode, paces their iterations and gathers their numbers into `result`;
+// returns "" or what failed, naming the node. The Fleet kills and reaps the nodes on every path.
+std::string run_mode(const NodeJob& base, const Options& o, const Lab* lab, Clock::time_point deadline,
+                     Progress& progress, ModeResult* result) {
+  const int rounds = o.warmup + o.iterations;
+  Fleet fleet;
+  std::string failure;
+  for (int rank = 0; rank < o.nodes && failure.empty(); ++rank) {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+      failure = std::string("socketpair: ") + std::strerror(errno);
+      break;
+    }
+    std::fflush(nullptr);
+    const pid_t pid = fork();
+    if (pid < 0) {
+      failure = std::string("fork: ") + std::strerror(errno);
+      ::close(pair[0]);
+      ::close(pair[1]);
+      break;
+    }
+    if (pid == 0) {
+      for (const Child& c : fleet.children) ::close(c.fd);
+      ::close(pair[0]);
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      NodeJob job = base;
+      job.rank = rank;
+      job.netns = lab != nullptr ? lab->ns(rank) : "";
+      _exit(run_node(job, pair[1]));
+    }
+    ::close(pair[1]);
+    fleet.children.push_back({pid, pair[0], ""});
+  }
+  std::vector<std::string> answers;
+  if (failure.empty() && fleet.gather("listen ", deadline, &answers, &failure)) {
+    for (int rank = 0; rank < o.nodes; ++rank) fleet.send_to(rank, "peer " + answers[(rank + 1) % o.nodes]);
+    if (fleet.gather("ready", deadline, &answers, &failure)) {
+      for (int iter = 0; iter < rounds && failure.empty(); ++iter) {
+        progress.update(result->name, iter, rounds);
+        fleet.broadcast("go " + std::to_string(iter));
+        if (!fleet.gather("done ", deadline, &answers, &failure)) break;
+        double slowest = 0, bytes = 0, compaction = 0;
+        for (const std::string& a : answers) {
+          std::istringstream in(a);
+          long it = 0;
+          double ns = 0, sent = 0, compaction_ns = 0;
+          in >> it >> ns >> sent >> compaction_ns;
+          slowest = std::max(slowest, ns * 1e-9);
+          compaction = std::max(compaction, compaction_ns * 1e-9);
+          bytes += sent;
+        }
+        if (iter >= o.warmup) {
+          result->seconds.push_back(slowest);
+          result->compaction_seconds.push_back(compaction);
+          result->logical_bytes = bytes / o.nodes;
+        }
+      }
+      progress.update(result->name, rounds, rounds);
+      if (failure.empty() && fleet.gather("stats ", deadline, &answers, &failure)) {
+        double wire = 0, tx = 0;
+        bool has_plugin = true, has_kernel = lab != nullptr;
+        for (size_t i = 0; i < answers.size(); ++i) {
+          std::istringstream in(answers[i]);
+          int plugin_ok = 0, kernel_ok = 0;
+          double w = 0, k_tx = 0, k_rx = 0, logical = 0;
+          in >> plugin_ok >> logical >> w >> kernel_ok >> k_tx >> k_rx;
+          std::string device;
+          std::getline(in, device);
+          if (i == 0 && device.size() > 1) result->device = device.substr(1);
+          has_plugin = has_plugin && plugin_ok;
+          has_kernel = has_kernel && kernel_ok;
+          wire += w;
+          tx += k_tx;
+        }
+        const double per = static_cast<double>(o.nodes) * o.iterations;
+        result->has_plugin_wire = has_plugin;
+        result->plugin_wire_bytes = wire / per;
+        result->has_kernel = has_kernel;
+        result->kernel_tx_bytes = tx / per;
+        // Receivers close first everywhere, then senders: a clean end, no peer seen vanishing.
+        fleet.broadcast("close");
+        if (fleet.gather("closed", deadline, &answers, &failure)) {
+          fleet.broadcast("bye");
+          fleet.reap(Clock::now() + std::chrono::seconds(5));
+          result->ok = true;
+        }
+      }
+    }
+  }
+  return failure;
+}
+
 }  // namespace
 
 int run_bench(const Options& o, const std::string& self_path, RunReport* report) {
@@ -275,7 +369,6 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
   }
 
   Progress progress(!o.quiet);
-  const int rounds = o.warmup + o.iterations;
   for (Mode mode : o.modes) {
     ModeResult result;
     result.name = mode_name(mode);
@@ -300,90 +393,7 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
     job.timeout_s = static_cast<int>(std::max<long>(
         5, std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count()));
 
-    Fleet fleet;
-    std::string failure;
-    for (int rank = 0; rank < o.nodes && failure.empty(); ++rank) {
-      int pair[2];
-      if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
-        failure = std::string("socketpair: ") + std::strerror(errno);
-        break;
-      }
-      std::fflush(nullptr);
-      const pid_t pid = fork();
-      if (pid < 0) {
-        failure = std::string("fork: ") + std::strerror(errno);
-        ::close(pair[0]);
-        ::close(pair[1]);
-        break;
-      }
-      if (pid == 0) {
-        for (const Child& c : fleet.children) ::close(c.fd);
-        ::close(pair[0]);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        job.rank = rank;
-        job.netns = use_lab ? lab.ns(rank) : "";
-        _exit(run_node(job, pair[1]));
-      }
-      ::close(pair[1]);
-      fleet.children.push_back({pid, pair[0], ""});
-    }
-    std::vector<std::string> answers;
-    if (failure.empty() && fleet.gather("listen ", deadline, &answers, &failure)) {
-      for (int rank = 0; rank < o.nodes; ++rank) fleet.send_to(rank, "peer " + answers[(rank + 1) % o.nodes]);
-      if (fleet.gather("ready", deadline, &answers, &failure)) {
-        for (int iter = 0; iter < rounds && failure.empty(); ++iter) {
-          progress.update(result.name, iter, rounds);
-          fleet.broadcast("go " + std::to_string(iter));
-          if (!fleet.gather("done ", deadline, &answers, &failure)) break;
-          double slowest = 0, bytes = 0, compaction = 0;
-          for (const std::string& a : answers) {
-            std::istringstream in(a);
-            long it = 0;
-            double ns = 0, sent = 0, compaction_ns = 0;
-            in >> it >> ns >> sent >> compaction_ns;
-            slowest = std::max(slowest, ns * 1e-9);
-            compaction = std::max(compaction, compaction_ns * 1e-9);
-            bytes += sent;
-          }
-          if (iter >= o.warmup) {
-            result.seconds.push_back(slowest);
-            result.compaction_seconds.push_back(compaction);
-            result.logical_bytes = bytes / o.nodes;
-          }
-        }
-        progress.update(result.name, rounds, rounds);
-        if (failure.empty() && fleet.gather("stats ", deadline, &answers, &failure)) {
-          double wire = 0, tx = 0;
-          bool has_plugin = true, has_kernel = use_lab;
-          for (size_t i = 0; i < answers.size(); ++i) {
-            std::istringstream in(answers[i]);
-            int plugin_ok = 0, kernel_ok = 0;
-            double w = 0, k_tx = 0, k_rx = 0, logical = 0;
-            in >> plugin_ok >> logical >> w >> kernel_ok >> k_tx >> k_rx;
-            std::string device;
-            std::getline(in, device);
-            if (i == 0 && device.size() > 1) result.device = device.substr(1);
-            has_plugin = has_plugin && plugin_ok;
-            has_kernel = has_kernel && kernel_ok;
-            wire += w;
-            tx += k_tx;
-          }
-          const double per = static_cast<double>(o.nodes) * o.iterations;
-          result.has_plugin_wire = has_plugin;
-          result.plugin_wire_bytes = wire / per;
-          result.has_kernel = has_kernel;
-          result.kernel_tx_bytes = tx / per;
-          // Receivers close first everywhere, then senders: a clean end, no peer seen vanishing.
-          fleet.broadcast("close");
-          if (fleet.gather("closed", deadline, &answers, &failure)) {
-            fleet.broadcast("bye");
-            fleet.reap(Clock::now() + std::chrono::seconds(5));
-            result.ok = true;
-          }
-        }
-      }
-    }
+    const std::string failure = run_mode(job, o, use_lab ? &lab : nullptr, deadline, progress, &result);
     progress.finish();
     if (!result.ok) {
       result.error = failure;
