@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Configures and builds Sieve into build/ (or $SIEVE_BUILD_DIR). Extra arguments go to cmake.
+# Configures and builds Sieve into build/ (or $BUILD_DIR). Extra arguments go to cmake.
+# (Not SIEVE_* names: those belong to the plugin's registry, which reports unknown ones.)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${SIEVE_BUILD_DIR:-$root/build}
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=${SIEVE_BUILD_TYPE:-RelWithDebInfo} "$@" >/dev/null
+build=${BUILD_DIR:-$root/build}
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" "$@" >/dev/null
 cmake --build "$build" -j "$(nproc)"

@@ -6,7 +6,7 @@
 # Extra arguments go to sieve-bench (e.g. --model vit_b_16 --density 0.1 --rate 10gbit).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${SIEVE_BUILD_DIR:-$root/build}
+build=${BUILD_DIR:-$root/build}
 
 bash "$root/tools/install-deps.sh" python3-torch
 echo "demo: building (this takes a few minutes the first time)..."
@@ -17,7 +17,4 @@ if [[ $(id -u) -eq 0 ]] && /usr/bin/python3 -c "import torch.distributed as d; a
   args+=(--gloo)
 fi
 echo "demo: 4 nodes, ResNet-50 with 80 % of its weights pruned, ring all-reduce through Sieve at 1 Gbit/s"
-# The build script's own SIEVE_BUILD_* knobs are not plugin settings: keep them from the nodes, whose
-# plugin would report them as unknown SIEVE_* variables.
-unset SIEVE_BUILD_DIR SIEVE_BUILD_TYPE
 exec "$build/tools/bench/sieve-bench" "${args[@]}" "$@"
