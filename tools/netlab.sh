@@ -2,28 +2,36 @@
 # netlab: several "nodes" on one machine, each in its own network namespace, joined by a virtual
 # switch, optionally shaped. Used alone, by the conformance tests, by sieve-perf and sieve-bench.
 #
-#   netlab.sh [--prefix P] up N [--rate 1gbit] [--delay 1ms] [--loss 1%] [--reorder 25%] [--p2p]
+#   netlab.sh [--prefix P] up N [--rate 1gbit] [--delay 1ms [--jitter 0.5ms]] [--loss 1%] [--reorder 25%]
+#                               [--seed S] [--impair PATH] [--p2p]
 #   netlab.sh [--prefix P] down
 #   netlab.sh [--prefix P] exec I cmd...     run cmd inside node I (0-based)
 #   netlab.sh [--prefix P] addr I            node I's IPv4 address (10.77.0.(I+1))
 #   netlab.sh [--prefix P] ns I              node I's namespace name
 #   netlab.sh [--prefix P] ifname            the nodes' interface name (eth0)
 #   netlab.sh [--prefix P] status            namespaces, addresses and qdiscs of the lab
+#   netlab.sh [--prefix P] impair-stats I    node I's sieve-impair counters (when it runs one)
 #
 # Node I lives in namespace P-nI with interface eth0 = 10.77.0.(I+1)/24. By default every node is
 # wired by a veth pair to a bridge that lives in its own namespace P-sw, so nothing touches the host's
 # network; --p2p (N = 2 only) joins the two nodes by one veth pair instead. Shaping applies to each
-# node's egress: tbf for --rate, netem (under the tbf) for --delay/--loss/--reorder. `up` first removes
+# node's egress: tbf for --rate, netem (under the tbf) for --delay/--jitter/--loss/--reorder. Kernels
+# without sch_netem get the same impairments from tools/impair's sieve-impair, one per node, fed by an
+# iptables NFQUEUE rule on the node's eth0 egress (--queue-bypass: traffic flows if it dies); found by
+# --impair, $SIEVE_IMPAIR, PATH, or the source tree's build*/ folders; NETLAB_IMPAIRER=nfqueue forces
+# it where netem exists. Its pids and counters live in /run/sieve-netlab/P. `up` first removes
 # a lab of the same prefix (so it is idempotent) and removes what it built if any step fails; `down`
 # never fails. Use a unique --prefix per caller (default "sieve", or $NETLAB_PREFIX) so parallel runs
-# do not collide. Needs root and iproute2.
+# do not collide. Needs root and iproute2 (and iptables for sieve-impair).
 set -euo pipefail
 
 prefix=${NETLAB_PREFIX:-sieve}
 ifname=eth0
+seed=1          # sieve-impair's seed; node I uses seed + I
+impair_path=""
 
 die() { echo "netlab: $*" >&2; exit 2; }
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # Leading global options.
 while [[ $# -gt 0 && $1 == --prefix ]]; do
@@ -37,6 +45,7 @@ command=$1; shift
 node_ns() { echo "${prefix}-n$1"; }
 switch_ns() { echo "${prefix}-sw"; }
 node_addr() { echo "10.77.0.$(( $1 + 1 ))"; }
+state_dir() { echo "${NETLAB_STATE_DIR:-/run/sieve-netlab}/$prefix"; }
 
 check_index() {
   [[ $1 =~ ^[0-9]+$ ]] || die "node index must be a number, got '$1'"
@@ -60,8 +69,28 @@ lab_namespaces() {
   ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix//./\\.}-(n[0-9]+|sw)$" || true
 }
 
+# Asks every sieve-impair of the lab to release its held packets and print its counters, then makes sure.
+stop_impairers() {
+  local dir pidfile pid waited
+  dir=$(state_dir)
+  [[ -d $dir ]] || return 0
+  for pidfile in "$dir"/impair-n*.pid; do
+    [[ -f $pidfile ]] || continue
+    pid=$(<"$pidfile")
+    # Only a process that is still our sieve-impair (pids get reused).
+    if [[ $pid =~ ^[0-9]+$ ]] && grep -qa sieve-impair "/proc/$pid/cmdline" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      waited=0
+      while kill -0 "$pid" 2>/dev/null && (( ++waited < 30 )); do sleep 0.1; done
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  rm -rf "$dir"
+}
+
 cmd_down() {
   local ns
+  stop_impairers
   for ns in $(lab_namespaces); do
     # Deleting a namespace destroys its veth ends, and with them the peers in other namespaces.
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
@@ -76,9 +105,56 @@ reachable() {  # ns addr
   [[ $answer == *refused* || -z $answer ]]
 }
 
-shape_node() {  # ns rate delay loss reorder
-  local ns=$1 rate=$2 delay=$3 loss=$4 reorder=$5 netem=()
-  [[ -n $delay ]] && netem+=(delay "$delay")
+# sieve-impair: the --impair option, $SIEVE_IMPAIR, PATH, then the newest build of this source tree.
+find_impairer() {
+  local candidate
+  for candidate in "$impair_path" "${SIEVE_IMPAIR:-}" "$(command -v sieve-impair 2>/dev/null || true)"; do
+    [[ -n $candidate && -x $candidate ]] && { echo "$candidate"; return; }
+  done
+  ls -t "$(dirname "$(readlink -f "$0")")"/../build*/tools/impair/sieve-impair 2>/dev/null | head -n 1
+}
+
+# True when this kernel has sch_netem (probed on a namespace's loopback, which nobody else uses).
+have_netem() {  # ns
+  [[ ${NETLAB_IMPAIRER:-auto} != nfqueue ]] || return 1
+  ip netns exec "$1" tc qdisc add dev lo root netem delay 0ms 2>/dev/null || return 1
+  ip netns exec "$1" tc qdisc del dev lo root
+}
+
+# netem's job done in user space: an NFQUEUE rule on eth0's egress feeding one sieve-impair.
+start_impairer() {  # node ns delay jitter loss reorder
+  local node=$1 ns=$2 delay=$3 jitter=$4 loss=$5 reorder=$6 impairer dir args=()
+  impairer=$(find_impairer)
+  [[ -n $impairer ]] || die "impairment unavailable: no netem qdisc in this kernel and no sieve-impair (build tools/impair, needs libnetfilter-queue-dev; or pass --impair PATH)"
+  command -v iptables >/dev/null || die "impairment unavailable: no netem qdisc in this kernel and no iptables for sieve-impair's NFQUEUE"
+  ip netns exec "$ns" iptables -w 5 -A OUTPUT -o $ifname -j NFQUEUE --queue-num 0 --queue-bypass 2>/dev/null ||
+    die "impairment unavailable: no netem qdisc in this kernel and iptables has no NFQUEUE target here"
+  [[ -n $delay ]] && args+=(--delay "$delay")
+  [[ -n $jitter ]] && args+=(--jitter "$jitter")
+  [[ -n $loss ]] && args+=(--loss "$loss")
+  [[ -n $reorder ]] && args+=(--reorder "$reorder")
+  dir=$(state_dir)
+  mkdir -p "$dir"
+  ip netns exec "$ns" "$impairer" --queue 0 --seed $(( seed + node )) --stats "$dir/impair-n$node.stats" "${args[@]}" \
+    </dev/null >>"$dir/impair-n$node.log" 2>&1 &
+  echo $! >"$dir/impair-n$node.pid"
+  # Traffic is impaired only once the queue is bound (the stats file appears then).
+  local waited=0
+  until [[ -f $dir/impair-n$node.stats ]]; do
+    if ! kill -0 "$(<"$dir/impair-n$node.pid")" 2>/dev/null || (( ++waited > 50 )); then
+      die "sieve-impair did not start on node $node: $(tail -n 3 "$dir/impair-n$node.log" 2>/dev/null)"
+    fi
+    sleep 0.1
+  done
+}
+
+shape_node() {  # node ns rate delay jitter loss reorder
+  local node=$1 ns=$2 rate=$3 delay=$4 jitter=$5 loss=$6 reorder=$7 netem=()
+  if [[ -n $delay ]]; then
+    netem+=(delay "$delay")
+    [[ -n $jitter ]] && netem+=("$jitter")
+  fi
+  [[ -n $jitter && -z $delay ]] && die "--jitter needs --delay"
   [[ -n $loss ]] && netem+=(loss "$loss")
   if [[ -n $reorder ]]; then
     [[ -n $delay ]] || die "--reorder needs --delay (netem reorders by delaying the other packets)"
@@ -86,12 +162,13 @@ shape_node() {  # ns rate delay loss reorder
   fi
   local parent=(root)
   if ((${#netem[@]})); then
-    # Some kernels (containers) ship without sch_netem; say so instead of failing half-way.
-    ip netns exec "$ns" tc qdisc add dev lo root netem delay 0ms 2>/dev/null ||
-      die "this kernel has no netem qdisc: --delay/--loss/--reorder are unavailable (--rate works)"
-    ip netns exec "$ns" tc qdisc del dev lo root
-    ip netns exec "$ns" tc qdisc add dev $ifname root handle 1: netem limit 100000 "${netem[@]}"
-    parent=(parent 1:1)
+    if have_netem "$ns"; then
+      ip netns exec "$ns" tc qdisc add dev $ifname root handle 1: netem limit 100000 "${netem[@]}"
+      parent=(parent 1:1)
+    else
+      # NFQUEUE sits in the IP output path, before any qdisc: the tbf below stays the root.
+      start_impairer "$node" "$ns" "$delay" "$jitter" "$loss" "$reorder"
+    fi
   fi
   if [[ -n $rate ]]; then
     local bps burst
@@ -108,11 +185,14 @@ cmd_up() {
   [[ $# -ge 1 && $1 =~ ^[0-9]+$ ]] || die "up needs a node count"
   local n=$1; shift
   (( n >= 1 && n <= 200 )) || die "node count must be 1..200"
-  local rate="" delay="" loss="" reorder="" p2p=0
+  local rate="" delay="" jitter="" loss="" reorder="" p2p=0
   while [[ $# -gt 0 ]]; do
     case $1 in
       --rate) rate=${2:?--rate needs a value}; shift 2 ;;
       --delay) delay=${2:?--delay needs a value}; shift 2 ;;
+      --jitter) jitter=${2:?--jitter needs a value}; shift 2 ;;
+      --seed) seed=${2:?--seed needs a value}; shift 2 ;;
+      --impair) impair_path=${2:?--impair needs a path}; shift 2 ;;
       --loss) loss=${2:?--loss needs a value}; shift 2 ;;
       --reorder) reorder=${2:?--reorder needs a value}; shift 2 ;;
       --prefix) prefix=${2:?--prefix needs a value}; shift 2 ;;
@@ -124,6 +204,7 @@ cmd_up() {
   command -v ip >/dev/null || die "needs iproute2 (ip)"
   [[ -n $rate ]] && rate_bytes_per_sec "$rate" >/dev/null
   (( p2p == 0 || n == 2 )) || die "--p2p joins exactly 2 nodes"
+  [[ $seed =~ ^[0-9]{1,15}$ ]] || die "--seed must be a number"
 
   cmd_down
   # Any failure from here on (a failing command or a die) removes what was built.
@@ -153,8 +234,8 @@ cmd_up() {
     ns=$(node_ns $i)
     ip -n "$ns" addr add "$(node_addr $i)/24" dev $ifname
     ip -n "$ns" link set $ifname up
-    if [[ -n $rate$delay$loss$reorder ]]; then
-      shape_node "$ns" "$rate" "$delay" "$loss" "$reorder"
+    if [[ -n $rate$delay$jitter$loss$reorder ]]; then
+      shape_node "$i" "$ns" "$rate" "$delay" "$jitter" "$loss" "$reorder"
     fi
   done
   # The kernel reports carrier changes lazily (linkwatch, up to a second): wait until every node's
@@ -175,7 +256,9 @@ cmd_up() {
     done
   done
   trap - EXIT
-  echo "netlab: lab '$prefix' up: $n nodes${rate:+, rate $rate}${delay:+, delay $delay}${loss:+, loss $loss}${reorder:+, reorder $reorder}"
+  local impaired_by=""
+  [[ -d $(state_dir) ]] && impaired_by=" (sieve-impair over NFQUEUE: no netem here)"
+  echo "netlab: lab '$prefix' up: $n nodes${rate:+, rate $rate}${delay:+, delay $delay}${jitter:+ ± $jitter}${loss:+, loss $loss}${reorder:+, reorder $reorder}$impaired_by"
 }
 
 case $command in
@@ -201,7 +284,15 @@ case $command in
       echo "== $ns"
       ip -n "$ns" -br addr
       ip netns exec "$ns" tc qdisc show | grep -v -E "noqueue|pfifo_fast|^$" || true
+    done
+    for stats in "$(state_dir)"/impair-n*.stats; do
+      [[ -f $stats ]] && echo "== $(basename "$stats" .stats): $(tr '\n' ' ' <"$stats")"
     done ;;
+  impair-stats)
+    [[ $# -eq 1 ]] || die "impair-stats needs a node index"
+    check_index "$1"
+    [[ -f $(state_dir)/impair-n$1.stats ]] || die "node $1 of lab '$prefix' runs no sieve-impair"
+    cat "$(state_dir)/impair-n$1.stats" ;;
   -h|--help|help) usage ;;
-  *) die "unknown command '$command' (up, down, exec, addr, ns, ifname, status)" ;;
+  *) die "unknown command '$command' (up, down, exec, addr, ns, ifname, status, impair-stats)" ;;
 esac
