@@ -1,6 +1,7 @@
 #include "net/comm.h"
 
 #include "net/log.h"
+#include "topology/pinning.h"
 
 namespace sieve::net {
 
@@ -24,6 +25,11 @@ Status TcpComm::start(StripeWorker::Direction direction) {
                                                       options_.peer_timeout_ms));
     Status st = workers_.back()->start();
     if (!st.is_ok()) return st;
+    if (!options_.helper_cpus.empty()) {
+      // Placement is an optimisation: a refusal (a cgroup without those CPUs) leaves the thread floating.
+      std::string refused = topology::pin_thread_to(workers_.back()->thread().native_handle(), options_.helper_cpus);
+      if (!refused.empty()) SIEVE_WARN("helper thread for %s not pinned: %s", connection_.peer.c_str(), refused.c_str());
+    }
   }
   return Status::ok();
 }

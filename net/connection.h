@@ -22,6 +22,7 @@ struct Connection {
 };
 
 struct CommOptions {
+  std::vector<int> helper_cpus;  // empty: helper threads float; else pinned there (the NIC's CPUs)
   int nthreads = 2;
   size_t inline_threshold = 64 * 1024;
   int peer_timeout_ms = 5000;

@@ -135,21 +135,19 @@ std::vector<Device> select_devices(const std::vector<InterfaceAddress>& candidat
   return out;
 }
 
-int read_speed_mbps(const std::string& sysfs_root, const std::string& name) {
-  std::ifstream f(sysfs_root + "/class/net/" + name + "/speed");
-  long speed = -1;
-  if (f >> speed && speed > 0 && speed < INT_MAX) return static_cast<int>(speed);
-  return 10000;
+void place_devices(const topology::Machine& machine, std::vector<Device>& devices) {
+  for (auto& d : devices) {
+    const topology::Nic* nic = machine.find_nic(d.name);
+    if (!nic) continue;
+    d.pci_path = nic->pci_path;
+    if (nic->speed_mbps > 0 && nic->speed_mbps < INT_MAX) d.speed_mbps = static_cast<int>(nic->speed_mbps);
+    if (!nic->pci_bus_id.empty()) d.guid = nic->guid;
+    d.numa_node = nic->numa_node;
+    d.cpus = nic->cpus;
+  }
 }
 
-std::string read_pci_path(const std::string& sysfs_root, const std::string& name) {
-  std::string link = sysfs_root + "/class/net/" + name + "/device";
-  char resolved[PATH_MAX];
-  if (!realpath(link.c_str(), resolved)) return "";
-  return resolved;
-}
-
-Status discover_devices(const DeviceFilter& filter, std::vector<Device>* out, const std::string& sysfs_root) {
+Status discover_devices(const DeviceFilter& filter, const topology::Machine& machine, std::vector<Device>* out) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return error(Code::SystemError, std::string("getifaddrs: ") + std::strerror(errno));
   std::vector<InterfaceAddress> candidates;
@@ -171,10 +169,7 @@ Status discover_devices(const DeviceFilter& filter, std::vector<Device>* out, co
     return error(Code::SystemError, "no usable network interface" +
                                         (filter.ifname.empty() ? std::string() : " matches SIEVE_SOCKET_IFNAME=" + filter.ifname));
   }
-  for (auto& d : *out) {
-    d.speed_mbps = read_speed_mbps(sysfs_root, d.name);
-    d.pci_path = read_pci_path(sysfs_root, d.name);
-  }
+  place_devices(machine, *out);
   return Status::ok();
 }
 

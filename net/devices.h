@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "net/status.h"
+#include "topology/machine.h"
 
 namespace sieve::net {
 
@@ -33,9 +34,14 @@ struct SocketAddress {
 struct Device {
   std::string name;      // interface name
   SocketAddress address; // port 0
-  std::string pci_path;  // realpath of /sys/class/net/<name>/device; empty when virtual
-  int speed_mbps = 0;
-  uint64_t guid = 0;
+  // From topology/: sysfs path of the PCI function (its last component is the bus id, as NCCL's
+  // topology search expects); empty for virtual interfaces, which NCCL then attaches to a CPU.
+  std::string pci_path;
+  int speed_mbps = kUnknownSpeedMbps;
+  uint64_t guid = 0;      // equal for the ports of one multi-function card
+  int numa_node = -1;
+  std::vector<int> cpus;  // CPUs local to the NIC: where its helper threads run when pinning
+  static constexpr int kUnknownSpeedMbps = 10000;  // virtio and down links report none
 };
 
 // One address of one interface, as getifaddrs reports it (input of the pure selection below).
@@ -61,11 +67,11 @@ bool is_container_bridge(const std::string& name);
 // in the order given. Without an ifname, lo and container bridges are skipped unless nothing else is up.
 std::vector<Device> select_devices(const std::vector<InterfaceAddress>& candidates, const DeviceFilter& filter);
 
-// getifaddrs + sysfs (under sysfs_root) for PCI path and speed. Error when nothing is usable.
-Status discover_devices(const DeviceFilter& filter, std::vector<Device>* out, const std::string& sysfs_root = "/sys");
+// The usable interfaces (getifaddrs + selection), placed on `machine`. Error when nothing is usable.
+Status discover_devices(const DeviceFilter& filter, const topology::Machine& machine, std::vector<Device>* out);
 
-// Speed in Mbps from <sysfs_root>/class/net/<name>/speed; 10000 when unknown (virtual NICs report -1).
-int read_speed_mbps(const std::string& sysfs_root, const std::string& name);
-std::string read_pci_path(const std::string& sysfs_root, const std::string& name);
+// Fills PCI path, speed, guid, NUMA node and local CPUs from the topology's NIC of the same name;
+// a device the topology does not know (a pinned file from another host) keeps the defaults.
+void place_devices(const topology::Machine& machine, std::vector<Device>& devices);
 
 }  // namespace sieve::net

@@ -16,8 +16,9 @@ constexpr size_t kMaxPending = 128;  // unauthenticated sockets held at once; be
 // a connect waits at least this long for the welcome (a dead listener is refused or reset sooner).
 constexpr int kMinConnectWaitMs = 30000;
 
-CommOptions comm_options(const TransportOptions& o) {
+CommOptions comm_options(const TransportOptions& o, const std::vector<int>& helper_cpus) {
   CommOptions c;
+  c.helper_cpus = helper_cpus;
   c.nthreads = o.nthreads;
   c.inline_threshold = o.inline_threshold;
   c.peer_timeout_ms = o.peer_timeout_ms;
@@ -37,8 +38,10 @@ Status handshake_error(const std::string& peer, const Status& cause) {
 
 // ---------------------------------------------------------------- connector
 
-Connector::Connector(const TransportOptions& options, const wire::HandleFields& handle)
+Connector::Connector(const TransportOptions& options, const wire::HandleFields& handle,
+                     std::vector<int> helper_cpus)
     : options_(options),
+      helper_cpus_(std::move(helper_cpus)),
       handle_(handle),
       peer_(handle.address.text()),
       connection_id_(random64()),
@@ -81,7 +84,7 @@ Status Connector::progress(std::unique_ptr<SendComm>* comm) {
   for (size_t i = 1; i < sockets_.size(); ++i) c.data.push_back(std::move(sockets_[i].fd));
   tune_connection(c.control.get(), options_.peer_timeout_ms, 0);
   for (auto& fd : c.data) tune_connection(fd.get(), options_.peer_timeout_ms, 0);
-  auto send = std::make_unique<TcpSendComm>(std::move(c), comm_options(options_));
+  auto send = std::make_unique<TcpSendComm>(std::move(c), comm_options(options_, helper_cpus_));
   Status st = send->start(StripeWorker::Direction::Send);
   if (!st.is_ok()) return st;
   *comm = std::move(send);
@@ -134,8 +137,13 @@ Status Connector::step(Socket& s) {
 
 // ---------------------------------------------------------------- listener
 
-TcpListenComm::TcpListenComm(const TransportOptions& options, Fd listener, uint64_t nonce, std::string address)
-    : options_(options), listener_(std::move(listener)), nonce_(nonce), address_(std::move(address)) {}
+TcpListenComm::TcpListenComm(const TransportOptions& options, Fd listener, uint64_t nonce, std::string address,
+                             std::vector<int> helper_cpus)
+    : options_(options),
+      helper_cpus_(std::move(helper_cpus)),
+      listener_(std::move(listener)),
+      nonce_(nonce),
+      address_(std::move(address)) {}
 
 uint64_t TcpListenComm::take_rejected() {
   uint64_t n = rejected_;
@@ -258,7 +266,7 @@ Status TcpListenComm::accept(std::unique_ptr<RecvComm>* comm) {
       groups_.erase(it);
       tune_connection(c.control.get(), options_.peer_timeout_ms, 0);
       for (auto& fd : c.data) tune_connection(fd.get(), options_.peer_timeout_ms, 0);
-      CommOptions co = comm_options(options_);
+      CommOptions co = comm_options(options_, helper_cpus_);
       auto recv = std::make_unique<TcpRecvComm>(std::move(c), co);
       Status st = recv->start(StripeWorker::Direction::Receive);
       if (!st.is_ok()) return st;

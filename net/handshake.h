@@ -19,7 +19,8 @@ namespace sieve::net {
 
 class Connector {
  public:
-  Connector(const TransportOptions& options, const wire::HandleFields& handle);
+  // helper_cpus: where the new comm's helper threads run (empty: anywhere).
+  Connector(const TransportOptions& options, const wire::HandleFields& handle, std::vector<int> helper_cpus);
   // *comm is set once every socket finished its handshake; an error ends the attempt.
   Status progress(std::unique_ptr<SendComm>* comm);
 
@@ -35,6 +36,7 @@ class Connector {
   Status step(Socket& s);
 
   const TransportOptions options_;
+  const std::vector<int> helper_cpus_;
   const wire::HandleFields handle_;
   const std::string peer_;
   const uint64_t connection_id_;
@@ -45,7 +47,8 @@ class Connector {
 
 class TcpListenComm final : public ListenComm {
  public:
-  TcpListenComm(const TransportOptions& options, Fd listener, uint64_t nonce, std::string address);
+  TcpListenComm(const TransportOptions& options, Fd listener, uint64_t nonce, std::string address,
+                std::vector<int> helper_cpus);
   Status accept(std::unique_ptr<RecvComm>* comm) override;
   uint64_t take_rejected() override;
 
@@ -74,6 +77,7 @@ class TcpListenComm final : public ListenComm {
   bool join_group(Pending& p);
 
   const TransportOptions options_;
+  const std::vector<int> helper_cpus_;
   Fd listener_;
   const uint64_t nonce_;
   const std::string address_;

@@ -40,6 +40,8 @@ class StripeWorker {
   StripeWorker& operator=(const StripeWorker&) = delete;
 
   Status start();
+  // The helper thread, for placement next to its NIC (valid after start()).
+  std::thread& thread() { return thread_; }
   void enqueue(const Stripe& stripe);
   // True once the worker has seen the comm's failure and dropped every stripe: from then on it
   // touches no user buffer, so a failed request may be handed back. Wakes the worker otherwise.

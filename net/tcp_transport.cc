@@ -7,6 +7,7 @@
 #include "net/log.h"
 #include "net/transport.h"
 #include "net/wire.h"
+#include "topology/machine.h"
 
 namespace sieve::net {
 
@@ -35,8 +36,8 @@ void use_local_scope(const Device& local, SocketAddress* remote) {
 
 class TcpTransport final : public Transport {
  public:
-  TcpTransport(const TransportOptions& options, std::vector<Device> devices)
-      : options_(options), devices_(std::move(devices)) {}
+  TcpTransport(const TransportOptions& options, std::vector<Device> devices, bool pin_threads)
+      : options_(options), devices_(std::move(devices)), pin_threads_(pin_threads) {}
 
   const std::vector<Device>& devices() const override { return devices_; }
 
@@ -52,7 +53,8 @@ class TcpTransport final : public Transport {
     fields.address = bound;
     fields.listener_nonce = random64();
     wire::encode_handle(fields, handle->bytes);
-    *comm = std::make_unique<TcpListenComm>(options_, std::move(fd), fields.listener_nonce, bound.text());
+    *comm = std::make_unique<TcpListenComm>(options_, std::move(fd), fields.listener_nonce, bound.text(),
+                                            helper_cpus(dev));
     SIEVE_INFO("listening on %s (%s)", bound.text().c_str(), devices_[dev].name.c_str());
     return Status::ok();
   }
@@ -75,7 +77,7 @@ class TcpTransport final : public Transport {
         connector = it->second.get();
       } else {
         uint64_t id = ++last_id_;
-        auto owned = std::make_unique<Connector>(options_, fields);
+        auto owned = std::make_unique<Connector>(options_, fields, helper_cpus(dev));
         connector = owned.get();
         connecting_.emplace(id, std::move(owned));
         wire::set_handle_pending(handle->bytes, id);
@@ -100,8 +102,11 @@ class TcpTransport final : public Transport {
     return Status::ok();
   }
 
+  std::vector<int> helper_cpus(int dev) const { return pin_threads_ ? devices_[dev].cpus : std::vector<int>(); }
+
   const TransportOptions options_;
   const std::vector<Device> devices_;
+  const bool pin_threads_;
   std::mutex mutex_;
   std::map<uint64_t, std::unique_ptr<Connector>> connecting_;
   uint64_t last_id_ = 0;
@@ -112,13 +117,26 @@ class TcpTransport final : public Transport {
 Status Transport::create_tcp(const TransportOptions& options, std::unique_ptr<Transport>* out) {
   Status st = check_options(options);
   if (!st.is_ok()) return st;
+  topology::Discovery topo = topology::discover(options.topology);
+  if (!topo.ok && !options.topology.xml_file.empty()) {
+    // A pinned topology that cannot be read must not stop the job: the live machine still works.
+    SIEVE_WARN("topology file %s refused (%s); using the live machine", options.topology.xml_file.c_str(),
+               topo.error.c_str());
+    topology::Options live = options.topology;
+    live.xml_file.clear();
+    topo = topology::discover(live);
+  }
+  for (const auto& note : topo.machine.notes) SIEVE_INFO("topology: %s", note.c_str());
   std::vector<Device> devices;
-  st = discover_devices(options.devices, &devices);
+  st = discover_devices(options.devices, topo.machine, &devices);
   if (!st.is_ok()) return st;
+  const bool pin = topology::should_pin(options.pin_threads, topo.machine.numa_nodes.size());
   for (const auto& d : devices)
-    SIEVE_INFO("device %s %s speed %d Mbps%s%s", d.name.c_str(), d.address.text().c_str(), d.speed_mbps,
-               d.pci_path.empty() ? "" : " pci ", d.pci_path.c_str());
-  *out = std::make_unique<TcpTransport>(options, std::move(devices));
+    SIEVE_INFO("device %s %s speed %d Mbps numa %d%s%s%s%s", d.name.c_str(), d.address.text().c_str(), d.speed_mbps,
+               d.numa_node, d.pci_path.empty() ? "" : " pci ", d.pci_path.c_str(),
+               pin && !d.cpus.empty() ? ", helper threads on cpus " : "",
+               pin ? topology::cpu_list_text(d.cpus).c_str() : "");
+  *out = std::make_unique<TcpTransport>(options, std::move(devices), pin);
   return Status::ok();
 }
 

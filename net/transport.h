@@ -15,6 +15,8 @@
 
 #include "net/devices.h"
 #include "net/status.h"
+#include "topology/discover.h"
+#include "topology/pinning.h"
 
 namespace sieve::net {
 
@@ -30,6 +32,9 @@ struct TransportOptions {
   size_t inline_threshold = 64 * 1024;  // messages up to this size travel on the control socket
   std::string job_token;                // empty: no authentication beyond the listener's nonce
   int peer_timeout_ms = 5000;           // handshake deadline; silence allowed mid-transfer
+  topology::Options topology;           // where NICs sit (SIEVE_TOPO_FILE pins an hwloc XML)
+  // Helper threads run on their NIC's local CPUs; Auto pins only on machines with several NUMA nodes.
+  topology::PinChoice pin_threads = topology::PinChoice::Auto;
 };
 
 // Opaque to NCCL; produced by listen, carried by NCCL's bootstrap to the connecting side.

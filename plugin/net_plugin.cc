@@ -118,6 +118,8 @@ net::TransportOptions options_from(const config::Settings& s) {
   o.inline_threshold = s.inline_threshold;
   o.job_token = s.job_token;
   o.peer_timeout_ms = static_cast<int>(std::min<int64_t>(s.peer_timeout_ms, INT_MAX));
+  o.topology.xml_file = s.topo_file;
+  topology::parse_pin_choice(s.pin_threads, o.pin_threads);  // the registry already checked the choice
   return o;
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "net/devices.h"
+#include "topology/discover.h"
 
 namespace sieve::net {
 namespace {
@@ -106,32 +107,55 @@ TEST(SelectDevices, ContainerBridgeNames) {
   for (const char* n : {"eth0", "bridge", "veth1", "ens5", "ib0"}) EXPECT_FALSE(is_container_bridge(n)) << n;
 }
 
-TEST(Sysfs, SpeedAndPciPath) {
-  namespace fs = std::filesystem;
-  fs::path root = fs::temp_directory_path() / ("sieve-sysfs-" + std::to_string(::getpid()));
-  fs::create_directories(root / "class/net/eth0");
-  fs::create_directories(root / "class/net/veth0");
-  fs::create_directories(root / "devices/pci0000:00/0000:00:03.0");
-  std::ofstream(root / "class/net/eth0/speed") << "25000\n";
-  std::ofstream(root / "class/net/veth0/speed") << "-1\n";
-  fs::create_directory_symlink(root / "devices/pci0000:00/0000:00:03.0", root / "class/net/eth0/device");
-  EXPECT_EQ(read_speed_mbps(root.string(), "eth0"), 25000);
-  EXPECT_EQ(read_speed_mbps(root.string(), "veth0"), 10000);
-  EXPECT_EQ(read_speed_mbps(root.string(), "missing"), 10000);
-  EXPECT_EQ(read_pci_path(root.string(), "eth0"), fs::canonical(root / "devices/pci0000:00/0000:00:03.0").string());
-  EXPECT_EQ(read_pci_path(root.string(), "veth0"), "");
-  fs::remove_all(root);
+// Placement comes from topology/: PCI path, speed, card guid, NUMA node and local CPUs of the NIC
+// with the device's name; what the topology does not know keeps the defaults.
+TEST(PlaceDevices, TakesPlacementFromTheTopology) {
+  topology::Machine machine;
+  topology::Nic eth;
+  eth.name = "eth0";
+  eth.pci_bus_id = "0000:17:00.1";
+  eth.pci_path = "/sys/devices/pci0000:16/0000:16:02.0/0000:17:00.1";
+  eth.speed_mbps = 100000;
+  eth.guid = 0x1700;
+  eth.numa_node = 1;
+  eth.cpus = {8, 9, 10, 11};
+  topology::Nic veth;
+  veth.name = "veth0";
+  veth.is_virtual = true;
+  veth.guid = 0xdead;
+  machine.nics = {eth, veth};
+
+  std::vector<Device> devices(3);
+  devices[0].name = "eth0";
+  devices[1].name = "veth0";
+  devices[1].guid = 1;
+  devices[2].name = "unknown0";
+  devices[2].guid = 2;
+  place_devices(machine, devices);
+
+  EXPECT_EQ(devices[0].pci_path, eth.pci_path);
+  EXPECT_EQ(devices[0].speed_mbps, 100000);
+  EXPECT_EQ(devices[0].guid, 0x1700u);
+  EXPECT_EQ(devices[0].numa_node, 1);
+  EXPECT_EQ(devices[0].cpus, (std::vector<int>{8, 9, 10, 11}));
+  // A virtual NIC: no PCI path, unknown speed, and its own index as guid (not merged with others).
+  EXPECT_TRUE(devices[1].pci_path.empty());
+  EXPECT_EQ(devices[1].speed_mbps, Device::kUnknownSpeedMbps);
+  EXPECT_EQ(devices[1].guid, 1u);
+  EXPECT_EQ(devices[2].numa_node, -1);
+  EXPECT_EQ(devices[2].guid, 2u);
 }
 
 TEST(Discover, FindsLoopbackWhenAskedFor) {
   std::vector<Device> d;
-  Status st = discover_devices({"=lo", Family::IPv4}, &d);
+  const topology::Machine machine = topology::discover({}).machine;
+  Status st = discover_devices({"=lo", Family::IPv4}, machine, &d);
   ASSERT_TRUE(st.is_ok()) << st.message();
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].address.text(), "127.0.0.1");
   EXPECT_TRUE(d[0].pci_path.empty());
   EXPECT_GT(d[0].speed_mbps, 0);
-  Status none = discover_devices({"=no-such-interface", Family::Any}, &d);
+  Status none = discover_devices({"=no-such-interface", Family::Any}, machine, &d);
   EXPECT_EQ(none.code(), Code::SystemError);
   EXPECT_NE(none.message().find("SIEVE_SOCKET_IFNAME"), std::string::npos);
 }
