@@ -44,6 +44,35 @@ inline size_t first_mismatch(const unsigned char* data, size_t size, uint64_t se
   return size;
 }
 
+// Sparse message `index`: fp32 words of which about 80 % are zero, as pruned gradients look: groups
+// of 16 words are zero together with probability 0.7 (pruned rows), the rest keep one word in three
+// zero (ReLU-like scatter). Nonzero words are never 0, so the zero pattern is part of what is checked.
+inline uint32_t sparse_word(uint64_t key, size_t word) {
+  if (mix64(key ^ (word / 16) * 0x51ed27ull) % 10 < 7) return 0;
+  const uint64_t h = mix64(key + word);
+  return h % 3 == 0 ? 0 : static_cast<uint32_t>(h >> 32) | 1u;
+}
+
+inline void fill_sparse_pattern(unsigned char* data, size_t size, uint64_t seed, uint64_t index) {
+  const uint64_t key = mix64(seed * 1000003 + index);
+  for (size_t i = 0; i < size; i += 4) {
+    const uint32_t word = sparse_word(key, i / 4);
+    std::memcpy(data + i, &word, size - i < 4 ? size - i : 4);
+  }
+}
+
+inline size_t first_sparse_mismatch(const unsigned char* data, size_t size, uint64_t seed, uint64_t index) {
+  const uint64_t key = mix64(seed * 1000003 + index);
+  for (size_t i = 0; i < size; i += 4) {
+    const uint32_t word = sparse_word(key, i / 4);
+    const size_t n = size - i < 4 ? size - i : 4;
+    for (size_t j = 0; j < n; ++j) {
+      if (data[i + j] != reinterpret_cast<const unsigned char*>(&word)[j]) return i + j;
+    }
+  }
+  return size;
+}
+
 constexpr unsigned char kCanary = 0xA5;
 
 // The size ladder from 0 B up: odd sizes on purpose (no alignment luck), up to 4 MiB.

@@ -4,10 +4,12 @@
 // (dlopen after exec, as NCCL's proxy would in a fresh process) and never outlives its watchdog.
 //
 //   sieve_conformance_peer --plugin PATH --version 8..11 --role send|recv --scenario NAME
-//                          [--handle HEX] [--seed N] [--watchdog-s N]
-// Scenarios: matrix (0 B..64 MiB, 32 outstanding, byte-exact), small, oversize (send 1 MiB into a
+//                          [--handle HEX] [--seed N] [--watchdog-s N] [--pattern dense|sparse]
+// Scenarios: matrix (0 B..64 MiB, 32 outstanding, byte-exact), impaired (0 B..16 MiB, byte-exact, then
+// a "STATS" line of the plugin's sieve_stats_get counters), small, oversize (send 1 MiB into a
 // 4 KiB receive), stream (64 MiB messages until an error: the killed-peer test), token (expects the
 // connection to be refused).
+#include <dlfcn.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "tests/conformance/pattern.h"
+#include "plugin/sieve.h"
 #include "tests/conformance/peer_streams.h"
 #include "tools/common/plugin_loader.h"
 
@@ -41,6 +44,7 @@ struct Args {
   int version = 0;
   uint64_t seed = 1;
   int watchdog_s = 110;
+  bool sparse = false;
 };
 
 bool parse_args(int argc, char** argv, Args* args) {
@@ -53,6 +57,7 @@ bool parse_args(int argc, char** argv, Args* args) {
     else if (key == "--handle") args->handle = value;
     else if (key == "--seed") args->seed = strtoull(value.c_str(), nullptr, 10);
     else if (key == "--watchdog-s") args->watchdog_s = atoi(value.c_str());
+    else if (key == "--pattern" && (value == "dense" || value == "sparse")) args->sparse = value == "sparse";
     else return false;
   }
   return !args->plugin.empty() && (args->role == "send" || args->role == "recv") && !args->scenario.empty() &&
@@ -80,6 +85,35 @@ int fail(const std::string& why) {
   return 1;
 }
 
+// The plugin's own traffic counters, read from the library NCCL's loader opened (never a second copy).
+bool say_plugin_stats(const tools::NetPlugin& net) {
+  void* library = dlopen(net.library().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (!library) return false;
+  using StatsGet = int (*)(sieve_stats_t*);
+  auto get = reinterpret_cast<StatsGet>(dlsym(library, "sieve_stats_get"));
+  sieve_stats_t stats{};
+  stats.size = sizeof stats;
+  const bool ok = get && get(&stats) == 0;
+  if (ok) {
+    say("STATS logical_sent %llu wire_sent %llu logical_received %llu wire_received %llu",
+        static_cast<unsigned long long>(stats.bytes_logical_sent), static_cast<unsigned long long>(stats.bytes_wire_sent),
+        static_cast<unsigned long long>(stats.bytes_logical_received),
+        static_cast<unsigned long long>(stats.bytes_wire_received));
+  }
+  dlclose(library);
+  return ok;
+}
+
+// 0 B to 16 MiB, odd sizes, each size at two window positions: about 43 MB, a few seconds on a lossy link.
+std::vector<size_t> impaired_ladder() {
+  const size_t sizes[] = {0, 1, 7, 4096, 65537, (1u << 20) + 3, 4u << 20, 16u << 20};
+  std::vector<size_t> ladder;
+  for (int round = 0; round < 2; ++round) {
+    for (size_t step = 0; step < 8; ++step) ladder.push_back(sizes[(step + round * 3) % 8]);
+  }
+  return ladder;
+}
+
 int run_transfer(const StreamEnd& end, const std::string& scenario) {
   if (scenario == "matrix") {
     StreamResult ladder = run_stream(end, matrix_ladder(), tools::kMaxRequests, 0, true);
@@ -88,6 +122,14 @@ int run_transfer(const StreamEnd& end, const std::string& scenario) {
     if (!large.ok) return fail("64 MiB: " + large.error);
     say("OK %llu messages %llu bytes", static_cast<unsigned long long>(ladder.messages + large.messages),
         static_cast<unsigned long long>(ladder.bytes + large.bytes));
+    return 0;
+  }
+  if (scenario == "impaired") {
+    StreamResult got = run_stream(end, impaired_ladder(), 8, 0, true);
+    if (!got.ok) return fail(got.error);
+    if (!say_plugin_stats(*end.net)) return fail("sieve_stats_get not found in " + end.net->library());
+    say("OK %llu messages %llu bytes", static_cast<unsigned long long>(got.messages),
+        static_cast<unsigned long long>(got.bytes));
     return 0;
   }
   if (scenario == "small" || scenario == "token") {
@@ -145,7 +187,7 @@ int run_receiver(tools::NetPlugin& net, const Args& args) {
     return 0;
   }
   if (!recv_comm) return fail(std::string("accept: ") + tools::result_name(result));
-  StreamEnd end{&net, recv_comm, false, args.seed, expect_refusal ? 6000 : 20000};
+  StreamEnd end{&net, recv_comm, false, args.seed, expect_refusal ? 6000 : 20000, args.sparse};
   int status = 0;
   if (expect_refusal) {
     StreamResult got = run_stream(end, {1u << 20}, 1, 0, true);
@@ -173,7 +215,7 @@ int run_sender(tools::NetPlugin& net, const Args& args) {
     }
     return fail(std::string("connect: ") + tools::result_name(result));
   }
-  StreamEnd end{&net, send_comm, true, args.seed, expect_refusal ? 6000 : 20000};
+  StreamEnd end{&net, send_comm, true, args.seed, expect_refusal ? 6000 : 20000, args.sparse};
   int status = 0;
   if (expect_refusal) {
     StreamResult sent = run_stream(end, {1u << 20}, 1, 0, true);
@@ -193,7 +235,7 @@ int main(int argc, char** argv) {
   if (!parse_args(argc, argv, &args)) {
     fprintf(stderr,
             "usage: %s --plugin PATH --version 8..11 --role send|recv --scenario NAME [--handle HEX] "
-            "[--seed N] [--watchdog-s N]\n",
+            "[--seed N] [--watchdog-s N] [--pattern dense|sparse]\n",
             argv[0]);
     return 2;
   }

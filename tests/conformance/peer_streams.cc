@@ -71,14 +71,15 @@ int post(const StreamEnd& end, Slot& slot, InFlight& op) {
                             end.stall_ms);
 }
 
-std::string check_received(const Slot& slot, const InFlight& op, int reported, uint64_t seed) {
+std::string check_received(const Slot& slot, const InFlight& op, int reported, uint64_t seed, bool sparse) {
   char text[256];
   if (reported < 0 || static_cast<size_t>(reported) != op.size) {
     snprintf(text, sizeof text, "message %llu: test reported %d bytes, %zu were sent (posted %zu)",
              static_cast<unsigned long long>(op.index), reported, op.size, op.posted);
     return text;
   }
-  const size_t bad = first_mismatch(slot.buffer.data(), op.size, seed, op.index);
+  const size_t bad = sparse ? first_sparse_mismatch(slot.buffer.data(), op.size, seed, op.index)
+                            : first_mismatch(slot.buffer.data(), op.size, seed, op.index);
   if (bad != op.size) {
     snprintf(text, sizeof text, "message %llu (%zu bytes): first wrong byte at offset %zu",
              static_cast<unsigned long long>(op.index), op.size, bad);
@@ -126,7 +127,10 @@ StreamResult run_stream(const StreamEnd& end, const std::vector<size_t>& sizes, 
       op.size = sizes[next];
       op.posted = posted_size(op.size, op.index);
       Slot& slot = slots[op.slot];
-      if (end.sender && verify) fill_pattern(slot.buffer.data(), op.size, end.seed, op.index);
+      if (end.sender && verify) {
+        if (end.sparse) fill_sparse_pattern(slot.buffer.data(), op.size, end.seed, op.index);
+        else fill_pattern(slot.buffer.data(), op.size, end.seed, op.index);
+      }
       if (!end.sender && verify) std::fill(slot.buffer.begin(), slot.buffer.end(), kCanary);
       const int posted = post(end, slot, op);
       if (posted != tools::kNetSuccess) return fail(describe(end.sender ? "isend" : "irecv", posted), posted);
@@ -153,7 +157,7 @@ StreamResult run_stream(const StreamEnd& end, const std::vector<size_t>& sizes, 
       return fail("send of " + std::to_string(oldest.size) + " bytes reported " + std::to_string(reported), 0);
     }
     if (!end.sender && verify) {
-      const std::string bad = check_received(slots[oldest.slot], oldest, reported, end.seed);
+      const std::string bad = check_received(slots[oldest.slot], oldest, reported, end.seed, end.sparse);
       if (!bad.empty()) return fail(bad, 0);
     }
     result.messages += 1;

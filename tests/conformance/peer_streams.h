@@ -17,6 +17,7 @@ struct StreamEnd {
   bool sender = false;
   uint64_t seed = 1;
   int stall_ms = 20000;   // no request completing for this long is a failure (never a hang)
+  bool sparse = false;    // fill_sparse_pattern instead of fill_pattern (80 % zero fp32 words)
 };
 
 struct StreamResult {

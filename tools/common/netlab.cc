@@ -76,6 +76,10 @@ NetLab::~NetLab() {
   run_command(script_ + " --prefix " + prefix_ + " down", &status);
 }
 
+std::string NetLab::command(const std::string& arguments, int* status) const {
+  return run_command(script_ + " --prefix " + prefix_ + " " + arguments, status);
+}
+
 std::string NetLab::ns(int node) const { return prefix_ + "-n" + std::to_string(node); }
 std::string NetLab::addr(int node) const { return "10.77.0." + std::to_string(node + 1); }
 

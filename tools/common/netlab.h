@@ -24,6 +24,9 @@ class NetLab {
   std::string ns(int node) const;
   std::string addr(int node) const;
   static const char* ifname() { return "eth0"; }
+  // Runs `netlab.sh --prefix <this lab> <arguments>` (impair-stats 1, exec 0 cat /proc/net/dev, ...):
+  // its output, *status its exit status.
+  std::string command(const std::string& arguments, int* status) const;
 
  private:
   std::string script_;
