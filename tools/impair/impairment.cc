@@ -34,7 +34,8 @@ bool parse_duration_us(const std::string& text, int64_t* out, std::string* error
   if (unit == "us") scale = 1;
   else if (unit == "ms" || unit.empty()) scale = 1000;
   else if (unit == "s") scale = 1e6;
-  if (errno != 0 || scale == 0 || !std::isfinite(value) || value < 0 || value * scale > 60e6) {
+  const bool no_number = end == text.c_str();
+  if (errno != 0 || no_number || scale == 0 || !std::isfinite(value) || value < 0 || value * scale > 60e6) {
     *error = "'" + text + "' is not a duration from 0 to 60 s (e.g. 5ms, 250us)";
     return false;
   }
