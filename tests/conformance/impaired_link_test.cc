@@ -114,9 +114,11 @@ class ImpairedLink : public ::testing::Test {
     return child;
   }
 
-  // One transfer of the impaired ladder; checks delivery, the impairment and the counters.
+  // One transfer of the impaired ladder; checks delivery, the impairment and the counters. The sender's
+  // logical and wire bytes go to *sent_bytes (when given).
   void transfer(const std::string& pattern, const std::vector<std::string>& receiver_env = {},
-                const std::vector<std::string>& sender_env = {}) {
+                const std::vector<std::string>& sender_env = {},
+                std::pair<uint64_t, uint64_t>* sent_bytes = nullptr) {
     KernelCounters before[2], after[2];
     std::string error;
     for (int node = 0; node < 2; ++node) ASSERT_TRUE(read_kernel_counters(lab_->ns(node), &before[node], &error)) << error;
@@ -188,6 +190,17 @@ class ImpairedLink : public ::testing::Test {
     std::string compact = impair_text;
     for (char& c : compact) c = c == '\n' ? ' ' : c;
     if (impair_status == 0) printf("[ impaired ] sieve-impair node 1: %s\n", compact.c_str());
+    if (sent_bytes) *sent_bytes = {sender_stats["logical_sent"], plugin_sent};
+  }
+
+  // The codec must be negotiated away when either side has it off (an old peer behaves the same):
+  // every byte then travels raw, so the wire carries at least the logical bytes.
+  void expect_raw_when_mixed(const std::string& receiver_codec, const std::string& sender_codec) {
+    std::pair<uint64_t, uint64_t> sent{0, 0};
+    transfer("sparse", {"SIEVE_WIRE_CODEC=" + receiver_codec}, {"SIEVE_WIRE_CODEC=" + sender_codec}, &sent);
+    if (HasFatalFailure()) return;
+    EXPECT_GE(sent.second, sent.first) << "receiver " << receiver_codec << ", sender " << sender_codec
+                             << ": the sender encoded although one side has the codec off";
   }
 
   std::unique_ptr<NetLab> lab_;
@@ -196,6 +209,22 @@ class ImpairedLink : public ::testing::Test {
 TEST_F(ImpairedLink, DenseMessagesFrom0BTo16MiBArriveByteExactAndMatchTheKernelsByteCounts) { transfer("dense"); }
 
 TEST_F(ImpairedLink, SparseMessagesFrom0BTo16MiBArriveByteExactAndMatchTheKernelsByteCounts) { transfer("sparse"); }
+
+// SIEVE_WIRE_CODEC=on on both ends: the codec may be used; delivery stays byte-exact and the wire
+// counters (now smaller than the logical bytes where the codec pays) still match the kernel's.
+TEST_F(ImpairedLink, SparseMessagesWithTheCodecOnBothSidesArriveByteExact) {
+  std::pair<uint64_t, uint64_t> sent{0, 0};
+  transfer("sparse", {"SIEVE_WIRE_CODEC=on"}, {"SIEVE_WIRE_CODEC=on"}, &sent);
+  printf("[ impaired ] codec on/on: wire %.4f of logical\n", sent.first ? double(sent.second) / double(sent.first) : 0.0);
+}
+
+TEST_F(ImpairedLink, CodecOnAtTheSenderOnlyIsNegotiatedAwayAndSparseMessagesArriveByteExact) {
+  expect_raw_when_mixed("off", "on");
+}
+
+TEST_F(ImpairedLink, CodecOnAtTheReceiverOnlyIsNegotiatedAwayAndSparseMessagesArriveByteExact) {
+  expect_raw_when_mixed("on", "off");
+}
 
 }  // namespace
 }  // namespace sieve::conformance

@@ -264,6 +264,7 @@ int main(int argc, char** argv) {
   nfq_close(handle);
   write_stats(args.stats_file, state.counters);
   std::string summary = describe(state.counters);
+  summary.pop_back();
   for (char& c : summary) c = c == '\n' ? ',' : c;
   fprintf(stderr, "sieve-impair: queue %d: %s\n", args.queue, summary.c_str());
   return 0;
