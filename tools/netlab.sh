@@ -18,7 +18,7 @@
 # node's egress: tbf for --rate, netem (under the tbf) for --delay/--jitter/--loss/--reorder. Kernels
 # without sch_netem get the same impairments from tools/impair's sieve-impair, one per node, fed by an
 # iptables NFQUEUE rule on the node's eth0 egress (--queue-bypass: traffic flows if it dies); found by
-# --impair, $SIEVE_IMPAIR, PATH, or the source tree's build*/ folders; NETLAB_IMPAIRER=nfqueue forces
+# --impair, $NETLAB_IMPAIR, PATH, or the source tree's build*/ folders; NETLAB_IMPAIRER=nfqueue forces
 # it where netem exists. Its pids and counters live in /run/sieve-netlab/P. `up` first removes
 # a lab of the same prefix (so it is idempotent) and removes what it built if any step fails; `down`
 # never fails. Use a unique --prefix per caller (default "sieve", or $NETLAB_PREFIX) so parallel runs
@@ -105,10 +105,10 @@ reachable() {  # ns addr
   [[ $answer == *refused* || -z $answer ]]
 }
 
-# sieve-impair: the --impair option, $SIEVE_IMPAIR, PATH, then the newest build of this source tree.
+# sieve-impair: the --impair option, $NETLAB_IMPAIR, PATH, then the newest build of this source tree.
 find_impairer() {
   local candidate
-  for candidate in "$impair_path" "${SIEVE_IMPAIR:-}" "$(command -v sieve-impair 2>/dev/null || true)"; do
+  for candidate in "$impair_path" "${NETLAB_IMPAIR:-}" "$(command -v sieve-impair 2>/dev/null || true)"; do
     [[ -n $candidate && -x $candidate ]] && { echo "$candidate"; return; }
   done
   ls -t "$(dirname "$(readlink -f "$0")")"/../build*/tools/impair/sieve-impair 2>/dev/null | head -n 1
