@@ -22,7 +22,8 @@ Status TcpComm::start(StripeWorker::Direction direction) {
     for (int s = w; s < nsocks(); s += nthreads) fds.push_back(connection_.data[s].get());
     int watch = direction == StripeWorker::Direction::Send && w == 0 ? connection_.control.get() : -1;
     workers_.push_back(std::make_unique<StripeWorker>(direction, std::move(fds), watch, &failure_, connection_.peer,
-                                                      options_.peer_timeout_ms));
+                                                      options_.peer_timeout_ms, options_.codec,
+                                                      options_.rate_limiter.get()));
     Status st = workers_.back()->start();
     if (!st.is_ok()) return st;
     if (!options_.helper_cpus.empty()) {
@@ -45,6 +46,8 @@ Slot* TcpComm::free_slot() {
       s.control_done = false;
       s.stripes_left.store(0, std::memory_order_relaxed);
       s.wire_bytes = 0;
+      s.codec = false;
+      s.codec_wire_bytes.store(0, std::memory_order_relaxed);
       return &s;
     }
   }
@@ -56,7 +59,15 @@ Status TcpComm::fail(const Status& status) {
   return failure_.surface();
 }
 
-uint32_t TcpComm::queue_stripes(char* data, uint64_t length, uint64_t sequence, std::atomic<uint32_t>* stripes_left) {
+bool TcpComm::send_codec() const {
+  return (connection_.caps & wire::kCapZeroElide) && options_.codec != TransportOptions::Codec::Off;
+}
+
+uint32_t TcpComm::queue_stripes(Slot* slot) {
+  char* const data = slot->data;
+  const uint64_t length = slot->size;
+  const uint64_t sequence = slot->sequence;
+  std::atomic<uint32_t>* const stripes_left = &slot->stripes_left;
   wire::StripePlan plan = wire::plan_stripes(length, nsocks(), connection_.chunk_size);
   stripes_left->store(static_cast<uint32_t>(plan.count), std::memory_order_relaxed);
   const int nthreads = static_cast<int>(workers_.size());
@@ -71,6 +82,11 @@ uint32_t TcpComm::queue_stripes(char* data, uint64_t length, uint64_t sequence, 
     s.data = data + s.expected.offset;
     s.length = s.expected.length;
     s.stripes_left = stripes_left;
+    if (slot->codec) {
+      s.codec = true;
+      s.codec_header_length = kCodecHeaderBytes;
+      s.wire_bytes = &slot->codec_wire_bytes;
+    }
     workers_[socket % nthreads]->enqueue(s);
   }
   stripe_cursor_ += plan.count;
@@ -80,7 +96,7 @@ uint32_t TcpComm::queue_stripes(char* data, uint64_t length, uint64_t sequence, 
 Status TcpComm::finish(Slot* slot, Completion* out) {
   out->done = true;
   out->size = slot->size;
-  out->wire_bytes = slot->wire_bytes;
+  out->wire_bytes = slot->wire_bytes + slot->codec_wire_bytes.load(std::memory_order_acquire);
   out->sent = dynamic_cast<TcpSendComm*>(this) != nullptr;
   slot->busy = false;
   return Status::ok();
@@ -94,8 +110,9 @@ Status TcpComm::report_failure(Slot* slot) {
 }
 
 namespace {
-uint64_t wire_bytes_of(uint64_t size, bool inline_payload, uint32_t stripes) {
-  return wire::kFrameHeaderBytes + size + (inline_payload ? 0 : uint64_t(stripes) * wire::kChunkHeaderBytes);
+// What is known before the stripes move: codec stripes add their frames' sizes as they complete.
+uint64_t wire_bytes_of(uint64_t size, bool inline_payload, bool codec, uint32_t stripes) {
+  return wire::kFrameHeaderBytes + (codec ? 0 : size) + (inline_payload ? 0 : uint64_t(stripes) * wire::kChunkHeaderBytes);
 }
 }  // namespace
 
@@ -111,9 +128,11 @@ Status TcpSendComm::isend(const void* data, size_t size, Request** request) {
   slot->size = size;
   slot->sequence = next_sequence_++;
   slot->inline_payload = size <= options_.inline_threshold;
-  wire::encode_frame({slot->inline_payload ? wire::kFlagInline : 0u, slot->sequence, size}, slot->header);
-  uint32_t stripes = slot->inline_payload ? 0 : queue_stripes(slot->data, size, slot->sequence, &slot->stripes_left);
-  slot->wire_bytes = wire_bytes_of(size, slot->inline_payload, stripes);
+  slot->codec = !slot->inline_payload && send_codec();  // small inline messages stay raw
+  const uint32_t flags = slot->inline_payload ? wire::kFlagInline : slot->codec ? wire::kFlagCodec : 0u;
+  wire::encode_frame({flags, slot->sequence, size}, slot->header);
+  uint32_t stripes = slot->inline_payload ? 0 : queue_stripes(slot);
+  slot->wire_bytes = wire_bytes_of(size, slot->inline_payload, slot->codec, stripes);
   control_queue_.push_back(slot);
   *request = slot;
   Status st = progress_control();
@@ -137,6 +156,7 @@ Status TcpSendComm::progress_control() {
     if (r.would_block) return Status::ok();
     if (r.error) return fail(error(Code::RemoteError, "sending to " + connection_.peer + ": " + errno_text(r.error)));
     s->control_moved += r.bytes;
+    if (options_.rate_limiter) options_.rate_limiter->charge(r.bytes);  // paid for by the helpers' next stripes
     if (s->control_moved == total) {
       s->control_done = true;
       control_queue_.pop_front();
@@ -219,15 +239,18 @@ Status TcpRecvComm::progress_control() {
                                                 " (a send larger than its receive is not allowed)"));
     s->size = frame.length;
     s->inline_payload = frame.flags & wire::kFlagInline;
+    s->codec = frame.flags & wire::kFlagCodec;
+    if (s->inline_payload && s->codec)
+      return fail(error(Code::RemoteError, "corrupt stream from " + connection_.peer + ": an inline frame flagged as codec"));
     uint32_t stripes = 0;
     if (s->inline_payload) {
       if (s->size == 0) s->control_done = true;
       else reading_inline_ = s;
     } else {
-      stripes = queue_stripes(s->data, s->size, s->sequence, &s->stripes_left);
+      stripes = queue_stripes(s);
       s->control_done = true;
     }
-    s->wire_bytes = wire_bytes_of(s->size, s->inline_payload, stripes);
+    s->wire_bytes = wire_bytes_of(s->size, s->inline_payload, s->codec, stripes);
   }
   // A frame started but stalled: the sender is stuck mid-message (an idle sender is fine).
   if ((header_moved_ > 0 || reading_inline_) && !failure_.failed()) {

@@ -33,7 +33,9 @@ struct Slot final : Request {
   size_t control_moved = 0;  // send: header + inline payload bytes written
   bool control_done = false; // frame header (and inline payload) fully moved
   std::atomic<uint32_t> stripes_left{0};
-  uint64_t wire_bytes = 0;
+  uint64_t wire_bytes = 0;  // headers, plus the payload unless its stripes are codec frames
+  bool codec = false;       // stripes are codec frames: their helpers add each frame's size below
+  std::atomic<uint64_t> codec_wire_bytes{0};
 };
 
 // What send and receive comms share: the connection, the first failure, the helper threads, the slots.
@@ -52,7 +54,9 @@ class TcpComm {
   Slot* free_slot();
   Status fail(const Status& status);  // records (and logs) the first failure; returns the comm's failure
   // Splits [data, data+length) into stripes over the data sockets; returns how many.
-  uint32_t queue_stripes(char* data, uint64_t length, uint64_t sequence, std::atomic<uint32_t>* stripes_left);
+  uint32_t queue_stripes(Slot* slot);
+  // Messages sent from this side go as codec stripes (the peer understands them and codec is not off).
+  bool send_codec() const;
   Status finish(Slot* slot, Completion* out);
   // A failed request is reported only once no helper thread can still touch its buffer; until
   // then test says "not done" (the helpers notice the failure within one poll wake-up).

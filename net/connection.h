@@ -4,12 +4,15 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "net/rate_limiter.h"
 #include "net/socket.h"
 #include "net/status.h"
+#include "net/transport.h"
 
 namespace sieve::net {
 
@@ -26,6 +29,8 @@ struct CommOptions {
   int nthreads = 2;
   size_t inline_threshold = 64 * 1024;
   int peer_timeout_ms = 5000;
+  TransportOptions::Codec codec = TransportOptions::Codec::Auto;  // applies once the peer has kCapZeroElide
+  std::shared_ptr<RateLimiter> rate_limiter;                      // the device's; null: unlimited
 };
 
 using Clock = std::chrono::steady_clock;

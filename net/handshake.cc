@@ -16,8 +16,15 @@ constexpr size_t kMaxPending = 128;  // unauthenticated sockets held at once; be
 // a connect waits at least this long for the welcome (a dead listener is refused or reset sooner).
 constexpr int kMinConnectWaitMs = 30000;
 
-CommOptions comm_options(const TransportOptions& o, const std::vector<int>& helper_cpus) {
+uint32_t caps_offered(const TransportOptions& o) {
+  return o.offer_codec && o.codec != TransportOptions::Codec::Off ? wire::kCapZeroElide : 0u;
+}
+
+CommOptions comm_options(const TransportOptions& o, const std::vector<int>& helper_cpus,
+                         std::shared_ptr<RateLimiter> rate_limiter = nullptr) {
   CommOptions c;
+  c.codec = o.codec;
+  c.rate_limiter = std::move(rate_limiter);
   c.helper_cpus = helper_cpus;
   c.nthreads = o.nthreads;
   c.inline_threshold = o.inline_threshold;
@@ -39,9 +46,10 @@ Status handshake_error(const std::string& peer, const Status& cause) {
 // ---------------------------------------------------------------- connector
 
 Connector::Connector(const TransportOptions& options, const wire::HandleFields& handle,
-                     std::vector<int> helper_cpus)
+                     std::vector<int> helper_cpus, std::shared_ptr<RateLimiter> rate_limiter)
     : options_(options),
       helper_cpus_(std::move(helper_cpus)),
+      rate_limiter_(std::move(rate_limiter)),
       handle_(handle),
       peer_(handle.address.text()),
       connection_id_(random64()),
@@ -57,7 +65,7 @@ Status Connector::progress(std::unique_ptr<SendComm>* comm) {
       wire::Hello& h = sockets_[i].hello;
       h.socket_index = static_cast<uint16_t>(i);
       h.nsocks = static_cast<uint16_t>(options_.nsocks);
-      h.caps = wire::kCapsOffered;
+      h.caps = caps_offered(options_);
       h.listener_nonce = handle_.listener_nonce;
       h.connection_id = connection_id_;
       h.client_nonce = random64();
@@ -84,7 +92,7 @@ Status Connector::progress(std::unique_ptr<SendComm>* comm) {
   for (size_t i = 1; i < sockets_.size(); ++i) c.data.push_back(std::move(sockets_[i].fd));
   tune_connection(c.control.get(), options_.peer_timeout_ms, 0);
   for (auto& fd : c.data) tune_connection(fd.get(), options_.peer_timeout_ms, 0);
-  auto send = std::make_unique<TcpSendComm>(std::move(c), comm_options(options_, helper_cpus_));
+  auto send = std::make_unique<TcpSendComm>(std::move(c), comm_options(options_, helper_cpus_, rate_limiter_));
   Status st = send->start(StripeWorker::Direction::Send);
   if (!st.is_ok()) return st;
   *comm = std::move(send);
@@ -190,7 +198,7 @@ bool TcpListenComm::step(Pending& p) {
     if (!st.is_ok()) { reject(p.peer, st.message()); return false; }
     if (p.hello.listener_nonce != nonce_) { reject(p.peer, "wrong listener nonce (a stale or stray peer)"); return false; }
     p.server_nonce = random64();
-    wire::Welcome w{wire::kCapsOffered, p.server_nonce,
+    wire::Welcome w{caps_offered(options_), p.server_nonce,
                     wire::handshake_mac(options_.job_token, wire::Role::Listener, p.hello, p.server_nonce)};
     p.stage = Stage::SendWelcome;
     p.message = PartialMessage{};
@@ -260,7 +268,7 @@ Status TcpListenComm::accept(std::unique_ptr<RecvComm>* comm) {
       Connection c;
       c.peer = g.peer;
       c.chunk_size = g.first.chunk_size;
-      c.caps = g.first.caps & wire::kCapsOffered;
+      c.caps = g.first.caps & caps_offered(options_);
       c.control = std::move(g.sockets[0]);
       for (size_t k = 1; k < g.sockets.size(); ++k) c.data.push_back(std::move(g.sockets[k]));
       groups_.erase(it);

@@ -20,7 +20,9 @@ namespace sieve::net {
 class Connector {
  public:
   // helper_cpus: where the new comm's helper threads run (empty: anywhere).
-  Connector(const TransportOptions& options, const wire::HandleFields& handle, std::vector<int> helper_cpus);
+  // rate_limiter: the device's send budget (null: unlimited).
+  Connector(const TransportOptions& options, const wire::HandleFields& handle, std::vector<int> helper_cpus,
+            std::shared_ptr<RateLimiter> rate_limiter = nullptr);
   // *comm is set once every socket finished its handshake; an error ends the attempt.
   Status progress(std::unique_ptr<SendComm>* comm);
 
@@ -37,6 +39,7 @@ class Connector {
 
   const TransportOptions options_;
   const std::vector<int> helper_cpus_;
+  const std::shared_ptr<RateLimiter> rate_limiter_;
   const wire::HandleFields handle_;
   const std::string peer_;
   const uint64_t connection_id_;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "net/connection.h"
+#include "net/stripe_codec.h"
 #include "net/wire.h"
 
 namespace sieve::net {
@@ -23,8 +24,19 @@ struct Stripe {
   wire::ChunkHeader expected{};   // receiver: what the header must say
   char* data = nullptr;
   size_t length = 0;
-  size_t moved = 0;               // bytes of header + payload transferred so far
+  size_t moved = 0;               // bytes of headers + payload transferred so far
   std::atomic<uint32_t>* stripes_left = nullptr;  // the request's counter, decremented when done
+  // Codec stripes (message flagged wire::kFlagCodec): the chunk header is followed by one codec
+  // frame. Either a raw frame (codec_header, then the user's bytes in place) or a zero-elided frame
+  // built in (send) or read into (receive) the helper's scratch buffer.
+  bool codec = false;
+  bool prepared = false;          // send: frame chosen; receive: codec header checked
+  bool in_scratch = false;        // zero-elided: the frame lives in the socket's scratch buffer
+  uint8_t codec_header[kCodecHeaderBytes];
+  size_t codec_header_length = 0; // codec_header's bytes on the wire (0: the frame is all in body)
+  const char* body = nullptr;     // what follows the headers on the wire
+  size_t body_length = 0;
+  std::atomic<uint64_t>* wire_bytes = nullptr;  // codec stripes add their frame's size here when done
 };
 
 class StripeWorker {
@@ -33,8 +45,10 @@ class StripeWorker {
 
   // `sockets` are borrowed file descriptors (the comm owns them). `watch_fd` (or -1) is watched
   // for hang-up only: the control socket of a send comm, so a dead receiver is noticed.
+  // `codec` decides which send stripes are zero-elided; `rate_limiter` (or null) paces sends.
   StripeWorker(Direction direction, std::vector<int> sockets, int watch_fd, Failure* failure, std::string peer,
-               int peer_timeout_ms);
+               int peer_timeout_ms, TransportOptions::Codec codec = TransportOptions::Codec::Off,
+               RateLimiter* rate_limiter = nullptr);
   ~StripeWorker();
   StripeWorker(const StripeWorker&) = delete;
   StripeWorker& operator=(const StripeWorker&) = delete;
@@ -52,6 +66,12 @@ class StripeWorker {
   void drain_inbox();
   // Moves bytes on one socket until it would block; false when the comm failed.
   bool pump(size_t socket, bool* progressed);
+  // Chooses (send) the front stripe's frame; false when the comm failed.
+  bool prepare(size_t socket, Stripe& s);
+  // The receiver learned the codec header: where the rest of the frame goes.
+  bool accept_codec_header(size_t socket, Stripe& s);
+  // Last bytes of a stripe moved: decode it if needed, count it, release it.
+  bool complete(size_t socket, Stripe& s);
   void wait_for_work();
   // Lets poll wake the receiver only once a worthwhile batch has arrived (never more than the
   // current stripe still needs, or it would wait for bytes the sender has no reason to send).
@@ -65,6 +85,8 @@ class StripeWorker {
   Failure* const failure_;
   const std::string peer_;
   const int peer_timeout_ms_;
+  const TransportOptions::Codec codec_;
+  RateLimiter* const rate_limiter_;
 
   int wake_fd_ = -1;
   std::mutex inbox_mutex_;
@@ -75,6 +97,7 @@ class StripeWorker {
   std::vector<std::deque<Stripe>> queues_;  // per socket, touched by the worker thread only
   std::vector<Clock::time_point> last_progress_;
   std::vector<int> receive_lowat_;  // SO_RCVLOWAT in force per socket (receive direction)
+  std::vector<ScratchBuffer> scratch_;  // per socket: the front stripe's encoded frame
   std::thread thread_;
 };
 

@@ -13,6 +13,8 @@ namespace sieve::net {
 
 namespace {
 
+constexpr size_t kRateBurstChunks = 4;  // the shaper lets this many stripes go out back to back
+
 Status check_options(const TransportOptions& o) {
   if (o.nsocks < 1 || o.nsocks > kMaxSockets)
     return error(Code::InvalidArgument, "SIEVE_NSOCKS=" + std::to_string(o.nsocks) + " is outside 1-16");
@@ -20,6 +22,8 @@ Status check_options(const TransportOptions& o) {
     return error(Code::InvalidArgument, "SIEVE_NTHREADS=" + std::to_string(o.nthreads) + " is outside 1-16");
   if (o.chunk_size < 4096 || o.chunk_size > (1u << 30))
     return error(Code::InvalidArgument, "SIEVE_CHUNK_SIZE=" + std::to_string(o.chunk_size) + " is outside 4K-1G");
+  if (o.rate_limit_mbps < 0)
+    return error(Code::InvalidArgument, "SIEVE_RATE_LIMIT_MBPS=" + std::to_string(o.rate_limit_mbps) + " is negative");
   if (o.peer_timeout_ms < 100)
     return error(Code::InvalidArgument, "SIEVE_PEER_TIMEOUT_MS=" + std::to_string(o.peer_timeout_ms) + " is below 100");
   return Status::ok();
@@ -37,7 +41,12 @@ void use_local_scope(const Device& local, SocketAddress* remote) {
 class TcpTransport final : public Transport {
  public:
   TcpTransport(const TransportOptions& options, std::vector<Device> devices, bool pin_threads)
-      : options_(options), devices_(std::move(devices)), pin_threads_(pin_threads) {}
+      : options_(options), devices_(std::move(devices)), pin_threads_(pin_threads) {
+    // One bucket per device, shared by every connection of it: the emulated link is the device's.
+    if (options.rate_limit_mbps > 0)
+      for (size_t i = 0; i < devices_.size(); ++i)
+        rate_limiters_.push_back(std::make_shared<RateLimiter>(options.rate_limit_mbps, kRateBurstChunks * options.chunk_size));
+  }
 
   const std::vector<Device>& devices() const override { return devices_; }
 
@@ -77,7 +86,8 @@ class TcpTransport final : public Transport {
         connector = it->second.get();
       } else {
         uint64_t id = ++last_id_;
-        auto owned = std::make_unique<Connector>(options_, fields, helper_cpus(dev));
+        auto owned = std::make_unique<Connector>(options_, fields, helper_cpus(dev),
+                                                 rate_limiters_.empty() ? nullptr : rate_limiters_[dev]);
         connector = owned.get();
         connecting_.emplace(id, std::move(owned));
         wire::set_handle_pending(handle->bytes, id);
@@ -107,6 +117,7 @@ class TcpTransport final : public Transport {
   const TransportOptions options_;
   const std::vector<Device> devices_;
   const bool pin_threads_;
+  std::vector<std::shared_ptr<RateLimiter>> rate_limiters_;  // per device; empty: no SIEVE_RATE_LIMIT_MBPS
   std::mutex mutex_;
   std::map<uint64_t, std::unique_ptr<Connector>> connecting_;
   uint64_t last_id_ = 0;

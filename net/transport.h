@@ -35,6 +35,12 @@ struct TransportOptions {
   topology::Options topology;           // where NICs sit (SIEVE_TOPO_FILE pins an hwloc XML)
   // Helper threads run on their NIC's local CPUs; Auto pins only on machines with several NUMA nodes.
   topology::PinChoice pin_threads = topology::PinChoice::Auto;
+  // Zero-eliding codec on the data sockets. Off: the capability is not offered (peers send raw).
+  // Auto: a stripe is encoded only when a sample says it pays. On: every stripe is encoded.
+  enum class Codec { Off, Auto, On };
+  Codec codec = Codec::Auto;
+  bool offer_codec = true;      // false: behave as a peer that predates the codec (tests)
+  int64_t rate_limit_mbps = 0;  // per device, shared by all connections of this transport; 0 = off
 };
 
 // Opaque to NCCL; produced by listen, carried by NCCL's bootstrap to the connecting side.

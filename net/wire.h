@@ -16,8 +16,7 @@ namespace sieve::net::wire {
 constexpr uint16_t kVersion = 1;
 
 // Capability bits, offered in hello and welcome; a connection uses the intersection.
-constexpr uint32_t kCapZeroElide = 1u << 0;  // reserved for the zero-eliding codec (not offered yet)
-constexpr uint32_t kCapsOffered = 0;
+constexpr uint32_t kCapZeroElide = 1u << 0;  // understands kFlagCodec messages (unless SIEVE_WIRE_CODEC=off)
 
 // Frame flags; a flag outside the connection's negotiated set is a protocol error.
 constexpr uint32_t kFlagInline = 1u << 0;  // payload follows the header on the control socket
@@ -74,7 +73,7 @@ Digest handshake_mac(const std::string& token, Role role, const Hello& hello, ui
 struct FrameHeader {  // control socket, one per message
   uint32_t flags;
   uint64_t sequence;
-  uint64_t length;  // logical payload bytes
+  uint64_t length;  // logical payload bytes (with kFlagCodec: each stripe is one codec frame of its bytes)
 };
 constexpr size_t kFrameHeaderBytes = 24;
 void encode_frame(const FrameHeader& f, uint8_t* out);

@@ -120,6 +120,10 @@ net::TransportOptions options_from(const config::Settings& s) {
   o.peer_timeout_ms = static_cast<int>(std::min<int64_t>(s.peer_timeout_ms, INT_MAX));
   o.topology.xml_file = s.topo_file;
   topology::parse_pin_choice(s.pin_threads, o.pin_threads);  // the registry already checked the choice
+  o.codec = s.wire_codec == "off" ? net::TransportOptions::Codec::Off
+            : s.wire_codec == "on" ? net::TransportOptions::Codec::On
+                                   : net::TransportOptions::Codec::Auto;
+  o.rate_limit_mbps = s.rate_limit_mbps;
   return o;
 }
 

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "compress/codec.h"
 #include "net/socket.h"
 #include "net/wire.h"
 #include "tests/net/transport_harness.h"
@@ -44,6 +45,7 @@ bool recv_all(int fd, void* data, size_t size) {
 struct RawSender {
   Fd control, data;
   uint64_t chunk_size = 128 * 1024;
+  uint32_t caps = 0;  // wire::kCapZeroElide: a peer that may send codec frames
 
   bool connect(const Handle& handle) {
     wire::HandleFields fields;
@@ -53,7 +55,7 @@ struct RawSender {
       fds[i]->reset(::socket(fields.address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
       if (::connect(fds[i]->get(), reinterpret_cast<const sockaddr*>(&fields.address.storage), fields.address.length))
         return false;
-      wire::Hello hello{i, 1, 0, fields.listener_nonce, 0x5eed, 100u + i, chunk_size};
+      wire::Hello hello{i, 1, caps, fields.listener_nonce, 0x5eed, 100u + i, chunk_size};
       uint8_t buf[64];
       wire::encode_hello(hello, buf);
       if (!send_all(fds[i]->get(), buf, wire::kHelloBytes)) return false;
@@ -197,6 +199,87 @@ TEST_F(RawPeer, IdleSenderIsNotAnError) {
   Completion c;
   ASSERT_TRUE(testing::wait(r, &c).is_ok());
   EXPECT_EQ(c.size, 2u);
+}
+
+// ---- codec frames from a peer that negotiated kCapZeroElide ----
+
+class RawCodecPeer : public RawPeer {
+ protected:
+  void SetUp() override {
+    raw_.caps = wire::kCapZeroElide;
+    RawPeer::SetUp();
+  }
+
+  // One message of one stripe whose codec frame is `frame`.
+  bool send_codec_stripe(uint64_t length, const std::vector<uint8_t>& frame) {
+    if (!raw_.frame(wire::kFlagCodec, 0, length)) return false;
+    uint8_t h[wire::kChunkHeaderBytes];
+    wire::encode_chunk({static_cast<uint32_t>(length), 0, 0}, h);
+    return send_all(raw_.data.get(), h, sizeof(h)) && send_all(raw_.data.get(), frame.data(), frame.size());
+  }
+
+  static std::vector<uint8_t> sparse_frame(uint64_t length, std::vector<char>* original) {
+    original->assign(length, 0);
+    for (size_t i = 0; i < length; i += 20) (*original)[i] = static_cast<char>(i / 20 + 1);
+    std::vector<uint8_t> frame(compress::encode_bound(length));
+    frame.resize(compress::encode(original->data(), length, frame.data(), frame.size()));
+    return frame;
+  }
+};
+
+TEST_F(RawCodecPeer, ZeroElidedStripeDecodesIntoTheBuffer) {
+  const uint64_t length = 100 * 1024;
+  std::vector<char> original;
+  std::vector<uint8_t> frame = sparse_frame(length, &original);
+  ASSERT_LT(frame.size(), length / 2);
+  ASSERT_TRUE(send_codec_stripe(length, frame));
+  Completion c;
+  std::vector<char> in;
+  ASSERT_TRUE(receive(length + 10, &c, &in).is_ok());
+  EXPECT_EQ(c.size, length);
+  EXPECT_EQ(c.wire_bytes, wire::kFrameHeaderBytes + wire::kChunkHeaderBytes + frame.size());
+  EXPECT_EQ(std::memcmp(in.data(), original.data(), length), 0);
+}
+
+TEST_F(RawCodecPeer, CorruptBitmapIsRemoteErrorNamingThePeer) {
+  const uint64_t length = 100 * 1024;
+  std::vector<char> original;
+  std::vector<uint8_t> frame = sparse_frame(length, &original);
+  frame[compress::kFrameHeaderSize] ^= 0x02;  // one more nonzero word than the count says
+  ASSERT_TRUE(send_codec_stripe(length, frame));
+  Completion c;
+  Status st = receive(length, &c);
+  EXPECT_EQ(st.code(), Code::RemoteError);
+  EXPECT_NE(st.message().find("corrupt codec frame from 127.0.0.1"), std::string::npos) << st.message();
+}
+
+TEST_F(RawCodecPeer, FrameAnnouncingMoreThanItsStripeIsRefused) {
+  const uint64_t length = 100 * 1024;
+  std::vector<char> original;
+  std::vector<uint8_t> frame = sparse_frame(length * 2, &original);  // decodes to twice the stripe
+  ASSERT_TRUE(send_codec_stripe(length, frame));
+  Completion c;
+  std::vector<char> in;
+  Status st = receive(length, &c, &in);
+  EXPECT_EQ(st.code(), Code::RemoteError);
+  EXPECT_NE(st.message().find("corrupt codec frame"), std::string::npos) << st.message();
+}
+
+TEST_F(RawCodecPeer, GarbageCodecHeaderIsRemoteError) {
+  const uint64_t length = 100 * 1024;
+  std::vector<uint8_t> frame(compress::kFrameHeaderSize + length, 0xab);
+  ASSERT_TRUE(send_codec_stripe(length, frame));
+  Completion c;
+  Status st = receive(length, &c);
+  EXPECT_EQ(st.code(), Code::RemoteError);
+  EXPECT_NE(st.message().find("corrupt codec frame"), std::string::npos) << st.message();
+}
+
+TEST_F(RawCodecPeer, InlineFrameFlaggedCodecIsRemoteError) {
+  ASSERT_TRUE(raw_.frame(wire::kFlagInline | wire::kFlagCodec, 0, 4));
+  ASSERT_TRUE(send_all(raw_.control.get(), "abcd", 4));
+  Completion c;
+  EXPECT_EQ(receive(100, &c).code(), Code::RemoteError);
 }
 
 }  // namespace
