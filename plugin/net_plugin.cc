@@ -15,6 +15,7 @@
 #include "plugin/config.h"
 #include "plugin/peer_traffic.h"
 #include "plugin/stats.h"
+#include "plugin/stats_export.h"
 
 namespace sieve::plugin {
 
@@ -146,6 +147,7 @@ ncclResult_t acquire_locked(abi::ncclDebugLogger_t logger, std::shared_ptr<Proce
     net::Status st = net::Transport::create_tcp(state->options, &state->transport);
     if (!st.is_ok()) return report("init", st);
     g_state = std::move(state);
+    start_stats_export(registry.settings());
     SIEVE_INFO("initialised: %zu device(s), %d sockets x %d threads per connection, chunk %zu, inline <= %zu%s",
                g_state->transport->devices().size(), g_state->options.nsocks, g_state->options.nthreads,
                g_state->options.chunk_size, g_state->options.inline_threshold,
