@@ -31,7 +31,7 @@ seed=1          # sieve-impair's seed; node I uses seed + I
 impair_path=""
 
 die() { echo "netlab: $*" >&2; exit 2; }
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # Leading global options.
 while [[ $# -gt 0 && $1 == --prefix ]]; do
