@@ -42,7 +42,10 @@ bool read_kernel_counters(const std::string& ns, KernelCounters* out, std::strin
     if (first == "eth0:") {
       uint64_t v[16] = {};
       for (auto& x : v) fields >> x;
-      *out = {v[0], v[1], v[8], v[9], 0};
+      out->rx_bytes = v[0];
+      out->rx_packets = v[1];
+      out->tx_bytes = v[8];
+      out->tx_packets = v[9];
       have_dev = true;
     } else if (first == "Tcp:") {
       std::vector<std::string> words;
@@ -52,7 +55,9 @@ bool read_kernel_counters(const std::string& ns, KernelCounters* out, std::strin
         continue;
       }
       for (size_t i = 0; i < words.size() && i < tcp_names.size(); ++i) {
-        if (tcp_names[i] == "RetransSegs") out->retransmitted_segments = strtoull(words[i].c_str(), nullptr, 10), have_tcp = true;
+        if (tcp_names[i] != "RetransSegs") continue;
+        out->retransmitted_segments = strtoull(words[i].c_str(), nullptr, 10);
+        have_tcp = true;
       }
     }
   }
