@@ -35,6 +35,8 @@ struct Options {
   std::string plugin = SIEVE_PLUGIN_DEFAULT;
   int iperf_streams = 1;
   int poll_us = 1000;
+  int zeros_percent = 0;
+  int word = 4;
   std::string json;
   bool strict = false;
 };
@@ -128,7 +130,8 @@ Measure run_sieve(const Options& o, const std::string& self, const tools::NetLab
   Measure m;
   std::vector<std::string> common = {"--plugin", o.plugin, "--version", std::to_string(o.version),
                                      "--size", std::to_string(o.size), "--window", std::to_string(o.window),
-                                     "--seconds", std::to_string(o.seconds), "--poll-us", std::to_string(o.poll_us)};
+                                     "--seconds", std::to_string(o.seconds), "--poll-us", std::to_string(o.poll_us),
+                                     "--zeros", std::to_string(o.zeros_percent), "--word", std::to_string(o.word)};
   std::vector<std::string> env = {std::string("SIEVE_SOCKET_IFNAME=") + (lab ? "=eth0" : "lo")};
   std::vector<std::string> argv = {self, "--peer", "recv"};
   argv.insert(argv.end(), common.begin(), common.end());
@@ -239,7 +242,8 @@ int usage(const char* argv0) {
   fprintf(stderr,
           "usage: %s [--links loopback,veth,veth-1g,veth-10g] [--seconds S] [--size 4M] [--window 8]\n"
           "          [--version 0|8..11] [--plugin PATH] [--iperf-streams N] [--poll-us N] [--json FILE]\n"
-          "          [--strict] [--smoke]\n",
+          "          [--zeros PERCENT] [--word 4|2] [--strict] [--smoke]\n"
+          "  --zeros: that share of the streamed words is zero (4-byte words, or 2-byte with --word 2)\n",
           argv0);
   return 2;
 }
@@ -270,12 +274,15 @@ int main(int argc, char** argv) {
     else if (key == "--plugin") o.plugin = value();
     else if (key == "--iperf-streams") o.iperf_streams = atoi(value().c_str());
     else if (key == "--poll-us") o.poll_us = atoi(value().c_str());
+    else if (key == "--zeros") o.zeros_percent = atoi(value().c_str());
+    else if (key == "--word") o.word = atoi(value().c_str());
     else if (key == "--json") o.json = value();
     else if (key == "--peer") role = value();
     else if (key == "--handle") peer.handle = value();
     else return usage(argv[0]);
   }
   if (o.seconds <= 0 || o.size == 0 || o.window < 1 || o.window > 32) return usage(argv[0]);
+  if (o.zeros_percent < 0 || o.zeros_percent > 100 || (o.word != 4 && o.word != 2)) return usage(argv[0]);
   if (!role.empty()) {
     if (role != "send" && role != "recv") return usage(argv[0]);
     peer.plugin = o.plugin;
@@ -285,6 +292,8 @@ int main(int argc, char** argv) {
     peer.window = o.window;
     peer.seconds = o.seconds;
     peer.poll_us = o.poll_us;
+    peer.zeros_percent = o.zeros_percent;
+    peer.word = o.word;
     return run_peer(peer);
   }
 

@@ -46,10 +46,17 @@ struct Buffers {
   void* comm;
   std::vector<std::vector<unsigned char>> data;
   std::vector<void*> mhandles;
-  Buffers(tools::NetPlugin& n, void* c, int count, size_t size) : net(n), comm(c), data(count), mhandles(count) {
+  Buffers(tools::NetPlugin& n, void* c, int count, size_t size, int zeros_percent, int word)
+      : net(n), comm(c), data(count), mhandles(count) {
+    uint32_t x = 12345;
     for (int i = 0; i < count; ++i) {
-      // Non-zero contents: a codec that elides zeros must not get an easy ride.
-      data[i].assign(size, static_cast<unsigned char>(0x5a + i));
+      // Random words, none zero unless asked: a codec that elides zeros gets no easy ride.
+      data[i].assign(size, 0);
+      for (size_t at = 0; at + word <= size; at += word) {
+        x = x * 1664525u + 1013904223u;
+        if (static_cast<int>((x >> 8) % 100) < zeros_percent) continue;
+        for (int b = 0; b < word; ++b) data[i][at + b] = static_cast<unsigned char>((x >> (8 * b)) | 1);
+      }
       net.reg_mr(comm, data[i].data(), size, tools::kPtrHost, &mhandles[i]);
     }
   }
@@ -62,7 +69,7 @@ struct Buffers {
 
 // Keeps `window` sends outstanding until the time is up, then sends `window` empty messages.
 int stream_send(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
-  Buffers buffers(net, comm, o.window, o.size);
+  Buffers buffers(net, comm, o.window, o.size, o.zeros_percent, o.word);
   const double cpu_start = process_cpu_seconds();
   std::deque<std::pair<void*, size_t>> in_flight;  // request, size
   uint64_t bytes = 0, messages = 0, posted = 0;
@@ -112,7 +119,7 @@ int stream_send(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
 
 // Keeps `window` receives posted until the first empty message arrives, then drains the rest.
 int stream_recv(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
-  Buffers buffers(net, comm, o.window, o.size);
+  Buffers buffers(net, comm, o.window, o.size, o.zeros_percent, o.word);
   const double cpu_start = process_cpu_seconds();
   std::deque<void*> in_flight;
   uint64_t bytes = 0, messages = 0, posted = 0, completed = 0;

@@ -18,6 +18,8 @@ struct PeerOptions {
   int window = 8;
   double seconds = 10;
   int poll_us = 1000;     // sleep between unsuccessful test() calls
+  int zeros_percent = 0;  // share of the buffers' words that are exactly zero (the wire codec elides them)
+  int word = 4;           // word size of that data: 4 (fp32) or 2 (bf16)
 };
 
 // Runs the peer; prints "HANDLE <hex>" (receiver) then "RESULT bytes=<n> seconds=<s> messages=<m>
