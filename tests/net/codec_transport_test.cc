@@ -150,11 +150,19 @@ TEST(CodecDelivery, SixtyFourMiBSparseFp32AndBf16) {
     SCOPED_TRACE("word " + std::to_string(word));
     const std::vector<char> data = make_data(64u << 20, word, 80, word);
     Result r;
-    transfer(with_codec(Codec::Auto), with_codec(Codec::Auto), data, &r);
+    transfer(with_codec(Codec::On), with_codec(Codec::Auto), data, &r);
     // d + 1/(8 word) of the logical bytes, plus headers.
     const double bound = 0.2 + 1.0 / (8.0 * word) + 0.01;
     EXPECT_LT(static_cast<double>(r.received.wire_bytes), bound * static_cast<double>(data.size()));
   }
+}
+
+TEST(CodecDelivery, SixtyFourMiBDenseWithTheCodecForcedOn) {
+  const std::vector<char> data = make_data(64u << 20, 4, 0, 9);
+  Result r;
+  transfer(with_codec(Codec::On), with_codec(Codec::On), data, &r);
+  // Raw codec frames: 24 bytes more per stripe than without the codec.
+  EXPECT_EQ(r.received.wire_bytes, raw_wire(data.size()) + stripes_of(data.size()) * 24);
 }
 
 TEST(CodecDelivery, ManyMessagesInFlightMixSparseAndDense) {
