@@ -148,10 +148,14 @@ ncclResult_t acquire_locked(abi::ncclDebugLogger_t logger, std::shared_ptr<Proce
     if (!st.is_ok()) return report("init", st);
     g_state = std::move(state);
     start_stats_export(registry.settings());
-    SIEVE_INFO("initialised: %zu device(s), %d sockets x %d threads per connection, chunk %zu, inline <= %zu%s",
-               g_state->transport->devices().size(), g_state->options.nsocks, g_state->options.nthreads,
-               g_state->options.chunk_size, g_state->options.inline_threshold,
-               g_state->options.job_token.empty() ? "" : ", job token required");
+    const net::TransportOptions& o = g_state->options;
+    SIEVE_INFO("initialised: %zu device(s), %d sockets x %d threads per connection, chunk %zu, inline <= %zu, "
+               "wire codec %s%s%s%s",
+               g_state->transport->devices().size(), o.nsocks, o.nthreads, o.chunk_size, o.inline_threshold,
+               registry.settings().wire_codec.c_str(),
+               o.rate_limit_mbps > 0 ? ", rate limit " : "",
+               o.rate_limit_mbps > 0 ? (std::to_string(o.rate_limit_mbps) + " Mbit/s per device").c_str() : "",
+               o.job_token.empty() ? "" : ", job token required");
   } else if (logger) {
     install_nccl_logger(logger);
   }
