@@ -2,9 +2,7 @@
 
 #include <cstring>
 
-#if SIEVE_BENCH_HAVE_MASK_FILES
 #include "compress/safetensors.h"
-#endif
 
 namespace sieve::bench {
 
@@ -19,7 +17,6 @@ std::vector<BucketMask> bucket_masks(const std::vector<Bucket>& buckets, const s
 }
 
 bool load_masked_model(const std::string& path, MaskedModel* out, std::string* error) {
-#if SIEVE_BENCH_HAVE_MASK_FILES
   compress::MaskFile file;
   const compress::Status status = compress::load_mask_file(path, &file);
   if (!status.ok()) {
@@ -45,11 +42,6 @@ bool load_masked_model(const std::string& path, MaskedModel* out, std::string* e
     out->keep.push_back(std::move(keep));
   }
   return true;
-#else
-  (void)out;
-  *error = "--masks " + path + ": this build has no safetensors mask reader (compress/safetensors.h)";
-  return false;
-#endif
 }
 
 }  // namespace sieve::bench

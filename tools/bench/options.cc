@@ -33,9 +33,7 @@ std::string usage_text() {
          "  --seed S              pruning seed, the same on every node (default 1)\n"
          "  --dtype T             fp32 | bf16 (default fp32)\n"
          "  --modes LIST          dense,compacted"
-#ifdef SIEVE_BENCH_HAVE_WIRE_CODEC
          ",codec"
-#endif
          " (default dense,compacted)\n"
          "  --iters N             measured all-reduces of the whole model per mode (default 5)\n"
          "  --warmup N            unmeasured ones first (default 1)\n"
@@ -83,12 +81,7 @@ bool parse_modes(const std::string& text, std::vector<Mode>* modes, std::string*
     } else if (item == "compacted") {
       modes->push_back(Mode::Compacted);
     } else if (item == "codec") {
-#ifdef SIEVE_BENCH_HAVE_WIRE_CODEC
       modes->push_back(Mode::Codec);
-#else
-      *message = "--modes codec: this build's transport has no wire codec (SIEVE_WIRE_CODEC) yet";
-      return false;
-#endif
     } else {
       *message = "--modes: unknown mode '" + item + "' (dense, compacted, codec)";
       return false;

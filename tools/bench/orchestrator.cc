@@ -358,14 +358,10 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
   } else {
     environment.emplace_back("SIEVE_SOCKET_IFNAME", "=lo");
     report->link = "loopback";
-#ifdef SIEVE_BENCH_HAVE_RATE_LIMIT
     if (!o.rate.empty()) {
       environment.emplace_back("SIEVE_RATE_LIMIT_MBPS", std::to_string(static_cast<long>(rate_bits_per_second(o.rate) / 1e6)));
       report->link += " shaped to " + o.rate + " per node by the plugin";
     }
-#else
-    report->link += " (unshaped: this build's plugin has no rate limit)";
-#endif
   }
 
   Progress progress(!o.quiet);
@@ -382,10 +378,8 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
     job.ifname = use_lab ? "eth0" : "lo";
     job.library = library;
     job.environment = environment;
-#ifdef SIEVE_BENCH_HAVE_WIRE_CODEC
     // Dense and compacted measure the plain transport; codec turns the zero elision on.
     job.environment.emplace_back("SIEVE_WIRE_CODEC", mode == Mode::Codec ? "on" : "off");
-#endif
     job.iterations = o.iterations;
     job.warmup = o.warmup;
     job.chunk_bytes = o.chunk_bytes;

@@ -8,17 +8,13 @@
 #include "tools/sieve-info/output.h"
 #include "tools/sieve-info/report.h"
 
-#ifdef SIEVE_INFO_HAVE_MASKS
 #include "tools/sieve-info/masks_command.h"
-#endif
 
 namespace {
 
 void usage(std::ostream& out) {
   out << "usage: sieve-info [--json] [--topo FILE] [--plugin PATH] [--no-plugin]\n"
-#ifdef SIEVE_INFO_HAVE_MASKS
          "       sieve-info masks ...   (sieve-info masks --help)\n"
-#endif
          "\n"
          "  --json         machine-readable output\n"
          "  --topo FILE    describe the machine of this hwloc XML (lstopo --of xml) instead of this one\n"
@@ -32,12 +28,7 @@ void usage(std::ostream& out) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "masks") {
-#ifdef SIEVE_INFO_HAVE_MASKS
     return sieve_info_masks(std::vector<std::string>(args.begin() + 1, args.end()), std::cout, std::cerr);
-#else
-    std::cerr << "sieve-info: this build has no 'masks' command\n";
-    return 2;
-#endif
   }
 
   sieve::info::ReportOptions options;
