@@ -1,5 +1,6 @@
 #include "compress/json.h"
 
+#include <cstdio>
 #include <cstring>
 #include <unordered_set>
 
@@ -268,6 +269,31 @@ Status parse(const char* text, size_t size, Value* out) {
   Status s = Parser(text, size).parse_document(&v);
   if (s.ok()) *out = std::move(v);
   return s;
+}
+
+std::string escape(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char code[8];
+          std::snprintf(code, sizeof(code), "\\u%04x", c);
+          out += code;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
 }
 
 }  // namespace sieve::compress::json

@@ -33,4 +33,10 @@ constexpr int kMaxDepth = 64;
 // Parses exactly one value spanning text[0, size) (surrounding whitespace allowed).
 Status parse(const char* text, size_t size, Value* out);
 
+// The writing side, shared by every JSON the project emits (telemetry, sieve-info, sieve-bench):
+// `text` escaped for a JSON string (quotes, backslash, control characters; UTF-8 passes through)...
+std::string escape(const std::string& text);
+// ... and the same between double quotes.
+inline std::string quote(const std::string& text) { return "\"" + escape(text) + "\""; }
+
 }  // namespace sieve::compress::json

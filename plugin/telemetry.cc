@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "compress/json.h"
+
 namespace sieve::plugin {
 
 TrafficCounters& TrafficCounters::operator+=(const TrafficCounters& o) {
@@ -35,27 +37,6 @@ std::vector<PeerTraffic> per_device(const Snapshot& snapshot) {
 }
 
 namespace {
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
 
 // Prometheus label values escape backslash, double quote and newline.
 std::string label_value(const std::string& s) {
@@ -107,19 +88,19 @@ std::string to_json(const Snapshot& s) {
                 "{\n  \"unix_ms\": %" PRIu64 ",\n  \"pid\": %d,\n  \"host\": %s,\n"
                 "  \"collectives_dense\": %" PRIu64 ",\n  \"collectives_compacted\": %" PRIu64
                 ",\n  \"mask_violations\": %" PRIu64 ",\n  \"connections_rejected\": %" PRIu64 ",\n",
-                s.unix_ms, s.pid, json_string(s.host).c_str(), s.collectives_dense, s.collectives_compacted,
+                s.unix_ms, s.pid, compress::json::quote(s.host).c_str(), s.collectives_dense, s.collectives_compacted,
                 s.mask_violations, s.connections_rejected);
   std::string out = head;
   out += "  \"totals\": " + counters_json(s.totals) + ",\n  \"devices\": [";
   auto devices = per_device(s);
   for (size_t i = 0; i < devices.size(); ++i)
-    out += std::string(i ? ",\n" : "\n") + "    {\"device\": " + json_string(devices[i].device) +
+    out += std::string(i ? ",\n" : "\n") + "    {\"device\": " + compress::json::quote(devices[i].device) +
            ", \"counters\": " + counters_json(devices[i].counters) + "}";
   out += devices.empty() ? "],\n" : "\n  ],\n";
   out += "  \"peers\": [";
   for (size_t i = 0; i < s.peers.size(); ++i)
-    out += std::string(i ? ",\n" : "\n") + "    {\"device\": " + json_string(s.peers[i].device) +
-           ", \"peer\": " + json_string(s.peers[i].peer) + ", \"counters\": " + counters_json(s.peers[i].counters) +
+    out += std::string(i ? ",\n" : "\n") + "    {\"device\": " + compress::json::quote(s.peers[i].device) +
+           ", \"peer\": " + compress::json::quote(s.peers[i].peer) + ", \"counters\": " + counters_json(s.peers[i].counters) +
            "}";
   out += s.peers.empty() ? "]\n}\n" : "\n  ]\n}\n";
   return out;

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <vector>
 
+#include "compress/json.h"
+
 namespace sieve::bench {
 
 double ModeResult::mean_seconds() const {
@@ -60,22 +62,6 @@ const ModeResult* find(const RunReport& report, const std::string& name) {
   return nullptr;
 }
 
-std::string json_escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char code[8];
-      std::snprintf(code, sizeof code, "\\u%04x", c);
-      out += code;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -138,16 +124,16 @@ std::string summary_line(const RunReport& r) {
 
 std::string format_json(const RunReport& r) {
   std::ostringstream out;
-  out << "{\"model\":\"" << json_escape(r.model) << "\",\"parameters\":" << r.parameters << ",\"buckets\":" << r.buckets
-      << ",\"dtype\":\"" << dtype_name(r.dtype) << "\",\"nodes\":" << r.nodes << ",\"link\":\"" << json_escape(r.link)
-      << "\",\"pruning\":\"" << json_escape(r.prune) << "\",\"kept_fraction\":" << r.kept_fraction
+  out << "{\"model\":\"" << compress::json::escape(r.model) << "\",\"parameters\":" << r.parameters << ",\"buckets\":" << r.buckets
+      << ",\"dtype\":\"" << dtype_name(r.dtype) << "\",\"nodes\":" << r.nodes << ",\"link\":\"" << compress::json::escape(r.link)
+      << "\",\"pruning\":\"" << compress::json::escape(r.prune) << "\",\"kept_fraction\":" << r.kept_fraction
       << ",\"iterations\":" << r.iterations << ",\"exact\":" << (r.exact ? "true" : "false") << ",\"failure\":\""
-      << json_escape(r.failure) << "\",\"modes\":[";
+      << compress::json::escape(r.failure) << "\",\"modes\":[";
   const ModeResult* dense = find(r, "dense");
   for (size_t i = 0; i < r.modes.size(); ++i) {
     const ModeResult& m = r.modes[i];
     out << (i ? "," : "") << "{\"mode\":\"" << m.name << "\",\"ok\":" << (m.ok ? "true" : "false") << ",\"error\":\""
-        << json_escape(m.error) << "\",\"seconds\":[";
+        << compress::json::escape(m.error) << "\",\"seconds\":[";
     for (size_t k = 0; k < m.seconds.size(); ++k) out << (k ? "," : "") << m.seconds[k];
     out << "],\"compaction_seconds\":" << m.mean_compaction_seconds() << ",\"mean_seconds\":" << m.mean_seconds() << ",\"median_seconds\":" << m.median_seconds() << ",\"logical_bytes_per_node\":" << m.logical_bytes
         << ",\"plugin_wire_bytes_per_node\":";
@@ -158,9 +144,9 @@ std::string format_json(const RunReport& r) {
     if (dense && m.ok && m.median_seconds() > 0) out << dense->median_seconds() / m.median_seconds(); else out << "null";
     out << ",\"ideal_speedup\":";
     if (m.ideal_speedup > 0) out << m.ideal_speedup; else out << "null";
-    out << ",\"device\":\"" << json_escape(m.device) << "\"}";
+    out << ",\"device\":\"" << compress::json::escape(m.device) << "\"}";
   }
-  out << "],\"summary\":\"" << json_escape(summary_line(r)) << "\"}\n";
+  out << "],\"summary\":\"" << compress::json::escape(summary_line(r)) << "\"}\n";
   return out.str();
 }
 

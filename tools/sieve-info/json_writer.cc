@@ -3,31 +3,9 @@
 #include <cmath>
 #include <cstdio>
 
-namespace sieve::info {
+#include "compress/json.h"
 
-std::string JsonWriter::escape(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          char code[8];
-          std::snprintf(code, sizeof(code), "\\u%04x", c);
-          out += code;
-        } else {
-          out += static_cast<char>(c);  // UTF-8 passes through; invalid bytes are the caller's text
-        }
-    }
-  }
-  return out + "\"";
-}
+namespace sieve::info {
 
 void JsonWriter::separate() {
   if (after_key_) {
@@ -53,13 +31,13 @@ void JsonWriter::close(char bracket) {
 
 void JsonWriter::key(const std::string& name) {
   separate();
-  out_ << escape(name) << ':';
+  out_ << compress::json::quote(name) << ':';
   after_key_ = true;
 }
 
 void JsonWriter::value(const std::string& text) {
   separate();
-  out_ << escape(text);
+  out_ << compress::json::quote(text);
 }
 
 void JsonWriter::value(int64_t number) {

@@ -36,7 +36,6 @@ class JsonWriter {
   }
   void member_strings(const std::string& name, const std::vector<std::string>& items);
 
-  static std::string escape(const std::string& text);
 
  private:
   void open(char bracket);
