@@ -228,6 +228,10 @@ class Node {
       fill_gradients(pattern, job_.rank, bucket_first_[b], buckets[b].elements, job_.dtype, keep_of(b),
                      gradients_->data.get() + bucket_first_[b] * elem_);
     }
+    // Every node starts its clock together, as Gloo's runs do after dist.barrier(): otherwise the
+    // slowest node's time would include how much later the others finished filling their buffers.
+    if (!send_message(fd_, "filled")) return "orchestrator gone";
+    if (expect("start").empty()) return error_;
     size_t bytes = 0;
     Clock::duration compaction{};  // gather + scatter: what the proxy's GPU kernels would do
     const auto start = Clock::now();

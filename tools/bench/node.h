@@ -1,8 +1,9 @@
 // One emulated node: a child process that enters its network namespace, loads the plugin, joins
 // the ring and runs the all-reduces the orchestrator paces. It talks to the orchestrator over a
 // SOCK_SEQPACKET socket made before fork, one text message per packet:
-//   node -> parent: "listen <hex handle>", "ready", "done <iter> <ns> <bytes> <compaction ns>", "stats ...", "closed", "fail <why>"
-//   parent -> node: "peer <hex handle of the next node>", "go <iter>", "close", "bye"
+//   node -> parent: "listen <hex handle>", "ready", "filled", "done <iter> <ns> <bytes> <compaction ns>", "stats ...", "closed", "fail <why>"
+//   parent -> node: "peer <hex handle of the next node>", "go <iter>", "start" (once every node has
+//   filled its buffers: the clock starts together everywhere), "close", "bye"
 #pragma once
 
 #include <string>

@@ -248,6 +248,8 @@ std::string run_mode(const NodeJob& base, const Options& o, const Lab* lab, Cloc
       for (int iter = 0; iter < rounds && failure.empty(); ++iter) {
         progress.update(result->name, iter, rounds);
         fleet.broadcast("go " + std::to_string(iter));
+        if (!fleet.gather("filled", deadline, &answers, &failure)) break;
+        fleet.broadcast("start");
         if (!fleet.gather("done ", deadline, &answers, &failure)) break;
         double slowest = 0, bytes = 0, compaction = 0;
         for (const std::string& a : answers) {
