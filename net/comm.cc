@@ -16,7 +16,8 @@ TcpComm::TcpComm(Connection connection, const CommOptions& options)
 TcpComm::~TcpComm() { workers_.clear(); }
 
 Status TcpComm::start(StripeWorker::Direction direction) {
-  int nthreads = std::max(1, std::min(options_.nthreads, nsocks()));
+  const int wanted = options_.nthreads > 0 ? options_.nthreads : auto_nthreads(nsocks());
+  const int nthreads = std::max(1, std::min(wanted, nsocks()));
   for (int w = 0; w < nthreads; ++w) {
     std::vector<int> fds;
     for (int s = w; s < nsocks(); s += nthreads) fds.push_back(connection_.data[s].get());

@@ -16,10 +16,10 @@ namespace {
 constexpr size_t kRateBurstChunks = 4;  // the shaper lets this many stripes go out back to back
 
 Status check_options(const TransportOptions& o) {
-  if (o.nsocks < 1 || o.nsocks > kMaxSockets)
-    return error(Code::InvalidArgument, "SIEVE_NSOCKS=" + std::to_string(o.nsocks) + " is outside 1-16");
-  if (o.nthreads < 1 || o.nthreads > kMaxSockets)
-    return error(Code::InvalidArgument, "SIEVE_NTHREADS=" + std::to_string(o.nthreads) + " is outside 1-16");
+  if (o.nsocks < 0 || o.nsocks > kMaxSockets)
+    return error(Code::InvalidArgument, "SIEVE_NSOCKS=" + std::to_string(o.nsocks) + " is outside 0-16 (0 = auto)");
+  if (o.nthreads < 0 || o.nthreads > kMaxSockets)
+    return error(Code::InvalidArgument, "SIEVE_NTHREADS=" + std::to_string(o.nthreads) + " is outside 0-16 (0 = auto)");
   if (o.chunk_size < 4096 || o.chunk_size > (1u << 30))
     return error(Code::InvalidArgument, "SIEVE_CHUNK_SIZE=" + std::to_string(o.chunk_size) + " is outside 4K-1G");
   if (o.rate_limit_mbps < 0)
@@ -86,7 +86,12 @@ class TcpTransport final : public Transport {
         connector = it->second.get();
       } else {
         uint64_t id = ++last_id_;
-        auto owned = std::make_unique<Connector>(options_, fields, helper_cpus(dev),
+        // The connecting side picks the shape: the listener takes whatever socket count arrives.
+        TransportOptions shaped = options_;
+        const StripeShape shape = stripe_shape(options_, devices_[dev].speed_mbps);
+        shaped.nsocks = shape.nsocks;
+        shaped.nthreads = shape.nthreads;
+        auto owned = std::make_unique<Connector>(shaped, fields, helper_cpus(dev),
                                                  rate_limiters_.empty() ? nullptr : rate_limiters_[dev]);
         connector = owned.get();
         connecting_.emplace(id, std::move(owned));

@@ -149,9 +149,11 @@ ncclResult_t acquire_locked(abi::ncclDebugLogger_t logger, std::shared_ptr<Proce
     g_state = std::move(state);
     start_stats_export(registry.settings());
     const net::TransportOptions& o = g_state->options;
-    SIEVE_INFO("initialised: %zu device(s), %d sockets x %d threads per connection, chunk %zu, inline <= %zu, "
+    const auto shape_text = [](int n) { return n > 0 ? std::to_string(n) : std::string("auto"); };
+    SIEVE_INFO("initialised: %zu device(s), %s sockets x %s threads per connection, chunk %zu, inline <= %zu, "
                "wire codec %s%s%s%s",
-               g_state->transport->devices().size(), o.nsocks, o.nthreads, o.chunk_size, o.inline_threshold,
+               g_state->transport->devices().size(), shape_text(o.nsocks).c_str(), shape_text(o.nthreads).c_str(),
+               o.chunk_size, o.inline_threshold,
                registry.settings().wire_codec.c_str(),
                o.rate_limit_mbps > 0 ? ", rate limit " : "",
                o.rate_limit_mbps > 0 ? (std::to_string(o.rate_limit_mbps) + " Mbit/s per device").c_str() : "",
@@ -185,11 +187,11 @@ const char* intern(const std::string& text) {
   return strings->insert(text).first->c_str();
 }
 
-int honest_max_comms(const net::TransportOptions& o) {
+int honest_max_comms(const net::TransportOptions& o, int link_mbps) {
   rlimit limit{};
   uint64_t fds = 65536;
   if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) fds = limit.rlim_cur;
-  uint64_t per_comm = static_cast<uint64_t>(o.nsocks) + 1;
+  uint64_t per_comm = static_cast<uint64_t>(net::stripe_shape(o, link_mbps).nsocks) + 1;
   return static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(65536, fds / per_comm)));
 }
 
@@ -278,7 +280,7 @@ ncclResult_t net_properties(int dev, DeviceProperties* props) {
     props->guid = d.guid;
     props->ptr_support = abi::NCCL_PTR_HOST;
     props->speed_mbps = d.speed_mbps;
-    props->max_comms = honest_max_comms(state->options);
+    props->max_comms = honest_max_comms(state->options, d.speed_mbps);
     props->max_recvs = 1;
     props->max_p2p_bytes = kMaxNetSizeBytes;
     props->max_coll_bytes = kMaxNetSizeBytes;

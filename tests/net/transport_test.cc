@@ -226,10 +226,53 @@ TEST(TransportIpv6, LoopbackRoundTrip) {
   EXPECT_NE(pair.send->peer().find("[::1]"), std::string::npos) << pair.send->peer();
 }
 
+// The connecting side chooses the socket count; a listener with any setting takes what arrives.
+TEST(TransportOptions, AutoAndExplicitShapesInteroperate) {
+  TransportOptions automatic = loopback_options();
+  automatic.nsocks = 0;
+  automatic.nthreads = 0;
+  TransportOptions explicit_four = loopback_options();
+  explicit_four.nsocks = 4;
+  explicit_four.nthreads = 3;
+  auto a = make_transport(automatic);
+  auto b = make_transport(explicit_four);
+  ASSERT_TRUE(a && b);
+  for (auto [listener, connector] : {std::pair{a.get(), b.get()}, std::pair{b.get(), a.get()}, std::pair{a.get(), a.get()}}) {
+    Pair pair;
+    ASSERT_TRUE(connect_pair(*listener, *connector, &pair).is_ok());
+    std::vector<char> out = pattern(3 * 1000 * 1000 + 17, 9), in(out.size());
+    Request *s = nullptr, *r = nullptr;
+    ASSERT_TRUE(pair.recv->irecv(in.data(), in.size(), &r).is_ok());
+    ASSERT_TRUE(pair.send->isend(out.data(), out.size(), &s).is_ok());
+    Completion cs, cr;
+    ASSERT_TRUE(testing::wait_both(s, &cs, r, &cr).is_ok());
+    EXPECT_EQ(cr.size, out.size());
+    EXPECT_EQ(in, out);
+  }
+}
+
+TEST(TransportOptions, AutoShapeFollowsLinkSpeedAndExplicitValuesWin) {
+  TransportOptions o;  // nsocks and nthreads 0: auto
+  const StripeShape slow = stripe_shape(o, 10000);
+  EXPECT_EQ(slow.nsocks, 1);
+  EXPECT_EQ(slow.nthreads, 1);
+  const StripeShape fast = stripe_shape(o, 100000);
+  EXPECT_EQ(fast.nsocks, 4);
+  EXPECT_EQ(fast.nthreads, 2);
+  o.nsocks = 3;
+  EXPECT_EQ(stripe_shape(o, 1000).nsocks, 3);
+  EXPECT_EQ(stripe_shape(o, 1000).nthreads, 2);
+  o.nthreads = 1;
+  EXPECT_EQ(stripe_shape(o, 100000).nthreads, 1);
+}
+
 TEST(TransportOptions, OutOfRangeValuesAreRefused) {
   TransportOptions o = loopback_options();
   std::unique_ptr<Transport> t;
-  o.nsocks = 0;
+  o.nsocks = -1;
+  EXPECT_EQ(Transport::create_tcp(o, &t).code(), Code::InvalidArgument);
+  o = loopback_options();
+  o.nsocks = 17;
   EXPECT_EQ(Transport::create_tcp(o, &t).code(), Code::InvalidArgument);
   o = loopback_options();
   o.nthreads = 17;
