@@ -100,7 +100,7 @@ class FakeLink : public RingLink {
 };
 
 void run_ring(int nranks, size_t count, DType type, const RingOptions& options) {
-  const GradientPattern pattern(nranks, 1);
+  const GradientPattern pattern(nranks, 1, type);
   std::vector<FakeChannel> channels(nranks);  // channels[r]: r -> r+1
   std::vector<std::vector<char>> buffers(nranks), scratch(nranks);
   std::vector<RingResult> results(nranks);

@@ -15,8 +15,6 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 33);
 }
 
-constexpr float kScale = 1.0f / 64.0f;
-
 float stored(DType type, const void* data, size_t i) {
   if (type == DType::F32) return static_cast<const float*>(data)[i];
   return bf16_to_float(static_cast<const uint16_t*>(data)[i]);
@@ -24,14 +22,16 @@ float stored(DType type, const void* data, size_t i) {
 
 }  // namespace
 
-GradientPattern::GradientPattern(int nranks, uint64_t iteration)
+GradientPattern::GradientPattern(int nranks, uint64_t iteration, DType type)
     : nranks_(std::max(1, nranks)), iteration_(iteration),
-      magnitude_(static_cast<uint32_t>(std::clamp(255 / std::max(1, nranks), 1, 64))) {}
+      magnitude_(type == DType::F32 ? std::clamp<uint32_t>((1u << 24) / static_cast<uint32_t>(nranks_) - 1, 1, 1u << 22)
+                                    : static_cast<uint32_t>(std::clamp(255 / nranks_, 1, 64))),
+      scale_(type == DType::F32 ? std::ldexp(1.0f, -22) : std::ldexp(1.0f, -6)) {}
 
 float GradientPattern::value(int rank, uint64_t index) const {
   const uint64_t h = mix(index * 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(rank) << 48) ^ (iteration_ << 20));
-  const int k = 1 + static_cast<int>(h % magnitude_);
-  return static_cast<float>((h >> 32) & 1 ? -k : k) * kScale;
+  const int k = 1 + static_cast<int>((h & 0xffffffffu) % magnitude_);
+  return static_cast<float>((h >> 32) & 1 ? -k : k) * scale_;
 }
 
 float GradientPattern::expected_sum(uint64_t index) const {

@@ -1,7 +1,9 @@
-// Gradient values whose sums are exact in fp32 and bf16 in any order: ±k * 2^-6 with 1 <= k <= K,
-// K chosen so every partial sum over the nodes stays within 255 (bf16 holds integers to 256
-// exactly). The expected result is recomputed independently from the same formula, so any lost,
-// duplicated, misplaced or corrupted byte shows up as a difference.
+// Gradient values whose sums are exact in any order: ±k * 2^-s with 1 <= k <= K, K chosen so every
+// partial sum over the nodes stays an integer the type holds exactly (2^24 for fp32, 256 for bf16).
+// For fp32 K is large, so values fill the mantissa as real gradients do: a value whose low bytes
+// were zero would let the wire codec elide half of every kept word, which real data never allows.
+// The expected result is recomputed independently from the same formula, so any lost, duplicated,
+// misplaced or corrupted byte shows up as a difference.
 #pragma once
 
 #include <cstddef>
@@ -14,7 +16,7 @@ namespace sieve::bench {
 
 class GradientPattern {
  public:
-  GradientPattern(int nranks, uint64_t iteration);
+  GradientPattern(int nranks, uint64_t iteration, DType type);
   // The value node `rank` contributes at global element `index`.
   float value(int rank, uint64_t index) const;
   // Sum of value() over all nodes.
@@ -24,6 +26,7 @@ class GradientPattern {
   int nranks_;
   uint64_t iteration_;
   uint32_t magnitude_;
+  float scale_;
 };
 
 // Writes node `rank`'s values for elements [first, first + count) into `out` (of `type`); where

@@ -222,7 +222,7 @@ class Node {
   }
 
   std::string iteration(int iter) {
-    const GradientPattern pattern(job_.nranks, static_cast<uint64_t>(iter));
+    const GradientPattern pattern(job_.nranks, static_cast<uint64_t>(iter), job_.dtype);
     const auto& buckets = *job_.buckets;
     for (size_t b = 0; b < buckets.size(); ++b) {
       fill_gradients(pattern, job_.rank, bucket_first_[b], buckets[b].elements, job_.dtype, keep_of(b),
