@@ -41,6 +41,44 @@ double process_cpu_seconds() {
   return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6;
 }
 
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+// The transport's CPU: every thread but the driver's, plus the driver's time inside plugin calls.
+// The driver's own loop (sleeping and waking every --poll-us to test) is NCCL's proxy's in a real
+// job, which polls whatever the plugin does; at 1 Gbit/s it alone was a third of the process's CPU.
+class TransportCpu {
+ public:
+  TransportCpu() : process_start_(process_cpu_seconds()), driver_start_(thread_cpu_seconds()) {}
+  template <typename Call>
+  int call(Call&& plugin_call) {
+    const double before = thread_cpu_seconds();
+    const int result = plugin_call();
+    in_plugin_ += thread_cpu_seconds() - before;
+    return result;
+  }
+  // Returns the transport's CPU seconds so far; *driver gets the driver loop's own.
+  double seconds(double* driver) const {
+    const double driver_total = thread_cpu_seconds() - driver_start_;
+    *driver = driver_total - in_plugin_;
+    return process_cpu_seconds() - process_start_ - *driver;
+  }
+
+ private:
+  double process_start_, driver_start_, in_plugin_ = 0;
+};
+
+void print_result(uint64_t bytes, double seconds, uint64_t messages, const TransportCpu& cpu) {
+  double driver = 0;
+  const double transport = cpu.seconds(&driver);
+  printf("RESULT bytes=%llu seconds=%.6f messages=%llu cpu=%.6f driver_cpu=%.6f\n", static_cast<unsigned long long>(bytes),
+         seconds, static_cast<unsigned long long>(messages), transport, driver);
+  fflush(stdout);
+}
+
 struct Buffers {
   tools::NetPlugin& net;
   void* comm;
@@ -70,7 +108,7 @@ struct Buffers {
 // Keeps `window` sends outstanding until the time is up, then sends `window` empty messages.
 int stream_send(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
   Buffers buffers(net, comm, o.window, o.size, o.zeros_percent, o.word);
-  const double cpu_start = process_cpu_seconds();
+  TransportCpu cpu;
   std::deque<std::pair<void*, size_t>> in_flight;  // request, size
   uint64_t bytes = 0, messages = 0, posted = 0;
   int tails_posted = 0;
@@ -84,7 +122,8 @@ int stream_send(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
       const size_t size = tail ? 0 : o.size;
       const int slot = static_cast<int>(posted % o.window);
       void* request = nullptr;
-      const int result = net.isend(comm, buffers.data[slot].data(), size, 0, buffers.mhandles[slot], &request);
+      const int result =
+          cpu.call([&] { return net.isend(comm, buffers.data[slot].data(), size, 0, buffers.mhandles[slot], &request); });
       if (result != tools::kNetSuccess) return fail(failed("isend", result));
       if (!request) break;  // the plugin is full: test and come back
       in_flight.emplace_back(request, size);
@@ -96,7 +135,7 @@ int stream_send(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
       continue;
     }
     int done = 0, size = 0;
-    const int result = net.test(in_flight.front().first, &done, &size);
+    const int result = cpu.call([&] { return net.test(in_flight.front().first, &done, &size); });
     if (result != tools::kNetSuccess) return fail(failed("test", result));
     if (!done) {
       if (tools::monotonic_ms() - last_progress > kStallTimeoutMs) return fail("send stalled");
@@ -111,16 +150,14 @@ int stream_send(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
     }
     in_flight.pop_front();
   }
-  printf("RESULT bytes=%llu seconds=%.6f messages=%llu cpu=%.6f\n", static_cast<unsigned long long>(bytes), elapsed,
-         static_cast<unsigned long long>(messages), process_cpu_seconds() - cpu_start);
-  fflush(stdout);
+  print_result(bytes, elapsed, messages, cpu);
   return 0;
 }
 
 // Keeps `window` receives posted until the first empty message arrives, then drains the rest.
 int stream_recv(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
   Buffers buffers(net, comm, o.window, o.size, o.zeros_percent, o.word);
-  const double cpu_start = process_cpu_seconds();
+  TransportCpu cpu;
   std::deque<void*> in_flight;
   uint64_t bytes = 0, messages = 0, posted = 0, completed = 0;
   // Messages are matched in order, so the first empty one (index z) tells the total: z + window.
@@ -134,7 +171,7 @@ int stream_recv(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
       size_t size = o.size;
       int tag = 0;
       void* request = nullptr;
-      const int result = net.irecv(comm, 1, &data, &size, &tag, &buffers.mhandles[slot], &request);
+      const int result = cpu.call([&] { return net.irecv(comm, 1, &data, &size, &tag, &buffers.mhandles[slot], &request); });
       if (result != tools::kNetSuccess) return fail(failed("irecv", result));
       if (!request) break;
       in_flight.push_back(request);
@@ -145,7 +182,7 @@ int stream_recv(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
       continue;
     }
     int done = 0, size = 0;
-    const int result = net.test(in_flight.front(), &done, &size);
+    const int result = cpu.call([&] { return net.test(in_flight.front(), &done, &size); });
     if (result != tools::kNetSuccess) return fail(failed("test", result));
     if (!done) {
       if (tools::monotonic_ms() - last_progress > kStallTimeoutMs) return fail("receive stalled");
@@ -163,9 +200,7 @@ int stream_recv(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
     ++completed;
     in_flight.pop_front();
   }
-  printf("RESULT bytes=%llu seconds=%.6f messages=%llu cpu=%.6f\n", static_cast<unsigned long long>(bytes), elapsed,
-         static_cast<unsigned long long>(messages), process_cpu_seconds() - cpu_start);
-  fflush(stdout);
+  print_result(bytes, elapsed, messages, cpu);
   return 0;
 }
 
