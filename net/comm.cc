@@ -1,6 +1,7 @@
 #include "net/comm.h"
 
 #include "net/log.h"
+#include "net/stripe_codec.h"
 #include "topology/pinning.h"
 
 namespace sieve::net {
@@ -129,7 +130,8 @@ Status TcpSendComm::isend(const void* data, size_t size, Request** request) {
   slot->size = size;
   slot->sequence = next_sequence_++;
   slot->inline_payload = size <= options_.inline_threshold;
-  slot->codec = !slot->inline_payload && send_codec();  // small inline messages stay raw
+  // Small inline messages stay raw; so does a message whose sample says eliding would not pay.
+  slot->codec = !slot->inline_payload && send_codec() && worth_encoding(options_.codec, data, size);
   const uint32_t flags = slot->inline_payload ? wire::kFlagInline : slot->codec ? wire::kFlagCodec : 0u;
   wire::encode_frame({flags, slot->sequence, size}, slot->header);
   uint32_t stripes = slot->inline_payload ? 0 : queue_stripes(slot);

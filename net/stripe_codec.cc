@@ -24,7 +24,7 @@ void write_raw_codec_header(uint64_t raw_length, uint8_t* out) {
   put64(out + 16, 0);
 }
 
-bool stripe_worth_encoding(TransportOptions::Codec mode, const void* data, size_t length) {
+bool worth_encoding(TransportOptions::Codec mode, const void* data, size_t length) {
   if (mode == TransportOptions::Codec::On) return true;
   if (mode == TransportOptions::Codec::Off || length == 0) return false;
   return compress::estimate(data, length).pays;

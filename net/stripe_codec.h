@@ -1,7 +1,8 @@
 // How a stripe travels when its message carries wire::kFlagCodec: its chunk header, then one codec
 // frame (compress/codec.h) for the stripe's bytes. A stripe that would not shrink goes as a raw
-// codec frame whose payload is sent straight from the user's buffer (no copy), so `auto` costs dense
-// data only the sample and 24 bytes per stripe.
+// codec frame whose payload is sent straight from the user's buffer (no copy). Under `auto` a
+// message whose sample says eliding would not pay is sent without the codec flag at all, exactly as
+// under `off`: dense data costs one sample per message, not a header and an extra read per stripe.
 #pragma once
 
 #include <cstddef>
@@ -20,8 +21,9 @@ constexpr size_t kCodecHeaderBytes = compress::kFrameHeaderSize;
 // The header of a raw codec frame holding `raw_length` bytes (the layout compress/codec.h documents).
 void write_raw_codec_header(uint64_t raw_length, uint8_t* out);
 
-// Whether the sender zero-elides this stripe: always under On, when a sample says so under Auto.
-bool stripe_worth_encoding(TransportOptions::Codec mode, const void* data, size_t length);
+// Whether the sender zero-elides these bytes (a message, then each of its stripes): always under On,
+// when a sample says so under Auto.
+bool worth_encoding(TransportOptions::Codec mode, const void* data, size_t length);
 
 // Checks a received codec header against the stripe it must fill; on success *body is the number
 // of bytes that follow the header and *zero_elided says whether they need decoding.

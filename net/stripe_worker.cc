@@ -168,7 +168,7 @@ bool StripeWorker::prepare(size_t socket, Stripe& s) {
     s.prepared = false;  // the codec header tells the rest
     return true;
   }
-  if (stripe_worth_encoding(codec_, s.data, s.length)) {
+  if (worth_encoding(codec_, s.data, s.length)) {
     const size_t bound = compress::encode_bound(s.length);
     uint8_t* frame = scratch_[socket].get(bound);
     const size_t n = compress::encode(s.data, s.length, frame, bound);
