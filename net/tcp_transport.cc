@@ -1,5 +1,6 @@
 // The TCP implementation of Transport: device list, listen, and connect attempts kept by id so the
 // handle NCCL passes back can name the attempt in progress.
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -105,7 +106,11 @@ class TcpTransport final : public Transport {
       connecting_.erase(fields.pending_connect);
       wire::set_handle_pending(handle->bytes, 0);
     }
-    if (*comm) SIEVE_INFO("connected to %s", (*comm)->peer().c_str());
+    if (*comm) {
+      const StripeShape shape = stripe_shape(options_, devices_[dev].speed_mbps);
+      SIEVE_INFO("connected to %s over %s: %d data socket(s), %d helper thread(s)", (*comm)->peer().c_str(),
+                 devices_[dev].name.c_str(), shape.nsocks, std::min(shape.nthreads, shape.nsocks));
+    }
     return st;
   }
 
