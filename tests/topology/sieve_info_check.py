@@ -68,14 +68,27 @@ for name, device in sorted(stable.items()):
         check(nic["pci_bus_id"] in device.split("/"), f"{name}: bus id {nic['pci_bus_id']} not in {device}")
         check(device.startswith(nic["pci_path"]), f"{name}: pci_path {nic['pci_path']} is not above {device}")
 
-# 3. The plugin's devices are topology NICs at the same place (once the plugin offers devices).
+# 3. The plugin's devices are topology NICs at the same place (once the plugin offers devices), and
+# each says what a connection over it gets: auto (the default) gives 1 socket below 25 Gbit/s.
 plugin = report["plugin"]
 for device in plugin["devices"] if plugin else []:
+    expected_sockets = 1 if device["speed_mbps"] < 25000 else 4
+    check((device.get("sockets_per_connection"), device.get("threads_per_connection")) ==
+          (expected_sockets, (expected_sockets + 1) // 2),
+          f"plugin device {device['name']} at {device['speed_mbps']} Mbps: connection shape {device}")
     nic = nics.get((device["name"], "netdev"))
     check(nic is not None, f"plugin device {device['name']} is not a NIC of the topology")
     if nic is not None:
         check(device["pci_path"] in (nic["pci_path"], nic["sysfs_device_path"], ""),
               f"plugin device {device['name']}: pciPath {device['pci_path']!r} vs topology {nic['pci_path']!r}")
+
+# 3b. Explicit SIEVE_NSOCKS / SIEVE_NTHREADS win over auto on every device.
+if plugin and plugin["devices"]:
+    rc, out, err = run("--json", env_extra={"SIEVE_NSOCKS": "3", "SIEVE_NTHREADS": "1"})
+    check(rc == 0, f"sieve-info --json with SIEVE_NSOCKS=3 exited {rc}: {err}")
+    for device in json.loads(out)["plugin"]["devices"] if rc == 0 else []:
+        check((device.get("sockets_per_connection"), device.get("threads_per_connection")) == (3, 1),
+              f"SIEVE_NSOCKS=3 SIEVE_NTHREADS=1: device {device['name']} shows {device}")
 
 # 4. A topology file: the 2-socket node's matrix, best NICs, and SIEVE_TOPO_FILE as its source.
 node = os.path.join(fixtures, "two_socket_8gpu_4nic.xml")

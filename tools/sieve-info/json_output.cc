@@ -44,6 +44,10 @@ void write_plugin(JsonWriter& json, const Report& report) {
     json.member("max_comms", device.max_comms);
     json.member("max_recvs", device.max_recvs);
     json.member("ptr_support", device.ptr_support);
+    if (i < plugin.shapes.size()) {
+      json.member("sockets_per_connection", plugin.shapes[i].nsocks);
+      json.member("threads_per_connection", plugin.shapes[i].nthreads);
+    }
     json.end_object();
   }
   json.end_array();

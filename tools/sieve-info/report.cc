@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 
@@ -140,6 +141,14 @@ Report gather(const ReportOptions& options) {
 
   report.plugin_skipped = options.skip_plugin;
   if (!options.skip_plugin) report.plugin = inspect_plugin(options.plugin_path);
+  net::TransportOptions shape_options;
+  shape_options.nsocks = static_cast<int>(registry.settings().nsocks);
+  shape_options.nthreads = static_cast<int>(registry.settings().nthreads);
+  for (const auto& device : report.plugin.devices) {
+    net::StripeShape shape = net::stripe_shape(shape_options, device.speed_mbps);
+    shape.nthreads = std::min(shape.nthreads, shape.nsocks);  // a helper drives at least one socket
+    report.plugin.shapes.push_back(shape);
+  }
   return report;
 }
 

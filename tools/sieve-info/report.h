@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "net/transport.h"
 #include "plugin/config.h"
 #include "tools/common/plugin_loader.h"
 #include "topology/discover.h"
@@ -20,6 +21,9 @@ struct PluginReport {
   int used_version = 0;            // the one driven to list devices
   std::string name;                // the table's name field
   std::vector<tools::NetDeviceInfo> devices;
+  // Per device: the data sockets and helper threads a connection over it gets (SIEVE_NSOCKS and
+  // SIEVE_NTHREADS, or what auto makes of the device's speed).
+  std::vector<net::StripeShape> shapes;
   std::string devices_error;       // init/devices/getProperties failure
 };
 

@@ -42,7 +42,10 @@ void print_plugin(const Report& report, std::ostream& out) {
   for (size_t i = 0; i < plugin.devices.size(); ++i) {
     const auto& device = plugin.devices[i];
     out << "  device " << i << "      " << device.name << "  pciPath " << or_dash(device.pci_path) << "  speed "
-        << speed_text(device.speed_mbps) << "  guid " << hex(device.guid) << "  port " << device.port << "\n";
+        << speed_text(device.speed_mbps) << "  guid " << hex(device.guid) << "  port " << device.port;
+    if (i < plugin.shapes.size())
+      out << "  connections: " << plugin.shapes[i].nsocks << " socket(s) x " << plugin.shapes[i].nthreads << " thread(s)";
+    out << "\n";
   }
   if (plugin.devices.empty() && plugin.devices_error.empty()) out << "  devices       none\n";
   out << "\n";
