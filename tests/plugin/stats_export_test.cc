@@ -3,21 +3,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 
 #include "plugin/peer_traffic.h"
 #include "plugin/stats.h"
+#include "tests/plugin/read_file.h"
 
 namespace sieve::plugin {
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::read_file;
 
 TEST(StatsExport, SnapshotCarriesProcessCountersAndEveryConnection) {
   Snapshot before = current_snapshot();
@@ -57,7 +51,7 @@ TEST(StatsExport, WritesTheFileNamedBySieveStatsFileWithPidExpanded) {
   config::Registry registry({{"SIEVE_STATS_FILE", pattern}, {"SIEVE_STATS_FORMAT", "prometheus"}});
   ASSERT_TRUE(registry.diagnostics().empty());
   start_stats_export(registry.settings());
-  std::string text = slurp(path);
+  std::string text = read_file(path);
   EXPECT_NE(text.find("# TYPE sieve_bytes_wire_sent_total counter"), std::string::npos) << text;
   EXPECT_NE(text.find("pid=\"" + std::to_string(getpid()) + "\""), std::string::npos);
   start_stats_export(registry.settings());  // idempotent: still one writer, no error

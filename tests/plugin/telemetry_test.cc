@@ -1,11 +1,10 @@
 #include "plugin/telemetry.h"
+#include "tests/plugin/read_file.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 namespace sieve::plugin {
@@ -29,12 +28,7 @@ Snapshot sample() {
   return s;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::read_file;
 
 TEST(Telemetry, PerDeviceSumsPeersInFirstSeenOrder) {
   auto devices = per_device(sample());
@@ -78,7 +72,7 @@ TEST(Telemetry, WriterWritesAtDestructionAndReportsUnwritablePath) {
     });
   }
   EXPECT_EQ(calls, 1);
-  EXPECT_NE(slurp(path).find("\"pid\": 42"), std::string::npos);
+  EXPECT_NE(read_file(path).find("\"pid\": 42"), std::string::npos);
   std::remove(path.c_str());
 
   StatsWriter bad("/nonexistent-dir/x.json", StatsFormat::Json, 0, sample);
@@ -99,7 +93,7 @@ TEST(Telemetry, PeriodicWriterRefreshesTheFile) {
     // Bounded wait for the first periodic write (a liveness check, not a timing assertion).
     for (int i = 0; i < 100 && calls.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     EXPECT_GE(calls.load(), 1);
-    EXPECT_NE(slurp(path).find("sieve_messages_sent_total"), std::string::npos);
+    EXPECT_NE(read_file(path).find("sieve_messages_sent_total"), std::string::npos);
   }
   std::remove(path.c_str());
 }
