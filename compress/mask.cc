@@ -8,7 +8,8 @@
 namespace sieve::compress {
 namespace {
 
-uint64_t word_count(uint64_t bits) { return (bits + 63) / 64; }
+// Written so that no count, however large, wraps: the caller's count is untrusted.
+uint64_t word_count(uint64_t bits) { return bits / 64 + (bits % 64 != 0); }
 
 // Mask of the low `n` bits (n in 0..64).
 uint64_t low_bits(unsigned n) { return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1; }

@@ -15,134 +15,124 @@ std::shared_ptr<const Mask> every_other(uint64_t count, uint64_t phase = 0) {
   return m;
 }
 
-TEST(MaskRegistry, ExactLookupSharesThePublishedMask) {
+TEST(MaskRegistry, FindReturnsWhatWasPublishedWithItsDtype) {
   MaskRegistry r;
-  std::vector<float> buffer(100);
+  std::vector<uint16_t> buffer(100);
   auto mask = every_other(100);
   uint64_t id = 0;
-  ASSERT_TRUE(r.publish(buffer.data(), 4, mask, &id).ok());
+  ASSERT_TRUE(r.publish(buffer.data(), DType::kBF16, mask, &id).ok());
   EXPECT_NE(id, 0u);
-  MaskLookup l = r.lookup(buffer.data(), 100, 4);
-  EXPECT_EQ(l.mask, mask);
-  EXPECT_EQ(l.entries, 1u);
-  EXPECT_EQ(r.lookup(buffer.data() + 100, 10, 4).mask, nullptr);  // just past: dense
+  auto e = r.find(buffer.data());
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->mask(), mask);
+  EXPECT_EQ(e->dtype(), DType::kBF16) << "not the first dtype of the same width (F16)";
+  EXPECT_EQ(e->id(), id);
+  EXPECT_EQ(r.find(buffer.data() + 1), nullptr);
 }
 
-TEST(MaskRegistry, PublishingAgainReplacesAndOverlapsAreDropped) {
+TEST(MaskRegistry, PublishingOverAnEntryRetiresItAndOverlapsAreDropped) {
   MaskRegistry r;
   std::vector<float> buffer(100);
   uint64_t first = 0, second = 0, third = 0;
-  ASSERT_TRUE(r.publish(buffer.data(), 4, every_other(50), &first).ok());
-  ASSERT_TRUE(r.publish(buffer.data() + 50, 4, every_other(50), &second).ok());
+  ASSERT_TRUE(r.publish(buffer.data(), DType::kF32, every_other(50), &first).ok());
+  ASSERT_TRUE(r.publish(buffer.data() + 50, DType::kF32, every_other(50), &second).ok());
+  auto a = r.find(buffer.data()), b = r.find(buffer.data() + 50);
   EXPECT_EQ(r.size(), 2u);
-  // Covers the tail of the first and the head of the second: both are replaced.
-  ASSERT_TRUE(r.publish(buffer.data() + 40, 4, std::make_shared<Mask>(20, true), &third).ok());
+  // Covers the tail of the first and the head of the second: both are replaced, and retired.
+  ASSERT_TRUE(r.publish(buffer.data() + 40, DType::kF32, std::make_shared<Mask>(20, true), &third).ok());
   EXPECT_EQ(r.size(), 1u);
-  MaskEntry e;
-  EXPECT_FALSE(r.find(buffer.data(), &e));
-  ASSERT_TRUE(r.find(buffer.data() + 40, &e));
-  EXPECT_EQ(e.id, third);
-  EXPECT_NE(third, first);
+  EXPECT_TRUE(a->retired());
+  EXPECT_TRUE(b->retired());
+  EXPECT_EQ(r.find(buffer.data()), nullptr);
+  auto c = r.find(buffer.data() + 40);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->id(), third);
+  EXPECT_FALSE(c->retired());
   EXPECT_EQ(r.retract(buffer.data() + 50).code(), Code::kNotFound);
   EXPECT_TRUE(r.retract(buffer.data() + 40).ok());
+  EXPECT_TRUE(c->retired());
   EXPECT_EQ(r.size(), 0u);
 }
 
-TEST(MaskRegistry, LookupComposesSeveralMasksAndTreatsGapsAsDense) {
+TEST(MaskRegistry, RetractByIdLeavesANewerMaskAtTheSameAddressAlone) {
   MaskRegistry r;
-  std::vector<float> bucket(100);
-  // Two "parameters" inside a bucket, a gap between them: [10, 30) and [50, 70).
-  ASSERT_TRUE(r.publish(bucket.data() + 10, 4, std::make_shared<Mask>(20, false), nullptr).ok());
-  ASSERT_TRUE(r.publish(bucket.data() + 50, 4, every_other(20, 1), nullptr).ok());
-  MaskLookup l = r.lookup(bucket.data(), 100, 4);
-  ASSERT_NE(l.mask, nullptr);
-  EXPECT_EQ(l.entries, 2u);
-  for (uint64_t i = 0; i < 100; ++i) {
-    bool expect = true;
-    if (i >= 10 && i < 30) expect = false;
-    if (i >= 50 && i < 70) expect = (i - 50) % 2 == 1;
-    EXPECT_EQ(l.mask->test(i), expect) << i;
-  }
-  // A lookup starting inside a published buffer.
-  l = r.lookup(bucket.data() + 20, 40, 4);
-  ASSERT_NE(l.mask, nullptr);
-  for (uint64_t i = 0; i < 40; ++i) EXPECT_EQ(l.mask->test(i), i >= 10 && !(i >= 30 && (i - 30) % 2 == 0)) << i;
+  std::vector<float> buffer(64);
+  uint64_t old_id = 0, new_id = 0;
+  ASSERT_TRUE(r.publish(buffer.data(), DType::kF32, every_other(64), &old_id).ok());
+  ASSERT_TRUE(r.publish(buffer.data(), DType::kF32, every_other(64, 1), &new_id).ok());
+  // A late finalizer of the old tensor:
+  EXPECT_EQ(r.retract_id(old_id).code(), Code::kNotFound);
+  ASSERT_NE(r.find(buffer.data()), nullptr);
+  EXPECT_TRUE(r.retract_id(new_id).ok());
+  EXPECT_EQ(r.find(buffer.data()), nullptr);
 }
 
-TEST(MaskRegistry, OtherElementSizesAreConservative) {
+TEST(MaskRegistry, CommitSnapshotsTheLiveEntriesInPublishOrder) {
   MaskRegistry r;
-  std::vector<uint16_t> buffer(64);
-  // bf16 mask: elements 0-3 pruned, 4 kept, 5-63 pruned.
-  auto m = std::make_shared<Mask>(64);
-  m->set_range(4, 1, true);
-  ASSERT_TRUE(r.publish(buffer.data(), 2, m, nullptr).ok());
-  // Viewed as 32-bit words: word 2 holds elements 4 and 5, so it is kept; the rest pruned.
-  MaskLookup l = r.lookup(buffer.data(), 32, 4);
-  ASSERT_NE(l.mask, nullptr);
-  for (uint64_t i = 0; i < 32; ++i) EXPECT_EQ(l.mask->test(i), i == 2) << i;
-  // Misaligned by one byte: elements straddle published elements; any kept byte keeps.
-  l = r.lookup(reinterpret_cast<const uint8_t*>(buffer.data()) + 1, 31, 4);
-  ASSERT_NE(l.mask, nullptr);
-  for (uint64_t i = 0; i < 31; ++i) EXPECT_EQ(l.mask->test(i), i == 1 || i == 2) << i;
-  // A tail element only partly covered stays kept (its uncovered bytes count as dense).
-  l = r.lookup(reinterpret_cast<const uint8_t*>(buffer.data()) + 126, 2, 4);
-  ASSERT_NE(l.mask, nullptr);
-  EXPECT_TRUE(l.mask->test(0));
-  EXPECT_TRUE(l.mask->test(1));
+  std::vector<float> low(32), high(32);
+  EXPECT_EQ(r.commit_epoch(), 0u);
+  EXPECT_EQ(r.committed(), nullptr);
+  // Published high first: the order is the publish order, not the address order.
+  ASSERT_TRUE(r.publish(high.data(), DType::kF32, every_other(32), nullptr).ok());
+  ASSERT_TRUE(r.publish(low.data(), DType::kF32, every_other(32, 1), nullptr).ok());
+  EXPECT_EQ(r.commit(3), 1u);
+  auto table = r.committed();
+  ASSERT_EQ(table->entries.size(), 2u);
+  EXPECT_EQ(table->entries[0]->base(), reinterpret_cast<uintptr_t>(high.data()));
+  EXPECT_EQ(table->entries[1]->base(), reinterpret_cast<uintptr_t>(low.data()));
+  EXPECT_EQ(table->flags, 3u);
+  EXPECT_EQ(table->epoch, 1u);
+  // A later retract retires the entry the committed table holds; the table itself is immutable.
+  ASSERT_TRUE(r.retract(high.data()).ok());
+  EXPECT_TRUE(table->entries[0]->retired());
+  EXPECT_EQ(r.commit(0), 2u);
+  EXPECT_EQ(r.committed()->entries.size(), 1u);
+  EXPECT_EQ(table->entries.size(), 2u);
 }
 
-TEST(MaskRegistry, BadInputIsRefused) {
+TEST(MaskRegistry, RefusesWhatCannotBeABuffer) {
   MaskRegistry r;
-  int x = 0;
-  EXPECT_EQ(r.publish(nullptr, 4, every_other(4), nullptr).code(), Code::kInvalidArgument);
-  EXPECT_EQ(r.publish(&x, 0, every_other(4), nullptr).code(), Code::kInvalidArgument);
-  EXPECT_EQ(r.publish(&x, 4, nullptr, nullptr).code(), Code::kInvalidArgument);
-  EXPECT_EQ(r.publish(&x, 4, std::make_shared<Mask>(0), nullptr).code(), Code::kInvalidArgument);
-  EXPECT_EQ(r.publish(reinterpret_cast<void*>(~uintptr_t{0} - 8), 4, every_other(4), nullptr).code(), Code::kOutOfRange);
+  std::vector<float> buffer(4);
+  EXPECT_EQ(r.publish(nullptr, DType::kF32, every_other(4), nullptr).code(), Code::kInvalidArgument);
+  EXPECT_EQ(r.publish(buffer.data(), DType::kF32, nullptr, nullptr).code(), Code::kInvalidArgument);
+  EXPECT_EQ(r.publish(buffer.data(), DType::kF32, std::make_shared<Mask>(0), nullptr).code(), Code::kInvalidArgument);
+  // A buffer whose end wraps around the address space.
+  const void* high = reinterpret_cast<const void*>(~uintptr_t(0) - 8);
+  EXPECT_EQ(r.publish(high, DType::kF64, every_other(4), nullptr).code(), Code::kOutOfRange);
   EXPECT_EQ(r.size(), 0u);
-  EXPECT_EQ(r.lookup(nullptr, 4, 4).mask, nullptr);
+  EXPECT_EQ(r.generation(), 0u) << "refused calls change nothing";
 }
 
-// Publishers replace masks while readers look up: every lookup must see one whole mask (all of
-// phase 0 or all of phase 1), never a mixture. Run under ThreadSanitizer in CI's TSan build.
-TEST(MaskRegistry, ConcurrentPublishAndLookupSeeWholeMasks) {
+TEST(MaskRegistry, ConcurrentPublishersAndReadersSeeWholeEntries) {
   MaskRegistry r;
-  std::vector<float> buffers(4 * 256);
+  std::vector<float> buffers(8 * 256);
   std::atomic<bool> stop{false};
-  std::atomic<uint64_t> lookups{0}, torn{0};
-  std::vector<std::thread> threads;
+  std::thread reader([&] {
+    while (!stop.load()) {
+      for (int b = 0; b < 8; ++b) {
+        auto e = r.find(buffers.data() + 256 * b);
+        if (e) {
+          ASSERT_EQ(e->count(), 256u);
+          ASSERT_EQ(e->mask()->kept(), 128u);
+        }
+      }
+      r.committed();
+    }
+  });
+  std::vector<std::thread> writers;
   for (int w = 0; w < 2; ++w)
-    threads.emplace_back([&, w] {
-      for (int i = 0; i < 2000; ++i) {
-        const int b = (i + w) % 4;
-        r.publish(buffers.data() + 256 * b, 4, every_other(256, uint64_t(i % 2)), nullptr);
-        if (i % 7 == 0) r.retract(buffers.data() + 256 * b);
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 500; ++i) {
+        const int b = (i + w) % 8;
+        ASSERT_TRUE(r.publish(buffers.data() + 256 * b, DType::kF32, every_other(256, uint64_t(i % 2)), nullptr).ok());
+        if (i % 7 == 0) r.commit(0);
+        if (i % 5 == 0) r.retract(buffers.data() + 256 * b);
       }
     });
-  for (int rd = 0; rd < 2; ++rd)
-    threads.emplace_back([&] {
-      for (int round = 0; round < 200 || !stop.load(); ++round) {  // some rounds even if writers finish first
-        for (int b = 0; b < 4; ++b) {
-          MaskLookup l = r.lookup(buffers.data() + 256 * b, 256, 4);
-          lookups.fetch_add(1);
-          if (!l.mask) continue;
-          const bool phase = l.mask->test(1);
-          for (uint64_t i = 0; i < 256; ++i)
-            if (l.mask->test(i) != ((i % 2 == 1) == phase)) torn.fetch_add(1);
-        }
-        MaskLookup whole = r.lookup(buffers.data(), 4 * 256, 4);  // composed across entries
-        if (whole.mask) {
-          EXPECT_EQ(whole.mask->count(), 1024u);
-        }
-      }
-    });
-  threads[0].join();
-  threads[1].join();
+  for (auto& t : writers) t.join();
   stop = true;
-  threads[2].join();
-  threads[3].join();
-  EXPECT_GT(lookups.load(), 0u);
-  EXPECT_EQ(torn.load(), 0u);
+  reader.join();
+  EXPECT_LE(r.size(), 8u);
 }
 
 }  // namespace
