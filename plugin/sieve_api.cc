@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 #include <string>
 
 #include "compress/safetensors.h"
@@ -13,12 +14,24 @@
 
 namespace sieve::plugin {
 
+static_assert(SIEVE_DTYPE_F32 == int(compress::DType::kF32) && SIEVE_DTYPE_F16 == int(compress::DType::kF16) &&
+                  SIEVE_DTYPE_BF16 == int(compress::DType::kBF16) && SIEVE_DTYPE_F64 == int(compress::DType::kF64) &&
+                  SIEVE_DTYPE_I8 == int(compress::DType::kI8) && SIEVE_DTYPE_U8 == int(compress::DType::kU8) &&
+                  SIEVE_DTYPE_I32 == int(compress::DType::kI32) && SIEVE_DTYPE_I64 == int(compress::DType::kI64) &&
+                  SIEVE_DTYPE_COUNT == compress::kDTypeCount,
+              "sieve.h's dtype codes are compress::DType's values");
+
 compress::MaskRegistry& mask_registry() {
   static compress::MaskRegistry registry;
   return registry;
 }
 
 namespace {
+
+// No buffer a process can hold reaches past this: x86-64 and AArch64 user space ends at 2^47..2^52,
+// CUDA's unified addresses inside it. Refusing larger ends turns a wild count into a clear error
+// before anything is allocated or read.
+constexpr uint64_t kAddressSpaceEnd = uint64_t(1) << 57;
 
 thread_local std::string t_last_error;
 
@@ -39,13 +52,17 @@ int code_of(const compress::Status& s) {
   return SIEVE_ERR_INTERNAL;
 }
 
-int fail(const compress::Status& s) { return fail(code_of(s), s.message()); }
+int fail(const char* function, const compress::Status& s) {
+  return fail(code_of(s), std::string(function) + ": " + s.message());
+}
 
 // Runs body, turning any escaping exception into a code.
 template <typename Body> int guarded(const char* function, Body&& body) noexcept {
   try {
     return body();
   } catch (const std::bad_alloc&) {
+    return fail(SIEVE_ERR_NO_MEMORY, std::string(function) + ": out of memory");
+  } catch (const std::length_error&) {
     return fail(SIEVE_ERR_NO_MEMORY, std::string(function) + ": out of memory");
   } catch (const std::exception& e) {
     return fail(SIEVE_ERR_INTERNAL, std::string(function) + ": " + e.what());
@@ -54,20 +71,26 @@ template <typename Body> int guarded(const char* function, Body&& body) noexcept
   }
 }
 
-// The checks every publish shares; on success *element_size is the dtype's size.
-int check_buffer(const char* function, const void* base, size_t count, int dtype, size_t* element_size) {
+// The checks every publish shares, made before anything is sized from the caller's count.
+int check_buffer(const char* function, const void* base, size_t count, int dtype, compress::DType* out) {
   if (!base) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": base is NULL");
   if (count == 0) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": count is 0");
-  *element_size = sieve_dtype_size(dtype);
-  if (*element_size == 0)
+  if (dtype < 0 || dtype >= SIEVE_DTYPE_COUNT)
     return fail(SIEVE_ERR_UNKNOWN_DTYPE, std::string(function) + ": unknown dtype " + std::to_string(dtype));
+  *out = compress::DType(dtype);
+  uint64_t bytes = 0, end = 0;
+  if (__builtin_mul_overflow(uint64_t(count), uint64_t(compress::dtype_size(*out)), &bytes) ||
+      __builtin_add_overflow(uint64_t(reinterpret_cast<uintptr_t>(base)), bytes, &end) || end > kAddressSpaceEnd)
+    return fail(SIEVE_ERR_RANGE, std::string(function) + ": " + std::to_string(count) + " " +
+                                     compress::dtype_name(*out) + " elements at " + std::to_string(uintptr_t(base)) +
+                                     " do not fit in the address space");
   return SIEVE_OK;
 }
 
-int publish(const void* base, size_t element_size, compress::Mask&& mask, uint64_t* mask_id) {
+int publish(const char* function, const void* base, compress::DType dtype, compress::Mask&& mask, uint64_t* mask_id) {
   uint64_t id = 0;
-  compress::Status s = mask_registry().publish(base, element_size, std::make_shared<const compress::Mask>(std::move(mask)), &id);
-  if (!s.ok()) return fail(s);
+  compress::Status s = mask_registry().publish(base, dtype, std::make_shared<const compress::Mask>(std::move(mask)), &id);
+  if (!s.ok()) return fail(function, s);
   if (mask_id) *mask_id = id;
   return SIEVE_OK;
 }
@@ -87,7 +110,7 @@ const char* sieve_strerror(int code) {
     case SIEVE_OK: return "success";
     case SIEVE_ERR_INVALID_ARGUMENT: return "invalid argument";
     case SIEVE_ERR_UNKNOWN_DTYPE: return "unknown dtype";
-    case SIEVE_ERR_RANGE: return "range past the end of the buffer or overlapping another";
+    case SIEVE_ERR_RANGE: return "out of range";
     case SIEVE_ERR_NOT_FOUND: return "no mask published at that address";
     case SIEVE_ERR_MALFORMED: return "malformed mask file";
     case SIEVE_ERR_IO: return "file could not be read";
@@ -100,98 +123,108 @@ const char* sieve_strerror(int code) {
 const char* sieve_last_error(void) { return sieve::plugin::t_last_error.c_str(); }
 
 size_t sieve_dtype_size(int dtype) {
-  switch (dtype) {
-    case SIEVE_DTYPE_F32: return 4;
-    case SIEVE_DTYPE_F16: return 2;
-    case SIEVE_DTYPE_BF16: return 2;
-    case SIEVE_DTYPE_F64: return 8;
-    case SIEVE_DTYPE_I8: return 1;
-    case SIEVE_DTYPE_U8: return 1;
-    case SIEVE_DTYPE_I32: return 4;
-    case SIEVE_DTYPE_I64: return 8;
-    default: return 0;
-  }
+  if (dtype < 0 || dtype >= SIEVE_DTYPE_COUNT) return 0;
+  return sieve::compress::dtype_size(sieve::compress::DType(dtype));
 }
 
 int sieve_mask_publish(const void* base, size_t count, int dtype, const uint8_t* bits, uint64_t* mask_id) {
-  return guarded("sieve_mask_publish", [&]() -> int {
-    size_t element_size = 0;
-    if (int rc = sieve::plugin::check_buffer("sieve_mask_publish", base, count, dtype, &element_size)) return rc;
-    if (!bits) return fail(SIEVE_ERR_INVALID_ARGUMENT, "sieve_mask_publish: bits is NULL");
-    return sieve::plugin::publish(base, element_size, sieve::compress::Mask::from_bitmap(bits, count), mask_id);
+  static const char* const kFn = "sieve_mask_publish";
+  return guarded(kFn, [&]() -> int {
+    sieve::compress::DType type;
+    if (int rc = sieve::plugin::check_buffer(kFn, base, count, dtype, &type)) return rc;
+    if (!bits) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": bits is NULL");
+    return sieve::plugin::publish(kFn, base, type, sieve::compress::Mask::from_bitmap(bits, count), mask_id);
   });
 }
 
 int sieve_mask_publish_ranges(const void* base, size_t count, int dtype, const uint64_t* starts,
                               const uint64_t* lengths, size_t nranges, uint64_t* mask_id) {
-  return guarded("sieve_mask_publish_ranges", [&]() -> int {
-    size_t element_size = 0;
-    if (int rc = sieve::plugin::check_buffer("sieve_mask_publish_ranges", base, count, dtype, &element_size)) return rc;
+  static const char* const kFn = "sieve_mask_publish_ranges";
+  return guarded(kFn, [&]() -> int {
+    sieve::compress::DType type;
+    if (int rc = sieve::plugin::check_buffer(kFn, base, count, dtype, &type)) return rc;
     if (nranges && (!starts || !lengths))
-      return fail(SIEVE_ERR_INVALID_ARGUMENT, "sieve_mask_publish_ranges: starts or lengths is NULL");
+      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": starts or lengths is NULL");
     sieve::compress::Mask mask;
     sieve::compress::Status s = sieve::compress::Mask::from_ranges(count, starts, lengths, nranges, &mask);
-    if (!s.ok()) return fail(sieve::plugin::code_of(s), "sieve_mask_publish_ranges: " + s.message());
-    return sieve::plugin::publish(base, element_size, std::move(mask), mask_id);
+    if (!s.ok()) return sieve::plugin::fail(kFn, s);
+    return sieve::plugin::publish(kFn, base, type, std::move(mask), mask_id);
   });
 }
 
 int sieve_mask_publish_file(const void* base, size_t count, int dtype, const char* path, uint64_t* mask_id) {
-  return guarded("sieve_mask_publish_file", [&]() -> int {
-    size_t element_size = 0;
-    if (int rc = sieve::plugin::check_buffer("sieve_mask_publish_file", base, count, dtype, &element_size)) return rc;
-    if (!path) return fail(SIEVE_ERR_INVALID_ARGUMENT, "sieve_mask_publish_file: path is NULL");
+  static const char* const kFn = "sieve_mask_publish_file";
+  return guarded(kFn, [&]() -> int {
+    sieve::compress::DType type;
+    if (int rc = sieve::plugin::check_buffer(kFn, base, count, dtype, &type)) return rc;
+    if (!path) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": path is NULL");
     sieve::compress::MaskFile file;
     sieve::compress::Status s = sieve::compress::load_mask_file(path, &file);
-    if (!s.ok()) return fail(s);
+    if (!s.ok()) return sieve::plugin::fail(kFn, s);
     if (file.combined.count() != count)
-      return fail(SIEVE_ERR_RANGE, std::string("sieve_mask_publish_file: ") + path + " holds " +
-                                       std::to_string(file.combined.count()) + " mask elements, the buffer " +
-                                       std::to_string(count));
-    return sieve::plugin::publish(base, element_size, std::move(file.combined), mask_id);
+      return fail(SIEVE_ERR_RANGE, std::string(kFn) + ": " + path + " holds " + std::to_string(file.combined.count()) +
+                                       " mask elements, the buffer " + std::to_string(count));
+    return sieve::plugin::publish(kFn, base, type, std::move(file.combined), mask_id);
   });
 }
 
 int sieve_mask_retract(const void* base) {
-  return guarded("sieve_mask_retract", [&]() -> int {
-    if (!base) return fail(SIEVE_ERR_INVALID_ARGUMENT, "sieve_mask_retract: base is NULL");
+  static const char* const kFn = "sieve_mask_retract";
+  return guarded(kFn, [&]() -> int {
+    if (!base) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": base is NULL");
     sieve::compress::Status s = sieve::plugin::mask_registry().retract(base);
-    if (!s.ok()) return fail(sieve::plugin::code_of(s), "sieve_mask_retract: " + s.message());
+    return s.ok() ? SIEVE_OK : sieve::plugin::fail(kFn, s);
+  });
+}
+
+int sieve_mask_retract_id(uint64_t mask_id) {
+  static const char* const kFn = "sieve_mask_retract_id";
+  return guarded(kFn, [&]() -> int {
+    if (mask_id == 0) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": mask ids start at 1");
+    sieve::compress::Status s = sieve::plugin::mask_registry().retract_id(mask_id);
+    return s.ok() ? SIEVE_OK : sieve::plugin::fail(kFn, s);
+  });
+}
+
+int sieve_commit(uint32_t flags, uint64_t* epoch) {
+  static const char* const kFn = "sieve_commit";
+  return guarded(kFn, [&]() -> int {
+    if (flags & ~uint32_t(SIEVE_COMMIT_UNION))
+      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": unknown flags " + std::to_string(flags) +
+                                                  " (the only flag is SIEVE_COMMIT_UNION = 1)");
+    const uint64_t e = sieve::plugin::mask_registry().commit(flags);
+    if (epoch) *epoch = e;
     return SIEVE_OK;
   });
 }
 
 int sieve_mask_query(const void* base, sieve_mask_info_t* info) {
-  return guarded("sieve_mask_query", [&]() -> int {
-    if (!base || !info) return fail(SIEVE_ERR_INVALID_ARGUMENT, "sieve_mask_query: base or info is NULL");
+  static const char* const kFn = "sieve_mask_query";
+  return guarded(kFn, [&]() -> int {
+    if (!base || !info) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": base or info is NULL");
     if (info->size < sizeof(info->size))
-      return fail(SIEVE_ERR_INVALID_ARGUMENT, "sieve_mask_query: info->size must be sizeof(sieve_mask_info_t)");
-    sieve::compress::MaskEntry entry;
-    if (!sieve::plugin::mask_registry().find(base, &entry))
-      return fail(SIEVE_ERR_NOT_FOUND, "sieve_mask_query: no mask is published at this address");
+      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": info->size must be sizeof(sieve_mask_info_t)");
+    std::shared_ptr<const sieve::compress::PublishedMask> entry = sieve::plugin::mask_registry().find(base);
+    if (!entry) return fail(SIEVE_ERR_NOT_FOUND, std::string(kFn) + ": no mask is published at this address");
     sieve_mask_info_t full;
     std::memset(&full, 0, sizeof full);
     full.size = std::min(info->size, sizeof full);
-    full.mask_id = entry.id;
-    full.count = entry.mask->count();
-    full.kept = entry.mask->kept();
-    full.hash = entry.mask->hash();
-    full.dtype = -1;
-    for (int d = 0; d < SIEVE_DTYPE_COUNT; ++d)  // the first dtype of that size
-      if (sieve_dtype_size(d) == entry.element_size) {
-        full.dtype = d;
-        break;
-      }
+    full.mask_id = entry->id();
+    full.count = entry->count();
+    full.kept = entry->mask()->kept();
+    full.hash = entry->mask()->hash();
+    full.dtype = int(entry->dtype());
     std::memcpy(info, &full, full.size);
     return SIEVE_OK;
   });
 }
 
 int sieve_stats_get(sieve_stats_t* out) {
-  return guarded("sieve_stats_get", [&]() -> int {
-    if (!out) return fail(SIEVE_ERR_INVALID_ARGUMENT, "sieve_stats_get: out is NULL");
+  static const char* const kFn = "sieve_stats_get";
+  return guarded(kFn, [&]() -> int {
+    if (!out) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": out is NULL");
     if (out->size < sizeof(out->size))
-      return fail(SIEVE_ERR_INVALID_ARGUMENT, "sieve_stats_get: out->size must be sizeof(sieve_stats_t)");
+      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": out->size must be sizeof(sieve_stats_t)");
     const sieve::plugin::ProcessStats& p = sieve::plugin::process_stats();
     auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
     sieve_stats_t full;
@@ -208,6 +241,8 @@ int sieve_stats_get(sieve_stats_t* out) {
     full.mask_violations = get(p.mask_violations);
     full.connections_rejected = get(p.connections_rejected);
     full.masks_published = sieve::plugin::mask_registry().size();
+    full.tables_activated = get(p.tables_activated);
+    full.tables_refused = get(p.tables_refused);
     std::memcpy(out, &full, full.size);
     return SIEVE_OK;
   });

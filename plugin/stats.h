@@ -18,6 +18,8 @@ struct ProcessStats {
   std::atomic<uint64_t> collectives_dense{0};      // proxy: passed through unchanged
   std::atomic<uint64_t> collectives_compacted{0};  // proxy: ran on the mask-compacted buffer
   std::atomic<uint64_t> mask_violations{0};        // nonzero values found outside a mask
+  std::atomic<uint64_t> tables_activated{0};       // proxy: committed tables a communicator agreed on
+  std::atomic<uint64_t> tables_refused{0};         // proxy: committed tables a communicator did not agree on
   std::atomic<uint64_t> connections_rejected{0};   // stray / bad-magic / bad-token connections dropped
 };
 

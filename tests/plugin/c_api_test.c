@@ -74,6 +74,47 @@ int main(void) {
   expect_error(sieve_mask_query(other, &info), SIEVE_ERR_NOT_FOUND);
   expect_error(sieve_mask_query(weights, NULL), SIEVE_ERR_INVALID_ARGUMENT);
 
+  /* Counts whose bitmap or buffer cannot exist are refused before any size is computed (they used to
+   * overflow Mask::from_bitmap's size and write past a heap buffer). */
+  expect_error(sieve_mask_publish(other, (size_t)-1, SIEVE_DTYPE_F32, bits, &id), SIEVE_ERR_RANGE);
+  expect_error(sieve_mask_publish(other, (size_t)-1 / 4 + 1, SIEVE_DTYPE_F32, bits, &id), SIEVE_ERR_RANGE);
+  expect_error(sieve_mask_publish((void*)(~(uintptr_t)0 - 8), 64, SIEVE_DTYPE_F32, bits, &id), SIEVE_ERR_RANGE);
+  expect_error(sieve_mask_publish_ranges(other, (size_t)-1, SIEVE_DTYPE_F64, starts, lengths, 2, &id),
+               SIEVE_ERR_RANGE);
+  {
+    uint64_t huge_start = UINT64_MAX - 4, huge_length = 10;
+    expect_error(sieve_mask_publish_ranges(other, 64, SIEVE_DTYPE_F32, &huge_start, &huge_length, 1, &id),
+                 SIEVE_ERR_RANGE);
+  }
+
+  /* Every dtype reads back as published, not as the first dtype of its width (BF16 was F16). */
+  {
+    static uint64_t wide[64];
+    static const int dtypes[] = {SIEVE_DTYPE_F32, SIEVE_DTYPE_F16,  SIEVE_DTYPE_BF16, SIEVE_DTYPE_F64,
+                                 SIEVE_DTYPE_I8,  SIEVE_DTYPE_U8,   SIEVE_DTYPE_I32,  SIEVE_DTYPE_I64};
+    size_t i;
+    for (i = 0; i < sizeof dtypes / sizeof dtypes[0]; ++i) {
+      CHECK(sieve_mask_publish(wide, 64, dtypes[i], bits, NULL) == SIEVE_OK);
+      CHECK(sieve_mask_query(wide, &info) == SIEVE_OK && info.dtype == dtypes[i]);
+    }
+    /* Retract by id: a stale id (replaced since) is NOT_FOUND and leaves the newer mask alone. */
+    CHECK(sieve_mask_publish(wide, 64, SIEVE_DTYPE_F32, bits, &id) == SIEVE_OK);
+    CHECK(sieve_mask_publish(wide, 64, SIEVE_DTYPE_F32, bits, &id2) == SIEVE_OK);
+    expect_error(sieve_mask_retract_id(id), SIEVE_ERR_NOT_FOUND);
+    CHECK(sieve_mask_query(wide, &info) == SIEVE_OK && info.mask_id == id2);
+    CHECK(sieve_mask_retract_id(id2) == SIEVE_OK);
+    expect_error(sieve_mask_query(wide, &info), SIEVE_ERR_NOT_FOUND);
+  }
+
+  /* Commits are numbered; an unknown flag is refused. */
+  {
+    uint64_t epoch = 0, next = 0;
+    CHECK(sieve_commit(0, &epoch) == SIEVE_OK && epoch >= 1);
+    CHECK(sieve_commit(SIEVE_COMMIT_UNION, &next) == SIEVE_OK && next == epoch + 1);
+    CHECK(sieve_commit(0, NULL) == SIEVE_OK);
+    expect_error(sieve_commit(0x80, &epoch), SIEVE_ERR_INVALID_ARGUMENT);
+  }
+
   memset(&stats, 0, sizeof stats);
   stats.size = sizeof stats;
   CHECK(sieve_stats_get(&stats) == SIEVE_OK);
