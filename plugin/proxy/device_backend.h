@@ -1,10 +1,13 @@
 // What the collective proxy needs from a GPU and from the real NCCL, behind one interface: the CUDA
-// backend (cuda_backend.cc) implements it with the compress/cuda kernels and the NCCL symbols found
-// by dlsym(RTLD_NEXT); tests implement it on host memory. Every method returns 0 on success or an
-// NCCL-style result code, which the proxy hands back to the caller unchanged.
-// Ordering contract: everything taking a Stream is enqueued on it (no host synchronisation), except
-// agree() and the read_*() calls, which wait, and which the proxy calls only off the hot path
-// (agree: once per buffer and mask) or at a fixed lag (read_*: the record of a call L calls ago).
+// backend (cuda_backend.cc) implements it with the compress/cuda kernels and the NCCL entry points
+// found among the loaded objects (real_nccl.h); tests implement it on host memory with ranks as
+// threads (tests/proxy/fake_backend.h). Every method returns 0 or an NCCL-style result code.
+//
+// Ordering: everything taking a Stream is enqueued on it, without host synchronisation, except
+// exchange_max() and the read_*() calls, which wait for the stream. Waits have no deadline (a rank
+// that gave up on its own would leave the others inside a collective); they end early, with the
+// communicator's error, when NCCL reports one (a dead peer, an abort by the job's watchdog).
+// Nothing here allocates except create_*().
 #pragma once
 
 #include <cstdint>
@@ -15,32 +18,38 @@
 
 namespace sieve::plugin::proxy {
 
-// NCCL's result codes the proxy itself produces.
+// NCCL's result codes the proxy itself produces or interprets.
 enum ResultCode : int {
   kResultSuccess = 0,
-  kResultCudaError = 1,       // ncclUnhandledCudaError
-  kResultSystemError = 2,     // ncclSystemError (e.g. the real NCCL symbol is missing)
-  kResultInternalError = 3,   // ncclInternalError
-  kResultInvalidArgument = 4, // ncclInvalidArgument
-  kResultInProgress = 7,      // ncclInProgress: a non-blocking communicator accepted the call
+  kResultCudaError = 1,        // ncclUnhandledCudaError
+  kResultSystemError = 2,      // ncclSystemError
+  kResultInternalError = 3,    // ncclInternalError
+  kResultInvalidArgument = 4,  // ncclInvalidArgument
+  kResultInvalidUsage = 5,     // ncclInvalidUsage
+  kResultRemoteError = 6,      // ncclRemoteError
+  kResultInProgress = 7,       // ncclInProgress: a non-blocking communicator accepted the call
 };
 
-// True for codes after which the rest of a collective's work may still be enqueued.
+// True for codes after which the collective's own work is (or will be) on its stream.
 inline bool enqueued(int rc) { return rc == kResultSuccess || rc == kResultInProgress; }
 
-// A mask's device-resident form plus the compact buffer its collectives run on: nnz elements, and
-// one more for the violation flag when the plan was built with a check (learned masks).
-class DevicePlan {
+// The kept elements of a range of a mask, in device-resident form (what gather/scatter consume).
+class DeviceLayout {
  public:
-  virtual ~DevicePlan() = default;
-  virtual uint64_t count() const = 0;
-  virtual uint64_t nnz() const = 0;
-  virtual bool with_check() const = 0;
-  virtual void* compact() = 0;
+  virtual ~DeviceLayout() = default;
+  virtual uint64_t count() const = 0;  // elements the layout spans
+  virtual uint64_t nnz() const = 0;    // kept elements among them
 };
 
-// A host-visible record that one call fills asynchronously (a nonzero bitmap, or a reduced flag and
-// a violation count) and that the host reads a fixed number of calls later.
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  virtual void* data() = 0;
+  virtual uint64_t bytes() const = 0;
+};
+
+// A host-visible record one call fills asynchronously (a nonzero bitmap, or a reduced flag and a
+// violation count) and the host reads a fixed number of calls later.
 class LagSlot {
  public:
   virtual ~LagSlot() = default;
@@ -50,36 +59,53 @@ class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
 
-  // The real collectives: never the interposed symbols.
+  // --- the real NCCL (never the interposed symbols) ---
   virtual int all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
+                         Stream stream) = 0;
+  virtual int reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op,
+                             Comm comm, Stream stream) = 0;
+  virtual int all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm,
                          Stream stream) = 0;
   virtual int group_start() = 0;
   virtual int group_end() = 0;
+  // Ends the group without launching it: its collectives are discarded.
+  virtual int group_simulate_end(void* sim_info) = 0;
+  virtual int comm_shape(Comm comm, int* nranks, int* rank) = 0;
+  // After a call on a non-blocking communicator returned kResultInProgress: waits until its work is
+  // on its stream (the communicator's state leaves ncclInProgress), or returns the communicator's error.
+  virtual int wait_enqueued(Comm comm) = 0;
+  // ncclCommAbort. The handle is dead afterwards; the proxy never passes it to NCCL again.
+  virtual int abort_comm(Comm comm) = 0;
   // True while `stream` is being captured into a CUDA graph: nothing may allocate or wait then.
-  virtual bool capturing(Stream stream) = 0;
-  // Exchanges `hash` among comm's ranks with a tiny all-reduce on `stream` and waits for it:
-  // *all_equal is the same on every rank, true iff every rank passed the same hash.
-  virtual int agree(Comm comm, Stream stream, uint64_t hash, bool* all_equal) = 0;
+  virtual int capture_status(Stream stream, bool* capturing) = 0;
 
-  // Uploads `mask` (kept elements of a buffer of `type`) and allocates its compact buffer.
-  virtual int create_plan(const compress::Mask& mask, ElemType type, bool with_check,
-                          std::unique_ptr<DevicePlan>* out) = 0;
-  // plan.compact()[0, nnz) = kept elements of src.
-  virtual int gather(DevicePlan& plan, const void* src, Stream stream) = 0;
-  // dst = kept elements from plan.compact(), exact zero everywhere else. dst may be gather's src.
-  virtual int scatter(DevicePlan& plan, void* dst, Stream stream) = 0;
-  // plan.compact()[nnz] = encoding.bad_bits if src is nonzero anywhere the plan prunes, else
-  // ok_bits; counts those elements for record_flag. Needs a plan built with_check.
-  virtual int check(DevicePlan& plan, const void* src, const FlagEncoding& encoding, Stream stream) = 0;
+  // --- agreement ---
+  // All-reduces `count` words of `width` bytes (8 or 1) at `host` in place with max, through
+  // `staging` (device memory of at least count * width bytes), on `stream`, and waits for the result.
+  virtual int exchange_max(Comm comm, Stream stream, void* host, uint64_t count, int width, DeviceBuffer& staging) = 0;
 
+  // --- device memory and kernels ---
+  // The kept elements of mask bits [first, first + count).
+  virtual int create_layout(const compress::Mask& mask, uint64_t first, uint64_t count,
+                            std::unique_ptr<DeviceLayout>* out) = 0;
+  virtual int create_buffer(uint64_t bytes, std::unique_ptr<DeviceBuffer>* out) = 0;
+  // compact[j] = the j-th kept element of src.
+  virtual int gather(const DeviceLayout& layout, size_t element_size, const void* src, void* compact, Stream stream) = 0;
+  // dst = the kept elements from compact at their positions, exact zero everywhere else (one pass).
+  virtual int scatter(const DeviceLayout& layout, size_t element_size, const void* compact, void* dst, Stream stream) = 0;
+  // *flag (one element) = encoding.bad_bits if src is nonzero anywhere the layout prunes, else
+  // ok_bits; the number of such elements goes to `counter` (8 bytes) for record_flag.
+  virtual int check(const DeviceLayout& layout, size_t element_size, const void* src, void* flag,
+                    const FlagEncoding& encoding, DeviceBuffer& counter, Stream stream) = 0;
+
+  // --- learned masks: records read a fixed number of calls later ---
   virtual int create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) = 0;
-  // Records which of buf's count elements are nonzero.
   virtual int record_nonzero(LagSlot& slot, const void* buf, uint64_t count, ElemType type, Stream stream) = 0;
-  // Records the (reduced) flag element plan.compact()[nnz] and check()'s local violation count.
-  virtual int record_flag(LagSlot& slot, DevicePlan& plan, Stream stream) = 0;
-  // Wait for the slot's record, then read it.
-  virtual int read_nonzero(LagSlot& slot, uint64_t count, compress::Mask* nonzero) = 0;
-  virtual int read_flag(LagSlot& slot, uint64_t* flag_bits, uint64_t* local_violations) = 0;
+  // Records one element `flag` (a reduced violation flag) and the local violation count in `counter`.
+  virtual int record_flag(LagSlot& slot, const void* flag, size_t element_size, DeviceBuffer& counter,
+                          Stream stream) = 0;
+  virtual int read_nonzero(LagSlot& slot, Comm comm, uint64_t count, compress::Mask* nonzero) = 0;
+  virtual int read_flag(LagSlot& slot, Comm comm, uint64_t* flag_bits, uint64_t* local_violations) = 0;
 };
 
 }  // namespace sieve::plugin::proxy

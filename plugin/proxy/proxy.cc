@@ -1,3 +1,5 @@
+// The proxy's entry points, NCCL groups, votes and communicator lifetimes. The compacted and
+// learned paths of each collective are in proxy_collectives.cc.
 #include "plugin/proxy/proxy.h"
 
 #include <utility>
@@ -16,26 +18,213 @@ const char* path_name(Path path) {
   return "?";
 }
 
-namespace {
-
-bool eligible(ElemType type, ReduceOp op) { return type != ElemType::kOther && op != ReduceOp::kOther; }
-
-// Same hash for "no mask covers this buffer" on every rank; a real mask's hash is never asked to be 0.
-uint64_t hash_of(const std::shared_ptr<const compress::Mask>& mask) { return mask ? mask->hash() | 1ull : 0; }
-
-}  // namespace
+uint64_t ProxyOptions::fingerprint() const {
+  uint64_t h = 0x50524f5859ull;
+  auto mix = [&h](uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdull;
+  };
+  mix(enabled);
+  mix(track);
+  mix(track_stable);
+  mix(track_lag);
+  mix(uint64_t(rules.max_density * 1e6 + 0.5));
+  mix(rules.min_count);
+  return h;
+}
 
 Proxy::Proxy(DeviceBackend& backend, const compress::MaskRegistry& registry, ProxyOptions options, ProcessStats& stats)
-    : backend_(backend), registry_(registry), options_(options), stats_(stats) {
-  if (options_.track_lag == 0) options_.track_lag = 1;
+    : backend_(backend), registry_(registry), options_([&] {
+        if (options.track_lag == 0) options.track_lag = 1;
+        if (options.track_stable == 0) options.track_stable = 1;
+        return options;
+      }()),
+      fingerprint_(options_.fingerprint()), stats_(stats) {}
+
+// --- communicators ---------------------------------------------------------------------------
+
+int Proxy::enter(Comm comm, std::shared_ptr<CommState>* out) {
+  out->reset();
+  // Nothing committed, nothing learned, no communicator known: the call passes straight through.
+  if (registry_.commit_epoch() == 0 && !(options_.track && options_.enabled) &&
+      comm_count_.load(std::memory_order_acquire) == 0)
+    return kResultSuccess;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = comms_.find(comm);
+    if (it != comms_.end()) {
+      *out = it->second;
+      return kResultSuccess;
+    }
+  }
+  auto cs = std::make_shared<CommState>(comm);
+  if (int rc = backend_.comm_shape(comm, &cs->nranks, &cs->rank)) return rc;
+  std::lock_guard lock(mutex_);
+  auto [it, inserted] = comms_.emplace(comm, cs);
+  if (inserted) comm_count_.fetch_add(1, std::memory_order_acq_rel);
+  *out = it->second;
+  return kResultSuccess;
 }
 
-std::shared_ptr<Proxy::BufferState> Proxy::state_for(const BufferKey& key) {
-  std::lock_guard lock(mutex_);
-  std::shared_ptr<BufferState>& s = buffers_[key];
-  if (!s) s = std::make_shared<BufferState>();
-  return s;
+bool Proxy::release(Comm comm) {
+  std::shared_ptr<CommState> cs;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = comms_.find(comm);
+    if (it == comms_.end()) return false;
+    cs = std::move(it->second);
+    comms_.erase(it);
+    comm_count_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  std::lock_guard lock(cs->mutex);
+  return cs->aborted;
 }
+
+bool Proxy::aborted(Comm comm) const {
+  std::lock_guard lock(mutex_);
+  auto it = comms_.find(comm);
+  return it != comms_.end() && it->second->aborted;
+}
+
+size_t Proxy::active_entries(Comm comm) const {
+  std::shared_ptr<CommState> cs;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = comms_.find(comm);
+    if (it == comms_.end()) return 0;
+    cs = it->second;
+  }
+  std::lock_guard lock(cs->mutex);
+  return cs->active.size();
+}
+
+uint64_t Proxy::agreed_epoch(Comm comm) const {
+  std::shared_ptr<CommState> cs;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = comms_.find(comm);
+    if (it == comms_.end()) return 0;
+    cs = it->second;
+  }
+  std::lock_guard lock(cs->mutex);
+  return cs->epoch_seen;
+}
+
+int Proxy::fail_comm(CommState& cs, int rc, const std::string& what) {
+  if (!cs.aborted) {
+    SIEVE_WARN("collective proxy: %s (error %d) on communicator %p; aborting the communicator, so that no rank "
+               "waits for a collective this rank cannot run as agreed",
+               what.c_str(), rc, cs.comm);
+    cs.aborted = true;
+    backend_.abort_comm(cs.comm);
+  }
+  return rc ? rc : kResultSystemError;
+}
+
+int Proxy::capturing(Call& call, bool* out) {
+  if (call.capturing < 0) {
+    bool c = false;
+    if (int rc = backend_.capture_status(call.stream, &c))
+      return fail_comm(*call.state, rc, "CUDA cannot tell whether the stream is being captured");
+    call.capturing = c ? 1 : 0;
+  }
+  *out = call.capturing == 1;
+  return kResultSuccess;
+}
+
+// Runs before every decision of a call: refuses an aborted communicator, and votes on a new commit
+// at the first call that can (not while capturing; after the group when inside one).
+int Proxy::prologue(Call& call) {
+  CommState& cs = *call.state;
+  if (cs.aborted) {
+    if (cs.warned.insert(0).second)
+      SIEVE_WARN("collective proxy: communicator %p was aborted after an earlier failure; its calls fail", cs.comm);
+    return kResultInvalidUsage;
+  }
+  if (registry_.commit_epoch() == cs.epoch_seen || cs.table_vote_scheduled) return kResultSuccess;
+  bool capture = false;
+  if (int rc = capturing(call, &capture)) return rc;
+  if (capture) return kResultSuccess;
+  if (in_group()) {
+    cs.table_vote_scheduled = true;
+    group_state().after.push_back(Deferred{call.state, call.stream, nullptr, "", true, nullptr});
+    return kResultSuccess;
+  }
+  return vote_table(cs, call.stream);
+}
+
+// --- votes -----------------------------------------------------------------------------------
+
+// A rank that cannot take part in a vote must not let the others wait in it: no staging, no vote,
+// and the communicator is aborted. Taken at the first vote (never during capture), then kept.
+int Proxy::vote_staging(CommState& cs) {
+  if (cs.vote_staging) return kResultSuccess;
+  if (int rc = backend_.create_buffer(kVoteWords * sizeof(uint64_t), &cs.vote_staging))
+    return fail_comm(cs, rc, "no device memory for the proxy's votes");
+  return kResultSuccess;
+}
+
+int Proxy::vote_table(CommState& cs, Stream stream) {
+  cs.table_vote_scheduled = false;
+  std::shared_ptr<const compress::CommittedTable> table = registry_.committed();
+  if (!table || table->epoch == cs.epoch_seen) return kResultSuccess;
+  cs.epoch_seen = table->epoch;
+  if (int rc = vote_staging(cs)) return rc;
+  std::unordered_map<uint64_t, std::shared_ptr<EntryPlan>> reusable;
+  for (const auto& [base, entry] : cs.active)
+    if (entry.plan && !entry.source->retired()) reusable.emplace(entry.source->id(), entry.plan);
+  AgreementContext ctx{backend_, cs.comm, stream, *cs.vote_staging, options_.rules, fingerprint_, cs.nranks, &reusable,
+                       options_.enabled ? nullptr : "SIEVE_PROXY=off on this rank"};
+  TableAgreement result;
+  if (int rc = agree_table(ctx, *table, &result)) return fail_comm(cs, rc, "the vote on a committed mask table failed");
+  if (!result.activated) {
+    add(stats_.tables_refused, 1);
+    SIEVE_WARN("collective proxy: commit %llu was not activated on communicator %p: %s; its collectives run as "
+               "before on every rank", (unsigned long long)table->epoch, cs.comm, result.reason.c_str());
+    return kResultSuccess;
+  }
+  // Plans a captured graph uses stay alive for its replays; warn when such a plan's mask is gone.
+  std::unordered_set<uint64_t> kept;
+  for (const ActiveEntry& e : result.entries) kept.insert(e.source->id());
+  for (auto& [base, entry] : cs.active) {
+    if (!entry.plan || !entry.plan->captured) continue;
+    cs.graph_plans.push_back(entry.plan);
+    if (!kept.count(entry.source->id()))
+      SIEVE_WARN("collective proxy: a CUDA graph compacts buffer %p with mask %llu, which commit %llu replaced or "
+                 "removed; replays of that graph still use the old mask: capture it again",
+                 reinterpret_cast<void*>(base), (unsigned long long)entry.source->id(), (unsigned long long)table->epoch);
+  }
+  cs.active.clear();
+  size_t compacting = 0;
+  for (ActiveEntry& e : result.entries) {
+    compacting += e.plan ? 1 : 0;
+    cs.active[e.source->base()] = std::move(e);
+  }
+  add(stats_.tables_activated, 1);
+  SIEVE_INFO("collective proxy: commit %llu is active on communicator %p (%d ranks): %zu masks, %zu of them compact",
+             (unsigned long long)table->epoch, cs.comm, cs.nranks, cs.active.size(), compacting);
+  return kResultSuccess;
+}
+
+int Proxy::vote_learned(CommState& cs, LearnedSignature& sig, Stream stream) {
+  if (int rc = vote_staging(cs)) return rc;
+  std::string why;
+  const bool ok = options_.enabled && sig.prepare_proposal(backend_, &why);
+  Verdict verdict;
+  if (int rc = vote(backend_, cs.comm, stream, *cs.vote_staging, Vote{sig.proposal_hash(), fingerprint_, ok}, &verdict))
+    return fail_comm(cs, rc, "the vote on a learned mask failed");
+  sig.settle(verdict.unanimous());
+  if (verdict.unanimous())
+    SIEVE_INFO("collective proxy: learned a mask for %llu-element %s all-reduces on communicator %p (density %.3f); "
+               "compacting", (unsigned long long)sig.plan()->count(), elem_type_name(sig.plan()->type()), cs.comm,
+               sig.plan()->mask().density());
+  else
+    SIEVE_INFO("collective proxy: a learned mask was not adopted on communicator %p: %s", cs.comm,
+               verdict.reason(why).c_str());
+  return kResultSuccess;
+}
+
+// --- groups ----------------------------------------------------------------------------------
 
 Proxy::GroupState& Proxy::group_state() {
   std::lock_guard lock(mutex_);
@@ -44,194 +233,111 @@ Proxy::GroupState& Proxy::group_state() {
 
 bool Proxy::in_group() { return group_state().depth > 0; }
 
-int Proxy::after_collective(std::function<int()> work) {
+int Proxy::after_collective(Call& call, int rc, const char* what, std::function<int()> work) {
   GroupState& g = group_state();
   if (g.depth > 0) {
-    g.after.push_back(std::move(work));
-    return kResultSuccess;
+    g.after.push_back(Deferred{call.state, call.stream, std::move(work), what, false, nullptr});
+    return rc;
   }
-  return work();
+  // A non-blocking communicator may return before its kernel is on the stream: anything that
+  // depends on the collective waits until it is.
+  if (rc == kResultInProgress)
+    if (int wait = backend_.wait_enqueued(call.state->comm)) return wait;
+  if (int w = work()) {
+    SIEVE_WARN("collective proxy: %s failed (error %d) on communicator %p after its collective ran; the output of "
+               "this call is not valid", what, w, call.state->comm);
+    return w;
+  }
+  return kResultSuccess;
 }
 
 int Proxy::group_start() {
-  int rc = backend_.group_start();
+  const int rc = backend_.group_start();
   if (rc == kResultSuccess) ++group_state().depth;
   return rc;
 }
 
-int Proxy::group_end() {
-  GroupState& g = group_state();
-  int rc = backend_.group_end();
-  if (g.depth > 0 && --g.depth == 0) {
-    // The group's collectives are enqueued now: their scatters and records may follow on the streams.
-    std::vector<std::function<int()>> after;
-    after.swap(g.after);
-    for (auto& work : after) {
-      int work_rc = work();
-      if (rc == kResultSuccess) rc = work_rc;
+int Proxy::run_deferred(GroupState& group, int group_rc) {
+  std::vector<Deferred> after;
+  after.swap(group.after);
+  // kResultInProgress stays the answer unless something fails: collectives of the group that no
+  // deferred work waited for may still be on their way to the streams, and the caller must poll.
+  int rc = group_rc;
+  // The group's collectives are launched: wait until each non-blocking communicator has them on
+  // its streams, then enqueue what follows them. A failed launch leaves nothing to follow.
+  std::unordered_set<CommState*> waited;
+  for (Deferred& d : after) {
+    std::lock_guard lock(d.state->mutex);
+    CommState& cs = *d.state;
+    if (d.table_vote || d.learned_vote) {
+      if (cs.aborted || !enqueued(group_rc)) {
+        cs.table_vote_scheduled = false;
+        if (d.learned_vote) d.learned_vote->withdraw();
+        continue;
+      }
+      Call call{d.state, d.stream};
+      bool capture = false;
+      if (int c = capturing(call, &capture)) {
+        if (enqueued(rc)) rc = c;
+        continue;
+      }
+      int v = kResultSuccess;
+      if (capture) {  // votes wait for their result: not while the stream is captured
+        cs.table_vote_scheduled = false;
+        if (d.learned_vote) d.learned_vote->withdraw();
+      } else if (d.table_vote) {
+        v = vote_table(cs, d.stream);
+      } else {
+        v = vote_learned(cs, *d.learned_vote, d.stream);
+      }
+      if (v && enqueued(rc)) rc = v;
+      continue;
+    }
+    if (!enqueued(group_rc) || cs.aborted) continue;
+    if (group_rc == kResultInProgress && waited.insert(&cs).second) {
+      if (int w = backend_.wait_enqueued(cs.comm)) {
+        if (enqueued(rc)) rc = w;
+        continue;
+      }
+    }
+    if (int w = d.work()) {
+      SIEVE_WARN("collective proxy: %s failed (error %d) on communicator %p after its collective ran; the output of "
+                 "that call is not valid", d.what, w, cs.comm);
+      if (enqueued(rc)) rc = w;
     }
   }
   return rc;
 }
 
-Proxy::Agreement Proxy::agreement(const BufferKey& key) const {
-  std::lock_guard lock(mutex_);
-  auto it = buffers_.find(key);
-  return it == buffers_.end() ? Agreement::kUnchecked : it->second->published.agreement;
+int Proxy::group_end() {
+  GroupState& g = group_state();
+  const int rc = backend_.group_end();
+  if (g.depth == 0) return rc;
+  if (--g.depth > 0) return rc;
+  return run_deferred(g, rc);
 }
 
-size_t Proxy::plans() const {
-  std::lock_guard lock(mutex_);
-  size_t n = 0;
-  for (const auto& [key, s] : buffers_) n += (s->published.plan ? 1 : 0) + (s->learned && s->learned->compact() ? 1 : 0);
-  return n;
-}
-
-int Proxy::refresh_published(const BufferKey& key, PublishedState& s) {
-  const uint64_t generation = registry_.generation();
-  if (generation == s.generation) return kResultSuccess;
-  s.generation = generation;
-  const size_t esize = element_size(key.type);
-  std::shared_ptr<const compress::Mask> mask = registry_.lookup(key.send, key.count, esize).mask;
-  if (!mask && key.recv != key.send) mask = registry_.lookup(key.recv, key.count, esize).mask;
-  const bool same = (mask == s.mask) || (mask && s.mask && *mask == *s.mask);
-  if (same && s.agreement != Agreement::kUnchecked) return kResultSuccess;  // an unrelated publish
-  // A new mask: it must be agreed again before use, on every rank at this same call.
-  s.mask = std::move(mask);
-  retire_plan(s);
-  s.agreement = Agreement::kUnchecked;
-  return kResultSuccess;
-}
-
-void Proxy::retire_plan(PublishedState& s) {
-  if (s.plan && s.captured) {
-    std::lock_guard lock(mutex_);
-    captured_plans_.push_back(s.plan);
+int Proxy::group_simulate_end(void* sim_info) {
+  GroupState& g = group_state();
+  const int rc = backend_.group_simulate_end(sim_info);
+  if (g.depth == 0 || --g.depth > 0) return rc;
+  // Nothing of the group was launched: what follows its collectives is dropped with them, and the
+  // votes it deferred wait for the next call, exactly as on every other rank.
+  std::vector<Deferred> after;
+  after.swap(g.after);
+  for (Deferred& d : after) {
+    std::lock_guard lock(d.state->mutex);
+    if (d.table_vote) d.state->table_vote_scheduled = false;
+    if (d.learned_vote) d.learned_vote->withdraw();
   }
-  s.plan.reset();
-  s.captured = false;
+  return rc;
 }
 
-int Proxy::agree_published(const BufferKey& key, PublishedState& s, Stream stream) {
-  bool all_equal = false;
-  if (int rc = backend_.agree(key.comm, stream, hash_of(s.mask), &all_equal)) return rc;
-  if (!all_equal) {
-    s.agreement = Agreement::kMismatch;
-    SIEVE_WARN("collective proxy: ranks disagree on the mask of buffer %p (send %p, %llu x %s, comm %p; here %s); "
-               "this buffer runs dense until its mask is republished",
-               key.recv, key.send, (unsigned long long)key.count, elem_type_name(key.type), key.comm,
-               s.mask ? "published" : "no mask");
-    return kResultSuccess;
-  }
-  s.agreement = Agreement::kAgreed;
-  if (!s.mask || s.mask->kept() == s.mask->count() || s.mask->density() > options_.max_density) return kResultSuccess;
-  std::unique_ptr<DevicePlan> plan;
-  if (int rc = backend_.create_plan(*s.mask, key.type, /*with_check=*/false, &plan)) return rc;
-  s.plan = std::move(plan);
-  SIEVE_INFO("collective proxy: buffer %p (%llu x %s) compacts to %llu elements (density %.3f)", key.recv,
-             (unsigned long long)key.count, elem_type_name(key.type), (unsigned long long)s.mask->kept(),
-             s.mask->density());
-  return kResultSuccess;
-}
-
-int Proxy::dense(const BufferKey& key, ReduceOp op, Stream stream) {
-  add(stats_.collectives_dense, 1);
-  return backend_.all_reduce(key.send, key.recv, key.count, key.type, op, key.comm, stream);
-}
-
-int Proxy::run_compact_published(const BufferKey& key, const std::shared_ptr<DevicePlan>& plan, ReduceOp op,
-                                 Stream stream) {
-  add(stats_.collectives_compacted, 1);
-  if (int rc = backend_.gather(*plan, key.send, stream)) return rc;
-  int rc = kResultSuccess;
-  // Nothing kept: every rank knows the result is all zeros, so no collective is needed.
-  if (plan->nnz() > 0) {
-    rc = backend_.all_reduce(plan->compact(), plan->compact(), plan->nnz(), key.type, op, key.comm, stream);
-    if (!enqueued(rc)) return rc;
-  }
-  // The work holds the plan: a republish inside a group must not free it under the deferred scatter.
-  std::shared_ptr<DevicePlan> held = plan;
-  const int post = after_collective([this, held, key, stream] { return backend_.scatter(*held, key.recv, stream); });
-  return post ? post : rc;
-}
-
-int Proxy::run_learned(const BufferKey& key, BufferState& state, ReduceOp op, Stream stream, Path* path) {
-  if (!state.learned)
-    state.learned = std::make_unique<LearnedBuffer>(key.count, key.type, options_.track_stable, options_.track_lag,
-                                                    options_.max_density);
-  LearnedBuffer& learned = *state.learned;
-  LearnedDecision d;
-  if (int rc = learned.begin_call(backend_, &d)) return rc;
-  if (d.violations) add(stats_.mask_violations, d.violations);
-  if (d.became_compact)
-    SIEVE_INFO("collective proxy: learned a stable mask for buffer %p (%llu x %s, density %.3f); compacting",
-               key.recv, (unsigned long long)key.count, elem_type_name(key.type),
-               learned.tracker().stable_mask()->density());
-  if (d.fell_back)
-    SIEVE_INFO("collective proxy: a rank had nonzeros outside the learned mask of buffer %p; dense again, relearning",
-               key.recv);
-  if (!d.compact) {
-    *path = Path::kDense;
-    const int rc = dense(key, op, stream);
-    if (!enqueued(rc)) return rc;
-    LearnedBuffer* l = &learned;
-    const size_t record = d.record;
-    const int post =
-        after_collective([this, l, record, key, stream] { return l->record_dense(backend_, record, key.recv, stream); });
-    return post ? post : rc;
-  }
-  *path = Path::kCompactLearned;
-  add(stats_.collectives_compacted, 1);
-  std::shared_ptr<DevicePlan> plan = learned.plan();
-  const FlagEncoding encoding = flag_encoding(key.type, op);
-  if (int rc = backend_.gather(*plan, key.send, stream)) return rc;
-  if (int rc = backend_.check(*plan, key.send, encoding, stream)) return rc;
-  // The flag element travels with the kept ones and is reduced by the caller's own op.
-  const int rc = backend_.all_reduce(plan->compact(), plan->compact(), plan->nnz() + 1, key.type, op, key.comm, stream);
-  if (!enqueued(rc)) return rc;
-  LearnedBuffer* l = &learned;
-  const size_t record = d.record;
-  const int post = after_collective([this, l, plan, record, encoding, key, stream] {
-    if (int r = l->record_compact(backend_, record, plan, encoding, stream)) return r;
-    return backend_.scatter(*plan, key.recv, stream);
-  });
-  return post ? post : rc;
-}
-
-int Proxy::all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
-                      Stream stream, Path* path) {
-  Path ignored;
-  if (!path) path = &ignored;
-  *path = Path::kPassThrough;
-  const BufferKey key{comm, send, recv, count, type};
-  // Nothing to do: ineligible, small, or no mask ever published and no learning. Costs a few loads.
-  const bool nothing_published = registry_.generation() == 0;
-  if (count < options_.min_count || count == 0 || !eligible(type, op) || !send || !recv ||
-      (!options_.track && nothing_published)) {
-    add(stats_.collectives_dense, 1);
-    return backend_.all_reduce(send, recv, count, type, op, comm, stream);
-  }
-  // Captured work replays without the proxy: only plans that exist, agreed, may be used, and
-  // nothing may be allocated or waited for.
-  const bool capturing = backend_.capturing(stream);
-  std::shared_ptr<BufferState> state = state_for(key);
-  PublishedState& pub = state->published;
-  *path = Path::kDense;
-  if (!capturing)
-    if (int rc = refresh_published(key, pub)) return rc;
-  if (pub.agreement == Agreement::kUnchecked && !nothing_published) {
-    // Agreement needs a wait; never inside a group (the exchange would join it) or a capture.
-    if (capturing || in_group()) return dense(key, op, stream);
-    if (int rc = agree_published(key, pub, stream)) return rc;
-  }
-  if (pub.agreement == Agreement::kAgreed && pub.plan) {
-    *path = Path::kCompactPublished;
-    if (capturing) pub.captured = true;
-    return run_compact_published(key, pub.plan, op, stream);
-  }
-  const bool published_covers = pub.mask != nullptr;
-  if (options_.track && !published_covers && !capturing) return run_learned(key, *state, op, stream, path);
-  return dense(key, op, stream);
+void Proxy::warn_uncommitted(uint64_t count) {
+  if (count < options_.rules.min_count || registry_.generation() == 0 || registry_.commit_epoch() != 0) return;
+  if (!warned_uncommitted_.exchange(true))
+    SIEVE_WARN("collective proxy: masks are published but were never committed, so every collective runs dense; "
+               "call sieve_commit() (Python: sieve.commit()) on every rank after publishing");
 }
 
 }  // namespace sieve::plugin::proxy

@@ -36,9 +36,20 @@ const char* reduce_op_name(ReduceOp op) {
   return "other";
 }
 
+std::optional<compress::DType> published_dtype(ElemType type) {
+  switch (type) {
+    case ElemType::kF32: return compress::DType::kF32;
+    case ElemType::kF16: return compress::DType::kF16;
+    case ElemType::kBF16: return compress::DType::kBF16;
+    case ElemType::kF64: return compress::DType::kF64;
+    case ElemType::kOther: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 namespace {
 
-// IEEE bit patterns of +1 and -1 in each type.
+// IEEE bit pattern of +1 in each type.
 uint64_t one_bits(ElemType type) {
   switch (type) {
     case ElemType::kF32: return 0x3F800000ull;
@@ -54,32 +65,12 @@ uint64_t sign_bit(ElemType type) { return element_size(type) ? 1ull << (element_
 
 }  // namespace
 
-FlagEncoding flag_encoding(ElemType type, ReduceOp op) {
-  FlagEncoding e;
-  const uint64_t one = one_bits(type);
-  switch (op) {
-    case ReduceOp::kProd:
-      e.ok_bits = one;
-      e.bad_bits = 0;
-      e.violation_when_zero = true;
-      break;
-    case ReduceOp::kMin:
-      e.ok_bits = 0;
-      e.bad_bits = one | sign_bit(type);
-      break;
-    default:
-      e.ok_bits = 0;
-      e.bad_bits = one;
-      break;
-  }
-  return e;
-}
+FlagEncoding flag_encoding(ElemType type) { return FlagEncoding{0, one_bits(type)}; }
 
-bool flag_reports_violation(const FlagEncoding& encoding, ElemType type, uint64_t reduced_bits) {
+bool flag_reports_violation(ElemType type, uint64_t reduced_bits) {
   const size_t bits = element_size(type) * 8;
   const uint64_t value_mask = bits >= 64 ? ~0ull : ((1ull << bits) - 1);
-  const bool nonzero = (reduced_bits & value_mask & ~sign_bit(type)) != 0;
-  return encoding.violation_when_zero ? !nonzero : nonzero;
+  return (reduced_bits & value_mask & ~sign_bit(type)) != 0;
 }
 
 }  // namespace sieve::plugin::proxy

@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <optional>
+
+#include "compress/dtype.h"
 
 namespace sieve::plugin::proxy {
 
@@ -17,46 +19,23 @@ enum class ReduceOp { kSum, kProd, kMax, kMin, kAvg, kOther };
 size_t element_size(ElemType type);
 const char* elem_type_name(ElemType type);
 const char* reduce_op_name(ReduceOp op);
+// The published dtype a collective's element type matches (a mask published for bf16 data is used
+// only by bf16 collectives); none for kOther.
+std::optional<compress::DType> published_dtype(ElemType type);
 
 // Opaque handles the proxy only compares and hands back to the backend.
 using Comm = const void*;
 using Stream = void*;
 
-// Identifies one buffer as a collective sees it. Plans and learned masks are cached per key.
-struct BufferKey {
-  Comm comm = nullptr;
-  const void* send = nullptr;
-  void* recv = nullptr;
-  uint64_t count = 0;
-  ElemType type = ElemType::kOther;
-  bool operator==(const BufferKey& o) const {
-    return comm == o.comm && send == o.send && recv == o.recv && count == o.count && type == o.type;
-  }
-};
-
-struct BufferKeyHash {
-  size_t operator()(const BufferKey& k) const {
-    size_t h = std::hash<const void*>()(k.comm);
-    auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
-    mix(std::hash<const void*>()(k.send));
-    mix(std::hash<const void*>()(k.recv));
-    mix(std::hash<uint64_t>()(k.count));
-    mix(size_t(k.type));
-    return h;
-  }
-};
-
-// Bits of the violation flag that travels as one extra element of a learned-mask compact buffer.
-// Chosen per reduction so that the reduced flag says "some rank saw a violation" for every op:
-// sum/avg/max of {0, 1} and min of {0, -1} are nonzero iff any rank wrote the bad value; prod of
-// {1, 0} is zero iff any rank wrote 0.
+// The violation flag that travels as one extra element of a learned-mask compact buffer. Learned
+// masks serve sum and avg only (for max, min and prod a zero output does not mean zero inputs), so
+// each rank writes 0 (its input is zero wherever the mask prunes) or 1, and the reduced flag is
+// nonzero iff some rank had a nonzero there.
 struct FlagEncoding {
   uint64_t ok_bits = 0;
   uint64_t bad_bits = 0;
-  bool violation_when_zero = false;  // prod
 };
-FlagEncoding flag_encoding(ElemType type, ReduceOp op);
-// True when the reduced flag's bits say some rank had a nonzero outside the mask.
-bool flag_reports_violation(const FlagEncoding& encoding, ElemType type, uint64_t reduced_bits);
+FlagEncoding flag_encoding(ElemType type);
+bool flag_reports_violation(ElemType type, uint64_t reduced_bits);
 
 }  // namespace sieve::plugin::proxy

@@ -1,8 +1,11 @@
-// A DeviceBackend on host memory for the proxy's CPU tests. Ranks are threads of one test sharing a
-// FakeWorld, whose all-reduce is a real rendezvous: it reduces every rank's buffer, and when ranks
-// disagree on the element count (what would hang NCCL) it fails the call instead, so tests see
-// consistency bugs as errors within seconds. Inside a group, collectives are queued and run at the
-// group's end, as NCCL does, so a scatter issued too early reads unreduced data.
+// A DeviceBackend on host memory for the proxy's CPU tests. Ranks are threads of one test; each
+// communicator is a FakeWorld whose collectives are real rendezvous: they reduce, scatter and gather
+// every rank's data, and when ranks disagree on what they call (the kind of collective or its count:
+// what would hang or corrupt NCCL) every rank's call fails at once, so consistency bugs show as errors,
+// not hangs. The fake is strict where NCCL and CUDA are: inside a group collectives run only at its
+// end; on a non-blocking communicator they run only when the caller waits for them; during capture
+// nothing runs (it is recorded and runs on replay); a vote inside a group or a capture, an allocation
+// during capture, or a staging buffer too small is an error.
 #pragma once
 
 #include <atomic>
@@ -10,7 +13,9 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,92 +25,151 @@ namespace sieve::plugin::proxy::testing {
 
 class FakeWorld {
  public:
-  explicit FakeWorld(int ranks) : ranks_(ranks) {}
+  explicit FakeWorld(int ranks) : ranks_(ranks), slots_(size_t(ranks)) {}
   int ranks() const { return ranks_; }
-  // Reduces `bytes` (count elements of f32 or f64, or u64 for agree) across ranks; false on a count
-  // mismatch or when a rank does not arrive within 5 s.
-  bool all_reduce(int rank, void* buf, uint64_t count, ElemType type, ReduceOp op, std::string* error);
-  // For agree(): max of each u64 word.
-  bool all_reduce_max_u64(int rank, uint64_t* words, uint64_t count, std::string* error);
+
+  enum class Kind { kAllReduce, kReduceScatter, kAllGather, kExchange };
+  // One rank's part of a collective: `in` holds its input, `out` receives its result. count is the
+  // per-rank element count of the collective as NCCL sees it (recv count for reduce-scatter, send
+  // count for all-gather). false (with *error) on a mismatch, an abort, or a rank that never came.
+  bool collective(int rank, Kind kind, const void* in, void* out, uint64_t count, ElemType type, ReduceOp op,
+                  int width, std::string* error);
+  void abort(const std::string& why);
+  bool aborted() const;
   uint64_t mismatches() const;
+  uint64_t completed() const;
 
  private:
-  bool rendezvous(int rank, void* buf, uint64_t count, int kind, const std::function<void()>& reduce,
-                  std::string* error);
+  struct Slot {
+    Kind kind;
+    const void* in;
+    void* out;
+    uint64_t count;
+    ElemType type;
+    ReduceOp op;
+    int width;
+  };
+  void reduce();
   const int ranks_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
+  std::vector<Slot> slots_;
   uint64_t generation_ = 0;
   int arrived_ = 0;
-  std::vector<void*> buffers_ = std::vector<void*>(16);
-  std::vector<uint64_t> counts_ = std::vector<uint64_t>(16);
-  std::vector<int> kinds_ = std::vector<int>(16);
   bool failed_ = false;
-  uint64_t mismatches_ = 0;
-  ElemType type_ = ElemType::kF32;
-  ReduceOp op_ = ReduceOp::kSum;
+  std::string abort_reason_;
+  uint64_t mismatches_ = 0, completed_ = 0;
 };
 
-struct FakePlan : DevicePlan {
-  FakePlan() { ++live; }
-  ~FakePlan() override { --live; }
-  static inline std::atomic<int> live{0};  // plans not yet freed, across all fake backends
-  compress::Mask mask;
-  std::vector<uint64_t> kept;       // indices
-  std::vector<unsigned char> bytes; // compact buffer (+ flag element)
-  size_t esize = 0;
-  bool checked = false;
-  uint64_t violations = 0;
-  uint64_t count() const override { return mask.count(); }
+struct FakeLayout : DeviceLayout {
+  FakeLayout();
+  ~FakeLayout() override;
+  static int live();
+  // Device work on a freed layout is what a graph replay after its plan was freed would do.
+  static void expect_live(const FakeLayout* layout);
+  std::vector<uint64_t> kept;  // element indices, relative to the layout's first element
+  uint64_t span = 0;
+  uint64_t count() const override { return span; }
   uint64_t nnz() const override { return kept.size(); }
-  bool with_check() const override { return checked; }
-  void* compact() override { return bytes.data(); }
+
+ private:
+  static std::set<const FakeLayout*>& live_set();
+  static std::mutex& live_mutex();
+};
+
+struct FakeBuffer : DeviceBuffer {
+  explicit FakeBuffer(uint64_t n) : bytes_(n, 0xAB) { ++live; }  // uninitialised-looking, like cudaMalloc
+  ~FakeBuffer() override { --live; }
+  static inline std::atomic<int> live{0};
+  void* data() override { return bytes_.data(); }
+  uint64_t bytes() const override { return bytes_.size(); }
+  std::vector<unsigned char> bytes_;
 };
 
 struct FakeSlot : LagSlot {
   std::vector<uint8_t> bitmap;
   uint64_t flag = 0, violations = 0;
-  int reads = 0;
+};
+
+// Failures to inject on one rank (counted down; 0 = never, 1 = the next call fails, ...).
+struct FakeFaults {
+  int create_buffer = 0;
+  int create_layout = 0;
+  int gather = 0;
+  int capture_status = 0;
 };
 
 class FakeBackend : public DeviceBackend {
  public:
-  FakeBackend(FakeWorld& world, int rank) : world_(world), rank_(rank) {}
+  FakeBackend(FakeWorld& world, int rank, Comm comm);
+  // Another communicator this rank belongs to.
+  void join(Comm comm, FakeWorld& world, int rank);
 
   int all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
                  Stream stream) override;
+  int reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op, Comm comm,
+                     Stream stream) override;
+  int all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm, Stream stream) override;
   int group_start() override;
   int group_end() override;
-  bool capturing(Stream) override { return capturing_; }
-  int agree(Comm comm, Stream stream, uint64_t hash, bool* all_equal) override;
-  int create_plan(const compress::Mask& mask, ElemType type, bool with_check, std::unique_ptr<DevicePlan>* out) override;
-  int gather(DevicePlan& plan, const void* src, Stream stream) override;
-  int scatter(DevicePlan& plan, void* dst, Stream stream) override;
-  int check(DevicePlan& plan, const void* src, const FlagEncoding& encoding, Stream stream) override;
+  int group_simulate_end(void* sim_info) override;
+  int comm_shape(Comm comm, int* nranks, int* rank) override;
+  int wait_enqueued(Comm comm) override;
+  int abort_comm(Comm comm) override;
+  int capture_status(Stream stream, bool* capturing) override;
+  int exchange_max(Comm comm, Stream stream, void* host, uint64_t count, int width, DeviceBuffer& staging) override;
+  int create_layout(const compress::Mask& mask, uint64_t first, uint64_t count,
+                    std::unique_ptr<DeviceLayout>* out) override;
+  int create_buffer(uint64_t bytes, std::unique_ptr<DeviceBuffer>* out) override;
+  int gather(const DeviceLayout& layout, size_t element_size, const void* src, void* compact, Stream stream) override;
+  int scatter(const DeviceLayout& layout, size_t element_size, const void* compact, void* dst, Stream stream) override;
+  int check(const DeviceLayout& layout, size_t element_size, const void* src, void* flag, const FlagEncoding& encoding,
+            DeviceBuffer& counter, Stream stream) override;
   int create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) override;
   int record_nonzero(LagSlot& slot, const void* buf, uint64_t count, ElemType type, Stream stream) override;
-  int record_flag(LagSlot& slot, DevicePlan& plan, Stream stream) override;
-  int read_nonzero(LagSlot& slot, uint64_t count, compress::Mask* nonzero) override;
-  int read_flag(LagSlot& slot, uint64_t* flag_bits, uint64_t* local_violations) override;
+  int record_flag(LagSlot& slot, const void* flag, size_t element_size, DeviceBuffer& counter, Stream stream) override;
+  int read_nonzero(LagSlot& slot, Comm comm, uint64_t count, compress::Mask* nonzero) override;
+  int read_flag(LagSlot& slot, Comm comm, uint64_t* flag_bits, uint64_t* local_violations) override;
 
-  bool capturing_ = false;
-  int agrees = 0, plans_created = 0, all_reduces = 0, gathers = 0, scatters = 0, group_depth = 0;
-  uint64_t last_count = 0;       // element count of the latest real all-reduce
-  std::vector<std::string> log;  // "gather", "all_reduce", "group_end", "scatter", ...
-  std::string error;
+  // Graph capture: while capturing, device work and collectives are recorded; replay() runs them.
+  void begin_capture() { capturing_ = true; graph_.clear(); }
+  void end_capture() { capturing_ = false; }
+  int replay();
+
+  bool nonblocking = false;  // collectives return kResultInProgress and run at wait_enqueued()
+  FakeFaults faults;
+  // What the proxy did, for tests: kinds and counts of real collectives, in order.
+  std::vector<std::string> log;
+  int votes = 0, collectives = 0, gathers = 0, scatters = 0, aborts = 0;
+  uint64_t last_count = 0;
+  std::string error;  // the first failure's reason
 
  private:
-  struct Pending {
-    const void* send;
-    void* recv;
+  struct Member {
+    FakeWorld* world;
+    int rank;
+  };
+  struct Op {
+    FakeWorld::Kind kind;
+    Comm comm;
+    const void* in;
+    void* out;
     uint64_t count;
     ElemType type;
     ReduceOp op;
   };
-  int run(const Pending& p);
-  FakeWorld& world_;
-  int rank_;
-  std::vector<Pending> queued_;
+  int issue(const Op& op);
+  int run(const Op& op);
+  bool device_work(std::function<void()> work);  // runs now, or records it during capture
+  bool fault(int& countdown);
+  Member* member(Comm comm);
+
+  std::map<Comm, Member> members_;
+  int group_depth_ = 0;
+  std::vector<Op> queued_;   // collectives of the open group
+  std::vector<Op> pending_;  // launched on a non-blocking communicator, not yet enqueued
+  bool capturing_ = false;
+  std::vector<std::function<int()>> graph_;
 };
 
 }  // namespace sieve::plugin::proxy::testing

@@ -1,0 +1,67 @@
+// The device form of one agreed mask on one communicator: what its all-reduces, reduce-scatters and
+// all-gathers compact with. Built only while a table is being agreed (never on the hot path), from
+// inputs identical on every rank (the agreed mask, the communicator's size, the job-wide rules), so
+// whether a collective compacts, and to how many elements, is the same on every rank.
+//
+// Reduce-scatter and all-gather split the buffer into one shard per rank. Each shard is compacted
+// on its own and padded to the largest shard's kept count K, so every rank sends and receives K
+// elements per shard: nranks * K elements instead of count. Padding is never read back.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compress/mask.h"
+#include "plugin/proxy/device_backend.h"
+
+namespace sieve::plugin::proxy {
+
+// Job-wide thresholds (SIEVE_PROXY_MAX_DENSITY, SIEVE_PROXY_MIN_COUNT).
+struct PlanRules {
+  double max_density = 0.9;
+  uint64_t min_count = 16384;
+};
+
+class EntryPlan {
+ public:
+  // Null *out (and rc 0) when the mask would compact nothing worth it. `with_flag`: the compact
+  // buffer holds one more element and a violation counter exists (learned masks). On failure *why
+  // says what this rank could not prepare.
+  static int build(DeviceBackend& backend, std::shared_ptr<const compress::Mask> mask, ElemType type,
+                   const PlanRules& rules, int nranks, bool with_flag, std::shared_ptr<EntryPlan>* out,
+                   std::string* why);
+
+  const compress::Mask& mask() const { return *mask_; }
+  const std::shared_ptr<const compress::Mask>& shared_mask() const { return mask_; }
+  ElemType type() const { return type_; }
+  size_t element_size() const { return proxy::element_size(type_); }
+  uint64_t count() const { return mask_->count(); }
+
+  // All-reduce: null when it runs dense.
+  const DeviceLayout* whole() const { return whole_.get(); }
+  uint64_t nnz() const { return mask_->kept(); }
+  // Reduce-scatter / all-gather: empty when they run dense.
+  const std::vector<std::unique_ptr<DeviceLayout>>& shards() const { return shards_; }
+  uint64_t shard_width() const { return shard_width_; }
+
+  void* compact() { return buffer_->data(); }
+  void* compact_at(uint64_t element) { return static_cast<char*>(buffer_->data()) + element * element_size(); }
+  void* flag() { return compact_at(nnz()); }
+  DeviceBuffer* violations() { return violations_.get(); }
+
+  // A CUDA graph captured a collective on this plan: its memory must outlive every replay.
+  bool captured = false;
+
+ private:
+  std::shared_ptr<const compress::Mask> mask_;
+  ElemType type_ = ElemType::kOther;
+  std::unique_ptr<DeviceLayout> whole_;
+  std::vector<std::unique_ptr<DeviceLayout>> shards_;
+  uint64_t shard_width_ = 0;
+  std::unique_ptr<DeviceBuffer> buffer_;
+  std::unique_ptr<DeviceBuffer> violations_;
+};
+
+}  // namespace sieve::plugin::proxy

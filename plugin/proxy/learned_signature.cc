@@ -1,0 +1,113 @@
+#include "plugin/proxy/learned_signature.h"
+
+#include <algorithm>
+
+namespace sieve::plugin::proxy {
+
+LearnedSignature::LearnedSignature(uint64_t count, ElemType type, uint32_t stable_after, uint32_t lag,
+                                   const PlanRules& rules)
+    : count_(count),
+      type_(type),
+      rules_(rules),
+      stable_after_(std::max<uint32_t>(stable_after, 1)),
+      tracker_(stable_after),
+      ring_(std::max<uint32_t>(lag, 1)) {}
+
+int LearnedSignature::consume(DeviceBackend& backend, Comm comm, Record& record, LearnedDecision* decision) {
+  if (!record.issued) return kResultSuccess;
+  record.issued = false;
+  if (record.compact) {
+    uint64_t flag = 0, violations = 0;
+    if (int rc = backend.read_flag(*record.slot, comm, &flag, &violations)) return rc;
+    decision->violations += violations;
+    // Only a flag from the plan still in force switches: one from an older plan was already acted on.
+    if (flag_reports_violation(type_, flag) && plan_ && record.plan == plan_) {
+      plan_.reset();
+      tracker_.reset();
+      decision->fell_back = true;
+    }
+    record.plan.reset();
+    return kResultSuccess;
+  }
+  compress::Mask nonzero;
+  if (int rc = backend.read_nonzero(*record.slot, comm, count_, &nonzero)) return rc;
+  if (plan_ || proposal_ || calls_ <= quiet_until_) return kResultSuccess;
+  tracker_.observe(nonzero);
+  if (tracker_.state() != compress::TrackState::kStable) return kResultSuccess;
+  std::shared_ptr<const compress::Mask> mask = tracker_.stable_mask();
+  if (mask->density() > rules_.max_density || mask->kept() == mask->count()) return kResultSuccess;
+  proposal_ = mask;
+  decision->propose = true;
+  return kResultSuccess;
+}
+
+int LearnedSignature::begin_call(DeviceBackend& backend, Comm comm, LearnedDecision* decision) {
+  *decision = LearnedDecision();
+  // The record about to be overwritten is exactly the one of the call `lag` calls ago. The call
+  // counts even if its collective later fails: every rank sees the same failure.
+  decision->record = size_t(calls_ % ring_.size());
+  ++calls_;
+  if (int rc = consume(backend, comm, ring_[decision->record], decision)) return rc;
+  decision->compact = static_cast<bool>(plan_);
+  return kResultSuccess;
+}
+
+uint64_t LearnedSignature::proposal_hash() const {
+  uint64_t h = proposal_ ? proposal_->hash() : 0;
+  return h ^ (uint64_t(type_) * 0x9e3779b97f4a7c15ull) ^ 0x4c4541524e4544ull;
+}
+
+bool LearnedSignature::prepare_proposal(DeviceBackend& backend, std::string* why) {
+  prepared_.reset();
+  if (!proposal_) return false;
+  if (EntryPlan::build(backend, proposal_, type_, rules_, 1, /*with_flag=*/true, &prepared_, why)) return false;
+  if (!prepared_ || !prepared_->whole()) {
+    *why = "the learned mask compacts nothing worth it";
+    return false;
+  }
+  return true;
+}
+
+void LearnedSignature::withdraw() {
+  prepared_.reset();
+  proposal_.reset();
+}
+
+void LearnedSignature::settle(bool unanimous) {
+  if (unanimous && prepared_) {
+    plan_ = std::move(prepared_);
+    refusals_ = 0;
+  } else {
+    tracker_.reset();
+    // Each refusal doubles the wait before the next proposal, so a rank that cannot prepare one
+    // costs a vote rarely, not every few calls.
+    refusals_ = std::min<uint32_t>(refusals_ + 1, 16);
+    quiet_until_ = calls_ + ((uint64_t(stable_after_) + ring_.size()) << refusals_);
+  }
+  prepared_.reset();
+  proposal_.reset();
+}
+
+int LearnedSignature::record_dense(DeviceBackend& backend, size_t record, const void* output, Stream stream) {
+  Record& r = ring_.at(record);
+  if (!r.slot)
+    if (int rc = backend.create_slot(count_, &r.slot)) return rc;
+  if (int rc = backend.record_nonzero(*r.slot, output, count_, type_, stream)) return rc;
+  r.issued = true;
+  r.compact = false;
+  return kResultSuccess;
+}
+
+int LearnedSignature::record_compact(DeviceBackend& backend, size_t record, const std::shared_ptr<EntryPlan>& plan,
+                                     Stream stream) {
+  Record& r = ring_.at(record);
+  if (!r.slot)
+    if (int rc = backend.create_slot(count_, &r.slot)) return rc;
+  if (int rc = backend.record_flag(*r.slot, plan->flag(), plan->element_size(), *plan->violations(), stream)) return rc;
+  r.issued = true;
+  r.compact = true;
+  r.plan = plan;
+  return kResultSuccess;
+}
+
+}  // namespace sieve::plugin::proxy
