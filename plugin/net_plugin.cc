@@ -14,6 +14,7 @@
 #include "net/transport.h"
 #include "plugin/config.h"
 #include "plugin/peer_traffic.h"
+#include "plugin/proxy_probe.h"
 #include "plugin/stats.h"
 #include "plugin/stats_export.h"
 
@@ -158,6 +159,7 @@ ncclResult_t acquire_locked(abi::ncclDebugLogger_t logger, std::shared_ptr<Proce
                o.rate_limit_mbps > 0 ? ", rate limit " : "",
                o.rate_limit_mbps > 0 ? (std::to_string(o.rate_limit_mbps) + " Mbit/s per device").c_str() : "",
                o.job_token.empty() ? "" : ", job token required");
+    run_proxy_probe();  // NCCL is loaded now: a preloaded proxy can tell whether it will see collectives
   } else if (logger) {
     install_nccl_logger(logger);
   }

@@ -2,12 +2,13 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "compress/cuda/gather_scatter.h"
+#include "compress/tile_layout.h"
 #include "net/log.h"
 #include "plugin/proxy/real_nccl.h"
 
@@ -16,16 +17,14 @@ namespace {
 
 namespace kernels = sieve::compress::cuda;
 
-// A wait on the GPU that never ends means a peer died inside a collective; give up after this.
-constexpr auto kWaitLimit = std::chrono::seconds(300);
-
-int cuda_fail(int err, const char* what) {
+int cuda_fail(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return kResultSuccess;
-  SIEVE_WARN("collective proxy: %s failed: %s", what, cudaGetErrorString(cudaError_t(err)));
+  SIEVE_WARN("collective proxy: %s failed: %s", what, cudaGetErrorString(err));
   return kResultCudaError;
 }
 
 cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s); }
+ncclComm_t as_comm(Comm c) { return static_cast<ncclComm_t>(const_cast<void*>(c)); }
 
 ncclDataType_t nccl_type(ElemType t) {
   switch (t) {
@@ -48,21 +47,32 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   }
 }
 
-int no_nccl() { return kResultSystemError; }
+// The communicator's error, or success while it is healthy (in progress counts as healthy). No
+// communicator (the kernel tests): nothing to ask.
+int comm_error(Comm comm) {
+  if (!comm) return kResultSuccess;
+  const RealNccl& real = real_nccl();
+  ncclResult_t state = ncclSuccess;
+  if (!real.comm_get_async_error || real.comm_get_async_error(as_comm(comm), &state) != ncclSuccess)
+    return kResultSystemError;
+  return state == ncclInProgress ? kResultSuccess : int(state);
+}
 
-// Polls an event up to kWaitLimit instead of blocking forever in cudaEventSynchronize.
-int wait_event(cudaEvent_t event, const char* what) {
-  const auto deadline = std::chrono::steady_clock::now() + kWaitLimit;
+// Waits for `done` without a deadline: a rank that gave up on its own would leave the others inside
+// a collective. It ends early when NCCL reports an error on the communicator (a dead peer, or an
+// abort by the job's watchdog), which is what ends a wait that can never succeed.
+template <typename Done> int wait_until(Comm comm, const char* what, Done&& done) {
+  auto pause = std::chrono::microseconds(2);
   for (;;) {
-    cudaError_t e = cudaEventQuery(event);
+    const cudaError_t e = done();
     if (e == cudaSuccess) return kResultSuccess;
     if (e != cudaErrorNotReady) return cuda_fail(e, what);
-    if (std::chrono::steady_clock::now() > deadline) {
-      SIEVE_WARN("collective proxy: %s did not complete within %lld s (a peer stuck in a collective?)", what,
-                 (long long)std::chrono::duration_cast<std::chrono::seconds>(kWaitLimit).count());
-      return kResultSystemError;
+    if (int rc = comm_error(comm)) {
+      SIEVE_WARN("collective proxy: communicator %p failed (error %d) while waiting for %s", comm, rc, what);
+      return rc;
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    std::this_thread::sleep_for(pause);
+    if (pause < std::chrono::milliseconds(1)) pause *= 2;
   }
 }
 
@@ -77,29 +87,24 @@ template <typename T> int upload(const std::vector<T>& host, T** device, const c
   return cuda_fail(cudaMemcpy(*device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), what);
 }
 
-struct CudaPlan : DevicePlan {
-  ~CudaPlan() override {
-    free_device(indices);
-    free_device(range_src);
-    free_device(range_dst);
-    free_device(keep_bits);
-    free_device(buffer);
-    free_device(violations);
+struct CudaLayout : DeviceLayout {
+  ~CudaLayout() override {
+    free_device(bits);
+    free_device(tile_base);
   }
-  uint64_t count() const override { return layout.count; }
-  uint64_t nnz() const override { return layout.nnz; }
-  bool with_check() const override { return keep_bits != nullptr; }
-  void* compact() override { return buffer; }
-  void* flag() { return static_cast<char*>(buffer) + layout.nnz * esize; }
+  uint64_t count() const override { return view.count; }
+  uint64_t nnz() const override { return view.nnz; }
+  kernels::DeviceLayout view;
+  uint32_t* bits = nullptr;
+  uint64_t* tile_base = nullptr;
+};
 
-  kernels::DeviceLayout layout;
-  size_t esize = 0;
-  uint32_t* indices = nullptr;
-  uint64_t* range_src = nullptr;
-  uint64_t* range_dst = nullptr;
-  uint32_t* keep_bits = nullptr;
-  void* buffer = nullptr;
-  unsigned long long* violations = nullptr;
+struct CudaBuffer : DeviceBuffer {
+  ~CudaBuffer() override { free_device(ptr); }
+  void* data() override { return ptr; }
+  uint64_t bytes() const override { return size; }
+  void* ptr = nullptr;
+  uint64_t size = 0;
 };
 
 struct CudaSlot : LagSlot {
@@ -116,188 +121,213 @@ struct CudaSlot : LagSlot {
   cudaEvent_t event = nullptr;
 };
 
+const kernels::DeviceLayout& view_of(const DeviceLayout& l) { return static_cast<const CudaLayout&>(l).view; }
+
 }  // namespace
+
+std::string cuda_problem() {
+  int driver = 0, runtime = 0, devices = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  if (driver == 0) return "no CUDA driver is installed";
+  if (driver < runtime)
+    return "the CUDA driver supports CUDA " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) +
+           ", older than the CUDA runtime " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) +
+           " this library was built with (update the driver, or build Sieve with an older toolkit)";
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess) return std::string("CUDA reports: ") + cudaGetErrorString(e);
+  if (devices == 0) return "no CUDA device is visible";
+  return "";
+}
 
 int CudaBackend::all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
                             Stream stream) {
   const RealNccl& real = real_nccl();
-  if (!real.all_reduce) return no_nccl();
+  if (!real.all_reduce) return kResultSystemError;
   if (nccl_type(type) == ncclNumTypes || nccl_op(op) == ncclNumOps) return kResultInvalidArgument;
-  return real.all_reduce(send, recv, size_t(count), nccl_type(type), nccl_op(op),
-                         static_cast<ncclComm_t>(const_cast<void*>(comm)), as_stream(stream));
+  return real.all_reduce(send, recv, size_t(count), nccl_type(type), nccl_op(op), as_comm(comm), as_stream(stream));
+}
+
+int CudaBackend::reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op,
+                                Comm comm, Stream stream) {
+  const RealNccl& real = real_nccl();
+  if (!real.reduce_scatter) return kResultSystemError;
+  if (nccl_type(type) == ncclNumTypes || nccl_op(op) == ncclNumOps) return kResultInvalidArgument;
+  return real.reduce_scatter(send, recv, size_t(recv_count), nccl_type(type), nccl_op(op), as_comm(comm),
+                             as_stream(stream));
+}
+
+int CudaBackend::all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm, Stream stream) {
+  const RealNccl& real = real_nccl();
+  if (!real.all_gather) return kResultSystemError;
+  if (nccl_type(type) == ncclNumTypes) return kResultInvalidArgument;
+  return real.all_gather(send, recv, size_t(send_count), nccl_type(type), as_comm(comm), as_stream(stream));
 }
 
 int CudaBackend::group_start() {
   const RealNccl& real = real_nccl();
-  return real.group_start ? int(real.group_start()) : no_nccl();
+  return real.group_start ? int(real.group_start()) : kResultSystemError;
 }
 
 int CudaBackend::group_end() {
   const RealNccl& real = real_nccl();
-  return real.group_end ? int(real.group_end()) : no_nccl();
+  return real.group_end ? int(real.group_end()) : kResultSystemError;
 }
 
-bool CudaBackend::capturing(Stream stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  cudaError_t e = cudaStreamIsCapturing(as_stream(stream), &status);
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // clear it: the answer "capturing" makes the caller run dense, always safe
-    // A driver older than this build's CUDA runtime, or no device: say so once, not per call.
-    static std::atomic<bool> warned{false};
-    if (e != cudaErrorStreamCaptureImplicit && !warned.exchange(true))
-      SIEVE_WARN("collective proxy: CUDA is unusable here (%s); every all-reduce passes through dense",
-                 cudaGetErrorString(e));
-    return true;
-  }
-  return status != cudaStreamCaptureStatusNone;
-}
-
-int CudaBackend::agree(Comm comm, Stream stream, uint64_t hash, bool* all_equal) {
+int CudaBackend::group_simulate_end(void* sim_info) {
   const RealNccl& real = real_nccl();
-  if (!real.all_reduce) return no_nccl();
-  // max(h) == h and max(~h) == ~h on a rank iff no rank passed a different h: every rank learns it.
-  uint64_t* host = nullptr;
-  uint64_t* device = nullptr;
-  cudaEvent_t done = nullptr;
-  int rc = cuda_fail(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * sizeof(uint64_t), cudaHostAllocDefault), "agree");
-  if (!rc) rc = cuda_fail(cudaMalloc(reinterpret_cast<void**>(&device), 2 * sizeof(uint64_t)), "agree");
-  if (!rc) rc = cuda_fail(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "agree");
-  if (!rc) {
-    host[0] = hash;
-    host[1] = ~hash;
-    rc = cuda_fail(cudaMemcpyAsync(device, host, 2 * sizeof(uint64_t), cudaMemcpyHostToDevice, as_stream(stream)), "agree");
+  if (!real.group_simulate_end) {
+    SIEVE_WARN("collective proxy: this NCCL has no ncclGroupSimulateEnd (it came with NCCL 2.22)");
+    return kResultInvalidUsage;
   }
-  if (!rc)
-    rc = real.all_reduce(device, device, 2, ncclUint64, ncclMax, static_cast<ncclComm_t>(const_cast<void*>(comm)),
-                         as_stream(stream));
-  if (!rc) rc = cuda_fail(cudaMemcpyAsync(host, device, 2 * sizeof(uint64_t), cudaMemcpyDeviceToHost, as_stream(stream)), "agree");
-  if (!rc) rc = cuda_fail(cudaEventRecord(done, as_stream(stream)), "agree");
-  if (!rc) rc = wait_event(done, "the mask hash exchange");
-  if (!rc) *all_equal = host[0] == hash && host[1] == ~hash;
-  if (done) cudaEventDestroy(done);
-  if (device) cudaFree(device);
-  if (host) cudaFreeHost(host);
-  return rc;
+  return int(real.group_simulate_end(static_cast<ncclSimInfo_t*>(sim_info)));
 }
 
-int CudaBackend::create_plan(const compress::Mask& mask, ElemType type, bool with_check,
-                             std::unique_ptr<DevicePlan>* out) {
-  auto plan = std::make_unique<CudaPlan>();
-  plan->esize = element_size(type);
-  kernels::DeviceLayout& l = plan->layout;
-  l.count = mask.count();
-  l.nnz = mask.kept();
-  compress::MaskLayout layout = mask.layout();
-  if (layout.kind == compress::MaskLayout::Kind::kIndices && mask.count() <= (uint64_t(1) << 32)) {
-    std::vector<uint32_t> indices(layout.indices.begin(), layout.indices.end());
-    if (int rc = upload(indices, &plan->indices, "plan upload")) return rc;
-    l.kind = kernels::DeviceLayout::Kind::kIndices;
-    l.indices = plan->indices;
-  } else {
-    std::vector<compress::Range> runs = layout.kind == compress::MaskLayout::Kind::kRanges ? layout.ranges : mask.runs();
-    std::vector<uint64_t> src, dst{0};
-    for (const compress::Range& r : runs) {
-      if (r.length == 0) continue;  // the kernels rely on every run holding an element
-      src.push_back(r.start);
-      dst.push_back(dst.back() + r.length);
-    }
-    if (int rc = upload(src, &plan->range_src, "plan upload")) return rc;
-    if (int rc = upload(dst, &plan->range_dst, "plan upload")) return rc;
-    l.kind = kernels::DeviceLayout::Kind::kRanges;
-    l.range_src = plan->range_src;
-    l.range_dst = plan->range_dst;
-    l.nranges = src.size();
+int CudaBackend::comm_shape(Comm comm, int* nranks, int* rank) {
+  const RealNccl& real = real_nccl();
+  if (!real.comm_count || !real.comm_user_rank) return kResultSystemError;
+  if (ncclResult_t r = real.comm_count(as_comm(comm), nranks); r != ncclSuccess) return int(r);
+  return int(real.comm_user_rank(as_comm(comm), rank));
+}
+
+int CudaBackend::wait_enqueued(Comm comm) {
+  const RealNccl& real = real_nccl();
+  if (!real.comm_get_async_error) return kResultSystemError;
+  auto pause = std::chrono::microseconds(1);
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    if (ncclResult_t r = real.comm_get_async_error(as_comm(comm), &state); r != ncclSuccess) return int(r);
+    if (state != ncclInProgress) return int(state);
+    std::this_thread::sleep_for(pause);
+    if (pause < std::chrono::microseconds(500)) pause *= 2;
   }
-  if (with_check) {
-    // The mask's 64-bit little-endian words read as 32-bit words are the kernel's bitmap.
-    const std::vector<uint64_t>& words = mask.words();
-    std::vector<uint32_t> bits(words.size() * 2);
-    for (size_t i = 0; i < words.size(); ++i) {
-      bits[2 * i] = uint32_t(words[i]);
-      bits[2 * i + 1] = uint32_t(words[i] >> 32);
-    }
-    if (bits.empty()) bits.push_back(0);
-    if (int rc = upload(bits, &plan->keep_bits, "plan upload")) return rc;
-    l.keep_bits = plan->keep_bits;
-    if (int rc = cuda_fail(cudaMalloc(reinterpret_cast<void**>(&plan->violations), sizeof(unsigned long long)),
-                           "plan allocation"))
-      return rc;
+}
+
+int CudaBackend::abort_comm(Comm comm) {
+  const RealNccl& real = real_nccl();
+  return real.comm_abort ? int(real.comm_abort(as_comm(comm))) : kResultSystemError;
+}
+
+int CudaBackend::capture_status(Stream stream, bool* capturing) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t e = cudaStreamIsCapturing(as_stream(stream), &status);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    const std::string why = cuda_problem();
+    SIEVE_WARN("collective proxy: CUDA cannot query the caller's stream: %s%s%s", cudaGetErrorString(e),
+               why.empty() ? "" : "; ", why.c_str());
+    return kResultCudaError;
   }
-  if (int rc = cuda_fail(cudaMalloc(&plan->buffer, (l.nnz + 1) * plan->esize), "compact buffer allocation")) return rc;
-  *out = std::move(plan);
+  *capturing = status != cudaStreamCaptureStatusNone;
   return kResultSuccess;
 }
 
-int CudaBackend::gather(DevicePlan& plan, const void* src, Stream stream) {
-  auto& p = static_cast<CudaPlan&>(plan);
-  return cuda_fail(kernels::gather(p.layout, p.esize, src, p.buffer, stream), "gather kernel");
+int CudaBackend::exchange_max(Comm comm, Stream stream, void* host, uint64_t count, int width, DeviceBuffer& staging) {
+  const RealNccl& real = real_nccl();
+  if (!real.all_reduce) return kResultSystemError;
+  const uint64_t bytes = count * uint64_t(width);
+  if (staging.bytes() < bytes || (width != 1 && width != 8)) return kResultInternalError;
+  cudaStream_t s = as_stream(stream);
+  // Pageable copies may block the host on the stream: wait (interruptibly) until it is idle first.
+  if (int rc = wait_until(comm, "the stream before a vote", [s] { return cudaStreamQuery(s); })) return rc;
+  if (int rc = cuda_fail(cudaMemcpyAsync(staging.data(), host, bytes, cudaMemcpyHostToDevice, s), "a vote's upload"))
+    return rc;
+  int rc = real.all_reduce(staging.data(), staging.data(), size_t(count), width == 8 ? ncclUint64 : ncclUint8, ncclMax,
+                           as_comm(comm), s);
+  if (rc == ncclInProgress) rc = wait_enqueued(comm);
+  if (rc != ncclSuccess) return rc;
+  if (int w = wait_until(comm, "a vote", [s] { return cudaStreamQuery(s); })) return w;
+  // The stream is idle: this pageable copy returns as soon as it is done, and waits for nothing else.
+  return cuda_fail(cudaMemcpyAsync(host, staging.data(), bytes, cudaMemcpyDeviceToHost, s), "a vote's download");
 }
 
-int CudaBackend::scatter(DevicePlan& plan, void* dst, Stream stream) {
-  auto& p = static_cast<CudaPlan&>(plan);
-  return cuda_fail(kernels::scatter(p.layout, p.esize, p.buffer, dst, stream), "scatter kernel");
+int CudaBackend::create_layout(const compress::Mask& mask, uint64_t first, uint64_t count,
+                               std::unique_ptr<DeviceLayout>* out) {
+  const compress::TileLayout host = compress::build_tile_layout(mask, first, count);
+  auto layout = std::make_unique<CudaLayout>();
+  if (int rc = upload(host.bits, &layout->bits, "the upload of a mask layout")) return rc;
+  if (int rc = upload(host.tile_base, &layout->tile_base, "the upload of a mask layout")) return rc;
+  layout->view.count = host.count;
+  layout->view.nnz = host.nnz;
+  layout->view.bits = layout->bits;
+  layout->view.tile_base = layout->tile_base;
+  *out = std::move(layout);
+  return kResultSuccess;
 }
 
-int CudaBackend::check(DevicePlan& plan, const void* src, const FlagEncoding& encoding, Stream stream) {
-  auto& p = static_cast<CudaPlan&>(plan);
-  if (!p.with_check()) return kResultInternalError;
-  return cuda_fail(kernels::check_pruned(p.layout, p.esize, src, p.flag(), encoding.ok_bits, encoding.bad_bits,
-                                         p.violations, stream),
-                   "mask check kernel");
+int CudaBackend::create_buffer(uint64_t bytes, std::unique_ptr<DeviceBuffer>* out) {
+  auto buffer = std::make_unique<CudaBuffer>();
+  if (int rc = cuda_fail(cudaMalloc(&buffer->ptr, bytes ? bytes : 1), "a device allocation")) return rc;
+  buffer->size = bytes;
+  *out = std::move(buffer);
+  return kResultSuccess;
+}
+
+int CudaBackend::gather(const DeviceLayout& layout, size_t es, const void* src, void* compact, Stream stream) {
+  return cuda_fail(cudaError_t(kernels::gather(view_of(layout), es, src, compact, stream)), "the gather kernel");
+}
+
+int CudaBackend::scatter(const DeviceLayout& layout, size_t es, const void* compact, void* dst, Stream stream) {
+  return cuda_fail(cudaError_t(kernels::scatter(view_of(layout), es, compact, dst, stream)), "the scatter kernel");
+}
+
+int CudaBackend::check(const DeviceLayout& layout, size_t es, const void* src, void* flag, const FlagEncoding& encoding,
+                       DeviceBuffer& counter, Stream stream) {
+  return cuda_fail(cudaError_t(kernels::check_pruned(view_of(layout), es, src, flag, encoding.ok_bits, encoding.bad_bits,
+                                                     static_cast<unsigned long long*>(counter.data()), stream)),
+                   "the mask check kernel");
 }
 
 int CudaBackend::create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) {
   auto slot = std::make_unique<CudaSlot>();
   slot->words32 = (count + 31) / 32;
   const size_t host_bytes = 2 * sizeof(uint64_t) + slot->words32 * sizeof(uint32_t);
-  if (int rc = cuda_fail(cudaHostAlloc(reinterpret_cast<void**>(&slot->host), host_bytes, cudaHostAllocDefault),
-                         "record allocation"))
+  const char* what = "a learned-mask record's allocation";
+  if (int rc = cuda_fail(cudaHostAlloc(reinterpret_cast<void**>(&slot->host), host_bytes, cudaHostAllocDefault), what))
     return rc;
-  if (int rc = cuda_fail(cudaMalloc(reinterpret_cast<void**>(&slot->device_bits), slot->words32 * sizeof(uint32_t)),
-                         "record allocation"))
+  if (int rc = cuda_fail(cudaMalloc(reinterpret_cast<void**>(&slot->device_bits), slot->words32 * sizeof(uint32_t)), what))
     return rc;
-  if (int rc = cuda_fail(cudaMalloc(reinterpret_cast<void**>(&slot->device_flag), sizeof(uint64_t)), "record allocation"))
-    return rc;
-  if (int rc = cuda_fail(cudaEventCreateWithFlags(&slot->event, cudaEventDisableTiming), "record allocation")) return rc;
+  if (int rc = cuda_fail(cudaMalloc(reinterpret_cast<void**>(&slot->device_flag), sizeof(uint64_t)), what)) return rc;
+  if (int rc = cuda_fail(cudaEventCreateWithFlags(&slot->event, cudaEventDisableTiming), what)) return rc;
   *out = std::move(slot);
   return kResultSuccess;
 }
 
 int CudaBackend::record_nonzero(LagSlot& slot, const void* buf, uint64_t count, ElemType type, Stream stream) {
   auto& s = static_cast<CudaSlot&>(slot);
-  if (int rc = cuda_fail(kernels::nonzero_bitmap(element_size(type), buf, count, s.device_bits, stream), "nonzero kernel"))
+  if (int rc = cuda_fail(cudaError_t(kernels::nonzero_bitmap(element_size(type), buf, count, s.device_bits, stream)),
+                         "the nonzero-pattern kernel"))
     return rc;
   if (int rc = cuda_fail(cudaMemcpyAsync(s.host + 2, s.device_bits, s.words32 * sizeof(uint32_t), cudaMemcpyDeviceToHost,
                                          as_stream(stream)),
-                         "record copy"))
+                         "a learned-mask record's copy"))
     return rc;
-  return cuda_fail(cudaEventRecord(s.event, as_stream(stream)), "record event");
+  return cuda_fail(cudaEventRecord(s.event, as_stream(stream)), "a learned-mask record's event");
 }
 
-int CudaBackend::record_flag(LagSlot& slot, DevicePlan& plan, Stream stream) {
+int CudaBackend::record_flag(LagSlot& slot, const void* flag, size_t es, DeviceBuffer& counter, Stream stream) {
   auto& s = static_cast<CudaSlot&>(slot);
-  auto& p = static_cast<CudaPlan&>(plan);
-  if (int rc = cuda_fail(kernels::copy_element(p.esize, p.flag(), s.device_flag, stream), "flag copy")) return rc;
+  if (int rc = cuda_fail(cudaError_t(kernels::copy_element(es, flag, s.device_flag, stream)), "the flag copy")) return rc;
   if (int rc = cuda_fail(cudaMemcpyAsync(s.host, s.device_flag, sizeof(uint64_t), cudaMemcpyDeviceToHost, as_stream(stream)),
-                         "record copy"))
+                         "a learned-mask record's copy"))
     return rc;
-  if (int rc = cuda_fail(cudaMemcpyAsync(s.host + 1, p.violations, sizeof(uint64_t), cudaMemcpyDeviceToHost,
+  if (int rc = cuda_fail(cudaMemcpyAsync(s.host + 1, counter.data(), sizeof(uint64_t), cudaMemcpyDeviceToHost,
                                          as_stream(stream)),
-                         "record copy"))
+                         "a learned-mask record's copy"))
     return rc;
-  return cuda_fail(cudaEventRecord(s.event, as_stream(stream)), "record event");
+  return cuda_fail(cudaEventRecord(s.event, as_stream(stream)), "a learned-mask record's event");
 }
 
-int CudaBackend::read_nonzero(LagSlot& slot, uint64_t count, compress::Mask* nonzero) {
+int CudaBackend::read_nonzero(LagSlot& slot, Comm comm, uint64_t count, compress::Mask* nonzero) {
   auto& s = static_cast<CudaSlot&>(slot);
-  if (int rc = wait_event(s.event, "a learned-mask record")) return rc;
+  if (int rc = wait_until(comm, "a learned-mask record", [&s] { return cudaEventQuery(s.event); })) return rc;
   *nonzero = compress::Mask::from_bitmap(reinterpret_cast<const uint8_t*>(s.host + 2), count);
   return kResultSuccess;
 }
 
-int CudaBackend::read_flag(LagSlot& slot, uint64_t* flag_bits, uint64_t* local_violations) {
+int CudaBackend::read_flag(LagSlot& slot, Comm comm, uint64_t* flag_bits, uint64_t* local_violations) {
   auto& s = static_cast<CudaSlot&>(slot);
-  if (int rc = wait_event(s.event, "a learned-mask flag")) return rc;
+  if (int rc = wait_until(comm, "a learned-mask flag", [&s] { return cudaEventQuery(s.event); })) return rc;
   *flag_bits = s.host[0];
   *local_violations = s.host[1];
   return kResultSuccess;

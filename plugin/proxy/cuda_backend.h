@@ -1,6 +1,7 @@
-// DeviceBackend on a real GPU: the compress/cuda kernels, CUDA runtime memory and events, and the
-// real NCCL (real_nccl.h). Allocations happen on the calling thread's current device (PyTorch's
-// ProcessGroupNCCL sets it to the communicator's device around every collective).
+// DeviceBackend on a real GPU: the compress/cuda kernels, CUDA runtime memory, events and streams,
+// and the real NCCL (real_nccl.h). Allocations happen on the calling thread's current device, which
+// must be the communicator's (PyTorch's ProcessGroupNCCL sets it around every collective; the
+// kernels are launched on the caller's stream, which NCCL requires to be on that device too).
 #pragma once
 
 #include "plugin/proxy/device_backend.h"
@@ -11,19 +12,33 @@ class CudaBackend : public DeviceBackend {
  public:
   int all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
                  Stream stream) override;
+  int reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op, Comm comm,
+                     Stream stream) override;
+  int all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm, Stream stream) override;
   int group_start() override;
   int group_end() override;
-  bool capturing(Stream stream) override;
-  int agree(Comm comm, Stream stream, uint64_t hash, bool* all_equal) override;
-  int create_plan(const compress::Mask& mask, ElemType type, bool with_check, std::unique_ptr<DevicePlan>* out) override;
-  int gather(DevicePlan& plan, const void* src, Stream stream) override;
-  int scatter(DevicePlan& plan, void* dst, Stream stream) override;
-  int check(DevicePlan& plan, const void* src, const FlagEncoding& encoding, Stream stream) override;
+  int group_simulate_end(void* sim_info) override;
+  int comm_shape(Comm comm, int* nranks, int* rank) override;
+  int wait_enqueued(Comm comm) override;
+  int abort_comm(Comm comm) override;
+  int capture_status(Stream stream, bool* capturing) override;
+  int exchange_max(Comm comm, Stream stream, void* host, uint64_t count, int width, DeviceBuffer& staging) override;
+  int create_layout(const compress::Mask& mask, uint64_t first, uint64_t count,
+                    std::unique_ptr<DeviceLayout>* out) override;
+  int create_buffer(uint64_t bytes, std::unique_ptr<DeviceBuffer>* out) override;
+  int gather(const DeviceLayout& layout, size_t element_size, const void* src, void* compact, Stream stream) override;
+  int scatter(const DeviceLayout& layout, size_t element_size, const void* compact, void* dst, Stream stream) override;
+  int check(const DeviceLayout& layout, size_t element_size, const void* src, void* flag, const FlagEncoding& encoding,
+            DeviceBuffer& counter, Stream stream) override;
   int create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) override;
   int record_nonzero(LagSlot& slot, const void* buf, uint64_t count, ElemType type, Stream stream) override;
-  int record_flag(LagSlot& slot, DevicePlan& plan, Stream stream) override;
-  int read_nonzero(LagSlot& slot, uint64_t count, compress::Mask* nonzero) override;
-  int read_flag(LagSlot& slot, uint64_t* flag_bits, uint64_t* local_violations) override;
+  int record_flag(LagSlot& slot, const void* flag, size_t element_size, DeviceBuffer& counter, Stream stream) override;
+  int read_nonzero(LagSlot& slot, Comm comm, uint64_t count, compress::Mask* nonzero) override;
+  int read_flag(LagSlot& slot, Comm comm, uint64_t* flag_bits, uint64_t* local_violations) override;
 };
+
+// Why CUDA cannot run here ("" when it can): no device, or a driver older than the CUDA runtime
+// this library was built with, named with both versions.
+std::string cuda_problem();
 
 }  // namespace sieve::plugin::proxy

@@ -1,8 +1,9 @@
 // The interposed NCCL entry points. Under LD_PRELOAD the dynamic linker binds a trainer's calls to
-// ncclAllReduce/ncclGroupStart/ncclGroupEnd here; when NCCL merely dlopens this library as its net
-// plugin nobody calls them. Each call either passes straight to the real NCCL or goes through the
-// process's Proxy; the proxy's own collectives use the real symbols (real_nccl.h), and a thread
-// already inside the proxy passes straight through, so nothing re-enters. No exception leaves.
+// the collectives, the group calls and the communicator teardown calls here (and their pnccl*
+// aliases, which share NCCL's group state); when NCCL merely dlopens this library as its net plugin
+// nobody calls them. Each call goes through the process's Proxy or straight to the real NCCL; the
+// proxy's own collectives use the real symbols (real_nccl.h), and a thread already inside the proxy
+// passes straight through, so nothing re-enters. No exception leaves.
 #include <nccl.h>
 
 #include <memory>
@@ -12,6 +13,7 @@
 #include "plugin/proxy/cuda_backend.h"
 #include "plugin/proxy/proxy.h"
 #include "plugin/proxy/real_nccl.h"
+#include "plugin/proxy_probe.h"
 #include "plugin/sieve_api.h"
 #include "plugin/stats.h"
 
@@ -48,28 +50,32 @@ ReduceOp reduce_op(ncclRedOp_t op) {
 
 ProxyOptions options_from(const config::Settings& s) {
   ProxyOptions o;
+  o.enabled = s.proxy;
   o.track = s.track;
-  o.track_stable = uint32_t(s.track_stable < 1 ? 1 : s.track_stable);
-  o.track_lag = uint32_t(s.track_lag < 1 ? 1 : s.track_lag);
-  o.max_density = double(s.proxy_max_density < 0 ? 0 : s.proxy_max_density) / 100.0;
-  o.min_count = uint64_t(s.proxy_min_count < 1 ? 1 : s.proxy_min_count);
+  o.track_stable = uint32_t(s.track_stable);
+  o.track_lag = uint32_t(s.track_lag);
+  o.rules.max_density = double(s.proxy_max_density) / 100.0;
+  o.rules.min_count = uint64_t(s.proxy_min_count);
   return o;
 }
 
-// Null when SIEVE_PROXY=off. Built on first use: the library may be loaded long before CUDA is.
-Proxy* process_proxy() {
-  static Proxy* proxy = []() -> Proxy* {
+// Built on first use: the library may be loaded long before CUDA or NCCL is.
+Proxy& process_proxy() {
+  static Proxy* proxy = [] {
     const config::Settings& s = config::Registry::process().settings();
-    if (!s.proxy) return nullptr;
     static CudaBackend backend;
     static Proxy instance(backend, mask_registry(), options_from(s), process_stats());
-    SIEVE_INFO("collective proxy: active (track %s, lag %lld, max density %lld%%, min count %lld)",
+    SIEVE_INFO("collective proxy: %s (track %s, lag %lld, max density %lld%%, min count %lld)",
+               s.proxy ? "active" : "off (calls pass through; this rank refuses every committed table)",
                s.track ? "on" : "off", (long long)s.track_lag, (long long)s.proxy_max_density,
                (long long)s.proxy_min_count);
     return &instance;
   }();
-  return proxy;
+  return *proxy;
 }
+
+// The proxy, or null when this call must go straight to NCCL (re-entry from the proxy itself).
+Proxy* proxy_for_call() { return t_inside ? nullptr : &process_proxy(); }
 
 template <typename Body> ncclResult_t guarded(Body&& body) noexcept {
   try {
@@ -80,51 +86,161 @@ template <typename Body> ncclResult_t guarded(Body&& body) noexcept {
   }
 }
 
+ncclResult_t unreachable() {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) SIEVE_WARN("collective proxy: %s", real_nccl_problem().c_str());
+  return ncclSystemError;
+}
+
+// Run at the net plugin's init (NCCL is loaded by then): a proxy that was LD_PRELOADed but can never
+// see a collective says so once, naming the cause, instead of running silently dense.
+void probe() {
+  if (!preloaded()) return;
+  if (!config::Registry::process().settings().proxy) return;
+  const std::string nccl = real_nccl_problem();
+  if (!nccl.empty()) SIEVE_WARN("collective proxy: inactive: %s", nccl.c_str());
+  const std::string cuda = cuda_problem();
+  if (!cuda.empty()) SIEVE_WARN("collective proxy: cannot compact anything: %s", cuda.c_str());
+}
+
+const bool kProbeRegistered = (register_proxy_probe(&probe), true);
+
 }  // namespace
 }  // namespace sieve::plugin::proxy
 
 using namespace sieve::plugin::proxy;
 
+#define SIEVE_EXPORT __attribute__((visibility("default")))
+// NCCL exports every entry point twice, nccl* and pnccl* (its profiling aliases), with one group
+// state behind both: interposing one name only would let the proxy lose track of NCCL's groups.
+#define SIEVE_ALIAS(name) __attribute__((alias(#name), visibility("default")))
+
 extern "C" {
 
-__attribute__((visibility("default"))) ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
-                                                                   ncclDataType_t datatype, ncclRedOp_t op,
-                                                                   ncclComm_t comm, cudaStream_t stream) {
+SIEVE_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return guarded([&]() -> ncclResult_t {
     const RealNccl& real = real_nccl();
-    if (!real.all_reduce) return ncclSystemError;
-    Proxy* proxy = t_inside ? nullptr : process_proxy();
-    const ElemType type = elem_type(datatype);
-    const ReduceOp rop = reduce_op(op);
-    if (!proxy || type == ElemType::kOther || rop == ReduceOp::kOther) {
-      if (proxy) sieve::plugin::add(sieve::plugin::process_stats().collectives_dense, 1);
-      return real.all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
-    }
+    if (!real.complete()) return unreachable();
+    Proxy* proxy = proxy_for_call();
+    if (!proxy) return real.all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
     Inside inside;
-    return ncclResult_t(proxy->all_reduce(sendbuff, recvbuff, count, type, rop, comm, stream));
+    return ncclResult_t(proxy->all_reduce(sendbuff, recvbuff, count, elem_type(datatype), reduce_op(op), comm, stream));
   });
 }
 
-__attribute__((visibility("default"))) ncclResult_t ncclGroupStart() {
+SIEVE_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                            cudaStream_t stream) {
   return guarded([&]() -> ncclResult_t {
     const RealNccl& real = real_nccl();
-    if (!real.group_start) return ncclSystemError;
-    Proxy* proxy = t_inside ? nullptr : process_proxy();
+    if (!real.complete()) return unreachable();
+    Proxy* proxy = proxy_for_call();
+    if (!proxy) return real.reduce_scatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+    Inside inside;
+    return ncclResult_t(
+        proxy->reduce_scatter(sendbuff, recvbuff, recvcount, elem_type(datatype), reduce_op(op), comm, stream));
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                                        ncclComm_t comm, cudaStream_t stream) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = real_nccl();
+    if (!real.complete()) return unreachable();
+    Proxy* proxy = proxy_for_call();
+    if (!proxy) return real.all_gather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
+    Inside inside;
+    return ncclResult_t(proxy->all_gather(sendbuff, recvbuff, sendcount, elem_type(datatype), comm, stream));
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclGroupStart() {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = real_nccl();
+    if (!real.complete()) return unreachable();
+    Proxy* proxy = proxy_for_call();
     if (!proxy) return real.group_start();
     Inside inside;
     return ncclResult_t(proxy->group_start());
   });
 }
 
-__attribute__((visibility("default"))) ncclResult_t ncclGroupEnd() {
+SIEVE_EXPORT ncclResult_t ncclGroupEnd() {
   return guarded([&]() -> ncclResult_t {
     const RealNccl& real = real_nccl();
-    if (!real.group_end) return ncclSystemError;
-    Proxy* proxy = t_inside ? nullptr : process_proxy();
+    if (!real.complete()) return unreachable();
+    Proxy* proxy = proxy_for_call();
     if (!proxy) return real.group_end();
     Inside inside;
     return ncclResult_t(proxy->group_end());
   });
 }
+
+SIEVE_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = real_nccl();
+    if (!real.complete()) return unreachable();
+    Proxy* proxy = proxy_for_call();
+    if (!proxy) return real.group_simulate_end ? real.group_simulate_end(simInfo) : ncclInvalidUsage;
+    Inside inside;
+    return ncclResult_t(proxy->group_simulate_end(simInfo));
+  });
+}
+
+// Teardown: the proxy forgets the communicator first; a handle the proxy itself aborted is dead and
+// never reaches NCCL again.
+SIEVE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = real_nccl();
+    if (!real.complete()) return unreachable();
+    if (!t_inside && process_proxy().release(comm)) return ncclSuccess;
+    return real.comm_destroy(comm);
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = real_nccl();
+    if (!real.complete()) return unreachable();
+    if (!t_inside && process_proxy().release(comm)) return ncclSuccess;
+    return real.comm_abort(comm);
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = real_nccl();
+    if (!real.complete() || !real.comm_finalize) return unreachable();
+    if (!t_inside && process_proxy().aborted(comm)) return ncclSuccess;
+    return real.comm_finalize(comm);
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = real_nccl();
+    if (!real.complete()) return unreachable();
+    if (!t_inside && process_proxy().aborted(comm)) {
+      *asyncError = ncclSystemError;  // the proxy aborted it after a local failure (logged then)
+      return ncclSuccess;
+    }
+    return real.comm_get_async_error(comm, asyncError);
+  });
+}
+
+ncclResult_t pncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)
+    SIEVE_ALIAS(ncclAllReduce);
+ncclResult_t pncclReduceScatter(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)
+    SIEVE_ALIAS(ncclReduceScatter);
+ncclResult_t pncclAllGather(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t)
+    SIEVE_ALIAS(ncclAllGather);
+ncclResult_t pncclGroupStart() SIEVE_ALIAS(ncclGroupStart);
+ncclResult_t pncclGroupEnd() SIEVE_ALIAS(ncclGroupEnd);
+ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t*) SIEVE_ALIAS(ncclGroupSimulateEnd);
+ncclResult_t pncclCommDestroy(ncclComm_t) SIEVE_ALIAS(ncclCommDestroy);
+ncclResult_t pncclCommAbort(ncclComm_t) SIEVE_ALIAS(ncclCommAbort);
+ncclResult_t pncclCommFinalize(ncclComm_t) SIEVE_ALIAS(ncclCommFinalize);
+ncclResult_t pncclCommGetAsyncError(ncclComm_t, ncclResult_t*) SIEVE_ALIAS(ncclCommGetAsyncError);
 
 }  // extern "C"

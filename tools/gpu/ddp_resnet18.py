@@ -5,9 +5,10 @@ wire bytes. Writes {"losses": [...], "stats": {...}} to --out.
 
 Settings the proxy needs, and why:
 - DistributedDataParallel(..., gradient_as_bucket_view=True): gradients are views into the buckets
-  NCCL all-reduces, so masks published on the gradients cover the buckets;
-- masks published on every rank after the second backward (DDP rebuilds its buckets once, during the
-  second iteration), with sieve.publish_pruned_model;
+  NCCL all-reduces, and sieve.publish_pruned_model publishes one mask per bucket, composed from its
+  gradients' masks;
+- masks published and committed on every rank after the second backward (DDP rebuilds its buckets
+  once, during the second iteration); the proxy activates them after every rank agreed;
 - optimizer.zero_grad(set_to_none=False): keeps the gradient views (and their masks) in place.
 """
 

@@ -15,13 +15,15 @@
 #include <vector>
 
 #include "compress/mask.h"
+#include "compress/tile_layout.h"
 #include "plugin/proxy/cuda_backend.h"
 
 namespace {
 
 using sieve::compress::Mask;
 using sieve::plugin::proxy::CudaBackend;
-using sieve::plugin::proxy::DevicePlan;
+using sieve::plugin::proxy::DeviceBuffer;
+using sieve::plugin::proxy::DeviceLayout;
 using sieve::plugin::proxy::ElemType;
 
 void check(cudaError_t e, const char* what) {
@@ -31,7 +33,7 @@ void check(cudaError_t e, const char* what) {
   }
 }
 
-// "runs": kept runs of ~256 elements (ranges layout); "scattered": independent elements (indices).
+// "runs": kept runs of ~256 elements (structured pruning); "scattered": independent elements.
 Mask make_mask(uint64_t count, double density, bool runs) {
   Mask m(count, false);
   std::mt19937_64 rng(42);
@@ -42,22 +44,18 @@ Mask make_mask(uint64_t count, double density, bool runs) {
   return m;
 }
 
-// Bytes a gather really moves: the plan (4-byte indices, or 16 bytes per run), every 32-byte sector
+// Bytes a gather really moves: the layout (a bit per element, 8 bytes per tile), every 32-byte sector
 // of the source holding a kept element (DRAM moves whole sectors), and the compact output. For
 // scattered masks this is far more than the useful bytes; it is what to compare with memory bandwidth.
-double touched_bytes(const Mask& mask, size_t es, bool indices) {
-  uint64_t sectors = 0, last = ~0ull, runs = 0;
-  bool in_run = false;
+double touched_bytes(const Mask& mask, size_t es) {
+  uint64_t sectors = 0, last = ~0ull;
   for (uint64_t i = 0; i < mask.count(); ++i) {
-    const bool kept = mask.test(i);
-    if (kept && !in_run) ++runs;
-    in_run = kept;
-    if (!kept) continue;
+    if (!mask.test(i)) continue;
     const uint64_t sector = i * es / 32;
     if (sector != last) ++sectors, last = sector;
   }
-  const double plan = indices ? 4.0 * double(mask.kept()) : 16.0 * double(runs);
-  return plan + 32.0 * double(sectors) + double(mask.kept() * es);
+  const double layout = double(mask.count()) / 8.0 + 8.0 * double(mask.count() / sieve::compress::kTileElements + 1);
+  return layout + 32.0 * double(sectors) + double(mask.kept() * es);
 }
 
 template <typename F> double time_ms(cudaStream_t s, int iters, F&& body) {
@@ -111,30 +109,32 @@ int main(int argc, char** argv) {
     for (bool runs : {true, false}) {
       for (double density : {0.5, 0.2, 0.1}) {
         const Mask mask = make_mask(count, density, runs);
-        std::unique_ptr<DevicePlan> plan;
-        if (backend.create_plan(mask, type, false, &plan) != 0) return 1;
-        const size_t useful = plan->nnz() * es;
+        std::unique_ptr<DeviceLayout> layout;
+        std::unique_ptr<DeviceBuffer> compact;
+        if (backend.create_layout(mask, 0, count, &layout) != 0 || backend.create_buffer(mask.kept() * es, &compact) != 0)
+          return 1;
+        const size_t useful = mask.kept() * es;
         const double copy = time_ms(s, iters, [&] { cudaMemcpyAsync(copy_dst, buf, useful, cudaMemcpyDeviceToDevice, s); });
+        // The scatter writes every element once (kept values and zeros): compare with zeroing the
+        // whole buffer and copying the kept bytes, what a memset-then-scatter design would do.
         const double copy_and_zero = time_ms(s, iters, [&] {
           cudaMemsetAsync(copy_dst, 0, count * es, s);
           cudaMemcpyAsync(copy_dst, buf, useful, cudaMemcpyDeviceToDevice, s);
         });
-        const double gather = time_ms(s, iters, [&] { backend.gather(*plan, buf, s); });
-        const double scatter = time_ms(s, iters, [&] { backend.scatter(*plan, buf, s); });
+        const double gather = time_ms(s, iters, [&] { backend.gather(*layout, es, buf, compact->data(), s); });
+        const double scatter = time_ms(s, iters, [&] { backend.scatter(*layout, es, compact->data(), buf, s); });
         check(cudaGetLastError(), "kernels");
         const char* shape = runs ? "runs256" : "scattered";
-        const bool indices = mask.layout().kind == sieve::compress::MaskLayout::Kind::kIndices;
         const double copy_gbps = 2.0 * double(useful) / copy / 1e6;
-        const double touched_gbps = touched_bytes(mask, es, indices) / gather / 1e6;
+        const double touched_gbps = touched_bytes(mask, es) / gather / 1e6;
         // gather_vs_copy: same useful bytes; touched_vs_copy: bandwidth actually drawn (the bar's sense
         // for scattered masks, where whole sectors move for a few kept elements).
-        std::printf("{\"dtype\": \"%s\", \"mask\": \"%s\", \"layout\": \"%s\", \"density\": %.4f, \"count\": %llu, "
+        std::printf("{\"dtype\": \"%s\", \"mask\": \"%s\", \"density\": %.4f, \"count\": %llu, "
                     "\"copy_ms\": %.4f, \"copy_GBps\": %.1f, \"gather_ms\": %.4f, \"gather_vs_copy\": %.3f, "
                     "\"gather_touched_GBps\": %.1f, \"gather_touched_vs_copy\": %.3f, \"scatter_ms\": %.4f, "
-                    "\"scatter_vs_copy_and_zero\": %.3f}\n",
-                    name, shape, indices ? "indices" : "ranges", mask.density(), (unsigned long long)count, copy,
-                    copy_gbps, gather, copy / gather, touched_gbps, touched_gbps / copy_gbps, scatter,
-                    copy_and_zero / scatter);
+                    "\"scatter_vs_zero_and_copy\": %.3f}\n",
+                    name, shape, mask.density(), (unsigned long long)count, copy, copy_gbps, gather, copy / gather,
+                    touched_gbps, touched_gbps / copy_gbps, scatter, copy_and_zero / scatter);
         std::fflush(stdout);
       }
     }

@@ -6,6 +6,9 @@
 //
 //   sieve-proxy-rank --rank R --nranks N --id-file F --library L check     every dtype and op, compact vs dense
 //   ... learned                      SIEVE_TRACK=1: learn, compact, violate, fall back
+//   ... sharded                      reduce-scatter and all-gather, compacted vs dense, every dtype
+//   ... union                        every rank publishes its own mask; SIEVE_COMMIT_UNION
+//   ... capture                      a CUDA graph capturing a compacted all-reduce, replayed
 //   ... bench [--count E] [--iters K] [--densities 0.5,0.2,0.1]            timings and wire bytes (JSON lines)
 // Exit status 0 = every check held; messages name the first difference.
 #include <cuda_runtime.h>
@@ -54,9 +57,12 @@ int g_rank = 0;
 // The library's entry points, from the loaded copy (the one NCCL also uses as its plugin).
 struct Sieve {
   decltype(&::ncclAllReduce) all_reduce;
+  decltype(&::ncclReduceScatter) reduce_scatter;
+  decltype(&::ncclAllGather) all_gather;
   decltype(&::ncclGroupStart) group_start;
   decltype(&::ncclGroupEnd) group_end;
   decltype(&::sieve_mask_publish) publish;
+  decltype(&::sieve_commit) commit;
   decltype(&::sieve_mask_retract) retract;
   decltype(&::sieve_stats_get) stats;
   decltype(&::sieve_last_error) last_error;
@@ -72,6 +78,9 @@ Sieve load(const std::string& path) {
   };
   Sieve s;
   s.all_reduce = reinterpret_cast<decltype(s.all_reduce)>(sym("ncclAllReduce"));
+  s.reduce_scatter = reinterpret_cast<decltype(s.reduce_scatter)>(sym("ncclReduceScatter"));
+  s.all_gather = reinterpret_cast<decltype(s.all_gather)>(sym("ncclAllGather"));
+  s.commit = reinterpret_cast<decltype(s.commit)>(sym("sieve_commit"));
   s.group_start = reinterpret_cast<decltype(s.group_start)>(sym("ncclGroupStart"));
   s.group_end = reinterpret_cast<decltype(s.group_end)>(sym("ncclGroupEnd"));
   s.publish = reinterpret_cast<decltype(s.publish)>(sym("sieve_mask_publish"));
@@ -210,11 +219,7 @@ void run_check(Job& job) {
         for (void* p : {in, inplace, group_a, group_b})
           if (job.sieve.publish(p, count, t.sieve, mask.data(), nullptr) != 0)
             fail("publish: %s", job.sieve.last_error());
-        // Masks are agreed (a waiting exchange) only outside groups: agree these first, then refill.
-        for (void* p : {group_a, group_b})
-          CHECK_NCCL(job.sieve.all_reduce(p, p, count, t.nccl, op, job.comm, job.stream));
-        CHECK_CUDA(cudaStreamSynchronize(job.stream));
-        for (void* p : {group_a, group_b}) CHECK_CUDA(cudaMemcpy(p, data.data(), bytes, cudaMemcpyHostToDevice));
+        if (job.sieve.commit(0, nullptr) != 0) fail("commit: %s", job.sieve.last_error());
         // Dense reference through the real NCCL (linked directly, not interposed).
         CHECK_NCCL(ncclAllReduce(in, dense, count, t.nccl, op, job.comm, job.stream));
         const sieve_stats_t before = stats(job.sieve);
@@ -241,6 +246,96 @@ void run_check(Job& job) {
       for (void* p : {in, dense, inplace, outplace, group_a, group_b}) CHECK_CUDA(cudaFree(p));
     }
   }
+}
+
+// Reduce-scatter (mask on the input) and all-gather (mask on the gathered output), as FSDP runs them.
+void run_sharded(Job& job) {
+  const size_t shard = (1u << 18) + 3, count = shard * size_t(job.nranks);
+  for (const Type& t : kTypes) {
+    size_t kept = 0;
+    const std::vector<uint8_t> mask = make_mask(count, 0.2, 13, &kept);
+    const std::vector<uint8_t> data = make_data(mask, count, t, job.rank, 1);
+    void *rs_in, *rs_out, *rs_ref, *ag, *ag_ref;
+    for (void** p : {&rs_in, &ag, &ag_ref}) CHECK_CUDA(cudaMalloc(p, count * t.size));
+    for (void** p : {&rs_out, &rs_ref}) CHECK_CUDA(cudaMalloc(p, shard * t.size));
+    CHECK_CUDA(cudaMemcpy(rs_in, data.data(), count * t.size, cudaMemcpyHostToDevice));
+    // All-gather in place: this rank's shard of the data, inside the output.
+    CHECK_CUDA(cudaMemcpy(ag, data.data(), count * t.size, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(ag_ref, data.data(), count * t.size, cudaMemcpyHostToDevice));
+    if (job.sieve.publish(rs_in, count, t.sieve, mask.data(), nullptr) != 0 ||
+        job.sieve.publish(ag, count, t.sieve, mask.data(), nullptr) != 0 || job.sieve.commit(0, nullptr) != 0)
+      fail("publish/commit: %s", job.sieve.last_error());
+    const size_t mine = size_t(job.rank) * shard * t.size;
+    CHECK_NCCL(ncclReduceScatter(rs_in, rs_ref, shard, t.nccl, ncclSum, job.comm, job.stream));
+    CHECK_NCCL(ncclAllGather(static_cast<char*>(ag_ref) + mine, ag_ref, shard, t.nccl, job.comm, job.stream));
+    const sieve_stats_t before = stats(job.sieve);
+    CHECK_NCCL(job.sieve.reduce_scatter(rs_in, rs_out, shard, t.nccl, ncclSum, job.comm, job.stream));
+    CHECK_NCCL(job.sieve.all_gather(static_cast<char*>(ag) + mine, ag, shard, t.nccl, job.comm, job.stream));
+    const sieve_stats_t after = stats(job.sieve);
+    expect_same(download(rs_out, shard * t.size, job.stream), download(rs_ref, shard * t.size, job.stream), t,
+                "reduce-scatter");
+    expect_same(download(ag, count * t.size, job.stream), download(ag_ref, count * t.size, job.stream), t, "all-gather");
+    if (after.collectives_compacted - before.collectives_compacted != 2) fail("%s: not both compacted", t.name);
+    job.sieve.retract(rs_in);
+    job.sieve.retract(ag);
+    for (void* p : {rs_in, rs_out, rs_ref, ag, ag_ref}) CHECK_CUDA(cudaFree(p));
+    if (job.rank == 0) std::printf("ok: sharded %s (kept %zu of %zu)\n", t.name, kept, count);
+  }
+}
+
+// Union masks: every rank publishes its own mask; the commit ORs them; results equal dense.
+void run_union(Job& job) {
+  const Type& t = kTypes[0];
+  const size_t count = (1u << 20) + 1;
+  size_t kept = 0;
+  const std::vector<uint8_t> mask = make_mask(count, 0.1, 100 + uint32_t(job.rank), &kept);
+  const std::vector<uint8_t> data = make_data(mask, count, t, job.rank, 3);
+  void *buf, *ref;
+  CHECK_CUDA(cudaMalloc(&buf, count * 4));
+  CHECK_CUDA(cudaMalloc(&ref, count * 4));
+  CHECK_CUDA(cudaMemcpy(buf, data.data(), count * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(ref, data.data(), count * 4, cudaMemcpyHostToDevice));
+  if (job.sieve.publish(buf, count, t.sieve, mask.data(), nullptr) != 0 || job.sieve.commit(SIEVE_COMMIT_UNION, nullptr) != 0)
+    fail("publish/commit: %s", job.sieve.last_error());
+  CHECK_NCCL(ncclAllReduce(ref, ref, count, t.nccl, ncclSum, job.comm, job.stream));
+  CHECK_NCCL(job.sieve.all_reduce(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));
+  expect_same(download(buf, count * 4, job.stream), download(ref, count * 4, job.stream), t, "union");
+  if (stats(job.sieve).collectives_compacted == 0) fail("union: nothing compacted");
+  job.sieve.retract(buf);
+  if (job.rank == 0) std::printf("ok: union of masks\n");
+}
+
+// A CUDA graph that captures a compacted all-reduce, replayed three times on fresh data.
+void run_capture(Job& job) {
+  const Type& t = kTypes[0];
+  const size_t count = (1u << 20) + 5;
+  size_t kept = 0;
+  const std::vector<uint8_t> mask = make_mask(count, 0.2, 21, &kept);
+  void *buf, *ref;
+  CHECK_CUDA(cudaMalloc(&buf, count * 4));
+  CHECK_CUDA(cudaMalloc(&ref, count * 4));
+  if (job.sieve.publish(buf, count, t.sieve, mask.data(), nullptr) != 0 || job.sieve.commit(0, nullptr) != 0)
+    fail("publish/commit: %s", job.sieve.last_error());
+  CHECK_NCCL(job.sieve.all_reduce(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));  // the vote
+  CHECK_CUDA(cudaStreamSynchronize(job.stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaStreamBeginCapture(job.stream, cudaStreamCaptureModeThreadLocal));
+  CHECK_NCCL(job.sieve.all_reduce(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));
+  CHECK_CUDA(cudaStreamEndCapture(job.stream, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    const std::vector<uint8_t> data = make_data(mask, count, t, job.rank, 10 + replay);
+    CHECK_CUDA(cudaMemcpy(buf, data.data(), count * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(ref, data.data(), count * 4, cudaMemcpyHostToDevice));
+    CHECK_NCCL(ncclAllReduce(ref, ref, count, t.nccl, ncclSum, job.comm, job.stream));
+    CHECK_CUDA(cudaGraphLaunch(exec, job.stream));
+    expect_same(download(buf, count * 4, job.stream), download(ref, count * 4, job.stream), t, "graph replay");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  job.sieve.retract(buf);
+  if (job.rank == 0) std::printf("ok: captured compacted all-reduce, 3 replays\n");
 }
 
 void run_learned(Job& job) {
@@ -287,7 +382,7 @@ void run_bench(Job& job, size_t count, int iters, const std::vector<double>& den
   CHECK_CUDA(cudaEventCreate(&stop));
   auto time_calls = [&](bool proxied, double* wire_bytes) {
     const sieve_stats_t before = stats(job.sieve);
-    for (int i = 0; i < 3; ++i)  // warm-up (and the proxy's one-time hash agreement)
+    for (int i = 0; i < 3; ++i)  // warm-up (and the proxy's one-time vote on the commit)
       CHECK_NCCL((proxied ? job.sieve.all_reduce : &ncclAllReduce)(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));
     CHECK_CUDA(cudaStreamSynchronize(job.stream));
     const sieve_stats_t warm = stats(job.sieve);
@@ -308,6 +403,7 @@ void run_bench(Job& job, size_t count, int iters, const std::vector<double>& den
     size_t kept = 0;
     const std::vector<uint8_t> mask = make_mask(count, d, 5, &kept);
     if (job.sieve.publish(buf, count, t.sieve, mask.data(), nullptr) != 0) fail("publish: %s", job.sieve.last_error());
+    if (job.sieve.commit(0, nullptr) != 0) fail("commit: %s", job.sieve.last_error());
     double wire = 0;
     const double ms = time_calls(true, &wire);
     job.sieve.retract(buf);
@@ -349,11 +445,11 @@ int main(int argc, char** argv) {
         densities.push_back(std::atof(list.substr(p, q - p).c_str()));
         p = q == std::string::npos ? list.size() : q + 1;
       }
-    } else if (a == "check" || a == "learned" || a == "bench") mode = a;
+    } else if (a == "check" || a == "learned" || a == "bench" || a == "sharded" || a == "union" || a == "capture") mode = a;
     else fail("unknown argument %s", a.c_str());
   }
   if (id_file.empty() || library.empty() || mode.empty() || nranks < 1 || g_rank < 0 || g_rank >= nranks)
-    fail("usage: sieve-proxy-rank --rank R --nranks N --id-file F --library L {check|learned|bench}");
+    fail("usage: sieve-proxy-rank --rank R --nranks N --id-file F --library L {check|learned|sharded|union|capture|bench}");
   Job job;
   job.rank = g_rank;
   job.nranks = nranks;
@@ -364,6 +460,9 @@ int main(int argc, char** argv) {
   CHECK_NCCL(ncclCommInitRank(&job.comm, nranks, id, g_rank));
   if (mode == "check") run_check(job);
   else if (mode == "learned") run_learned(job);
+  else if (mode == "sharded") run_sharded(job);
+  else if (mode == "union") run_union(job);
+  else if (mode == "capture") run_capture(job);
   else run_bench(job, count, iters, densities);
   CHECK_CUDA(cudaStreamSynchronize(job.stream));
   ncclCommDestroy(job.comm);

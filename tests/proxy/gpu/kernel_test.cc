@@ -1,6 +1,7 @@
-// The CUDA backend and the compress/cuda kernels on a real GPU: gather, scatter (in-place and
-// out-of-place, exact zeros), the learned-mask violation check and nonzero records, for every element
-// size (f16/bf16, f32, f64) and both plan layouts. Skips, saying why, when no GPU is visible.
+// The CUDA backend and the compress/cuda kernels on a real GPU: gather and the one-pass scatter
+// (in place and out of place, exact zeros) against the host reference of the same tile layout, for
+// every element size and for unaligned spans (the shards of reduce-scatter and all-gather); the
+// learned-mask violation check and records; graph capture. Skips only where there is no GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -8,30 +9,12 @@
 #include <random>
 #include <vector>
 
+#include "compress/tile_layout.h"
 #include "plugin/proxy/cuda_backend.h"
+#include "tests/proxy/gpu/gpu_gate.h"
 
 namespace sieve::plugin::proxy {
 namespace {
-
-bool have_gpu(std::string* why) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    *why = std::string("no CUDA device visible (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
-    return false;
-  }
-  if (n == 0) {
-    *why = "no CUDA device visible (cudaGetDeviceCount returned 0)";
-    return false;
-  }
-  return true;
-}
-
-#define REQUIRE_GPU()                       \
-  do {                                      \
-    std::string why_;                       \
-    if (!have_gpu(&why_)) GTEST_SKIP() << why_; \
-  } while (0)
 
 struct Shape {
   const char* name;
@@ -63,60 +46,60 @@ std::vector<uint8_t> random_data(uint64_t count, size_t es, uint64_t seed) {
   return d;
 }
 
+std::vector<uint8_t> download(const void* device, size_t bytes, cudaStream_t s) {
+  std::vector<uint8_t> out(bytes);
+  EXPECT_EQ(cudaMemcpyAsync(out.data(), device, bytes, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  return out;
+}
+
 class KernelTest : public ::testing::TestWithParam<ElemType> {};
 
-TEST_P(KernelTest, GatherThenScatterKeepsKeptElementsAndZeroesTheRest) {
-  REQUIRE_GPU();
+TEST_P(KernelTest, GatherAndScatterMatchTheHostReferenceForWholeBuffersAndUnalignedSpans) {
+  SIEVE_REQUIRE_GPU();
   const ElemType type = GetParam();
   const size_t es = element_size(type);
-  const uint64_t count = 100003;
+  const uint64_t total = 100003;
   CudaBackend backend;
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
-  void *src, *dst;
-  ASSERT_EQ(cudaMalloc(&src, count * es), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&dst, count * es), cudaSuccess);
-  for (const Shape& shape : shapes(count)) {
-    SCOPED_TRACE(std::string(shape.name) + " " + elem_type_name(type));
-    const std::vector<uint8_t> data = random_data(count, es, 1), garbage = random_data(count, es, 2);
-    ASSERT_EQ(cudaMemcpy(src, data.data(), count * es, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(dst, garbage.data(), count * es, cudaMemcpyHostToDevice), cudaSuccess);
-    std::unique_ptr<DevicePlan> plan;
-    ASSERT_EQ(backend.create_plan(shape.mask, type, false, &plan), 0);
-    ASSERT_EQ(plan->nnz(), shape.mask.kept());
-    ASSERT_EQ(backend.gather(*plan, src, s), 0);
-    std::vector<uint8_t> compact(plan->nnz() * es);
-    ASSERT_EQ(cudaMemcpyAsync(compact.data(), plan->compact(), compact.size(), cudaMemcpyDeviceToHost, s), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-    uint64_t j = 0;
-    for (uint64_t i = 0; i < count; ++i)
-      if (shape.mask.test(i)) {
-        ASSERT_EQ(std::memcmp(&compact[j * es], &data[i * es], es), 0) << "compact element " << j;
-        ++j;
-      }
-    // Out of place into garbage, then in place over the source itself.
-    for (void* target : {dst, src}) {
-      ASSERT_EQ(backend.scatter(*plan, target, s), 0);
-      std::vector<uint8_t> out(count * es);
-      ASSERT_EQ(cudaMemcpyAsync(out.data(), target, out.size(), cudaMemcpyDeviceToHost, s), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-      const std::vector<uint8_t> zero(es, 0);
-      for (uint64_t i = 0; i < count; ++i) {
-        if (shape.mask.test(i)) ASSERT_EQ(std::memcmp(&out[i * es], &data[i * es], es), 0) << "element " << i;
-        else ASSERT_EQ(std::memcmp(&out[i * es], zero.data(), es), 0) << "masked element " << i << " must be +0";
+  void *src, *dst, *compact;
+  ASSERT_EQ(cudaMalloc(&src, total * es), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dst, total * es), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&compact, total * es), cudaSuccess);
+  for (const Shape& shape : shapes(total)) {
+    for (auto [first, count] : {std::pair<uint64_t, uint64_t>{0, total}, {37, 33333}, {2048 * 3 + 5, 4099}}) {
+      SCOPED_TRACE(std::string(shape.name) + " " + elem_type_name(type) + " span " + std::to_string(first));
+      const compress::TileLayout host = compress::build_tile_layout(shape.mask, first, count);
+      const std::vector<uint8_t> data = random_data(count, es, 1), garbage = random_data(count, es, 2);
+      std::vector<uint8_t> want_compact(host.nnz * es), want_out(count * es);
+      compress::gather_reference(host, es, data.data(), want_compact.data());
+      compress::scatter_reference(host, es, want_compact.data(), want_out.data());
+      ASSERT_EQ(cudaMemcpy(src, data.data(), count * es, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(dst, garbage.data(), count * es, cudaMemcpyHostToDevice), cudaSuccess);
+      std::unique_ptr<DeviceLayout> layout;
+      ASSERT_EQ(backend.create_layout(shape.mask, first, count, &layout), 0);
+      ASSERT_EQ(layout->nnz(), host.nnz);
+      ASSERT_EQ(backend.gather(*layout, es, src, compact, s), 0);
+      EXPECT_EQ(download(compact, host.nnz * es, s), want_compact);
+      // Out of place over garbage, then in place over the source itself.
+      for (void* target : {dst, src}) {
+        ASSERT_EQ(backend.scatter(*layout, es, compact, target, s), 0);
+        EXPECT_EQ(download(target, count * es, s), want_out);
       }
     }
   }
   cudaFree(src);
   cudaFree(dst);
+  cudaFree(compact);
   cudaStreamDestroy(s);
 }
 
 TEST_P(KernelTest, RecordsNonzeroPatternsAndViolationsForTheHostToReadLater) {
-  REQUIRE_GPU();
+  SIEVE_REQUIRE_GPU();
   const ElemType type = GetParam();
   const size_t es = element_size(type);
-  const uint64_t count = 4099;
+  const uint64_t count = 40099;
   CudaBackend backend;
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
@@ -138,60 +121,64 @@ TEST_P(KernelTest, RecordsNonzeroPatternsAndViolationsForTheHostToReadLater) {
   ASSERT_EQ(backend.create_slot(count, &slot), 0);
   ASSERT_EQ(backend.record_nonzero(*slot, buf, count, type, s), 0);
   compress::Mask got;
-  ASSERT_EQ(backend.read_nonzero(*slot, count, &got), 0);
+  ASSERT_EQ(backend.read_nonzero(*slot, nullptr, count, &got), 0);
   EXPECT_TRUE(got == want);
 
-  // Check against a mask that prunes elements 0 and 3 (both nonzero): two violations, bad flag.
+  // Against a mask that prunes elements 0, 3 and 30003 (all nonzero): three violations, bad flag.
   compress::Mask keep = want;
-  keep.set_range(0, 1, false);
-  keep.set_range(3, 1, false);
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin}) {
-    std::unique_ptr<DevicePlan> plan;
-    ASSERT_EQ(backend.create_plan(keep, type, true, &plan), 0);
-    const FlagEncoding enc = flag_encoding(type, op);
-    ASSERT_EQ(backend.check(*plan, buf, enc, s), 0);
-    ASSERT_EQ(backend.record_flag(*slot, *plan, s), 0);
-    uint64_t flag = 0, violations = 0;
-    ASSERT_EQ(backend.read_flag(*slot, &flag, &violations), 0);
-    EXPECT_EQ(violations, 2u) << reduce_op_name(op);
-    EXPECT_EQ(flag, enc.bad_bits) << reduce_op_name(op);
-    EXPECT_TRUE(flag_reports_violation(enc, type, flag));
-    // And the same buffer against its own pattern: no violation, ok flag.
-    std::unique_ptr<DevicePlan> exact;
-    ASSERT_EQ(backend.create_plan(want, type, true, &exact), 0);
-    ASSERT_EQ(backend.check(*exact, buf, enc, s), 0);
-    ASSERT_EQ(backend.record_flag(*slot, *exact, s), 0);
-    ASSERT_EQ(backend.read_flag(*slot, &flag, &violations), 0);
-    EXPECT_EQ(violations, 0u);
-    EXPECT_EQ(flag, enc.ok_bits);
+  for (uint64_t i : {0, 3, 30003}) keep.set_range(i, 1, false);
+  const FlagEncoding enc = flag_encoding(type);
+  std::unique_ptr<DeviceBuffer> flag, counter;
+  ASSERT_EQ(backend.create_buffer(8, &flag), 0);
+  ASSERT_EQ(backend.create_buffer(8, &counter), 0);
+  for (const compress::Mask* m : {&keep, &want}) {
+    std::unique_ptr<DeviceLayout> layout;
+    ASSERT_EQ(backend.create_layout(*m, 0, count, &layout), 0);
+    ASSERT_EQ(backend.check(*layout, es, buf, flag->data(), enc, *counter, s), 0);
+    ASSERT_EQ(backend.record_flag(*slot, flag->data(), es, *counter, s), 0);
+    uint64_t bits = 0, violations = 0;
+    ASSERT_EQ(backend.read_flag(*slot, nullptr, &bits, &violations), 0);
+    EXPECT_EQ(violations, m == &keep ? 3u : 0u);
+    EXPECT_EQ(bits, m == &keep ? enc.bad_bits : enc.ok_bits);
+    EXPECT_EQ(flag_reports_violation(type, bits), m == &keep);
   }
   cudaFree(buf);
   cudaStreamDestroy(s);
 }
 
 TEST(KernelCaptureTest, GatherAndScatterCanBeCapturedIntoAGraph) {
-  REQUIRE_GPU();
+  SIEVE_REQUIRE_GPU();
   CudaBackend backend;
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   const uint64_t count = 1 << 16;
   compress::Mask m(count, false);
   m.set_range(100, 5000, true);
-  std::unique_ptr<DevicePlan> plan;
-  ASSERT_EQ(backend.create_plan(m, ElemType::kF32, false, &plan), 0);
+  std::unique_ptr<DeviceLayout> layout;
+  std::unique_ptr<DeviceBuffer> compact;
+  ASSERT_EQ(backend.create_layout(m, 0, count, &layout), 0);
+  ASSERT_EQ(backend.create_buffer(m.kept() * 4, &compact), 0);
+  std::vector<float> host(count);
+  for (uint64_t i = 0; i < count; ++i) host[i] = float(i) + 1.0f;
   void* buf;
   ASSERT_EQ(cudaMalloc(&buf, count * 4), cudaSuccess);
-  EXPECT_FALSE(backend.capturing(s));
+  ASSERT_EQ(cudaMemcpy(buf, host.data(), count * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  bool capturing = true;
+  ASSERT_EQ(backend.capture_status(s, &capturing), 0);
+  EXPECT_FALSE(capturing);
   cudaGraph_t graph;
   ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  EXPECT_TRUE(backend.capturing(s));
-  EXPECT_EQ(backend.gather(*plan, buf, s), 0);
-  EXPECT_EQ(backend.scatter(*plan, buf, s), 0);
+  ASSERT_EQ(backend.capture_status(s, &capturing), 0);
+  EXPECT_TRUE(capturing);
+  EXPECT_EQ(backend.gather(*layout, 4, buf, compact->data(), s), 0);
+  EXPECT_EQ(backend.scatter(*layout, 4, compact->data(), buf, s), 0);
   ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
   cudaGraphExec_t exec;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  for (int replay = 0; replay < 2; ++replay) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(host.data(), buf, count * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (uint64_t i = 0; i < count; ++i) ASSERT_EQ(host[i], m.test(i) ? float(i) + 1.0f : 0.0f) << i;
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaFree(buf);

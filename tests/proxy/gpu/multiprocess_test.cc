@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/proxy/gpu/gpu_gate.h"
 #include "tools/common/subprocess.h"
 
 #ifndef SIEVE_PROXY_RANK
@@ -21,13 +22,6 @@
 
 namespace {
 
-std::string no_gpu_reason() {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) return std::string("no CUDA device visible (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
-  if (n == 0) return "no CUDA device visible (cudaGetDeviceCount returned 0)";
-  return "";
-}
 
 // Runs `nranks` ranks of `mode` to completion (bounded); returns each rank's transcript and status.
 void run_ranks(const std::string& mode, int nranks, const std::vector<std::string>& extra_env, int timeout_s) {
@@ -69,14 +63,27 @@ void run_ranks(const std::string& mode, int nranks, const std::vector<std::strin
 }
 
 TEST(ProxyMultiProcessTest, CompactedAllReduceEqualsDenseForEveryTypeAndOp) {
-  const std::string why = no_gpu_reason();
-  if (!why.empty()) GTEST_SKIP() << why;
+  SIEVE_REQUIRE_GPU();
   run_ranks("check", 2, {"SIEVE_PROXY_MIN_COUNT=1"}, 110);
 }
 
+TEST(ProxyMultiProcessTest, ReduceScatterAndAllGatherCompactExactly) {
+  SIEVE_REQUIRE_GPU();
+  for (int n : {2, 4}) run_ranks("sharded", n, {"SIEVE_PROXY_MIN_COUNT=1"}, 110);
+}
+
+TEST(ProxyMultiProcessTest, UnionMasksCompactExactly) {
+  SIEVE_REQUIRE_GPU();
+  run_ranks("union", 2, {}, 110);
+}
+
+TEST(ProxyMultiProcessTest, AGraphCapturingACompactedAllReduceReplays) {
+  SIEVE_REQUIRE_GPU();
+  run_ranks("capture", 2, {}, 110);
+}
+
 TEST(ProxyMultiProcessTest, LearnedMasksCompactCatchViolationsAndFallBack) {
-  const std::string why = no_gpu_reason();
-  if (!why.empty()) GTEST_SKIP() << why;
+  SIEVE_REQUIRE_GPU();
   run_ranks("learned", 2, {"SIEVE_TRACK=1", "SIEVE_TRACK_STABLE=2", "SIEVE_TRACK_LAG=2"}, 110);
 }
 
