@@ -1,37 +1,38 @@
-"""Python binding of Sieve's C API (sieve.h) through ctypes: no build step.
+"""Python binding of Sieve's C API (sieve.h) through ctypes: no build step, no compiled extension.
 
-Finds the loaded libnccl-net-sieve.so (LD_PRELOAD puts it in the process), publishes the sparsity
-masks of tensors so the collective proxy all-reduces only their kept elements, and reads the
-process's counters.
+Finds the libnccl-net-sieve.so that LD_PRELOAD put into the process, publishes the sparsity masks of
+the buffers NCCL will reduce, commits them (the collective proxy then sends only the kept elements)
+and reads the process's counters.
 
     import sieve
-    sieve.publish_pruned_model(ddp_model.module)   # every rank, after the second backward
+    sieve.publish_pruned_model(ddp_model.module)   # every rank, same point, after the 2nd backward
     print(sieve.stats())
 
-DDP settings the proxy needs (see publish_pruned_model): gradient_as_bucket_view=True, so that each
-parameter's .grad *is* a view into the bucket NCCL all-reduces and a mask published for the grad
-covers the bucket; publish after the second backward pass, because DDP rebuilds its buckets (new
-addresses) once during the second iteration; publish at the same point on every rank; keep the
-gradients alive (optimizer.zero_grad(set_to_none=False)).
+Publishing stages masks; commit() hands them to the proxy, which activates them on a communicator
+only after every rank agreed on them (docs/DESIGN.md, "Consistency"). Call publish, retract and
+commit at the same program point on every rank.
 """
 
 import ctypes
-import ctypes.util
 import os
+import weakref
 
 __all__ = [
-    "SieveError", "library", "publish_mask", "publish_ranges", "retract", "query", "stats",
+    "SieveError", "library", "publish_mask", "publish_ranges", "retract", "commit", "query", "stats",
     "publish_pruned_model", "retract_all",
 ]
 
 _LIBRARY_NAME = "libnccl-net-sieve.so"
 
-# sieve.h dtypes
+# sieve.h error codes and dtypes
+_ERR_INVALID, _ERR_UNSUPPORTED, _ERR_RANGE, _ERR_NOT_FOUND = -1, -2, -3, -4
+_ERR_UNAVAILABLE = -8
 _DTYPE_F32, _DTYPE_F16, _DTYPE_BF16, _DTYPE_F64, _DTYPE_I8, _DTYPE_U8, _DTYPE_I32, _DTYPE_I64 = range(8)
+_COMMIT_UNION = 1
 
 
 class SieveError(RuntimeError):
-    """A failed C API call: code is the negative SIEVE_ERR_* value."""
+    """A failed call: code is the negative SIEVE_ERR_* value."""
 
     def __init__(self, code, message):
         super().__init__(message)
@@ -47,35 +48,49 @@ class _Stats(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t)] + [(name, ctypes.c_uint64) for name in (
         "bytes_logical_sent", "bytes_wire_sent", "bytes_logical_received", "bytes_wire_received",
         "messages_sent", "messages_received", "collectives_dense", "collectives_compacted",
-        "mask_violations", "connections_rejected", "masks_published")]
+        "mask_violations", "connections_rejected", "masks_published", "tables_activated",
+        "tables_refused")]
 
 
 def _loaded_path():
-    """The path of the Sieve library already mapped into this process, if any."""
+    """The path of the Sieve library already mapped into this process (LD_PRELOAD), if any."""
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
-                path = line.rstrip("\n").split(None, 5)[-1]
-                if path.endswith(_LIBRARY_NAME):
-                    return path
+                fields = line.rstrip("\n").split(None, 5)
+                if len(fields) == 6 and os.path.basename(fields[5]) == _LIBRARY_NAME:
+                    return fields[5]
     except OSError:
         pass
     return None
 
 
 def _find_library():
-    candidates = [os.environ.get("SIEVE_LIBRARY"), _loaded_path(), ctypes.util.find_library("nccl-net-sieve")]
-    for path in candidates:
-        if path:
-            return path
-    raise SieveError(-8, "libnccl-net-sieve.so not found: LD_PRELOAD it, or set SIEVE_LIBRARY to its path")
+    """The copy that LD_PRELOAD loaded always wins: masks published into any other copy would never
+    reach the proxy, and the job would silently run dense. SIEVE_LIBRARY names a copy to load when
+    none is loaded (tools and tests that use the C API without the proxy)."""
+    loaded = _loaded_path()
+    wanted = os.environ.get("SIEVE_LIBRARY")
+    if loaded:
+        if wanted and os.path.realpath(wanted) != os.path.realpath(loaded):
+            raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s, but another copy of Sieve is already loaded (%s): masks "
+                                           "published there would never reach the proxy. Unset SIEVE_LIBRARY or "
+                                           "point it at the loaded copy" % (wanted, loaded))
+        return loaded
+    if wanted:
+        if not os.path.isfile(wanted):
+            raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s: no such file" % wanted)
+        return wanted
+    raise SieveError(_ERR_UNAVAILABLE, "%s is not loaded in this process: start the job with LD_PRELOAD=<path to "
+                                       "%s> (the collective proxy works only preloaded), or set SIEVE_LIBRARY to use "
+                                       "the C API alone" % (_LIBRARY_NAME, _LIBRARY_NAME))
 
 
 _lib = None
 
 
 def library():
-    """The loaded C library (found once: SIEVE_LIBRARY, then the mapped copy, then the linker path)."""
+    """The C library (found once: the preloaded copy, else $SIEVE_LIBRARY)."""
     global _lib
     if _lib is None:
         lib = ctypes.CDLL(_find_library())
@@ -89,6 +104,8 @@ def library():
                                                   ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
                                                   ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]
         lib.sieve_mask_retract.argtypes = [ctypes.c_void_p]
+        lib.sieve_mask_retract_id.argtypes = [ctypes.c_uint64]
+        lib.sieve_commit.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64)]
         lib.sieve_mask_query.argtypes = [ctypes.c_void_p, ctypes.POINTER(_MaskInfo)]
         lib.sieve_stats_get.argtypes = [ctypes.POINTER(_Stats)]
         _lib = lib
@@ -101,56 +118,94 @@ def _check(code):
         raise SieveError(code, "%s: %s" % (lib.sieve_strerror(code).decode(), lib.sieve_last_error().decode()))
 
 
+def _retract_id_quietly(mask_id):
+    """A finalizer's retract: the mask may be gone already (replaced or retracted), and at interpreter
+    exit the library may be too; neither is an error worth raising from a finalizer."""
+    try:
+        if _lib is not None:
+            _lib.sieve_mask_retract_id(ctypes.c_uint64(mask_id))
+    except Exception:  # noqa: BLE001 (finalizers must not raise)
+        pass
+
+
 def _dtype_code(tensor):
     import torch
     codes = {torch.float32: _DTYPE_F32, torch.float16: _DTYPE_F16, torch.bfloat16: _DTYPE_BF16,
              torch.float64: _DTYPE_F64, torch.int8: _DTYPE_I8, torch.uint8: _DTYPE_U8, torch.int32: _DTYPE_I32,
              torch.int64: _DTYPE_I64}
     if tensor.dtype not in codes:
-        raise SieveError(-2, "unsupported tensor dtype %s" % tensor.dtype)
+        raise SieveError(_ERR_UNSUPPORTED, "unsupported tensor dtype %s" % tensor.dtype)
     return codes[tensor.dtype]
 
 
 def _buffer(tensor):
     if not tensor.is_contiguous():
-        raise SieveError(-1, "the tensor must be contiguous (a mask describes consecutive elements)")
+        raise SieveError(_ERR_INVALID, "the tensor must be contiguous (a mask describes consecutive elements)")
     if tensor.numel() == 0:
-        raise SieveError(-1, "the tensor has no elements")
-    return ctypes.c_void_p(tensor.data_ptr()), tensor.numel(), _dtype_code(tensor)
+        raise SieveError(_ERR_INVALID, "the tensor has no elements")
+    return tensor.data_ptr(), tensor.numel(), _dtype_code(tensor)
 
 
 def _packbits(keep):
-    """keep: a tensor of any dtype (nonzero = kept) -> LSB-first bitmap bytes."""
-    import numpy
-    flat = keep.detach().reshape(-1).ne(0).to("cpu").numpy()
-    return numpy.packbits(flat, bitorder="little").tobytes()
+    """keep: a tensor of any dtype (nonzero = kept) -> LSB-first bitmap bytes, packed by torch itself."""
+    import torch
+    flat = keep.detach().reshape(-1).ne(0).to("cpu", torch.uint8)
+    pad = (-flat.numel()) % 8
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad)])
+    weights = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
+    packed = (flat.view(-1, 8) * weights).sum(dim=1, dtype=torch.uint8)
+    try:
+        return packed.numpy().tobytes()
+    except RuntimeError:  # torch built without numpy
+        return bytes(packed.tolist())
+
+
+def _publish_bits(address, count, dtype, bits, owner=None):
+    """Publishes an LSB-first bitmap for count elements of dtype at address; when owner (a tensor) dies,
+    the mask is retracted by its id (so a newer mask at the same address is left alone)."""
+    mask_id = ctypes.c_uint64(0)
+    _check(library().sieve_mask_publish(ctypes.c_void_p(address), count, dtype, bits, ctypes.byref(mask_id)))
+    if owner is not None:
+        weakref.finalize(owner, _retract_id_quietly, mask_id.value)
+    return mask_id.value
 
 
 def publish_mask(tensor, keep):
-    """Publishes which elements of `tensor` are kept (keep: same number of elements, nonzero = kept).
-    Returns the mask id. The address is what counts: publish the tensor NCCL will all-reduce."""
-    base, count, dtype = _buffer(tensor)
+    """Publishes (stages) which elements of `tensor` are kept (keep: same number of elements, nonzero =
+    kept); commit() makes it take effect. Returns the mask id. The mask is retracted when the tensor
+    is freed. The address is what counts: publish the buffer NCCL will reduce."""
+    address, count, dtype = _buffer(tensor)
     if keep.numel() != count:
-        raise SieveError(-1, "mask has %d elements, the tensor %d" % (keep.numel(), count))
-    mask_id = ctypes.c_uint64(0)
-    _check(library().sieve_mask_publish(base, count, dtype, _packbits(keep), ctypes.byref(mask_id)))
-    return mask_id.value
+        raise SieveError(_ERR_INVALID, "mask has %d elements, the tensor %d" % (keep.numel(), count))
+    return _publish_bits(address, count, dtype, _packbits(keep), owner=tensor)
 
 
 def publish_ranges(tensor, ranges):
     """Publishes kept elements as (start, length) pairs. Returns the mask id."""
-    base, count, dtype = _buffer(tensor)
+    address, count, dtype = _buffer(tensor)
     n = len(ranges)
     starts = (ctypes.c_uint64 * max(n, 1))(*[int(s) for s, _ in ranges])
     lengths = (ctypes.c_uint64 * max(n, 1))(*[int(l) for _, l in ranges])
     mask_id = ctypes.c_uint64(0)
-    _check(library().sieve_mask_publish_ranges(base, count, dtype, starts, lengths, n, ctypes.byref(mask_id)))
+    _check(library().sieve_mask_publish_ranges(ctypes.c_void_p(address), count, dtype, starts, lengths, n,
+                                               ctypes.byref(mask_id)))
+    weakref.finalize(tensor, _retract_id_quietly, mask_id.value)
     return mask_id.value
 
 
 def retract(tensor):
     """Removes the mask published for `tensor` (its exact data address)."""
     _check(library().sieve_mask_retract(ctypes.c_void_p(tensor.data_ptr())))
+
+
+def commit(union=False):
+    """Hands what is published to the collective proxy; every rank calls it at the same point. With
+    union=True the ranks' masks may differ and every rank compacts on their OR (PruneX). Returns the
+    commit's number."""
+    epoch = ctypes.c_uint64(0)
+    _check(library().sieve_commit(_COMMIT_UNION if union else 0, ctypes.byref(epoch)))
+    return epoch.value
 
 
 def query(tensor):
@@ -179,47 +234,84 @@ def _pruned_parameters(model):
                     yield ("%s.%s" % (module_name, param_name)).lstrip("."), param, mask
 
 
-# Addresses publish_pruned_model published, per model: DDP moves gradients when it rebuilds its
-# buckets, and a mask left at an old address could later describe some other tensor placed there.
+# Mask ids publish_pruned_model published, per model: republishing (buckets moved, masks changed)
+# first retracts them.
 _published_by_model = {}
 
 
-def _retract_addresses(addresses):
-    lib = library()
-    for address in addresses:
-        lib.sieve_mask_retract(ctypes.c_void_p(address))  # NOT_FOUND is fine: already replaced
+def _storage_extent(tensor):
+    """(address, bytes) of the whole storage a tensor views (torch >= 2.0 and older)."""
+    if hasattr(tensor, "untyped_storage"):
+        storage = tensor.untyped_storage()
+        return storage.data_ptr(), storage.nbytes()
+    storage = tensor.storage()
+    return storage.data_ptr(), storage.size() * tensor.element_size()
 
 
-def publish_pruned_model(model, require_grads=True):
-    """Publishes, for every parameter pruned with torch.nn.utils.prune, its mask on the parameter's
-    gradient: the gradient of a pruned weight is exactly zero there while the reparametrization is
-    active. Returns the number of masks published.
+def _storage_masks(pruned):
+    """One mask per gradient storage: with DDP's gradient_as_bucket_view every .grad is a view into the
+    flat bucket NCCL reduces, so the buffer to publish is the whole bucket. Elements no pruned
+    gradient covers (unpruned parameters, alignment gaps) are kept, which is always exact."""
+    import torch
+    storages = {}
+    for name, param, mask in pruned:
+        grad = param.grad
+        if not grad.is_contiguous():
+            raise SieveError(_ERR_INVALID, "the gradient of %s is not contiguous" % name)
+        if mask.numel() != grad.numel():
+            raise SieveError(_ERR_INVALID, "the mask of %s has %d elements, its gradient %d" % (
+                name, mask.numel(), grad.numel()))
+        address, nbytes = _storage_extent(grad)
+        entry = storages.setdefault(address, {
+            "dtype": grad.dtype, "count": nbytes // grad.element_size(), "grads": [], "parts": []})
+        if entry["dtype"] != grad.dtype:
+            raise SieveError(_ERR_INVALID, "gradients of different dtypes share one storage (%s)" % name)
+        entry["grads"].append(grad)
+        entry["parts"].append((grad.storage_offset(), mask))
+    for address, entry in storages.items():
+        keep = torch.ones(entry["count"], dtype=torch.bool)
+        for offset, mask in entry["parts"]:
+            keep[offset:offset + mask.numel()] = mask.detach().reshape(-1).ne(0).cpu()
+        yield address, entry, keep
+
+
+def publish_pruned_model(model, require_grads=True, commit_now=True, union=False):
+    """Publishes the masks of every parameter pruned with torch.nn.utils.prune, on the buffers that
+    hold their gradients (the gradient of a pruned weight is exactly zero where the mask prunes), then
+    commits (commit_now=False leaves the commit to the caller). Returns the number of masks published.
 
     For DDP, pass the wrapped module (ddp.module) and construct DDP with gradient_as_bucket_view=True:
-    then every .grad is a view into the bucket that NCCL all-reduces, and the bucket's mask is the
-    union of its gradients' masks (unpruned parameters stay dense). Call it on every rank at the same
-    point, after the *second* backward pass: DDP rebuilds its buckets once during the second
-    iteration, which moves every gradient; call it again whenever a mask changes or buckets move
-    (it first retracts what it published for this model before). Keep gradients alive: use
-    optimizer.zero_grad(set_to_none=False), or the bucket views are dropped. Without
-    gradient_as_bucket_view DDP copies gradients into separate buckets that no mask covers, and the
-    proxy simply runs dense.
+    then each bucket NCCL all-reduces gets one mask, the union of its gradients' masks (unpruned
+    parameters stay dense). Call it on every rank at the same point, after the *second* backward pass
+    (DDP rebuilds its buckets once during the second iteration, which moves every gradient), and again
+    whenever a mask changes or buckets move; it first retracts what it published for this model
+    before. Keep gradients alive (optimizer.zero_grad(set_to_none=False)); a freed gradient's mask is
+    retracted, and that bucket then runs dense. Without gradient_as_bucket_view DDP copies gradients
+    into buckets no mask covers, and the proxy runs dense (it logs the near miss).
     """
     pruned = list(_pruned_parameters(model))
     if require_grads:
         for name, param, _ in pruned:
             if param.grad is None:
-                raise SieveError(-1, "%s has no gradient yet: publish after the first backward pass" % name)
-    _retract_addresses(_published_by_model.pop(id(model), []))
-    addresses = []
-    for _, param, mask in pruned:
-        if param.grad is not None:
-            publish_mask(param.grad, mask)
-            addresses.append(param.grad.data_ptr())
-    _published_by_model[id(model)] = addresses
-    return len(addresses)
+                raise SieveError(_ERR_INVALID, "%s has no gradient yet: publish after the first backward pass" % name)
+    for mask_id in _published_by_model.pop(id(model), []):
+        _retract_id_quietly(mask_id)
+    ids = []
+    for address, entry, keep in _storage_masks([p for p in pruned if p[1].grad is not None]):
+        dtype = _dtype_code(entry["grads"][0])
+        mask_id = _publish_bits(address, entry["count"], dtype, _packbits(keep))
+        for grad in entry["grads"]:
+            weakref.finalize(grad, _retract_id_quietly, mask_id)
+        ids.append(mask_id)
+    _published_by_model[id(model)] = ids
+    if commit_now:
+        commit(union=union)
+    return len(ids)
 
 
-def retract_all(model):
-    """Retracts the masks publish_pruned_model published for this model, wherever they were."""
-    _retract_addresses(_published_by_model.pop(id(model), []))
+def retract_all(model, commit_now=True):
+    """Retracts the masks publish_pruned_model published for this model, then commits."""
+    for mask_id in _published_by_model.pop(id(model), []):
+        _retract_id_quietly(mask_id)
+    if commit_now:
+        commit()

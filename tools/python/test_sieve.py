@@ -1,70 +1,131 @@
-"""Checks the ctypes binding against the built library, without a GPU (CPU tensors: the C API only
-records addresses). Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so /usr/bin/python3 tools/python/test_sieve.py
-Exits 77 (skipped) when torch or numpy is missing."""
+"""Checks the ctypes binding against the built library, without a GPU (the C API only records
+addresses). Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so python3 tools/python/test_sieve.py
+(or with LD_PRELOAD instead). The library-finding and C API checks need nothing else; the tensor
+checks need torch and skip one by one without it."""
 
+import ctypes
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 
 try:
-    import numpy  # noqa: F401
     import torch
     import torch.nn.utils.prune as prune
-except ImportError as missing:
-    print("SKIP: %s (the binding test needs torch and numpy; Debian: python3-torch)" % missing)
-    sys.exit(77)
+except ImportError:
+    torch = None
 
 import sieve  # noqa: E402
 
+needs_torch = unittest.skipUnless(torch is not None, "needs torch (Debian: python3-torch)")
+LIBRARY = os.environ.get("SIEVE_LIBRARY") or sieve._loaded_path()
 
-class BindingTest(unittest.TestCase):
+
+def run_python(code, **env):
+    """Runs code in a fresh interpreter with exactly these Sieve-related variables."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("SIEVE_LIBRARY", "LD_PRELOAD")}
+    environment.update(env)
+    environment["PYTHONPATH"] = HERE
+    return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=60)
+
+
+class FindsTheRightLibrary(unittest.TestCase):
+    def test_the_preloaded_copy_wins_and_a_conflicting_sieve_library_is_an_error(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            other = os.path.join(tmp, "libnccl-net-sieve.so")
+            shutil.copy(LIBRARY, other)
+            done = run_python("import sieve; sieve.library()", LD_PRELOAD=LIBRARY, SIEVE_LIBRARY=other)
+            self.assertNotEqual(done.returncode, 0)
+            self.assertIn("another copy of Sieve is already loaded", done.stderr)
+            self.assertIn(other, done.stderr)
+            done = run_python("import sieve; sieve.library(); print(sieve._loaded_path())",
+                              LD_PRELOAD=LIBRARY, SIEVE_LIBRARY=LIBRARY)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            done = run_python("import sieve; sieve.library(); print(sieve._loaded_path())", LD_PRELOAD=LIBRARY)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertEqual(os.path.realpath(done.stdout.strip()), os.path.realpath(LIBRARY))
+
+    def test_nothing_loaded_gives_one_clear_error(self):
+        done = run_python("import sieve; sieve.stats()")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("is not loaded in this process", done.stderr)
+        self.assertIn("LD_PRELOAD", done.stderr)
+        done = run_python("import sieve; sieve.stats()", SIEVE_LIBRARY="/nope/libnccl-net-sieve.so")
+        self.assertIn("no such file", done.stderr)
+
+
+class CApiThroughCtypes(unittest.TestCase):
     def setUp(self):
         self.before = sieve.stats()["masks_published"]
 
-    def test_finds_the_library_and_reads_stats(self):
-        self.assertTrue(sieve.library().sieve_version().startswith(b"0."))
+    def test_version_and_every_counter(self):
+        self.assertRegex(sieve.library().sieve_version().decode(), r"^\d+\.\d+\.\d+")
         s = sieve.stats()
-        for field in ("collectives_dense", "collectives_compacted", "mask_violations", "masks_published"):
+        for field in ("collectives_dense", "collectives_compacted", "mask_violations", "masks_published",
+                      "tables_activated", "tables_refused"):
             self.assertIn(field, s)
+
+    def test_publish_stages_commit_numbers_and_the_dtype_reads_back(self):
+        buffer = (ctypes.c_uint16 * 64)()
+        address = ctypes.addressof(buffer)
+        bits = bytes([0b00010001] * 2)
+        for code in range(8):  # every dtype reads back as published (F16 vs BF16, I8 vs U8, ...)
+            mask_id = sieve._publish_bits(address, 16, code, bits)
+            info = sieve._MaskInfo(size=ctypes.sizeof(sieve._MaskInfo))
+            sieve._check(sieve.library().sieve_mask_query(ctypes.c_void_p(address), ctypes.byref(info)))
+            self.assertEqual((info.dtype, info.mask_id), (code, mask_id))
+        first = sieve.commit()
+        self.assertEqual(sieve.commit(union=True), first + 1)
+        sieve._check(sieve.library().sieve_mask_retract(ctypes.c_void_p(address)))
+        self.assertEqual(sieve.stats()["masks_published"], self.before)
+
+    def test_a_finalizer_retract_by_id_leaves_a_newer_mask_alone(self):
+        buffer = (ctypes.c_float * 16)()
+        address = ctypes.addressof(buffer)
+        old = sieve._publish_bits(address, 16, 0, b"\xff\xff")
+        new = sieve._publish_bits(address, 16, 0, b"\x0f\x00")  # replaces old
+        sieve._retract_id_quietly(old)
+        info = sieve._MaskInfo(size=ctypes.sizeof(sieve._MaskInfo))
+        sieve._check(sieve.library().sieve_mask_query(ctypes.c_void_p(address), ctypes.byref(info)))
+        self.assertEqual((info.mask_id, info.kept), (new, 4))
+        sieve._retract_id_quietly(new)
+        self.assertEqual(sieve.stats()["masks_published"], self.before)
+
+    def test_an_impossible_count_is_refused_not_a_crash(self):
+        with self.assertRaises(sieve.SieveError) as caught:
+            sieve._publish_bits(0x1000, (1 << 64) - 1, 0, b"\x00")
+        self.assertEqual(caught.exception.code, -3)
+
+
+@needs_torch
+class Tensors(unittest.TestCase):
+    def setUp(self):
+        self.before = sieve.stats()["masks_published"]
 
     def test_publish_query_retract(self):
         grad = torch.zeros(1000)
         keep = torch.zeros(1000, dtype=torch.bool)
         keep[::4] = True
         mask_id = sieve.publish_mask(grad, keep)
-        self.assertGreater(mask_id, 0)
         info = sieve.query(grad)
-        self.assertEqual(info["count"], 1000)
-        self.assertEqual(info["kept"], 250)
-        self.assertEqual(info["mask_id"], mask_id)
-        self.assertEqual(sieve.stats()["masks_published"], self.before + 1)
+        self.assertEqual((info["count"], info["kept"], info["mask_id"]), (1000, 250, mask_id))
         sieve.retract(grad)
-        self.assertEqual(sieve.stats()["masks_published"], self.before)
         with self.assertRaises(sieve.SieveError) as caught:
             sieve.query(grad)
         self.assertEqual(caught.exception.code, -4)
 
-    def test_same_mask_same_hash_in_every_dtype_it_fits(self):
-        keep = torch.rand(4097, generator=torch.Generator().manual_seed(1)) < 0.3
-        a, b = torch.zeros(4097), torch.zeros(4097, dtype=torch.float16)
-        sieve.publish_mask(a, keep)
-        sieve.publish_mask(b, keep)
-        self.assertEqual(sieve.query(a)["hash"], sieve.query(b)["hash"])
-        self.assertEqual(sieve.query(b)["kept"], int(keep.sum()))
-        sieve.retract(a)
-        sieve.retract(b)
-
-    def test_ranges(self):
-        grad = torch.zeros(100, dtype=torch.float64)
-        sieve.publish_ranges(grad, [(0, 10), (50, 5)])
-        self.assertEqual(sieve.query(grad)["kept"], 15)
-        sieve.retract(grad)
-        with self.assertRaises(sieve.SieveError) as caught:
-            sieve.publish_ranges(grad, [(95, 10)])
-        self.assertEqual(caught.exception.code, -3)
-        self.assertIn("past the end", str(caught.exception))
+    def test_a_freed_tensor_takes_its_mask_with_it(self):
+        grad = torch.zeros(4096, dtype=torch.bfloat16)
+        sieve.publish_mask(grad, torch.ones(4096))
+        self.assertEqual(sieve.query(grad)["dtype"], 2)  # BF16, not F16
+        self.assertEqual(sieve.stats()["masks_published"], self.before + 1)
+        del grad
+        self.assertEqual(sieve.stats()["masks_published"], self.before)
 
     def test_bad_input_is_refused_with_a_clear_error(self):
         grad = torch.zeros(10)
@@ -76,39 +137,35 @@ class BindingTest(unittest.TestCase):
         with self.assertRaises(sieve.SieveError):
             sieve.publish_mask(torch.zeros(4, dtype=torch.complex64), torch.ones(4))
         with self.assertRaises(sieve.SieveError):
-            sieve.publish_mask(torch.zeros(0), torch.ones(0))
-        with self.assertRaises(sieve.SieveError) as caught:
-            sieve.retract(torch.zeros(3))
-        self.assertEqual(caught.exception.code, -4)
+            sieve.publish_ranges(torch.zeros(100), [(95, 10)])
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
-    def test_publishes_every_pruned_parameter_on_its_gradient(self):
+    def test_one_mask_per_bucket_composed_from_its_pruned_gradients(self):
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
-                                    torch.nn.Linear(8 * 6 * 6, 10))
+        model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
         prune.l1_unstructured(model[0], "weight", amount=0.8)
-        prune.l1_unstructured(model[3], "weight", amount=0.8)
+        prune.l1_unstructured(model[2], "weight", amount=0.5)
         with self.assertRaises(sieve.SieveError):
             sieve.publish_pruned_model(model)  # no gradients yet
-        model(torch.randn(2, 3, 8, 8)).sum().backward()
-        # What the proxy relies on: the gradient is exactly zero where prune's mask prunes.
-        for module in (model[0], model[3]):
-            self.assertTrue(torch.all(module.weight_orig.grad[module.weight_mask == 0] == 0))
-        self.assertEqual(sieve.publish_pruned_model(model), 2)
-        self.assertEqual(sieve.query(model[0].weight_orig.grad)["kept"], int(model[0].weight_mask.sum()))
-        self.assertEqual(sieve.query(model[3].weight_orig.grad)["kept"], int(model[3].weight_mask.sum()))
-        self.assertEqual(sieve.stats()["masks_published"], self.before + 2)
-        # Gradients moved (as when DDP rebuilds its buckets): republishing drops the stale addresses.
-        for module in (model[0], model[3]):
-            module.weight_orig.grad = module.weight_orig.grad.clone()
-        self.assertEqual(sieve.publish_pruned_model(model), 2)
-        self.assertEqual(sieve.stats()["masks_published"], self.before + 2)
+        params = [model[0].weight_orig, model[0].bias, model[2].weight_orig, model[2].bias]
+        bucket = torch.zeros(sum(p.numel() for p in params))  # as DDP's gradient_as_bucket_view lays them out
+        offset = 0
+        for p in params:
+            p.grad = bucket[offset:offset + p.numel()].view_as(p)
+            offset += p.numel()
+        self.assertEqual(sieve.publish_pruned_model(model), 1)
+        info = sieve.query(bucket)
+        pruned_away = int((model[0].weight_mask == 0).sum() + (model[2].weight_mask == 0).sum())
+        self.assertEqual((info["count"], info["kept"]), (bucket.numel(), bucket.numel() - pruned_away))
+        self.assertEqual(sieve.stats()["masks_published"], self.before + 1)
+        self.assertEqual(sieve.publish_pruned_model(model), 1)  # republishing replaces, never adds
+        self.assertEqual(sieve.stats()["masks_published"], self.before + 1)
         sieve.retract_all(model)
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
 
 if __name__ == "__main__":
-    if not os.environ.get("SIEVE_LIBRARY") and not sieve._loaded_path():
-        print("SKIP: set SIEVE_LIBRARY to the built libnccl-net-sieve.so")
+    if not LIBRARY:
+        print("SKIP: set SIEVE_LIBRARY to the built libnccl-net-sieve.so, or LD_PRELOAD it")
         sys.exit(77)
     unittest.main()
