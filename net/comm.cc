@@ -156,8 +156,12 @@ Status TcpSendComm::progress_control() {
       iov[count++] = {s->data + (s->control_moved - wire::kFrameHeaderBytes), total - s->control_moved};
     }
     IoResult r = write_some(fd, iov, count);
-    if (r.would_block) return Status::ok();
+    if (r.would_block) {
+      Status alive = control_acks_.check(fd, options_.peer_timeout_ms, connection_.peer);
+      return alive.is_ok() ? Status::ok() : fail(alive);
+    }
     if (r.error) return fail(error(Code::RemoteError, "sending to " + connection_.peer + ": " + errno_text(r.error)));
+    control_acks_.reset();
     s->control_moved += r.bytes;
     if (options_.rate_limiter) options_.rate_limiter->charge(r.bytes);  // paid for by the helpers' next stripes
     if (s->control_moved == total) {

@@ -84,6 +84,7 @@ class TcpSendComm final : public SendComm, public TcpComm {
  private:
   Status progress_control();
   std::deque<Slot*> control_queue_;  // frames not yet fully written, in sequence order
+  AckWatch control_acks_;            // a blocked control socket: is the peer's host still there?
 };
 
 class TcpRecvComm final : public RecvComm, public TcpComm {

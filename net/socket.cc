@@ -92,12 +92,33 @@ void tune_connection(int fd, int peer_timeout_ms, int buffer_bytes) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
-  unsigned user_timeout = static_cast<unsigned>(peer_timeout_ms);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
   if (buffer_bytes > 0) {
     ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof(buffer_bytes));
     ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
   }
+}
+
+Status AckWatch::check(int fd, int timeout_ms, const std::string& peer) {
+  tcp_info info{};
+  socklen_t length = sizeof(info);
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return Status::ok();  // cannot tell: not dead
+  // Retransmissions of data, not window probes: Linux backs probes off (and, depending on the
+  // version, counts them unanswered) while a live receiver keeps its window closed.
+  const bool unanswered = info.tcpi_retransmits > 0;
+  if (!unanswered) {
+    reset();
+    return Status::ok();
+  }
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (unanswered_since_ms_ < 0) unanswered_since_ms_ = now;
+  // Both: unanswered for the whole time (not one probe in flight at the wrong moment), and no
+  // acknowledgement of anything for as long.
+  if (now - unanswered_since_ms_ >= timeout_ms && info.tcpi_last_ack_recv >= static_cast<uint32_t>(timeout_ms))
+    return error(Code::RemoteError, "peer " + peer + " acknowledged nothing for " +
+                                        std::to_string(info.tcpi_last_ack_recv) +
+                                        " ms (its host is down or the network is cut; SIEVE_PEER_TIMEOUT_MS)");
+  return Status::ok();
 }
 
 IoResult write_some(int fd, const iovec* iov, int count) {

@@ -47,9 +47,25 @@ Status start_connect(const SocketAddress& address, Fd* out);
 int connect_error(int fd);
 Status accept_one(int listen_fd, Fd* out, SocketAddress* peer, bool* got_one);
 
-// Socket options for an established connection: no Nagle, kernel keepalive and a user timeout so
-// a vanished host (no ACKs) fails the connection within peer_timeout_ms, large buffers when asked.
+// Socket options for an established connection: no Nagle, kernel keepalive (a vanished host fails
+// an idle connection within peer_timeout_ms), large buffers when asked. No TCP_USER_TIMEOUT: Linux
+// aborts a connection whose zero window outlives it, and a receiver that is merely slow (starved of
+// CPU, or not posting its receive yet) closes its window. AckWatch covers a vanished host instead.
 void tune_connection(int fd, int peer_timeout_ms, int buffer_bytes);
+
+// Tells a vanished host from a slow receiver while data waits to be sent: a live receiver that stops
+// reading closes its window (the sender then only probes it), a vanished host leaves data in flight
+// unacknowledged and the sender retransmits. Check while a send is blocked; reset on progress.
+// (A host that vanishes while its window is closed is left to the kernel's probe limit.)
+class AckWatch {
+ public:
+  // An error once the peer has left retransmitted data unacknowledged for timeout_ms.
+  Status check(int fd, int timeout_ms, const std::string& peer);
+  void reset() { unanswered_since_ms_ = -1; }
+
+ private:
+  int64_t unanswered_since_ms_ = -1;
+};
 
 // Outcome of one non-blocking read or write.
 struct IoResult {

@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -100,6 +101,7 @@ StripeWorker::StripeWorker(Direction direction, std::vector<int> sockets, int wa
       rate_limiter_(rate_limiter),
       queues_(sockets_.size()),
       last_progress_(sockets_.size(), Clock::now()),
+      ack_watch_(sockets_.size()),
       receive_lowat_(sockets_.size(), 1),
       scratch_(sockets_.size()) {}
 
@@ -259,6 +261,7 @@ bool StripeWorker::pump(size_t socket, bool* progressed) {
     const bool short_transfer = r.bytes < iov_bytes(iov, count);
     s.moved += r.bytes;
     *progressed = true;
+    if (direction_ == Direction::Send && r.bytes > 0) ack_watch_[socket].reset();
     if (direction_ == Direction::Receive) {
       last_progress_[socket] = Clock::now();
       if (header_now_complete) {
@@ -315,6 +318,10 @@ void StripeWorker::wait_for_work() {
         auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_[i]).count();
         int left = static_cast<int>(std::max<int64_t>(0, peer_timeout_ms_ - waited)) + 1;
         timeout_ms = timeout_ms < 0 ? left : std::min(timeout_ms, left);
+      } else {
+        // A blocked send is checked for a vanished host every so often (AckWatch).
+        const int every = std::clamp(peer_timeout_ms_ / 4, 10, 1000);
+        timeout_ms = timeout_ms < 0 ? every : std::min(timeout_ms, every);
       }
     } else if (direction_ == Direction::Send) {
       events = POLLIN | POLLRDHUP;  // a receiver never writes: readable means it hung up
@@ -340,10 +347,25 @@ void StripeWorker::wait_for_work() {
       return;
     }
   }
+  if (direction_ == Direction::Send) {
+    for (size_t k = 1; k < fds.size(); ++k) {
+      const int i = socket_of[k];
+      if (i < 0 || queues_[i].empty() || (fds[k].revents & POLLOUT)) continue;
+      Status st = ack_watch_[i].check(sockets_[i], peer_timeout_ms_, peer_);
+      if (!st.is_ok()) {
+        fail(st);
+        return;
+      }
+    }
+  }
   if (direction_ == Direction::Receive) {
     const Clock::time_point later = Clock::now();
-    for (size_t i = 0; i < sockets_.size(); ++i) {
-      if (queues_[i].empty()) continue;
+    for (size_t k = 1; k < fds.size(); ++k) {
+      const int i = socket_of[k];
+      if (i < 0 || queues_[i].empty()) continue;
+      // Data waiting to be read is progress this thread has not made yet (it may have been starved
+      // of CPU itself), not a silent peer.
+      if (fds[k].revents & POLLIN) continue;
       auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(later - last_progress_[i]).count();
       if (waited >= peer_timeout_ms_) {
         fail(error(Code::RemoteError, "peer " + peer_ + " sent nothing for " + std::to_string(waited) +

@@ -96,6 +96,7 @@ class StripeWorker {
   std::atomic<bool> quiesced_{false};
   std::vector<std::deque<Stripe>> queues_;  // per socket, touched by the worker thread only
   std::vector<Clock::time_point> last_progress_;
+  std::vector<AckWatch> ack_watch_;  // send direction: is a blocked socket's host still there?
   std::vector<int> receive_lowat_;  // SO_RCVLOWAT in force per socket (receive direction)
   std::vector<ScratchBuffer> scratch_;  // per socket: the front stripe's encoded frame
   std::thread thread_;

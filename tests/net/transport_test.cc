@@ -182,6 +182,40 @@ TEST_F(TransportTest, ClosedSenderFailsPendingReceive) {
   EXPECT_EQ(st.code(), Code::RemoteError) << st.message();
 }
 
+// A receiver that is alive but does not drain its socket for longer than SIEVE_PEER_TIMEOUT_MS (its
+// receive posted late, as NCCL does while the GPU computes, or its process starved of CPU) is slow,
+// not dead: the transfer must complete once it reads again. (The sender's kernel used to abort the
+// connection when the zero window outlived TCP_USER_TIMEOUT, which was set to the peer timeout.)
+TEST(TransportSlowPeer, AReceiverThatStopsReadingLongerThanThePeerTimeoutIsNotDeclaredDead) {
+  TransportOptions options = loopback_options();
+  options.peer_timeout_ms = 300;
+  auto transport = make_transport(options);
+  ASSERT_NE(transport, nullptr);
+  Pair pair;
+  ASSERT_TRUE(connect_pair(*transport, *transport, &pair).is_ok());
+  std::vector<char> out = pattern(64 << 20, 11);  // far more than the socket buffers hold
+  Request* s = nullptr;
+  ASSERT_TRUE(pair.send->isend(out.data(), out.size(), &s).is_ok());
+  ASSERT_NE(s, nullptr);
+  // The sender makes what progress it can while nobody reads, for several peer timeouts.
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(6 * options.peer_timeout_ms);
+  while (std::chrono::steady_clock::now() < until) {
+    Completion c;
+    Status st = s->test(&c);
+    ASSERT_TRUE(st.is_ok()) << "a slow receiver was declared dead: " << st.message();
+    ASSERT_FALSE(c.done) << "64 MiB cannot have been delivered to a receiver that never read";
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::vector<char> in(out.size());
+  Request* r = nullptr;
+  ASSERT_TRUE(pair.recv->irecv(in.data(), in.size(), &r).is_ok());
+  Completion cs, cr;
+  Status st = testing::wait_both(s, &cs, r, &cr);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(cr.size, out.size());
+  EXPECT_EQ(std::memcmp(in.data(), out.data(), out.size()), 0);
+}
+
 TEST_F(TransportTest, ManyMessagesKeepOrder) {
   // Mixed inline and striped messages in flight together must arrive in posting order.
   const size_t sizes[] = {10, 200 * 1024, 0, 5000, 1 << 20, 17, 64 * 1024, 3};
