@@ -1,7 +1,8 @@
-// Property filling and test shared by the v9-v11 shims (their property structs share a prefix).
+// Property filling and test shared by the v9-v12 shims (their property structs share a prefix).
 #pragma once
 
 #include "plugin/abi/net_v11.h"
+#include "plugin/abi/net_v12.h"
 #include "plugin/abi/net_v9.h"
 #include "plugin/net_plugin.h"
 
@@ -38,6 +39,16 @@ inline ncclResult_t fill_properties_v9(int dev, abi::ncclNetProperties_v9_t* pro
 inline ncclResult_t fill_properties_v11(int dev, abi::ncclNetProperties_v11_t* props) {
   ncclResult_t r = fill_common_v9(dev, props);
   if (r == abi::ncclSuccess) props->maxMultiRequestSize = 1;
+  return r;
+}
+
+inline ncclResult_t fill_properties_v12(int dev, abi::ncclNetProperties_v12_t* props) {
+  ncclResult_t r = fill_common_v9(dev, props);
+  if (r == abi::ncclSuccess) {
+    props->maxMultiRequestSize = 1;
+    props->railId = abi::NCCL_NET_ID_UNDEF;  // no rail/plane knowledge: NCCL then ignores both
+    props->planeId = abi::NCCL_NET_ID_UNDEF;
+  }
   return r;
 }
 

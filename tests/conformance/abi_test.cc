@@ -1,11 +1,14 @@
 // In-process ABI conformance: the built library is dlopened as NCCL would, through each exported
 // ncclNetPlugin_vN, and both ends of a loopback connection are driven from this one process (NCCL's
 // own pattern for a rank talking to itself through the network).
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
+#include "plugin/abi/net_v12.h"
 #include "tests/conformance/pattern.h"
 #include "tools/common/plugin_loader.h"
 
@@ -24,10 +27,42 @@ std::unique_ptr<tools::NetPlugin> open_version(int version) {
   return net;
 }
 
-TEST(PluginLibrary, ExportsEveryNetVersionFrom8To11) {
+TEST(PluginLibrary, ExportsEveryNetVersionFrom8To12) {
   std::string error;
   const auto versions = tools::exported_versions(SIEVE_PLUGIN_PATH, &error);
-  EXPECT_EQ(versions, (std::vector<int>{11, 10, 9, 8})) << error;
+  EXPECT_EQ(versions, (std::vector<int>{12, 11, 10, 9, 8})) << error;
+}
+
+TEST(PluginLibrary, NewestVersionIsChosenFirstAsNccl230Does) {
+  auto net = open_version(0);
+  ASSERT_TRUE(net);
+  EXPECT_EQ(net->version(), 12);
+}
+
+// v12 widened the virtual-NIC device list and appended rail/plane ids: the plugin must fill the
+// v12 layout exactly (NCCL reads railId/planeId; writing the v11 size would leave them garbage).
+TEST(PluginLibrary, V12PropertiesFillTheWholeV12StructAndNothingPastIt) {
+  setenv("SIEVE_SOCKET_IFNAME", "lo", 1);
+  void* handle = dlopen(SIEVE_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(handle, nullptr) << dlerror();
+  auto* net = static_cast<const abi::ncclNet_v12_t*>(dlsym(handle, "ncclNetPlugin_v12"));
+  ASSERT_NE(net, nullptr);
+  void* ctx = nullptr;
+  abi::ncclNetCommConfig_v12_t config{abi::NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  ASSERT_EQ(net->init(&ctx, 7, &config, nullptr, nullptr), abi::ncclSuccess);
+  struct {
+    abi::ncclNetProperties_v12_t props;
+    unsigned char canary[32];
+  } out;
+  std::memset(&out, 0xAB, sizeof(out));
+  ASSERT_EQ(net->getProperties(0, &out.props), abi::ncclSuccess);
+  EXPECT_EQ(out.props.railId, abi::NCCL_NET_ID_UNDEF);
+  EXPECT_EQ(out.props.planeId, abi::NCCL_NET_ID_UNDEF);
+  EXPECT_EQ(out.props.vProps.ndevs, 1);
+  EXPECT_EQ(out.props.vProps.devs[0], 0);
+  EXPECT_EQ(out.props.maxMultiRequestSize, 1);
+  for (unsigned char c : out.canary) ASSERT_EQ(c, 0xAB) << "wrote past the v12 properties";
+  EXPECT_EQ(net->finalize(ctx), abi::ncclSuccess);
 }
 
 TEST(PluginLibrary, NamesFollowNcclsPluginNamingRule) {
@@ -59,6 +94,13 @@ TEST_P(Abi, InitDevicesAndPropertiesAreSane) {
     EXPECT_GE(info.max_recvs, 1);
     if (GetParam() >= 9) {
       EXPECT_GT(info.max_p2p_bytes, 0u);
+    }
+    if (GetParam() >= 11) {
+      EXPECT_EQ(info.max_multi_request_size, 1);
+    }
+    if (GetParam() >= 12) {
+      EXPECT_EQ(info.rail_id, -1) << "no rail knowledge must read as NCCL_NET_ID_UNDEF, not rail 0";
+      EXPECT_EQ(info.plane_id, -1);
     }
   }
   tools::NetDeviceInfo info;
@@ -161,7 +203,7 @@ TEST_P(Abi, ListenCloseWithoutAnyPeerReleasesCleanly) {
 
 std::string version_name(const ::testing::TestParamInfo<int>& param) { return "v" + std::to_string(param.param); }
 
-INSTANTIATE_TEST_SUITE_P(EveryVersion, Abi, ::testing::Values(8, 9, 10, 11), version_name);
+INSTANTIATE_TEST_SUITE_P(EveryVersion, Abi, ::testing::Values(8, 9, 10, 11, 12), version_name);
 
 }  // namespace
 }  // namespace sieve::conformance

@@ -3,7 +3,7 @@
 // each side's verdict line ("OK ...", "FAIL ...", "ERROR <ms> ..."). The peer loads the plugin itself
 // (dlopen after exec, as NCCL's proxy would in a fresh process) and never outlives its watchdog.
 //
-//   sieve_conformance_peer --plugin PATH --version 8..11 --role send|recv --scenario NAME
+//   sieve_conformance_peer --plugin PATH --version 8..12 --role send|recv --scenario NAME
 //                          [--handle HEX] [--seed N] [--watchdog-s N] [--pattern dense|sparse]
 // Scenarios: matrix (0 B..64 MiB, 32 outstanding, byte-exact), impaired (0 B..16 MiB, byte-exact, then
 // a "STATS" line of the plugin's sieve_stats_get counters), small, oversize (send 1 MiB into a
@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
   Args args;
   if (!parse_args(argc, argv, &args)) {
     fprintf(stderr,
-            "usage: %s --plugin PATH --version 8..11 --role send|recv --scenario NAME [--handle HEX] "
+            "usage: %s --plugin PATH --version 8..12 --role send|recv --scenario NAME [--handle HEX] "
             "[--seed N] [--watchdog-s N] [--pattern dense|sparse]\n",
             argv[0]);
     return 2;

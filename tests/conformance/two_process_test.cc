@@ -232,7 +232,7 @@ std::string name_of(const ::testing::TestParamInfo<std::tuple<int, Link>>& param
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryVersion, TwoProcess,
-                         ::testing::Combine(::testing::Values(8, 9, 10, 11),
+                         ::testing::Combine(::testing::Values(8, 9, 10, 11, 12),
                                             ::testing::Values(Link::Loopback, Link::Netns)),
                          name_of);
 

@@ -1,4 +1,4 @@
-// Drives ncclNet_v8..v11 through one facade. The per-version differences are few (init/listen/connect
+// Drives ncclNet_v8..v12 through one facade. The per-version differences are few (init/listen/connect
 // signatures, int vs size_t sizes, profiler handles), so each call is one switch on the version.
 #include "tools/common/plugin_loader.h"
 
@@ -16,6 +16,7 @@
 
 #include "plugin/abi/net_v10.h"
 #include "plugin/abi/net_v11.h"
+#include "plugin/abi/net_v12.h"
 #include "plugin/abi/net_v8.h"
 #include "plugin/abi/net_v9.h"
 
@@ -60,6 +61,7 @@ const char* symbol_for(int version) {
     case 9: return "ncclNetPlugin_v9";
     case 10: return "ncclNetPlugin_v10";
     case 11: return "ncclNetPlugin_v11";
+    case 12: return "ncclNetPlugin_v12";
     default: return nullptr;
   }
 }
@@ -67,7 +69,7 @@ const char* symbol_for(int version) {
 template <typename Table> const Table* as(const void* table) { return static_cast<const Table*>(table); }
 
 // Expands to the same call on whichever table this plugin holds. Only for calls whose signature is
-// identical across v8..v11.
+// identical across v8..v12.
 #define SIEVE_SAME_CALL(fn, ...)                                                          \
   do {                                                                                    \
     switch (version_) {                                                                   \
@@ -75,6 +77,7 @@ template <typename Table> const Table* as(const void* table) { return static_cas
       case 9: return as<abi::ncclNet_v9_t>(table_)->fn(__VA_ARGS__);                      \
       case 10: return as<abi::ncclNet_v10_t>(table_)->fn(__VA_ARGS__);                    \
       case 11: return as<abi::ncclNet_v11_t>(table_)->fn(__VA_ARGS__);                    \
+      case 12: return as<abi::ncclNet_v12_t>(table_)->fn(__VA_ARGS__);                    \
     }                                                                                     \
     return kNetInternalError;                                                             \
   } while (0)
@@ -174,7 +177,7 @@ std::unique_ptr<NetPlugin> NetPlugin::open(const std::string& name_or_path, cons
     return nullptr;
   };
   if (options.version != 0 && !symbol_for(options.version)) {
-    return fail("unsupported net ABI version " + std::to_string(options.version) + " (8..11)");
+    return fail("unsupported net ABI version " + std::to_string(options.version) + " (8..12)");
   }
   const std::string library = plugin_library_name(name_or_path);
   void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -194,7 +197,7 @@ std::unique_ptr<NetPlugin> NetPlugin::open(const std::string& name_or_path, cons
   }
   if (!plugin->table_) {
     return fail(library + " exports no " +
-                (options.version ? std::string(symbol_for(options.version)) : std::string("ncclNetPlugin_v8..v11")));
+                (options.version ? std::string(symbol_for(options.version)) : std::string("ncclNetPlugin_v8..v12")));
   }
   g_log_level.store(options.log_level, std::memory_order_relaxed);
   return plugin;
@@ -212,6 +215,7 @@ const char* NetPlugin::name() const {
     case 9: return as<abi::ncclNet_v9_t>(table_)->name;
     case 10: return as<abi::ncclNet_v10_t>(table_)->name;
     case 11: return as<abi::ncclNet_v11_t>(table_)->name;
+    case 12: return as<abi::ncclNet_v12_t>(table_)->name;
   }
   return "";
 }
@@ -229,6 +233,12 @@ int NetPlugin::init() {
                                                      plugin_profiler);
       break;
     }
+    case 12: {
+      abi::ncclNetCommConfig_v12_t config{options_.traffic_class};
+      result = as<abi::ncclNet_v12_t>(table_)->init(&context_, options_.comm_id, &config, plugin_logger,
+                                                     plugin_profiler);
+      break;
+    }
   }
   initialized_ = result == kNetSuccess;
   return result;
@@ -237,8 +247,9 @@ int NetPlugin::init() {
 int NetPlugin::finalize() {
   if (!initialized_) return kNetSuccess;
   initialized_ = false;
-  if (version_ != 11) return kNetSuccess;
-  const int result = as<abi::ncclNet_v11_t>(table_)->finalize(context_);
+  if (version_ < 11) return kNetSuccess;
+  const int result = version_ == 11 ? as<abi::ncclNet_v11_t>(table_)->finalize(context_)
+                                    : as<abi::ncclNet_v12_t>(table_)->finalize(context_);
   context_ = nullptr;
   return result;
 }
@@ -275,6 +286,17 @@ int NetPlugin::properties(int dev, NetDeviceInfo* info) {
       }
       break;
     }
+    case 12: {
+      abi::ncclNetProperties_v12_t p{};
+      result = as<abi::ncclNet_v12_t>(table_)->getProperties(dev, &p);
+      if (result == kNetSuccess) {
+        copy_v9(p, info);
+        info->max_multi_request_size = p.maxMultiRequestSize;
+        info->rail_id = p.railId;
+        info->plane_id = p.planeId;
+      }
+      break;
+    }
   }
   return result;
 }
@@ -285,6 +307,7 @@ int NetPlugin::listen(int dev, NetHandle* handle, void** listen_comm) {
     case 9: return as<abi::ncclNet_v9_t>(table_)->listen(dev, handle->bytes, listen_comm);
     case 10: return as<abi::ncclNet_v10_t>(table_)->listen(dev, handle->bytes, listen_comm);
     case 11: return as<abi::ncclNet_v11_t>(table_)->listen(context_, dev, handle->bytes, listen_comm);
+    case 12: return as<abi::ncclNet_v12_t>(table_)->listen(context_, dev, handle->bytes, listen_comm);
   }
   return kNetInternalError;
 }
@@ -300,6 +323,8 @@ int NetPlugin::connect(int dev, NetHandle* handle, void** send_comm) {
     }
     case 11:
       return as<abi::ncclNet_v11_t>(table_)->connect(context_, dev, handle->bytes, send_comm, &device_handle);
+    case 12:
+      return as<abi::ncclNet_v12_t>(table_)->connect(context_, dev, handle->bytes, send_comm, &device_handle);
   }
   return kNetInternalError;
 }
@@ -325,6 +350,8 @@ int NetPlugin::isend(void* send_comm, void* data, size_t size, int tag, void* mh
       return as<abi::ncclNet_v10_t>(table_)->isend(send_comm, data, size, tag, mhandle, nullptr, request);
     case 11:
       return as<abi::ncclNet_v11_t>(table_)->isend(send_comm, data, size, tag, mhandle, nullptr, request);
+    case 12:
+      return as<abi::ncclNet_v12_t>(table_)->isend(send_comm, data, size, tag, mhandle, nullptr, request);
   }
   return kNetInternalError;
 }
@@ -350,6 +377,9 @@ int NetPlugin::irecv(void* recv_comm, int n, void** data, const size_t* sizes, c
                                                    request);
     case 11:
       return as<abi::ncclNet_v11_t>(table_)->irecv(recv_comm, n, data, size_copy, tag_copy, mhandles, phandles,
+                                                   request);
+    case 12:
+      return as<abi::ncclNet_v12_t>(table_)->irecv(recv_comm, n, data, size_copy, tag_copy, mhandles, phandles,
                                                    request);
   }
   return kNetInternalError;

@@ -26,7 +26,7 @@ constexpr int kHandleBytes = 128;      // NCCL_NET_HANDLE_MAXSIZE
 constexpr int kMaxRequests = 32;       // NCCL_NET_MAX_REQUESTS per comm
 constexpr int kPtrHost = 0x1;          // NCCL_PTR_HOST
 constexpr int kOldestVersion = 8;
-constexpr int kNewestVersion = 11;
+constexpr int kNewestVersion = 12;
 
 // "ncclSuccess", "ncclSystemError", ... or "timed out".
 const char* result_name(int result);
@@ -53,10 +53,12 @@ struct NetDeviceInfo {
   size_t max_p2p_bytes = 0;   // v9+ (0 when the version has no such field)
   size_t max_coll_bytes = 0;  // v9+
   int max_multi_request_size = 0;  // v11
+  int rail_id = -1;                // v12 (-1: unknown)
+  int plane_id = -1;               // v12
 };
 
 struct LoaderOptions {
-  int version = 0;             // 8..11, or 0 for the newest the library exports
+  int version = 0;             // 8..12, or 0 for the newest the library exports
   int log_level = 2;           // NCCL level printed to stderr: 0 none, 2 warn, 3 info, 5 trace
   uint64_t comm_id = 0x5157e;  // v11 init's commId
   int traffic_class = -1;      // v10 connect / v11 init config
@@ -66,7 +68,7 @@ struct LoaderOptions {
 // name (lib*.so) is used as is; any other name N becomes libnccl-net-N.so (NCCL's naming rule).
 std::string plugin_library_name(const std::string& name_or_path);
 
-// Versions (8..11) whose ncclNetPlugin_vN symbol the library exports, newest first.
+// Versions (8..12) whose ncclNetPlugin_vN symbol the library exports, newest first.
 std::vector<int> exported_versions(const std::string& name_or_path, std::string* error);
 
 class NetPlugin {
@@ -82,9 +84,9 @@ class NetPlugin {
   const char* name() const;  // the table's name field ("Sieve")
   const std::string& library() const { return library_; }
 
-  // v8-v10: init(logger[, profiler]); v11: init(&ctx, commId, &config, logger, profiler).
+  // v8-v10: init(logger[, profiler]); v11, v12: init(&ctx, commId, &config, logger, profiler).
   int init();
-  // v11: finalize(ctx); earlier versions have no finalize (no-op). Called by the destructor if needed.
+  // v11, v12: finalize(ctx); earlier versions have no finalize (no-op). Called by the destructor if needed.
   int finalize();
   int devices(int* ndev);
   int properties(int dev, NetDeviceInfo* info);
@@ -110,7 +112,7 @@ class NetPlugin {
   std::string library_;
   int version_ = 0;
   const void* table_ = nullptr;  // ncclNet_vN_t*
-  void* context_ = nullptr;      // v11 per-communicator context
+  void* context_ = nullptr;      // v11+ per-communicator context
   bool initialized_ = false;
   LoaderOptions options_;
 };
