@@ -144,6 +144,7 @@ void place_devices(const topology::Machine& machine, std::vector<Device>& device
     if (!nic->pci_bus_id.empty()) d.guid = nic->guid;
     d.numa_node = nic->numa_node;
     d.cpus = nic->cpus;
+    d.pci_vendor = nic->vendor_id;
   }
 }
 

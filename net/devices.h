@@ -41,6 +41,7 @@ struct Device {
   uint64_t guid = 0;      // equal for the ports of one multi-function card
   int numa_node = -1;
   std::vector<int> cpus;  // CPUs local to the NIC: where its helper threads run when pinning
+  uint16_t pci_vendor = 0;  // 0 when not on PCI or unknown (picks cloud NICs' stripe shapes)
   static constexpr int kUnknownSpeedMbps = 10000;  // virtio and down links report none
 };
 

@@ -89,7 +89,7 @@ class TcpTransport final : public Transport {
         uint64_t id = ++last_id_;
         // The connecting side picks the shape: the listener takes whatever socket count arrives.
         TransportOptions shaped = options_;
-        const StripeShape shape = stripe_shape(options_, devices_[dev].speed_mbps);
+        const StripeShape shape = stripe_shape(options_, devices_[dev].speed_mbps, devices_[dev].pci_vendor);
         shaped.nsocks = shape.nsocks;
         shaped.nthreads = shape.nthreads;
         auto owned = std::make_unique<Connector>(shaped, fields, helper_cpus(dev),
@@ -107,7 +107,7 @@ class TcpTransport final : public Transport {
       wire::set_handle_pending(handle->bytes, 0);
     }
     if (*comm) {
-      const StripeShape shape = stripe_shape(options_, devices_[dev].speed_mbps);
+      const StripeShape shape = stripe_shape(options_, devices_[dev].speed_mbps, devices_[dev].pci_vendor);
       SIEVE_INFO("connected to %s over %s: %d data socket(s), %d helper thread(s)", (*comm)->peer().c_str(),
                  devices_[dev].name.c_str(), shape.nsocks, std::min(shape.nthreads, shape.nsocks));
     }

@@ -46,17 +46,25 @@ struct TransportOptions {
 // How many data sockets and helper threads a connection gets. One TCP stream fills a link below
 // about 25 Gbit/s with the least CPU and no cross-stream stalls (measured on tbf-shaped 1 and
 // 10 Gbit/s veth: 4 striped sockets ran 3-20 % slower), which is also NCCL's own socket default;
-// faster links need several streams and threads. Explicit settings win.
+// faster links need several streams and threads. Cloud NICs cap each flow, whatever the link speed,
+// so there Sieve follows the shapes NCCL's socket transport picks by PCI vendor (net_socket.cc,
+// 2.28): AWS ENA (a 5 Gbit/s per-flow limit outside cluster placement groups) 16 sockets on 2
+// threads, GCP gVNIC 4 sockets on 4 threads. Explicit settings win.
 constexpr int kStripedLinkMbps = 25000;
+constexpr uint16_t kPciVendorAws = 0x1d0f;  // Elastic Network Adapter
+constexpr uint16_t kPciVendorGcp = 0x1ae0;  // gVNIC
 struct StripeShape {
   int nsocks;
   int nthreads;
 };
 inline int auto_nthreads(int nsocks) { return (nsocks + 1) / 2; }
-inline StripeShape stripe_shape(const TransportOptions& o, int link_mbps) {
-  const int nsocks = o.nsocks > 0 ? o.nsocks : link_mbps >= kStripedLinkMbps ? 4 : 1;
-  const int nthreads = o.nthreads > 0 ? o.nthreads : auto_nthreads(nsocks);
-  return {nsocks, nthreads};
+inline StripeShape stripe_shape(const TransportOptions& o, int link_mbps, uint16_t pci_vendor) {
+  StripeShape shape{link_mbps >= kStripedLinkMbps ? 4 : 1, 0};
+  if (pci_vendor == kPciVendorAws) shape = {16, 2};
+  if (pci_vendor == kPciVendorGcp) shape = {4, 4};
+  if (o.nsocks > 0) shape = {o.nsocks, 0};
+  shape.nthreads = o.nthreads > 0 ? o.nthreads : shape.nthreads > 0 ? shape.nthreads : auto_nthreads(shape.nsocks);
+  return shape;
 }
 
 // Opaque to NCCL; produced by listen, carried by NCCL's bootstrap to the connecting side.

@@ -189,11 +189,11 @@ const char* intern(const std::string& text) {
   return strings->insert(text).first->c_str();
 }
 
-int honest_max_comms(const net::TransportOptions& o, int link_mbps) {
+int honest_max_comms(const net::TransportOptions& o, const net::Device& d) {
   rlimit limit{};
   uint64_t fds = 65536;
   if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) fds = limit.rlim_cur;
-  uint64_t per_comm = static_cast<uint64_t>(net::stripe_shape(o, link_mbps).nsocks) + 1;
+  uint64_t per_comm = static_cast<uint64_t>(net::stripe_shape(o, d.speed_mbps, d.pci_vendor).nsocks) + 1;
   return static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(65536, fds / per_comm)));
 }
 
@@ -282,7 +282,7 @@ ncclResult_t net_properties(int dev, DeviceProperties* props) {
     props->guid = d.guid;
     props->ptr_support = abi::NCCL_PTR_HOST;
     props->speed_mbps = d.speed_mbps;
-    props->max_comms = honest_max_comms(state->options, d.speed_mbps);
+    props->max_comms = honest_max_comms(state->options, d);
     props->max_recvs = 1;
     props->max_p2p_bytes = kMaxNetSizeBytes;
     props->max_coll_bytes = kMaxNetSizeBytes;

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "net/devices.h"
+#include "net/transport.h"
 #include "topology/discover.h"
 
 namespace sieve::net {
@@ -119,6 +120,7 @@ TEST(PlaceDevices, TakesPlacementFromTheTopology) {
   eth.guid = 0x1700;
   eth.numa_node = 1;
   eth.cpus = {8, 9, 10, 11};
+  eth.vendor_id = kPciVendorAws;  // picks the cloud stripe shape
   topology::Nic veth;
   veth.name = "veth0";
   veth.is_virtual = true;
@@ -138,6 +140,8 @@ TEST(PlaceDevices, TakesPlacementFromTheTopology) {
   EXPECT_EQ(devices[0].guid, 0x1700u);
   EXPECT_EQ(devices[0].numa_node, 1);
   EXPECT_EQ(devices[0].cpus, (std::vector<int>{8, 9, 10, 11}));
+  EXPECT_EQ(devices[0].pci_vendor, kPciVendorAws);
+  EXPECT_EQ(devices[1].pci_vendor, 0);
   // A virtual NIC: no PCI path, unknown speed, and its own index as guid (not merged with others).
   EXPECT_TRUE(devices[1].pci_path.empty());
   EXPECT_EQ(devices[1].speed_mbps, Device::kUnknownSpeedMbps);

@@ -285,19 +285,35 @@ TEST(TransportOptions, AutoAndExplicitShapesInteroperate) {
   }
 }
 
+TEST(TransportOptions, CloudNicsGetTheShapesNcclPicksForThemAndExplicitValuesStillWin) {
+  TransportOptions o;
+  const StripeShape aws = stripe_shape(o, 100000, kPciVendorAws);
+  EXPECT_EQ(aws.nsocks, 16);
+  EXPECT_EQ(aws.nthreads, 2);
+  const StripeShape gcp = stripe_shape(o, 100000, kPciVendorGcp);
+  EXPECT_EQ(gcp.nsocks, 4);
+  EXPECT_EQ(gcp.nthreads, 4);
+  EXPECT_EQ(stripe_shape(o, 100000, 0x15b3).nsocks, 4);  // any other vendor: by link speed
+  o.nsocks = 2;
+  EXPECT_EQ(stripe_shape(o, 100000, kPciVendorAws).nsocks, 2);
+  EXPECT_EQ(stripe_shape(o, 100000, kPciVendorAws).nthreads, 1);
+  o.nthreads = 2;
+  EXPECT_EQ(stripe_shape(o, 100000, kPciVendorGcp).nthreads, 2);
+}
+
 TEST(TransportOptions, AutoShapeFollowsLinkSpeedAndExplicitValuesWin) {
   TransportOptions o;  // nsocks and nthreads 0: auto
-  const StripeShape slow = stripe_shape(o, 10000);
+  const StripeShape slow = stripe_shape(o, 10000, 0);
   EXPECT_EQ(slow.nsocks, 1);
   EXPECT_EQ(slow.nthreads, 1);
-  const StripeShape fast = stripe_shape(o, 100000);
+  const StripeShape fast = stripe_shape(o, 100000, 0);
   EXPECT_EQ(fast.nsocks, 4);
   EXPECT_EQ(fast.nthreads, 2);
   o.nsocks = 3;
-  EXPECT_EQ(stripe_shape(o, 1000).nsocks, 3);
-  EXPECT_EQ(stripe_shape(o, 1000).nthreads, 2);
+  EXPECT_EQ(stripe_shape(o, 1000, 0).nsocks, 3);
+  EXPECT_EQ(stripe_shape(o, 1000, 0).nthreads, 2);
   o.nthreads = 1;
-  EXPECT_EQ(stripe_shape(o, 100000).nthreads, 1);
+  EXPECT_EQ(stripe_shape(o, 100000, 0).nthreads, 1);
 }
 
 TEST(TransportOptions, OutOfRangeValuesAreRefused) {

@@ -145,7 +145,8 @@ Report gather(const ReportOptions& options) {
   shape_options.nsocks = static_cast<int>(registry.settings().nsocks);
   shape_options.nthreads = static_cast<int>(registry.settings().nthreads);
   for (const auto& device : report.plugin.devices) {
-    net::StripeShape shape = net::stripe_shape(shape_options, device.speed_mbps);
+    const topology::Nic* nic = report.topology.machine.find_nic(device.name);
+    net::StripeShape shape = net::stripe_shape(shape_options, device.speed_mbps, nic ? nic->vendor_id : 0);
     shape.nthreads = std::min(shape.nthreads, shape.nsocks);  // a helper drives at least one socket
     report.plugin.shapes.push_back(shape);
   }
