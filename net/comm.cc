@@ -17,6 +17,21 @@ TcpComm::TcpComm(Connection connection, const CommOptions& options)
 TcpComm::~TcpComm() { workers_.clear(); }
 
 Status TcpComm::start(StripeWorker::Direction direction) {
+  TransportOptions shape;
+  shape.nthreads = options_.nthreads;
+  shape.progress = options_.progress;
+  if (inline_progress(shape, nsocks())) {
+    // One inline worker over every data socket, driven from isend/irecv/test (progress_inline).
+    std::vector<int> fds;
+    for (auto& fd : connection_.data) fds.push_back(fd.get());
+    int watch = direction == StripeWorker::Direction::Send ? connection_.control.get() : -1;
+    workers_.push_back(std::make_unique<StripeWorker>(direction, std::move(fds), watch, &failure_, connection_.peer,
+                                                      options_.peer_timeout_ms, options_.codec,
+                                                      options_.rate_limiter.get()));
+    workers_.back()->start_inline();
+    inline_ = true;
+    return Status::ok();
+  }
   const int wanted = options_.nthreads > 0 ? options_.nthreads : auto_nthreads(nsocks());
   const int nthreads = std::max(1, std::min(wanted, nsocks()));
   for (int w = 0; w < nthreads; ++w) {
@@ -35,6 +50,10 @@ Status TcpComm::start(StripeWorker::Direction direction) {
     }
   }
   return Status::ok();
+}
+
+void TcpComm::progress_inline() {
+  if (inline_) workers_.front()->progress(kInlineBudgetBytes);
 }
 
 Slot* TcpComm::free_slot() {
@@ -139,6 +158,7 @@ Status TcpSendComm::isend(const void* data, size_t size, Request** request) {
   control_queue_.push_back(slot);
   *request = slot;
   Status st = progress_control();
+  progress_inline();
   return st.is_ok() ? Status::ok() : st;
 }
 
@@ -176,6 +196,7 @@ Status TcpSendComm::test(Slot* slot, Completion* out) {
   *out = Completion{};
   if (!slot->busy) return error(Code::InvalidUsage, "test on a request that is not outstanding");
   Status st = progress_control();
+  progress_inline();
   if (slot->control_done && slot->stripes_left.load(std::memory_order_acquire) == 0) return finish(slot, out);
   if (failure_.failed()) return report_failure(slot);
   return Status::ok();
@@ -196,6 +217,7 @@ Status TcpRecvComm::irecv(void* data, size_t capacity, Request** request) {
   awaiting_header_.push_back(slot);
   *request = slot;
   Status st = progress_control();
+  progress_inline();
   return st.is_ok() ? Status::ok() : st;
 }
 
@@ -273,6 +295,7 @@ Status TcpRecvComm::test(Slot* slot, Completion* out) {
   *out = Completion{};
   if (!slot->busy) return error(Code::InvalidUsage, "test on a request that is not outstanding");
   Status st = progress_control();
+  progress_inline();
   if (slot->control_done && slot->stripes_left.load(std::memory_order_acquire) == 0) return finish(slot, out);
   if (failure_.failed()) return report_failure(slot);
   return Status::ok();

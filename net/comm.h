@@ -1,5 +1,6 @@
 // The TCP send and receive comms: framing on the control socket (driven by the caller's thread, so
-// small messages cost no thread hand-off) and stripes on the data sockets (driven by helper threads).
+// small messages cost no thread hand-off) and stripes on the data sockets (driven by helper
+// threads, or inline by the caller's thread too).
 #pragma once
 
 #include <array>
@@ -62,6 +63,10 @@ class TcpComm {
   // then test says "not done" (the helpers notice the failure within one poll wake-up).
   Status report_failure(Slot* slot);
   int nsocks() const { return static_cast<int>(connection_.data.size()); }
+  // Inline progress: moves the data sockets' bytes on this (the caller's) thread, bounded per call
+  // so one busy connection cannot starve the others NCCL's proxy thread serves.
+  void progress_inline();
+  static constexpr size_t kInlineBudgetBytes = 4 << 20;
 
   Connection connection_;
   const CommOptions options_;
@@ -70,6 +75,7 @@ class TcpComm {
   uint64_t next_sequence_ = 0;
   uint64_t stripe_cursor_ = 0;
   void* tag_ = nullptr;
+  bool inline_ = false;  // the data sockets are moved by progress_inline, no helper threads
   std::vector<std::unique_ptr<StripeWorker>> workers_;  // last: stopped before the sockets close
 };
 

@@ -27,6 +27,7 @@ CommOptions comm_options(const TransportOptions& o, const std::vector<int>& help
   c.rate_limiter = std::move(rate_limiter);
   c.helper_cpus = helper_cpus;
   c.nthreads = o.nthreads;
+  c.progress = o.progress;
   c.inline_threshold = o.inline_threshold;
   c.peer_timeout_ms = o.peer_timeout_ms;
   return c;

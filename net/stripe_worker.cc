@@ -126,6 +126,10 @@ Status StripeWorker::start() {
 }
 
 void StripeWorker::enqueue(const Stripe& stripe) {
+  if (inline_) {  // the caller's thread is the only one touching the queues
+    add_to_queue(stripe, Clock::now());
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     inbox_.push_back(stripe);
@@ -134,6 +138,10 @@ void StripeWorker::enqueue(const Stripe& stripe) {
 }
 
 bool StripeWorker::quiesced() {
+  if (inline_) {  // nothing runs behind the caller's back
+    for (auto& q : queues_) q.clear();
+    return true;
+  }
   if (quiesced_.load(std::memory_order_acquire)) return true;
   wake();
   return false;
@@ -157,10 +165,30 @@ void StripeWorker::drain_inbox() {
     incoming.swap(inbox_);
   }
   Clock::time_point now = incoming.empty() ? Clock::time_point() : Clock::now();
-  for (const Stripe& s : incoming) {
-    if (queues_[s.socket].empty()) last_progress_[s.socket] = now;
-    queues_[s.socket].push_back(s);
+  for (const Stripe& s : incoming) add_to_queue(s, now);
+}
+
+void StripeWorker::add_to_queue(const Stripe& s, Clock::time_point now) {
+  if (queues_[s.socket].empty()) last_progress_[s.socket] = now;
+  queues_[s.socket].push_back(s);
+}
+
+void StripeWorker::progress(size_t budget_bytes) {
+  if (failure_->failed()) {
+    for (auto& q : queues_) q.clear();
+    return;
   }
+  bool progressed = false;
+  for (size_t i = 0; i < sockets_.size() && budget_bytes > 0; ++i) {
+    if (!queues_[i].empty() && !pump(i, &progressed, &budget_bytes)) return;
+  }
+  if (progressed) return;
+  // Idle: look for hang-ups, vanished hosts and silent peers now and then (a poll per idle test()
+  // would be a system call per spin of NCCL's proxy thread).
+  const Clock::time_point now = Clock::now();
+  if (now - last_inline_check_ < std::chrono::milliseconds(10)) return;
+  last_inline_check_ = now;
+  poll_sockets(0, false);
 }
 
 bool StripeWorker::prepare(size_t socket, Stripe& s) {
@@ -229,18 +257,20 @@ bool StripeWorker::complete(size_t socket, Stripe& s) {
   return true;
 }
 
-bool StripeWorker::pump(size_t socket, bool* progressed) {
+bool StripeWorker::pump(size_t socket, bool* progressed, size_t* budget) {
   auto& queue = queues_[socket];
   const int fd = sockets_[socket];
-  while (!queue.empty()) {
+  while (!queue.empty() && *budget > 0) {
     Stripe& s = queue.front();
     if (s.moved == 0 && !s.prepared && !prepare(socket, s)) return false;
     iovec iov[3];
     int count = remaining_iov(s, iov);
+    if (iov_bytes(iov, count) > *budget) truncate_iov(iov, &count, *budget);
     if (direction_ == Direction::Send && rate_limiter_) {
       const size_t want = iov_bytes(iov, count);
-      const size_t granted = rate_limiter_->acquire(want, kMinPacedWrite, kMaxPaceWait);
-      if (granted == 0) return true;  // slept in this helper thread; the loop comes back
+      // Inline, the caller's thread never sleeps: no tokens means come back on the next call.
+      const size_t granted = rate_limiter_->acquire(want, kMinPacedWrite, inline_ ? std::chrono::milliseconds(0) : kMaxPaceWait);
+      if (granted == 0) return true;  // (helper thread: slept; the loop comes back)
       truncate_iov(iov, &count, granted);
     }
     IoResult r = direction_ == Direction::Send ? write_some(fd, iov, count) : read_some(fd, iov, count);
@@ -260,6 +290,7 @@ bool StripeWorker::pump(size_t socket, bool* progressed) {
     // poll rather than spend a system call on the EAGAIN that would follow.
     const bool short_transfer = r.bytes < iov_bytes(iov, count);
     s.moved += r.bytes;
+    *budget -= std::min(*budget, r.bytes);
     *progressed = true;
     if (direction_ == Direction::Send && r.bytes > 0) ack_watch_[socket].reset();
     if (direction_ == Direction::Receive) {
@@ -298,22 +329,30 @@ void StripeWorker::wait_for_work() {
       return;
     }
   }
+  poll_sockets(-1, true);
+  sleeping_.store(false);
+}
+
+void StripeWorker::poll_sockets(int timeout_ms, bool compute_timeout) {
   const bool failed = failure_->failed();
   std::vector<pollfd> fds;
   std::vector<int> socket_of;  // index in sockets_, or -1 for the wake/watch descriptors
-  fds.push_back({wake_fd_, POLLIN, 0});
-  socket_of.push_back(-1);
+  if (wake_fd_ >= 0) {
+    fds.push_back({wake_fd_, POLLIN, 0});
+    socket_of.push_back(-1);
+  }
   if (!failed && watch_fd_ >= 0) {
     fds.push_back({watch_fd_, POLLIN | POLLRDHUP, 0});
     socket_of.push_back(-1);
   }
-  int timeout_ms = -1;
   const Clock::time_point now = Clock::now();
   for (size_t i = 0; !failed && i < sockets_.size(); ++i) {
     short events = 0;
     if (!queues_[i].empty()) {
       events = direction_ == Direction::Send ? POLLOUT : POLLIN;
-      if (direction_ == Direction::Receive) {
+      if (!compute_timeout) {
+        // inline: a non-blocking look, no SO_RCVLOWAT games
+      } else if (direction_ == Direction::Receive) {
         set_receive_lowat(i);
         auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_[i]).count();
         int left = static_cast<int>(std::max<int64_t>(0, peer_timeout_ms_ - waited)) + 1;
@@ -332,15 +371,15 @@ void StripeWorker::wait_for_work() {
     socket_of.push_back(static_cast<int>(i));
   }
   int n = ::poll(fds.data(), fds.size(), timeout_ms);
-  sleeping_.store(false);
   if (n < 0) return;  // EINTR: the loop comes back here
-  if (fds[0].revents & POLLIN) {
+  if (wake_fd_ >= 0 && (fds[0].revents & POLLIN)) {
     uint64_t count;
     ssize_t r = ::read(wake_fd_, &count, sizeof(count));
     (void)r;
   }
   if (failed) return;
-  for (size_t k = 1; k < fds.size(); ++k) {
+  for (size_t k = 0; k < fds.size(); ++k) {
+    if (fds[k].fd == wake_fd_) continue;
     bool idle = socket_of[k] < 0 || queues_[socket_of[k]].empty();
     if (direction_ == Direction::Send && idle && (fds[k].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
       fail(error(Code::RemoteError, "peer " + peer_ + " closed the connection"));
@@ -348,7 +387,7 @@ void StripeWorker::wait_for_work() {
     }
   }
   if (direction_ == Direction::Send) {
-    for (size_t k = 1; k < fds.size(); ++k) {
+    for (size_t k = 0; k < fds.size(); ++k) {
       const int i = socket_of[k];
       if (i < 0 || queues_[i].empty() || (fds[k].revents & POLLOUT)) continue;
       Status st = ack_watch_[i].check(sockets_[i], peer_timeout_ms_, peer_);
@@ -360,7 +399,7 @@ void StripeWorker::wait_for_work() {
   }
   if (direction_ == Direction::Receive) {
     const Clock::time_point later = Clock::now();
-    for (size_t k = 1; k < fds.size(); ++k) {
+    for (size_t k = 0; k < fds.size(); ++k) {
       const int i = socket_of[k];
       if (i < 0 || queues_[i].empty()) continue;
       // Data waiting to be read is progress this thread has not made yet (it may have been starved
@@ -384,8 +423,9 @@ void StripeWorker::run() {
       quiesced_.store(true, std::memory_order_release);
     } else {
       bool progressed = false;
+      size_t unlimited = SIZE_MAX;
       for (size_t i = 0; i < sockets_.size(); ++i) {
-        if (!queues_[i].empty() && !pump(i, &progressed)) break;
+        if (!queues_[i].empty() && !pump(i, &progressed, &unlimited)) break;
       }
     }
     wait_for_work();

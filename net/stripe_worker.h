@@ -1,7 +1,8 @@
-// A helper thread moving stripes of large messages over a few data sockets of one connection,
-// straight from the sender's buffer and straight into the posted receive buffer. It sleeps in
-// poll() when idle (no spinning: CPU is scarce next to the training job) and is woken by an eventfd
-// only when the caller queues work while it sleeps.
+// Moves stripes of large messages over a few data sockets of one connection, straight from the
+// sender's buffer and straight into the posted receive buffer. Either on its own helper thread,
+// which sleeps in poll() when idle (no spinning: CPU is scarce next to the training job) and is woken
+// by an eventfd only when the caller queues work while it sleeps; or inline, on the caller's thread,
+// a bounded number of bytes per progress() call, never waiting.
 #pragma once
 
 #include <atomic>
@@ -54,6 +55,10 @@ class StripeWorker {
   StripeWorker& operator=(const StripeWorker&) = delete;
 
   Status start();
+  // Inline mode instead of start(): no thread; the owner calls progress() from its own thread.
+  void start_inline() { inline_ = true; }
+  // Inline mode: moves at most budget_bytes, never blocks; checks the sockets' health when idle.
+  void progress(size_t budget_bytes);
   // The helper thread, for placement next to its NIC (valid after start()).
   std::thread& thread() { return thread_; }
   void enqueue(const Stripe& stripe);
@@ -64,8 +69,8 @@ class StripeWorker {
  private:
   void run();
   void drain_inbox();
-  // Moves bytes on one socket until it would block; false when the comm failed.
-  bool pump(size_t socket, bool* progressed);
+  // Moves bytes on one socket until it would block or *budget is spent; false when the comm failed.
+  bool pump(size_t socket, bool* progressed, size_t* budget);
   // Chooses (send) the front stripe's frame; false when the comm failed.
   bool prepare(size_t socket, Stripe& s);
   // The receiver learned the codec header: where the rest of the frame goes.
@@ -73,6 +78,10 @@ class StripeWorker {
   // Last bytes of a stripe moved: decode it if needed, count it, release it.
   bool complete(size_t socket, Stripe& s);
   void wait_for_work();
+  // Polls the sockets (timeout_ms: -1 until something happens) and fails the comm on a hang-up, a
+  // vanished host or a peer silent mid-message.
+  void poll_sockets(int timeout_ms, bool compute_timeout);
+  void add_to_queue(const Stripe& s, Clock::time_point now);
   // Lets poll wake the receiver only once a worthwhile batch has arrived (never more than the
   // current stripe still needs, or it would wait for bytes the sender has no reason to send).
   void set_receive_lowat(size_t socket);
@@ -94,6 +103,8 @@ class StripeWorker {
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> quiesced_{false};
+  bool inline_ = false;
+  Clock::time_point last_inline_check_{};
   std::vector<std::deque<Stripe>> queues_;  // per socket, touched by the worker thread only
   std::vector<Clock::time_point> last_progress_;
   std::vector<AckWatch> ack_watch_;  // send direction: is a blocked socket's host still there?

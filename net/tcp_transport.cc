@@ -92,6 +92,7 @@ class TcpTransport final : public Transport {
         const StripeShape shape = stripe_shape(options_, devices_[dev].speed_mbps, devices_[dev].pci_vendor);
         shaped.nsocks = shape.nsocks;
         shaped.nthreads = shape.nthreads;
+        shaped.progress = shape.inline_progress ? TransportOptions::Progress::Inline : TransportOptions::Progress::Helpers;
         auto owned = std::make_unique<Connector>(shaped, fields, helper_cpus(dev),
                                                  rate_limiters_.empty() ? nullptr : rate_limiters_[dev]);
         connector = owned.get();
@@ -108,8 +109,12 @@ class TcpTransport final : public Transport {
     }
     if (*comm) {
       const StripeShape shape = stripe_shape(options_, devices_[dev].speed_mbps, devices_[dev].pci_vendor);
-      SIEVE_INFO("connected to %s over %s: %d data socket(s), %d helper thread(s)", (*comm)->peer().c_str(),
-                 devices_[dev].name.c_str(), shape.nsocks, std::min(shape.nthreads, shape.nsocks));
+      if (shape.inline_progress)
+        SIEVE_INFO("connected to %s over %s: %d data socket(s), moved inline by the caller's thread",
+                   (*comm)->peer().c_str(), devices_[dev].name.c_str(), shape.nsocks);
+      else
+        SIEVE_INFO("connected to %s over %s: %d data socket(s), %d helper thread(s)", (*comm)->peer().c_str(),
+                   devices_[dev].name.c_str(), shape.nsocks, std::min(shape.nthreads, shape.nsocks));
     }
     return st;
   }

@@ -28,6 +28,11 @@ struct TransportOptions {
   DeviceFilter devices;
   int nsocks = 0;                       // data sockets per connection; 0: by link speed (stripe_shape)
   int nthreads = 0;                     // helper threads per connection (<= nsocks); 0: half the sockets
+  // Who moves the data sockets' bytes. Inline: the caller's thread, inside isend/irecv/test (NCCL's
+  // proxy thread), in bounded steps; no helper thread to hand off to or to compete with for a core.
+  // Helpers: helper threads. Auto: inline for one data socket with no explicit SIEVE_NTHREADS.
+  enum class Progress { Auto, Inline, Helpers };
+  Progress progress = Progress::Auto;
   size_t chunk_size = 512 * 1024;       // largest stripe of a message on one data socket
   size_t inline_threshold = 64 * 1024;  // messages up to this size travel on the control socket
   std::string job_token;                // empty: no authentication beyond the listener's nonce
@@ -55,15 +60,24 @@ constexpr uint16_t kPciVendorAws = 0x1d0f;  // Elastic Network Adapter
 constexpr uint16_t kPciVendorGcp = 0x1ae0;  // gVNIC
 struct StripeShape {
   int nsocks;
-  int nthreads;
+  int nthreads;              // helper threads when not inline
+  bool inline_progress = false;
 };
 inline int auto_nthreads(int nsocks) { return (nsocks + 1) / 2; }
+// Whether a connection with nsocks data sockets moves them on the caller's thread. Auto picks
+// inline for a single data socket (NICs below 25 Gbit/s), as NCCL's socket transport does; see
+// TransportOptions::Progress and the README's transport section for the measurements.
+inline bool inline_progress(const TransportOptions& o, int nsocks) {
+  if (o.progress != TransportOptions::Progress::Auto) return o.progress == TransportOptions::Progress::Inline;
+  return nsocks == 1 && o.nthreads == 0;
+}
 inline StripeShape stripe_shape(const TransportOptions& o, int link_mbps, uint16_t pci_vendor) {
   StripeShape shape{link_mbps >= kStripedLinkMbps ? 4 : 1, 0};
   if (pci_vendor == kPciVendorAws) shape = {16, 2};
   if (pci_vendor == kPciVendorGcp) shape = {4, 4};
   if (o.nsocks > 0) shape = {o.nsocks, 0};
   shape.nthreads = o.nthreads > 0 ? o.nthreads : shape.nthreads > 0 ? shape.nthreads : auto_nthreads(shape.nsocks);
+  shape.inline_progress = inline_progress(o, shape.nsocks);
   return shape;
 }
 

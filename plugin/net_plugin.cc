@@ -122,6 +122,9 @@ net::TransportOptions options_from(const config::Settings& s) {
   o.peer_timeout_ms = static_cast<int>(std::min<int64_t>(s.peer_timeout_ms, INT_MAX));
   o.topology.xml_file = s.topo_file;
   topology::parse_pin_choice(s.pin_threads, o.pin_threads);  // the registry already checked the choice
+  o.progress = s.progress == "inline"    ? net::TransportOptions::Progress::Inline
+               : s.progress == "helpers" ? net::TransportOptions::Progress::Helpers
+                                         : net::TransportOptions::Progress::Auto;
   o.codec = s.wire_codec == "off" ? net::TransportOptions::Codec::Off
             : s.wire_codec == "on" ? net::TransportOptions::Codec::On
                                    : net::TransportOptions::Codec::Auto;
@@ -151,10 +154,10 @@ ncclResult_t acquire_locked(abi::ncclDebugLogger_t logger, std::shared_ptr<Proce
     start_stats_export(registry.settings());
     const net::TransportOptions& o = g_state->options;
     const auto shape_text = [](int n) { return n > 0 ? std::to_string(n) : std::string("auto"); };
-    SIEVE_INFO("initialised: %zu device(s), %s sockets x %s threads per connection, chunk %zu, inline <= %zu, "
-               "wire codec %s%s%s%s",
+    SIEVE_INFO("initialised: %zu device(s), %s sockets x %s threads per connection, progress %s, chunk %zu, "
+               "inline <= %zu, wire codec %s%s%s%s",
                g_state->transport->devices().size(), shape_text(o.nsocks).c_str(), shape_text(o.nthreads).c_str(),
-               o.chunk_size, o.inline_threshold,
+               registry.settings().progress.c_str(), o.chunk_size, o.inline_threshold,
                registry.settings().wire_codec.c_str(),
                o.rate_limit_mbps > 0 ? ", rate limit " : "",
                o.rate_limit_mbps > 0 ? (std::to_string(o.rate_limit_mbps) + " Mbit/s per device").c_str() : "",

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -27,10 +28,28 @@ std::vector<char> pattern(size_t size, uint32_t seed) {
   return v;
 }
 
-class TransportTest : public ::testing::Test {
+// Every behaviour holds whoever moves the data sockets: helper threads, or the caller's thread
+// inline (explicitly over two sockets, and as auto picks it for a single socket).
+enum class Mover { Helpers, Inline, AutoSingleSocket };
+
+TransportOptions options_for(Mover mover) {
+  TransportOptions o = loopback_options();
+  switch (mover) {
+    case Mover::Helpers: o.progress = TransportOptions::Progress::Helpers; break;
+    case Mover::Inline: o.progress = TransportOptions::Progress::Inline; break;
+    case Mover::AutoSingleSocket:
+      o.nsocks = 1;
+      o.nthreads = 0;
+      o.progress = TransportOptions::Progress::Auto;
+      break;
+  }
+  return o;
+}
+
+class TransportTest : public ::testing::TestWithParam<Mover> {
  protected:
   void SetUp() override {
-    transport_ = make_transport(loopback_options());
+    transport_ = make_transport(options_for(GetParam()));
     ASSERT_NE(transport_, nullptr);
     ASSERT_TRUE(connect_pair(*transport_, *transport_, &pair_).is_ok());
   }
@@ -64,20 +83,20 @@ class TransportTest : public ::testing::Test {
   Pair pair_;
 };
 
-TEST_F(TransportTest, SizesFromZeroToSixtyFourMiB) {
+TEST_P(TransportTest, SizesFromZeroToSixtyFourMiB) {
   const size_t sizes[] = {0, 1, 7, 4096, 16 * 1024, 16 * 1024 + 1, 100000, 128 * 1024, 1 << 20, 3 * 1000 * 1000 + 17,
                           64u << 20};
   uint32_t seed = 1;
   for (size_t size : sizes) roundtrip(size, size, seed++);
 }
 
-TEST_F(TransportTest, ReceivePostedLargerThanSendReportsRealSize) {
+TEST_P(TransportTest, ReceivePostedLargerThanSendReportsRealSize) {
   roundtrip(0, 4096, 1);
   roundtrip(1000, 1 << 20, 2);
   roundtrip(300 * 1024, 8 << 20, 3);
 }
 
-TEST_F(TransportTest, ThirtyTwoOutstandingThenNullRequest) {
+TEST_P(TransportTest, ThirtyTwoOutstandingThenNullRequest) {
   constexpr int kCount = kMaxRequests;
   const size_t size = 40 * 1024;  // striped: exercises the helper threads
   std::vector<std::vector<char>> out, in;
@@ -108,7 +127,7 @@ TEST_F(TransportTest, ThirtyTwoOutstandingThenNullRequest) {
   roundtrip(5, 5, 99);  // slots are reusable
 }
 
-TEST_F(TransportTest, SendLargerThanReceiveIsInvalidUsage) {
+TEST_P(TransportTest, SendLargerThanReceiveIsInvalidUsage) {
   std::vector<char> out = pattern(4096, 1);
   std::vector<char> in(1024 + 16, 0x11);
   Request *s = nullptr, *r = nullptr;
@@ -125,7 +144,7 @@ TEST_F(TransportTest, SendLargerThanReceiveIsInvalidUsage) {
   pair_.send.reset();  // its request never completes: close it before its buffer goes
 }
 
-TEST_F(TransportTest, LargeSendLargerThanReceiveIsInvalidUsage) {
+TEST_P(TransportTest, LargeSendLargerThanReceiveIsInvalidUsage) {
   std::vector<char> out = pattern(1 << 20, 1);
   std::vector<char> in(64 * 1024);
   Request *s = nullptr, *r = nullptr;
@@ -136,7 +155,7 @@ TEST_F(TransportTest, LargeSendLargerThanReceiveIsInvalidUsage) {
   pair_.send.reset();  // its request never completes: close it before its buffer goes
 }
 
-TEST_F(TransportTest, ClosedReceiverFailsPendingSend) {
+TEST_P(TransportTest, ClosedReceiverFailsPendingSend) {
   pair_.recv.reset();
   std::vector<char> out = pattern(8 << 20, 3);
   Status st;
@@ -154,7 +173,7 @@ TEST_F(TransportTest, ClosedReceiverFailsPendingSend) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
-TEST_F(TransportTest, ClosedReceiverFailsSmallInlineSends) {
+TEST_P(TransportTest, ClosedReceiverFailsSmallInlineSends) {
   pair_.recv.reset();
   char small[64] = {};
   Status st;
@@ -172,7 +191,7 @@ TEST_F(TransportTest, ClosedReceiverFailsSmallInlineSends) {
   EXPECT_NE(st.message().find("127.0.0.1"), std::string::npos) << "the error names the peer: " << st.message();
 }
 
-TEST_F(TransportTest, ClosedSenderFailsPendingReceive) {
+TEST_P(TransportTest, ClosedSenderFailsPendingReceive) {
   std::vector<char> in(1 << 20);
   Request* r = nullptr;
   ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).is_ok());
@@ -186,8 +205,8 @@ TEST_F(TransportTest, ClosedSenderFailsPendingReceive) {
 // receive posted late, as NCCL does while the GPU computes, or its process starved of CPU) is slow,
 // not dead: the transfer must complete once it reads again. (The sender's kernel used to abort the
 // connection when the zero window outlived TCP_USER_TIMEOUT, which was set to the peer timeout.)
-TEST(TransportSlowPeer, AReceiverThatStopsReadingLongerThanThePeerTimeoutIsNotDeclaredDead) {
-  TransportOptions options = loopback_options();
+TEST_P(TransportTest, AReceiverThatStopsReadingLongerThanThePeerTimeoutIsNotDeclaredDead) {
+  TransportOptions options = options_for(GetParam());
   options.peer_timeout_ms = 300;
   auto transport = make_transport(options);
   ASSERT_NE(transport, nullptr);
@@ -216,7 +235,7 @@ TEST(TransportSlowPeer, AReceiverThatStopsReadingLongerThanThePeerTimeoutIsNotDe
   EXPECT_EQ(std::memcmp(in.data(), out.data(), out.size()), 0);
 }
 
-TEST_F(TransportTest, ManyMessagesKeepOrder) {
+TEST_P(TransportTest, ManyMessagesKeepOrder) {
   // Mixed inline and striped messages in flight together must arrive in posting order.
   const size_t sizes[] = {10, 200 * 1024, 0, 5000, 1 << 20, 17, 64 * 1024, 3};
   std::vector<std::vector<char>> out, in;
@@ -261,6 +280,32 @@ TEST(TransportIpv6, LoopbackRoundTrip) {
 }
 
 // The connecting side chooses the socket count; a listener with any setting takes what arrives.
+size_t threads_in_process() {
+  size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)entry;
+    ++n;
+  }
+  return n;
+}
+
+// Inline means inline: a connection whose bytes the caller moves starts no thread at all, while
+// helper progress starts its helpers (the difference NCCL's proxy thread feels on a busy node).
+TEST(TransportProgress, InlineConnectionsStartNoThreadsAndHelperConnectionsDo) {
+  for (Mover mover : {Mover::Inline, Mover::AutoSingleSocket, Mover::Helpers}) {
+    auto transport = make_transport(options_for(mover));
+    ASSERT_NE(transport, nullptr);
+    const size_t before = threads_in_process();
+    Pair pair;
+    ASSERT_TRUE(connect_pair(*transport, *transport, &pair).is_ok());
+    const size_t added = threads_in_process() - before;
+    if (mover == Mover::Helpers)
+      EXPECT_GE(added, 2u) << "one helper per side at least";
+    else
+      EXPECT_EQ(added, 0u) << "inline progress started threads";
+  }
+}
+
 TEST(TransportOptions, AutoAndExplicitShapesInteroperate) {
   TransportOptions automatic = loopback_options();
   automatic.nsocks = 0;
@@ -336,6 +381,17 @@ TEST(TransportOptions, OutOfRangeValuesAreRefused) {
   ASSERT_TRUE(Transport::create_tcp(o, &t).is_ok());
   EXPECT_EQ(t->listen(3, &h, &l).code(), Code::InvalidArgument);
 }
+
+std::string mover_name(const ::testing::TestParamInfo<Mover>& info) {
+  switch (info.param) {
+    case Mover::Helpers: return "helpers";
+    case Mover::Inline: return "inline";
+    case Mover::AutoSingleSocket: return "auto_single_socket";
+  }
+  return "unknown";
+}
+INSTANTIATE_TEST_SUITE_P(EveryMover, TransportTest,
+                         ::testing::Values(Mover::Helpers, Mover::Inline, Mover::AutoSingleSocket), mover_name);
 
 }  // namespace
 }  // namespace sieve::net
