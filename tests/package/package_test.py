@@ -46,6 +46,10 @@ EXPECTED_FILES = {
     PYTHONDIR + "/sieve.py",
     PREFIX + "/share/sieve/netlab.sh",
     PREFIX + "/share/sieve/gloo_allreduce.py",
+    PREFIX + "/share/doc/sieve/README.md",
+    PREFIX + "/share/doc/sieve/DEPLOY.md",
+    PREFIX + "/share/doc/sieve/DESIGN.md",
+    PREFIX + "/share/doc/sieve/PERFORMANCE.md",
 }
 # The imported-target file CMake writes per build type (SieveTargets-relwithdebinfo.cmake, ...).
 OPTIONAL_FILE_PATTERNS = [re.compile(re.escape(LIBDIR) + r"/cmake/Sieve/SieveTargets-[a-z]+\.cmake")]
