@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sieve_version.h" /* SIEVE_VERSION_STRING, from CMake's project VERSION */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -26,8 +28,6 @@ extern "C" {
 #else
 #define SIEVE_API
 #endif
-
-#define SIEVE_VERSION_STRING "0.1.0"
 
 /* Return codes. */
 enum {

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Sieve builds, tests and benchmarks with. Idempotent and quiet when
-# everything is already there (no apt-get update then), so CI reruns stay fast.
+# Installs the Debian packages Sieve builds, tests, packages (dpkg-dev and file: CPack's DEB generator)
+# and benchmarks with. Idempotent and quiet when everything is already there (no apt-get update
+# then), so CI reruns stay fast.
 set -euo pipefail
 
-packages=(build-essential cmake pkg-config git libgtest-dev libgmock-dev googletest libbenchmark-dev
+packages=(build-essential dpkg-dev file cmake pkg-config git libgtest-dev libgmock-dev googletest libbenchmark-dev
           libhwloc-dev hwloc iproute2 iperf3 clang libclang-rt-14-dev python3 procps
           libnetfilter-queue-dev iptables)
 # Extra packages a caller asks for (the demo adds python3-torch for the Gloo comparison).

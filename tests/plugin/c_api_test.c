@@ -36,6 +36,7 @@ int main(void) {
   int code;
 
   CHECK(strlen(sieve_version()) > 0);
+  CHECK(strcmp(sieve_version(), SIEVE_VERSION_STRING) == 0); /* header and library from one version */
   CHECK(sieve_dtype_size(SIEVE_DTYPE_F32) == 4);
   CHECK(sieve_dtype_size(SIEVE_DTYPE_BF16) == 2);
   CHECK(sieve_dtype_size(SIEVE_DTYPE_F64) == 8);

@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""Checks the Debian package the way a user meets it, without installing it over this machine.
+
+`build` (the ctest fixture) runs CPack and extracts the .deb with `dpkg-deb -x` into WORK/root; every
+other check reads that root as if it were /:
+
+  contents      the file list and control fields (name, version from CMake's project VERSION)
+  depends       Depends names exactly the packages that own the shared libraries the packaged
+                programs and library load (readelf NEEDED), hwloc's among them
+  sieve_info    the installed sieve-info finds the installed library and reports it (--json)
+  c_api         tests/plugin/c_api_test.c built with `pkg-config --cflags --libs sieve`, run on it
+  pkg_config    a small program built with pkg-config sees the same version in header and library
+  cmake_config  find_package(Sieve) gives Sieve::sieve; a too-new version request is refused
+  python        `import sieve` from the installed module: the clear "not loaded" error without
+                LD_PRELOAD, the preloaded copy with it
+
+Run one: package_test.py --build-dir B --source-dir S --work W --version V --cpack CPACK CHECK
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+LIBRARY = "libnccl-net-sieve.so"
+PREFIX = "usr"
+LIBDIR = PREFIX + "/lib"
+PYTHONDIR = PREFIX + "/lib/python3/dist-packages"
+# What a user installs the package for; anything else the package carries must be accounted for here.
+EXPECTED_FILES = {
+    LIBDIR + "/" + LIBRARY,
+    PREFIX + "/include/sieve.h",
+    PREFIX + "/include/sieve_version.h",
+    LIBDIR + "/pkgconfig/sieve.pc",
+    LIBDIR + "/cmake/Sieve/SieveConfig.cmake",
+    LIBDIR + "/cmake/Sieve/SieveConfigVersion.cmake",
+    LIBDIR + "/cmake/Sieve/SieveTargets.cmake",
+    PREFIX + "/bin/sieve-info",
+    PREFIX + "/bin/sieve-perf",
+    PREFIX + "/bin/sieve-bench",
+    PYTHONDIR + "/sieve.py",
+    PREFIX + "/share/sieve/netlab.sh",
+    PREFIX + "/share/sieve/gloo_allreduce.py",
+    PREFIX + "/share/doc/sieve/README.md",
+    PREFIX + "/share/doc/sieve/DEPLOY.md",
+    PREFIX + "/share/doc/sieve/DESIGN.md",
+    PREFIX + "/share/doc/sieve/PERFORMANCE.md",
+}
+# The imported-target file CMake writes per build type (SieveTargets-relwithdebinfo.cmake, ...).
+OPTIONAL_FILE_PATTERNS = [re.compile(re.escape(LIBDIR) + r"/cmake/Sieve/SieveTargets-[a-z]+\.cmake")]
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise CheckFailed(message)
+
+
+def run(cmd, env=None, cwd=None, expect_ok=True):
+    done = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if expect_ok and done.returncode != 0:
+        raise CheckFailed("%s exited %d\nstdout: %s\nstderr: %s" % (" ".join(cmd), done.returncode, done.stdout,
+                                                                     done.stderr))
+    return done
+
+
+def clean_env(**extra):
+    """The environment of a fresh shell on a node: none of the build's or a job's Sieve settings."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SIEVE_") and k not in ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH",
+                                                       "PKG_CONFIG_PATH", "CMAKE_PREFIX_PATH")}
+    env.update(extra)
+    return env
+
+
+class Package:
+    def __init__(self, args):
+        self.args = args
+        self.root = os.path.join(args.work, "root")
+        self.deb_file = os.path.join(args.work, "deb-path")
+
+    @property
+    def deb(self):
+        with open(self.deb_file) as f:
+            return f.read().strip()
+
+    def path(self, relative):
+        return os.path.join(self.root, relative)
+
+    def scratch(self, name):
+        d = os.path.join(self.args.work, "scratch-" + name)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        return d
+
+    def field(self, name):
+        return run(["dpkg-deb", "-f", self.deb, name]).stdout.strip()
+
+    def files(self):
+        listing = run(["dpkg-deb", "-c", self.deb]).stdout.splitlines()
+        names = set()
+        for line in listing:
+            if line.startswith("-") or line.startswith("l"):
+                name = line.split(None, 5)[5].split(" -> ")[0]
+                names.add(os.path.normpath(name))
+        return names
+
+    def pkg_config_env(self):
+        return clean_env(PKG_CONFIG_PATH=self.path(LIBDIR + "/pkgconfig"))
+
+    def loader_env(self, **extra):
+        # The extracted /usr/lib stands in for the system's: the loader finds the library there by name.
+        return clean_env(LD_LIBRARY_PATH=self.path(LIBDIR), **extra)
+
+
+# ---- the fixture ------------------------------------------------------------------------------
+
+def build(p):
+    shutil.rmtree(p.args.work, ignore_errors=True)
+    out = os.path.join(p.args.work, "cpack")
+    os.makedirs(out)
+    run([p.args.cpack, "-G", "DEB", "--config", os.path.join(p.args.build_dir, "CPackConfig.cmake"), "-B", out])
+    debs = glob.glob(os.path.join(out, "*.deb"))
+    check(len(debs) == 1, "CPack made %d .deb files in %s, expected one: %s" % (len(debs), out, debs))
+    run(["dpkg-deb", "-x", debs[0], p.root])
+    with open(p.deb_file, "w") as f:
+        f.write(debs[0] + "\n")
+    print("built and extracted", debs[0])
+
+
+# ---- checks -----------------------------------------------------------------------------------
+
+def contents(p):
+    files = p.files()
+    missing = sorted(EXPECTED_FILES - files)
+    check(not missing, "the package lacks %s" % missing)
+    unexpected = sorted(f for f in files - EXPECTED_FILES
+                        if not any(pattern.fullmatch(f) for pattern in OPTIONAL_FILE_PATTERNS))
+    check(not unexpected, "the package carries files nobody asked for: %s" % unexpected)
+    check(p.field("Package") == "sieve", "Package is %r" % p.field("Package"))
+    check(p.field("Version") == p.args.version, "Version %r is not the project's %s" % (p.field("Version"),
+                                                                                      p.args.version))
+    arch = run(["dpkg", "--print-architecture"]).stdout.strip()
+    check(p.field("Architecture") == arch, "Architecture %r on %s" % (p.field("Architecture"), arch))
+    header = open(p.path(PREFIX + "/include/sieve_version.h")).read()
+    check('#define SIEVE_VERSION_STRING "%s"' % p.args.version in header,
+          "the installed sieve_version.h does not carry version %s:\n%s" % (p.args.version, header))
+    # NCCL dlopens exactly libnccl-net-sieve.so, and the library must answer to that name.
+    lib = p.path(LIBDIR + "/" + LIBRARY)
+    check(not os.path.islink(lib), "%s is a symlink: NCCL and LD_PRELOAD would map the target's name" % lib)
+    soname = re.search(r"\(SONAME\)\s+Library soname: \[(.*)\]", run(["readelf", "-d", lib]).stdout)
+    check(soname and soname.group(1) == LIBRARY, "SONAME of %s is %s" % (lib, soname and soname.group(1)))
+    for tool in ("sieve-info", "sieve-perf", "sieve-bench"):
+        check(os.access(p.path(PREFIX + "/bin/" + tool), os.X_OK), "%s is not executable" % tool)
+    print("%d files, all accounted for; version %s" % (len(files), p.args.version))
+
+
+def elf_files(root):
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            with open(path, "rb") as f:
+                if f.read(4) == b"\x7fELF":
+                    yield path
+
+
+def owning_package(soname):
+    """The installed Debian package that ships the shared library the loader resolves `soname` to."""
+    cache = run(["ldconfig", "-p"]).stdout
+    arch_tag = "x86-64" if os.uname().machine == "x86_64" else ""
+    paths = [m.group(2) for m in re.finditer(r"^\s*%s \(([^)]*)\) => (\S+)" % re.escape(soname), cache, re.M)
+             if arch_tag in m.group(1)]
+    check(paths, "the loader does not know %s (ldconfig -p)" % soname)
+    for path in paths:
+        for candidate in (path, os.path.realpath(path)):
+            done = run(["dpkg", "-S", candidate], expect_ok=False)
+            if done.returncode == 0:
+                return done.stdout.split(":")[0].strip()
+            # usr-merge: the package may list /lib/... for what the loader calls /usr/lib/...
+            if candidate.startswith("/usr/"):
+                done = run(["dpkg", "-S", candidate[len("/usr"):]], expect_ok=False)
+                if done.returncode == 0:
+                    return done.stdout.split(":")[0].strip()
+    raise CheckFailed("no installed package owns %s (%s): it cannot be a Depends" % (soname, paths))
+
+
+def depends(p):
+    field = p.field("Depends")
+    declared = {re.split(r"[\s(]", alternative.strip())[0] for alternative in re.split(r"[,|]", field)
+                if alternative.strip()}
+    provided = {os.path.basename(f) for f in p.files()}
+    needed = {}
+    for path in elf_files(p.root):
+        dynamic = run(["readelf", "-d", path]).stdout
+        for soname in re.findall(r"\(NEEDED\)\s+Shared library: \[(.*)\]", dynamic):
+            if soname not in provided:
+                needed.setdefault(soname, set()).add(os.path.relpath(path, p.root))
+    expected = {}
+    for soname, users in needed.items():
+        expected.setdefault(owning_package(soname), set()).add(soname)
+    check(any(name.startswith("libhwloc") for name in declared), "Depends lacks hwloc's library: %r" % field)
+    check(set(expected) == declared,
+          "Depends %r names %s, but the packaged binaries load libraries of %s (%s)" %
+          (field, sorted(declared), sorted(expected), {k: sorted(v) for k, v in expected.items()}))
+    print("Depends: %s\nloaded: %s" % (field, {k: sorted(v) for k, v in expected.items()}))
+
+
+def sieve_info(p):
+    tool = p.path(PREFIX + "/bin/sieve-info")
+    done = run([tool, "--json"], env=clean_env(), cwd=p.scratch("sieve_info"))
+    report = json.loads(done.stdout)
+    plugin = report["plugin"]
+    library = os.path.realpath(p.path(LIBDIR + "/" + LIBRARY))
+    check(os.path.realpath(plugin["library"]) == library,
+          "the installed sieve-info loaded %r, not the installed %s" % (plugin["library"], library))
+    check(not plugin["error"], "sieve-info could not load the installed library: %s" % plugin["error"])
+    check(plugin["name"] == "Sieve", "plugin name %r" % plugin["name"])
+    check(report.get("version") == p.args.version, "sieve-info reports version %r, the project is %s" %
+          (report.get("version"), p.args.version))
+    print("sieve-info loaded", plugin["library"], "ABI", plugin["used_version"])
+
+
+def compile_with_pkg_config(p, sources, output, extra_flags=()):
+    flags = run(["pkg-config", "--cflags", "--libs", "sieve"], env=p.pkg_config_env()).stdout.split()
+    run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", *extra_flags, *sources, "-o", output, *flags])
+    return flags
+
+
+def c_api(p):
+    work = p.scratch("c_api")
+    # c_api_test.c includes "plugin/sieve.h", the in-tree path: point that name at the installed header.
+    os.makedirs(os.path.join(work, "plugin"))
+    with open(os.path.join(work, "plugin", "sieve.h"), "w") as f:
+        f.write("#include <sieve.h>\n")
+    program = os.path.join(work, "c_api_test")
+    compile_with_pkg_config(p, [os.path.join(p.args.source_dir, "tests/plugin/c_api_test.c")], program,
+                            ["-I" + work, "-pedantic"])
+    done = run([program], env=p.loader_env(), cwd=work)
+    print(done.stdout + done.stderr)
+
+
+SMALL_PROGRAM = r"""
+#include <sieve.h>
+#include <stdio.h>
+#include <string.h>
+int main(void) {
+  sieve_stats_t stats;
+  memset(&stats, 0, sizeof stats);
+  stats.size = sizeof stats;
+  if (sieve_stats_get(&stats) != SIEVE_OK) return fprintf(stderr, "%s\n", sieve_last_error()), 1;
+  printf("%s %s\n", SIEVE_VERSION_STRING, sieve_version());
+  return 0;
+}
+"""
+
+
+def expect_versions(p, output):
+    check(output.split() == [p.args.version, p.args.version],
+          "header and library versions %r, the project is %s" % (output, p.args.version))
+
+
+def pkg_config(p):
+    work = p.scratch("pkg_config")
+    source = os.path.join(work, "main.c")
+    with open(source, "w") as f:
+        f.write(SMALL_PROGRAM)
+    program = os.path.join(work, "main")
+    flags = compile_with_pkg_config(p, [source], program)
+    check(any(f.startswith("-I" + p.root) for f in flags) and "-lnccl-net-sieve" in flags,
+          "pkg-config gave %s: not the extracted root's include and library" % flags)
+    expect_versions(p, run([program], env=p.loader_env()).stdout)
+    modversion = run(["pkg-config", "--modversion", "sieve"], env=p.pkg_config_env()).stdout.strip()
+    check(modversion == p.args.version, "pkg-config --modversion sieve says %r" % modversion)
+    print("pkg-config:", " ".join(flags))
+
+
+CMAKE_PROJECT = """cmake_minimum_required(VERSION 3.18)
+project(uses_sieve C)
+find_package(Sieve %s REQUIRED)
+add_executable(main main.c)
+target_link_libraries(main PRIVATE Sieve::sieve)
+"""
+
+
+def cmake_config(p):
+    work = p.scratch("cmake_config")
+    source_dir = os.path.join(work, "src")
+    os.makedirs(source_dir)
+    with open(os.path.join(source_dir, "main.c"), "w") as f:
+        f.write(SMALL_PROGRAM)
+    with open(os.path.join(source_dir, "CMakeLists.txt"), "w") as f:
+        f.write(CMAKE_PROJECT % p.args.version)
+    cmake = os.path.join(os.path.dirname(p.args.cpack), "cmake")
+    env = clean_env()
+    build_dir = os.path.join(work, "build")
+    run([cmake, "-S", source_dir, "-B", build_dir, "-DCMAKE_PREFIX_PATH=" + p.path(PREFIX)], env=env)
+    run([cmake, "--build", build_dir], env=env)
+    expect_versions(p, run([os.path.join(build_dir, "main")], env=p.loader_env()).stdout)
+
+    # A version newer than the package's must be refused by SieveConfigVersion.cmake.
+    major = int(p.args.version.split(".")[0])
+    with open(os.path.join(source_dir, "CMakeLists.txt"), "w") as f:
+        f.write(CMAKE_PROJECT % ("%d.0" % (major + 1)))
+    refused = run([cmake, "-S", source_dir, "-B", os.path.join(work, "build-too-new"),
+                   "-DCMAKE_PREFIX_PATH=" + p.path(PREFIX)], env=env, expect_ok=False)
+    check(refused.returncode != 0 and "Sieve" in refused.stderr,
+          "find_package(Sieve %d.0) was not refused:\n%s" % (major + 1, refused.stderr))
+    print("find_package(Sieve) built and ran; version %d.0 refused" % (major + 1))
+
+
+def python(p):
+    work = p.scratch("python")
+    interpreter = "/usr/bin/python3"
+    # Installed to /usr, the module needs no path tricks: Debian's python3 looks there.
+    search_path = run([interpreter, "-c", "import sys; print('\\n'.join(sys.path))"], env=clean_env()).stdout
+    check("/" + PYTHONDIR in search_path.splitlines(), "/%s is not on %s's sys.path" % (PYTHONDIR, interpreter))
+    env = clean_env(PYTHONPATH=p.path(PYTHONDIR))
+    module = os.path.realpath(p.path(PYTHONDIR + "/sieve.py"))
+    library = os.path.realpath(p.path(LIBDIR + "/" + LIBRARY))
+
+    script = "import os, sieve; print(os.path.realpath(sieve.__file__)); sieve.stats()"
+    alone = run([interpreter, "-c", script], env=env, cwd=work, expect_ok=False)
+    check(alone.returncode != 0, "sieve.stats() without the library loaded succeeded:\n" + alone.stdout)
+    check(alone.stdout.strip() == module, "imported %r, not the installed %s" % (alone.stdout.strip(), module))
+    check("%s is not loaded in this process" % LIBRARY in alone.stderr and "LD_PRELOAD" in alone.stderr,
+          "without LD_PRELOAD the error is not the clear one:\n" + alone.stderr)
+
+    script = ("import os, sieve; print(os.path.realpath(sieve.__file__)); "
+              "print(os.path.realpath(sieve.library()._name)); print(sieve.stats()['masks_published'])")
+    preloaded = run([interpreter, "-c", script], env=dict(env, LD_PRELOAD=library), cwd=work)
+    lines = preloaded.stdout.split()
+    check(lines[:2] == [module, library], "with LD_PRELOAD: module and library %s" % lines[:2])
+    print("without LD_PRELOAD:", alone.stderr.strip().splitlines()[-1])
+    print("with LD_PRELOAD:", lines)
+
+
+CHECKS = {f.__name__: f for f in (build, contents, depends, sieve_info, c_api, pkg_config, cmake_config, python)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build-dir", required=True)
+    parser.add_argument("--source-dir", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--version", required=True)
+    parser.add_argument("--cpack", required=True)
+    parser.add_argument("check", choices=sorted(CHECKS))
+    args = parser.parse_args()
+    package = Package(args)
+    if args.check != "build" and not os.path.isfile(package.deb_file):
+        print("no extracted package in %s: run the package_build test first" % args.work, file=sys.stderr)
+        return 1
+    try:
+        CHECKS[args.check](package)
+    except CheckFailed as failure:
+        print("FAIL %s: %s" % (args.check, failure), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
