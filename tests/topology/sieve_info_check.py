@@ -120,6 +120,25 @@ check("/nonexistent/topology.xml" in json.loads(out)["topology"]["error"], "miss
 rc, out, err = run("--frobnicate")
 check(rc == 2 and "--frobnicate" in err, f"unknown argument: rc {rc}, stderr {err!r}")
 
+# 7. One rule for every bad value: parsable but out of range (each bound), or not parsable at all, is
+# reported naming the range and the default kept; the plugin still starts and offers its devices.
+bad = {"SIEVE_NSOCKS": "99", "SIEVE_PEER_TIMEOUT_MS": "0", "SIEVE_RATE_LIMIT_MBPS": "-1",
+       "SIEVE_PROXY_MAX_DENSITY": "150", "SIEVE_STATS_INTERVAL": "-3", "SIEVE_CHUNK_SIZE": "lots"}
+rc, out, err = run("--json", env_extra=bad)
+bad_report = json.loads(out)
+check(bad_report["plugin"]["devices_error"] == "",
+      f"out-of-range values stopped the plugin: {bad_report['plugin']['devices_error']!r}")
+check(len(bad_report["plugin"]["devices"]) == len(plugin["devices"]) if plugin else True,
+      "out-of-range values changed the plugin's device list")
+entries = {e["name"]: e for e in bad_report["config"]}
+for name, value in bad.items():
+    entry = entries[name]
+    check(entry["source"] == "default" and entry["value"] == entry["default"], f"{name}={value}: entry {entry}")
+    said = [d for d in bad_report["diagnostics"] if d.startswith(name + "=")]
+    check(len(said) == 1, f"{name}={value}: diagnostics {bad_report['diagnostics']}")
+    if entry["range"] and value != "lots":
+        check(said and f"outside {entry['range']}" in said[0], f"{name}={value}: range not named in {said}")
+
 for failure in failures:
     print("FAIL:", failure)
 print(f"{len(failures)} failure(s)")

@@ -150,6 +150,7 @@ void write_config(JsonWriter& json, const Report& report) {
     json.member("default", entry.info->default_text);
     json.member("source", entry.source == config::Source::Environment ? "environment" : "default");
     json.member("choices", entry.info->choices);
+    json.member("range", config::range_text(*entry.info));
     json.member("doc", entry.info->doc);
     json.end_object();
   }
