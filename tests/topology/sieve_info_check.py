@@ -108,7 +108,7 @@ check(fixture["plugin"] is None, "--no-plugin still loaded the plugin")
 
 # 5. Text mode shows the matrix; a secret is never printed; a typo is reported.
 rc, out, err = run("--topo", node, "--no-plugin", env_extra={"SIEVE_JOB_TOKEN": "hunter2", "SIEVE_PIN_THREAD": "on"})
-check(rc == 0, f"text mode exited {rc}: {err}")
+check(rc == 1 and "SIEVE_PIN_THREAD" in err, f"a misspelt variable: exit {rc}, stderr {err!r}")
 check("GPU x NIC" in out and "GPU1   PXB" in out, "text mode lacks the GPU x NIC matrix")
 check("hunter2" not in out, "the job token is printed")
 check("did you mean SIEVE_PIN_THREADS" in out, "the SIEVE_PIN_THREAD typo is not reported")
@@ -125,7 +125,11 @@ check(rc == 2 and "--frobnicate" in err, f"unknown argument: rc {rc}, stderr {er
 bad = {"SIEVE_NSOCKS": "99", "SIEVE_PEER_TIMEOUT_MS": "0", "SIEVE_RATE_LIMIT_MBPS": "-1",
        "SIEVE_PROXY_MAX_DENSITY": "150", "SIEVE_STATS_INTERVAL": "-3", "SIEVE_CHUNK_SIZE": "lots"}
 rc, out, err = run("--json", env_extra=bad)
+check(rc == 1, f"bad values: exit {rc}, a health check would pass")
+for name in bad:
+    check(name in err, f"bad values: {name} not named on stderr {err!r}")
 bad_report = json.loads(out)
+check(len(bad_report.get("problems", [])) == len(bad), f"bad values: problems {bad_report.get('problems')}")
 check(bad_report["plugin"]["devices_error"] == "",
       f"out-of-range values stopped the plugin: {bad_report['plugin']['devices_error']!r}")
 check(len(bad_report["plugin"]["devices"]) == len(plugin["devices"]) if plugin else True,
@@ -138,6 +142,22 @@ for name, value in bad.items():
     check(len(said) == 1, f"{name}={value}: diagnostics {bad_report['diagnostics']}")
     if entry["range"] and value != "lots":
         check(said and f"outside {entry['range']}" in said[0], f"{name}={value}: range not named in {said}")
+
+# 8. A health check (a Slurm prolog): a plugin that cannot be loaded or cannot start exits non-zero
+# with the reason on stderr and in the JSON, not just the NCCL result code.
+rc, out, err = run("--plugin", "/nonexistent/libnope.so")
+check(rc == 1 and "/nonexistent/libnope.so" in err, f"missing plugin: exit {rc}, stderr {err!r}")
+rc, out, err = run("--json", env_extra={"SIEVE_SOCKET_IFNAME": "nonexistent0"})
+check(rc == 1, f"SIEVE_SOCKET_IFNAME=nonexistent0: exit {rc}")
+check("SIEVE_SOCKET_IFNAME=nonexistent0" in err, f"SIEVE_SOCKET_IFNAME=nonexistent0: reason not on stderr {err!r}")
+check(err.count("SIEVE_SOCKET_IFNAME=nonexistent0") == 1, f"the reason is printed more than once: {err!r}")
+nic_report = json.loads(out)
+check("SIEVE_SOCKET_IFNAME=nonexistent0" in nic_report["plugin"]["devices_error"],
+      f"JSON devices_error lacks the reason: {nic_report['plugin']['devices_error']!r}")
+check(any("SIEVE_SOCKET_IFNAME=nonexistent0" in p for p in nic_report.get("problems", [])),
+      f"JSON problems lack the reason: {nic_report.get('problems')}")
+rc, out, err = run("--json")
+check(rc == 0 and json.loads(out).get("problems") == [] and err == "", f"a healthy run: exit {rc}, stderr {err!r}")
 
 for failure in failures:
     print("FAIL:", failure)

@@ -168,6 +168,7 @@ void print_json(const Report& report, std::ostream& out) {
   write_plugin(json, report);
   write_topology(json, report);
   write_config(json, report);
+  json.member_strings("problems", report.problems);
   json.end_object();
   out << '\n';
 }

@@ -67,6 +67,8 @@ int main(int argc, char** argv) {
   } else {
     sieve::info::print_text(report, std::cout);
   }
-  // A topology file that cannot be read is the one failure: the rest is reported, not fatal.
-  return report.topology.ok ? 0 : 1;
+  // A health check (a Slurm prolog) needs the verdict in the exit status and the reasons on stderr:
+  // whatever would make a job run without Sieve, or other than configured, fails it.
+  for (const auto& problem : report.problems) std::cerr << "sieve-info: " << problem << "\n";
+  return report.problems.empty() ? 0 : 1;
 }

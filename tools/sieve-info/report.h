@@ -36,6 +36,10 @@ struct Report {
   std::map<std::string, std::vector<std::string>> addresses;  // interface -> IPv4/IPv6 addresses
   std::vector<config::Effective> config;
   std::vector<std::string> config_diagnostics;
+  // Everything that would make a job run other than asked, one line each, naming the cause: the
+  // plugin cannot be loaded or started or offers no device, the topology cannot be read, a SIEVE_*
+  // variable is unknown or its value was refused. sieve-info exits 1 when this is not empty.
+  std::vector<std::string> problems;
 };
 
 struct ReportOptions {
