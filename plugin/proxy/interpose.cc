@@ -10,6 +10,7 @@
 
 #include "net/log.h"
 #include "plugin/config.h"
+#include "plugin/process_log.h"
 #include "plugin/proxy/cuda_backend.h"
 #include "plugin/proxy/proxy.h"
 #include "plugin/proxy/real_nccl.h"
@@ -62,6 +63,7 @@ ProxyOptions options_from(const config::Settings& s) {
 // Built on first use: the library may be loaded long before CUDA or NCCL is.
 Proxy& process_proxy() {
   static Proxy* proxy = [] {
+    start_process_log();  // a job may preload the proxy without Sieve as its net plugin
     const config::Settings& s = config::Registry::process().settings();
     static CudaBackend backend;
     static Proxy instance(backend, mask_registry(), options_from(s), process_stats());
