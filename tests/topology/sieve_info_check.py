@@ -2,14 +2,15 @@
 """Runs sieve-info and checks what it prints: --json parses and lists every SIEVE_* variable of
 plugin/config_params.def; its NICs agree with /sys/class/net/*/device; the plugin's devices (when
 it offers any) are NICs of the topology with the same PCI path; a topology file gives the expected
-GPU x NIC matrix; bad input gives clear errors. Usage: sieve_info_check.py SIEVE_INFO SOURCE_DIR"""
+GPU x NIC matrix; bad input gives clear errors; --help lists every option and --version names the
+project's version. Usage: sieve_info_check.py SIEVE_INFO SOURCE_DIR PROJECT_VERSION"""
 import json
 import os
 import re
 import subprocess
 import sys
 
-sieve_info, source_dir = sys.argv[1], sys.argv[2]
+sieve_info, source_dir, project_version = sys.argv[1], sys.argv[2], sys.argv[3]
 fixtures = os.path.join(source_dir, "tests", "topology", "fixtures")
 failures = []
 
@@ -158,6 +159,26 @@ check(any("SIEVE_SOCKET_IFNAME=nonexistent0" in p for p in nic_report.get("probl
       f"JSON problems lack the reason: {nic_report.get('problems')}")
 rc, out, err = run("--json")
 check(rc == 0 and json.loads(out).get("problems") == [] and err == "", f"a healthy run: exit {rc}, stderr {err!r}")
+
+# 9. --help lists every option main.cc (and the masks command) accepts and exits 0; --version prints
+# the tool and CMake's project version and exits 0; an option without its value is named.
+options = {}
+for source in ("main.cc", "masks_command.cc"):
+    with open(os.path.join(source_dir, "tools", "sieve-info", source)) as f:
+        options[source] = set(re.findall(r'(?:arg|a) == "(--[a-z-]+)"', f.read()))
+check(len(options["main.cc"]) >= 5, f"options found in main.cc: {options['main.cc']}")
+rc, out, err = run("--help")
+check(rc == 0 and err == "", f"--help: exit {rc}, stderr {err!r}")
+for option in sorted(options["main.cc"]):
+    check(option in out, f"--help does not list {option}")
+rc, out, err = run("masks", "--help")
+check(rc == 0, f"masks --help: exit {rc}")
+for option in sorted(options["masks_command.cc"]):
+    check(option in out, f"masks --help does not list {option}")
+rc, out, err = run("--version")
+check(rc == 0 and out == f"sieve-info {project_version}\n", f"--version: exit {rc}, output {out!r}")
+rc, out, err = run("--topo")
+check(rc == 2 and "--topo" in err, f"--topo without a value: exit {rc}, stderr {err!r}")
 
 for failure in failures:
     print("FAIL:", failure)

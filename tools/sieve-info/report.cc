@@ -11,10 +11,8 @@
 #include <cstdlib>
 
 #include "net/log.h"
+#include "plugin/sieve.h"
 
-#ifndef SIEVE_VERSION
-#define SIEVE_VERSION "unknown"
-#endif
 
 namespace sieve::info {
 
@@ -160,7 +158,7 @@ std::string shown_value(const config::Effective& entry) {
 
 Report gather(const ReportOptions& options) {
   Report report;
-  report.version = SIEVE_VERSION;
+  report.version = SIEVE_VERSION_STRING;
   const config::Registry& registry = config::Registry::process();
   report.config = registry.effective();
   report.config_diagnostics = registry.diagnostics();
