@@ -180,6 +180,64 @@ check(rc == 0 and out == f"sieve-info {project_version}\n", f"--version: exit {r
 rc, out, err = run("--topo")
 check(rc == 2 and "--topo" in err, f"--topo without a value: exit {rc}, stderr {err!r}")
 
+# 10. An unknown link speed reads the same everywhere: the topology says unknown, the plugin's device
+# says which speed it assumed (NCCL sees that number); --topo FILE says the plugin's devices are
+# still this machine's; text columns never run into each other.
+rc, out, err = run("--json")
+live = json.loads(out)
+live_nics = {n["name"]: n for n in live["topology"]["nics"] if n["kind"] == "netdev"}
+rc, text, err = run()
+for device in live["plugin"]["devices"] if live["plugin"] else []:
+    nic = live_nics.get(device["name"])
+    unknown = nic is not None and nic["speed_mbps"] <= 0
+    check(device.get("speed_assumed") == unknown, f"plugin device {device['name']}: speed_assumed {device.get('speed_assumed')}, "
+          f"topology speed {nic and nic['speed_mbps']}")
+    line = [l for l in text.splitlines() if l.startswith(f"  device {device['index']} ")]
+    check(line and (("assumed" in line[0]) == unknown), f"text line for device {device['name']}: {line}")
+    nic_rows = [l for l in text.splitlines() if l.startswith(f"  {device['name']} ")]
+    if unknown:
+        check(nic_rows and "unknown" in nic_rows[0], f"NIC row of {device['name']} with unknown speed: {nic_rows}")
+rc, out, err = run("--json", "--topo", node)
+topo_report = json.loads(out)
+check(topo_report["plugin"].get("topology_file") == "" and topo_report["topology"]["file"] == node,
+      f"--topo: plugin topology_file {topo_report['plugin'].get('topology_file')!r}")
+rc, text, err = run("--topo", node)
+plugin_section = text.split("\nTopology")[0]
+check("this machine" in plugin_section, f"--topo: the plugin section does not say its devices are this machine's:\n{plugin_section}")
+
+
+def columns_stay_apart(text, header_start, label):
+    """Every row of the table whose header line starts with header_start has a blank before each
+    header column (a cell that overflows runs into the next column's first character)."""
+    lines = text.splitlines()
+    starts = [i for i, l in enumerate(lines) if l.startswith(header_start)]
+    check(len(starts) == 1, f"{label}: header {header_start!r} not found")
+    if not starts:
+        return
+    header = lines[starts[0]]
+    columns = [m.start() for m in re.finditer(r"(?<=  )\S", header)]
+    for row in lines[starts[0] + 1:]:
+        if not row.strip() or row.startswith("  problem:"):
+            break
+        if row.strip().startswith("pciPath"):
+            continue
+        for col in columns:
+            if len(row) > col and row[col - 1] != " ":
+                check(False, f"{label}: a cell runs into column {col}: {row!r}")
+                break
+
+
+with open(node) as f:
+    long_names = f.read().replace('"eth2"', '"enp133s0f0np0xy"')  # 15 characters, IFNAMSIZ's limit
+long_node = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"sieve-info-long-names-{os.getpid()}.xml")
+with open(long_node, "w") as f:
+    f.write(long_names)
+rc, text, err = run("--topo", long_node, "--no-plugin", env_extra={"SIEVE_TOPO_FILE": long_node})
+os.remove(long_node)
+check("enp133s0f0np0xy" in text, "the renamed NIC is not in the output")
+columns_stay_apart(text, "  name ", "NICs")
+columns_stay_apart(text, "  SIEVE_SOCKET_IFNAME ", "Configuration")
+
 for failure in failures:
     print("FAIL:", failure)
 print(f"{len(failures)} failure(s)")

@@ -39,6 +39,7 @@ void write_plugin(JsonWriter& json, const Report& report) {
     json.member("pci_path", device.pci_path);
     json.member("guid", hex(device.guid));
     json.member("speed_mbps", device.speed_mbps);
+    json.member("speed_assumed", i < plugin.speed_assumed.size() && plugin.speed_assumed[i]);
     json.member("port", device.port);
     json.member("latency_us", static_cast<double>(device.latency_us));
     json.member("max_comms", device.max_comms);
@@ -52,6 +53,7 @@ void write_plugin(JsonWriter& json, const Report& report) {
   }
   json.end_array();
   json.member("devices_error", plugin.devices_error);
+  json.member("topology_file", plugin.topology_file);
   json.end_object();
 }
 

@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdlib>
 
+#include "net/devices.h"
 #include "net/log.h"
 #include "plugin/sieve.h"
 
@@ -170,7 +171,24 @@ Report gather(const ReportOptions& options) {
   if (report.topo_file.empty()) report.addresses = interface_addresses();
 
   report.plugin_skipped = options.skip_plugin;
-  if (!options.skip_plugin) report.plugin = inspect_plugin(options.plugin_path);
+  if (!options.skip_plugin) {
+    report.plugin = inspect_plugin(options.plugin_path);
+    report.plugin.topology_file = registry.settings().topo_file;
+    // The plugin read SIEVE_TOPO_FILE or this machine; --topo may describe another one.
+    topology::Discovery plugin_view;
+    if (report.plugin.topology_file != report.topo_file) {
+      topology::Options plugin_options;
+      plugin_options.xml_file = report.plugin.topology_file;
+      plugin_view = topology::discover(plugin_options);
+    }
+    const topology::Machine& machine =
+        report.plugin.topology_file != report.topo_file ? plugin_view.machine : report.topology.machine;
+    for (const auto& device : report.plugin.devices) {
+      const topology::Nic* nic = machine.find_nic(device.name);
+      report.plugin.speed_assumed.push_back((nic == nullptr || nic->speed_mbps <= 0) &&
+                                            device.speed_mbps == net::Device::kUnknownSpeedMbps);
+    }
+  }
   net::TransportOptions shape_options;
   shape_options.nsocks = static_cast<int>(registry.settings().nsocks);
   shape_options.nthreads = static_cast<int>(registry.settings().nthreads);
