@@ -102,6 +102,13 @@ TEST(Config, EveryNumericParamHasAValidRangeHoldingItsDefault) {
   }
 }
 
+// SIEVE_LIBRARY is read by the Python binding, not the library, but it is a Sieve variable a user
+// sets: reporting it as unknown would be a false alarm (and fail sieve-info's health check).
+TEST(Config, VariablesReadByTheBindingAreKnown) {
+  Registry r(std::map<std::string, std::string>{{"SIEVE_LIBRARY", "/opt/sieve/lib/libnccl-net-sieve.so"}});
+  EXPECT_TRUE(r.diagnostics().empty()) << r.diagnostics().front();
+}
+
 TEST(Config, UnknownVariableSuggestsClosestName) {
   Registry r({{"SIEVE_NSOCK", "2"}, {"SIEVE_TOTALLY_UNRELATED_THING", "1"}});
   ASSERT_EQ(r.diagnostics().size(), 2u);
