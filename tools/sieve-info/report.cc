@@ -14,7 +14,6 @@
 #include "net/log.h"
 #include "plugin/sieve.h"
 
-
 namespace sieve::info {
 
 namespace {
