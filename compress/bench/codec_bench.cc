@@ -259,8 +259,10 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 2;
   if (!options.list_only) {
     // Each benchmark runs its minimum time about twice over (the library's calibration), plus set-up.
+    // The library counts CPU time, so on a busy machine the wall-clock time is longer.
     const double seconds = double(count_selected) * (2 * min_time + 0.05);
-    std::printf("sieve-codec-bench: %zu benchmarks (%s sweep), %.1f s each: about %.0f s%s\n", count_selected,
+    std::printf("sieve-codec-bench: %zu benchmarks (%s sweep), %.1f s each: about %.0f s on an idle core%s\n",
+                count_selected,
                 options.full ? "full" : "short", min_time, seconds < 1 ? 1.0 : seconds,
                 options.full ? "" : "; --full runs every density (about two minutes)");
     std::printf("buffer: %zu bytes; one thread; raw = decimal bytes per second of uncompressed data; "
