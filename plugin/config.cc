@@ -12,7 +12,7 @@ namespace sieve::config {
 
 const std::vector<ParamInfo>& params() {
   static const std::vector<ParamInfo> table = {
-#define SIEVE_PARAM(kind, member, name, def, choices, doc) {Kind::kind, name, def, choices, doc},
+#define SIEVE_PARAM(kind, member, name, def, choices, range, doc) {Kind::kind, name, def, choices, range, doc},
 #include "plugin/config_params.def"
 #undef SIEVE_PARAM
   };
@@ -74,7 +74,69 @@ const ParamInfo* find_param(const std::string& name) {
   return nullptr;
 }
 
+// The bounds of an Int or Size variable, as texts of its kind: "lo..hi" or "lo.." (no upper bound).
+struct RangeTexts {
+  std::string low, high;  // high "" = unbounded
+};
+
+RangeTexts split_range(const ParamInfo& info) {
+  const std::string range = info.range;
+  const size_t dots = range.find("..");
+  if (dots == std::string::npos) return {};
+  return {range.substr(0, dots), range.substr(dots + 2)};
+}
+
+template <typename T> bool parse_number(const std::string& text, T& out);
+template <> bool parse_number(const std::string& text, int64_t& out) { return parse_int(text, out); }
+template <> bool parse_number(const std::string& text, uint64_t& out) { return parse_size(text, out); }
+
+// Whether `value` lies in the variable's declared range; an undeclared or unparsable range admits
+// nothing, so the registry's own test catches it.
+template <typename T> bool value_in_range(const ParamInfo& info, T value) {
+  const RangeTexts r = split_range(info);
+  T low{}, high{};
+  if (!parse_number(r.low, low)) return false;
+  if (value < low) return false;
+  if (r.high.empty()) return true;
+  return parse_number(r.high, high) && value <= high;
+}
+
+[[maybe_unused]] bool admits(const ParamInfo& info, int64_t value) { return value_in_range(info, value); }
+[[maybe_unused]] bool admits(const ParamInfo& info, uint64_t value) { return value_in_range(info, value); }
+[[maybe_unused]] bool admits(const ParamInfo&, bool) { return true; }
+[[maybe_unused]] bool admits(const ParamInfo&, const std::string&) { return true; }
+
 }  // namespace
+
+std::string range_text(const ParamInfo& info) {
+  if (info.kind != Kind::Int && info.kind != Kind::Size) return "";
+  const RangeTexts r = split_range(info);
+  if (r.low.empty()) return "";
+  return r.high.empty() ? ">= " + r.low : r.low + "-" + r.high;
+}
+
+bool in_range(const ParamInfo& info, const std::string& value) {
+  switch (info.kind) {
+    case Kind::Int: {
+      int64_t v = 0;
+      return parse_int(value, v) && value_in_range(info, v);
+    }
+    case Kind::Size: {
+      uint64_t v = 0;
+      return parse_size(value, v) && value_in_range(info, v);
+    }
+    case Kind::Bool: {
+      bool v = false;
+      return parse_bool(value, v);
+    }
+    case Kind::Choice: {
+      std::string v;
+      return parse_choice(value, info.choices, v);
+    }
+    case Kind::String: return true;
+  }
+  return false;
+}
 
 bool parse_bool(const std::string& text, bool& out) {
   std::string t = lower(trim(text));
@@ -167,18 +229,22 @@ Registry::Registry(const std::map<std::string, std::string>& env) {
       return;
     }
     auto parsed = member;
-    if (parse_value(info.kind, info, it->second, parsed)) {
+    const std::string keep_default = std::string("; using the default '") + info.default_text + "'";
+    if (!parse_value(info.kind, info, it->second, parsed)) {
+      std::string expected = info.kind == Kind::Choice ? std::string("one of ") + info.choices : kind_name(info.kind);
+      diagnostics_.push_back(std::string(info.name) + "='" + it->second + "' is not a valid " + expected + keep_default);
+      effective_.push_back({&info, info.default_text, Source::Default});
+    } else if (!admits(info, parsed)) {
+      diagnostics_.push_back(std::string(info.name) + "=" + trim(it->second) + " is outside " + range_text(info) +
+                             keep_default);
+      effective_.push_back({&info, info.default_text, Source::Default});
+    } else {
       member = parsed;
       effective_.push_back({&info, it->second, Source::Environment});
-    } else {
-      std::string expected = info.kind == Kind::Choice ? std::string("one of ") + info.choices : kind_name(info.kind);
-      diagnostics_.push_back(std::string(info.name) + "='" + it->second + "' is not a valid " + expected +
-                             "; using the default '" + info.default_text + "'");
-      effective_.push_back({&info, info.default_text, Source::Default});
     }
   };
   size_t index = 0;
-#define SIEVE_PARAM(kind, member, name, def, choices, doc) apply(params()[index++], settings_.member);
+#define SIEVE_PARAM(kind, member, name, def, choices, range, doc) apply(params()[index++], settings_.member);
 #include "plugin/config_params.def"
 #undef SIEVE_PARAM
 }

@@ -1,6 +1,7 @@
 // The typed SIEVE_* configuration registry. Every variable is declared once in config_params.def;
 // this header turns that table into typed settings, describes them for sieve-info and the README,
-// and reports unknown SIEVE_* names (with the closest known name) and values that do not parse.
+// and reports unknown SIEVE_* names (with the closest known name) and values that do not parse or
+// lie outside their range. A bad value never stops anything: it is reported and the default kept.
 #pragma once
 
 #include <cstdint>
@@ -26,15 +27,22 @@ struct ParamInfo {
   const char* name;
   const char* default_text;
   const char* choices;  // "" unless kind == Choice
+  const char* range;    // "lo..hi" or "lo.." for Int and Size, "" for the other kinds
   const char* doc;
 };
 
 const std::vector<ParamInfo>& params();
 const char* kind_name(Kind kind);
 
+// The variable's range as users read it: "0-16", "4K-1G", ">= 0"; "" for kinds without one.
+std::string range_text(const ParamInfo& info);
+// Whether `value` (text of the variable's kind) parses and lies in its range; true for kinds
+// without a range once the text parses.
+bool in_range(const ParamInfo& info, const std::string& value);
+
 // Typed values, one member per variable.
 struct Settings {
-#define SIEVE_PARAM(kind, member, name, def, choices, doc) KindType<Kind::kind>::type member{};
+#define SIEVE_PARAM(kind, member, name, def, choices, range, doc) KindType<Kind::kind>::type member{};
 #include "plugin/config_params.def"
 #undef SIEVE_PARAM
 };
@@ -57,7 +65,8 @@ class Registry {
 
   const Settings& settings() const { return settings_; }
   const std::vector<Effective>& effective() const { return effective_; }
-  // One line per problem: unknown SIEVE_* variable (with suggestion) or unparsable value (default kept).
+  // One line per problem: unknown SIEVE_* variable (with suggestion), or a value that does not parse
+  // or lies outside the variable's range (default kept, range named).
   const std::vector<std::string>& diagnostics() const { return diagnostics_; }
 
  private:

@@ -14,6 +14,7 @@
 #include "net/transport.h"
 #include "plugin/config.h"
 #include "plugin/peer_traffic.h"
+#include "plugin/process_log.h"
 #include "plugin/proxy_probe.h"
 #include "plugin/stats.h"
 #include "plugin/stats_export.h"
@@ -132,20 +133,12 @@ net::TransportOptions options_from(const config::Settings& s) {
   return o;
 }
 
-log::Level level_from(const std::string& name) {
-  if (name == "none") return log::Level::None;
-  if (name == "info") return log::Level::Info;
-  if (name == "trace") return log::Level::Trace;
-  return log::Level::Warn;
-}
-
 // Takes one reference, creating the state on first use. Caller holds g_mutex.
 ncclResult_t acquire_locked(abi::ncclDebugLogger_t logger, std::shared_ptr<ProcessState>* out) {
   if (!g_state) {
     const config::Registry& registry = config::Registry::process();
-    log::set_stderr_level(level_from(registry.settings().log_level));
     install_nccl_logger(logger);
-    for (const auto& d : registry.diagnostics()) SIEVE_WARN("%s", d.c_str());
+    start_process_log();  // after the logger: NCCL's log is where a job's user looks
     auto state = std::make_shared<ProcessState>();
     state->options = options_from(registry.settings());
     net::Status st = net::Transport::create_tcp(state->options, &state->transport);

@@ -54,7 +54,12 @@ void start_stats_export(const config::Settings& settings) {
     // Constructed before the writer so that they outlive it at exit (statics die in reverse order).
     process_stats();
     peer_traffic();
-    const std::string path = expand_stats_path(settings.stats_file, static_cast<int>(getpid()), host_name());
+    // The claim on a name without %p is held while the writer lives (declared first, dies last).
+    static std::unique_ptr<StatsFileClaim> claim;
+    std::string note;
+    const std::string path =
+        choose_stats_path(settings.stats_file, static_cast<int>(getpid()), host_name(), &claim, &note);
+    if (!note.empty()) SIEVE_WARN("%s", note.c_str());
     const StatsFormat format = settings.stats_format == "prometheus" ? StatsFormat::Prometheus : StatsFormat::Json;
     static std::unique_ptr<StatsWriter> writer;
     writer = std::make_unique<StatsWriter>(path, format, settings.stats_interval_s, current_snapshot);

@@ -1,5 +1,10 @@
 #include "plugin/telemetry.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -53,20 +58,32 @@ std::string label_value(const std::string& s) {
 }
 
 struct Field {
-  const char* name;
+  const char* name;    // JSON member
+  const char* metric;  // Prometheus name, before _total: what, then the unit in base units
   uint64_t TrafficCounters::*member;
+  double scale;        // to the metric's unit
   const char* help;
 };
 
 const Field kFields[] = {
-    {"bytes_logical_sent", &TrafficCounters::bytes_logical_sent, "Bytes NCCL asked to send"},
-    {"bytes_wire_sent", &TrafficCounters::bytes_wire_sent, "Bytes written to the sockets, framing included"},
-    {"bytes_logical_received", &TrafficCounters::bytes_logical_received, "Bytes delivered to NCCL"},
-    {"bytes_wire_received", &TrafficCounters::bytes_wire_received, "Bytes read from the sockets"},
-    {"messages_sent", &TrafficCounters::messages_sent, "Messages sent"},
-    {"messages_received", &TrafficCounters::messages_received, "Messages received"},
-    {"busy_ns", &TrafficCounters::busy_ns, "Nanoseconds with at least one request in flight"},
+    {"bytes_logical_sent", "logical_sent_bytes", &TrafficCounters::bytes_logical_sent, 1, "Bytes NCCL asked to send"},
+    {"bytes_wire_sent", "wire_sent_bytes", &TrafficCounters::bytes_wire_sent, 1,
+     "Bytes written to the sockets, framing included"},
+    {"bytes_logical_received", "logical_received_bytes", &TrafficCounters::bytes_logical_received, 1,
+     "Bytes delivered to NCCL"},
+    {"bytes_wire_received", "wire_received_bytes", &TrafficCounters::bytes_wire_received, 1, "Bytes read from the sockets"},
+    {"messages_sent", "messages_sent", &TrafficCounters::messages_sent, 1, "Messages sent"},
+    {"messages_received", "messages_received", &TrafficCounters::messages_received, 1, "Messages received"},
+    {"busy_ns", "busy_seconds", &TrafficCounters::busy_ns, 1e-9, "Seconds with at least one request in flight"},
 };
+
+// A Prometheus sample value: integers exactly, scaled values with enough digits to round-trip.
+std::string metric_value(uint64_t raw, double scale) {
+  if (scale == 1) return std::to_string(raw);
+  char text[40];
+  std::snprintf(text, sizeof(text), "%.9g", static_cast<double>(raw) * scale);
+  return text;
+}
 
 std::string counters_json(const TrafficCounters& c) {
   std::string out = "{";
@@ -106,23 +123,26 @@ std::string to_json(const Snapshot& s) {
   return out;
 }
 
+// Prometheus text exposition. Process totals and per-peer series are different metrics
+// (sieve_X_total and sieve_peer_X_total), so sum() over either counts each byte once; every family
+// has its HELP and TYPE, then its samples, together.
 std::string to_prometheus(const Snapshot& s) {
   std::string out;
-  char line[512];
-  const std::string host = label_value(s.host);
+  const std::string process_labels = "host=\"" + label_value(s.host) + "\",pid=\"" + std::to_string(s.pid) + "\"";
+  auto family = [&](const std::string& name, const char* help) {
+    out += "# HELP " + name + " " + help + "\n# TYPE " + name + " counter\n";
+  };
   for (const auto& f : kFields) {
-    std::snprintf(line, sizeof(line), "# HELP sieve_%s_total %s\n# TYPE sieve_%s_total counter\n", f.name, f.help,
-                  f.name);
-    out += line;
-    std::snprintf(line, sizeof(line), "sieve_%s_total{host=\"%s\",pid=\"%d\"} %" PRIu64 "\n", f.name, host.c_str(),
-                  s.pid, s.totals.*f.member);
-    out += line;
-    for (const auto& p : s.peers) {
-      std::snprintf(line, sizeof(line), "sieve_%s_total{host=\"%s\",pid=\"%d\",device=\"%s\",peer=\"%s\"} %" PRIu64 "\n",
-                    f.name, host.c_str(), s.pid, label_value(p.device).c_str(), label_value(p.peer).c_str(),
-                    p.counters.*f.member);
-      out += line;
-    }
+    const std::string name = std::string("sieve_") + f.metric + "_total";
+    family(name, f.help);
+    out += name + "{" + process_labels + "} " + metric_value(s.totals.*f.member, f.scale) + "\n";
+  }
+  for (const auto& f : kFields) {
+    const std::string name = std::string("sieve_peer_") + f.metric + "_total";
+    family(name, (std::string(f.help) + ", per connection to a peer").c_str());
+    for (const auto& p : s.peers)
+      out += name + "{" + process_labels + ",device=\"" + label_value(p.device) + "\",peer=\"" + label_value(p.peer) +
+             "\"} " + metric_value(p.counters.*f.member, f.scale) + "\n";
   }
   const struct {
     const char* name;
@@ -135,11 +155,9 @@ std::string to_prometheus(const Snapshot& s) {
       {"connections_rejected", s.connections_rejected, "Connections dropped for bad magic, nonce or token"},
   };
   for (const auto& c : process_counters) {
-    std::snprintf(line, sizeof(line),
-                  "# HELP sieve_%s_total %s\n# TYPE sieve_%s_total counter\nsieve_%s_total{host=\"%s\",pid=\"%d\"} "
-                  "%" PRIu64 "\n",
-                  c.name, c.help, c.name, c.name, host.c_str(), s.pid, c.value);
-    out += line;
+    const std::string name = std::string("sieve_") + c.name + "_total";
+    family(name, c.help);
+    out += name + "{" + process_labels + "} " + std::to_string(c.value) + "\n";
   }
   return out;
 }
@@ -156,6 +174,50 @@ std::string expand_stats_path(const std::string& pattern, int pid, const std::st
     out += pattern[i];
   }
   return out;
+}
+
+std::unique_ptr<StatsFileClaim> StatsFileClaim::take(const std::string& path, std::string* error) {
+  const std::string lock_path = path + ".lock";
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (error) *error = "cannot create " + lock_path + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (error) *error = errno == EWOULDBLOCK ? "" : "cannot lock " + lock_path + ": " + std::strerror(errno);
+    ::close(fd);
+    return nullptr;
+  }
+  return std::unique_ptr<StatsFileClaim>(new StatsFileClaim(fd));
+}
+
+StatsFileClaim::~StatsFileClaim() { ::close(fd_); }  // releases the lock
+
+namespace {
+
+// "/d/sieve.prom" -> "/d/sieve.<pid>.prom"; no extension: "/d/sieve" -> "/d/sieve.<pid>".
+std::string with_pid(const std::string& path, int pid) {
+  const size_t slash = path.rfind('/');
+  const size_t dot = path.rfind('.');
+  const bool has_extension = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  const std::string tag = "." + std::to_string(pid);
+  return has_extension ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
+}
+
+}  // namespace
+
+std::string choose_stats_path(const std::string& pattern, int pid, const std::string& host,
+                              std::unique_ptr<StatsFileClaim>* claim, std::string* note) {
+  const std::string path = expand_stats_path(pattern, pid, host);
+  if (pattern.find("%p") != std::string::npos) return path;
+  std::string error;
+  *claim = StatsFileClaim::take(path, &error);
+  if (*claim) return path;
+  const std::string own = with_pid(path, pid);
+  *note = "SIEVE_STATS_FILE=" + pattern + ": " +
+          (error.empty() ? path + " is written by another live process" : error) + "; this process writes " + own +
+          " instead (put %p in the name to give every process its own file)";
+  return own;
 }
 
 StatsWriter::StatsWriter(std::string path, StatsFormat format, int64_t interval_s, Source source)
@@ -185,14 +247,20 @@ void StatsWriter::run(int64_t interval_s) {
 bool StatsWriter::write_now(std::string* error) {
   Snapshot snapshot = source_();
   std::string text = format_ == StatsFormat::Json ? to_json(snapshot) : to_prometheus(snapshot);
-  std::string tmp = path_ + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  // A temporary file of this write's own (another process, or this writer's periodic thread, may be
+  // writing the same path), renamed over the path: readers see a whole file, old or new. Its name
+  // does not end in .prom, so a textfile collector never reads it half written.
+  std::string tmp = path_ + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd >= 0) ::fchmod(fd, 0644);  // mkstemp makes it 0600; scrapers run as another user
+  std::FILE* f = fd >= 0 ? ::fdopen(fd, "w") : nullptr;
+  if (fd >= 0 && !f) ::close(fd);
   bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
   if (f && std::fclose(f) != 0) ok = false;
   if (ok && std::rename(tmp.c_str(), path_.c_str()) != 0) ok = false;
   if (!ok) {
     if (error) *error = "cannot write stats file " + path_ + ": " + std::strerror(errno);
-    std::remove(tmp.c_str());
+    if (fd >= 0) std::remove(tmp.c_str());
   }
   return ok;
 }

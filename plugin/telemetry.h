@@ -1,12 +1,14 @@
 // Telemetry for ops: a snapshot of what this process moved (totals, per device, per peer) rendered
 // as JSON or Prometheus text, and a writer that puts it in SIEVE_STATS_FILE at exit and, if asked,
-// every SIEVE_STATS_INTERVAL seconds. Files are replaced atomically (write + rename) so a scraper
-// never reads half a file.
+// every SIEVE_STATS_INTERVAL seconds. Each write goes to a temporary file of its own, renamed over
+// the target, so a scraper never reads half a file, even with several writers of one path; a path
+// without %p is claimed by one live process (StatsFileClaim), so processes never overwrite each other.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -54,6 +56,28 @@ enum class StatsFormat { Json, Prometheus };
 
 // Expands %p (pid) and %h (host name) so every process of a job writes its own file.
 std::string expand_stats_path(const std::string& pattern, int pid, const std::string& host);
+
+// A process's hold on a stats file whose name has no %p: an advisory lock (flock) on `path`.lock,
+// which the kernel drops when the process dies, so a crashed job never blocks the next one.
+class StatsFileClaim {
+ public:
+  // nullptr when another live holder has it (or the lock file cannot be created: `*error` says why).
+  static std::unique_ptr<StatsFileClaim> take(const std::string& path, std::string* error);
+  ~StatsFileClaim();
+  StatsFileClaim(const StatsFileClaim&) = delete;
+  StatsFileClaim& operator=(const StatsFileClaim&) = delete;
+
+ private:
+  explicit StatsFileClaim(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+// The file this process writes for SIEVE_STATS_FILE=`pattern`. With %p every process has its own.
+// Without, processes sharing the name would overwrite each other: the first live one claims it
+// (`*claim`, to hold while writing); any other writes the same name with ".<pid>" before its
+// extension, and `*note` says so (nothing is lost, nothing silently overwritten).
+std::string choose_stats_path(const std::string& pattern, int pid, const std::string& host,
+                              std::unique_ptr<StatsFileClaim>* claim, std::string* note);
 
 // Writes snapshots from `source` to a file. Construction starts the periodic thread when
 // interval_s > 0; destruction stops it and writes a final snapshot.

@@ -10,6 +10,7 @@
 
 #include "net/log.h"
 #include "plugin/config.h"
+#include "plugin/process_log.h"
 #include "plugin/proxy/cuda_backend.h"
 #include "plugin/proxy/proxy.h"
 #include "plugin/proxy/real_nccl.h"
@@ -74,6 +75,14 @@ Proxy& process_proxy() {
   return *proxy;
 }
 
+// Every interposed call starts here: the process's log is set up (SIEVE_LOG_LEVEL, each configuration
+// problem warned once) before anything can warn, also in a job that preloads the proxy without
+// Sieve as its net plugin, whose init would otherwise do it.
+const RealNccl& nccl_for_call() {
+  start_process_log();
+  return real_nccl();
+}
+
 // The proxy, or null when this call must go straight to NCCL (re-entry from the proxy itself).
 Proxy* proxy_for_call() { return t_inside ? nullptr : &process_proxy(); }
 
@@ -86,9 +95,16 @@ template <typename Body> ncclResult_t guarded(Body&& body) noexcept {
   }
 }
 
-ncclResult_t unreachable() {
+// Once per process, whichever notices first (an interposed call, or the probe at the plugin's init).
+void warn_nccl_unreachable_once() {
   static std::atomic<bool> said{false};
-  if (!said.exchange(true)) SIEVE_WARN("collective proxy: %s", real_nccl_problem().c_str());
+  if (!said.exchange(true))
+    SIEVE_WARN("collective proxy: inactive, the real NCCL cannot be reached (interposed NCCL calls fail with "
+               "ncclSystemError): %s", real_nccl_problem().c_str());
+}
+
+ncclResult_t unreachable() {
+  warn_nccl_unreachable_once();
   return ncclSystemError;
 }
 
@@ -97,8 +113,7 @@ ncclResult_t unreachable() {
 void probe() {
   if (!preloaded()) return;
   if (!config::Registry::process().settings().proxy) return;
-  const std::string nccl = real_nccl_problem();
-  if (!nccl.empty()) SIEVE_WARN("collective proxy: inactive: %s", nccl.c_str());
+  if (!real_nccl_problem().empty()) warn_nccl_unreachable_once();
   const std::string cuda = cuda_problem();
   if (!cuda.empty()) SIEVE_WARN("collective proxy: cannot compact anything: %s", cuda.c_str());
 }
@@ -120,7 +135,7 @@ extern "C" {
 SIEVE_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return guarded([&]() -> ncclResult_t {
-    const RealNccl& real = real_nccl();
+    const RealNccl& real = nccl_for_call();
     if (!real.complete()) return unreachable();
     Proxy* proxy = proxy_for_call();
     if (!proxy) return real.all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
@@ -133,7 +148,7 @@ SIEVE_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff
                                             ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                             cudaStream_t stream) {
   return guarded([&]() -> ncclResult_t {
-    const RealNccl& real = real_nccl();
+    const RealNccl& real = nccl_for_call();
     if (!real.complete()) return unreachable();
     Proxy* proxy = proxy_for_call();
     if (!proxy) return real.reduce_scatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
@@ -146,7 +161,7 @@ SIEVE_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff
 SIEVE_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                                         ncclComm_t comm, cudaStream_t stream) {
   return guarded([&]() -> ncclResult_t {
-    const RealNccl& real = real_nccl();
+    const RealNccl& real = nccl_for_call();
     if (!real.complete()) return unreachable();
     Proxy* proxy = proxy_for_call();
     if (!proxy) return real.all_gather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
@@ -157,7 +172,7 @@ SIEVE_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, si
 
 SIEVE_EXPORT ncclResult_t ncclGroupStart() {
   return guarded([&]() -> ncclResult_t {
-    const RealNccl& real = real_nccl();
+    const RealNccl& real = nccl_for_call();
     if (!real.complete()) return unreachable();
     Proxy* proxy = proxy_for_call();
     if (!proxy) return real.group_start();
@@ -168,7 +183,7 @@ SIEVE_EXPORT ncclResult_t ncclGroupStart() {
 
 SIEVE_EXPORT ncclResult_t ncclGroupEnd() {
   return guarded([&]() -> ncclResult_t {
-    const RealNccl& real = real_nccl();
+    const RealNccl& real = nccl_for_call();
     if (!real.complete()) return unreachable();
     Proxy* proxy = proxy_for_call();
     if (!proxy) return real.group_end();
@@ -179,7 +194,7 @@ SIEVE_EXPORT ncclResult_t ncclGroupEnd() {
 
 SIEVE_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   return guarded([&]() -> ncclResult_t {
-    const RealNccl& real = real_nccl();
+    const RealNccl& real = nccl_for_call();
     if (!real.complete()) return unreachable();
     Proxy* proxy = proxy_for_call();
     if (!proxy) return real.group_simulate_end ? real.group_simulate_end(simInfo) : ncclInvalidUsage;
@@ -192,7 +207,7 @@ SIEVE_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
 // never reaches NCCL again.
 SIEVE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return guarded([&]() -> ncclResult_t {
-    const RealNccl& real = real_nccl();
+    const RealNccl& real = nccl_for_call();
     if (!real.complete()) return unreachable();
     if (!t_inside && process_proxy().release(comm)) return ncclSuccess;
     return real.comm_destroy(comm);
@@ -201,7 +216,7 @@ SIEVE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 
 SIEVE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   return guarded([&]() -> ncclResult_t {
-    const RealNccl& real = real_nccl();
+    const RealNccl& real = nccl_for_call();
     if (!real.complete()) return unreachable();
     if (!t_inside && process_proxy().release(comm)) return ncclSuccess;
     return real.comm_abort(comm);
@@ -210,7 +225,7 @@ SIEVE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
 
 SIEVE_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return guarded([&]() -> ncclResult_t {
-    const RealNccl& real = real_nccl();
+    const RealNccl& real = nccl_for_call();
     if (!real.complete() || !real.comm_finalize) return unreachable();
     if (!t_inside && process_proxy().aborted(comm)) return ncclSuccess;
     return real.comm_finalize(comm);
@@ -219,7 +234,7 @@ SIEVE_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 
 SIEVE_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   return guarded([&]() -> ncclResult_t {
-    const RealNccl& real = real_nccl();
+    const RealNccl& real = nccl_for_call();
     if (!real.complete()) return unreachable();
     if (!t_inside && process_proxy().aborted(comm)) {
       *asyncError = ncclSystemError;  // the proxy aborted it after a local failure (logged then)

@@ -92,7 +92,6 @@ const RealNccl& real_nccl() {
   static RealNccl real;
   static std::atomic<bool> found{false};
   static std::mutex mutex;
-  static bool warned = false;
   if (found.load(std::memory_order_acquire)) return real;
   std::lock_guard lock(mutex);
   if (found.load(std::memory_order_relaxed)) return real;
@@ -110,14 +109,11 @@ const RealNccl& real_nccl() {
   resolve(&real.comm_abort, "ncclCommAbort", &where);
   resolve(&real.comm_destroy, "ncclCommDestroy", &where);
   resolve(&real.comm_finalize, "ncclCommFinalize", &where);
+  // Not found is not warned here: the callers say it once, with its likely cause
+  // (real_nccl_problem(): the interposed call that fails, or the probe at the plugin's init).
   if (real.complete()) {
     found.store(true, std::memory_order_release);
     SIEVE_INFO("collective proxy: the real NCCL is %s", where.c_str());
-  } else if (!warned) {
-    warned = true;
-    SIEVE_WARN("collective proxy: the real NCCL cannot be reached: no loaded object exports all of ncclAllReduce, "
-               "ncclReduceScatter, ncclAllGather, ncclGroupStart/End, ncclCommCount/UserRank/GetAsyncError/Abort/"
-               "Destroy; interposed NCCL calls fail with ncclSystemError");
   }
   return real;
 }

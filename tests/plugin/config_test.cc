@@ -52,6 +52,63 @@ TEST(Config, BadValueKeepsDefaultAndSaysWhy) {
   EXPECT_TRUE(mentions(r, "SIEVE_SOCKET_FAMILY='ipx' is not a valid one of any|ipv4|ipv6"));
 }
 
+// One rule for every variable: a value that parses but lies outside the variable's range is
+// reported, naming the range, and the default kept (the transport would otherwise refuse to start).
+TEST(Config, OutOfRangeValueKeepsDefaultAndNamesTheRange) {
+  Registry r({{"SIEVE_NSOCKS", "99"},
+              {"SIEVE_PEER_TIMEOUT_MS", "0"},
+              {"SIEVE_RATE_LIMIT_MBPS", "-1"},
+              {"SIEVE_PROXY_MAX_DENSITY", "150"},
+              {"SIEVE_STATS_INTERVAL", "-3"},
+              {"SIEVE_CHUNK_SIZE", "1K"}});
+  EXPECT_EQ(r.settings().nsocks, 0);
+  EXPECT_EQ(r.settings().peer_timeout_ms, 5000);
+  EXPECT_EQ(r.settings().rate_limit_mbps, 0);
+  EXPECT_EQ(r.settings().proxy_max_density, 90);
+  EXPECT_EQ(r.settings().stats_interval_s, 0);
+  EXPECT_EQ(r.settings().chunk_size, 512u << 10);
+  EXPECT_EQ(r.diagnostics().size(), 6u);
+  EXPECT_TRUE(mentions(r, "SIEVE_NSOCKS=99 is outside 0-16; using the default '0'"));
+  EXPECT_TRUE(mentions(r, "SIEVE_PEER_TIMEOUT_MS=0 is outside 100-86400000; using the default '5000'"));
+  EXPECT_TRUE(mentions(r, "SIEVE_RATE_LIMIT_MBPS=-1 is outside 0-1000000; using the default '0'"));
+  EXPECT_TRUE(mentions(r, "SIEVE_PROXY_MAX_DENSITY=150 is outside 0-100; using the default '90'"));
+  EXPECT_TRUE(mentions(r, "SIEVE_STATS_INTERVAL=-3 is outside 0-86400; using the default '0'"));
+  EXPECT_TRUE(mentions(r, "SIEVE_CHUNK_SIZE=1K is outside 4K-1G; using the default '512K'"));
+  for (const char* name : {"SIEVE_NSOCKS", "SIEVE_PEER_TIMEOUT_MS", "SIEVE_PROXY_MAX_DENSITY"})
+    EXPECT_EQ(find(r, name).source, Source::Default) << name;
+}
+
+TEST(Config, RangeBoundsAreInclusiveAndOpenEndsUnbounded) {
+  Registry r({{"SIEVE_NSOCKS", "16"}, {"SIEVE_PROXY_MAX_DENSITY", "0"}, {"SIEVE_PROXY_MIN_COUNT", "9000000000000"}});
+  EXPECT_TRUE(r.diagnostics().empty()) << r.diagnostics().front();
+  EXPECT_EQ(r.settings().nsocks, 16);
+  EXPECT_EQ(r.settings().proxy_max_density, 0);
+  EXPECT_EQ(r.settings().proxy_min_count, 9000000000000);
+  Registry below({{"SIEVE_PROXY_MIN_COUNT", "-1"}, {"SIEVE_TRACK_LAG", "0"}});
+  EXPECT_EQ(below.diagnostics().size(), 2u);
+  EXPECT_TRUE(mentions(below, "SIEVE_PROXY_MIN_COUNT=-1 is outside >= 0"));
+  EXPECT_EQ(below.settings().track_lag, 2);
+}
+
+// Every numeric variable declares a range, the range parses, and the default lies inside it.
+TEST(Config, EveryNumericParamHasAValidRangeHoldingItsDefault) {
+  for (const auto& p : params()) {
+    if (p.kind != Kind::Int && p.kind != Kind::Size) {
+      EXPECT_STREQ(p.range, "") << p.name;
+      continue;
+    }
+    EXPECT_FALSE(range_text(p).empty()) << p.name << " has no range";
+    EXPECT_TRUE(in_range(p, p.default_text)) << p.name << ": default " << p.default_text << " outside " << range_text(p);
+  }
+}
+
+// SIEVE_LIBRARY is read by the Python binding, not the library, but it is a Sieve variable a user
+// sets: reporting it as unknown would be a false alarm (and fail sieve-info's health check).
+TEST(Config, VariablesReadByTheBindingAreKnown) {
+  Registry r(std::map<std::string, std::string>{{"SIEVE_LIBRARY", "/opt/sieve/lib/libnccl-net-sieve.so"}});
+  EXPECT_TRUE(r.diagnostics().empty()) << r.diagnostics().front();
+}
+
 TEST(Config, UnknownVariableSuggestsClosestName) {
   Registry r({{"SIEVE_NSOCK", "2"}, {"SIEVE_TOTALLY_UNRELATED_THING", "1"}});
   ASSERT_EQ(r.diagnostics().size(), 2u);

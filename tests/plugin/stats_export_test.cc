@@ -52,7 +52,7 @@ TEST(StatsExport, WritesTheFileNamedBySieveStatsFileWithPidExpanded) {
   ASSERT_TRUE(registry.diagnostics().empty());
   start_stats_export(registry.settings());
   std::string text = read_file(path);
-  EXPECT_NE(text.find("# TYPE sieve_bytes_wire_sent_total counter"), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE sieve_wire_sent_bytes_total counter"), std::string::npos) << text;
   EXPECT_NE(text.find("pid=\"" + std::to_string(getpid()) + "\""), std::string::npos);
   start_stats_export(registry.settings());  // idempotent: still one writer, no error
   std::remove(path.c_str());

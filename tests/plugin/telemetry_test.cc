@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <map>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 namespace sieve::plugin {
 namespace {
@@ -50,10 +54,79 @@ TEST(Telemetry, JsonCarriesTotalsDevicesPeersAndEscapes) {
 
 TEST(Telemetry, PrometheusHasTypedCountersWithLabels) {
   std::string p = to_prometheus(sample());
-  EXPECT_NE(p.find("# TYPE sieve_bytes_wire_sent_total counter"), std::string::npos);
-  EXPECT_NE(p.find("sieve_bytes_wire_sent_total{host=\"node\\\"1\",pid=\"42\"} 500"), std::string::npos) << p;
-  EXPECT_NE(p.find("device=\"eth1\",peer=\"10.0.1.2:4000\"} 100"), std::string::npos) << p;
-  EXPECT_NE(p.find("sieve_collectives_compacted_total{host=\"node\\\"1\",pid=\"42\"} 7"), std::string::npos);
+  EXPECT_NE(p.find("# TYPE sieve_wire_sent_bytes_total counter"), std::string::npos) << p;
+  EXPECT_NE(p.find("sieve_wire_sent_bytes_total{host=\"node\\\"1\",pid=\"42\"} 500"), std::string::npos) << p;
+  EXPECT_NE(p.find("sieve_peer_wire_sent_bytes_total{host=\"node\\\"1\",pid=\"42\",device=\"eth1\",peer=\"10.0.1.2:4000\"} 100"),
+            std::string::npos) << p;
+  EXPECT_NE(p.find("sieve_collectives_compacted_total{host=\"node\\\"1\",pid=\"42\"} 7"), std::string::npos) << p;
+}
+
+// Prometheus exposition, parsed the way a scraper does: metric family -> its samples.
+struct Family {
+  std::string type;
+  int help_lines = 0, type_lines = 0;
+  double sum = 0;
+  std::vector<std::string> samples;
+};
+
+std::map<std::string, Family> parse_prometheus(const std::string& text) {
+  std::map<std::string, Family> families;
+  std::istringstream in(text);
+  std::string line, current;
+  while (std::getline(in, line)) {
+    if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) {
+      std::istringstream words(line.substr(7));
+      std::string name, type;
+      words >> name >> type;
+      Family& f = families[name];
+      if (line[2] == 'H') ++f.help_lines;
+      else { ++f.type_lines; f.type = type; }
+      current = name;
+      continue;
+    }
+    const std::string name = line.substr(0, line.find_first_of("{ "));
+    EXPECT_EQ(name, current) << "a sample outside its family's block: " << line;
+    Family& f = families[name];
+    f.sum += std::stod(line.substr(line.rfind(' ') + 1));
+    f.samples.push_back(line);
+  }
+  return families;
+}
+
+// sum(metric) must count each byte once: process totals and per-peer series are different metrics.
+TEST(Telemetry, PrometheusSumOfEachMetricCountsEveryByteOnce) {
+  const Snapshot s = sample();
+  const auto families = parse_prometheus(to_prometheus(s));
+  ASSERT_TRUE(families.count("sieve_wire_sent_bytes_total"));
+  EXPECT_EQ(families.at("sieve_wire_sent_bytes_total").sum, double(s.totals.bytes_wire_sent));
+  EXPECT_EQ(families.at("sieve_logical_sent_bytes_total").sum, double(s.totals.bytes_logical_sent));
+  EXPECT_EQ(families.at("sieve_messages_sent_total").sum, double(s.totals.messages_sent));
+  ASSERT_TRUE(families.count("sieve_peer_wire_sent_bytes_total"));
+  EXPECT_EQ(families.at("sieve_peer_wire_sent_bytes_total").samples.size(), s.peers.size());
+  EXPECT_EQ(families.at("sieve_peer_wire_sent_bytes_total").sum, double(s.totals.bytes_wire_sent));
+}
+
+// Naming conventions: one HELP and one TYPE per family; counters end in _total, with the unit
+// before it in base units (bytes, seconds).
+TEST(Telemetry, PrometheusNamesFollowTheConventions) {
+  Snapshot s = sample();
+  s.peers[0].counters.busy_ns = 1500000000;
+  s.totals.busy_ns = 1500000000;
+  const auto families = parse_prometheus(to_prometheus(s));
+  EXPECT_GE(families.size(), 10u);
+  for (const auto& [name, f] : families) {
+    EXPECT_EQ(f.help_lines, 1) << name;
+    EXPECT_EQ(f.type_lines, 1) << name;
+    EXPECT_EQ(f.type, "counter") << name;
+    EXPECT_EQ(name.rfind("sieve_", 0), 0u) << name;
+    EXPECT_TRUE(name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0) << name;
+    if (name.find("bytes") != std::string::npos) {
+      EXPECT_NE(name.find("_bytes_total"), std::string::npos) << name;
+    }
+    EXPECT_EQ(name.find("_ns"), std::string::npos) << name << ": not in base units";
+  }
+  ASSERT_TRUE(families.count("sieve_busy_seconds_total"));
+  EXPECT_DOUBLE_EQ(families.at("sieve_busy_seconds_total").sum, 1.5);
 }
 
 TEST(Telemetry, PathPatternExpandsPidAndHost) {
@@ -96,6 +169,70 @@ TEST(Telemetry, PeriodicWriterRefreshesTheFile) {
     EXPECT_NE(read_file(path).find("sieve_messages_sent_total"), std::string::npos);
   }
   std::remove(path.c_str());
+}
+
+// Writers of one path (processes of a job sharing SIEVE_STATS_FILE, or a periodic write racing the
+// final one) each write their own temporary file: a reader sees one writer's whole file, never a mix,
+// and no writer's rename fails because another took its temporary file.
+TEST(Telemetry, WritersSharingAPathNeverExposeAPartialFile) {
+  const std::string path = ::testing::TempDir() + "sieve-stats-shared-" + std::to_string(getpid()) + ".json";
+  std::remove(path.c_str());
+  Snapshot a = sample();
+  Snapshot b = sample();
+  b.pid = 43;
+  for (int i = 0; i < 2000; ++i) b.peers.push_back({"eth0", "10.0.2." + std::to_string(i % 250) + ":4000", {}});
+  const std::string text_a = to_json(a), text_b = to_json(b);
+  std::atomic<int> failed_writes{0}, torn_reads{0};
+  std::atomic<bool> stop{false};
+  {
+    StatsWriter wa(path, StatsFormat::Json, 0, [&] { return a; });
+    StatsWriter wb(path, StatsFormat::Json, 0, [&] { return b; });
+    std::thread reader([&] {
+      while (!stop.load()) {
+        const std::string text = read_file(path);
+        if (!text.empty() && text != text_a && text != text_b) ++torn_reads;
+      }
+    });
+    auto hammer = [&](StatsWriter& w) {
+      for (int i = 0; i < 200; ++i)
+        if (!w.write_now()) ++failed_writes;
+    };
+    std::thread ta(hammer, std::ref(wa)), tb(hammer, std::ref(wb));
+    ta.join();
+    tb.join();
+    stop = true;
+    reader.join();
+  }
+  EXPECT_EQ(failed_writes.load(), 0);
+  EXPECT_EQ(torn_reads.load(), 0);
+  std::remove(path.c_str());
+}
+
+// A SIEVE_STATS_FILE without %p names one file for all the processes that share it: the first live
+// one writes it; another gets its own file (pid before the extension) and a note saying so; when the
+// first one is gone (its claim released, as the kernel does at exit), the name is free again.
+TEST(Telemetry, ASharedStatsPathIsWrittenByOneLiveProcess) {
+  const std::string dir = ::testing::TempDir();
+  const std::string tag = std::to_string(getpid());
+  const std::string pattern = dir + "sieve-claim-" + tag + ".prom";
+  std::unique_ptr<StatsFileClaim> first, second, third;
+  std::string note;
+  EXPECT_EQ(choose_stats_path(pattern, 100, "h", &first, &note), pattern);
+  EXPECT_TRUE(first);
+  EXPECT_EQ(note, "");
+  EXPECT_EQ(choose_stats_path(pattern, 200, "h", &second, &note), dir + "sieve-claim-" + tag + ".200.prom");
+  EXPECT_NE(note.find("SIEVE_STATS_FILE=" + pattern), std::string::npos) << note;
+  EXPECT_NE(note.find("%p"), std::string::npos) << note;
+  first.reset();
+  note.clear();
+  EXPECT_EQ(choose_stats_path(pattern, 300, "h", &third, &note), pattern);
+  EXPECT_EQ(note, "");
+  std::unique_ptr<StatsFileClaim> unclaimed;
+  EXPECT_EQ(choose_stats_path(dir + "s-%h-%p.prom", 7, "n1", &unclaimed, &note), dir + "s-n1-7.prom");
+  EXPECT_EQ(note, "");
+  third.reset();
+  second.reset();
+  std::remove((pattern + ".lock").c_str());
 }
 
 }  // namespace

@@ -2,14 +2,15 @@
 """Runs sieve-info and checks what it prints: --json parses and lists every SIEVE_* variable of
 plugin/config_params.def; its NICs agree with /sys/class/net/*/device; the plugin's devices (when
 it offers any) are NICs of the topology with the same PCI path; a topology file gives the expected
-GPU x NIC matrix; bad input gives clear errors. Usage: sieve_info_check.py SIEVE_INFO SOURCE_DIR"""
+GPU x NIC matrix; bad input gives clear errors; --help lists every option and --version names the
+project's version. Usage: sieve_info_check.py SIEVE_INFO SOURCE_DIR PROJECT_VERSION"""
 import json
 import os
 import re
 import subprocess
 import sys
 
-sieve_info, source_dir = sys.argv[1], sys.argv[2]
+sieve_info, source_dir, project_version = sys.argv[1], sys.argv[2], sys.argv[3]
 fixtures = os.path.join(source_dir, "tests", "topology", "fixtures")
 failures = []
 
@@ -108,7 +109,7 @@ check(fixture["plugin"] is None, "--no-plugin still loaded the plugin")
 
 # 5. Text mode shows the matrix; a secret is never printed; a typo is reported.
 rc, out, err = run("--topo", node, "--no-plugin", env_extra={"SIEVE_JOB_TOKEN": "hunter2", "SIEVE_PIN_THREAD": "on"})
-check(rc == 0, f"text mode exited {rc}: {err}")
+check(rc == 1 and "SIEVE_PIN_THREAD" in err, f"a misspelt variable: exit {rc}, stderr {err!r}")
 check("GPU x NIC" in out and "GPU1   PXB" in out, "text mode lacks the GPU x NIC matrix")
 check("hunter2" not in out, "the job token is printed")
 check("did you mean SIEVE_PIN_THREADS" in out, "the SIEVE_PIN_THREAD typo is not reported")
@@ -119,6 +120,123 @@ check(rc == 1, f"missing topology file exited {rc}")
 check("/nonexistent/topology.xml" in json.loads(out)["topology"]["error"], "missing file not named in the error")
 rc, out, err = run("--frobnicate")
 check(rc == 2 and "--frobnicate" in err, f"unknown argument: rc {rc}, stderr {err!r}")
+
+# 7. One rule for every bad value: parsable but out of range (each bound), or not parsable at all, is
+# reported naming the range and the default kept; the plugin still starts and offers its devices.
+bad = {"SIEVE_NSOCKS": "99", "SIEVE_PEER_TIMEOUT_MS": "0", "SIEVE_RATE_LIMIT_MBPS": "-1",
+       "SIEVE_PROXY_MAX_DENSITY": "150", "SIEVE_STATS_INTERVAL": "-3", "SIEVE_CHUNK_SIZE": "lots"}
+rc, out, err = run("--json", env_extra=bad)
+check(rc == 1, f"bad values: exit {rc}, a health check would pass")
+for name in bad:
+    check(name in err, f"bad values: {name} not named on stderr {err!r}")
+bad_report = json.loads(out)
+check(len(bad_report.get("problems", [])) == len(bad), f"bad values: problems {bad_report.get('problems')}")
+check(bad_report["plugin"]["devices_error"] == "",
+      f"out-of-range values stopped the plugin: {bad_report['plugin']['devices_error']!r}")
+check(len(bad_report["plugin"]["devices"]) == len(plugin["devices"]) if plugin else True,
+      "out-of-range values changed the plugin's device list")
+entries = {e["name"]: e for e in bad_report["config"]}
+for name, value in bad.items():
+    entry = entries[name]
+    check(entry["source"] == "default" and entry["value"] == entry["default"], f"{name}={value}: entry {entry}")
+    said = [d for d in bad_report["diagnostics"] if d.startswith(name + "=")]
+    check(len(said) == 1, f"{name}={value}: diagnostics {bad_report['diagnostics']}")
+    if entry["range"] and value != "lots":
+        check(said and f"outside {entry['range']}" in said[0], f"{name}={value}: range not named in {said}")
+
+# 8. A health check (a Slurm prolog): a plugin that cannot be loaded or cannot start exits non-zero
+# with the reason on stderr and in the JSON, not just the NCCL result code.
+rc, out, err = run("--plugin", "/nonexistent/libnope.so")
+check(rc == 1 and "/nonexistent/libnope.so" in err, f"missing plugin: exit {rc}, stderr {err!r}")
+rc, out, err = run("--json", env_extra={"SIEVE_SOCKET_IFNAME": "nonexistent0"})
+check(rc == 1, f"SIEVE_SOCKET_IFNAME=nonexistent0: exit {rc}")
+check("SIEVE_SOCKET_IFNAME=nonexistent0" in err, f"SIEVE_SOCKET_IFNAME=nonexistent0: reason not on stderr {err!r}")
+check(err.count("SIEVE_SOCKET_IFNAME=nonexistent0") == 1, f"the reason is printed more than once: {err!r}")
+nic_report = json.loads(out)
+check("SIEVE_SOCKET_IFNAME=nonexistent0" in nic_report["plugin"]["devices_error"],
+      f"JSON devices_error lacks the reason: {nic_report['plugin']['devices_error']!r}")
+check(any("SIEVE_SOCKET_IFNAME=nonexistent0" in p for p in nic_report.get("problems", [])),
+      f"JSON problems lack the reason: {nic_report.get('problems')}")
+rc, out, err = run("--json")
+check(rc == 0 and json.loads(out).get("problems") == [] and err == "", f"a healthy run: exit {rc}, stderr {err!r}")
+
+# 9. --help lists every option main.cc (and the masks command) accepts and exits 0; --version prints
+# the tool and CMake's project version and exits 0; an option without its value is named.
+options = {}
+for source in ("main.cc", "masks_command.cc"):
+    with open(os.path.join(source_dir, "tools", "sieve-info", source)) as f:
+        options[source] = set(re.findall(r'(?:arg|a) == "(--[a-z-]+)"', f.read()))
+check(len(options["main.cc"]) >= 5, f"options found in main.cc: {options['main.cc']}")
+rc, out, err = run("--help")
+check(rc == 0 and err == "", f"--help: exit {rc}, stderr {err!r}")
+for option in sorted(options["main.cc"]):
+    check(option in out, f"--help does not list {option}")
+rc, out, err = run("masks", "--help")
+check(rc == 0, f"masks --help: exit {rc}")
+for option in sorted(options["masks_command.cc"]):
+    check(option in out, f"masks --help does not list {option}")
+rc, out, err = run("--version")
+check(rc == 0 and out == f"sieve-info {project_version}\n", f"--version: exit {rc}, output {out!r}")
+rc, out, err = run("--topo")
+check(rc == 2 and "--topo" in err, f"--topo without a value: exit {rc}, stderr {err!r}")
+
+# 10. An unknown link speed reads the same everywhere: the topology says unknown, the plugin's device
+# says which speed it assumed (NCCL sees that number); --topo FILE says the plugin's devices are
+# still this machine's; text columns never run into each other.
+rc, out, err = run("--json")
+live = json.loads(out)
+live_nics = {n["name"]: n for n in live["topology"]["nics"] if n["kind"] == "netdev"}
+rc, text, err = run()
+for device in live["plugin"]["devices"] if live["plugin"] else []:
+    nic = live_nics.get(device["name"])
+    unknown = nic is not None and nic["speed_mbps"] <= 0
+    check(device.get("speed_assumed") == unknown, f"plugin device {device['name']}: speed_assumed {device.get('speed_assumed')}, "
+          f"topology speed {nic and nic['speed_mbps']}")
+    line = [l for l in text.splitlines() if l.startswith(f"  device {device['index']} ")]
+    check(line and (("assumed" in line[0]) == unknown), f"text line for device {device['name']}: {line}")
+    nic_rows = [l for l in text.splitlines() if l.startswith(f"  {device['name']} ")]
+    if unknown:
+        check(nic_rows and "unknown" in nic_rows[0], f"NIC row of {device['name']} with unknown speed: {nic_rows}")
+rc, out, err = run("--json", "--topo", node)
+topo_report = json.loads(out)
+check(topo_report["plugin"].get("topology_file") == "" and topo_report["topology"]["file"] == node,
+      f"--topo: plugin topology_file {topo_report['plugin'].get('topology_file')!r}")
+rc, text, err = run("--topo", node)
+plugin_section = text.split("\nTopology")[0]
+check("this machine" in plugin_section, f"--topo: the plugin section does not say its devices are this machine's:\n{plugin_section}")
+
+
+def columns_stay_apart(text, header_start, label):
+    """Every row of the table whose header line starts with header_start has a blank before each
+    header column (a cell that overflows runs into the next column's first character)."""
+    lines = text.splitlines()
+    starts = [i for i, l in enumerate(lines) if l.startswith(header_start)]
+    check(len(starts) == 1, f"{label}: header {header_start!r} not found")
+    if not starts:
+        return
+    header = lines[starts[0]]
+    columns = [m.start() for m in re.finditer(r"(?<=  )\S", header)]
+    for row in lines[starts[0] + 1:]:
+        if not row.strip() or row.startswith("  problem:"):
+            break
+        if row.strip().startswith("pciPath"):
+            continue
+        for col in columns:
+            if len(row) > col and row[col - 1] != " ":
+                check(False, f"{label}: a cell runs into column {col}: {row!r}")
+                break
+
+
+with open(node) as f:
+    long_names = f.read().replace('"eth2"', '"enp133s0f0np0xy"')  # 15 characters, IFNAMSIZ's limit
+long_node = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"sieve-info-long-names-{os.getpid()}.xml")
+with open(long_node, "w") as f:
+    f.write(long_names)
+rc, text, err = run("--topo", long_node, "--no-plugin", env_extra={"SIEVE_TOPO_FILE": long_node})
+os.remove(long_node)
+check("enp133s0f0np0xy" in text, "the renamed NIC is not in the output")
+columns_stay_apart(text, "  name ", "NICs")
+columns_stay_apart(text, "  SIEVE_SOCKET_IFNAME ", "Configuration")
 
 for failure in failures:
     print("FAIL:", failure)

@@ -31,7 +31,7 @@ std::atomic<uint64_t> g_warnings{0};
 std::mutex g_last_warning_mutex;
 std::string g_last_warning;
 
-void plugin_logger(abi::ncclDebugLogLevel level, unsigned long /*flags*/, const char* file, int line,
+void plugin_logger(abi::ncclDebugLogLevel level, unsigned long /*flags*/, const char* /*file*/, int /*line*/,
                    const char* fmt, ...) {
   char message[1024];
   va_list args;
@@ -45,8 +45,10 @@ void plugin_logger(abi::ncclDebugLogLevel level, unsigned long /*flags*/, const 
   }
   const int threshold = g_log_level.load(std::memory_order_relaxed);
   if (level == abi::NCCL_LOG_NONE || level > threshold) return;
+  // Outside NCCL, one format for every Sieve line on stderr, the plugin's own fallback's
+  // (net/log.cc): "LEVEL NET/Sieve message". NCCL's decorations and source paths belong in NCCL's log.
   const char* tag = level == abi::NCCL_LOG_WARN ? "WARN" : level == abi::NCCL_LOG_INFO ? "INFO" : "TRACE";
-  fprintf(stderr, "[%d] NCCL %s %s (%s:%d)\n", static_cast<int>(getpid()), tag, message, file ? file : "?", line);
+  fprintf(stderr, "%s %s\n", tag, message);
 }
 
 // NCCL always hands the plugin a profiler callback; this one records nothing.

@@ -39,6 +39,7 @@ void write_plugin(JsonWriter& json, const Report& report) {
     json.member("pci_path", device.pci_path);
     json.member("guid", hex(device.guid));
     json.member("speed_mbps", device.speed_mbps);
+    json.member("speed_assumed", i < plugin.speed_assumed.size() && plugin.speed_assumed[i]);
     json.member("port", device.port);
     json.member("latency_us", static_cast<double>(device.latency_us));
     json.member("max_comms", device.max_comms);
@@ -52,6 +53,7 @@ void write_plugin(JsonWriter& json, const Report& report) {
   }
   json.end_array();
   json.member("devices_error", plugin.devices_error);
+  json.member("topology_file", plugin.topology_file);
   json.end_object();
 }
 
@@ -150,6 +152,7 @@ void write_config(JsonWriter& json, const Report& report) {
     json.member("default", entry.info->default_text);
     json.member("source", entry.source == config::Source::Environment ? "environment" : "default");
     json.member("choices", entry.info->choices);
+    json.member("range", config::range_text(*entry.info));
     json.member("doc", entry.info->doc);
     json.end_object();
   }
@@ -167,6 +170,7 @@ void print_json(const Report& report, std::ostream& out) {
   write_plugin(json, report);
   write_topology(json, report);
   write_config(json, report);
+  json.member_strings("problems", report.problems);
   json.end_object();
   out << '\n';
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "plugin/sieve.h"
 #include "tools/sieve-info/output.h"
 #include "tools/sieve-info/report.h"
 
@@ -14,13 +15,21 @@ namespace {
 
 void usage(std::ostream& out) {
   out << "usage: sieve-info [--json] [--topo FILE] [--plugin PATH] [--no-plugin]\n"
-         "       sieve-info masks ...   (sieve-info masks --help)\n"
+         "       sieve-info masks FILE [--json]   (sieve-info masks --help)\n"
+         "       sieve-info --help | --version\n"
          "\n"
          "  --json         machine-readable output\n"
          "  --topo FILE    describe the machine of this hwloc XML (lstopo --of xml) instead of this one\n"
-         "                 (default: SIEVE_TOPO_FILE, else the live machine)\n"
+         "                 (default: SIEVE_TOPO_FILE, else the live machine); the plugin's devices\n"
+         "                 are still this machine's\n"
          "  --plugin PATH  the plugin library to inspect (default: next to sieve-info, or the build tree)\n"
-         "  --no-plugin    do not load the plugin\n";
+         "  --no-plugin    do not load the plugin\n"
+         "  -h, --help     this text\n"
+         "  --version      the tool and Sieve's version\n"
+         "\n"
+         "Exit status: 0 all well; 1 a problem a job would hit (the plugin cannot load or start or\n"
+         "offers no device, the topology cannot be read, a SIEVE_* variable is unknown or refused),\n"
+         "each reason on stderr; 2 a bad command line.\n";
 }
 
 }  // namespace
@@ -54,6 +63,9 @@ int main(int argc, char** argv) {
     } else if (arg == "--help" || arg == "-h") {
       usage(std::cout);
       return 0;
+    } else if (arg == "--version") {
+      std::cout << "sieve-info " << SIEVE_VERSION_STRING << "\n";
+      return 0;
     } else {
       std::cerr << "sieve-info: unknown argument '" << arg << "'\n";
       usage(std::cerr);
@@ -67,6 +79,8 @@ int main(int argc, char** argv) {
   } else {
     sieve::info::print_text(report, std::cout);
   }
-  // A topology file that cannot be read is the one failure: the rest is reported, not fatal.
-  return report.topology.ok ? 0 : 1;
+  // A health check (a Slurm prolog) needs the verdict in the exit status and the reasons on stderr:
+  // whatever would make a job run without Sieve, or other than configured, fails it.
+  for (const auto& problem : report.problems) std::cerr << "sieve-info: " << problem << "\n";
+  return report.problems.empty() ? 0 : 1;
 }

@@ -15,7 +15,10 @@ void usage(std::ostream& out) {
   out << "usage: sieve-info masks FILE [--json]\n"
          "  Reads a safetensors mask file: its BOOL and U8 tensors, in data-offset order, are the\n"
          "  mask (nonzero = kept). Reports each tensor's elements, kept elements and density, and\n"
-         "  the hash ranks compare. Exit status 1 when the file is malformed.\n";
+         "  the hash ranks compare. Exit status 1 when the file is malformed, 2 on a bad command line.\n"
+         "\n"
+         "  --json         machine-readable output\n"
+         "  -h, --help     this text\n";
 }
 
 std::string shape_text(const std::vector<uint64_t>& shape) {

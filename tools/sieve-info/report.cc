@@ -10,9 +10,9 @@
 #include <climits>
 #include <cstdlib>
 
-#ifndef SIEVE_VERSION
-#define SIEVE_VERSION "unknown"
-#endif
+#include "net/devices.h"
+#include "net/log.h"
+#include "plugin/sieve.h"
 
 namespace sieve::info {
 
@@ -51,8 +51,10 @@ PluginReport inspect_plugin(const std::string& path) {
                    std::to_string(tools::kNewestVersion) + " symbol";
     return report;
   }
+  // The plugin's log is not printed: what it would warn about ends up in the report (its failures
+  // below, its configuration problems from the registry), and sieve-info says it once.
   tools::LoaderOptions options;
-  options.log_level = 2;
+  options.log_level = 0;
   std::string error;
   auto plugin = tools::NetPlugin::open(report.library, options, &error);
   if (!plugin) {
@@ -61,27 +63,55 @@ PluginReport inspect_plugin(const std::string& path) {
   }
   report.used_version = plugin->version();
   report.name = plugin->name() != nullptr ? plugin->name() : "";
+  // A failed call's reason is the warning the plugin logged with it; the NCCL code alone says little.
+  const auto failure = [](const std::string& call, int result, uint64_t warnings_before) {
+    const std::string code = call + " returned " + tools::result_name(result);
+    if (tools::plugin_warning_count() == warnings_before) return code;
+    std::string reason = tools::last_plugin_warning();
+    const std::string prefix = std::string(log::kPrefix) + " ";
+    if (reason.rfind(prefix, 0) == 0) reason.erase(0, prefix.size());
+    return reason + " (" + code + ")";
+  };
+  uint64_t warnings = tools::plugin_warning_count();
   int result = plugin->init();
   if (result != tools::kNetSuccess) {
-    report.devices_error = std::string("init failed: ") + tools::result_name(result);
+    report.devices_error = failure("init", result, warnings);
     return report;
   }
   int count = 0;
+  warnings = tools::plugin_warning_count();
   result = plugin->devices(&count);
   if (result != tools::kNetSuccess) {
-    report.devices_error = std::string("devices failed: ") + tools::result_name(result);
+    report.devices_error = failure("devices", result, warnings);
     return report;
   }
   for (int dev = 0; dev < count; ++dev) {
     tools::NetDeviceInfo device;
+    warnings = tools::plugin_warning_count();
     result = plugin->properties(dev, &device);
     if (result != tools::kNetSuccess) {
-      report.devices_error = "getProperties(" + std::to_string(dev) + ") failed: " + tools::result_name(result);
+      report.devices_error = failure("getProperties(" + std::to_string(dev) + ")", result, warnings);
       break;
     }
     report.devices.push_back(device);
   }
   return report;
+}
+
+std::vector<std::string> problems_of(const Report& report) {
+  std::vector<std::string> problems;
+  if (!report.plugin_skipped) {
+    const PluginReport& plugin = report.plugin;
+    if (!plugin.error.empty())
+      problems.push_back("the plugin cannot be loaded: " + plugin.error);
+    else if (!plugin.devices_error.empty())
+      problems.push_back("the plugin " + plugin.library + " cannot start: " + plugin.devices_error);
+    else if (plugin.devices.empty())
+      problems.push_back("the plugin " + plugin.library + " offers no network device (see SIEVE_SOCKET_IFNAME)");
+  }
+  if (!report.topology.ok) problems.push_back("topology: " + report.topology.error);
+  for (const auto& line : report.config_diagnostics) problems.push_back("configuration: " + line);
+  return problems;
 }
 
 std::map<std::string, std::vector<std::string>> interface_addresses() {
@@ -128,7 +158,7 @@ std::string shown_value(const config::Effective& entry) {
 
 Report gather(const ReportOptions& options) {
   Report report;
-  report.version = SIEVE_VERSION;
+  report.version = SIEVE_VERSION_STRING;
   const config::Registry& registry = config::Registry::process();
   report.config = registry.effective();
   report.config_diagnostics = registry.diagnostics();
@@ -140,7 +170,24 @@ Report gather(const ReportOptions& options) {
   if (report.topo_file.empty()) report.addresses = interface_addresses();
 
   report.plugin_skipped = options.skip_plugin;
-  if (!options.skip_plugin) report.plugin = inspect_plugin(options.plugin_path);
+  if (!options.skip_plugin) {
+    report.plugin = inspect_plugin(options.plugin_path);
+    report.plugin.topology_file = registry.settings().topo_file;
+    // The plugin read SIEVE_TOPO_FILE or this machine; --topo may describe another one.
+    topology::Discovery plugin_view;
+    if (report.plugin.topology_file != report.topo_file) {
+      topology::Options plugin_options;
+      plugin_options.xml_file = report.plugin.topology_file;
+      plugin_view = topology::discover(plugin_options);
+    }
+    const topology::Machine& machine =
+        report.plugin.topology_file != report.topo_file ? plugin_view.machine : report.topology.machine;
+    for (const auto& device : report.plugin.devices) {
+      const topology::Nic* nic = machine.find_nic(device.name);
+      report.plugin.speed_assumed.push_back((nic == nullptr || nic->speed_mbps <= 0) &&
+                                            device.speed_mbps == net::Device::kUnknownSpeedMbps);
+    }
+  }
   net::TransportOptions shape_options;
   shape_options.nsocks = static_cast<int>(registry.settings().nsocks);
   shape_options.nthreads = static_cast<int>(registry.settings().nthreads);
@@ -150,6 +197,7 @@ Report gather(const ReportOptions& options) {
     shape.nthreads = std::min(shape.nthreads, shape.nsocks);  // a helper drives at least one socket
     report.plugin.shapes.push_back(shape);
   }
+  report.problems = problems_of(report);
   return report;
 }
 

@@ -24,6 +24,12 @@ struct PluginReport {
   // Per device: the data sockets and helper threads a connection over it gets (SIEVE_NSOCKS and
   // SIEVE_NTHREADS, or what auto makes of the device's speed).
   std::vector<net::StripeShape> shapes;
+  // Per device: the NIC's link speed is unknown (VMs, down links), so speed_mbps is the speed the
+  // plugin assumes and tells NCCL, not a measurement.
+  std::vector<bool> speed_assumed;
+  // The topology the plugin placed its devices with: SIEVE_TOPO_FILE, or "" for this machine. The
+  // devices are always this machine's interfaces, whatever --topo describes.
+  std::string topology_file;
   std::string devices_error;       // init/devices/getProperties failure
 };
 
@@ -36,6 +42,10 @@ struct Report {
   std::map<std::string, std::vector<std::string>> addresses;  // interface -> IPv4/IPv6 addresses
   std::vector<config::Effective> config;
   std::vector<std::string> config_diagnostics;
+  // Everything that would make a job run other than asked, one line each, naming the cause: the
+  // plugin cannot be loaded or started or offers no device, the topology cannot be read, a SIEVE_*
+  // variable is unknown or its value was refused. sieve-info exits 1 when this is not empty.
+  std::vector<std::string> problems;
 };
 
 struct ReportOptions {

@@ -17,6 +17,46 @@ std::string speed_text(int64_t mbps) {
   return std::to_string(mbps) + " Mb/s";
 }
 
+// A NIC's link speed in the topology: unknown (VMs, down links, topology files) says so.
+std::string link_speed_text(int64_t mbps) { return mbps <= 0 ? "unknown" : speed_text(mbps); }
+
+// Rows of cells in columns as wide as their widest cell, two spaces apart, so no cell ever runs
+// into the next; the last cell of a row is not padded. A free line (a row's continuation) is
+// printed as is and does not size the columns.
+class Table {
+ public:
+  void row(std::vector<std::string> cells) { rows_.push_back({std::move(cells), false}); }
+  void free_line(std::string text) { rows_.push_back({{std::move(text)}, true}); }
+
+  void print(std::ostream& out, const std::string& indent) const {
+    std::vector<size_t> widths;
+    for (const auto& r : rows_) {
+      if (r.free) continue;
+      if (widths.size() < r.cells.size()) widths.resize(r.cells.size(), 0);
+      for (size_t c = 0; c + 1 < r.cells.size(); ++c) widths[c] = std::max(widths[c], r.cells[c].size());
+    }
+    for (const auto& r : rows_) {
+      out << indent;
+      if (r.free) {
+        out << r.cells[0] << "\n";
+        continue;
+      }
+      for (size_t c = 0; c < r.cells.size(); ++c) {
+        out << r.cells[c];
+        if (c + 1 < r.cells.size()) out << std::string(widths[c] - r.cells[c].size() + 2, ' ');
+      }
+      out << "\n";
+    }
+  }
+
+ private:
+  struct Row {
+    std::vector<std::string> cells;
+    bool free;
+  };
+  std::vector<Row> rows_;
+};
+
 std::string join(const std::vector<std::string>& items, const char* separator) {
   std::string text;
   for (const auto& item : items) text += (text.empty() ? "" : separator) + item;
@@ -39,10 +79,16 @@ void print_plugin(const Report& report, std::ostream& out) {
   for (int version : plugin.abi_versions) out << " ncclNetPlugin_v" << version;
   out << "\n  name          " << or_dash(plugin.name) << " (driven through v" << plugin.used_version << ")\n";
   if (!plugin.devices_error.empty()) out << "  error         " << plugin.devices_error << "\n";
+  if (plugin.topology_file != report.topo_file)
+    out << "  note          the devices are this machine's interfaces, as the plugin finds them"
+        << (plugin.topology_file.empty() ? "" : " (placed with SIEVE_TOPO_FILE " + plugin.topology_file + ")")
+        << "; the file given to --topo describes only the sections below\n";
   for (size_t i = 0; i < plugin.devices.size(); ++i) {
     const auto& device = plugin.devices[i];
+    const bool assumed = i < plugin.speed_assumed.size() && plugin.speed_assumed[i];
     out << "  device " << i << "      " << device.name << "  pciPath " << or_dash(device.pci_path) << "  speed "
-        << speed_text(device.speed_mbps) << "  guid " << hex(device.guid) << "  port " << device.port;
+        << speed_text(device.speed_mbps) << (assumed ? " (assumed: link speed unknown)" : "") << "  guid "
+        << hex(device.guid) << "  port " << device.port;
     if (i < plugin.shapes.size())
       out << "  connections: " << plugin.shapes[i].nsocks << " socket(s) x " << plugin.shapes[i].nthreads << " thread(s)";
     out << "\n";
@@ -68,19 +114,18 @@ void print_machine(const Report& report, std::ostream& out) {
         << node.memory_bytes / (1024 * 1024) << " MiB\n";
 
   out << "\nNICs\n";
-  out << "  " << std::left << std::setw(14) << "name" << std::setw(8) << "kind" << std::setw(14) << "PCI"
-      << std::setw(6) << "NUMA" << std::setw(10) << "CPUs" << std::setw(11) << "speed" << std::setw(9) << "paired"
-      << "addresses\n";
+  Table nics;
+  nics.row({"name", "kind", "PCI", "NUMA", "CPUs", "speed", "paired", "addresses"});
   for (const auto& nic : machine.nics) {
     auto found = report.addresses.find(nic.name);
     std::string addresses = found != report.addresses.end() ? join(found->second, " ") : "";
     if (!nic.address.empty()) addresses += (addresses.empty() ? "" : " ") + std::string("hw ") + nic.address;
-    out << "  " << std::left << std::setw(14) << nic.name << std::setw(8)
-        << (nic.is_virtual ? "virtual" : topology::nic_kind_name(nic.kind)) << std::setw(14) << or_dash(nic.pci_bus_id)
-        << std::setw(6) << number_or_dash(nic.numa_node) << std::setw(10) << or_dash(topology::cpu_list_text(nic.cpus))
-        << std::setw(11) << speed_text(nic.speed_mbps) << std::setw(9) << or_dash(nic.paired) << addresses << "\n";
-    if (!nic.pci_path.empty()) out << "  " << std::setw(14) << "" << "pciPath " << nic.pci_path << "\n";
+    nics.row({nic.name, nic.is_virtual ? "virtual" : topology::nic_kind_name(nic.kind), or_dash(nic.pci_bus_id),
+              number_or_dash(nic.numa_node), or_dash(topology::cpu_list_text(nic.cpus)), link_speed_text(nic.speed_mbps),
+              or_dash(nic.paired), or_dash(addresses)});
+    if (!nic.pci_path.empty()) nics.free_line("  pciPath " + nic.pci_path);
   }
+  nics.print(out, "  ");
 
   out << "\nGPUs\n";
   if (machine.gpus.empty()) out << "  none\n";
@@ -116,15 +161,13 @@ void print_matrix(const topology::Machine& machine, std::ostream& out) {
 
 void print_config(const Report& report, std::ostream& out) {
   out << "\nConfiguration\n";
-  size_t width = 0;
-  for (const auto& entry : report.config) width = std::max(width, std::string(entry.info->name).size());
+  Table table;
   for (const auto& entry : report.config) {
     const std::string value = shown_value(entry);
-    out << "  " << std::left << std::setw(static_cast<int>(width) + 2) << entry.info->name << std::setw(14)
-        << (value.empty() ? "(empty)" : value)
-        << (entry.source == config::Source::Environment ? "environment" : "default    ") << "  " << entry.info->doc
-        << "\n";
+    table.row({entry.info->name, value.empty() ? "(empty)" : value,
+               entry.source == config::Source::Environment ? "environment" : "default", entry.info->doc});
   }
+  table.print(out, "  ");
   for (const auto& line : report.config_diagnostics) out << "  problem: " << line << "\n";
 }
 

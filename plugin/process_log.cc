@@ -1,0 +1,31 @@
+#include "plugin/process_log.h"
+
+#include <mutex>
+#include <string>
+
+#include "net/log.h"
+#include "plugin/config.h"
+
+namespace sieve::plugin {
+
+namespace {
+
+log::Level level_from(const std::string& name) {
+  if (name == "none") return log::Level::None;
+  if (name == "info") return log::Level::Info;
+  if (name == "trace") return log::Level::Trace;
+  return log::Level::Warn;
+}
+
+}  // namespace
+
+void start_process_log() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const config::Registry& registry = config::Registry::process();
+    log::set_stderr_level(level_from(registry.settings().log_level));
+    for (const auto& problem : registry.diagnostics()) SIEVE_WARN("%s", problem.c_str());
+  });
+}
+
+}  // namespace sieve::plugin
