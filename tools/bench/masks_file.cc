@@ -20,7 +20,7 @@ bool load_masked_model(const std::string& path, MaskedModel* out, std::string* e
   compress::MaskFile file;
   const compress::Status status = compress::load_mask_file(path, &file);
   if (!status.ok()) {
-    *error = path + ": " + status.message();
+    *error = "--masks: " + status.message();  // the message names the file already
     return false;
   }
   if (file.masks.empty()) {
