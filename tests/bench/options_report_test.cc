@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "tools/bench/options.h"
@@ -117,6 +118,59 @@ TEST(Report, AFailureIsShownNotSummarised) {
   r.failure = "compacted: node 2: WRONG RESULT";
   EXPECT_EQ(summary_line(r), "");
   EXPECT_NE(format_table(r).find("FAILED: compacted: node 2"), std::string::npos);
+}
+
+// A run that failed before checking everything must not claim its sums were exact, and says what
+// it was asked to run even when it stopped before the workload existed.
+TEST(Report, AFailedRunClaimsNothingItDidNotCheck) {
+  RunReport r = sample();
+  r.modes.resize(1);
+  r.modes[0].ok = false;
+  r.modes[0].error = "node 1: cannot load the plugin";
+  r.failure = "dense: node 1: cannot load the plugin";
+  std::string json = format_json(r);
+  EXPECT_NE(json.find("\"exact\":null"), std::string::npos) << json;
+  r.wrong_values = true;
+  json = format_json(r);
+  EXPECT_NE(json.find("\"exact\":false"), std::string::npos) << json;
+}
+
+// Byte counts are integers in the JSON, written in full as sieve-info writes its numbers.
+TEST(Report, JsonByteCountsAreIntegers) {
+  RunReport r = sample();
+  r.modes[0].logical_bytes = 519406123;
+  r.modes[0].has_kernel = true;
+  r.modes[0].kernel_tx_bytes = 530000001;
+  const std::string json = format_json(r);
+  EXPECT_NE(json.find("\"logical_bytes_per_node\":519406123"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"kernel_tx_bytes_per_node\":530000001"), std::string::npos) << json;
+  EXPECT_EQ(json.find("e+"), std::string::npos) << json;
+}
+
+// The summary quotes the table's per-node bytes, so its figures can be found in the table.
+TEST(Report, SummaryBytesAreTheTablesPerNodeBytes) {
+  const RunReport r = sample();
+  const std::string line = summary_line(r);
+  EXPECT_NE(line.find("30.0 MB instead of 153.0 MB"), std::string::npos) << line;
+  EXPECT_NE(line.find("per node"), std::string::npos) << line;
+}
+
+TEST(Report, DegenerateInputsReadAsSentences) {
+  RunReport r = sample();
+  r.model = "pruned";  // a --masks file's stem
+  r.kept_fraction = 0;
+  r.modes[1].ideal_speedup = std::numeric_limits<double>::infinity();
+  r.modes[0].logical_bytes = 12;
+  r.modes[1].logical_bytes = 0;
+  r.parameters = 3;
+  const std::string table = format_table(r);
+  const std::string line = summary_line(r);
+  EXPECT_EQ(table.find("inf"), std::string::npos) << table;
+  EXPECT_EQ(table.find("0.0 MB instead of 0.0 MB"), std::string::npos) << table;
+  EXPECT_NE(line.find("12 bytes"), std::string::npos) << line;
+  EXPECT_EQ(line.find("pruned's"), std::string::npos) << line;
+  r.nodes = 1;
+  EXPECT_EQ(format_table(r).find("1 nodes"), std::string::npos);
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   }
   if (status != 0) {
     std::fprintf(stderr, "sieve-bench: FAILED: %s\n", report.failure.c_str());
-    if (!report.exact) std::fprintf(stderr, "sieve-bench: the all-reduce returned WRONG VALUES\n");
+    if (report.wrong_values) std::fprintf(stderr, "sieve-bench: the all-reduce returned WRONG VALUES\n");
   }
   return status;
 }

@@ -245,6 +245,7 @@ std::string run_mode(const NodeJob& base, const Options& o, const Lab* lab, Cloc
   if (failure.empty() && fleet.gather("listen ", deadline, &answers, &failure)) {
     for (int rank = 0; rank < o.nodes; ++rank) fleet.send_to(rank, "peer " + answers[(rank + 1) % o.nodes]);
     if (fleet.gather("ready", deadline, &answers, &failure)) {
+      int finished = 0;
       for (int iter = 0; iter < rounds && failure.empty(); ++iter) {
         progress.update(result->name, iter, rounds);
         fleet.broadcast("go " + std::to_string(iter));
@@ -266,8 +267,9 @@ std::string run_mode(const NodeJob& base, const Options& o, const Lab* lab, Cloc
           result->compaction_seconds.push_back(compaction);
           result->logical_bytes = bytes / o.nodes;
         }
+        ++finished;
       }
-      progress.update(result->name, rounds, rounds);
+      progress.update(result->name, finished, rounds);  // what finished, never more
       if (failure.empty() && fleet.gather("stats ", deadline, &answers, &failure)) {
         double wire = 0, tx = 0;
         bool has_plugin = true, has_kernel = lab != nullptr;
@@ -312,6 +314,16 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
   signal(SIGPIPE, SIG_IGN);
 
   const auto deadline = Clock::now() + std::chrono::seconds(o.timeout_s);
+  // What was asked for is reported even when the run stops before the workload exists.
+  report->model = o.masks_file.empty() ? o.model : o.masks_file;
+  report->dtype = o.dtype;
+  report->nodes = o.nodes;
+  report->iterations = o.iterations;
+  std::ostringstream prune;
+  if (!o.masks_file.empty()) prune << "masks from " << o.masks_file;
+  else if (o.prune.kind == PruneKind::None) prune << "none";
+  else prune << (o.prune.kind == PruneKind::Channel ? "channel-structured" : "unstructured") << ", density " << o.prune.density;
+  report->prune = prune.str();
   Workload work;
   std::string error;
   if (!build_workload(o, &work, &error)) {
@@ -327,15 +339,7 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
   report->model = work.display_name;
   report->parameters = work.parameters;
   report->buckets = work.buckets.size();
-  report->dtype = o.dtype;
-  report->nodes = o.nodes;
-  report->iterations = o.iterations;
   report->kept_fraction = work.kept;
-  std::ostringstream prune;
-  if (!o.masks_file.empty()) prune << "masks from " << o.masks_file;
-  else if (o.prune.kind == PruneKind::None) prune << "none";
-  else prune << (o.prune.kind == PruneKind::Channel ? "channel-structured" : "unstructured") << ", density " << o.prune.density;
-  report->prune = prune.str();
 
   const bool use_lab = geteuid() == 0 && !o.loopback;
   const std::string netlab = !o.netlab.empty() ? o.netlab : std::string(SIEVE_BENCH_TOOLS_DIR) + "/netlab.sh";
@@ -394,7 +398,7 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
     if (!result.ok) {
       result.error = failure;
       report->failure = std::string(mode_name(mode)) + ": " + failure;
-      report->exact = failure.find("WRONG RESULT") == std::string::npos;
+      report->wrong_values = failure.find("WRONG RESULT") != std::string::npos;
       report->modes.push_back(result);
       return 1;
     }
