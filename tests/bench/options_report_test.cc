@@ -33,7 +33,7 @@ TEST(Options, ParsesEveryKnob) {
   Options o;
   std::string message;
   ASSERT_TRUE(parse({"--nodes", "8", "--model", "vit_b_16", "--prune", "channel", "--density", "0.5", "--dtype", "bf16",
-                     "--rate", "10gbit", "--iters", "3", "--warmup", "0", "--json", "--gloo", "--loopback"},
+                     "--rate", "10gbit", "--iters", "3", "--warmup", "0", "--json", "--gloo"},
                     &o, &message))
       << message;
   EXPECT_EQ(o.nodes, 8);
@@ -41,7 +41,10 @@ TEST(Options, ParsesEveryKnob) {
   EXPECT_EQ(o.prune.kind, PruneKind::Channel);
   EXPECT_EQ(o.dtype, DType::BF16);
   EXPECT_DOUBLE_EQ(rate_bits_per_second(o.rate), 1e10);
-  EXPECT_TRUE(o.json && o.gloo && o.loopback);
+  EXPECT_TRUE(o.json && o.gloo);
+  Options loopback;
+  ASSERT_TRUE(parse({"--loopback"}, &loopback, &message)) << message;
+  EXPECT_TRUE(loopback.loopback);
   ASSERT_TRUE(parse({"--rate", "none"}, &o, &message));
   EXPECT_EQ(o.rate, "");
 }
@@ -57,6 +60,40 @@ TEST(Options, EveryBadInputGetsAClearError) {
     EXPECT_FALSE(parse(args, &o, &message)) << args[0];
     EXPECT_FALSE(message.empty()) << args[0];
   }
+}
+
+TEST(Options, HelpListsEveryOption) {
+  const std::string usage = usage_text();
+  for (const std::string& name : option_names()) EXPECT_NE(usage.find(name + ' '), std::string::npos) << name;
+  Options o;
+  std::string message;
+  bool help = false;
+  const char* argv[] = {"sieve-bench", "--version"};
+  EXPECT_FALSE(parse_options(2, const_cast<char**>(argv), &o, &message, &help));
+  EXPECT_TRUE(o.version);
+}
+
+// Values are checked when parsed, before any namespace, node or Gloo process exists, and each
+// message names the option.
+TEST(Options, ImpairmentsAndCombinationsAreCheckedBeforeAnyWork) {
+  const std::vector<std::vector<const char*>> bad = {
+      {"--delay", "banana"}, {"--loss", "200%"},  {"--loss", "1"},  {"--reorder", "x"},
+      {"--jitter", "1ms"},  {"--reorder", "25%"}, {"--delay", "1ms", "--jitter", "2ms"},
+      {"--loopback", "--delay", "1ms"}, {"--loss", "1%", "--loopback"}, {"--gloo", "--loopback"},
+      {"--masks", "m.safetensors", "--density", "0.5"}, {"--prune", "channel", "--masks", "m.safetensors"}};
+  for (const auto& args : bad) {
+    Options o;
+    std::string message;
+    EXPECT_FALSE(parse(args, &o, &message)) << args[0] << ' ' << args[1];
+    bool named = false;
+    for (const char* arg : args) named = named || (arg[0] == '-' && message.find(arg) != std::string::npos);
+    EXPECT_TRUE(named) << message;
+  }
+  Options o;
+  std::string message;
+  ASSERT_TRUE(parse({"--delay", "2ms", "--jitter", "1ms", "--loss", "0.5%", "--reorder", "25%"}, &o, &message)) << message;
+  EXPECT_EQ(o.jitter, "1ms");
+  ASSERT_TRUE(parse({"--masks", "m.safetensors", "--model", "resnet18"}, &o, &message)) << message;
 }
 
 RunReport sample() {

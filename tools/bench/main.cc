@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "plugin/sieve.h"
 #include "tools/bench/options.h"
 #include "tools/bench/orchestrator.h"
 #include "tools/bench/report.h"
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
   std::string message;
   bool help = false;
   if (!parse_options(argc, argv, &options, &message, &help)) {
+    if (options.version) return std::printf("sieve-bench %s\n", SIEVE_VERSION_STRING), 0;
     std::fprintf(help ? stdout : stderr, "%s%s", help ? "" : "sieve-bench: ", message.c_str());
     if (!help) std::fputc('\n', stderr);
     return help ? 0 : 2;

@@ -53,6 +53,7 @@ class Lab {
     std::string command = "bash " + shell_quote(script_) + " --prefix " + prefix_ + " up " + std::to_string(nodes);
     if (!o.rate.empty()) command += " --rate " + shell_quote(o.rate);
     if (!o.delay.empty()) command += " --delay " + shell_quote(o.delay);
+    if (!o.jitter.empty()) command += " --jitter " + shell_quote(o.jitter);
     if (!o.loss.empty()) command += " --loss " + shell_quote(o.loss);
     if (!o.reorder.empty()) command += " --reorder " + shell_quote(o.reorder);
     command += " >&2";
@@ -190,7 +191,8 @@ bool build_workload(const Options& o, Workload* w, std::string* error) {
   const size_t elem = dtype_bytes(o.dtype);
   if (!o.masks_file.empty()) {
     MaskedModel masked;
-    if (!load_masked_model(o.masks_file, &masked, error)) return false;
+    const std::optional<Model> model = o.model_given ? make_model(o.model) : std::nullopt;
+    if (!load_masked_model(o.masks_file, &masked, error, model ? &*model : nullptr)) return false;
     w->display_name = masked.model.display_name;
     w->parameters = masked.model.elements();
     w->buckets = ddp_buckets(masked.model, elem);
@@ -333,7 +335,7 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
   const std::string build_dir = directory_of(directory_of(directory_of(self_path)));  // build/tools/bench/x
   const std::string library = o.plugin.empty() ? build_dir + "/plugin/libnccl-net-sieve.so" : o.plugin;
   if (!file_exists(library)) {
-    report->failure = "plugin not found at " + library + " (build it, or pass --plugin PATH)";
+    report->failure = "--plugin: not found at " + library + " (build the plugin, or pass --plugin PATH)";
     return 2;
   }
   report->model = work.display_name;
@@ -342,12 +344,24 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
   report->kept_fraction = work.kept;
 
   const bool use_lab = geteuid() == 0 && !o.loopback;
+  const bool impaired = !(o.delay.empty() && o.jitter.empty() && o.loss.empty() && o.reorder.empty());
+  if (!use_lab && (impaired || o.gloo)) {
+    report->failure = std::string(impaired ? "--delay/--jitter/--loss/--reorder" : "--gloo") +
+                      " need the namespace lab, which needs root";
+    return 2;
+  }
+  const std::string gloo_script =
+      !o.gloo_script.empty() ? o.gloo_script : std::string(SIEVE_BENCH_TOOLS_DIR) + "/gloo_allreduce.py";
+  if (o.gloo && !gloo_supports(gloo_script, o.dtype, &error)) {
+    report->failure = "--gloo: " + error;
+    return 2;
+  }
   const std::string netlab = !o.netlab.empty() ? o.netlab : std::string(SIEVE_BENCH_TOOLS_DIR) + "/netlab.sh";
   Lab lab(netlab, "sb" + std::to_string(getpid()));
   std::vector<std::pair<std::string, std::string>> environment;
   if (use_lab) {
     if (!file_exists(netlab)) {
-      report->failure = "netlab script not found at " + netlab + " (pass --netlab PATH, or --loopback)";
+      report->failure = "--netlab: script not found at " + netlab + " (pass --netlab PATH, or --loopback)";
       return 2;
     }
     if (!lab.up(o, o.nodes)) {
@@ -357,6 +371,7 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
     std::ostringstream link;
     link << "network namespaces on a " << (o.rate.empty() ? "unshaped" : o.rate) << " switch";
     if (!o.delay.empty()) link << ", delay " << o.delay;
+    if (!o.jitter.empty()) link << " +- " << o.jitter;
     if (!o.loss.empty()) link << ", loss " << o.loss;
     if (!o.reorder.empty()) link << ", reorder " << o.reorder;
     report->link = link.str();
@@ -412,7 +427,7 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
       gloo.error = "the Gloo peer runs in the namespace lab only (run as root, without --loopback)";
     } else {
       GlooJob job;
-      job.script = !o.gloo_script.empty() ? o.gloo_script : std::string(SIEVE_BENCH_TOOLS_DIR) + "/gloo_allreduce.py";
+      job.script = gloo_script;
       for (const Bucket& b : work.buckets) job.bucket_elements.push_back(b.elements);
       job.nodes = o.nodes;
       for (int i = 0; i < o.nodes; ++i) job.namespaces.push_back(lab.ns(i));
