@@ -4,8 +4,9 @@
 #
 #   cli_contract_test.sh TOOL VERSION 'OPTION...' COMMAND... [-- BAD...]
 #
-# BAD is one bad command line with its words joined by '%' (--seconds%0); the first word that starts
-# with -- is the option the message must name.
+# BAD is one bad command line with its words joined by '|' (--seconds|0), optionally preceded by the
+# option the message must name and '@' (--loss@--queue|0|--loss|200%); without it, the first word
+# that starts with --.
 set -uo pipefail
 tool=$1 version=$2 options=$3
 shift 3
@@ -26,9 +27,12 @@ out=$("${command[@]}" --version 2>&1); status=$?
 [[ $out == "$tool $version" ]] || fail "$tool --version prints '$out', expected '$tool $version'"
 
 for bad in "$@"; do
-  IFS=% read -r -a words <<<"$bad"
   option=""
-  for word in "${words[@]}"; do [[ $word == --* ]] && { option=$word; break; }; done
+  [[ $bad == *@* ]] && { option=${bad%%@*}; bad=${bad#*@}; }
+  IFS='|' read -r -a words <<<"$bad"
+  if [[ -z $option ]]; then
+    for word in "${words[@]}"; do [[ $word == --* ]] && { option=$word; break; }; done
+  fi
   err=$("${command[@]}" "${words[@]}" 2>&1 >/dev/null); status=$?
   [[ $status -eq 2 ]] || fail "$tool ${words[*]} exits $status, expected 2: $err"
   grep -q -- "$option" <<<"$err" || fail "$tool ${words[*]}: the message does not name $option: $err"
