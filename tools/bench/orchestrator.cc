@@ -50,7 +50,10 @@ class Lab {
   Lab(std::string script, std::string prefix) : script_(std::move(script)), prefix_(std::move(prefix)) {}
   ~Lab() { down(); }
   bool up(const Options& o, int nodes) {
-    std::string command = "bash " + shell_quote(script_) + " --prefix " + prefix_ + " up " + std::to_string(nodes);
+    // --owner: if this process is killed (SIGKILL, OOM) the next lab's `up`, or `netlab.sh down --all`,
+    // removes this lab and its sieve-impair daemons.
+    std::string command = "bash " + shell_quote(script_) + " --prefix " + prefix_ + " up " + std::to_string(nodes) +
+                          " --owner " + std::to_string(getpid());
     if (!o.rate.empty()) command += " --rate " + shell_quote(o.rate);
     if (!o.delay.empty()) command += " --delay " + shell_quote(o.delay);
     if (!o.jitter.empty()) command += " --jitter " + shell_quote(o.jitter);
