@@ -96,6 +96,25 @@ TEST(Options, ImpairmentsAndCombinationsAreCheckedBeforeAnyWork) {
   ASSERT_TRUE(parse({"--masks", "m.safetensors", "--model", "resnet18"}, &o, &message)) << message;
 }
 
+// The default deadline follows the work: VGG-19 at 100 Mbit/s needs about 66 s per dense all-reduce
+// (2 (N-1)/N of 548 MB out of each node), six of them per mode with the warm-up.
+TEST(Options, TheDefaultDeadlineFollowsModelSizeAndRate) {
+  Options o;
+  std::string message;
+  ASSERT_TRUE(parse({"--model", "vgg19", "--rate", "100mbit"}, &o, &message)) << message;
+  EXPECT_EQ(o.timeout_s, 0);  // automatic
+  const double vgg19_bytes = 143667240.0 * 4;
+  const double per_dense = 2.0 * 3 / 4 * vgg19_bytes * 8 / 100e6;
+  const int budget = run_budget_seconds(o, vgg19_bytes, 0.2);
+  EXPECT_GT(budget, 6 * per_dense * 1.2);  // dense and compacted, warm-up included, with room
+  Options fast;
+  ASSERT_TRUE(parse({"--model", "resnet18", "--rate", "10gbit"}, &fast, &message)) << message;
+  EXPECT_LT(run_budget_seconds(fast, 11689512.0 * 4, 0.2), budget);
+  // An explicit --timeout is what the user asked for.
+  ASSERT_TRUE(parse({"--model", "vgg19", "--rate", "100mbit", "--timeout", "60"}, &o, &message)) << message;
+  EXPECT_EQ(run_budget_seconds(o, vgg19_bytes, 0.2), 60);
+}
+
 RunReport sample() {
   RunReport r;
   r.model = "ResNet-50";
@@ -155,6 +174,22 @@ TEST(Report, AFailureIsShownNotSummarised) {
   r.failure = "compacted: node 2: WRONG RESULT";
   EXPECT_EQ(summary_line(r), "");
   EXPECT_NE(format_table(r).find("FAILED: compacted: node 2"), std::string::npos);
+}
+
+// A mode stopped by the deadline shows what finished: its measured all-reduces, in the table and JSON.
+TEST(Report, ATimedOutModeShowsWhatFinished) {
+  RunReport r = sample();
+  r.iterations = 5;
+  r.modes[1].ok = false;
+  r.modes[1].seconds = {0.25, 0.27};
+  r.modes[1].error = "timed out after 300 s waiting for 'done ' from node(s) 2";
+  r.failure = "compacted: " + r.modes[1].error;
+  const std::string table = format_table(r);
+  EXPECT_NE(table.find("2 of 5 measured all-reduces finished"), std::string::npos) << table;
+  EXPECT_NE(table.find("0.260 s"), std::string::npos) << table;  // their median
+  const std::string json = format_json(r);
+  EXPECT_NE(json.find("\"finished_iterations\":2"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"seconds\":[0.25,0.27]"), std::string::npos) << json;
 }
 
 // A run that failed before checking everything must not claim its sums were exact, and says what

@@ -1,6 +1,8 @@
 #include "tools/bench/options.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -58,11 +60,28 @@ std::string usage_text() {
          "  --gloo-script PATH    tools/gloo_allreduce.py (default: the source tree's)\n"
          "  --chunk BYTES         ring chunk, 64 to 64M (default 131072)\n"
          "  --inflight N          chunks in flight, 1 to 32 (default 16)\n"
-         "  --timeout S           hard limit for the whole run (default 300)\n"
+         "  --timeout S           hard limit for the whole run (default: from the model's size, --rate and the\n"
+         "                        modes, with room to spare; a timed-out run still reports what finished)\n"
          "  --json                one JSON object on stdout instead of the table\n"
          "  --quiet               no progress bar\n"
          "  --version             print the version and exit\n"
          "  --help                print this and exit\n";
+}
+
+int run_budget_seconds(const Options& o, double model_bytes, double kept_fraction) {
+  if (o.timeout_s > 0) return o.timeout_s;
+  // Unshaped links are bound by the CPU: assume 1 Gbit/s. Impairments (sieve-impair forwards in user
+  // space; TCP backs off under loss) are assumed to leave 50 Mbit/s at most.
+  double rate = rate_bits_per_second(o.rate);
+  if (rate <= 0) rate = 1e9;
+  if (!(o.delay.empty() && o.loss.empty() && o.reorder.empty())) rate = std::min(rate, 50e6);
+  const double per_dense = 2.0 * (o.nodes - 1) / o.nodes * model_bytes * 8 / rate;
+  double share = 0;  // of a dense all-reduce's bytes, summed over the modes
+  for (Mode mode : o.modes) share += mode == Mode::Dense ? 1.0 : mode == Mode::Compacted ? kept_fraction : kept_fraction + 1.0 / 16;
+  if (o.gloo) share += 1.0;
+  const double rounds = o.warmup + o.iterations;
+  const double seconds = 120 + 3 * rounds * per_dense * share;  // 120 s: lab, processes, connections
+  return static_cast<int>(std::min(86400.0, std::ceil(seconds)));
 }
 
 double rate_bits_per_second(const std::string& rate) {

@@ -318,7 +318,7 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
   sigaction(SIGTERM, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  const auto deadline = Clock::now() + std::chrono::seconds(o.timeout_s);
+  const auto started = Clock::now();
   // What was asked for is reported even when the run stops before the workload exists.
   report->model = o.masks_file.empty() ? o.model : o.masks_file;
   report->dtype = o.dtype;
@@ -345,6 +345,8 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
   report->parameters = work.parameters;
   report->buckets = work.buckets.size();
   report->kept_fraction = work.kept;
+  const int budget_s = run_budget_seconds(o, report->model_bytes(), work.kept);
+  const auto deadline = started + std::chrono::seconds(budget_s);
 
   const bool use_lab = geteuid() == 0 && !o.loopback;
   const bool impaired = !(o.delay.empty() && o.jitter.empty() && o.loss.empty() && o.reorder.empty());
@@ -415,7 +417,11 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
     progress.finish();
     if (!result.ok) {
       result.error = failure;
-      report->failure = std::string(mode_name(mode)) + ": " + failure;
+      if (failure.find("timed out") != std::string::npos) {
+        result.error += " (the run's deadline: " + std::to_string(budget_s) + " s, " +
+                        (o.timeout_s > 0 ? "--timeout" : "estimated from the model and --rate; --timeout S sets it") + ")";
+      }
+      report->failure = std::string(mode_name(mode)) + ": " + result.error;
       report->wrong_values = failure.find("WRONG RESULT") != std::string::npos;
       report->modes.push_back(result);
       return 1;

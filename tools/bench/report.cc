@@ -99,6 +99,10 @@ std::string format_table(const RunReport& r) {
   for (const ModeResult& m : r.modes) {
     out << pad(m.name, 10, false);
     if (!m.ok) {
+      if (!m.seconds.empty()) {  // stopped part-way (a deadline): what finished is still a result
+        out << pad(fixed(m.median_seconds(), 3, " s"), 17) << pad(fixed(m.min_seconds(), 3, " s"), 9) << "  ("
+            << m.seconds.size() << " of " << r.iterations << " measured all-reduces finished)";
+      }
       out << "  FAILED: " << m.error << '\n';
       continue;
     }
@@ -181,6 +185,7 @@ std::string format_json(const RunReport& r) {
     json.begin_array();
     for (double seconds : m.seconds) json.value(seconds);
     json.end_array();
+    json.member("finished_iterations", static_cast<uint64_t>(m.seconds.size()));
     json.member("compaction_seconds", m.mean_compaction_seconds());
     json.member("mean_seconds", m.mean_seconds());
     json.member("median_seconds", m.median_seconds());
