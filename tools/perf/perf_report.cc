@@ -45,6 +45,10 @@ std::string format_table(const std::vector<LinkResult>& results, const Options& 
         << " |\n";
   }
   for (const auto& r : results) {
+    if (!r.iperf.ok && !r.sieve.ok && r.iperf.error == r.sieve.error) {  // the link itself could not run
+      out << "\n" << r.link << ": not run: " << r.iperf.error << "\n";
+      continue;
+    }
     if (!r.iperf.ok) out << "\n" << r.link << ": iperf3 failed: " << r.iperf.error << "\n";
     if (!r.sieve.ok) out << "\n" << r.link << ": Sieve failed: " << r.sieve.error << "\n";
   }
