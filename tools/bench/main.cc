@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   const int status = run_bench(options, self_path, &report);
   if (options.json) {
     std::fputs(format_json(report).c_str(), stdout);
-  } else if (report.parameters > 0) {
+  } else if (!report.modes.empty()) {  // a run stopped before any mode has no table to show
     std::fputs(format_table(report).c_str(), stdout);
   }
   if (status != 0) {

@@ -351,8 +351,8 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
   const bool use_lab = geteuid() == 0 && !o.loopback;
   const bool impaired = !(o.delay.empty() && o.jitter.empty() && o.loss.empty() && o.reorder.empty());
   if (!use_lab && (impaired || o.gloo)) {
-    report->failure = std::string(impaired ? "--delay/--jitter/--loss/--reorder" : "--gloo") +
-                      " need the namespace lab, which needs root";
+    report->failure = std::string(impaired ? "--delay/--jitter/--loss/--reorder need" : "--gloo needs") +
+                      " the namespace lab, which needs root";
     return 2;
   }
   const std::string gloo_script =
