@@ -1,5 +1,7 @@
 #include "compress/safetensors.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -69,12 +71,15 @@ Status parse_safetensors(const uint8_t* bytes, size_t size, SafetensorsView* out
   if (size < 8) return malformed("file of " + std::to_string(size) + " bytes is too short for the 8-byte header length");
   uint64_t header = 0;
   std::memcpy(&header, bytes, 8);  // little-endian, like the host (see codec.cc)
+  // A file of another format (XML, text, a checkpoint) turns its first 8 bytes into a huge length or
+  // a header that is not JSON: say what it is, not which number those bytes happen to make.
+  if (header > size - 8)
+    return malformed("not a safetensors file: its first 8 bytes, read as the header length, give " +
+                     std::to_string(header) + ", past the end of the " + std::to_string(size) + "-byte file");
+  if (header < 2 || bytes[8] != '{')
+    return malformed("not a safetensors file: what follows the 8-byte header length is not a JSON object");
   if (header > kMaxSafetensorsHeader)
     return malformed("header length " + std::to_string(header) + " exceeds the 100 MB limit");
-  if (header > size - 8)
-    return malformed("header length " + std::to_string(header) + " runs past the end of the " + std::to_string(size) +
-                     "-byte file");
-  if (header < 2 || bytes[8] != '{') return malformed("header does not start with a JSON object");
 
   json::Value root;
   Status s = json::parse(reinterpret_cast<const char*>(bytes + 8), header, &root);
@@ -158,6 +163,11 @@ Status masks_from_safetensors(const uint8_t* bytes, size_t size, MaskFile* out) 
 Status load_mask_file(const std::string& path, MaskFile* out, uint64_t max_bytes) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) return Status::error(Code::kIo, "cannot open " + path + ": " + std::strerror(errno));
+  // fopen succeeds on a directory (and a FIFO or device has no size); only a regular file is read.
+  struct stat info {};
+  if (fstat(fileno(f.get()), &info) != 0) return Status::error(Code::kIo, "cannot stat " + path + ": " + std::strerror(errno));
+  if (S_ISDIR(info.st_mode)) return Status::error(Code::kInvalidArgument, path + " is a directory, not a mask file");
+  if (!S_ISREG(info.st_mode)) return Status::error(Code::kInvalidArgument, path + " is not a regular file");
   if (std::fseek(f.get(), 0, SEEK_END) != 0) return Status::error(Code::kIo, "cannot seek in " + path);
   const long end = std::ftell(f.get());
   if (end < 0) return Status::error(Code::kIo, "cannot tell the size of " + path);

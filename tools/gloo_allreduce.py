@@ -30,19 +30,50 @@ def interface_bytes(ifname):
     return None
 
 
+def probe(dtype_name):
+    """Exit 0 when a one-process Gloo group sums dtype_name; else print the reason as JSON, exit 4."""
+    signal.alarm(60)
+    import tempfile
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_gloo_available():
+        print(json.dumps({"error": "this torch has no Gloo backend"}, separators=(",", ":")), flush=True)
+        return 4
+    dtype = torch.float32 if dtype_name == "fp32" else torch.bfloat16
+    with tempfile.TemporaryDirectory() as directory:
+        dist.init_process_group("gloo", init_method=f"file://{directory}/store", rank=0, world_size=1)
+        try:
+            dist.all_reduce(torch.ones(1, dtype=dtype))
+        except RuntimeError as e:
+            print(json.dumps({"error": f"Gloo in torch {torch.__version__} cannot sum {dtype_name}: {e}"}, separators=(",", ":")),
+                  flush=True)
+            return 4
+        finally:
+            dist.destroy_process_group()
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rank", type=int, required=True)
-    p.add_argument("--world", type=int, required=True)
-    p.add_argument("--master", required=True, help="rank 0's address (10.77.0.1 in a netlab lab)")
+    p.add_argument("--probe", action="store_true",
+                   help="only check that this Gloo can sum --dtype (one process, file store) and exit")
+    p.add_argument("--rank", type=int)
+    p.add_argument("--world", type=int)
+    p.add_argument("--master", help="rank 0's address (10.77.0.1 in a netlab lab)")
     p.add_argument("--port", type=int, default=29517)
     p.add_argument("--ifname", default="eth0")
-    p.add_argument("--buckets", required=True, help="comma-separated bucket sizes in elements, DDP order")
+    p.add_argument("--buckets", help="comma-separated bucket sizes in elements, DDP order")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--timeout", type=int, default=300)
     args = p.parse_args()
+    if args.probe:
+        return probe(args.dtype)
+    for name in ("rank", "world", "master", "buckets"):
+        if getattr(args, name) is None:
+            p.error(f"--{name} is required")
 
     # Never hang: the whole run is bounded.
     signal.signal(signal.SIGALRM, lambda *_: (print("gloo_allreduce: timed out", file=sys.stderr), os._exit(3)))

@@ -3,14 +3,16 @@
 # switch, optionally shaped. Used alone, by the conformance tests, by sieve-perf and sieve-bench.
 #
 #   netlab.sh [--prefix P] up N [--rate 1gbit] [--delay 1ms [--jitter 0.5ms]] [--loss 1%] [--reorder 25%]
-#                               [--seed S] [--impair PATH] [--p2p]
-#   netlab.sh [--prefix P] down
+#                               [--seed S] [--impair PATH] [--p2p] [--owner PID]
+#   netlab.sh [--prefix P] down [--all]      --all: every lab netlab.sh has built (all prefixes)
 #   netlab.sh [--prefix P] exec I cmd...     run cmd inside node I (0-based)
 #   netlab.sh [--prefix P] addr I            node I's IPv4 address (10.77.0.(I+1))
 #   netlab.sh [--prefix P] ns I              node I's namespace name
 #   netlab.sh [--prefix P] ifname            the nodes' interface name (eth0)
-#   netlab.sh [--prefix P] status            namespaces, addresses and qdiscs of the lab
+#   netlab.sh [--prefix P] status [--all]    namespaces, addresses and qdiscs of the lab; --all: every
+#                                            lab with its owner, "orphaned" when the owner has died
 #   netlab.sh [--prefix P] impair-stats I    node I's sieve-impair counters (when it runs one)
+#   netlab.sh --version | --help
 #
 # Node I lives in namespace P-nI with interface eth0 = 10.77.0.(I+1)/24. By default every node is
 # wired by a veth pair to a bridge that lives in its own namespace P-sw, so nothing touches the host's
@@ -19,10 +21,13 @@
 # without sch_netem get the same impairments from tools/impair's sieve-impair, one per node, fed by an
 # iptables NFQUEUE rule on the node's eth0 egress (--queue-bypass: traffic flows if it dies); found by
 # --impair, $NETLAB_IMPAIR, PATH, or the source tree's build*/ folders; NETLAB_IMPAIRER=nfqueue forces
-# it where netem exists. Its pids and counters live in /run/sieve-netlab/P. `up` first removes
-# a lab of the same prefix (so it is idempotent) and removes what it built if any step fails; `down`
-# never fails. Use a unique --prefix per caller (default "sieve", or $NETLAB_PREFIX) so parallel runs
-# do not collide. Needs root and iproute2 (and iptables for sieve-impair).
+# it where netem exists. Every lab's record (its owner, sieve-impair pids and counters) lives in
+# /run/sieve-netlab/P ($NETLAB_STATE_DIR). `up` first removes a lab of the same prefix (so it is
+# idempotent) and every lab whose --owner process has died (a caller killed with SIGKILL cannot run
+# its own `down`), and removes what it built if any step fails; `down` never fails. Values are
+# checked before anything is built. Use a unique --prefix per caller (default "sieve", or
+# $NETLAB_PREFIX) so parallel runs do not collide. Needs root and iproute2 (and iptables for
+# sieve-impair).
 set -euo pipefail
 
 prefix=${NETLAB_PREFIX:-sieve}
@@ -31,7 +36,14 @@ seed=1          # sieve-impair's seed; node I uses seed + I
 impair_path=""
 
 die() { echo "netlab: $*" >&2; exit 2; }
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage_text() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+usage() { usage_text >&2; exit 2; }
+# The version of the source tree this script belongs to: CMake's project VERSION.
+version() {
+  local cmake
+  cmake=$(dirname "$(readlink -f "$0")")/../CMakeLists.txt
+  sed -n 's/^project(sieve VERSION \([0-9.]*\).*/\1/p' "$cmake" 2>/dev/null | head -n 1 | grep . || echo unknown
+}
 
 # Leading global options.
 while [[ $# -gt 0 && $1 == --prefix ]]; do
@@ -40,12 +52,43 @@ while [[ $# -gt 0 && $1 == --prefix ]]; do
 done
 [[ $# -ge 1 ]] || usage
 command=$1; shift
-[[ $prefix =~ ^[A-Za-z0-9_.-]{1,40}$ ]] || die "bad prefix '$prefix' (letters, digits, _ . - ; at most 40)"
+case $command in
+  -h|--help|help) usage_text; exit 0 ;;
+  --version) echo "netlab.sh $(version)"; exit 0 ;;
+esac
+[[ $prefix =~ ^[A-Za-z0-9_.-]{1,40}$ ]] || die "--prefix: bad prefix '$prefix' (letters, digits, _ . - ; at most 40)"
 
 node_ns() { echo "${prefix}-n$1"; }
 switch_ns() { echo "${prefix}-sw"; }
 node_addr() { echo "10.77.0.$(( $1 + 1 ))"; }
-state_dir() { echo "${NETLAB_STATE_DIR:-/run/sieve-netlab}/$prefix"; }
+state_root() { echo "${NETLAB_STATE_DIR:-/run/sieve-netlab}"; }
+state_dir() { echo "$(state_root)/$prefix"; }
+
+# tc's time and percentage syntax with the unit written out (tc reads a bare number as
+# microseconds, sieve-impair as milliseconds).
+check_time() {  # option value
+  [[ $2 =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] || die "$1 '$2': a duration with its unit, like 1ms or 250us"
+}
+check_percent() {  # option value
+  [[ $2 =~ ^[0-9]+(\.[0-9]+)?%$ ]] && awk -v v="${2%\%}" 'BEGIN { exit !(v <= 100) }' ||
+    die "$1 '$2': a percentage from 0% to 100%, like 1% or 0.5%"
+}
+time_us() {  # value in tc syntax -> integer microseconds
+  [[ $1 =~ ^([0-9]+(\.[0-9]+)?)(us|ms|s)$ ]]
+  local scale=1
+  case ${BASH_REMATCH[3]} in ms) scale=1000 ;; s) scale=1000000 ;; esac
+  awk -v v="${BASH_REMATCH[1]}" -v s=$scale 'BEGIN { printf "%d", v * s }'
+}
+
+# The lab's owner: "pid starttime" (the start time tells a reused pid from the owner).
+process_start() { awk '{ print $22 }' "/proc/$1/stat" 2>/dev/null; }
+owner_alive() {  # owner file
+  local pid start
+  read -r pid start <"$1" 2>/dev/null || return 0  # unreadable: leave the lab alone
+  [[ $pid =~ ^[0-9]+$ ]] || return 0
+  [[ -d /proc/$pid && $(process_start "$pid") == "$start" ]] || return 1
+  [[ $(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null) != Z ]]  # killed, not yet reaped
+}
 
 check_index() {
   [[ $1 =~ ^[0-9]+$ ]] || die "node index must be a number, got '$1'"
@@ -95,6 +138,35 @@ cmd_down() {
     # Deleting a namespace destroys its veth ends, and with them the peers in other namespaces.
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
+  done
+  rm -rf "$(state_dir)"
+}
+
+# Every lab with a record, as prefixes.
+recorded_labs() {
+  local dir
+  for dir in "$(state_root)"/*/; do
+    [[ -d $dir ]] && basename "$dir"
+  done
+}
+
+# Runs cmd_down for another prefix (prefix is global).
+down_lab() {
+  local saved=$prefix
+  prefix=$1
+  cmd_down
+  prefix=$saved
+}
+
+# Labs whose owner died (SIGKILL, OOM, a test timeout) cannot have run their own `down`.
+remove_orphans() {
+  local lab
+  for lab in $(recorded_labs); do
+    [[ $lab == "$prefix" ]] && continue
+    if [[ -f $(state_root)/$lab/owner ]] && ! owner_alive "$(state_root)/$lab/owner"; then
+      echo "netlab: removing lab '$lab': its owner (pid $(cut -d' ' -f1 <"$(state_root)/$lab/owner")) has died" >&2
+      down_lab "$lab"
+    fi
   done
 }
 
@@ -185,9 +257,10 @@ cmd_up() {
   [[ $# -ge 1 && $1 =~ ^[0-9]+$ ]] || die "up needs a node count"
   local n=$1; shift
   (( n >= 1 && n <= 200 )) || die "node count must be 1..200"
-  local rate="" delay="" jitter="" loss="" reorder="" p2p=0
+  local rate="" delay="" jitter="" loss="" reorder="" p2p=0 owner=""
   while [[ $# -gt 0 ]]; do
     case $1 in
+      --owner) owner=${2:?--owner needs a pid}; shift 2 ;;
       --rate) rate=${2:?--rate needs a value}; shift 2 ;;
       --delay) delay=${2:?--delay needs a value}; shift 2 ;;
       --jitter) jitter=${2:?--jitter needs a value}; shift 2 ;;
@@ -200,13 +273,29 @@ cmd_up() {
       *) die "unknown option '$1' for up" ;;
     esac
   done
-  [[ $(id -u) -eq 0 ]] || die "needs root (network namespaces)"
-  command -v ip >/dev/null || die "needs iproute2 (ip)"
-  [[ -n $rate ]] && rate_bytes_per_sec "$rate" >/dev/null
+  # Every value is checked before anything is built.
+  [[ -n $rate ]] && { rate_bytes_per_sec "$rate" >/dev/null || exit 2; }
+  [[ -n $delay ]] && check_time --delay "$delay"
+  [[ -n $jitter ]] && check_time --jitter "$jitter"
+  [[ -n $loss ]] && check_percent --loss "$loss"
+  [[ -n $reorder ]] && check_percent --reorder "$reorder"
+  [[ -n $jitter && -z $delay ]] && die "--jitter needs --delay"
+  [[ -n $jitter ]] && (( $(time_us "$jitter") > $(time_us "$delay") )) && die "--jitter $jitter exceeds --delay $delay"
+  [[ -n $reorder && -z $delay ]] && die "--reorder needs --delay (netem reorders by delaying the other packets)"
   (( p2p == 0 || n == 2 )) || die "--p2p joins exactly 2 nodes"
   [[ $seed =~ ^[0-9]{1,15}$ ]] || die "--seed must be a number"
+  local owner_record=""
+  if [[ -n $owner ]]; then
+    [[ $owner =~ ^[0-9]+$ && -d /proc/$owner ]] || die "--owner '$owner': no such process"
+    owner_record="$owner $(process_start "$owner")"
+  fi
+  [[ $(id -u) -eq 0 ]] || die "needs root (network namespaces)"
+  command -v ip >/dev/null || die "needs iproute2 (ip)"
 
   cmd_down
+  remove_orphans
+  mkdir -p "$(state_dir)"
+  [[ -n $owner_record ]] && echo "$owner_record" >"$(state_dir)/owner"
   # Any failure from here on (a failing command or a die) removes what was built.
   trap 'echo "netlab: up failed, removing lab $prefix" >&2; cmd_down' EXIT
   local i ns
@@ -257,20 +346,26 @@ cmd_up() {
   done
   trap - EXIT
   local impaired_by=""
-  [[ -d $(state_dir) ]] && impaired_by=" (sieve-impair over NFQUEUE: no netem here)"
+  compgen -G "$(state_dir)/impair-n*.pid" >/dev/null && impaired_by=" (sieve-impair over NFQUEUE: no netem here)"
   echo "netlab: lab '$prefix' up: $n nodes${rate:+, rate $rate}${delay:+, delay $delay}${jitter:+ ± $jitter}${loss:+, loss $loss}${reorder:+, reorder $reorder}$impaired_by"
 }
 
 case $command in
   up) cmd_up "$@" ;;
   down)
+    all=0
     while [[ $# -gt 0 ]]; do
       case $1 in
         --prefix) prefix=${2:?--prefix needs a value}; shift 2 ;;
+        --all) all=1; shift ;;
         *) die "unknown option '$1' for down" ;;
       esac
     done
-    cmd_down ;;
+    if (( all )); then
+      for lab in $(recorded_labs); do down_lab "$lab"; done
+    else
+      cmd_down
+    fi ;;
   exec)
     [[ $# -ge 2 ]] || die "exec needs a node index and a command"
     check_index "$1"
@@ -280,6 +375,18 @@ case $command in
   ns) [[ $# -eq 1 ]] || die "ns needs a node index"; check_index "$1"; node_ns "$1" ;;
   ifname) echo $ifname ;;
   status)
+    if [[ ${1:-} == --all ]]; then
+      for lab in $(recorded_labs); do
+        owner_file=$(state_root)/$lab/owner
+        if [[ ! -f $owner_file ]]; then state="no owner recorded"
+        elif owner_alive "$owner_file"; then state="owner pid $(cut -d' ' -f1 <"$owner_file") running"
+        else state="orphaned: owner pid $(cut -d' ' -f1 <"$owner_file") has died (netlab.sh down --all removes it)"
+        fi
+        echo "$lab: $(prefix=$lab; lab_namespaces | wc -l) namespaces, $state"
+      done
+      exit 0
+    fi
+    [[ $# -eq 0 ]] || die "unknown option '$1' for status"
     for ns in $(lab_namespaces); do
       echo "== $ns"
       ip -n "$ns" -br addr
@@ -293,6 +400,5 @@ case $command in
     check_index "$1"
     [[ -f $(state_dir)/impair-n$1.stats ]] || die "node $1 of lab '$prefix' runs no sieve-impair"
     cat "$(state_dir)/impair-n$1.stats" ;;
-  -h|--help|help) usage ;;
   *) die "unknown command '$command' (up, down, exec, addr, ns, ifname, status, impair-stats)" ;;
 esac

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "tools/bench/options.h"
@@ -32,7 +33,7 @@ TEST(Options, ParsesEveryKnob) {
   Options o;
   std::string message;
   ASSERT_TRUE(parse({"--nodes", "8", "--model", "vit_b_16", "--prune", "channel", "--density", "0.5", "--dtype", "bf16",
-                     "--rate", "10gbit", "--iters", "3", "--warmup", "0", "--json", "--gloo", "--loopback"},
+                     "--rate", "10gbit", "--iters", "3", "--warmup", "0", "--json", "--gloo"},
                     &o, &message))
       << message;
   EXPECT_EQ(o.nodes, 8);
@@ -40,7 +41,10 @@ TEST(Options, ParsesEveryKnob) {
   EXPECT_EQ(o.prune.kind, PruneKind::Channel);
   EXPECT_EQ(o.dtype, DType::BF16);
   EXPECT_DOUBLE_EQ(rate_bits_per_second(o.rate), 1e10);
-  EXPECT_TRUE(o.json && o.gloo && o.loopback);
+  EXPECT_TRUE(o.json && o.gloo);
+  Options loopback;
+  ASSERT_TRUE(parse({"--loopback"}, &loopback, &message)) << message;
+  EXPECT_TRUE(loopback.loopback);
   ASSERT_TRUE(parse({"--rate", "none"}, &o, &message));
   EXPECT_EQ(o.rate, "");
 }
@@ -56,6 +60,59 @@ TEST(Options, EveryBadInputGetsAClearError) {
     EXPECT_FALSE(parse(args, &o, &message)) << args[0];
     EXPECT_FALSE(message.empty()) << args[0];
   }
+}
+
+TEST(Options, HelpListsEveryOption) {
+  const std::string usage = usage_text();
+  for (const std::string& name : option_names()) EXPECT_NE(usage.find(name + ' '), std::string::npos) << name;
+  Options o;
+  std::string message;
+  bool help = false;
+  const char* argv[] = {"sieve-bench", "--version"};
+  EXPECT_FALSE(parse_options(2, const_cast<char**>(argv), &o, &message, &help));
+  EXPECT_TRUE(o.version);
+}
+
+// Values are checked when parsed, before any namespace, node or Gloo process exists, and each
+// message names the option.
+TEST(Options, ImpairmentsAndCombinationsAreCheckedBeforeAnyWork) {
+  const std::vector<std::vector<const char*>> bad = {
+      {"--delay", "banana"}, {"--loss", "200%"},  {"--loss", "1"},  {"--reorder", "x"},
+      {"--jitter", "1ms"},  {"--reorder", "25%"}, {"--delay", "1ms", "--jitter", "2ms"},
+      {"--loopback", "--delay", "1ms"}, {"--loss", "1%", "--loopback"}, {"--gloo", "--loopback"},
+      {"--masks", "m.safetensors", "--density", "0.5"}, {"--prune", "channel", "--masks", "m.safetensors"}};
+  for (const auto& args : bad) {
+    Options o;
+    std::string message;
+    EXPECT_FALSE(parse(args, &o, &message)) << args[0] << ' ' << args[1];
+    bool named = false;
+    for (const char* arg : args) named = named || (arg[0] == '-' && message.find(arg) != std::string::npos);
+    EXPECT_TRUE(named) << message;
+  }
+  Options o;
+  std::string message;
+  ASSERT_TRUE(parse({"--delay", "2ms", "--jitter", "1ms", "--loss", "0.5%", "--reorder", "25%"}, &o, &message)) << message;
+  EXPECT_EQ(o.jitter, "1ms");
+  ASSERT_TRUE(parse({"--masks", "m.safetensors", "--model", "resnet18"}, &o, &message)) << message;
+}
+
+// The default deadline follows the work: VGG-19 at 100 Mbit/s needs about 66 s per dense all-reduce
+// (2 (N-1)/N of 548 MB out of each node), six of them per mode with the warm-up.
+TEST(Options, TheDefaultDeadlineFollowsModelSizeAndRate) {
+  Options o;
+  std::string message;
+  ASSERT_TRUE(parse({"--model", "vgg19", "--rate", "100mbit"}, &o, &message)) << message;
+  EXPECT_EQ(o.timeout_s, 0);  // automatic
+  const double vgg19_bytes = 143667240.0 * 4;
+  const double per_dense = 2.0 * 3 / 4 * vgg19_bytes * 8 / 100e6;
+  const int budget = run_budget_seconds(o, vgg19_bytes, 0.2);
+  EXPECT_GT(budget, 6 * per_dense * 1.2);  // dense and compacted, warm-up included, with room
+  Options fast;
+  ASSERT_TRUE(parse({"--model", "resnet18", "--rate", "10gbit"}, &fast, &message)) << message;
+  EXPECT_LT(run_budget_seconds(fast, 11689512.0 * 4, 0.2), budget);
+  // An explicit --timeout is what the user asked for.
+  ASSERT_TRUE(parse({"--model", "vgg19", "--rate", "100mbit", "--timeout", "60"}, &o, &message)) << message;
+  EXPECT_EQ(run_budget_seconds(o, vgg19_bytes, 0.2), 60);
 }
 
 RunReport sample() {
@@ -117,6 +174,75 @@ TEST(Report, AFailureIsShownNotSummarised) {
   r.failure = "compacted: node 2: WRONG RESULT";
   EXPECT_EQ(summary_line(r), "");
   EXPECT_NE(format_table(r).find("FAILED: compacted: node 2"), std::string::npos);
+}
+
+// A mode stopped by the deadline shows what finished: its measured all-reduces, in the table and JSON.
+TEST(Report, ATimedOutModeShowsWhatFinished) {
+  RunReport r = sample();
+  r.iterations = 5;
+  r.modes[1].ok = false;
+  r.modes[1].seconds = {0.25, 0.27};
+  r.modes[1].error = "timed out after 300 s waiting for 'done ' from node(s) 2";
+  r.failure = "compacted: " + r.modes[1].error;
+  const std::string table = format_table(r);
+  EXPECT_NE(table.find("2 of 5 measured all-reduces finished"), std::string::npos) << table;
+  EXPECT_NE(table.find("0.260 s"), std::string::npos) << table;  // their median
+  const std::string json = format_json(r);
+  EXPECT_NE(json.find("\"finished_iterations\":2"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"seconds\":[0.25,0.27]"), std::string::npos) << json;
+}
+
+// A run that failed before checking everything must not claim its sums were exact, and says what
+// it was asked to run even when it stopped before the workload existed.
+TEST(Report, AFailedRunClaimsNothingItDidNotCheck) {
+  RunReport r = sample();
+  r.modes.resize(1);
+  r.modes[0].ok = false;
+  r.modes[0].error = "node 1: cannot load the plugin";
+  r.failure = "dense: node 1: cannot load the plugin";
+  std::string json = format_json(r);
+  EXPECT_NE(json.find("\"exact\":null"), std::string::npos) << json;
+  r.wrong_values = true;
+  json = format_json(r);
+  EXPECT_NE(json.find("\"exact\":false"), std::string::npos) << json;
+}
+
+// Byte counts are integers in the JSON, written in full as sieve-info writes its numbers.
+TEST(Report, JsonByteCountsAreIntegers) {
+  RunReport r = sample();
+  r.modes[0].logical_bytes = 519406123;
+  r.modes[0].has_kernel = true;
+  r.modes[0].kernel_tx_bytes = 530000001;
+  const std::string json = format_json(r);
+  EXPECT_NE(json.find("\"logical_bytes_per_node\":519406123"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"kernel_tx_bytes_per_node\":530000001"), std::string::npos) << json;
+  EXPECT_EQ(json.find("e+"), std::string::npos) << json;
+}
+
+// The summary quotes the table's per-node bytes, so its figures can be found in the table.
+TEST(Report, SummaryBytesAreTheTablesPerNodeBytes) {
+  const RunReport r = sample();
+  const std::string line = summary_line(r);
+  EXPECT_NE(line.find("30.0 MB instead of 153.0 MB"), std::string::npos) << line;
+  EXPECT_NE(line.find("per node"), std::string::npos) << line;
+}
+
+TEST(Report, DegenerateInputsReadAsSentences) {
+  RunReport r = sample();
+  r.model = "pruned";  // a --masks file's stem
+  r.kept_fraction = 0;
+  r.modes[1].ideal_speedup = std::numeric_limits<double>::infinity();
+  r.modes[0].logical_bytes = 12;
+  r.modes[1].logical_bytes = 0;
+  r.parameters = 3;
+  const std::string table = format_table(r);
+  const std::string line = summary_line(r);
+  EXPECT_EQ(table.find("inf"), std::string::npos) << table;
+  EXPECT_EQ(table.find("0.0 MB instead of 0.0 MB"), std::string::npos) << table;
+  EXPECT_NE(line.find("12 bytes"), std::string::npos) << line;
+  EXPECT_EQ(line.find("pruned's"), std::string::npos) << line;
+  r.nodes = 1;
+  EXPECT_EQ(format_table(r).find("1 nodes"), std::string::npos);
 }
 
 }  // namespace

@@ -73,7 +73,12 @@ TEST(Safetensors, MalformedFilesAreRefusedWithTheReason) {
   bytes = file_bytes(sample());
   const uint64_t over = kMaxSafetensorsHeader + 1;
   std::memcpy(bytes.data(), &over, 8);
-  EXPECT_NE(error_of(bytes).find("100 MB"), std::string::npos);
+  EXPECT_NE(error_of(bytes).find("not a safetensors file"), std::string::npos);
+  // A header length within the file but over safetensors' own limit names the limit.
+  std::vector<uint8_t> big(8 + over, ' ');
+  std::memcpy(big.data(), &over, 8);
+  big[8] = '{';
+  EXPECT_NE(error_of(big).find("100 MB"), std::string::npos);
 
   auto with_header = [](const std::string& h, std::vector<TensorSpec> t) { return error_of(file_bytes(h, t)); };
   EXPECT_NE(with_header("{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}", {{"a", "U8", {2}, {1, 1}}})
@@ -118,6 +123,27 @@ TEST(Safetensors, MalformedFilesAreRefusedWithTheReason) {
                         {{"a", "U8", {1}, {1}}})
                 .find("overflows"),
             std::string::npos);
+}
+
+// Files of another format are named as such, not by the number their first 8 bytes happen to make.
+TEST(Safetensors, OtherFormatsAreNotSafetensorsFiles) {
+  const std::string xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<topology version=\"2.0\"></topology>\n";
+  const std::string message = error_of(std::vector<uint8_t>(xml.begin(), xml.end()));
+  EXPECT_NE(message.find("not a safetensors file"), std::string::npos) << message;
+  EXPECT_EQ(message.find("749118580988207463"), std::string::npos) << message;
+  // A plausible length whose header is not JSON is another format too.
+  std::vector<uint8_t> bytes(8 + 16, 'x');
+  bytes[0] = 16;
+  for (int i = 1; i < 8; ++i) bytes[i] = 0;
+  EXPECT_NE(error_of(bytes).find("not a safetensors file"), std::string::npos);
+}
+
+TEST(Safetensors, ADirectoryIsReportedAsADirectory) {
+  MaskFile f;
+  const Status s = load_mask_file(::testing::TempDir(), &f);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("is a directory"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find("9223372036854775807"), std::string::npos) << s.message();
 }
 
 TEST(Safetensors, LoadMaskFileReadsFromDiskAndNamesThePath) {

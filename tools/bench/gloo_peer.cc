@@ -12,6 +12,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "tools/common/subprocess.h"
+
 namespace sieve::bench {
 
 namespace {
@@ -47,6 +49,22 @@ std::vector<double> json_numbers(const std::string& text, const std::string& key
 }
 
 }  // namespace
+
+bool gloo_supports(const std::string& script, DType dtype, std::string* error, const std::string& python) {
+  if (access(python.c_str(), X_OK) != 0) return *error = python + " not found (install python3-torch)", false;
+  if (access(script.c_str(), R_OK) != 0) return *error = "Gloo script not found at " + script, false;
+  auto probe = tools::Child::spawn({python, script, "--probe", "--dtype", dtype_name(dtype)}, {}, error);
+  if (!probe) return false;
+  std::string line, said;
+  while (probe->read_line(&line, 60000)) said += line;
+  int status = 0;
+  if (!probe->wait_exit(&status, 5000)) return *error = "the Gloo probe did not finish", false;
+  if (status == 0) return true;
+  const size_t at = said.find("\"error\":\"");
+  *error = at != std::string::npos ? said.substr(at + 9, said.find('"', at + 9) - (at + 9))
+                                   : "the Gloo probe failed (status " + std::to_string(status) + "): " + said;
+  return false;
+}
 
 void run_gloo(const GlooJob& job, ModeResult* result) {
   if (access(job.python.c_str(), X_OK) != 0) {

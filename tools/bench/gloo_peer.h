@@ -25,6 +25,11 @@ struct GlooJob {
   std::chrono::steady_clock::time_point deadline;
 };
 
+// Whether this machine's Gloo can sum `dtype` (torch 1.13's cannot sum bf16): a one-process group on
+// a file store, seconds, run before any lab exists. False with *error saying why.
+bool gloo_supports(const std::string& script, DType dtype, std::string* error,
+                   const std::string& python = GlooJob().python);
+
 // Fills `result` (ok, seconds, kernel tx bytes per node) or its error.
 void run_gloo(const GlooJob& job, ModeResult* result);
 

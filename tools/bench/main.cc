@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "plugin/sieve.h"
 #include "tools/bench/options.h"
 #include "tools/bench/orchestrator.h"
 #include "tools/bench/report.h"
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
   std::string message;
   bool help = false;
   if (!parse_options(argc, argv, &options, &message, &help)) {
+    if (options.version) return std::printf("sieve-bench %s\n", SIEVE_VERSION_STRING), 0;
     std::fprintf(help ? stdout : stderr, "%s%s", help ? "" : "sieve-bench: ", message.c_str());
     if (!help) std::fputc('\n', stderr);
     return help ? 0 : 2;
@@ -27,12 +29,12 @@ int main(int argc, char** argv) {
   const int status = run_bench(options, self_path, &report);
   if (options.json) {
     std::fputs(format_json(report).c_str(), stdout);
-  } else if (report.parameters > 0) {
+  } else if (!report.modes.empty()) {  // a run stopped before any mode has no table to show
     std::fputs(format_table(report).c_str(), stdout);
   }
   if (status != 0) {
     std::fprintf(stderr, "sieve-bench: FAILED: %s\n", report.failure.c_str());
-    if (!report.exact) std::fprintf(stderr, "sieve-bench: the all-reduce returned WRONG VALUES\n");
+    if (report.wrong_values) std::fprintf(stderr, "sieve-bench: the all-reduce returned WRONG VALUES\n");
   }
   return status;
 }

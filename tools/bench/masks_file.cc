@@ -16,11 +16,21 @@ std::vector<BucketMask> bucket_masks(const std::vector<Bucket>& buckets, const s
   return masks;
 }
 
-bool load_masked_model(const std::string& path, MaskedModel* out, std::string* error) {
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+}  // namespace
+
+bool load_masked_model(const std::string& path, MaskedModel* out, std::string* error, const Model* model) {
   compress::MaskFile file;
   const compress::Status status = compress::load_mask_file(path, &file);
   if (!status.ok()) {
-    *error = path + ": " + status.message();
+    *error = "--masks: " + status.message();  // the message names the file already
     return false;
   }
   if (file.masks.empty()) {
@@ -41,6 +51,24 @@ bool load_masked_model(const std::string& path, MaskedModel* out, std::string* e
     out->model.params.push_back(std::move(param));
     out->keep.push_back(std::move(keep));
   }
+  if (model == nullptr) return true;
+  const std::vector<Param>& from_file = out->model.params;
+  if (from_file.size() != model->params.size()) {
+    *error = "--masks: " + path + " has " + std::to_string(from_file.size()) + " mask tensor" +
+             (from_file.size() == 1 ? "" : "s") + ", --model " + model->name + " has " +
+             std::to_string(model->params.size()) + " parameters (one mask per parameter, in their order)";
+    return false;
+  }
+  for (size_t i = 0; i < from_file.size(); ++i) {
+    const Param& expected = model->params[i];
+    if (from_file[i].shape != expected.shape) {
+      *error = "--masks: " + path + ": tensor \"" + from_file[i].name + "\" has shape " + shape_text(from_file[i].shape) +
+               ", but parameter " + std::to_string(i) + " of " + model->name + " (" + expected.name + ") is " +
+               shape_text(expected.shape);
+      return false;
+    }
+  }
+  out->model = *model;
   return true;
 }
 

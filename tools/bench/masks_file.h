@@ -17,8 +17,10 @@ struct MaskedModel {
   std::vector<std::vector<uint8_t>> keep;  // per parameter, one byte per element
 };
 
-// False with *error naming the problem when the file cannot be used.
-bool load_masked_model(const std::string& path, MaskedModel* out, std::string* error);
+// False with *error naming the problem when the file cannot be used. With `model` (--model given
+// too) the file must hold one mask per parameter of that model, in its order and of its shapes (a
+// transposed mask has the right size and the wrong shape), and the model's names are kept.
+bool load_masked_model(const std::string& path, MaskedModel* out, std::string* error, const Model* model = nullptr);
 
 // Lays per-parameter masks out like the buckets.
 std::vector<BucketMask> bucket_masks(const std::vector<Bucket>& buckets, const std::vector<std::vector<uint8_t>>& keep);

@@ -1,10 +1,13 @@
 #include "tools/bench/options.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
 #include "tools/bench/models.h"
+#include "tools/impair/impairment.h"
 
 namespace sieve::bench {
 
@@ -17,9 +20,16 @@ const char* mode_name(Mode mode) {
   return "?";
 }
 
-std::string usage_text() {
+namespace {
+std::string model_list() {
   std::string models;
   for (const std::string& name : model_names()) models += (models.empty() ? "" : ", ") + name;
+  return models;
+}
+}  // namespace
+
+std::string usage_text() {
+  const std::string models = model_list();
   return "usage: sieve-bench [options]\n"
          "N processes act as nodes: each loads the Sieve plugin as NCCL does and they run NCCL-style ring\n"
          "all-reduce over a model's DDP gradient buckets, dense and pruned, and check every sum exactly.\n"
@@ -27,7 +37,8 @@ std::string usage_text() {
          "otherwise (or with --loopback) they use loopback.\n\n"
          "  --nodes N             nodes (default 4)\n"
          "  --model NAME          " + models + " (default resnet50)\n"
-         "  --masks FILE          your own model: one BOOL/U8 mask tensor per parameter (safetensors)\n"
+         "  --masks FILE          your own model: one BOOL/U8 mask tensor per parameter (safetensors);\n"
+         "                        with --model, checked against that model's parameter shapes\n"
          "  --prune KIND          unstructured | channel | none (default unstructured)\n"
          "  --density D           fraction of weights kept, 0 < D <= 1 (default 0.2 = 80 % pruned)\n"
          "  --seed S              pruning seed, the same on every node (default 1)\n"
@@ -38,14 +49,39 @@ std::string usage_text() {
          "  --iters N             measured all-reduces of the whole model per mode (default 5)\n"
          "  --warmup N            unmeasured ones first (default 1)\n"
          "  --rate R              switch port rate, tc syntax: 100mbit, 1gbit, 10gbit; none = unshaped (default 1gbit)\n"
-         "  --delay T --loss P --reorder P   netem on every port (e.g. 1ms, 1%, 25%)\n"
+         "  --delay T             one-way delay on every port, e.g. 1ms, 250us (namespaces only)\n"
+         "  --jitter T            uniform +-T around --delay, at most --delay\n"
+         "  --loss P              packet loss, e.g. 1%, 0.5%\n"
+         "  --reorder P           share of packets sent ahead of delayed ones, e.g. 25% (needs --delay)\n"
          "  --loopback            loopback even as root (shaped by the plugin's own rate limit when it has one)\n"
-         "  --gloo                also run PyTorch's Gloo all-reduce on the same lab and buckets\n"
+         "  --gloo                also run PyTorch's Gloo all-reduce on the same lab and buckets (namespaces only)\n"
          "  --plugin PATH         libnccl-net-sieve.so (default: the one of this build)\n"
-         "  --chunk BYTES         ring chunk (default 131072)   --inflight N  chunks in flight (default 16)\n"
-         "  --timeout S           hard limit for the whole run (default 300)\n"
+         "  --netlab PATH         tools/netlab.sh (default: the source tree's)\n"
+         "  --gloo-script PATH    tools/gloo_allreduce.py (default: the source tree's)\n"
+         "  --chunk BYTES         ring chunk, 64 to 64M (default 131072)\n"
+         "  --inflight N          chunks in flight, 1 to 32 (default 16)\n"
+         "  --timeout S           hard limit for the whole run (default: from the model's size, --rate and the\n"
+         "                        modes, with room to spare; a timed-out run still reports what finished)\n"
          "  --json                one JSON object on stdout instead of the table\n"
-         "  --quiet               no progress bar\n";
+         "  --quiet               no progress bar\n"
+         "  --version             print the version and exit\n"
+         "  --help                print this and exit\n";
+}
+
+int run_budget_seconds(const Options& o, double model_bytes, double kept_fraction) {
+  if (o.timeout_s > 0) return o.timeout_s;
+  // Unshaped links are bound by the CPU: assume 1 Gbit/s. Impairments (sieve-impair forwards in user
+  // space; TCP backs off under loss) are assumed to leave 50 Mbit/s at most.
+  double rate = rate_bits_per_second(o.rate);
+  if (rate <= 0) rate = 1e9;
+  if (!(o.delay.empty() && o.loss.empty() && o.reorder.empty())) rate = std::min(rate, 50e6);
+  const double per_dense = 2.0 * (o.nodes - 1) / o.nodes * model_bytes * 8 / rate;
+  double share = 0;  // of a dense all-reduce's bytes, summed over the modes
+  for (Mode mode : o.modes) share += mode == Mode::Dense ? 1.0 : mode == Mode::Compacted ? kept_fraction : kept_fraction + 1.0 / 16;
+  if (o.gloo) share += 1.0;
+  const double rounds = o.warmup + o.iterations;
+  const double seconds = 120 + 3 * rounds * per_dense * share;  // 120 s: lab, processes, connections
+  return static_cast<int>(std::min(86400.0, std::ceil(seconds)));
 }
 
 double rate_bits_per_second(const std::string& rate) {
@@ -91,18 +127,82 @@ bool parse_modes(const std::string& text, std::vector<Mode>* modes, std::string*
   return !modes->empty();
 }
 
+const char* const kFlags[] = {"--json", "--quiet", "--loopback", "--gloo", "--version", "--help"};
+const char* const kValued[] = {"--nodes",   "--model", "--masks",  "--prune",   "--density", "--seed",
+                               "--dtype",   "--modes", "--iters",  "--warmup",  "--rate",    "--delay",
+                               "--jitter",  "--loss",  "--reorder", "--plugin", "--netlab",  "--gloo-script",
+                               "--chunk",   "--inflight", "--timeout"};
+
 bool takes_value(const std::string& arg) {
-  static const char* const kValued[] = {"--nodes", "--model", "--masks", "--prune", "--density", "--seed",
-                                        "--dtype", "--modes", "--iters", "--warmup", "--rate", "--delay",
-                                        "--loss", "--reorder", "--plugin", "--netlab", "--gloo-script",
-                                        "--chunk", "--inflight", "--timeout"};
   for (const char* name : kValued) {
     if (arg == name) return true;
   }
   return false;
 }
 
+// tc's time and percentage syntax, as netem and sieve-impair both read it; the unit is required
+// (a bare number means microseconds to tc and milliseconds to sieve-impair).
+bool check_duration(const std::string& option, const std::string& text, std::string* message) {
+  int64_t us = 0;
+  std::string why;
+  const bool has_unit = !text.empty() && std::isalpha(static_cast<unsigned char>(text.back()));
+  if (!has_unit || !impair::parse_duration_us(text, &us, &why)) {
+    *message = option + " '" + text + "': a duration from 0 to 60 s with its unit, like 1ms or 250us";
+    return false;
+  }
+  return true;
+}
+
+bool check_percentage(const std::string& option, const std::string& text, std::string* message) {
+  double p = 0;
+  std::string why;
+  if (text.empty() || text.back() != '%' || !impair::parse_probability(text, &p, &why)) {
+    *message = option + " '" + text + "': a percentage from 0% to 100%, like 1% or 0.5%";
+    return false;
+  }
+  return true;
+}
+
+int64_t duration_us(const std::string& text) {
+  int64_t us = 0;
+  std::string ignored;
+  impair::parse_duration_us(text, &us, &ignored);
+  return us;
+}
+
+// Combinations, checked once every option is known.
+bool check_combinations(const Options& o, std::string* message) {
+  if (!o.masks_file.empty()) {
+    if (o.prune_given || o.density_given) {
+      *message = std::string(o.prune_given ? "--prune" : "--density") +
+                 " does not apply with --masks: the mask file says what is kept";
+      return false;
+    }
+  }
+  if (!o.jitter.empty() && o.delay.empty()) return *message = "--jitter needs --delay (it varies the delay)", false;
+  if (!o.jitter.empty() && duration_us(o.jitter) > duration_us(o.delay))
+    return *message = "--jitter " + o.jitter + " exceeds --delay " + o.delay + " (a packet cannot leave before it arrived)", false;
+  if (!o.reorder.empty() && o.delay.empty())
+    return *message = "--reorder needs --delay (reordered packets overtake delayed ones)", false;
+  if (o.loopback) {
+    const char* impairment = !o.delay.empty() ? "--delay" : !o.jitter.empty() ? "--jitter"
+                           : !o.loss.empty()  ? "--loss"  : !o.reorder.empty() ? "--reorder" : nullptr;
+    if (impairment) {
+      *message = std::string(impairment) + " needs the namespace lab; --loopback has no netem (leave out one of them)";
+      return false;
+    }
+    if (o.gloo) return *message = "--gloo runs in the namespace lab only; leave out --loopback", false;
+  }
+  return true;
+}
+
 }  // namespace
+
+std::vector<std::string> option_names() {
+  std::vector<std::string> names(std::begin(kFlags), std::end(kFlags));
+  names.insert(names.end(), std::begin(kValued), std::end(kValued));
+  return names;
+}
 
 bool parse_options(int argc, char** argv, Options* o, std::string* message, bool* help) {
   *help = false;
@@ -122,6 +222,9 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       *help = true;
       *message = usage_text();
       return false;
+    } else if (arg == "--version") {
+      o->version = true;
+      return false;
     } else if (arg == "--json") {
       o->json = true;
     } else if (arg == "--quiet") {
@@ -131,7 +234,7 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
     } else if (arg == "--gloo") {
       o->gloo = true;
     } else if (!takes_value(arg)) {
-      *message = "unknown option '" + arg + "'\n" + usage_text();
+      *message = "unknown option '" + arg + "' (--help lists them)";
       return false;
     } else if (!value(&v)) {
       return false;
@@ -139,8 +242,9 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       if (!parse_int(v, 2, 64, &n)) return *message = "--nodes: a number from 2 to 64", false;
       o->nodes = static_cast<int>(n);
     } else if (arg == "--model") {
-      if (!make_model(v)) return *message = "--model: unknown model '" + v + "'\n" + usage_text(), false;
+      if (!make_model(v)) return *message = "--model: unknown model '" + v + "' (" + model_list() + ")", false;
       o->model = v;
+      o->model_given = true;
     } else if (arg == "--masks") {
       o->masks_file = v;
     } else if (arg == "--prune") {
@@ -148,11 +252,13 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       else if (v == "channel") o->prune.kind = PruneKind::Channel;
       else if (v == "none") o->prune.kind = PruneKind::None;
       else return *message = "--prune: unstructured, channel or none", false;
+      o->prune_given = true;
     } else if (arg == "--density") {
       char* end = nullptr;
       const double d = std::strtod(v.c_str(), &end);
       if (v.empty() || *end != '\0' || !(d > 0 && d <= 1)) return *message = "--density: a fraction in (0, 1]", false;
       o->prune.density = d;
+      o->density_given = true;
     } else if (arg == "--seed") {
       if (!parse_int(v, 0, 1L << 40, &n)) return *message = "--seed: a non-negative number", false;
       o->prune.seed = static_cast<uint64_t>(n);
@@ -173,10 +279,16 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       if (!v.empty() && rate_bits_per_second(v) <= 0) return *message = "--rate: like 100mbit, 1gbit, 10gbit or none", false;
       o->rate = v;
     } else if (arg == "--delay") {
+      if (!check_duration(arg, v, message)) return false;
       o->delay = v;
+    } else if (arg == "--jitter") {
+      if (!check_duration(arg, v, message)) return false;
+      o->jitter = v;
     } else if (arg == "--loss") {
+      if (!check_percentage(arg, v, message)) return false;
       o->loss = v;
     } else if (arg == "--reorder") {
+      if (!check_percentage(arg, v, message)) return false;
       o->reorder = v;
     } else if (arg == "--plugin") {
       o->plugin = v;
@@ -194,15 +306,11 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       if (!parse_int(v, 5, 86400, &n)) return *message = "--timeout: seconds, 5 to 86400", false;
       o->timeout_s = static_cast<int>(n);
     } else {
-      *message = "unknown option '" + arg + "'\n" + usage_text();
+      *message = "unknown option '" + arg + "' (--help lists them)";
       return false;
     }
   }
-  if (o->prune.kind == PruneKind::None && !o->masks_file.empty()) {
-    *message = "--masks and --prune none contradict each other";
-    return false;
-  }
-  return true;
+  return check_combinations(*o, message);
 }
 
 }  // namespace sieve::bench

@@ -26,7 +26,7 @@ struct Options {
   int iterations = 5;
   int warmup = 1;
   std::string rate = "1gbit";  // tc rate in namespaces; "" = unshaped
-  std::string delay, loss, reorder;
+  std::string delay, jitter, loss, reorder;  // netem on every port (checked when parsed)
   bool loopback = false;  // force loopback even as root
   std::string plugin;     // path of libnccl-net-sieve.so ("" = next to this build)
   std::string netlab;     // path of tools/netlab.sh ("" = from the source tree)
@@ -34,16 +34,27 @@ struct Options {
   // than 512 KiB x 8 (less pipeline bubble at each step's hand-over), with the same bytes in flight.
   size_t chunk_bytes = 128 << 10;
   int inflight = 16;
-  int timeout_s = 300;  // whole run; every node and every wait is bounded by it
+  int timeout_s = 0;  // whole run; every node and every wait is bounded by it; 0 = run_budget_seconds()
   bool json = false;
   bool gloo = false;  // also run tools/gloo_allreduce.py on the same lab and buckets
   std::string gloo_script;
   bool quiet = false;
+  bool version = false;  // --version: print the tool's name and version, run nothing
+  // Set on the command line (not defaults): --masks refuses what it would silently override.
+  bool model_given = false, prune_given = false, density_given = false;
 };
 
-// Parses argv; on error or --help returns false with the message (or usage) in *message.
+// Parses and checks argv, combinations included, before any work. On error, --help or --version returns
+// false: *help with the usage in *message for --help, options->version for --version, else the error.
 bool parse_options(int argc, char** argv, Options* options, std::string* message, bool* help);
 std::string usage_text();
+// Every option parse_options accepts (for the test that --help lists them all).
+std::vector<std::string> option_names();
+
+// The run's deadline in seconds: --timeout when given, else from the work itself (the ring moves
+// 2 (N-1)/N of the model out of each node per all-reduce, at --rate, for every round of every mode),
+// with room for slow TCP and shared cores. It bounds a hang; it must never cut a healthy run short.
+int run_budget_seconds(const Options& options, double model_bytes, double kept_fraction);
 
 // "1gbit" -> 1e9 bits per second; 0 when the text is empty or does not parse.
 double rate_bits_per_second(const std::string& rate);

@@ -50,9 +50,13 @@ class Lab {
   Lab(std::string script, std::string prefix) : script_(std::move(script)), prefix_(std::move(prefix)) {}
   ~Lab() { down(); }
   bool up(const Options& o, int nodes) {
-    std::string command = "bash " + shell_quote(script_) + " --prefix " + prefix_ + " up " + std::to_string(nodes);
+    // --owner: if this process is killed (SIGKILL, OOM) the next lab's `up`, or `netlab.sh down --all`,
+    // removes this lab and its sieve-impair daemons.
+    std::string command = "bash " + shell_quote(script_) + " --prefix " + prefix_ + " up " + std::to_string(nodes) +
+                          " --owner " + std::to_string(getpid());
     if (!o.rate.empty()) command += " --rate " + shell_quote(o.rate);
     if (!o.delay.empty()) command += " --delay " + shell_quote(o.delay);
+    if (!o.jitter.empty()) command += " --jitter " + shell_quote(o.jitter);
     if (!o.loss.empty()) command += " --loss " + shell_quote(o.loss);
     if (!o.reorder.empty()) command += " --reorder " + shell_quote(o.reorder);
     command += " >&2";
@@ -190,7 +194,8 @@ bool build_workload(const Options& o, Workload* w, std::string* error) {
   const size_t elem = dtype_bytes(o.dtype);
   if (!o.masks_file.empty()) {
     MaskedModel masked;
-    if (!load_masked_model(o.masks_file, &masked, error)) return false;
+    const std::optional<Model> model = o.model_given ? make_model(o.model) : std::nullopt;
+    if (!load_masked_model(o.masks_file, &masked, error, model ? &*model : nullptr)) return false;
     w->display_name = masked.model.display_name;
     w->parameters = masked.model.elements();
     w->buckets = ddp_buckets(masked.model, elem);
@@ -245,6 +250,7 @@ std::string run_mode(const NodeJob& base, const Options& o, const Lab* lab, Cloc
   if (failure.empty() && fleet.gather("listen ", deadline, &answers, &failure)) {
     for (int rank = 0; rank < o.nodes; ++rank) fleet.send_to(rank, "peer " + answers[(rank + 1) % o.nodes]);
     if (fleet.gather("ready", deadline, &answers, &failure)) {
+      int finished = 0;
       for (int iter = 0; iter < rounds && failure.empty(); ++iter) {
         progress.update(result->name, iter, rounds);
         fleet.broadcast("go " + std::to_string(iter));
@@ -266,8 +272,9 @@ std::string run_mode(const NodeJob& base, const Options& o, const Lab* lab, Cloc
           result->compaction_seconds.push_back(compaction);
           result->logical_bytes = bytes / o.nodes;
         }
+        ++finished;
       }
-      progress.update(result->name, rounds, rounds);
+      progress.update(result->name, finished, rounds);  // what finished, never more
       if (failure.empty() && fleet.gather("stats ", deadline, &answers, &failure)) {
         double wire = 0, tx = 0;
         bool has_plugin = true, has_kernel = lab != nullptr;
@@ -311,7 +318,17 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
   sigaction(SIGTERM, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  const auto deadline = Clock::now() + std::chrono::seconds(o.timeout_s);
+  const auto started = Clock::now();
+  // What was asked for is reported even when the run stops before the workload exists.
+  report->model = o.masks_file.empty() ? o.model : o.masks_file;
+  report->dtype = o.dtype;
+  report->nodes = o.nodes;
+  report->iterations = o.iterations;
+  std::ostringstream prune;
+  if (!o.masks_file.empty()) prune << "masks from " << o.masks_file;
+  else if (o.prune.kind == PruneKind::None) prune << "none";
+  else prune << (o.prune.kind == PruneKind::Channel ? "channel-structured" : "unstructured") << ", density " << o.prune.density;
+  report->prune = prune.str();
   Workload work;
   std::string error;
   if (!build_workload(o, &work, &error)) {
@@ -321,29 +338,35 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
   const std::string build_dir = directory_of(directory_of(directory_of(self_path)));  // build/tools/bench/x
   const std::string library = o.plugin.empty() ? build_dir + "/plugin/libnccl-net-sieve.so" : o.plugin;
   if (!file_exists(library)) {
-    report->failure = "plugin not found at " + library + " (build it, or pass --plugin PATH)";
+    report->failure = "--plugin: not found at " + library + " (build the plugin, or pass --plugin PATH)";
     return 2;
   }
   report->model = work.display_name;
   report->parameters = work.parameters;
   report->buckets = work.buckets.size();
-  report->dtype = o.dtype;
-  report->nodes = o.nodes;
-  report->iterations = o.iterations;
   report->kept_fraction = work.kept;
-  std::ostringstream prune;
-  if (!o.masks_file.empty()) prune << "masks from " << o.masks_file;
-  else if (o.prune.kind == PruneKind::None) prune << "none";
-  else prune << (o.prune.kind == PruneKind::Channel ? "channel-structured" : "unstructured") << ", density " << o.prune.density;
-  report->prune = prune.str();
+  const int budget_s = run_budget_seconds(o, report->model_bytes(), work.kept);
+  const auto deadline = started + std::chrono::seconds(budget_s);
 
   const bool use_lab = geteuid() == 0 && !o.loopback;
+  const bool impaired = !(o.delay.empty() && o.jitter.empty() && o.loss.empty() && o.reorder.empty());
+  if (!use_lab && (impaired || o.gloo)) {
+    report->failure = std::string(impaired ? "--delay/--jitter/--loss/--reorder need" : "--gloo needs") +
+                      " the namespace lab, which needs root";
+    return 2;
+  }
+  const std::string gloo_script =
+      !o.gloo_script.empty() ? o.gloo_script : std::string(SIEVE_BENCH_TOOLS_DIR) + "/gloo_allreduce.py";
+  if (o.gloo && !gloo_supports(gloo_script, o.dtype, &error)) {
+    report->failure = "--gloo: " + error;
+    return 2;
+  }
   const std::string netlab = !o.netlab.empty() ? o.netlab : std::string(SIEVE_BENCH_TOOLS_DIR) + "/netlab.sh";
   Lab lab(netlab, "sb" + std::to_string(getpid()));
   std::vector<std::pair<std::string, std::string>> environment;
   if (use_lab) {
     if (!file_exists(netlab)) {
-      report->failure = "netlab script not found at " + netlab + " (pass --netlab PATH, or --loopback)";
+      report->failure = "--netlab: script not found at " + netlab + " (pass --netlab PATH, or --loopback)";
       return 2;
     }
     if (!lab.up(o, o.nodes)) {
@@ -353,6 +376,7 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
     std::ostringstream link;
     link << "network namespaces on a " << (o.rate.empty() ? "unshaped" : o.rate) << " switch";
     if (!o.delay.empty()) link << ", delay " << o.delay;
+    if (!o.jitter.empty()) link << " +- " << o.jitter;
     if (!o.loss.empty()) link << ", loss " << o.loss;
     if (!o.reorder.empty()) link << ", reorder " << o.reorder;
     report->link = link.str();
@@ -393,8 +417,12 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
     progress.finish();
     if (!result.ok) {
       result.error = failure;
-      report->failure = std::string(mode_name(mode)) + ": " + failure;
-      report->exact = failure.find("WRONG RESULT") == std::string::npos;
+      if (failure.find("timed out") != std::string::npos) {
+        result.error += " (the run's deadline: " + std::to_string(budget_s) + " s, " +
+                        (o.timeout_s > 0 ? "--timeout" : "estimated from the model and --rate; --timeout S sets it") + ")";
+      }
+      report->failure = std::string(mode_name(mode)) + ": " + result.error;
+      report->wrong_values = failure.find("WRONG RESULT") != std::string::npos;
       report->modes.push_back(result);
       return 1;
     }
@@ -408,7 +436,7 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
       gloo.error = "the Gloo peer runs in the namespace lab only (run as root, without --loopback)";
     } else {
       GlooJob job;
-      job.script = !o.gloo_script.empty() ? o.gloo_script : std::string(SIEVE_BENCH_TOOLS_DIR) + "/gloo_allreduce.py";
+      job.script = gloo_script;
       for (const Bucket& b : work.buckets) job.bucket_elements.push_back(b.elements);
       job.nodes = o.nodes;
       for (int i = 0; i < o.nodes; ++i) job.namespaces.push_back(lab.ns(i));

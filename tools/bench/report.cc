@@ -9,7 +9,7 @@
 #include <sstream>
 #include <vector>
 
-#include "compress/json.h"
+#include "tools/common/json_writer.h"
 
 namespace sieve::bench {
 
@@ -36,18 +36,39 @@ double ModeResult::min_seconds() const {
   return seconds.empty() ? 0 : *std::min_element(seconds.begin(), seconds.end());
 }
 
-namespace {
-
-std::string megabytes(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f MB", bytes / 1e6);
-  return text;
+bool RunReport::all_checked_exact() const {
+  if (wrong_values || !failure.empty()) return false;
+  for (const ModeResult& mode : modes) {
+    if (mode.name != "gloo" && mode.ok) return true;
+  }
+  return false;
 }
+
+namespace {
 
 std::string fixed(double value, int digits, const char* suffix = "") {
   char text[32];
   std::snprintf(text, sizeof text, "%.*f%s", digits, value, suffix);
   return text;
+}
+
+// Megabytes as the table shows them; amounts too small to show in MB (a tiny --masks model) in kB
+// or bytes, so two different amounts never both read "0.0 MB".
+std::string megabytes(double bytes) {
+  char text[32];
+  if (bytes >= 1e5) std::snprintf(text, sizeof text, "%.1f MB", bytes / 1e6);
+  else if (bytes >= 1e3) std::snprintf(text, sizeof text, "%.1f kB", bytes / 1e3);
+  else std::snprintf(text, sizeof text, "%.0f bytes", bytes);
+  return text;
+}
+
+std::string count_of(long count, const char* noun) {
+  return std::to_string(count) + ' ' + noun + (count == 1 ? "" : "s");
+}
+
+// A speedup, or "-" where none is defined (nothing kept: the ideal is unbounded).
+std::string speedup_text(double speedup) {
+  return std::isfinite(speedup) && speedup > 0 ? fixed(speedup, 2, "x") : "-";
 }
 
 std::string pad(const std::string& text, size_t width, bool right = true) {
@@ -68,7 +89,8 @@ const ModeResult* find(const RunReport& report, const std::string& name) {
 std::string format_table(const RunReport& r) {
   std::ostringstream out;
   out << "sieve-bench: " << r.model << " (" << r.parameters << " parameters, " << megabytes(r.model_bytes()) << ' '
-      << dtype_name(r.dtype) << " in " << r.buckets << " DDP buckets), " << r.nodes << " nodes, " << r.link << '\n';
+      << dtype_name(r.dtype) << " in " << count_of(static_cast<long>(r.buckets), "DDP bucket") << "), "
+      << count_of(r.nodes, "node") << ", " << r.link << '\n';
   out << "pruning: " << r.prune << " (" << fixed(100.0 * r.kept_fraction, 1) << " % of all elements kept); "
       << r.iterations << " measured all-reduces per mode (time: the slowest node's, median and best)\n\n";
   const ModeResult* dense = find(r, "dense");
@@ -77,6 +99,10 @@ std::string format_table(const RunReport& r) {
   for (const ModeResult& m : r.modes) {
     out << pad(m.name, 10, false);
     if (!m.ok) {
+      if (!m.seconds.empty()) {  // stopped part-way (a deadline): what finished is still a result
+        out << pad(fixed(m.median_seconds(), 3, " s"), 17) << pad(fixed(m.min_seconds(), 3, " s"), 9) << "  ("
+            << m.seconds.size() << " of " << r.iterations << " measured all-reduces finished)";
+      }
       out << "  FAILED: " << m.error << '\n';
       continue;
     }
@@ -84,8 +110,8 @@ std::string format_table(const RunReport& r) {
         << pad(m.logical_bytes > 0 ? megabytes(m.logical_bytes) : "-", 14)
         << pad(m.has_plugin_wire ? megabytes(m.plugin_wire_bytes) : "-", 18)
         << pad(m.has_kernel ? megabytes(m.kernel_tx_bytes) : "-", 16)
-        << pad(dense && m.median_seconds() > 0 ? fixed(dense->median_seconds() / m.median_seconds(), 2, "x") : "-", 9)
-        << pad(m.ideal_speedup > 0 ? fixed(m.ideal_speedup, 2, "x") : "-", 8) << '\n';
+        << pad(dense && m.median_seconds() > 0 ? speedup_text(dense->median_seconds() / m.median_seconds()) : "-", 9)
+        << pad(speedup_text(m.ideal_speedup), 8) << '\n';
   }
   for (const ModeResult& m : r.modes) {
     if (m.ok && m.mean_compaction_seconds() > 0) {
@@ -96,7 +122,7 @@ std::string format_table(const RunReport& r) {
   out << '\n';
   if (!r.failure.empty()) {
     out << "FAILED: " << r.failure << '\n';
-  } else {
+  } else if (r.all_checked_exact()) {
     out << "Every element of every all-reduce was checked against the exact sum: all correct.\n";
     const std::string line = summary_line(r);
     if (!line.empty()) out << line << '\n';
@@ -111,11 +137,12 @@ std::string summary_line(const RunReport& r) {
   if (dense == nullptr || fast == nullptr || fast->median_seconds() <= 0) return "";
   const double pruned = 100.0 * (1.0 - r.kept_fraction);
   std::ostringstream out;
-  out << "Sieve moved " << r.model << "'s gradients (" << fixed(pruned, 0) << " % pruned) "
-      << fixed(dense->median_seconds() / fast->median_seconds(), 1) << "x faster between " << r.nodes << " nodes: "
-      << megabytes(r.model_bytes() * r.kept_fraction) << " instead of " << megabytes(r.model_bytes())
-      << " per all-reduce, " << fixed(fast->median_seconds(), 2) << " s instead of " << fixed(dense->median_seconds(), 2)
-      << " s, every sum exact.";
+  // The bytes are the table's logical/node column: what each node handed the transport.
+  out << "Sieve moved the gradients of " << r.model << " (" << fixed(pruned, 0) << " % pruned) "
+      << fixed(dense->median_seconds() / fast->median_seconds(), 1) << "x faster between "
+      << count_of(r.nodes, "node") << ": " << megabytes(fast->logical_bytes) << " instead of "
+      << megabytes(dense->logical_bytes) << " per node and all-reduce, " << fixed(fast->median_seconds(), 2)
+      << " s instead of " << fixed(dense->median_seconds(), 2) << " s, every sum exact.";
   if (const ModeResult* gloo = find(r, "gloo")) {
     out << " PyTorch Gloo on the same link: " << fixed(gloo->median_seconds(), 2) << " s.";
   }
@@ -124,29 +151,57 @@ std::string summary_line(const RunReport& r) {
 
 std::string format_json(const RunReport& r) {
   std::ostringstream out;
-  out << "{\"model\":\"" << compress::json::escape(r.model) << "\",\"parameters\":" << r.parameters << ",\"buckets\":" << r.buckets
-      << ",\"dtype\":\"" << dtype_name(r.dtype) << "\",\"nodes\":" << r.nodes << ",\"link\":\"" << compress::json::escape(r.link)
-      << "\",\"pruning\":\"" << compress::json::escape(r.prune) << "\",\"kept_fraction\":" << r.kept_fraction
-      << ",\"iterations\":" << r.iterations << ",\"exact\":" << (r.exact ? "true" : "false") << ",\"failure\":\""
-      << compress::json::escape(r.failure) << "\",\"modes\":[";
+  tools::JsonWriter json(out);
+  json.begin_object();
+  json.member("model", r.model);
+  json.member("parameters", static_cast<int64_t>(r.parameters));
+  json.member("buckets", static_cast<uint64_t>(r.buckets));
+  json.member("dtype", dtype_name(r.dtype));
+  json.member("nodes", r.nodes);
+  json.member("link", r.link);
+  json.member("pruning", r.prune);
+  json.member("kept_fraction", r.kept_fraction);
+  json.member("iterations", r.iterations);
+  // true: everything ran and every sum matched; false: a sum did not match; null: not all checked.
+  json.key("exact");
+  if (r.wrong_values) json.value(false);
+  else if (r.all_checked_exact()) json.value(true);
+  else json.null();
+  json.member("failure", r.failure);
+  json.key("modes");
+  json.begin_array();
   const ModeResult* dense = find(r, "dense");
-  for (size_t i = 0; i < r.modes.size(); ++i) {
-    const ModeResult& m = r.modes[i];
-    out << (i ? "," : "") << "{\"mode\":\"" << m.name << "\",\"ok\":" << (m.ok ? "true" : "false") << ",\"error\":\""
-        << compress::json::escape(m.error) << "\",\"seconds\":[";
-    for (size_t k = 0; k < m.seconds.size(); ++k) out << (k ? "," : "") << m.seconds[k];
-    out << "],\"compaction_seconds\":" << m.mean_compaction_seconds() << ",\"mean_seconds\":" << m.mean_seconds() << ",\"median_seconds\":" << m.median_seconds() << ",\"logical_bytes_per_node\":" << m.logical_bytes
-        << ",\"plugin_wire_bytes_per_node\":";
-    if (m.has_plugin_wire) out << m.plugin_wire_bytes; else out << "null";
-    out << ",\"kernel_tx_bytes_per_node\":";
-    if (m.has_kernel) out << m.kernel_tx_bytes; else out << "null";
-    out << ",\"speedup\":";
-    if (dense && m.ok && m.median_seconds() > 0) out << dense->median_seconds() / m.median_seconds(); else out << "null";
-    out << ",\"ideal_speedup\":";
-    if (m.ideal_speedup > 0) out << m.ideal_speedup; else out << "null";
-    out << ",\"device\":\"" << compress::json::escape(m.device) << "\"}";
+  auto number_or_null = [&json](const char* name, bool known, double value) {
+    json.key(name);
+    if (known) json.value(value);
+    else json.null();
+  };
+  for (const ModeResult& m : r.modes) {
+    json.begin_object();
+    json.member("mode", m.name);
+    json.member("ok", m.ok);
+    json.member("error", m.error);
+    json.key("seconds");
+    json.begin_array();
+    for (double seconds : m.seconds) json.value(seconds);
+    json.end_array();
+    json.member("finished_iterations", static_cast<uint64_t>(m.seconds.size()));
+    json.member("compaction_seconds", m.mean_compaction_seconds());
+    json.member("mean_seconds", m.mean_seconds());
+    json.member("median_seconds", m.median_seconds());
+    json.member("logical_bytes_per_node", std::round(m.logical_bytes));
+    number_or_null("plugin_wire_bytes_per_node", m.has_plugin_wire, std::round(m.plugin_wire_bytes));
+    number_or_null("kernel_tx_bytes_per_node", m.has_kernel, std::round(m.kernel_tx_bytes));
+    number_or_null("speedup", dense && m.ok && m.median_seconds() > 0,
+                   dense ? dense->median_seconds() / std::max(m.median_seconds(), 1e-300) : 0);
+    number_or_null("ideal_speedup", m.ideal_speedup > 0 && std::isfinite(m.ideal_speedup), m.ideal_speedup);
+    json.member("device", m.device);
+    json.end_object();
   }
-  out << "],\"summary\":\"" << compress::json::escape(summary_line(r)) << "\"}\n";
+  json.end_array();
+  json.member("summary", summary_line(r));
+  json.end_object();
+  out << '\n';
   return out.str();
 }
 

@@ -43,8 +43,11 @@ struct RunReport {
   double kept_fraction = 1;
   int iterations = 0;
   std::vector<ModeResult> modes;
-  bool exact = true;  // every checked sum matched
+  bool wrong_values = false;  // some checked sum did not match
   std::string failure;
+  // Every requested Sieve mode ran to the end and every sum was checked and matched. A failed run
+  // checked only part of the work, so it is neither "exact" nor, unless wrong_values, "wrong".
+  bool all_checked_exact() const;
   double model_bytes() const { return static_cast<double>(parameters) * static_cast<double>(dtype_bytes(dtype)); }
 };
 

@@ -64,8 +64,9 @@ NetLab::NetLab(int nodes, const std::string& extra_options, const std::string& s
   static std::atomic<int> labs{0};
   prefix_ = "sc" + std::to_string(getpid()) + "x" + std::to_string(labs++);
   int status = 0;
-  const std::string out = run_command(script_ + " --prefix " + prefix_ + " up " +
-                                          std::to_string(nodes) + " " + extra_options,
+  // --owner: a later `up` removes this lab if this process dies without running the destructor.
+  const std::string out = run_command(script_ + " --prefix " + prefix_ + " up " + std::to_string(nodes) + " --owner " +
+                                          std::to_string(getpid()) + " " + extra_options,
                                       &status);
   ok_ = status == 0;
   if (!ok_) error_ = out;

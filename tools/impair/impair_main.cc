@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "plugin/sieve.h"
 #include "tools/impair/impairment.h"
 
 namespace {
@@ -133,11 +134,23 @@ void write_stats(const std::string& path, const Counters& c) {
   if (fclose(file) == 0 && written) rename(temporary.c_str(), path.c_str());
 }
 
+const char kUsage[] =
+    "usage: sieve-impair --queue N [options]\n"
+    "Impairs the packets an iptables NFQUEUE rule hands it (netem's job, for kernels without sch_netem);\n"
+    "tools/netlab.sh starts one per node. Needs root.\n\n"
+    "  --queue N        the NFQUEUE number to bind, 0 to 65535 (required)\n"
+    "  --loss P         drop probability, like 1% or 0.01\n"
+    "  --delay T        delay every kept packet, like 5ms, 250us, 1s (a bare number is ms)\n"
+    "  --jitter T       uniform +-T around --delay, at most --delay\n"
+    "  --reorder P      share of packets sent at once, ahead of the delayed ones (needs --delay)\n"
+    "  --seed S         seed of the packet fates (default 1)\n"
+    "  --duration S     stop after S seconds (default: at SIGTERM/SIGINT)\n"
+    "  --stats FILE     keep the counters in FILE (rewritten every 200 ms)\n"
+    "  --version        print the version and exit\n"
+    "  --help           print this and exit\n";
+
 int usage(const char* why) {
-  fprintf(stderr,
-          "sieve-impair: %s\nusage: sieve-impair --queue N [--loss 1%%] [--delay 5ms] [--jitter 1ms] "
-          "[--reorder 25%%] [--seed S] [--duration S] [--stats FILE]\n",
-          why);
+  fprintf(stderr, "sieve-impair: %s (--help lists the options)\n", why);
   return 2;
 }
 
@@ -147,18 +160,23 @@ bool parse_args(int argc, char** argv, Args* a, std::string* error) {
     if (i + 1 >= argc) return *error = key + " needs a value", false;
     const std::string value = argv[i + 1];
     char* end = nullptr;
+    // The parsers' messages quote the value; the option is named here.
+    auto named = [&](bool ok) {
+      if (!ok) *error = key + ": " + *error;
+      return ok;
+    };
     if (key == "--queue") {
       const long q = strtol(value.c_str(), &end, 10);
       if (*end || value.empty() || q < 0 || q > 65535) return *error = "--queue must be 0..65535", false;
       a->queue = static_cast<int>(q);
     } else if (key == "--loss") {
-      if (!sieve::impair::parse_probability(value, &a->impairment.loss, error)) return false;
+      if (!named(sieve::impair::parse_probability(value, &a->impairment.loss, error))) return false;
     } else if (key == "--reorder") {
-      if (!sieve::impair::parse_probability(value, &a->impairment.reorder, error)) return false;
+      if (!named(sieve::impair::parse_probability(value, &a->impairment.reorder, error))) return false;
     } else if (key == "--delay") {
-      if (!sieve::impair::parse_duration_us(value, &a->impairment.delay_us, error)) return false;
+      if (!named(sieve::impair::parse_duration_us(value, &a->impairment.delay_us, error))) return false;
     } else if (key == "--jitter") {
-      if (!sieve::impair::parse_duration_us(value, &a->impairment.jitter_us, error)) return false;
+      if (!named(sieve::impair::parse_duration_us(value, &a->impairment.jitter_us, error))) return false;
     } else if (key == "--seed") {
       a->impairment.seed = strtoull(value.c_str(), &end, 10);
       if (*end || value.empty()) return *error = "--seed must be a number", false;
@@ -183,6 +201,10 @@ int main(int argc, char** argv) {
   // Started in the background by scripts: hold none of their caller's pipes open (a reader waiting
   // for EOF on them would wait for as long as this runs).
   close_range(3, ~0u, 0);
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return fputs(kUsage, stdout), 0;
+    if (!strcmp(argv[i], "--version")) return printf("sieve-impair %s\n", SIEVE_VERSION_STRING), 0;
+  }
   Args args;
   std::string error;
   if (!parse_args(argc, argv, &args, &error)) return usage(error.c_str());

@@ -7,11 +7,12 @@
 // driver's own polling loop, NCCL's proxy's in a job, and whole-process figures are in --json).
 //
 //   sieve-perf [--links loopback,veth,veth-1g,veth-10g] [--seconds 10] [--size 4M] [--window 8]
-//              [--version 0|8..11] [--plugin PATH] [--iperf-streams 1] [--poll-us 1000] [--json FILE]
-//              [--strict] [--smoke]
+//              [--abi 0|8..11] [--plugin PATH] [--iperf-streams 1] [--poll-us 1000] [--json FILE]
+//              [--zeros PERCENT] [--word 4|2] [--strict] [--smoke] [--version] [--help]
 // Bars (shaped links): Sieve >= 95 % of iperf3's Gbit/s and <= 1.5x its CPU s/GB. Others: reported.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,60 +23,17 @@
 #include "tools/common/netlab.h"
 #include "tools/common/plugin_loader.h"
 #include "tools/common/subprocess.h"
+#include "plugin/sieve.h"
+#include "tools/perf/perf_options.h"
 #include "tools/perf/perf_peer.h"
+#include "tools/perf/perf_report.h"
 
 namespace sieve::perf {
 namespace {
 
-struct Options {
-  std::vector<std::string> links = {"loopback", "veth", "veth-1g", "veth-10g"};
-  double seconds = 10;
-  size_t size = 4u << 20;
-  int window = 8;
-  int version = 0;
-  std::string plugin = SIEVE_PLUGIN_DEFAULT;
-  int iperf_streams = 1;
-  int poll_us = 1000;
-  int zeros_percent = 0;
-  int word = 4;
-  std::string json;
-  bool strict = false;
-};
-
-struct Measure {
-  bool ok = false;
-  std::string error;
-  double gbps = 0;
-  double bytes = 0;
-  double cpu_seconds = 0;  // both ends
-  double cpu_sender = 0, cpu_receiver = 0;
-  double cpu_process = 0;  // both ends, whole processes start to exit (start-up included)
-  double cpu_driver = 0;   // both ends, the driver's polling loop outside plugin calls (not in cpu_seconds)
-  double cpu_per_gb() const { return bytes > 0 ? cpu_seconds / (bytes / 1e9) : 0; }
-};
-
-struct LinkResult {
-  std::string link;
-  std::string rate;  // "" unshaped
-  Measure iperf, sieve;
-};
-
 double cpu_of(const tools::Child& child) {
   const rusage& u = child.usage();
   return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6;
-}
-
-bool parse_size(const std::string& text, size_t* out) {
-  char* end = nullptr;
-  const double value = strtod(text.c_str(), &end);
-  if (end == text.c_str() || value < 0) return false;
-  double scale = 1;
-  if (*end == 'K' || *end == 'k') scale = 1024, ++end;
-  else if (*end == 'M' || *end == 'm') scale = 1024 * 1024, ++end;
-  else if (*end == 'G' || *end == 'g') scale = 1024.0 * 1024 * 1024, ++end;
-  if (*end) return false;
-  *out = static_cast<size_t>(value * scale);
-  return true;
 }
 
 // The number after "key": inside the first JSON object that follows `section`.
@@ -130,7 +88,7 @@ Measure run_iperf(const Options& o, const tools::NetLab* lab, int port) {
 
 Measure run_sieve(const Options& o, const std::string& self, const tools::NetLab* lab) {
   Measure m;
-  std::vector<std::string> common = {"--plugin", o.plugin, "--version", std::to_string(o.version),
+  std::vector<std::string> common = {"--plugin", o.plugin, "--abi", std::to_string(o.abi),
                                      "--size", std::to_string(o.size), "--window", std::to_string(o.window),
                                      "--seconds", std::to_string(o.seconds), "--poll-us", std::to_string(o.poll_us),
                                      "--zeros", std::to_string(o.zeros_percent), "--word", std::to_string(o.word)};
@@ -182,78 +140,6 @@ Measure run_sieve(const Options& o, const std::string& self, const tools::NetLab
   return m;
 }
 
-bool shaped(const LinkResult& r) { return !r.rate.empty(); }
-
-std::string verdict(const LinkResult& r, bool* failed) {
-  if (!r.iperf.ok || !r.sieve.ok) {
-    *failed = true;
-    return "ERROR";
-  }
-  if (!shaped(r)) return "reported";
-  const bool fast = r.sieve.gbps >= 0.95 * r.iperf.gbps;
-  const bool frugal = r.sieve.cpu_per_gb() <= 1.5 * r.iperf.cpu_per_gb();
-  if (fast && frugal) return "PASS";
-  *failed = true;
-  return std::string("FAIL") + (fast ? "" : " (throughput)") + (frugal ? "" : " (CPU)");
-}
-
-void print_table(const std::vector<LinkResult>& results, const Options& o, bool* failed) {
-  printf("\nsieve-perf: %s, %zu-byte messages, window %d, %g s per run, iperf3 -P %d\n\n", o.plugin.c_str(), o.size,
-         o.window, o.seconds, o.iperf_streams);
-  printf("| link | iperf3 Gbit/s | Sieve Gbit/s | ratio | iperf3 CPU s/GB | Sieve CPU s/GB | ratio | verdict |\n");
-  printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
-  for (const auto& r : results) {
-    const std::string v = verdict(r, failed);
-    const double thr = r.iperf.gbps > 0 ? r.sieve.gbps / r.iperf.gbps : 0;
-    const double cpu = r.iperf.cpu_per_gb() > 0 ? r.sieve.cpu_per_gb() / r.iperf.cpu_per_gb() : 0;
-    printf("| %s | %.2f | %.2f | %.2f | %.3f | %.3f | %.2f | %s |\n", r.link.c_str(), r.iperf.gbps, r.sieve.gbps,
-           thr, r.iperf.cpu_per_gb(), r.sieve.cpu_per_gb(), cpu, v.c_str());
-  }
-  for (const auto& r : results) {
-    if (!r.iperf.ok) printf("\n%s: iperf3 failed: %s\n", r.link.c_str(), r.iperf.error.c_str());
-    if (!r.sieve.ok) printf("\n%s: Sieve failed: %s\n", r.link.c_str(), r.sieve.error.c_str());
-  }
-  fflush(stdout);
-}
-
-void write_measure(std::ostringstream& out, const char* name, const Measure& m) {
-  out << "\"" << name << "\": {\"ok\": " << (m.ok ? "true" : "false") << ", \"gbps\": " << m.gbps
-      << ", \"bytes\": " << m.bytes << ", \"cpu_seconds\": " << m.cpu_seconds << ", \"cpu_sender\": " << m.cpu_sender
-      << ", \"cpu_receiver\": " << m.cpu_receiver << ", \"cpu_process\": " << m.cpu_process
-      << ", \"cpu_driver\": " << m.cpu_driver
-      << ", \"cpu_s_per_gb\": " << m.cpu_per_gb() << "}";
-}
-
-bool write_json(const std::string& path, const std::vector<LinkResult>& results, const Options& o) {
-  std::ostringstream out;
-  out << "{\"plugin\": \"" << o.plugin << "\", \"message_bytes\": " << o.size << ", \"window\": " << o.window
-      << ", \"seconds\": " << o.seconds << ", \"iperf_streams\": " << o.iperf_streams << ", \"links\": [";
-  for (size_t i = 0; i < results.size(); ++i) {
-    bool ignored = false;
-    const auto& r = results[i];
-    out << (i ? ", " : "") << "{\"link\": \"" << r.link << "\", \"rate\": \"" << r.rate << "\", ";
-    write_measure(out, "iperf3", r.iperf);
-    out << ", ";
-    write_measure(out, "sieve", r.sieve);
-    out << ", \"verdict\": \"" << verdict(r, &ignored) << "\"}";
-  }
-  out << "]}\n";
-  FILE* file = fopen(path.c_str(), "w");
-  if (!file) return false;
-  fputs(out.str().c_str(), file);
-  return fclose(file) == 0;
-}
-
-int usage(const char* argv0) {
-  fprintf(stderr,
-          "usage: %s [--links loopback,veth,veth-1g,veth-10g] [--seconds S] [--size 4M] [--window 8]\n"
-          "          [--version 0|8..11] [--plugin PATH] [--iperf-streams N] [--poll-us N] [--json FILE]\n"
-          "          [--zeros PERCENT] [--word 4|2] [--strict] [--smoke]\n"
-          "  --zeros: that share of the streamed words is zero (4-byte words, or 2-byte with --word 2)\n",
-          argv0);
-  return 2;
-}
-
 }  // namespace
 }  // namespace sieve::perf
 
@@ -262,38 +148,20 @@ int main(int argc, char** argv) {
   using namespace sieve::perf;
   signal(SIGPIPE, SIG_IGN);
   Options o;
-  PeerOptions peer;
-  std::string role;
-  for (int i = 1; i < argc; ++i) {
-    const std::string key = argv[i];
-    auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (key == "--strict") o.strict = true;
-    else if (key == "--smoke") o.links = {"loopback"}, o.seconds = 1, o.size = 1u << 20;
-    else if (key == "--links") {
-      o.links.clear();
-      std::stringstream list(value());
-      for (std::string item; std::getline(list, item, ',');) o.links.push_back(item);
-    } else if (key == "--seconds") o.seconds = atof(value().c_str());
-    else if (key == "--size") { if (!parse_size(value(), &o.size)) return usage(argv[0]); }
-    else if (key == "--window") o.window = atoi(value().c_str());
-    else if (key == "--version") o.version = atoi(value().c_str());
-    else if (key == "--plugin") o.plugin = value();
-    else if (key == "--iperf-streams") o.iperf_streams = atoi(value().c_str());
-    else if (key == "--poll-us") o.poll_us = atoi(value().c_str());
-    else if (key == "--zeros") o.zeros_percent = atoi(value().c_str());
-    else if (key == "--word") o.word = atoi(value().c_str());
-    else if (key == "--json") o.json = value();
-    else if (key == "--peer") role = value();
-    else if (key == "--handle") peer.handle = value();
-    else return usage(argv[0]);
+  o.plugin = SIEVE_PLUGIN_DEFAULT;
+  std::string error;
+  if (!parse_options(argc, argv, &o, &error)) {
+    fprintf(stderr, "sieve-perf: %s\n", error.c_str());
+    return 2;
   }
-  if (o.seconds <= 0 || o.size == 0 || o.window < 1 || o.window > 32) return usage(argv[0]);
-  if (o.zeros_percent < 0 || o.zeros_percent > 100 || (o.word != 4 && o.word != 2)) return usage(argv[0]);
-  if (!role.empty()) {
-    if (role != "send" && role != "recv") return usage(argv[0]);
+  if (o.help) return fputs(usage_text().c_str(), stdout), 0;
+  if (o.version) return printf("sieve-perf %s\n", SIEVE_VERSION_STRING), 0;
+  if (!o.peer_role.empty()) {
+    PeerOptions peer;
     peer.plugin = o.plugin;
-    peer.version = o.version;
-    peer.sender = role == "send";
+    peer.version = o.abi;
+    peer.sender = o.peer_role == "send";
+    peer.handle = o.handle;
     peer.size = o.size;
     peer.window = o.window;
     peer.seconds = o.seconds;
@@ -302,25 +170,39 @@ int main(int argc, char** argv) {
     peer.word = o.word;
     return run_peer(peer);
   }
+  // Everything that can be known before the first measurement is checked now, not after iperf3 ran.
+  std::string abi_error;
+  const std::vector<int> exported = tools::exported_versions(o.plugin, &abi_error);
+  if (exported.empty()) return fprintf(stderr, "sieve-perf: --plugin %s: %s\n", o.plugin.c_str(), abi_error.c_str()), 2;
+  if (o.abi != 0 && std::find(exported.begin(), exported.end(), o.abi) == exported.end())
+    return fprintf(stderr, "sieve-perf: --abi %d: %s does not export ncclNetPlugin_v%d\n", o.abi, o.plugin.c_str(), o.abi), 2;
 
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return fprintf(stderr, "sieve-perf: cannot find its own executable\n"), 1;
   self[n] = 0;
+  // A link that cannot run here (no root for namespaces) is reported as that link's error; the
+  // links measured before and after it are kept.
+  const std::string lab_unavailable = tools::NetLab::unavailable_reason();
   std::vector<LinkResult> results;
   int port = 5201 + getpid() % 1000;
   for (const auto& link : o.links) {
     LinkResult r;
     r.link = link;
+    r.rate = link_rate(link);
     std::unique_ptr<tools::NetLab> lab;
-    if (link == "veth-1g") r.rate = "1gbit";
-    else if (link == "veth-10g") r.rate = "10gbit";
-    else if (link != "veth" && link != "loopback") return fprintf(stderr, "sieve-perf: unknown link %s\n", link.c_str()), 2;
-    if (link != "loopback") {
-      const std::string why = tools::NetLab::unavailable_reason();
-      if (!why.empty()) return fprintf(stderr, "sieve-perf: %s: %s\n", link.c_str(), why.c_str()), 1;
-      lab = std::make_unique<tools::NetLab>(2, "--p2p" + (r.rate.empty() ? "" : " --rate " + r.rate));
-      if (!lab->ok()) return fprintf(stderr, "sieve-perf: netlab: %s\n", lab->error().c_str()), 1;
+    if (link_needs_lab(link)) {
+      std::string why = lab_unavailable;
+      if (why.empty()) {
+        lab = std::make_unique<tools::NetLab>(2, "--p2p" + (r.rate.empty() ? "" : " --rate " + r.rate));
+        if (!lab->ok()) why = "netlab: " + lab->error();
+      }
+      if (!why.empty()) {
+        fprintf(stderr, "sieve-perf: %s: %s\n", link.c_str(), why.c_str());
+        r.iperf.error = r.sieve.error = why;
+        results.push_back(r);
+        continue;
+      }
     }
     fprintf(stderr, "sieve-perf: %s: iperf3 ...\n", link.c_str());
     r.iperf = run_iperf(o, lab.get(), port++);
@@ -329,10 +211,15 @@ int main(int argc, char** argv) {
     results.push_back(r);
   }
   bool failed = false;
-  print_table(results, o, &failed);
-  if (!o.json.empty() && !write_json(o.json, results, o)) {
-    fprintf(stderr, "sieve-perf: cannot write %s\n", o.json.c_str());
-    return 1;
+  fputs(format_table(results, o, &failed).c_str(), stdout);
+  fflush(stdout);
+  if (!o.json.empty()) {
+    FILE* file = fopen(o.json.c_str(), "w");
+    const std::string json = format_json(results, o);
+    if (!file || fputs(json.c_str(), file) < 0 || fclose(file) != 0) {
+      fprintf(stderr, "sieve-perf: --json: cannot write %s\n", o.json.c_str());
+      return 1;
+    }
   }
   bool errors = false;
   for (const auto& r : results) errors |= !r.iperf.ok || !r.sieve.ok;

@@ -1,9 +1,11 @@
 #include <cstdio>
 
-#include "tools/sieve-info/json_writer.h"
+#include "tools/common/json_writer.h"
 #include "tools/sieve-info/output.h"
 
 namespace sieve::info {
+
+using tools::JsonWriter;
 
 std::string hex(uint64_t value) {
   char text[24];

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "compress/safetensors.h"
-#include "tools/sieve-info/json_writer.h"
+#include "tools/common/json_writer.h"
 
 namespace {
 
@@ -54,7 +54,7 @@ void write_text(const std::string& path, const MaskFile& f, std::ostream& out) {
 }
 
 void write_json(const std::string& path, const MaskFile& f, std::ostream& out) {
-  sieve::info::JsonWriter w(out);
+  sieve::tools::JsonWriter w(out);
   w.begin_object();
   w.member("file", path);
   w.key("tensors");

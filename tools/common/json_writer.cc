@@ -1,11 +1,12 @@
-#include "tools/sieve-info/json_writer.h"
+#include "tools/common/json_writer.h"
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "compress/json.h"
 
-namespace sieve::info {
+namespace sieve::tools {
 
 void JsonWriter::separate() {
   if (after_key_) {
@@ -56,8 +57,16 @@ void JsonWriter::value(double number) {
     out_ << "null";  // JSON has no NaN or infinity
     return;
   }
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.17g", number);
+  char text[40];
+  if (number == std::trunc(number) && std::fabs(number) <= 9007199254740992.0) {
+    std::snprintf(text, sizeof(text), "%.0f", number);
+  } else {
+    // The shortest of %.15g..%.17g that parses back to the same double.
+    for (int digits = 15; digits <= 17; ++digits) {
+      std::snprintf(text, sizeof(text), "%.*g", digits, number);
+      if (std::strtod(text, nullptr) == number) break;
+    }
+  }
   out_ << text;
 }
 
@@ -78,4 +87,4 @@ void JsonWriter::member_strings(const std::string& name, const std::vector<std::
   end_array();
 }
 
-}  // namespace sieve::info
+}  // namespace sieve::tools

@@ -1,5 +1,7 @@
-// A small streaming JSON writer: objects, arrays, strings (escaped per RFC 8259), numbers, bools.
-// It places commas itself, so callers write members in order and cannot produce broken JSON.
+// The one JSON writer of the tools (sieve-info, sieve-bench, sieve-perf): objects, arrays, strings
+// (escaped per RFC 8259), numbers, bools. It places commas itself, so callers write members in order
+// and cannot produce broken JSON. Numbers are written so a reader gets them back exactly and a person
+// can read them: integers (byte counts, even when computed as doubles) as integers, never 5.19406e+08.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace sieve::info {
+namespace sieve::tools {
 
 class JsonWriter {
  public:
@@ -25,6 +27,8 @@ class JsonWriter {
   void value(int64_t number);
   void value(uint64_t number);
   void value(int number) { value(static_cast<int64_t>(number)); }
+  // Integral values up to 2^53 as integers; others in the fewest digits that read back exactly
+  // (at most 17); NaN and infinity, which JSON lacks, as null.
   void value(double number);
   void value(bool flag);
   void null();
@@ -36,7 +40,6 @@ class JsonWriter {
   }
   void member_strings(const std::string& name, const std::vector<std::string>& items);
 
-
  private:
   void open(char bracket);
   void close(char bracket);
@@ -47,4 +50,4 @@ class JsonWriter {
   bool after_key_ = false;
 };
 
-}  // namespace sieve::info
+}  // namespace sieve::tools

@@ -1,0 +1,76 @@
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tools/perf/perf_options.h"
+#include "tools/perf/perf_report.h"
+
+namespace sieve::perf {
+namespace {
+
+bool parse(std::vector<const char*> args, Options* options, std::string* error) {
+  args.insert(args.begin(), "sieve-perf");
+  return parse_options(static_cast<int>(args.size()), const_cast<char**>(args.data()), options, error);
+}
+
+TEST(PerfOptions, HelpListsEveryOption) {
+  const std::string usage = usage_text();
+  for (const std::string& name : option_names()) EXPECT_NE(usage.find(name), std::string::npos) << name;
+}
+
+TEST(PerfOptions, EveryBadValueIsRefusedNamingItsOption) {
+  const std::vector<std::vector<const char*>> bad = {
+      {"--seconds", "0"},   {"--seconds", "x"},      {"--size", "0"},     {"--window", "33"},  {"--abi", "7"},
+      {"--abi", "12"},      {"--links", "ethernet"}, {"--zeros", "101"},  {"--word", "3"},     {"--poll-us", "-1"},
+      {"--iperf-streams", "0"}, {"--peer", "both"},  {"--json"}};
+  for (const auto& args : bad) {
+    Options o;
+    std::string error;
+    EXPECT_FALSE(parse(args, &o, &error)) << args[0];
+    EXPECT_NE(error.find(args[0]), std::string::npos) << error;
+  }
+  Options o;
+  std::string error;
+  EXPECT_FALSE(parse({"--bogus"}, &o, &error));
+  EXPECT_NE(error.find("--bogus"), std::string::npos) << error;
+}
+
+TEST(PerfOptions, ParsesTheAbiVersionApartFromTheToolsVersion) {
+  Options o;
+  std::string error;
+  ASSERT_TRUE(parse({"--abi", "9", "--links", "loopback,veth-1g", "--seconds", "2.5"}, &o, &error)) << error;
+  EXPECT_EQ(o.abi, 9);
+  EXPECT_FALSE(o.version);
+  EXPECT_EQ(o.links, (std::vector<std::string>{"loopback", "veth-1g"}));
+  EXPECT_DOUBLE_EQ(o.seconds, 2.5);
+  ASSERT_TRUE(parse({"--version"}, &o, &error));
+  EXPECT_TRUE(o.version);
+}
+
+TEST(PerfReport, JsonByteCountsAreIntegersAndFailedLinksAreKept) {
+  Options o;
+  o.plugin = "libnccl-net-sieve.so";
+  LinkResult loopback;
+  loopback.link = "loopback";
+  loopback.iperf.ok = loopback.sieve.ok = true;
+  loopback.iperf.bytes = 36540000256;
+  loopback.sieve.bytes = 39887437824;
+  loopback.sieve.gbps = 31.9;
+  LinkResult veth;
+  veth.link = "veth";
+  veth.iperf.error = veth.sieve.error = "needs root to create network namespaces";
+  const std::string json = format_json({loopback, veth}, o);
+  EXPECT_NE(json.find("\"bytes\":39887437824"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"message_bytes\":4194304"), std::string::npos) << json;
+  EXPECT_EQ(json.find("e+"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"verdict\":\"ERROR\""), std::string::npos) << json;
+  bool failed = false;
+  const std::string table = format_table({loopback, veth}, o, &failed);
+  EXPECT_TRUE(failed);
+  EXPECT_NE(table.find("| loopback |"), std::string::npos) << table;
+  EXPECT_NE(table.find("veth: not run: needs root"), std::string::npos) << table;
+}
+
+}  // namespace
+}  // namespace sieve::perf
