@@ -7,12 +7,15 @@
 // driver's own polling loop, NCCL's proxy's in a job, and whole-process figures are in --json).
 //
 //   sieve-perf [--links loopback,veth,veth-1g,veth-10g] [--seconds 10] [--size 4M] [--window 8]
-//              [--abi 0|8..11] [--plugin PATH] [--iperf-streams 1] [--poll-us 1000] [--json FILE]
+//              [--abi 0|8..12] [--plugin PATH] [--iperf-streams 1] [--poll-us 1000] [--json FILE]
+//              [--driver sleep|spin] [--busy N] [--compare PLUGIN.so] [--runs N]
 //              [--zeros PERCENT] [--word 4|2] [--strict] [--smoke] [--version] [--help]
 // Bars (shaped links): Sieve >= 95 % of iperf3's Gbit/s and <= 1.5x its CPU s/GB. Others: reported.
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -86,13 +89,36 @@ Measure run_iperf(const Options& o, const tools::NetLab* lab, int port) {
   return m;
 }
 
-Measure run_sieve(const Options& o, const std::string& self, const tools::NetLab* lab) {
+// Threads that burn CPU while they live: a node whose cores are busy with the training job.
+class Burners {
+ public:
+  explicit Burners(int n) {
+    for (int i = 0; i < n; ++i)
+      threads_.emplace_back([this] {
+        volatile uint64_t x = 0;
+        while (!stop_.load(std::memory_order_relaxed)) x = x + 1;
+      });
+  }
+  ~Burners() {
+    stop_.store(true);
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+Measure run_sieve(const Options& o, const std::string& self, const tools::NetLab* lab, const std::string& plugin) {
   Measure m;
-  std::vector<std::string> common = {"--plugin", o.plugin, "--abi", std::to_string(o.abi),
+  std::vector<std::string> common = {"--plugin", plugin, "--abi", plugin == o.plugin ? std::to_string(o.abi) : "0",
+                                     "--driver", o.driver,
                                      "--size", std::to_string(o.size), "--window", std::to_string(o.window),
                                      "--seconds", std::to_string(o.seconds), "--poll-us", std::to_string(o.poll_us),
                                      "--zeros", std::to_string(o.zeros_percent), "--word", std::to_string(o.word)};
-  std::vector<std::string> env = {std::string("SIEVE_SOCKET_IFNAME=") + (lab ? "=eth0" : "lo")};
+  // Both plugins are pointed at the link's interface (NCCL's socket transport reads NCCL_SOCKET_IFNAME).
+  std::vector<std::string> env = {std::string("SIEVE_SOCKET_IFNAME=") + (lab ? "=eth0" : "lo"),
+                                  std::string("NCCL_SOCKET_IFNAME=") + (lab ? "=eth0" : "=lo")};
   std::vector<std::string> argv = {self, "--peer", "recv"};
   argv.insert(argv.end(), common.begin(), common.end());
   std::string error, line;
@@ -166,6 +192,7 @@ int main(int argc, char** argv) {
     peer.window = o.window;
     peer.seconds = o.seconds;
     peer.poll_us = o.poll_us;
+    peer.spin = o.driver == "spin";
     peer.zeros_percent = o.zeros_percent;
     peer.word = o.word;
     return run_peer(peer);
@@ -176,6 +203,8 @@ int main(int argc, char** argv) {
   if (exported.empty()) return fprintf(stderr, "sieve-perf: --plugin %s: %s\n", o.plugin.c_str(), abi_error.c_str()), 2;
   if (o.abi != 0 && std::find(exported.begin(), exported.end(), o.abi) == exported.end())
     return fprintf(stderr, "sieve-perf: --abi %d: %s does not export ncclNetPlugin_v%d\n", o.abi, o.plugin.c_str(), o.abi), 2;
+  if (!o.compare.empty() && tools::exported_versions(o.compare, &abi_error).empty())
+    return fprintf(stderr, "sieve-perf: --compare %s: %s\n", o.compare.c_str(), abi_error.c_str()), 2;
 
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -204,10 +233,22 @@ int main(int argc, char** argv) {
         continue;
       }
     }
-    fprintf(stderr, "sieve-perf: %s: iperf3 ...\n", link.c_str());
-    r.iperf = run_iperf(o, lab.get(), port++);
-    fprintf(stderr, "sieve-perf: %s: Sieve ...\n", link.c_str());
-    r.sieve = run_sieve(o, self, lab.get());
+    // Alternating runs, so a slow spell of this shared machine falls on every transport alike.
+    std::vector<Measure> iperf, sieve, other;
+    for (int run = 0; run < o.runs; ++run) {
+      Burners busy(o.busy);
+      fprintf(stderr, "sieve-perf: %s: run %d/%d: iperf3 ...\n", link.c_str(), run + 1, o.runs);
+      iperf.push_back(run_iperf(o, lab.get(), port++));
+      fprintf(stderr, "sieve-perf: %s: run %d/%d: Sieve ...\n", link.c_str(), run + 1, o.runs);
+      sieve.push_back(run_sieve(o, self, lab.get(), o.plugin));
+      if (!o.compare.empty()) {
+        fprintf(stderr, "sieve-perf: %s: run %d/%d: %s ...\n", link.c_str(), run + 1, o.runs, o.compare.c_str());
+        other.push_back(run_sieve(o, self, lab.get(), o.compare));
+      }
+    }
+    r.iperf = median_of(iperf);
+    r.sieve = median_of(sieve);
+    if (!o.compare.empty()) r.other = median_of(other);
     results.push_back(r);
   }
   bool failed = false;
@@ -222,6 +263,6 @@ int main(int argc, char** argv) {
     }
   }
   bool errors = false;
-  for (const auto& r : results) errors |= !r.iperf.ok || !r.sieve.ok;
+  for (const auto& r : results) errors |= !r.iperf.ok || !r.sieve.ok || (!o.compare.empty() && !r.other.ok);
   return errors || (o.strict && failed) ? 1 : 0;
 }

@@ -33,7 +33,8 @@ bool parse_size(const std::string& text, size_t* out) {
 
 const char* const kFlags[] = {"--help", "--version", "--strict", "--smoke"};
 const char* const kValued[] = {"--links", "--seconds", "--size", "--window", "--abi", "--plugin", "--iperf-streams",
-                               "--poll-us", "--zeros", "--word", "--json", "--peer", "--handle"};
+                               "--poll-us", "--driver", "--busy", "--compare", "--runs", "--zeros", "--word",
+                               "--json", "--peer", "--handle"};
 
 }  // namespace
 
@@ -65,10 +66,18 @@ std::string usage_text() {
          "  --seconds S           seconds per run, more than 0, at most 3600 (default 10)\n"
          "  --size BYTES          message size, 1 byte to 1G, K/M/G suffixes (default 4M)\n"
          "  --window N            messages outstanding, 1 to 32 (default 8)\n"
-         "  --abi N               ncclNetPlugin_vN to load: 8 to 11, or 0 = the newest exported (default 0)\n"
+         "  --abi N               ncclNetPlugin_vN to load: 8 to 12, or 0 = the newest exported (default 0)\n"
          "  --plugin PATH         libnccl-net-sieve.so (default: the one of this build)\n"
          "  --iperf-streams N     iperf3 -P, 1 to 32 (default 1)\n"
-         "  --poll-us N           the driver's sleep between test() calls, 0 to 1000000 us (default 1000)\n"
+         "  --poll-us N           the sleep driver's pause after a test() that completed nothing, 0 to\n"
+         "                        1000000 us (default 1000)\n"
+         "  --driver sleep|spin   sleep: pause --poll-us when nothing completed; spin: test again at once,\n"
+         "                        yielding the core, as NCCL's proxy thread does (default sleep)\n"
+         "  --busy N              N threads burning CPU during every run, 0 to 64: a busy node (default 0)\n"
+         "  --compare PLUGIN.so   also stream through this ext-net plugin (ncclNetPlugin_v8..v12), driven\n"
+         "                        the same way, runs alternating with Sieve's; e.g. NCCL's own socket\n"
+         "                        transport: build/tools/perf/libnccl-net-ncclsocket.so\n"
+         "  --runs N              runs per link and transport, 1 to 99; medians reported (default 1)\n"
          "  --zeros PERCENT       share of the streamed words that is zero, 0 to 100 (default 0)\n"
          "  --word 4|2            word size of that data: 4 (fp32) or 2 (bf16) (default 4)\n"
          "  --json FILE           also write the results as JSON to FILE\n"
@@ -131,7 +140,7 @@ bool parse_options(int argc, char** argv, Options* o, std::string* error) {
     } else if (key == "--window") {
       if (!parse_int(value, 1, 32, &o->window)) return bad("1 to 32 (NCCL's requests per comm)");
     } else if (key == "--abi") {
-      if (!parse_int(value, 0, 11, &o->abi) || (o->abi != 0 && o->abi < 8)) return bad("8 to 11, or 0 = the newest");
+      if (!parse_int(value, 0, 12, &o->abi) || (o->abi != 0 && o->abi < 8)) return bad("8 to 12, or 0 = the newest");
     } else if (key == "--plugin") {
       if (value.empty()) return bad("a path");
       o->plugin = value;
@@ -139,6 +148,16 @@ bool parse_options(int argc, char** argv, Options* o, std::string* error) {
       if (!parse_int(value, 1, 32, &o->iperf_streams)) return bad("1 to 32");
     } else if (key == "--poll-us") {
       if (!parse_int(value, 0, 1000000, &o->poll_us)) return bad("0 to 1000000");
+    } else if (key == "--driver") {
+      if (value != "sleep" && value != "spin") return bad("sleep or spin");
+      o->driver = value;
+    } else if (key == "--busy") {
+      if (!parse_int(value, 0, 64, &o->busy)) return bad("0 to 64 threads");
+    } else if (key == "--compare") {
+      if (value.empty()) return bad("a plugin path");
+      o->compare = value;
+    } else if (key == "--runs") {
+      if (!parse_int(value, 1, 99, &o->runs)) return bad("1 to 99");
     } else if (key == "--zeros") {
       if (!parse_int(value, 0, 100, &o->zeros_percent)) return bad("a percentage, 0 to 100");
     } else if (key == "--word") {

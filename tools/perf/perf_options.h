@@ -13,10 +13,16 @@ struct Options {
   double seconds = 10;
   size_t size = 4u << 20;
   int window = 8;
-  int abi = 0;  // ncclNetPlugin_vN to load: 0 = the newest the library exports, else 8..11
+  int abi = 0;  // ncclNetPlugin_vN to load: 0 = the newest the library exports, else 8..12
   std::string plugin;
   int iperf_streams = 1;
   int poll_us = 1000;
+  // How the peers drive test(): "sleep" sleeps poll_us after a test that completed nothing; "spin"
+  // tests again at once, yielding the core (sched_yield), as NCCL 2.28's proxy progress loop does.
+  std::string driver = "sleep";
+  int busy = 0;          // threads burning CPU in sieve-perf during every run (a busy node)
+  std::string compare;   // another ext-net plugin driven the same way, runs alternating with Sieve's
+  int runs = 1;          // runs per link and transport; medians are reported
   int zeros_percent = 0;
   int word = 4;
   std::string json;

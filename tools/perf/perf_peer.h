@@ -17,7 +17,8 @@ struct PeerOptions {
   size_t size = 4u << 20;
   int window = 8;
   double seconds = 10;
-  int poll_us = 1000;     // sleep between unsuccessful test() calls
+  int poll_us = 1000;     // sleep between unsuccessful test() calls (sleep driver)
+  bool spin = false;      // spin driver: yield instead of sleeping
   int zeros_percent = 0;  // share of the buffers' words that are exactly zero (the wire codec elides them)
   int word = 4;           // word size of that data: 4 (fp32) or 2 (bf16)
 };

@@ -1,5 +1,6 @@
 #include "tools/perf/perf_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -21,11 +22,38 @@ std::string verdict(const LinkResult& r, bool* failed) {
   return std::string("FAIL") + (fast ? "" : " (throughput)") + (frugal ? "" : " (CPU)");
 }
 
+Measure median_of(const std::vector<Measure>& runs) {
+  Measure m;
+  if (runs.empty()) return m.error = "no run", m;
+  for (const Measure& r : runs)
+    if (!r.ok) return r;
+  if (runs.size() == 1) return runs.front();
+  auto median = [&](auto field) {
+    std::vector<double> values;
+    for (const Measure& r : runs) values.push_back(field(r));
+    std::sort(values.begin(), values.end());
+    const size_t n = values.size();
+    return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  };
+  m.ok = true;
+  m.gbps = median([](const Measure& r) { return r.gbps; });
+  m.bytes = 1e9;  // so that cpu_per_gb() is the median CPU per GB
+  m.cpu_seconds = median([](const Measure& r) { return r.cpu_per_gb(); });
+  m.cpu_sender = median([](const Measure& r) { return r.bytes > 0 ? r.cpu_sender / (r.bytes / 1e9) : 0; });
+  m.cpu_receiver = median([](const Measure& r) { return r.bytes > 0 ? r.cpu_receiver / (r.bytes / 1e9) : 0; });
+  m.cpu_driver = median([](const Measure& r) { return r.bytes > 0 ? r.cpu_driver / (r.bytes / 1e9) : 0; });
+  m.cpu_process = median([](const Measure& r) { return r.bytes > 0 ? r.cpu_process / (r.bytes / 1e9) : 0; });
+  return m;
+}
+
 std::string format_table(const std::vector<LinkResult>& results, const Options& o, bool* failed) {
   std::ostringstream out;
   char line[512];
-  std::snprintf(line, sizeof line, "\nsieve-perf: %s, %zu-byte messages, window %d, %g s per run, iperf3 -P %d\n\n",
-                o.plugin.c_str(), o.size, o.window, o.seconds, o.iperf_streams);
+  std::snprintf(line, sizeof line,
+                "\nsieve-perf: %s, %zu-byte messages, window %d, %g s per run, iperf3 -P %d, %s driver, %d busy "
+                "thread(s), %s\n\n",
+                o.plugin.c_str(), o.size, o.window, o.seconds, o.iperf_streams, o.driver.c_str(), o.busy,
+                o.runs > 1 ? ("medians of " + std::to_string(o.runs) + " alternating runs").c_str() : "1 run");
   out << line;
   out << "| link | iperf3 Gbit/s | Sieve Gbit/s | ratio | iperf3 CPU s/GB | Sieve CPU s/GB | ratio | verdict |\n";
   out << "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
@@ -44,7 +72,26 @@ std::string format_table(const std::vector<LinkResult>& results, const Options& 
         << number(both && r.iperf.cpu_per_gb() > 0, r.sieve.cpu_per_gb() / r.iperf.cpu_per_gb(), 2) << " | " << v
         << " |\n";
   }
+  if (!o.compare.empty()) {
+    out << "\nSide by side with " << o.compare << " (same driver, same run):\n\n";
+    out << "| link | Sieve Gbit/s | other Gbit/s | Sieve / other | Sieve CPU s/GB | other CPU s/GB | Sieve / other |\n";
+    out << "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+    for (const auto& r : results) {
+      auto number = [](bool known, double value, int digits) {
+        if (!known) return std::string("-");
+        char text[32];
+        std::snprintf(text, sizeof text, "%.*f", digits, value);
+        return std::string(text);
+      };
+      const bool both = r.sieve.ok && r.other.ok;
+      out << "| " << r.link << " | " << number(r.sieve.ok, r.sieve.gbps, 2) << " | " << number(r.other.ok, r.other.gbps, 2)
+          << " | " << number(both && r.other.gbps > 0, r.sieve.gbps / r.other.gbps, 2) << " | "
+          << number(r.sieve.ok, r.sieve.cpu_per_gb(), 3) << " | " << number(r.other.ok, r.other.cpu_per_gb(), 3) << " | "
+          << number(both && r.other.cpu_per_gb() > 0, r.sieve.cpu_per_gb() / r.other.cpu_per_gb(), 2) << " |\n";
+    }
+  }
   for (const auto& r : results) {
+    if (!o.compare.empty() && !r.other.ok && r.sieve.ok) out << "\n" << r.link << ": " << o.compare << " failed: " << r.other.error << "\n";
     if (!r.iperf.ok && !r.sieve.ok && r.iperf.error == r.sieve.error) {  // the link itself could not run
       out << "\n" << r.link << ": not run: " << r.iperf.error << "\n";
       continue;
@@ -84,6 +131,10 @@ std::string format_json(const std::vector<LinkResult>& results, const Options& o
   json.member("window", o.window);
   json.member("seconds", o.seconds);
   json.member("iperf_streams", o.iperf_streams);
+  json.member("driver", o.driver);
+  json.member("busy_threads", o.busy);
+  json.member("runs", o.runs);
+  json.member("compare", o.compare);
   json.key("links");
   json.begin_array();
   for (const auto& r : results) {
@@ -93,6 +144,7 @@ std::string format_json(const std::vector<LinkResult>& results, const Options& o
     json.member("rate", r.rate);
     write_measure(json, "iperf3", r.iperf);
     write_measure(json, "sieve", r.sieve);
+    if (!o.compare.empty()) write_measure(json, "compare", r.other);
     json.member("verdict", verdict(r, &ignored));
     json.end_object();
   }

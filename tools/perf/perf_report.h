@@ -25,7 +25,12 @@ struct LinkResult {
   std::string link;
   std::string rate;  // "" unshaped
   Measure iperf, sieve;
+  Measure other;     // --compare's plugin (ok false when not asked for)
 };
+
+// One Measure standing for several runs: the median Gbit/s and the median CPU per GB (each taken
+// on its own); an error when any run failed (the first one's).
+Measure median_of(const std::vector<Measure>& runs);
 
 // PASS / FAIL (...) on shaped links, "reported" on others, ERROR when either side failed; *failed
 // is set for anything but PASS and "reported".
