@@ -30,7 +30,7 @@ struct TransportOptions {
   int nthreads = 0;                     // helper threads per connection (<= nsocks); 0: half the sockets
   // Who moves the data sockets' bytes. Inline: the caller's thread, inside isend/irecv/test (NCCL's
   // proxy thread), in bounded steps; no helper thread to hand off to or to compete with for a core.
-  // Helpers: helper threads. Auto: inline for one data socket with no explicit SIEVE_NTHREADS.
+  // Helpers: helper threads. Auto: helpers (see inline_progress for the measurements).
   enum class Progress { Auto, Inline, Helpers };
   Progress progress = Progress::Auto;
   size_t chunk_size = 512 * 1024;       // largest stripe of a message on one data socket
@@ -64,12 +64,13 @@ struct StripeShape {
   bool inline_progress = false;
 };
 inline int auto_nthreads(int nsocks) { return (nsocks + 1) / 2; }
-// Whether a connection with nsocks data sockets moves them on the caller's thread. Auto picks
-// inline for a single data socket (NICs below 25 Gbit/s), as NCCL's socket transport does; see
-// TransportOptions::Progress and the README's transport section for the measurements.
-inline bool inline_progress(const TransportOptions& o, int nsocks) {
-  if (o.progress != TransportOptions::Progress::Auto) return o.progress == TransportOptions::Progress::Inline;
-  return nsocks == 1 && o.nthreads == 0;
+// Whether a connection's data sockets are moved on the caller's thread. Auto never picks inline:
+// measured with a spinning and a sleeping driver, idle and with 2 busy threads, on 1 and 10 Gbit/s
+// and unshaped veth (docs/PERFORMANCE.md, "Inline progress"), helper threads matched inline
+// throughput at 1 Gbit/s and beat it everywhere else (up to 2x), on busy nodes too. Inline stays
+// an explicit choice (SIEVE_PROGRESS=inline), for nodes where a thread per connection is unwelcome.
+inline bool inline_progress(const TransportOptions& o, int /*nsocks*/) {
+  return o.progress == TransportOptions::Progress::Inline;
 }
 inline StripeShape stripe_shape(const TransportOptions& o, int link_mbps, uint16_t pci_vendor) {
   StripeShape shape{link_mbps >= kStripedLinkMbps ? 4 : 1, 0};
