@@ -1,11 +1,10 @@
 // ncclNetPlugin_v11 (NCCL 2.27 - 2.28): init once per communicator with a context, finalize,
 // setNetAttr. Each context holds a reference on the shared process state.
-#include "plugin/abi/net_v11.h"
-#include "plugin/net_plugin.h"
+#include "plugin/shim_v11.h"
+
 #include "plugin/shim_properties.h"
 
-namespace sieve::plugin {
-namespace {
+namespace sieve::plugin::v11 {
 
 using namespace abi;
 
@@ -35,22 +34,21 @@ ncclResult_t irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags
 
 ncclResult_t set_net_attr(void* ctx, ncclNetAttr_v11_t* attr) { return net_set_attr(ctx, attr); }
 
-}  // namespace
-}  // namespace sieve::plugin
+}  // namespace sieve::plugin::v11
 
 extern "C" __attribute__((visibility("default"))) const sieve::abi::ncclNet_v11_t ncclNetPlugin_v11 = {
     sieve::plugin::kPluginName,
-    sieve::plugin::init,
+    sieve::plugin::v11::init,
     sieve::plugin::net_devices,
-    sieve::plugin::get_properties,
+    sieve::plugin::v11::get_properties,
     sieve::plugin::net_listen,
-    sieve::plugin::connect,
-    sieve::plugin::accept,
+    sieve::plugin::v11::connect,
+    sieve::plugin::v11::accept,
     sieve::plugin::net_reg_mr,
     sieve::plugin::net_reg_mr_dmabuf,
     sieve::plugin::net_dereg_mr,
-    sieve::plugin::isend,
-    sieve::plugin::irecv,
+    sieve::plugin::v11::isend,
+    sieve::plugin::v11::irecv,
     sieve::plugin::net_iflush,
     sieve::plugin::shim_test,
     sieve::plugin::net_close_send,
@@ -60,5 +58,5 @@ extern "C" __attribute__((visibility("default"))) const sieve::abi::ncclNet_v11_
     nullptr,  // irecvConsumed: no device offload
     nullptr,  // makeVDevice: no NIC fusion
     sieve::plugin::net_finalize,
-    sieve::plugin::set_net_attr,
+    sieve::plugin::v11::set_net_attr,
 };

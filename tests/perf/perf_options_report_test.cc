@@ -22,8 +22,9 @@ TEST(PerfOptions, HelpListsEveryOption) {
 TEST(PerfOptions, EveryBadValueIsRefusedNamingItsOption) {
   const std::vector<std::vector<const char*>> bad = {
       {"--seconds", "0"},   {"--seconds", "x"},      {"--size", "0"},     {"--window", "33"},  {"--abi", "7"},
-      {"--abi", "12"},      {"--links", "ethernet"}, {"--zeros", "101"},  {"--word", "3"},     {"--poll-us", "-1"},
-      {"--iperf-streams", "0"}, {"--peer", "both"},  {"--json"}};
+      {"--abi", "13"},      {"--links", "ethernet"}, {"--zeros", "101"},  {"--word", "3"},     {"--poll-us", "-1"},
+      {"--iperf-streams", "0"}, {"--peer", "both"},  {"--json"}, {"--driver", "busy"}, {"--busy", "65"},
+      {"--runs", "0"},      {"--compare", ""}};
   for (const auto& args : bad) {
     Options o;
     std::string error;
@@ -46,6 +47,40 @@ TEST(PerfOptions, ParsesTheAbiVersionApartFromTheToolsVersion) {
   EXPECT_DOUBLE_EQ(o.seconds, 2.5);
   ASSERT_TRUE(parse({"--version"}, &o, &error));
   EXPECT_TRUE(o.version);
+}
+
+TEST(PerfOptions, DriverBusyRunsAndCompareAreTakenAsGiven) {
+  Options o;
+  std::string error;
+  ASSERT_TRUE(parse({"--driver", "spin", "--busy", "2", "--runs", "5", "--compare", "/x/libnccl-net-other.so", "--abi", "12"},
+                    &o, &error))
+      << error;
+  EXPECT_EQ(o.driver, "spin");
+  EXPECT_EQ(o.busy, 2);
+  EXPECT_EQ(o.runs, 5);
+  EXPECT_EQ(o.compare, "/x/libnccl-net-other.so");
+  EXPECT_EQ(o.abi, 12);
+}
+
+// Medians are taken per figure: Gbit/s and CPU per GB of different runs may come from different runs.
+TEST(PerfReport, MediansOfRunsAndAFailedRunIsNeverHidden) {
+  auto run = [](double gbps, double gb, double cpu) {
+    Measure m;
+    m.ok = true;
+    m.gbps = gbps;
+    m.bytes = gb * 1e9;
+    m.cpu_seconds = cpu;
+    return m;
+  };
+  const Measure m = median_of({run(9, 1, 3), run(5, 2, 2), run(7, 1, 0.5)});
+  ASSERT_TRUE(m.ok);
+  EXPECT_DOUBLE_EQ(m.gbps, 7);
+  EXPECT_DOUBLE_EQ(m.cpu_per_gb(), 1);  // 3, 1 and 0.5 s/GB
+  Measure failed;
+  failed.error = "receiver: stalled";
+  const Measure with_failure = median_of({run(9, 1, 3), failed});
+  EXPECT_FALSE(with_failure.ok);
+  EXPECT_EQ(with_failure.error, "receiver: stalled");
 }
 
 TEST(PerfReport, JsonByteCountsAreIntegersAndFailedLinksAreKept) {

@@ -22,6 +22,18 @@ std::string verdict(const LinkResult& r, bool* failed) {
   return std::string("FAIL") + (fast ? "" : " (throughput)") + (frugal ? "" : " (CPU)");
 }
 
+namespace {
+
+// A table cell: the value with `digits` decimals, or "-" when it is not known.
+std::string number(bool known, double value, int digits) {
+  if (!known) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+}  // namespace
+
 Measure median_of(const std::vector<Measure>& runs) {
   Measure m;
   if (runs.empty()) return m.error = "no run", m;
@@ -59,12 +71,6 @@ std::string format_table(const std::vector<LinkResult>& results, const Options& 
   out << "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
   for (const auto& r : results) {
     const std::string v = verdict(r, failed);
-    auto number = [](bool known, double value, int digits) {
-      if (!known) return std::string("-");
-      char text[32];
-      std::snprintf(text, sizeof text, "%.*f", digits, value);
-      return std::string(text);
-    };
     const bool both = r.iperf.ok && r.sieve.ok;
     out << "| " << r.link << " | " << number(r.iperf.ok, r.iperf.gbps, 2) << " | " << number(r.sieve.ok, r.sieve.gbps, 2)
         << " | " << number(both && r.iperf.gbps > 0, r.sieve.gbps / r.iperf.gbps, 2) << " | "
@@ -77,12 +83,6 @@ std::string format_table(const std::vector<LinkResult>& results, const Options& 
     out << "| link | Sieve Gbit/s | other Gbit/s | Sieve / other | Sieve CPU s/GB | other CPU s/GB | Sieve / other |\n";
     out << "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
     for (const auto& r : results) {
-      auto number = [](bool known, double value, int digits) {
-        if (!known) return std::string("-");
-        char text[32];
-        std::snprintf(text, sizeof text, "%.*f", digits, value);
-        return std::string(text);
-      };
       const bool both = r.sieve.ok && r.other.ok;
       out << "| " << r.link << " | " << number(r.sieve.ok, r.sieve.gbps, 2) << " | " << number(r.other.ok, r.other.gbps, 2)
           << " | " << number(both && r.other.gbps > 0, r.sieve.gbps / r.other.gbps, 2) << " | "
