@@ -230,6 +230,19 @@ def sieve_info(p):
     print("sieve-info loaded", plugin["library"], "ABI", plugin["used_version"])
 
 
+def tools(p):
+    """The installed sieve-perf, run without --plugin, streams through the installed library, not the
+    build tree it was compiled in."""
+    work = p.scratch("tools")
+    result = os.path.join(work, "perf.json")
+    run([p.path(PREFIX + "/bin/sieve-perf"), "--smoke", "--json", result], env=clean_env(), cwd=work)
+    with open(result) as f:
+        used = json.load(f)["plugin"]
+    library = os.path.realpath(p.path(LIBDIR + "/" + LIBRARY))
+    check(os.path.realpath(used) == library, "the installed sieve-perf used %r, not the installed %s" % (used, library))
+    print("sieve-perf streamed through", used)
+
+
 def compile_with_pkg_config(p, sources, output, extra_flags=()):
     flags = run(["pkg-config", "--cflags", "--libs", "sieve"], env=p.pkg_config_env()).stdout.split()
     run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", *extra_flags, *sources, "-o", output, *flags])
@@ -344,7 +357,8 @@ def python(p):
     print("with LD_PRELOAD:", lines)
 
 
-CHECKS = {f.__name__: f for f in (build, contents, depends, sieve_info, c_api, pkg_config, cmake_config, python)}
+CHECKS = {f.__name__: f for f in (build, contents, depends, sieve_info, tools, c_api, pkg_config, cmake_config,
+                                   python)}
 
 
 def main():

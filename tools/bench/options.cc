@@ -55,7 +55,7 @@ std::string usage_text() {
          "  --reorder P           share of packets sent ahead of delayed ones, e.g. 25% (needs --delay)\n"
          "  --loopback            loopback even as root (shaped by the plugin's own rate limit when it has one)\n"
          "  --gloo                also run PyTorch's Gloo all-reduce on the same lab and buckets (namespaces only)\n"
-         "  --plugin PATH         libnccl-net-sieve.so (default: the one of this build)\n"
+         "  --plugin PATH         libnccl-net-sieve.so (default: the one installed beside it, else this build's)\n"
          "  --netlab PATH         tools/netlab.sh (default: the source tree's)\n"
          "  --gloo-script PATH    tools/gloo_allreduce.py (default: the source tree's)\n"
          "  --chunk BYTES         ring chunk, 64 to 64M (default 131072)\n"

@@ -17,6 +17,7 @@
 #include "tools/bench/gloo_peer.h"
 #include "tools/bench/masks_file.h"
 #include "tools/bench/node.h"
+#include "tools/common/install_layout.h"
 
 namespace sieve::bench {
 
@@ -336,7 +337,8 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
     return 2;
   }
   const std::string build_dir = directory_of(directory_of(directory_of(self_path)));  // build/tools/bench/x
-  const std::string library = o.plugin.empty() ? build_dir + "/plugin/libnccl-net-sieve.so" : o.plugin;
+  const std::string library =
+      o.plugin.empty() ? tools::default_plugin_path(build_dir + "/plugin/libnccl-net-sieve.so") : o.plugin;
   if (!file_exists(library)) {
     report->failure = "--plugin: not found at " + library + " (build the plugin, or pass --plugin PATH)";
     return 2;
@@ -356,12 +358,14 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
     return 2;
   }
   const std::string gloo_script =
-      !o.gloo_script.empty() ? o.gloo_script : std::string(SIEVE_BENCH_TOOLS_DIR) + "/gloo_allreduce.py";
+      !o.gloo_script.empty() ? o.gloo_script
+                             : tools::default_script_path("gloo_allreduce.py", std::string(SIEVE_BENCH_TOOLS_DIR) + "/gloo_allreduce.py");
   if (o.gloo && !gloo_supports(gloo_script, o.dtype, &error)) {
     report->failure = "--gloo: " + error;
     return 2;
   }
-  const std::string netlab = !o.netlab.empty() ? o.netlab : std::string(SIEVE_BENCH_TOOLS_DIR) + "/netlab.sh";
+  const std::string netlab =
+      !o.netlab.empty() ? o.netlab : tools::default_script_path("netlab.sh", std::string(SIEVE_BENCH_TOOLS_DIR) + "/netlab.sh");
   Lab lab(netlab, "sb" + std::to_string(getpid()));
   std::vector<std::pair<std::string, std::string>> environment;
   if (use_lab) {

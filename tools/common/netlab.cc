@@ -1,5 +1,7 @@
 #include "tools/common/netlab.h"
 
+#include "tools/common/install_layout.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,7 +28,7 @@ std::string run_command(const std::string& command, int* status) {
   return output;
 }
 
-const char* default_netlab_script() { return SIEVE_NETLAB_SCRIPT; }
+std::string default_netlab_script() { return default_script_path("netlab.sh", SIEVE_NETLAB_SCRIPT); }
 
 std::string NetLab::unavailable_reason() {
   if (geteuid() != 0) return "needs root to create network namespaces";

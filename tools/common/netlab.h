@@ -7,8 +7,8 @@
 
 namespace sieve::tools {
 
-// tools/netlab.sh of the source tree this was built from.
-const char* default_netlab_script();
+// netlab.sh installed beside the tool (../share/sieve/), else the source tree's tools/netlab.sh.
+std::string default_netlab_script();
 
 // Two or more namespaces on a virtual switch, removed by the destructor (even after a failed assert).
 class NetLab {

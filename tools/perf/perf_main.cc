@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/common/install_layout.h"
 #include "tools/common/netlab.h"
 #include "tools/common/plugin_loader.h"
 #include "tools/common/subprocess.h"
@@ -174,7 +175,7 @@ int main(int argc, char** argv) {
   using namespace sieve::perf;
   signal(SIGPIPE, SIG_IGN);
   Options o;
-  o.plugin = SIEVE_PLUGIN_DEFAULT;
+  o.plugin = tools::default_plugin_path(SIEVE_PLUGIN_DEFAULT);  // installed beside it, else this build's
   std::string error;
   if (!parse_options(argc, argv, &o, &error)) {
     fprintf(stderr, "sieve-perf: %s\n", error.c_str());

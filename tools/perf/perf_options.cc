@@ -67,7 +67,7 @@ std::string usage_text() {
          "  --size BYTES          message size, 1 byte to 1G, K/M/G suffixes (default 4M)\n"
          "  --window N            messages outstanding, 1 to 32 (default 8)\n"
          "  --abi N               ncclNetPlugin_vN to load: 8 to 12, or 0 = the newest exported (default 0)\n"
-         "  --plugin PATH         libnccl-net-sieve.so (default: the one of this build)\n"
+         "  --plugin PATH         libnccl-net-sieve.so (default: the one installed beside it, else this build's)\n"
          "  --iperf-streams N     iperf3 -P, 1 to 32 (default 1)\n"
          "  --poll-us N           the sleep driver's pause after a test() that completed nothing, 0 to\n"
          "                        1000000 us (default 1000)\n"

@@ -13,33 +13,15 @@
 #include "net/devices.h"
 #include "net/log.h"
 #include "plugin/sieve.h"
+#include "tools/common/install_layout.h"
 
 namespace sieve::info {
 
 namespace {
 
-std::string executable_dir() {
-  char path[PATH_MAX];
-  const ssize_t length = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (length <= 0) return ".";
-  path[length] = '\0';
-  std::string text(path);
-  return text.substr(0, text.rfind('/'));
-}
-
-// The plugin next to sieve-info (installed side by side), in ../lib, or in the build tree.
-std::string find_plugin() {
-  const std::string dir = executable_dir();
-  for (const std::string& candidate : {dir + "/libnccl-net-sieve.so", dir + "/../lib/libnccl-net-sieve.so",
-                                       dir + "/../../plugin/libnccl-net-sieve.so"})
-    if (access(candidate.c_str(), R_OK) == 0) {
-      char* real = realpath(candidate.c_str(), nullptr);
-      const std::string found = real != nullptr ? real : candidate;
-      free(real);
-      return found;
-    }
-  return "libnccl-net-sieve.so";  // let the dynamic loader search LD_LIBRARY_PATH
-}
+// The plugin next to sieve-info (installed side by side), in ../lib, or in the build tree; else
+// the dynamic loader's search (LD_LIBRARY_PATH).
+std::string find_plugin() { return tools::default_plugin_path("libnccl-net-sieve.so"); }
 
 PluginReport inspect_plugin(const std::string& path) {
   PluginReport report;
