@@ -76,7 +76,7 @@ std::string usage_text() {
          "  --busy N              N threads burning CPU during every run, 0 to 64: a busy node (default 0)\n"
          "  --compare PLUGIN.so   also stream through this ext-net plugin (ncclNetPlugin_v8..v12), driven\n"
          "                        the same way, runs alternating with Sieve's; e.g. NCCL's own socket\n"
-         "                        transport: build/tools/perf/libnccl-net-ncclsocket.so\n"
+         "                        transport (tools/perf/build-nccl-socket-plugin.sh builds it)\n"
          "  --runs N              runs per link and transport, 1 to 99; medians reported (default 1)\n"
          "  --zeros PERCENT       share of the streamed words that is zero, 0 to 100 (default 0)\n"
          "  --word 4|2            word size of that data: 4 (fp32) or 2 (bf16) (default 4)\n"
