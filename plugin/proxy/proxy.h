@@ -142,6 +142,11 @@ class Proxy {
                              ReduceOp op);
   int compact_all_gather(Call& call, const std::shared_ptr<EntryPlan>& plan, const void* send, void* recv);
   void warn_uncommitted(uint64_t count);
+  // What every compacted collective does first: note a capture (the graph keeps the plan), count it.
+  int begin_compact(Call& call, EntryPlan& plan);
+  // The whole buffer's element count of a sharded collective (per-rank count x ranks), false when it
+  // overflows or is under SIEVE_PROXY_MIN_COUNT.
+  bool whole_count(uint64_t per_rank, int nranks, uint64_t* count) const;
 
   DeviceBackend& backend_;
   const compress::MaskRegistry& registry_;

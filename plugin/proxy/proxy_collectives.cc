@@ -41,6 +41,20 @@ const ActiveEntry* Proxy::match(CommState& cs, const void* base, uint64_t count,
   return &e;
 }
 
+int Proxy::begin_compact(Call& call, EntryPlan& plan) {
+  bool capture = false;
+  if (int rc = capturing(call, &capture)) return rc;
+  if (capture) plan.captured = true;  // the graph keeps this plan for its replays
+  add(stats_.collectives_compacted, 1);
+  return kResultSuccess;
+}
+
+bool Proxy::whole_count(uint64_t per_rank, int nranks, uint64_t* count) const {
+  if (per_rank > std::numeric_limits<uint64_t>::max() / uint64_t(nranks)) return false;
+  *count = per_rank * uint64_t(nranks);
+  return *count >= options_.rules.min_count;
+}
+
 int Proxy::dense_all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op,
                             Comm comm, Stream stream) {
   add(stats_.collectives_dense, 1);
@@ -80,10 +94,7 @@ int Proxy::all_reduce(const void* send, void* recv, uint64_t count, ElemType typ
 int Proxy::compact_all_reduce(Call& call, const std::shared_ptr<EntryPlan>& plan, const void* send, void* recv,
                               ReduceOp op) {
   CommState& cs = *call.state;
-  bool capture = false;
-  if (int rc = capturing(call, &capture)) return rc;
-  if (capture) plan->captured = true;
-  add(stats_.collectives_compacted, 1);
+  if (int rc = begin_compact(call, *plan)) return rc;
   const size_t es = plan->element_size();
   if (int rc = backend_.gather(*plan->whole(), es, send, plan->compact(), call.stream))
     return fail_comm(cs, rc, "the gather kernel of a compacted all-reduce failed");
@@ -162,9 +173,8 @@ int Proxy::reduce_scatter(const void* send, void* recv, uint64_t recv_count, Ele
     std::lock_guard lock(state->mutex);
     Call call{state, stream};
     if (int rc = prologue(call)) return rc;
-    const uint64_t count = recv_count * uint64_t(state->nranks);
-    if (options_.enabled && eligible(type, op) && recv_count <= std::numeric_limits<uint64_t>::max() / uint64_t(state->nranks) &&
-        count >= options_.rules.min_count && send && recv) {
+    uint64_t count = 0;
+    if (options_.enabled && eligible(type, op) && whole_count(recv_count, state->nranks, &count) && send && recv) {
       *path = Path::kDense;
       const ActiveEntry* e = match(*state, send, count, type);
       if (e && e->plan && !e->plan->shards().empty()) {
@@ -180,10 +190,7 @@ int Proxy::reduce_scatter(const void* send, void* recv, uint64_t recv_count, Ele
 int Proxy::compact_reduce_scatter(Call& call, const std::shared_ptr<EntryPlan>& plan, const void* send, void* recv,
                                   ReduceOp op) {
   CommState& cs = *call.state;
-  bool capture = false;
-  if (int rc = capturing(call, &capture)) return rc;
-  if (capture) plan->captured = true;
-  add(stats_.collectives_compacted, 1);
+  if (int rc = begin_compact(call, *plan)) return rc;
   const size_t es = plan->element_size();
   const uint64_t width = plan->shard_width(), shard = plan->count() / uint64_t(cs.nranks);
   // Shard s's kept elements go to [s * K, s * K + kept_s); the rest of its K is padding, never read.
@@ -214,10 +221,8 @@ int Proxy::all_gather(const void* send, void* recv, uint64_t send_count, ElemTyp
     std::lock_guard lock(state->mutex);
     Call call{state, stream};
     if (int rc = prologue(call)) return rc;
-    const uint64_t count = send_count * uint64_t(state->nranks);
-    if (options_.enabled && type != ElemType::kOther &&
-        send_count <= std::numeric_limits<uint64_t>::max() / uint64_t(state->nranks) &&
-        count >= options_.rules.min_count && send && recv) {
+    uint64_t count = 0;
+    if (options_.enabled && type != ElemType::kOther && whole_count(send_count, state->nranks, &count) && send && recv) {
       *path = Path::kDense;
       // The mask describes the gathered (whole) buffer: it is published on the output.
       const ActiveEntry* e = match(*state, recv, count, type);
@@ -233,10 +238,7 @@ int Proxy::all_gather(const void* send, void* recv, uint64_t send_count, ElemTyp
 
 int Proxy::compact_all_gather(Call& call, const std::shared_ptr<EntryPlan>& plan, const void* send, void* recv) {
   CommState& cs = *call.state;
-  bool capture = false;
-  if (int rc = capturing(call, &capture)) return rc;
-  if (capture) plan->captured = true;
-  add(stats_.collectives_compacted, 1);
+  if (int rc = begin_compact(call, *plan)) return rc;
   const size_t es = plan->element_size();
   const uint64_t width = plan->shard_width();
   void* mine = plan->compact_at(uint64_t(cs.rank) * width);
