@@ -1,0 +1,76 @@
+// Which RDMA ports Sieve can use and what it reports about them: discovery through the verbs table,
+// placement from topology/ (PCI path, NUMA node, local CPUs, nearest GPUs), selection by
+// SIEVE_IB_HCA in NCCL's syntax, and the GID a RoCE connection uses. Pure data once discovered.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "net/ib/verbs_library.h"
+#include "net/status.h"
+#include "topology/machine.h"
+
+namespace sieve::net::ib {
+
+enum class LinkLayer { InfiniBand, Ethernet };
+enum class GidType { IB, RoCEv1, RoCEv2 };
+
+struct GidEntry {
+  int index = 0;
+  ibv_gid gid{};
+  GidType type = GidType::IB;
+  std::string netdev;  // the netdev this GID belongs to (RoCE), "" for InfiniBand
+  std::string text() const;  // "fe80::1" / "::ffff:10.0.0.1"
+};
+
+struct IbPort {
+  std::string device;  // "mlx5_0"
+  int port = 1;        // 1-based, as verbs numbers them
+  std::string name() const { return device + ":" + std::to_string(port); }
+  LinkLayer link_layer = LinkLayer::InfiniBand;
+  bool active = false;          // IBV_PORT_ACTIVE
+  int speed_mbps = 0;           // active_speed x active_width; 0 when unknown
+  int mtu_bytes = 0;            // active MTU
+  ibv_mtu active_mtu = IBV_MTU_1024;
+  uint16_t lid = 0;             // InfiniBand only
+  uint64_t guid = 0;            // node GUID, host byte order
+  std::vector<GidEntry> gids;   // populated (non-zero) entries only
+  std::string netdev;           // paired netdev: of the GID a RoCE connection uses, else topology's pairing
+  int max_qp = 0, max_qp_wr = 0, max_sge = 0, max_cqe = 0;
+  bool dmabuf = false;          // ibv_reg_dmabuf_mr exists and the kernel accepts dma-bufs (probe)
+  topology::Placement placement;  // from topology/ by device name; defaults when it does not know it
+  std::vector<int> near_gpus;     // indices into the machine's GPUs at PIX/PXB distance
+};
+
+// Every port of every device the library lists, active or not (sieve-info shows them all).
+// Error only when the library cannot list devices at all; a device that fails to open is skipped
+// with a note in *notes.
+Status discover_ports(const VerbsLibrary& verbs, const topology::Machine& machine, std::vector<IbPort>* out,
+                      std::vector<std::string>* notes);
+
+// SIEVE_IB_HCA, NCCL_IB_HCA's syntax: "mlx5_0:1,mlx5_1" (prefixes; ":port" narrows to one port),
+// "=mlx5_0" (exact names), "^mlx5_2" (exclude). Empty selects every active port.
+struct HcaSpec {
+  bool exclude = false;
+  bool exact = false;
+  struct Entry {
+    std::string name;
+    int port = -1;  // -1: every port
+  };
+  std::vector<Entry> entries;
+};
+Status parse_hca_spec(const std::string& text, HcaSpec* out);  // error names the bad entry
+bool hca_matches(const HcaSpec& spec, const IbPort& port);
+
+// The active ports the spec selects, in discovery order.
+std::vector<IbPort> select_ports(const std::vector<IbPort>& ports, const HcaSpec& spec);
+
+// The GID index a RoCE connection from this port uses: `configured` (SIEVE_IB_GID_INDEX) when >= 0
+// and populated, else RoCE v2 with an IPv4-mapped address, then RoCE v2 IPv6, then RoCE v1, then 0.
+// InfiniBand ports use index 0. Error when `configured` names an empty entry.
+Status choose_gid(const IbPort& port, int configured, int* index);
+
+}  // namespace sieve::net::ib
