@@ -46,6 +46,10 @@ struct TransportOptions {
   Codec codec = Codec::Auto;
   bool offer_codec = true;      // false: behave as a peer that predates the codec (tests)
   int64_t rate_limit_mbps = 0;  // per device, shared by all connections of this transport; 0 = off
+  // Verbs transport (net/ib/) only.
+  std::string ib_hca;   // SIEVE_IB_HCA, NCCL_IB_HCA's syntax; empty: every active port
+  int ib_gid_index = -1;  // -1: chosen per port (ib::choose_gid)
+  int ib_qps = 1;         // queue pairs per connection
 };
 
 // How many data sockets and helper threads a connection gets. One TCP stream fills a link below
