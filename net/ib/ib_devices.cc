@@ -144,6 +144,9 @@ Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, s
   int count = 0;
   errno = 0;
   DeviceList devices{v, v.get_device_list(&count)};
+  if (!devices.list && errno == ENOSYS)
+    return error(Code::SystemError, "the kernel offers no RDMA devices (no InfiniBand/RoCE driver loaded: "
+                                    "ibv_get_device_list says \"Function not implemented\")");
   if (!devices.list)
     return error(Code::SystemError, std::string("ibv_get_device_list failed: ") + std::strerror(errno ? errno : ENODEV));
   for (int d = 0; d < count; ++d) {
