@@ -8,16 +8,18 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "tests/net/ib/fake_verbs/violation.h"
 
 namespace sieve::fake_verbs {
 
-// The engine pointer changes only at first use and in a forked child; g_engine_mu orders both.
+// The engine pointer changes only at first use and in a forked child; g_engine_mu orders both, and
+// readers on the data path (every poll_cq checks it) take the atomic without the lock.
 namespace {
 std::mutex g_engine_mu;
-Engine* g_engine = nullptr;
+std::atomic<Engine*> g_engine{nullptr};
 std::vector<Engine*>* g_abandoned = nullptr;  // engines of the parent, kept reachable (never freed)
 
 int bind_abstract(const std::string& name) {
@@ -40,29 +42,30 @@ int bind_abstract(const std::string& name) {
 
 void engine_fork_prepare() {
   g_engine_mu.lock();
-  if (g_engine != nullptr) g_engine->mu.lock();
+  if (Engine* engine = g_engine.load()) engine->mu.lock();
 }
 
 void engine_fork_parent() {
-  if (g_engine != nullptr) g_engine->mu.unlock();
+  if (Engine* engine = g_engine.load()) engine->mu.unlock();
   g_engine_mu.unlock();
 }
 
 // The child is a new node: it must not keep the parent's endpoints open (a dead parent would look
 // alive) and gets new addresses on its next ibv_get_device_list. The old engine stays locked.
 void engine_fork_child() {
-  if (g_engine != nullptr) {
-    g_engine->abandon_in_child();
+  if (Engine* engine = g_engine.load()) {
+    engine->abandon_in_child();
     if (g_abandoned == nullptr) g_abandoned = new std::vector<Engine*>();
-    g_abandoned->push_back(g_engine);
+    g_abandoned->push_back(engine);
     g_engine = nullptr;
   }
   g_engine_mu.unlock();
 }
 
 Engine& Engine::current() {
+  if (Engine* engine = g_engine.load()) return *engine;
   std::lock_guard<std::mutex> lock(g_engine_mu);
-  if (g_engine == nullptr) {
+  if (g_engine.load() == nullptr) {
     static bool registered = false;
     if (!registered) {
       pthread_atfork(engine_fork_prepare, engine_fork_parent, engine_fork_child);
@@ -70,7 +73,7 @@ Engine& Engine::current() {
     }
     g_engine = new Engine();
   }
-  return *g_engine;
+  return *g_engine.load();
 }
 
 Engine::Engine() {

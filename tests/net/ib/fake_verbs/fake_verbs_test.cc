@@ -315,6 +315,28 @@ bool wait_for_error_state(ibv_qp* qp) {
   return false;
 }
 
+constexpr unsigned kWritable = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+
+struct Buffers {
+  std::vector<uint8_t> source = std::vector<uint8_t>(4096, 1);
+  std::vector<uint8_t> target = std::vector<uint8_t>(4096, 0);
+  ibv_mr* src = nullptr;
+  ibv_mr* dst = nullptr;
+};
+
+void register_buffers(const Pair& p, Buffers* b, unsigned target_access) {
+  b->src = verbs().reg_mr(p.a.pd, b->source.data(), b->source.size(), IBV_ACCESS_LOCAL_WRITE);
+  b->dst = verbs().reg_mr(p.b.pd, b->target.data(), b->target.size(), target_access);
+}
+
+uintptr_t at(std::vector<uint8_t>& v, size_t offset = 0) { return reinterpret_cast<uintptr_t>(v.data()) + offset; }
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 class FakeVerbsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -755,6 +777,96 @@ TEST_F(FakeVerbsTest, AsyncEventWaitEndsWhenTheContextCloses) {
   EXPECT_EQ(result.load(), -1);
 }
 
+TEST_F(FakeVerbsTest, ManyQpsDrivenFromManyThreads) {
+  constexpr int kThreads = 4;
+  constexpr int kPairsPerThread = 2;
+  constexpr int kMessages = 100;
+  constexpr uint32_t kBytes = 4096;
+  std::vector<Pair> pairs;
+  for (int i = 0; i < kThreads * kPairsPerThread; ++i) pairs.push_back(make_pair_of_qps());
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < kPairsPerThread; ++k) {
+        Pair& p = pairs[t * kPairsPerThread + k];
+        std::vector<uint8_t> source(kBytes * kMessages), target(kBytes * kMessages, 0);
+        fill_pattern(source, static_cast<uint32_t>(t * 10 + k));
+        ibv_mr* src = verbs().reg_mr(p.a.pd, source.data(), source.size(), IBV_ACCESS_LOCAL_WRITE);
+        ibv_mr* dst = verbs().reg_mr(p.b.pd, target.data(), target.size(), kWritable);
+        int sent = 0, acked = 0, received = 0;
+        constexpr int kWindow = 32;  // receives posted ahead, and requests in flight
+        for (int m = 0; m < kWindow; ++m) failures += post_recv(p.qb, m) != 0;
+        auto give_up = std::chrono::steady_clock::now() + kCap;
+        while ((acked < kMessages || received < kMessages) && std::chrono::steady_clock::now() < give_up) {
+          if (sent < kMessages && sent - acked < kWindow) {
+            failures += post_write(p.qa, IBV_WR_RDMA_WRITE_WITH_IMM, sent, src, at(source, sent * kBytes), kBytes,
+                                   at(target, sent * kBytes), dst->rkey, sent) != 0;
+            ++sent;
+          }
+          ibv_wc wc{};
+          if (ibv_poll_cq(p.a.cq, 1, &wc) == 1) {
+            failures += wc.status != IBV_WC_SUCCESS || wc.wr_id != static_cast<uint64_t>(acked);
+            ++acked;
+          }
+          if (ibv_poll_cq(p.b.cq, 1, &wc) == 1) {
+            failures += wc.status != IBV_WC_SUCCESS || be32toh(wc.imm_data) != static_cast<uint32_t>(received);
+            ++received;
+            if (received + kWindow <= kMessages) failures += post_recv(p.qb, received + kWindow) != 0;
+          }
+        }
+        failures += acked != kMessages || received != kMessages || source != target;
+        verbs().dereg_mr(src);
+        verbs().dereg_mr(dst);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(new_violations(), 0u);
+}
+
+TEST_F(FakeVerbsTest, DeregisteringAnMrInUseIsRefused) {
+  report_mode();
+  Pair p = make_pair_of_qps();
+  Buffers b;
+  register_buffers(p, &b, kWritable);
+  // A write-with-imm waiting for a receive keeps its source MR in use.
+  ASSERT_EQ(post_write(p.qa, IBV_WR_RDMA_WRITE_WITH_IMM, 1, b.src, at(b.source), 64, at(b.target), b.dst->rkey), 0);
+  EXPECT_EQ(verbs().dereg_mr(b.src), EBUSY);
+  EXPECT_EQ(new_violations(), 1u);
+  ASSERT_EQ(post_recv(p.qb, 2), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(poll_one(p.a.cq, &wc));
+  EXPECT_EQ(verbs().dereg_mr(b.src), 0);
+}
+
+TEST_F(FakeVerbsTest, ClosingAContextWithLiveObjectsIsRefused) {
+  report_mode();
+  Node node = open_node();
+  errno = 0;
+  EXPECT_EQ(verbs().close_device(node.context), -1);
+  EXPECT_EQ(errno, EBUSY);
+  EXPECT_EQ(new_violations(), 1u);
+}
+
+TEST_F(FakeVerbsTest, AForkedChildCannotUseItsParentsObjects) {
+  Node node = open_node();
+  report_mode();
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    uint64_t before = verbs().violations();
+    bool refused = verbs().alloc_pd(node.context) == nullptr;
+    ibv_wc wc;
+    refused = refused && ibv_poll_cq(node.cq, 1, &wc) < 0;
+    // Its own objects work.
+    Node own = open_node();
+    _exit(refused && verbs().violations() == before + 2 && own.cq != nullptr ? 0 : 1);
+  }
+  EXPECT_EQ(wait_exit(child), 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Two processes
 
@@ -796,11 +908,6 @@ bool receive_value(int fd, T* value) {
   return true;
 }
 
-int wait_exit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 struct Target {
   QpInfo qp;
@@ -925,19 +1032,6 @@ TEST_F(FakeVerbsTest, RequestToAPeerThatDiedIdleFailsWithRetryExceeded) {
 // ---------------------------------------------------------------------------------------------
 // Violations: each aborts by default and, in report mode, behaves as hardware would.
 
-struct Buffers {
-  std::vector<uint8_t> source = std::vector<uint8_t>(4096, 1);
-  std::vector<uint8_t> target = std::vector<uint8_t>(4096, 0);
-  ibv_mr* src = nullptr;
-  ibv_mr* dst = nullptr;
-};
-
-void register_buffers(const Pair& p, Buffers* b, unsigned target_access) {
-  b->src = verbs().reg_mr(p.a.pd, b->source.data(), b->source.size(), IBV_ACCESS_LOCAL_WRITE);
-  b->dst = verbs().reg_mr(p.b.pd, b->target.data(), b->target.size(), target_access);
-}
-
-uintptr_t at(std::vector<uint8_t>& v, size_t offset = 0) { return reinterpret_cast<uintptr_t>(v.data()) + offset; }
 
 // Posts a write that breaks the remote side's rules and returns the requester's completion status.
 ibv_wc_status remote_write_status(unsigned target_access, size_t target_offset, uint32_t length, bool wrong_rkey) {
@@ -958,7 +1052,6 @@ ibv_wc_status remote_write_status(unsigned target_access, size_t target_offset, 
   return wc.status;
 }
 
-constexpr unsigned kWritable = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 
 TEST_F(FakeVerbsTest, WrongRkeyIsRemoteAccessError) {
   report_mode();
