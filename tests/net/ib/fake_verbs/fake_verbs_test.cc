@@ -1,6 +1,7 @@
 // The fake libibverbs.so.1, driven as the transport drives it: entry points through dlopen/dlsym of
 // the fake's own path, the data path through verbs.h's inline wrappers (context->ops).
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <endian.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
@@ -331,6 +332,22 @@ void register_buffers(const Pair& p, Buffers* b, unsigned target_access) {
 
 uintptr_t at(std::vector<uint8_t>& v, size_t offset = 0) { return reinterpret_cast<uintptr_t>(v.data()) + offset; }
 
+template <typename T>
+bool send_value(int fd, const T& value) {
+  return write(fd, &value, sizeof(value)) == static_cast<ssize_t>(sizeof(value));
+}
+
+template <typename T>
+bool receive_value(int fd, T* value) {
+  size_t got = 0;
+  while (got < sizeof(T)) {
+    ssize_t n = read(fd, reinterpret_cast<char*>(value) + got, sizeof(T) - got);
+    if (n <= 0) return false;
+    got += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 int wait_exit(pid_t pid) {
   int status = 0;
   waitpid(pid, &status, 0);
@@ -497,12 +514,12 @@ TEST_F(FakeVerbsTest, AddressesAreStableInAProcessAndDifferInAnother) {
     ssize_t n = write(fds[1], &theirs, sizeof(theirs));
     _exit(n == sizeof(theirs) ? 0 : 1);
   }
+  close(fds[1]);  // a child that dies early then reads as end of file, not a hang
   Addresses theirs{};
-  ASSERT_EQ(read(fds[0], &theirs, sizeof(theirs)), static_cast<ssize_t>(sizeof(theirs)));
-  int status = 0;
-  waitpid(child, &status, 0);
+  bool got = receive_value(fds[0], &theirs);
   close(fds[0]);
-  close(fds[1]);
+  EXPECT_EQ(wait_exit(child), 0);
+  ASSERT_TRUE(got);
   EXPECT_NE(std::memcmp(&mine.roce_v1, &theirs.roce_v1, sizeof(ibv_gid)), 0);
   EXPECT_NE(std::memcmp(&mine.roce_v2, &theirs.roce_v2, sizeof(ibv_gid)), 0);
   EXPECT_NE(std::memcmp(&mine.ib_gid, &theirs.ib_gid, sizeof(ibv_gid)), 0);
@@ -867,6 +884,23 @@ TEST_F(FakeVerbsTest, AForkedChildCannotUseItsParentsObjects) {
   EXPECT_EQ(wait_exit(child), 0);
 }
 
+int open_fds() {
+  int count = 0;
+  for (int fd = 0; fd < 4096; ++fd) count += fcntl(fd, F_GETFD) != -1;
+  return count;
+}
+
+TEST_F(FakeVerbsTest, OpeningAndClosingContextsLeaksNoDescriptors) {
+  int count = 0;
+  ibv_device** list = verbs().get_device_list(&count);
+  ASSERT_EQ(count, 1);
+  verbs().close_device(verbs().open_device(list[0]));  // the service thread's own descriptors open once
+  int before = open_fds();
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(verbs().close_device(verbs().open_device(list[0])), 0);
+  verbs().free_device_list(list);
+  EXPECT_EQ(open_fds(), before);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Two processes
 
@@ -892,21 +926,6 @@ Peer fork_peer(Body child) {
   return {pid, down[1], up[0]};
 }
 
-template <typename T>
-bool send_value(int fd, const T& value) {
-  return write(fd, &value, sizeof(value)) == static_cast<ssize_t>(sizeof(value));
-}
-
-template <typename T>
-bool receive_value(int fd, T* value) {
-  size_t got = 0;
-  while (got < sizeof(T)) {
-    ssize_t n = read(fd, reinterpret_cast<char*>(value) + got, sizeof(T) - got);
-    if (n <= 0) return false;
-    got += static_cast<size_t>(n);
-  }
-  return true;
-}
 
 
 struct Target {

@@ -70,7 +70,7 @@ struct Context {
   Engine* engine = nullptr;
   Device* device = nullptr;
   std::atomic<bool> destroyed{false};
-  std::shared_ptr<AsyncQueue> async;
+  std::shared_ptr<AsyncQueue> async;  // dropped at close (under the engine lock): no fd outlives it
   int live_pds = 0;
   int live_cqs = 0;
 };

@@ -107,7 +107,9 @@ void Engine::push_completion(Cq* cq, const ibv_wc& wc) {
   post_async(cq->context, event);
 }
 
-void Engine::post_async(Context* context, const ibv_async_event& event) { context->async->push(event); }
+void Engine::post_async(Context* context, const ibv_async_event& event) {
+  if (context->async != nullptr) context->async->push(event);
+}
 
 void Engine::complete_sends(Qp* qp) {
   while (!qp->sq.empty() && qp->sq.front().stage == SendWr::Stage::kDone) {

@@ -362,7 +362,8 @@ FAKE_VERBS_API int ibv_close_device(ibv_context* verbs_context) {
     return -1;
   }
   context->destroyed = true;
-  context->async->close();
+  context->async->close();  // wakes waiters; they keep the queue alive until they return
+  context->async.reset();   // and its pipe closes with the last of them
   return 0;
 }
 
@@ -705,7 +706,15 @@ FAKE_VERBS_API int ibv_fork_init(void) { return 0; }
 // Blocks until an event arrives or the context is closed (then -1).
 FAKE_VERBS_API int ibv_get_async_event(ibv_context* verbs_context, ibv_async_event* event) {
   Context* context = impl_of<Context>(verbs_context);
-  std::shared_ptr<AsyncQueue> queue = context->async;
+  std::shared_ptr<AsyncQueue> queue;
+  {
+    std::lock_guard<std::mutex> lock(context->engine->mu);
+    queue = context->async;
+  }
+  if (queue == nullptr) {
+    errno = ENODEV;  // already closed
+    return -1;
+  }
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(queue->mu);
