@@ -4,13 +4,12 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 
+#include "tests/net/ib/fake_verbs/endpoint.h"
 #include "tests/net/ib/fake_verbs/violation.h"
 
 namespace sieve::fake_verbs {
@@ -21,22 +20,6 @@ namespace {
 std::mutex g_engine_mu;
 std::atomic<Engine*> g_engine{nullptr};
 std::vector<Engine*>* g_abandoned = nullptr;  // engines of the parent, kept reachable (never freed)
-
-int bind_abstract(const std::string& name) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path + 1, name.data(), name.size());
-  socklen_t length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 || ::listen(fd, SOMAXCONN) != 0) {
-    int saved = errno;
-    ::close(fd);
-    errno = saved;
-    return -1;
-  }
-  return fd;
-}
 
 }  // namespace
 
@@ -120,14 +103,14 @@ Device* Engine::device_for(const DeviceSpec& spec, std::string* error) {
     device->gids[1] = ipv4_mapped_gid(device->node);
     device->gid_types[1] = IBV_GID_TYPE_ROCE_V2;
     device->gid_count = 2;
-    device->listen_fd = bind_abstract(roce_endpoint_name(device->node));
+    device->listen_fd = listen_endpoint(roce_endpoint_name(device->node));
   } else {
     device->gids[0] = link_local_gid(device->node);
     device->gid_types[0] = IBV_GID_TYPE_IB;
     device->gid_count = 1;
     uint16_t lid = first_lid_candidate(device->node);
     for (int tries = 0; tries < 0xbfff && device->listen_fd < 0; ++tries) {
-      device->listen_fd = bind_abstract(ib_endpoint_name(lid));
+      device->listen_fd = listen_endpoint(ib_endpoint_name(lid));
       if (device->listen_fd >= 0) {
         device->lid = lid;
       } else if (errno != EADDRINUSE) {

@@ -1,6 +1,6 @@
 // The process-wide state of the fake: the device registry, every verbs object, and the service
 // thread that moves RC traffic between QPs (in this process or another one on the machine) over
-// abstract unix sockets. One mutex guards it all except CQ entries (see Cq::mu), so polling a CQ
+// unix sockets (endpoint.h). One mutex guards it all except CQ entries (see Cq::mu), so polling a CQ
 // never waits for the service thread. A forked child gets a fresh Engine (new pid, new addresses);
 // objects it inherited belong to the old one and using them is a violation.
 #pragma once

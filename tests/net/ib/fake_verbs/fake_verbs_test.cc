@@ -7,6 +7,7 @@
 #include <infiniband/verbs.h>
 #include <net/if.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -955,9 +957,8 @@ int receiving_child(int from_parent, int to_parent) {
   return expected == target ? 0 : 14;
 }
 
-TEST_F(FakeVerbsTest, WriteWithImmBetweenTwoProcesses) {
-  Peer peer = fork_peer(receiving_child);
-  ASSERT_GT(peer.pid, 0);
+// This process's side: writes 1 MiB with immediate into the child's target.
+void write_to_receiving_child(const Peer& peer) {
   Node node = open_node();
   ibv_qp* qp = make_qp(node);
   Target child;
@@ -973,7 +974,30 @@ TEST_F(FakeVerbsTest, WriteWithImmBetweenTwoProcesses) {
   ibv_wc wc{};
   ASSERT_TRUE(poll_one(node.cq, &wc));
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << verbs().wc_status_str(wc.status);
+}
+
+TEST_F(FakeVerbsTest, WriteWithImmBetweenTwoProcesses) {
+  Peer peer = fork_peer(receiving_child);
+  ASSERT_GT(peer.pid, 0);
+  write_to_receiving_child(peer);
   EXPECT_EQ(wait_exit(peer.pid), 0) << "the child saw wrong bytes or completions";
+}
+
+// Emulated nodes live in network namespaces, where abstract sockets do not reach: socket files do.
+TEST_F(FakeVerbsTest, ProcessesInDifferentNetworkNamespacesMeetThroughASocketDir) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for a network namespace";
+  char dir[] = "/tmp/fake-verbs-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  setenv("FAKE_VERBS_SOCKET_DIR", dir, 1);
+  Peer peer = fork_peer([](int from_parent, int to_parent) {
+    if (unshare(CLONE_NEWNET) != 0) return 20;
+    return receiving_child(from_parent, to_parent);
+  });
+  ASSERT_GT(peer.pid, 0);
+  write_to_receiving_child(peer);
+  EXPECT_EQ(wait_exit(peer.pid), 0) << "the child saw wrong bytes or completions";
+  unsetenv("FAKE_VERBS_SOCKET_DIR");
+  std::filesystem::remove_all(dir);
 }
 
 // The child brings its QP up, posts nothing, and exits when told to (or dies with the parent).

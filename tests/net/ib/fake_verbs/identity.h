@@ -3,8 +3,8 @@
 //   node GUID          02:66:76:<index>:<pid, 4 bytes big-endian>   ("fv" = fake verbs)
 //   link-local GID     fe80::<node GUID>        (RoCE v1 at index 0; the IB port GID at index 0)
 //   RoCE v2 GID        ::ffff:a.b.c.d with a.b.c.d = 10.0.0.0 + (index << 22 | pid)
-//   IB LID             the first free value from a pid-derived start, claimed by binding an abstract
-//                      socket named after it (so no two live processes hold the same LID)
+//   IB LID             the first free value from a pid-derived start, claimed by binding the device
+//                      endpoint named after it (so no two live processes hold the same LID)
 // Decoding a GID gives back the (pid, index) that names the remote device's endpoint socket.
 #pragma once
 
@@ -34,7 +34,7 @@ bool decode_gid(const ibv_gid& gid, GidForm* form, NodeAddress* node);
 
 std::string format_gid(const ibv_gid& gid);
 
-// Abstract unix socket names of device endpoints (without the leading NUL).
+// Names of device endpoints (see endpoint.h for where they live).
 std::string roce_endpoint_name(NodeAddress node);
 std::string ib_endpoint_name(uint16_t lid);
 

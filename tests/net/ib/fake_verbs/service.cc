@@ -9,13 +9,13 @@
 #include <errno.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "tests/net/ib/fake_verbs/endpoint.h"
 #include "tests/net/ib/fake_verbs/engine.h"
 #include "tests/net/ib/fake_verbs/violation.h"
 
@@ -23,32 +23,7 @@ namespace sieve::fake_verbs {
 namespace {
 
 constexpr size_t kIoBudget = 8u << 20;  // per connection per turn, so one big transfer cannot starve others
-constexpr int kSocketBuffer = 4 << 20;
 constexpr int kMessagesPerTurn = 256;
-
-void tune(int fd) {
-  int size = kSocketBuffer;
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-}
-
-// 0 once connected, EAGAIN while the listener's backlog is full, else why it failed (a dead peer).
-int connect_abstract(const std::string& name, int* fd_out) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errno;
-  tune(fd);
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path + 1, name.data(), name.size());
-  socklen_t length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), length) != 0) {
-    int error = errno == EINPROGRESS ? EAGAIN : errno;
-    ::close(fd);
-    return error;
-  }
-  *fd_out = fd;
-  return 0;
-}
 
 [[noreturn]] void internal_error(const char* what) {
   std::fprintf(stderr, "fake-verbs: internal error: %s\n", what);
@@ -238,7 +213,7 @@ void Engine::transmit(Qp* qp) {
   if (qp->requester == nullptr) open_requester(qp);
   Connection* conn = qp->requester;
   if (!conn->connected) {
-    int error = connect_abstract(conn->endpoint, &conn->fd);
+    int error = connect_endpoint(conn->endpoint, &conn->fd);
     if (error == EAGAIN) return;  // backlog full: the loop retries shortly
     if (error != 0) {
       requester_lost(conn);  // nobody listens there any more: the peer is gone
@@ -354,7 +329,7 @@ void Engine::accept_on(Device* device) {
   for (;;) {
     int fd = ::accept4(device->listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
-    tune(fd);
+    tune_endpoint_socket(fd);
     auto conn = std::make_unique<Connection>();
     conn->role = Connection::Role::kResponder;
     conn->fd = fd;
