@@ -50,6 +50,8 @@ struct Verbs {
   decltype(&ibv_query_qp) query_qp;
   decltype(&ibv_destroy_qp) destroy_qp;
   decltype(&ibv_wc_status_str) wc_status_str;
+  decltype(&ibv_event_type_str) event_type_str;
+  decltype(&ibv_fork_init) fork_init;
   decltype(&ibv_get_async_event) get_async_event;
   decltype(&ibv_ack_async_event) ack_async_event;
   uint64_t (*violations)();
@@ -92,6 +94,8 @@ const Verbs& verbs() {
     load(handle, "ibv_query_qp", &v.query_qp);
     load(handle, "ibv_destroy_qp", &v.destroy_qp);
     load(handle, "ibv_wc_status_str", &v.wc_status_str);
+    load(handle, "ibv_event_type_str", &v.event_type_str);
+    load(handle, "ibv_fork_init", &v.fork_init);
     load(handle, "ibv_get_async_event", &v.get_async_event);
     load(handle, "ibv_ack_async_event", &v.ack_async_event);
     // Only the fake has this: proof that the real libibverbs was not the one loaded.
@@ -384,6 +388,9 @@ TEST_F(FakeVerbsTest, TheFakeIsTheLibraryLoaded) {
   Dl_info info{};
   ASSERT_NE(dladdr(reinterpret_cast<void*>(verbs().get_device_list), &info), 0);
   EXPECT_STREQ(info.dli_fname, FAKE_VERBS_LIBRARY);
+  EXPECT_EQ(verbs().fork_init(), 0);
+  EXPECT_STREQ(verbs().wc_status_str(IBV_WC_RETRY_EXC_ERR), "transport retry counter exceeded");
+  EXPECT_STREQ(verbs().event_type_str(IBV_EVENT_CQ_ERR), "CQ error");
 }
 
 TEST_F(FakeVerbsTest, UnsetVariableGivesOneRoceDeviceOnLoopback) {
@@ -1378,6 +1385,34 @@ TEST_F(FakeVerbsTest, IbQpsTalkByLidAndRefuseAZeroLid) {
   QpInfo zero = info_of(p.b, p.qb, 1);
   zero.lid = 0;
   EXPECT_EQ(to_rtr(p.a, other, zero), EINVAL);
+}
+
+// Two IB devices; b's RTR names its own LID instead of a's.
+ibv_wc_status lid_mismatch_status() {
+  setenv("FAKE_VERBS_DEVICES", "ia:ib::100;ib:ib::100", 1);
+  Node a = open_node(0), b = open_node(1);
+  EXPECT_NE(a.lid, b.lid);
+  ibv_qp* qa = make_qp(a);
+  ibv_qp* qb = make_qp(b);
+  QpInfo wrong_a = info_of(a, qa, 100);
+  wrong_a.lid = b.lid;
+  bring_up(a, qa, info_of(b, qb, 200), 100);
+  bring_up(b, qb, wrong_a, 200);
+  std::vector<uint8_t> target(64);
+  ibv_mr* dst = verbs().reg_mr(b.pd, target.data(), target.size(), kWritable);
+  EXPECT_EQ(post_write(qa, IBV_WR_RDMA_WRITE, 1, nullptr, 0, 0, at(target), dst->rkey), 0);
+  ibv_wc wc{};
+  return poll_one(a.cq, &wc) ? wc.status : IBV_WC_GENERAL_ERR;
+}
+
+TEST_F(FakeVerbsTest, LidMismatchIsRetryExceeded) {
+  report_mode();
+  EXPECT_EQ(lid_mismatch_status(), IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(new_violations(), 1u);
+}
+
+TEST_F(FakeVerbsTest, LidMismatchAborts) {
+  EXPECT_DEATH(lid_mismatch_status(), "fake-verbs: VIOLATION: LID mismatch: QP [0-9]+'s RTR dlid is");
 }
 
 }  // namespace
