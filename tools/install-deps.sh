@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(build-essential dpkg-dev file cmake pkg-config git libgtest-dev libgmock-dev googletest libbenchmark-dev
-          libhwloc-dev hwloc iproute2 iperf3 clang libclang-rt-14-dev python3 procps
+          libhwloc-dev hwloc libibverbs-dev iproute2 iperf3 clang libclang-rt-14-dev python3 procps
           libnetfilter-queue-dev iptables)
 # Extra packages a caller asks for (the demo adds python3-torch for the Gloo comparison).
 packages+=("$@")

@@ -45,6 +45,10 @@ struct VerbsLibrary {
   int (*fork_init)();
 
   std::string path;  // where the loaded library lives (dladdr), for sieve-info and log lines
+
+  // What the ibv_query_port macro does: the provider's extended query (full attributes, speeds
+  // beyond NDR) when the context has one, else the compat symbol above.
+  int port_attributes(ibv_context* context, uint8_t port, ibv_port_attr* attr) const;
 };
 
 // Loads libibverbs.so.1 once per process (later calls return the same table or the same error;

@@ -6,7 +6,8 @@ other check reads that root as if it were /:
 
   contents      the file list and control fields (name, version from CMake's project VERSION)
   depends       Depends names exactly the packages that own the shared libraries the packaged
-                programs and library load (readelf NEEDED), hwloc's among them
+                programs and library load (readelf NEEDED), hwloc's among them; Recommends
+                names libibverbs1 and its providers (dlopened by the verbs transport)
   sieve_info    the installed sieve-info finds the installed library and reports it (--json)
   c_api         tests/plugin/c_api_test.c built with `pkg-config --cflags --libs sieve`, run on it
   pkg_config    a small program built with pkg-config sees the same version in header and library
@@ -213,6 +214,11 @@ def depends(p):
           "Depends %r names %s, but the packaged binaries load libraries of %s (%s)" %
           (field, sorted(declared), sorted(expected), {k: sorted(v) for k, v in expected.items()}))
     print("Depends: %s\nloaded: %s" % (field, {k: sorted(v) for k, v in expected.items()}))
+    # libibverbs is loaded at run time (dlopen), never NEEDED: it is recommended, not required.
+    recommends = p.field("Recommends")
+    check("libibverbs1" in recommends and "ibverbs-providers" in recommends,
+          "Recommends %r lacks libibverbs1 / ibverbs-providers (the verbs transport dlopens them)" % recommends)
+    check("ibverbs" not in field, "Depends %r names verbs, which must stay optional" % field)
 
 
 def sieve_info(p):

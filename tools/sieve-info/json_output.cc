@@ -143,6 +143,55 @@ void write_topology(JsonWriter& json, const Report& report) {
   json.end_object();
 }
 
+void write_rdma(JsonWriter& json, const Report& report) {
+  const RdmaReport& rdma = report.rdma;
+  json.key("rdma");
+  json.begin_object();
+  json.member("library", rdma.library);
+  json.member("error", rdma.error);
+  json.member_strings("notes", rdma.notes);
+  json.key("ports");
+  json.begin_array();
+  for (size_t i = 0; i < rdma.ports.size(); ++i) {
+    const net::ib::IbPort& p = rdma.ports[i];
+    json.begin_object();
+    json.member("name", p.name());
+    json.member("device", p.device);
+    json.member("port", p.port);
+    json.member("link_layer", p.link_layer == net::ib::LinkLayer::Ethernet ? "ethernet" : "infiniband");
+    json.member("active", p.active);
+    json.member("speed_mbps", p.speed_mbps);
+    json.member("mtu_bytes", p.mtu_bytes);
+    json.member("lid", static_cast<int>(p.lid));
+    json.member("guid", hex(p.guid));
+    json.member("netdev", p.netdev);
+    json.member("dmabuf", p.dmabuf);
+    json.member("selected", static_cast<bool>(rdma.selected[i]));
+    json.member("gid_index", rdma.gid_index[i]);
+    write_placement(json, p.placement);
+    json.key("near_gpus");
+    json.begin_array();
+    for (int g : p.near_gpus) json.value(g);
+    json.end_array();
+    json.key("gids");
+    json.begin_array();
+    for (const auto& e : p.gids) {
+      json.begin_object();
+      json.member("index", e.index);
+      json.member("gid", e.text());
+      json.member("type", e.type == net::ib::GidType::RoCEv2   ? "roce_v2"
+                          : e.type == net::ib::GidType::RoCEv1 ? "roce_v1"
+                                                               : "ib");
+      json.member("netdev", e.netdev);
+      json.end_object();
+    }
+    json.end_array();
+    json.end_object();
+  }
+  json.end_array();
+  json.end_object();
+}
+
 void write_config(JsonWriter& json, const Report& report) {
   json.key("config");
   json.begin_array();
@@ -171,6 +220,7 @@ void print_json(const Report& report, std::ostream& out) {
   json.member("version", report.version);
   write_plugin(json, report);
   write_topology(json, report);
+  write_rdma(json, report);
   write_config(json, report);
   json.member_strings("problems", report.problems);
   json.end_object();

@@ -80,6 +80,39 @@ PluginReport inspect_plugin(const std::string& path) {
   return report;
 }
 
+RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings& settings,
+                        std::vector<std::string>* problems) {
+  RdmaReport report;
+  const net::ib::VerbsLibrary* verbs = nullptr;
+  net::Status st = net::ib::load_verbs(&verbs);
+  if (!st.is_ok()) {
+    report.error = st.message();
+    if (settings.transport == "ib") problems->push_back("SIEVE_TRANSPORT=ib, but " + report.error);
+    return report;
+  }
+  report.library = verbs->path;
+  st = net::ib::discover_ports(*verbs, machine, &report.ports, &report.notes);
+  if (!st.is_ok()) report.error = st.message();
+  net::ib::HcaSpec spec;
+  st = net::ib::parse_hca_spec(settings.ib_hca, &spec);
+  if (!st.is_ok()) problems->push_back("configuration: " + st.message());
+  const std::vector<net::ib::IbPort> chosen = net::ib::select_ports(report.ports, spec);
+  for (const net::ib::IbPort& port : report.ports) {
+    bool selected = false;
+    for (const net::ib::IbPort& c : chosen) selected = selected || c.name() == port.name();
+    report.selected.push_back(selected);
+    int gid = -1;
+    st = net::ib::choose_gid(port, static_cast<int>(settings.ib_gid_index), &gid);
+    if (!st.is_ok() && selected) problems->push_back(st.message());
+    report.gid_index.push_back(st.is_ok() ? gid : -1);
+  }
+  if (settings.transport == "ib" && chosen.empty())
+    problems->push_back("SIEVE_TRANSPORT=ib, but no active RDMA port is selected (" +
+                        std::to_string(report.ports.size()) + " port(s) found" +
+                        (settings.ib_hca.empty() ? "" : ", SIEVE_IB_HCA=" + settings.ib_hca) + ")");
+  return report;
+}
+
 std::vector<std::string> problems_of(const Report& report) {
   std::vector<std::string> problems;
   if (!report.plugin_skipped) {
@@ -179,7 +212,10 @@ Report gather(const ReportOptions& options) {
     shape.nthreads = std::min(shape.nthreads, shape.nsocks);  // a helper drives at least one socket
     report.plugin.shapes.push_back(shape);
   }
+  std::vector<std::string> rdma_problems;
+  report.rdma = inspect_rdma(report.topology.machine, registry.settings(), &rdma_problems);
   report.problems = problems_of(report);
+  report.problems.insert(report.problems.end(), rdma_problems.begin(), rdma_problems.end());
   return report;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "net/ib/ib_devices.h"
 #include "net/transport.h"
 #include "plugin/config.h"
 #include "tools/common/plugin_loader.h"
@@ -33,6 +34,16 @@ struct PluginReport {
   std::string devices_error;       // init/devices/getProperties failure
 };
 
+// RDMA devices as the verbs transport sees them (libibverbs loaded the way the plugin loads it).
+struct RdmaReport {
+  std::string library;  // the libibverbs file loaded; "" when none could be
+  std::string error;    // why verbs are unavailable, or why the ports could not be listed
+  std::vector<net::ib::IbPort> ports;  // every port, active or not
+  std::vector<bool> selected;          // per port: active and chosen by SIEVE_IB_HCA
+  std::vector<int> gid_index;          // per port: the GID a connection would use (-1: none)
+  std::vector<std::string> notes;      // devices skipped, and why
+};
+
 struct Report {
   std::string version;
   bool plugin_skipped = false;
@@ -40,6 +51,7 @@ struct Report {
   std::string topo_file;  // "" = the live machine
   topology::Discovery topology;
   std::map<std::string, std::vector<std::string>> addresses;  // interface -> IPv4/IPv6 addresses
+  RdmaReport rdma;
   std::vector<config::Effective> config;
   std::vector<std::string> config_diagnostics;
   // Everything that would make a job run other than asked, one line each, naming the cause: the

@@ -136,6 +136,58 @@ void print_machine(const Report& report, std::ostream& out) {
   }
 }
 
+const char* link_layer_name(net::ib::LinkLayer layer) {
+  return layer == net::ib::LinkLayer::Ethernet ? "RoCE" : "InfiniBand";
+}
+
+const char* gid_type_name(net::ib::GidType type) {
+  switch (type) {
+    case net::ib::GidType::RoCEv2: return "RoCE v2";
+    case net::ib::GidType::RoCEv1: return "RoCE v1";
+    case net::ib::GidType::IB: break;
+  }
+  return "IB";
+}
+
+std::string gpu_list_text(const std::vector<int>& gpus) {
+  std::vector<std::string> names;
+  for (int g : gpus) names.push_back("GPU" + std::to_string(g));
+  return join(names, ",");
+}
+
+void print_rdma(const Report& report, std::ostream& out) {
+  const RdmaReport& rdma = report.rdma;
+  out << "\nRDMA devices";
+  if (rdma.library.empty()) {
+    out << "\n  none usable: " << rdma.error << "\n";
+    return;
+  }
+  out << " (verbs from " << rdma.library << ")\n";
+  for (const auto& note : rdma.notes) out << "  note          " << note << "\n";
+  if (!rdma.error.empty()) out << "  error         " << rdma.error << "\n";
+  if (rdma.ports.empty()) {
+    out << "  none\n";
+    return;
+  }
+  Table ports;
+  ports.row({"port", "link", "state", "speed", "MTU", "netdev", "PCI", "NUMA", "near GPUs", "dma-buf", "GID used", "use"});
+  for (size_t i = 0; i < rdma.ports.size(); ++i) {
+    const net::ib::IbPort& p = rdma.ports[i];
+    std::string gid = "-";
+    for (const auto& e : p.gids)
+      if (e.index == rdma.gid_index[i]) gid = std::to_string(e.index) + " " + e.text();
+    ports.row({p.name(), link_layer_name(p.link_layer), p.active ? "active" : "down", link_speed_text(p.speed_mbps),
+               number_or_dash(p.mtu_bytes > 0 ? p.mtu_bytes : -1), or_dash(p.netdev), or_dash(p.placement.pci_bus_id),
+               number_or_dash(p.placement.numa_node), or_dash(gpu_list_text(p.near_gpus)), p.dmabuf ? "yes" : "no", gid,
+               rdma.selected[i] ? "selected" : "-"});
+    if (p.link_layer == net::ib::LinkLayer::InfiniBand) ports.free_line("    LID " + std::to_string(p.lid));
+    for (const auto& e : p.gids)
+      ports.free_line("    GID " + std::to_string(e.index) + "  " + gid_type_name(e.type) + "  " + e.text() +
+                      (e.netdev.empty() ? "" : "  " + e.netdev));
+  }
+  ports.print(out, "  ");
+}
+
 void print_matrix(const topology::Machine& machine, std::ostream& out) {
   const std::vector<size_t> columns = matrix_columns(machine);
   if (machine.gpus.empty() || columns.empty()) return;
@@ -178,6 +230,7 @@ void print_text(const Report& report, std::ostream& out) {
   print_plugin(report, out);
   print_machine(report, out);
   if (report.topology.ok) print_matrix(report.topology.machine, out);
+  print_rdma(report, out);
   print_config(report, out);
 }
 

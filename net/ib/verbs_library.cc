@@ -1,0 +1,85 @@
+#include "net/ib/verbs_library.h"
+
+#include <dlfcn.h>
+
+#include <cstring>
+#include <mutex>
+
+namespace sieve::net::ib {
+
+namespace {
+
+constexpr const char* kLibrary = "libibverbs.so.1";
+
+// Resolves `name` into `slot`; required symbols missing make the whole table unusable.
+template <typename Fn>
+bool bind(void* handle, const char* name, Fn*& slot, bool required, std::string* missing) {
+  slot = reinterpret_cast<Fn*>(dlsym(handle, name));
+  if (!slot && required && missing->empty()) *missing = name;
+  return slot != nullptr;
+}
+
+Status load_once(VerbsLibrary* v) {
+  dlerror();
+  // RTLD_NODELETE: providers start threads and keep state in the library; it must outlive every
+  // context, including ones a crashed teardown never closed.
+  void* handle = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!handle) {
+    const char* why = dlerror();
+    return error(Code::SystemError, std::string(kLibrary) + " could not be loaded (" + (why ? why : "unknown reason") +
+                                        "); install rdma-core's libibverbs1 and the provider for the NIC");
+  }
+  std::string missing;
+  bind(handle, "ibv_get_device_list", v->get_device_list, true, &missing);
+  bind(handle, "ibv_free_device_list", v->free_device_list, true, &missing);
+  bind(handle, "ibv_get_device_name", v->get_device_name, true, &missing);
+  bind(handle, "ibv_get_device_guid", v->get_device_guid, true, &missing);
+  bind(handle, "ibv_open_device", v->open_device, true, &missing);
+  bind(handle, "ibv_close_device", v->close_device, true, &missing);
+  bind(handle, "ibv_query_device", v->query_device, true, &missing);
+  bind(handle, "ibv_query_port", v->query_port, true, &missing);
+  bind(handle, "ibv_query_gid", v->query_gid, true, &missing);
+  bind(handle, "_ibv_query_gid_ex", v->query_gid_ex, false, &missing);
+  bind(handle, "ibv_alloc_pd", v->alloc_pd, true, &missing);
+  bind(handle, "ibv_dealloc_pd", v->dealloc_pd, true, &missing);
+  bind(handle, "ibv_reg_mr_iova2", v->reg_mr_iova2, true, &missing);
+  bind(handle, "ibv_reg_dmabuf_mr", v->reg_dmabuf_mr, false, &missing);
+  bind(handle, "ibv_dereg_mr", v->dereg_mr, true, &missing);
+  bind(handle, "ibv_create_cq", v->create_cq, true, &missing);
+  bind(handle, "ibv_destroy_cq", v->destroy_cq, true, &missing);
+  bind(handle, "ibv_create_qp", v->create_qp, true, &missing);
+  bind(handle, "ibv_modify_qp", v->modify_qp, true, &missing);
+  bind(handle, "ibv_destroy_qp", v->destroy_qp, true, &missing);
+  bind(handle, "ibv_wc_status_str", v->wc_status_str, true, &missing);
+  bind(handle, "ibv_fork_init", v->fork_init, true, &missing);
+
+  Dl_info info{};
+  if (v->get_device_list && dladdr(reinterpret_cast<void*>(v->get_device_list), &info) && info.dli_fname)
+    v->path = info.dli_fname;
+  else
+    v->path = kLibrary;
+  if (!missing.empty())
+    return error(Code::SystemError, v->path + " lacks " + missing + " (rdma-core older than 29?); verbs unavailable");
+  return Status::ok();
+}
+
+}  // namespace
+
+int VerbsLibrary::port_attributes(ibv_context* context, uint8_t port, ibv_port_attr* attr) const {
+  if (verbs_context* extended = verbs_get_ctx_op(context, query_port))
+    return extended->query_port(context, port, attr, sizeof(*attr));
+  std::memset(attr, 0, sizeof(*attr));
+  return query_port(context, port, reinterpret_cast<_compat_ibv_port_attr*>(attr));
+}
+
+Status load_verbs(const VerbsLibrary** out) {
+  // Process-wide on purpose: the library is loaded once and never unloaded.
+  static VerbsLibrary library{};
+  static Status result;
+  static std::once_flag once;
+  std::call_once(once, [] { result = load_once(&library); });
+  *out = result.is_ok() ? &library : nullptr;
+  return result;
+}
+
+}  // namespace sieve::net::ib
