@@ -303,6 +303,24 @@ TEST_F(IbTransportTest, FlushReadsBackADmaBufRegionAndSkipsHostMemory) {
   close(fd);
 }
 
+// One side on verbs, the other on TCP: refused at once with the variable to fix, never a wait for
+// data sockets (or queue pairs) that will not come.
+TEST(IbTransportMismatch, TcpAndVerbsPeersRefuseEachOtherNamingSieveTransport) {
+  std::unique_ptr<Transport> verbs, tcp;
+  Status st = Transport::create_ib(ib_options(), &verbs);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  tcp = testing::make_transport(testing::loopback_options());
+  ASSERT_NE(tcp, nullptr);
+  for (const bool verbs_listens : {true, false}) {
+    Transport& listener_side = verbs_listens ? *verbs : *tcp;
+    Transport& connector_side = verbs_listens ? *tcp : *verbs;
+    testing::Pair pair;
+    st = testing::connect_pair(listener_side, connector_side, &pair);
+    EXPECT_FALSE(st.is_ok()) << (verbs_listens ? "tcp -> verbs" : "verbs -> tcp") << " connected";
+    EXPECT_NE(st.message().find("SIEVE_TRANSPORT"), std::string::npos) << st.message();
+  }
+}
+
 TEST(IbTransportOptions, OutOfRangeQueuePairCountIsRefusedNamingTheVariable) {
   std::unique_ptr<Transport> t;
   Status st = Transport::create_ib(ib_options(17), &t);
