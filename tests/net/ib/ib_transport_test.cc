@@ -259,7 +259,9 @@ TEST_F(IbTransportTest, ClosingTheSenderGivesAWaitingReceiverAnErrorNamingThePee
   pair_.send.reset();
   Completion cr;
   Status st = testing::wait(r, &cr);
-  EXPECT_EQ(st.code(), Code::RemoteError) << st.message();
+  // Whichever notices first: the closed liveness socket, or the announcement the peer's queue pair
+  // no longer answers (retry counter exceeded); either names the peer.
+  EXPECT_TRUE(st.code() == Code::RemoteError || st.code() == Code::SystemError) << st.message();
   EXPECT_NE(st.message().find(peer), std::string::npos) << st.message();
 }
 
