@@ -45,6 +45,7 @@ constexpr int kSendDepth = 2 * kMaxRequests;
 constexpr uint32_t kImmTooLarge = 0x80000000u;
 
 constexpr uint32_t kAnnounceMagic = 0x41564953;  // "SIVA"
+constexpr uint32_t kGoodbyeMagic = 0x47564953;   // "SIVG"
 constexpr auto kLivenessInterval = std::chrono::milliseconds(50);
 // A peer's socket may close right after its last message: completions still in the queue win.
 constexpr auto kCloseGrace = std::chrono::milliseconds(100);
@@ -162,6 +163,7 @@ IbComm::IbComm(IbCommConfig config, Connection connection)
 
 IbComm::~IbComm() {
   // Queue pairs first (they flush their work), then the completion queue they feed, then memory.
+  if (loopback_) verbs().destroy_qp(loopback_);
   for (ibv_qp* qp : qps_) verbs().destroy_qp(qp);
   if (cq_) verbs().destroy_cq(cq_);
   if (control_mr_) verbs().dereg_mr(control_mr_);
@@ -312,38 +314,79 @@ void IbComm::progress() {
     for (int i = 0; i < n; ++i) {
       const ibv_wc& wc = wcs[i];
       if (wc.status != IBV_WC_SUCCESS) {
+        if (landed_before_close(wc)) continue;
         // The first error completion fails the comm; the ones it flushes after it add nothing.
         failure_.set(error(Code::SystemError,
                            std::string(verbs().wc_status_str(wc.status)) + " on QP to " + connection_.peer + " (" +
                                work_name(work_kind(wc.wr_id)) + " on " + config_.port.name + ", vendor error " +
                                std::to_string(wc.vendor_err) + ")"));
+        if (IbRequest* r = request_of(wc)) {
+          r->work_failed = true;
+          if (r->pending > 0) --r->pending;
+        }
         continue;
       }
-      if (!failure_.failed()) on_completion(wc);
+      // After a failure only what frees a request's buffer still counts.
+      if (!failure_.failed() || request_of(wc)) on_completion(wc);
     }
     if (n < 16) break;
   }
   check_liveness();
+  if (failure_.failed()) enter_error();
 }
 
-void IbComm::check_liveness() {
+IbRequest* IbComm::request_of(const ibv_wc& wc) {
+  const Work kind = work_kind(wc.wr_id);
+  if (kind != Work::Write && kind != Work::FlushRead) return nullptr;
+  IbRequest& r = requests_[work_index(wc.wr_id) % kMaxRequests];
+  return r.busy ? &r : nullptr;
+}
+
+void IbComm::enter_error() {
+  if (in_error_) return;
+  in_error_ = true;
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  for (ibv_qp* qp : qps_) verbs().modify_qp(qp, &attr, IBV_QP_STATE);
+  if (loopback_) verbs().modify_qp(loopback_, &attr, IBV_QP_STATE);
+}
+
+void IbComm::check_liveness(bool now_please) {
   const Clock::time_point now = Clock::now();
-  if (now < next_liveness_check_) return;
+  if (!now_please && now < next_liveness_check_) return;
   next_liveness_check_ = now + kLivenessInterval;
-  if (!peer_closed_) {
-    pollfd p{connection_.control.get(), POLLIN, 0};
+  while (!peer_closed_) {
+    const int fd = connection_.control.get();
+    pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, 0) <= 0) return;
-    char byte = 0;
-    const ssize_t n = ::recv(p.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n > 0) {
-      failure_.set(error(Code::RemoteError, "peer " + connection_.peer +
-                                                " sent bytes on the verbs liveness socket, which carries none after set-up"));
-      return;
+    ssize_t n = 0;
+    if (expects_goodbye_ && !peer_said_goodbye_) {
+      n = ::recv(fd, goodbye_ + goodbye_read_, kGoodbyeBytes - goodbye_read_, MSG_DONTWAIT);
+      if (n > 0) {
+        goodbye_read_ += static_cast<size_t>(n);
+        if (goodbye_read_ < kGoodbyeBytes) continue;
+        if (get32(goodbye_) != kGoodbyeMagic) {
+          failure_.set(error(Code::RemoteError, "peer " + connection_.peer + " sent a malformed goodbye"));
+          return;
+        }
+        peer_said_goodbye_ = true;
+        peer_landed_ = get64(goodbye_ + 4);
+        continue;
+      }
+    } else {
+      char byte = 0;
+      n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n > 0) {
+        failure_.set(error(Code::RemoteError, "peer " + connection_.peer +
+                                                  " sent bytes on the verbs liveness socket, which carries none after set-up"));
+        return;
+      }
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
     peer_closed_ = true;
     peer_closed_at_ = now;
-    peer_closed_reason_ = n == 0 ? "closed the connection" : "connection failed: " + errno_text(errno);
+    peer_closed_reason_ = n == 0 ? (peer_said_goodbye_ ? "closed its receive comm" : "closed the connection")
+                                 : "connection failed: " + errno_text(errno);
   }
   if (now - peer_closed_at_ >= kCloseGrace)
     failure_.set(error(Code::RemoteError, "peer " + connection_.peer + " " + peer_closed_reason_ +
@@ -438,7 +481,18 @@ void IbSendComm::on_completion(const ibv_wc& wc) {
   if (kind == Work::Write) {
     IbRequest& r = requests_[work_index(wc.wr_id) % kMaxRequests];
     if (r.busy && r.kind == IbRequest::Kind::Send && r.pending > 0) --r.pending;
+    return;
   }
+  if (failure_.failed()) return;
+}
+
+bool IbSendComm::landed_before_close(const ibv_wc& wc) {
+  if (work_kind(wc.wr_id) != Work::Write) return false;
+  check_liveness(true);  // the goodbye, if the peer sent one, is on the socket already
+  IbRequest& r = requests_[work_index(wc.wr_id) % kMaxRequests];
+  if (!peer_said_goodbye_ || !r.busy || r.kind != IbRequest::Kind::Send || r.sequence >= peer_landed_) return false;
+  if (r.pending > 0) --r.pending;  // landed: the flush or retry error only ends its work request
+  return true;
 }
 
 void IbSendComm::match() {
@@ -490,8 +544,16 @@ Status IbSendComm::test(IbRequest* r, Completion* out) {
   if (!r->busy) return error(Code::InvalidUsage, "test of a request that is not outstanding");
   progress();
   match();
-  if (r->posted && r->pending == 0) return r->too_large ? report(r, r->error) : finish(r, out);
+  if (r->posted && r->pending == 0) {
+    if (r->work_failed) {
+      r->busy = false;
+      return failure_.surface();
+    }
+    return r->too_large ? report(r, r->error) : finish(r, out);
+  }
   if (failure_.failed()) {
+    // Writes still queued finish as flushed (the queue pairs are in error) before the buffer is let go.
+    if (r->posted && r->pending > 0 && in_error_) return Status::ok();
     r->busy = false;
     return failure_.surface();
   }
@@ -501,7 +563,23 @@ Status IbSendComm::test(IbRequest* r, Completion* out) {
 // ---------------------------------------------------------------- receive
 
 IbRecvComm::~IbRecvComm() {
-  if (loopback_) verbs().destroy_qp(loopback_);
+  // Tell the sender which messages landed: their writes' acknowledgements may go with the queue
+  // pairs destroyed next (or with this process). Best effort: a full socket or a dead peer drops it.
+  if (qps_.size() && !failure_.failed()) {
+    progress();
+    uint8_t goodbye[kGoodbyeBytes];
+    put32(goodbye, kGoodbyeMagic);
+    put64(goodbye + 4, landed_);
+    (void)::send(connection_.control.get(), goodbye, sizeof goodbye, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+}
+
+void IbRecvComm::landed(uint64_t sequence) {
+  landed_ahead_.insert(sequence);
+  while (!landed_ahead_.empty() && *landed_ahead_.begin() == landed_) {
+    landed_ahead_.erase(landed_ahead_.begin());
+    ++landed_;
+  }
 }
 
 Status IbRecvComm::post_initial_receives() {
@@ -576,7 +654,7 @@ void IbRecvComm::on_completion(const ibv_wc& wc) {
     if (r.busy && r.kind == IbRequest::Kind::Flush) r.pending = 0;
     return;
   }
-  if (kind != Work::DataRecv) return;
+  if (kind != Work::DataRecv || failure_.failed()) return;
   const int q = work_qp(wc.wr_id);
   Status st = post_data_receive(q);  // at once: the peer may write again as soon as it has a slot
   if (!st.is_ok()) {
@@ -600,13 +678,20 @@ void IbRecvComm::on_completion(const ibv_wc& wc) {
   } else {
     r->size = imm;
   }
-  --r->pending;
+  if (--r->pending == 0) landed(r->sequence);
 }
 
 Status IbRecvComm::test(IbRequest* r, Completion* out) {
   *out = Completion{};
   if (!r->busy) return error(Code::InvalidUsage, "test of a request that is not outstanding");
   progress();
+  if (r->kind == IbRequest::Kind::Flush) {
+    // Its read references the region: it ends (done or flushed) before the region may go.
+    if (r->pending == 0 && !r->work_failed) return finish(r, out);
+    if (r->pending > 0 && (!failure_.failed() || in_error_)) return Status::ok();
+    r->busy = false;
+    return failure_.surface();
+  }
   if (r->pending == 0) {
     if (r->too_large)
       return report(r, error(Code::InvalidUsage, "peer " + connection_.peer + " sent a message larger than the " +

@@ -13,6 +13,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,7 @@ struct IbRequest final : Request {
   int pending = 0;       // completions still expected (writes, immediates, the flush read)
   bool posted = false;   // send: writes posted
   bool too_large = false;
+  bool work_failed = false;  // one of its work requests completed in error
   Status error;          // this request's own failure (a send larger than the receive)
 };
 
@@ -123,7 +125,18 @@ class IbComm {
   Status find_region(const char* call, const void* data, size_t size, uint32_t* lkey, uint32_t* rkey) const;
   Status post_send(int qp, ibv_send_wr* wr);
   Status post_recv(int qp, ibv_recv_wr* wr);
-  void check_liveness();
+  // Reads the liveness socket (at a bounded rate unless `now`): a close or error fails the comm
+  // after kCloseGrace; a send comm also takes the receiver's goodbye there.
+  void check_liveness(bool now = false);
+  // A failed work request the comm may ignore: a write whose message the peer reported as landed
+  // before it closed (its acknowledgement went with the peer's queue pair).
+  virtual bool landed_before_close(const ibv_wc& wc) { (void)wc; return false; }
+  // Once failed, every queue pair goes to the error state, so the hardware flushes whatever is
+  // still queued (each with its completion) and writes nothing more into registered memory. A
+  // request is reported failed only when none of its work requests can still touch its buffer.
+  void enter_error();
+  // The request a completion belongs to, or null (announcements, receives of immediates).
+  IbRequest* request_of(const ibv_wc& wc);
 
   const VerbsLibrary& verbs() const { return config_.device->verbs(); }
 
@@ -140,6 +153,8 @@ class IbComm {
   void* tag_ = nullptr;
   ibv_cq* cq_ = nullptr;
   std::vector<ibv_qp*> qps_;
+  ibv_qp* loopback_ = nullptr;  // receive comms: the queue pair connected to itself that flushes read through
+  bool in_error_ = false;
   std::vector<uint32_t> psn_;
   std::vector<uint8_t> control_;
   ibv_mr* control_mr_ = nullptr;
@@ -147,11 +162,21 @@ class IbComm {
   Clock::time_point peer_closed_at_{};
   bool peer_closed_ = false;
   std::string peer_closed_reason_;
+  // Graceful close: a receive comm writes {magic, messages landed} on the socket before its queue
+  // pairs go, so its sender can complete the sends whose acknowledgements die with them.
+  static constexpr size_t kGoodbyeBytes = 12;
+  bool expects_goodbye_ = false;  // send comms
+  uint8_t goodbye_[kGoodbyeBytes] = {};
+  size_t goodbye_read_ = 0;
+  bool peer_said_goodbye_ = false;
+  uint64_t peer_landed_ = 0;  // messages 0..peer_landed_-1 are in the receiver's buffers
 };
 
 class IbSendComm final : public SendComm, public IbComm {
  public:
-  using IbComm::IbComm;
+  IbSendComm(IbCommConfig config, Connection connection) : IbComm(std::move(config), std::move(connection)) {
+    expects_goodbye_ = true;
+  }
   Status isend(const void* data, size_t size, Request** request) override;
   Status test(IbRequest* request, Completion* out) override;
   const std::string& peer() const override { return connection_.peer; }
@@ -168,6 +193,7 @@ class IbSendComm final : public SendComm, public IbComm {
     uint32_t rkey;
   };
   void on_completion(const ibv_wc& wc) override;
+  bool landed_before_close(const ibv_wc& wc) override;
   Status post_initial_receives() override;
   Status post_announce_receive(uint32_t i);
   // Pairs waiting sends with announced slots, in order, and posts their writes.
@@ -200,9 +226,12 @@ class IbRecvComm final : public RecvComm, public IbComm {
   // The queue pair connected to itself that flushes read through (made on the first flush).
   Status create_loopback();
 
+  void landed(uint64_t sequence);
+
   uint64_t next_sequence_ = 0;
+  uint64_t landed_ = 0;                 // every message below this one has all its immediates
+  std::set<uint64_t> landed_ahead_;     // landed past a message still arriving (several queue pairs)
   std::vector<std::deque<IbRequest*>> expecting_;  // per queue pair: receives awaiting its immediate, in order
-  ibv_qp* loopback_ = nullptr;
   int sends_in_flight_ = 0;  // announcements not yet completed (bounded by the send queue)
 };
 
