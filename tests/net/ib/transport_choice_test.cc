@@ -2,7 +2,10 @@
 // silent fallback), auto takes ib where the fake offers a port and TCP where it offers none, saying
 // which and why. Each case is a fresh process (the probe), as the configuration is read once.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -76,6 +79,40 @@ TEST(TransportChoice, TcpStaysTcpWhereVerbsWouldWork) {
   ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
   ASSERT_EQ(o.devices.size(), 1u) << o.transcript;
   EXPECT_EQ(o.devices[0].rfind("lo ", 0), 0u) << o.devices[0];
+}
+
+// A node without a usable libibverbs: the real one is installed on the build machines and an empty
+// directory in LD_LIBRARY_PATH cannot hide it, but a file of that name that is no library, first in
+// the path, makes dlopen fail as a missing or broken installation does.
+class NoVerbsLibrary : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/sieve-noverbs-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    std::ofstream(dir_ + "/libibverbs.so.1") << "not a shared library\n";
+  }
+  void TearDown() override {
+    unlink((dir_ + "/libibverbs.so.1").c_str());
+    rmdir(dir_.c_str());
+  }
+  std::string dir_;
+};
+
+TEST_F(NoVerbsLibrary, AutoRunsTcpAndSaysTheLibraryDidNotLoad) {
+  const Outcome o = probe({"SIEVE_TRANSPORT=auto", "LD_LIBRARY_PATH=" + dir_});
+  ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
+  ASSERT_EQ(o.devices.size(), 1u) << o.transcript;
+  EXPECT_EQ(o.devices[0].rfind("lo ", 0), 0u) << o.devices[0];
+  EXPECT_TRUE(contains(o.transcript, "transport tcp (SIEVE_TRANSPORT=auto: libibverbs.so.1 could not be loaded"))
+      << o.transcript;
+}
+
+TEST_F(NoVerbsLibrary, IbFailsInitSayingWhatToInstall) {
+  const Outcome o = probe({"SIEVE_TRANSPORT=ib", "LD_LIBRARY_PATH=" + dir_});
+  EXPECT_NE(o.init, "ncclSuccess") << o.transcript;
+  EXPECT_TRUE(contains(o.transcript, "SIEVE_TRANSPORT=ib: libibverbs.so.1 could not be loaded")) << o.transcript;
+  EXPECT_TRUE(contains(o.transcript, "libibverbs1")) << o.transcript;
 }
 
 // What getProperties tells NCCL about a verbs port: host memory always, dma-buf where the port's
