@@ -1,0 +1,44 @@
+// Addresses of the fake devices. Two processes on one machine are two "nodes", so every address is
+// derived from the process id and the device's index in that process's registry:
+//   node GUID          02:66:76:<index>:<pid, 4 bytes big-endian>   ("fv" = fake verbs)
+//   link-local GID     fe80::<node GUID>        (RoCE v1 at index 0; the IB port GID at index 0)
+//   RoCE v2 GID        ::ffff:a.b.c.d with a.b.c.d = 10.0.0.0 + (index << 22 | pid)
+//   IB LID             the first free value from a pid-derived start, claimed by binding an abstract
+//                      socket named after it (so no two live processes hold the same LID)
+// Decoding a GID gives back the (pid, index) that names the remote device's endpoint socket.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <string>
+
+namespace sieve::fake_verbs {
+
+struct NodeAddress {
+  uint32_t pid = 0;
+  uint32_t device_index = 0;
+};
+
+// pid < 2^22 (Linux's PID_MAX_LIMIT) and index < kMaxDevices keep every GID distinct.
+constexpr uint32_t kMaxDevices = 64;
+
+enum class GidForm { kLinkLocal, kIpv4Mapped };
+
+uint64_t node_guid(NodeAddress node);  // host order
+ibv_gid link_local_gid(NodeAddress node);
+ibv_gid ipv4_mapped_gid(NodeAddress node);
+
+// False when `gid` is not one the fake hands out.
+bool decode_gid(const ibv_gid& gid, GidForm* form, NodeAddress* node);
+
+std::string format_gid(const ibv_gid& gid);
+
+// Abstract unix socket names of device endpoints (without the leading NUL).
+std::string roce_endpoint_name(NodeAddress node);
+std::string ib_endpoint_name(uint16_t lid);
+
+// Where a LID search starts for this node (unicast LIDs are 1..0xbfff).
+uint16_t first_lid_candidate(NodeAddress node);
+
+}  // namespace sieve::fake_verbs

@@ -1,0 +1,180 @@
+// The fake's verbs objects. Each one embeds the public libibverbs struct the caller sees (as the
+// first member of a standard-layout Shell, so the caller's pointer leads back to it) and is never
+// freed: a destroyed object stays as a tombstone, so a caller that keeps using it is caught (a
+// VIOLATION) instead of reading freed memory.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "tests/net/ib/fake_verbs/device_spec.h"
+#include "tests/net/ib/fake_verbs/identity.h"
+
+namespace sieve::fake_verbs {
+
+class Engine;
+struct Connection;
+
+template <typename Verbs, typename Impl>
+struct Shell {
+  Verbs verbs;  // first: the caller's pointer is a pointer to the Shell
+  Impl* impl;
+};
+
+template <typename Impl, typename Verbs>
+Impl* impl_of(Verbs* verbs) {
+  return verbs == nullptr ? nullptr : reinterpret_cast<Shell<Verbs, Impl>*>(verbs)->impl;
+}
+
+struct Qp;
+
+struct Device {
+  Shell<ibv_device, Device> shell{};
+  Engine* engine = nullptr;
+  DeviceSpec spec;
+  NodeAddress node;
+  uint16_t lid = 0;  // IB only
+  ibv_gid gids[2]{};
+  ibv_gid_type gid_types[2]{};
+  int gid_count = 0;
+  int listen_fd = -1;
+  std::unordered_map<uint32_t, Qp*> qps;       // live QPs by QPN
+  std::unordered_set<uint32_t> destroyed_qpns;  // a request to one of these is a dead peer, not a bug
+};
+
+// Async events of one context; shared with ibv_get_async_event callers so that closing the context
+// can wake them without freeing what they wait on.
+struct AsyncQueue {
+  AsyncQueue();
+  ~AsyncQueue();
+  void push(const ibv_async_event& event);
+  void close();
+
+  std::mutex mu;
+  std::deque<ibv_async_event> events;
+  bool closed = false;
+  int pipe_fds[2] = {-1, -1};  // one byte per event (and one on close): the context's async_fd
+};
+
+struct Context {
+  Shell<ibv_context, Context> shell{};
+  Engine* engine = nullptr;
+  Device* device = nullptr;
+  std::atomic<bool> destroyed{false};
+  std::shared_ptr<AsyncQueue> async;
+  int live_pds = 0;
+  int live_cqs = 0;
+};
+
+struct Pd {
+  Shell<ibv_pd, Pd> shell{};
+  Context* context = nullptr;
+  std::atomic<bool> destroyed{false};
+  int live_mrs = 0;
+  int live_qps = 0;
+};
+
+struct Mr {
+  Shell<ibv_mr, Mr> shell{};
+  Pd* pd = nullptr;
+  std::atomic<bool> destroyed{false};
+  uint8_t* host = nullptr;  // where iova maps to in this process
+  uint64_t iova = 0;
+  size_t length = 0;
+  unsigned access = 0;
+  int in_flight = 0;  // local work requests and inbound transfers using it right now
+  void* dmabuf_mapping = nullptr;
+  size_t dmabuf_mapping_length = 0;
+
+  // The host bytes for [address, address + length) in this MR's iova space, or nullptr if outside.
+  uint8_t* translate(uint64_t address, uint64_t bytes) const;
+};
+
+struct Cq {
+  Shell<ibv_cq, Cq> shell{};
+  Context* context = nullptr;
+  std::atomic<bool> destroyed{false};
+  int live_qps = 0;  // guarded by the engine lock
+
+  std::mutex mu;  // guards the entries only, so polling never waits for the engine
+  std::deque<ibv_wc> entries;
+  size_t capacity = 0;
+};
+
+// A local buffer piece of a work request, already translated to host memory.
+struct Piece {
+  uint8_t* host;
+  size_t length;
+};
+
+struct SendWr {
+  enum class Stage { kQueued, kSent, kDone };
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_RDMA_WRITE;
+  bool signaled = false;
+  uint32_t imm = 0;  // network order, as given
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint64_t length = 0;
+  std::vector<Piece> pieces;                     // gather (send, write) or scatter (read) list
+  std::shared_ptr<std::vector<uint8_t>> inline_copy;  // IBV_SEND_INLINE: the bytes at post time
+  std::vector<Mr*> pinned;
+  Stage stage = Stage::kQueued;
+  ibv_wc_status status = IBV_WC_SUCCESS;
+  uint64_t seq = 0;
+};
+
+struct RecvWr {
+  uint64_t wr_id = 0;
+  std::vector<ibv_sge> sges;
+};
+
+struct QpAttrs {
+  uint8_t port_num = 0;
+  uint16_t pkey_index = 0;
+  unsigned access = 0;
+  ibv_mtu path_mtu = IBV_MTU_4096;
+  uint32_t dest_qp_num = 0;
+  uint32_t rq_psn = 0;
+  uint32_t sq_psn = 0;
+  ibv_ah_attr ah{};
+  uint8_t max_dest_rd_atomic = 0;
+  uint8_t min_rnr_timer = 0;
+  uint8_t timeout = 0;
+  uint8_t retry_cnt = 0;
+  uint8_t rnr_retry = 0;
+  uint8_t max_rd_atomic = 0;
+};
+
+struct Qp {
+  Shell<ibv_qp, Qp> shell{};
+  Context* context = nullptr;
+  Pd* pd = nullptr;
+  Cq* send_cq = nullptr;
+  Cq* recv_cq = nullptr;
+  ibv_qp_cap cap{};
+  bool sq_sig_all = false;
+  std::atomic<bool> destroyed{false};
+
+  ibv_qp_state state = IBV_QPS_RESET;
+  QpAttrs attrs;
+  std::deque<SendWr> sq;  // posted, not yet completed, in order
+  std::deque<RecvWr> rq;
+  uint64_t next_seq = 0;
+  Connection* requester = nullptr;  // our outbound connection to the remote QP
+  bool peer_gone = false;           // the remote end vanished while we had nothing outstanding
+
+  Device* device() const { return context->device; }
+  uint32_t qpn() const { return shell.verbs.qp_num; }
+};
+
+}  // namespace sieve::fake_verbs
