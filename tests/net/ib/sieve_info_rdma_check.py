@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""sieve-info's RDMA listing over the fake libibverbs: every port with link layer, speed, GIDs and
+the GID a connection uses; SIEVE_IB_HCA's selection; and the problems that make it exit 1
+(SIEVE_TRANSPORT=ib with nothing usable, a malformed SIEVE_IB_HCA, an empty SIEVE_IB_GID_INDEX).
+Usage: sieve_info_rdma_check.py SIEVE_INFO FAKE_VERBS_DIR"""
+import json
+import os
+import subprocess
+import sys
+
+sieve_info, fake_dir = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+
+
+def run(devices, *args, **variables):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIEVE_")}
+    env.update({"LD_LIBRARY_PATH": fake_dir, "FAKE_VERBS_DEVICES": devices, **variables})
+    done = subprocess.run([sieve_info, *args], capture_output=True, text=True, timeout=60, env=env)
+    return done.returncode, done.stdout, done.stderr
+
+
+two = "mlx5_0:roce:lo:100;mlx5_1:ib::200"
+rc, out, err = run(two, "--json", SIEVE_IB_HCA="^mlx5_1")
+rdma = json.loads(out)["rdma"]
+check(os.path.dirname(rdma["library"]) == os.path.realpath(fake_dir) or "fake_verbs" in rdma["library"],
+      f"verbs came from {rdma['library']}, not the fake")
+ports = {p["name"]: p for p in rdma["ports"]}
+check(sorted(ports) == ["mlx5_0:1", "mlx5_1:1"], f"ports {sorted(ports)}")
+roce, ib = ports.get("mlx5_0:1", {}), ports.get("mlx5_1:1", {})
+check(roce.get("link_layer") == "ethernet" and roce.get("speed_mbps") == 100000, f"RoCE port {roce}")
+check(ib.get("link_layer") == "infiniband" and ib.get("speed_mbps") == 200000 and ib.get("lid", 0) > 0, f"IB port {ib}")
+check(roce.get("selected") is True and ib.get("selected") is False, "SIEVE_IB_HCA=^mlx5_1 must select mlx5_0:1 only")
+used = [g for g in roce.get("gids", []) if g["index"] == roce.get("gid_index")]
+check(len(used) == 1 and used[0]["type"] == "roce_v2" and used[0]["gid"].startswith("::ffff:") and used[0]["netdev"] == "lo",
+      f"RoCE GID used: {used} of {roce.get('gids')}")
+check(all(g["type"] == "ib" for g in ib.get("gids", [])) and ib.get("gids"), f"IB GIDs {ib.get('gids')}")
+
+rc, out, err = run(two)
+check("RDMA devices (verbs from" in out and "mlx5_0:1" in out and "RoCE v2" in out, f"text output:\n{out}")
+
+rc, out, err = run("", SIEVE_TRANSPORT="ib")
+check(rc == 1 and "SIEVE_TRANSPORT=ib" in err and "no active RDMA port" in err,
+      f"SIEVE_TRANSPORT=ib without devices: exit {rc}, stderr {err!r}")
+
+rc, out, err = run(two, SIEVE_IB_HCA="mlx5_0:x")
+check(rc == 1 and "SIEVE_IB_HCA" in err and "mlx5_0:x" in err, f"bad SIEVE_IB_HCA: exit {rc}, stderr {err!r}")
+
+rc, out, err = run(two, SIEVE_IB_GID_INDEX="9")
+check(rc == 1 and "SIEVE_IB_GID_INDEX=9" in err, f"empty GID index: exit {rc}, stderr {err!r}")
+
+for failure in failures:
+    print("FAIL:", failure)
+sys.exit(1 if failures else 0)
