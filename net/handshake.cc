@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "net/comm.h"
 #include "net/log.h"
 
 namespace sieve::net {
@@ -16,22 +15,14 @@ constexpr size_t kMaxPending = 128;  // unauthenticated sockets held at once; be
 // a connect waits at least this long for the welcome (a dead listener is refused or reset sooner).
 constexpr int kMinConnectWaitMs = 30000;
 
-uint32_t caps_offered(const TransportOptions& o) {
+// The codec works on data sockets, which a verbs connection does not have: RDMA writes land in the
+// receiver's buffer directly, with nothing in between to expand elided words.
+uint32_t caps_offered(const TransportOptions& o, Carrier carrier) {
+  if (carrier == Carrier::Verbs) return wire::kCapVerbs;
   return o.offer_codec && o.codec != TransportOptions::Codec::Off ? wire::kCapZeroElide : 0u;
 }
 
-CommOptions comm_options(const TransportOptions& o, const std::vector<int>& helper_cpus,
-                         std::shared_ptr<RateLimiter> rate_limiter = nullptr) {
-  CommOptions c;
-  c.codec = o.codec;
-  c.rate_limiter = std::move(rate_limiter);
-  c.helper_cpus = helper_cpus;
-  c.nthreads = o.nthreads;
-  c.progress = o.progress;
-  c.inline_threshold = o.inline_threshold;
-  c.peer_timeout_ms = o.peer_timeout_ms;
-  return c;
-}
+const char* carrier_name(uint32_t caps) { return (caps & wire::kCapVerbs) ? "ib (verbs)" : "tcp"; }
 
 bool writable_now(int fd) {
   pollfd p{fd, POLLOUT, 0};
@@ -46,27 +37,27 @@ Status handshake_error(const std::string& peer, const Status& cause) {
 
 // ---------------------------------------------------------------- connector
 
-Connector::Connector(const TransportOptions& options, const wire::HandleFields& handle,
-                     std::vector<int> helper_cpus, std::shared_ptr<RateLimiter> rate_limiter)
+Connector::Connector(const TransportOptions& options, const wire::HandleFields& handle, Carrier carrier)
     : options_(options),
-      helper_cpus_(std::move(helper_cpus)),
-      rate_limiter_(std::move(rate_limiter)),
+      carrier_(carrier),
       handle_(handle),
       peer_(handle.address.text()),
       connection_id_(random64()),
       deadline_(Clock::now() + std::chrono::milliseconds(std::max(options.peer_timeout_ms, kMinConnectWaitMs))) {}
 
-Status Connector::progress(std::unique_ptr<SendComm>* comm) {
+Status Connector::progress(Connection* out, bool* done) {
+  *done = false;
   if (!started_) {
     started_ = true;
-    sockets_.resize(options_.nsocks + 1);
+    const int nsocks = carrier_ == Carrier::Verbs ? 0 : options_.nsocks;
+    sockets_.resize(nsocks + 1);
     for (size_t i = 0; i < sockets_.size(); ++i) {
       Status st = start_connect(handle_.address, &sockets_[i].fd);
       if (!st.is_ok()) return st;
       wire::Hello& h = sockets_[i].hello;
       h.socket_index = static_cast<uint16_t>(i);
-      h.nsocks = static_cast<uint16_t>(options_.nsocks);
-      h.caps = caps_offered(options_);
+      h.nsocks = static_cast<uint16_t>(nsocks);
+      h.caps = caps_offered(options_, carrier_);
       h.listener_nonce = handle_.listener_nonce;
       h.connection_id = connection_id_;
       h.client_nonce = random64();
@@ -85,18 +76,16 @@ Status Connector::progress(std::unique_ptr<SendComm>* comm) {
                                           std::to_string(std::max(options_.peer_timeout_ms, kMinConnectWaitMs)) + " ms");
     return Status::ok();
   }
-  Connection c;
+  Connection& c = *out;
   c.peer = peer_;
   c.chunk_size = options_.chunk_size;
   c.caps = sockets_[0].caps;
   c.control = std::move(sockets_[0].fd);
+  c.data.clear();
   for (size_t i = 1; i < sockets_.size(); ++i) c.data.push_back(std::move(sockets_[i].fd));
   tune_connection(c.control.get(), options_.peer_timeout_ms, 0);
   for (auto& fd : c.data) tune_connection(fd.get(), options_.peer_timeout_ms, 0);
-  auto send = std::make_unique<TcpSendComm>(std::move(c), comm_options(options_, helper_cpus_, rate_limiter_));
-  Status st = send->start(StripeWorker::Direction::Send);
-  if (!st.is_ok()) return st;
-  *comm = std::move(send);
+  *done = true;
   return Status::ok();
 }
 
@@ -129,6 +118,10 @@ Status Connector::step(Socket& s) {
     Digest expected = wire::handshake_mac(options_.job_token, wire::Role::Listener, s.hello, w.server_nonce);
     if (!digest_equal(expected.data(), w.mac.data(), expected.size()))
       return error(Code::RemoteError, "listener " + peer_ + " did not prove the job token (SIEVE_JOB_TOKEN differs or is set on one side only)");
+    if ((w.caps & wire::kCapVerbs) != (s.hello.caps & wire::kCapVerbs))
+      return error(Code::InvalidUsage, "listener " + peer_ + " uses the " + carrier_name(w.caps) +
+                                           " transport, this side " + carrier_name(s.hello.caps) +
+                                           ": set SIEVE_TRANSPORT alike on every node");
     s.caps = w.caps & s.hello.caps;
     wire::Proof proof{wire::handshake_mac(options_.job_token, wire::Role::Connector, s.hello, w.server_nonce)};
     s.stage = Stage::SendProof;
@@ -146,26 +139,26 @@ Status Connector::step(Socket& s) {
 
 // ---------------------------------------------------------------- listener
 
-TcpListenComm::TcpListenComm(const TransportOptions& options, Fd listener, uint64_t nonce, std::string address,
-                             std::vector<int> helper_cpus)
+HandshakeListener::HandshakeListener(const TransportOptions& options, Fd listener, uint64_t nonce, std::string address,
+                                     Carrier carrier)
     : options_(options),
-      helper_cpus_(std::move(helper_cpus)),
+      carrier_(carrier),
       listener_(std::move(listener)),
       nonce_(nonce),
       address_(std::move(address)) {}
 
-uint64_t TcpListenComm::take_rejected() {
+uint64_t HandshakeListener::take_rejected() {
   uint64_t n = rejected_;
   rejected_ = 0;
   return n;
 }
 
-void TcpListenComm::reject(const std::string& peer, const std::string& reason) {
+void HandshakeListener::reject(const std::string& peer, const std::string& reason) {
   ++rejected_;
   SIEVE_WARN("listener %s dropped a connection from %s: %s", address_.c_str(), peer.c_str(), reason.c_str());
 }
 
-void TcpListenComm::accept_new() {
+void HandshakeListener::accept_new() {
   for (;;) {
     Fd fd;
     SocketAddress peer;
@@ -189,7 +182,7 @@ void TcpListenComm::accept_new() {
   }
 }
 
-bool TcpListenComm::step(Pending& p) {
+bool HandshakeListener::step(Pending& p) {
   const int fd = p.fd.get();
   if (p.stage == Stage::ReadHello) {
     Status st = read_message(fd, &p.message, p.peer);
@@ -198,8 +191,12 @@ bool TcpListenComm::step(Pending& p) {
     st = wire::decode_hello(p.message.data, &p.hello);
     if (!st.is_ok()) { reject(p.peer, st.message()); return false; }
     if (p.hello.listener_nonce != nonce_) { reject(p.peer, "wrong listener nonce (a stale or stray peer)"); return false; }
+    const uint32_t offered = caps_offered(options_, carrier_);
+    if ((p.hello.caps & wire::kCapVerbs) != (offered & wire::kCapVerbs))
+      p.refusal = std::string("it uses the ") + carrier_name(p.hello.caps) + " transport, this listener " +
+                  carrier_name(offered) + " (set SIEVE_TRANSPORT alike on every node)";
     p.server_nonce = random64();
-    wire::Welcome w{caps_offered(options_), p.server_nonce,
+    wire::Welcome w{offered, p.server_nonce,
                     wire::handshake_mac(options_.job_token, wire::Role::Listener, p.hello, p.server_nonce)};
     p.stage = Stage::SendWelcome;
     p.message = PartialMessage{};
@@ -210,6 +207,7 @@ bool TcpListenComm::step(Pending& p) {
     Status st = write_message(fd, &p.message, p.peer);
     if (!st.is_ok()) { reject(p.peer, st.message()); return false; }
     if (!p.message.complete()) return true;
+    if (!p.refusal.empty()) { reject(p.peer, p.refusal); return false; }
     p.stage = Stage::ReadProof;
     p.message = PartialMessage{};
     p.message.size = wire::kProofBytes;
@@ -231,7 +229,7 @@ bool TcpListenComm::step(Pending& p) {
   return true;
 }
 
-bool TcpListenComm::join_group(Pending& p) {
+bool HandshakeListener::join_group(Pending& p) {
   auto [it, inserted] = groups_.try_emplace(p.hello.connection_id);
   Group& g = it->second;
   if (inserted) {
@@ -250,8 +248,8 @@ bool TcpListenComm::join_group(Pending& p) {
   return false;
 }
 
-Status TcpListenComm::accept(std::unique_ptr<RecvComm>* comm) {
-  comm->reset();
+void HandshakeListener::accept(Connection* out, bool* got) {
+  *got = false;
   accept_new();
   const Clock::time_point now = Clock::now();
   for (size_t i = 0; i < pending_.size();) {
@@ -266,21 +264,18 @@ Status TcpListenComm::accept(std::unique_ptr<RecvComm>* comm) {
   for (auto it = groups_.begin(); it != groups_.end();) {
     Group& g = it->second;
     if (g.present == static_cast<int>(g.sockets.size())) {
-      Connection c;
+      Connection& c = *out;
       c.peer = g.peer;
       c.chunk_size = g.first.chunk_size;
-      c.caps = g.first.caps & caps_offered(options_);
+      c.caps = g.first.caps & caps_offered(options_, carrier_);
       c.control = std::move(g.sockets[0]);
+      c.data.clear();
       for (size_t k = 1; k < g.sockets.size(); ++k) c.data.push_back(std::move(g.sockets[k]));
       groups_.erase(it);
       tune_connection(c.control.get(), options_.peer_timeout_ms, 0);
       for (auto& fd : c.data) tune_connection(fd.get(), options_.peer_timeout_ms, 0);
-      CommOptions co = comm_options(options_, helper_cpus_);
-      auto recv = std::make_unique<TcpRecvComm>(std::move(c), co);
-      Status st = recv->start(StripeWorker::Direction::Receive);
-      if (!st.is_ok()) return st;
-      *comm = std::move(recv);
-      return Status::ok();
+      *got = true;
+      return;
     }
     if (now > g.deadline) {
       reject(g.peer, "only " + std::to_string(g.present) + " of " + std::to_string(g.sockets.size()) +
@@ -290,7 +285,6 @@ Status TcpListenComm::accept(std::unique_ptr<RecvComm>* comm) {
     }
     ++it;
   }
-  return Status::ok();
 }
 
 }  // namespace sieve::net

@@ -4,6 +4,10 @@
 // Per socket: connector sends hello (listener nonce from the handle, connection id, socket index,
 // caps, its nonce); listener answers welcome (its caps, its nonce, a keyed hash proving the job
 // token); connector answers proof (its own keyed hash). The token itself never travels.
+//
+// The result is a Connection handed to the transport that asked: TCP builds its comms on the
+// control and data sockets; verbs asks for no data sockets and keeps the one authenticated socket
+// to exchange queue-pair set-up and, afterwards, as the liveness channel.
 #pragma once
 
 #include <cstdint>
@@ -17,14 +21,18 @@
 
 namespace sieve::net {
 
+// Which transport a connection is for. Both sides must agree: a verbs connection has no data
+// sockets, so a TCP peer would wait for them. A mismatch is refused with a message naming
+// SIEVE_TRANSPORT on both sides (the listener still answers, so the connector can say why).
+enum class Carrier { Tcp, Verbs };
+
 class Connector {
  public:
-  // helper_cpus: where the new comm's helper threads run (empty: anywhere).
-  // rate_limiter: the device's send budget (null: unlimited).
-  Connector(const TransportOptions& options, const wire::HandleFields& handle, std::vector<int> helper_cpus,
-            std::shared_ptr<RateLimiter> rate_limiter = nullptr);
-  // *comm is set once every socket finished its handshake; an error ends the attempt.
-  Status progress(std::unique_ptr<SendComm>* comm);
+  Connector(const TransportOptions& options, const wire::HandleFields& handle, Carrier carrier);
+  // *done turns true once every socket finished its handshake; *out then holds the connection.
+  // An error ends the attempt.
+  Status progress(Connection* out, bool* done);
+  const std::string& peer() const { return peer_; }
 
  private:
   enum class Stage { Connecting, SendHello, ReadWelcome, SendProof, Done };
@@ -38,8 +46,7 @@ class Connector {
   Status step(Socket& s);
 
   const TransportOptions options_;
-  const std::vector<int> helper_cpus_;
-  const std::shared_ptr<RateLimiter> rate_limiter_;
+  const Carrier carrier_;
   const wire::HandleFields handle_;
   const std::string peer_;
   const uint64_t connection_id_;
@@ -48,12 +55,17 @@ class Connector {
   bool started_ = false;
 };
 
-class TcpListenComm final : public ListenComm {
+// The listening side's handshakes: authenticates incoming sockets, groups them by connection, drops
+// strays, garbage, wrong nonces or tokens and the too slow.
+class HandshakeListener {
  public:
-  TcpListenComm(const TransportOptions& options, Fd listener, uint64_t nonce, std::string address,
-                std::vector<int> helper_cpus);
-  Status accept(std::unique_ptr<RecvComm>* comm) override;
-  uint64_t take_rejected() override;
+  HandshakeListener(const TransportOptions& options, Fd listener, uint64_t nonce, std::string address,
+                    Carrier carrier);
+  // *got turns true when a peer completed its handshake; *out is then its connection.
+  void accept(Connection* out, bool* got);
+  // Connections dropped since the last call.
+  uint64_t take_rejected();
+  const std::string& address() const { return address_; }
 
  private:
   enum class Stage { ReadHello, SendWelcome, ReadProof };
@@ -65,6 +77,7 @@ class TcpListenComm final : public ListenComm {
     wire::Hello hello{};
     uint64_t server_nonce = 0;
     Clock::time_point deadline;
+    std::string refusal;  // set when the peer uses the other transport: refused once it has our welcome
   };
   struct Group {  // sockets of one incoming connection, by index
     std::vector<Fd> sockets;
@@ -80,7 +93,7 @@ class TcpListenComm final : public ListenComm {
   bool join_group(Pending& p);
 
   const TransportOptions options_;
-  const std::vector<int> helper_cpus_;
+  const Carrier carrier_;
   Fd listener_;
   const uint64_t nonce_;
   const std::string address_;

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 
+#include "net/comm.h"
 #include "net/handshake.h"
 #include "net/log.h"
 #include "net/transport.h"
@@ -38,6 +39,72 @@ void use_local_scope(const Device& local, SocketAddress* remote) {
   if (!IN6_IS_ADDR_LINKLOCAL(&r->sin6_addr)) return;
   r->sin6_scope_id = reinterpret_cast<const sockaddr_in6*>(&local.address.storage)->sin6_scope_id;
 }
+
+CommOptions comm_options(const TransportOptions& o, const std::vector<int>& helper_cpus,
+                         std::shared_ptr<RateLimiter> rate_limiter) {
+  CommOptions c;
+  c.codec = o.codec;
+  c.rate_limiter = std::move(rate_limiter);
+  c.helper_cpus = helper_cpus;
+  c.nthreads = o.nthreads;
+  c.progress = o.progress;
+  c.inline_threshold = o.inline_threshold;
+  c.peer_timeout_ms = o.peer_timeout_ms;
+  return c;
+}
+
+// The listening side: the shared handshake, then receive comms on the connection's sockets.
+class TcpListenComm final : public ListenComm {
+ public:
+  TcpListenComm(const TransportOptions& options, Fd listener, uint64_t nonce, std::string address,
+                std::vector<int> helper_cpus)
+      : options_(options),
+        helper_cpus_(std::move(helper_cpus)),
+        handshakes_(options, std::move(listener), nonce, std::move(address), Carrier::Tcp) {}
+
+  Status accept(std::unique_ptr<RecvComm>* comm) override {
+    comm->reset();
+    Connection c;
+    bool got = false;
+    handshakes_.accept(&c, &got);
+    if (!got) return Status::ok();
+    auto recv = std::make_unique<TcpRecvComm>(std::move(c), comm_options(options_, helper_cpus_, nullptr));
+    Status st = recv->start(StripeWorker::Direction::Receive);
+    if (!st.is_ok()) return st;
+    *comm = std::move(recv);
+    return Status::ok();
+  }
+  uint64_t take_rejected() override { return handshakes_.take_rejected(); }
+
+ private:
+  const TransportOptions options_;
+  const std::vector<int> helper_cpus_;
+  HandshakeListener handshakes_;
+};
+
+// A connect in progress: the shared handshake, then a send comm with the device's helper CPUs and shaper.
+struct TcpConnect {
+  TcpConnect(const TransportOptions& o, const wire::HandleFields& handle, std::vector<int> cpus,
+             std::shared_ptr<RateLimiter> limiter)
+      : options(o), connector(o, handle, Carrier::Tcp), helper_cpus(std::move(cpus)), rate_limiter(std::move(limiter)) {}
+
+  Status progress(std::unique_ptr<SendComm>* comm) {
+    Connection c;
+    bool done = false;
+    Status st = connector.progress(&c, &done);
+    if (!st.is_ok() || !done) return st;
+    auto send = std::make_unique<TcpSendComm>(std::move(c), comm_options(options, helper_cpus, rate_limiter));
+    st = send->start(StripeWorker::Direction::Send);
+    if (!st.is_ok()) return st;
+    *comm = std::move(send);
+    return Status::ok();
+  }
+
+  const TransportOptions options;
+  Connector connector;
+  const std::vector<int> helper_cpus;
+  const std::shared_ptr<RateLimiter> rate_limiter;
+};
 
 class TcpTransport final : public Transport {
  public:
@@ -77,7 +144,7 @@ class TcpTransport final : public Transport {
     st = decode_handle(handle->bytes, &fields);
     if (!st.is_ok()) return st;
     use_local_scope(devices_[dev], &fields.address);
-    Connector* connector = nullptr;
+    TcpConnect* connector = nullptr;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (fields.pending_connect) {
@@ -93,8 +160,8 @@ class TcpTransport final : public Transport {
         shaped.nsocks = shape.nsocks;
         shaped.nthreads = shape.nthreads;
         shaped.progress = shape.inline_progress ? TransportOptions::Progress::Inline : TransportOptions::Progress::Helpers;
-        auto owned = std::make_unique<Connector>(shaped, fields, helper_cpus(dev),
-                                                 rate_limiters_.empty() ? nullptr : rate_limiters_[dev]);
+        auto owned = std::make_unique<TcpConnect>(shaped, fields, helper_cpus(dev),
+                                                  rate_limiters_.empty() ? nullptr : rate_limiters_[dev]);
         connector = owned.get();
         connecting_.emplace(id, std::move(owned));
         wire::set_handle_pending(handle->bytes, id);
@@ -134,7 +201,7 @@ class TcpTransport final : public Transport {
   const bool pin_threads_;
   std::vector<std::shared_ptr<RateLimiter>> rate_limiters_;  // per device; empty: no SIEVE_RATE_LIMIT_MBPS
   std::mutex mutex_;
-  std::map<uint64_t, std::unique_ptr<Connector>> connecting_;
+  std::map<uint64_t, std::unique_ptr<TcpConnect>> connecting_;
   uint64_t last_id_ = 0;
 };
 

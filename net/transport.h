@@ -97,6 +97,25 @@ struct Completion {
   size_t size = 0;          // bytes really sent / received
   uint64_t wire_bytes = 0;  // bytes on the wire for this message, frame headers included
   bool sent = false;        // true for a send request, false for a receive
+  bool message = true;      // false for a flush: no message moved, nothing to count
+};
+
+// A buffer registered with a comm (NCCL's regMr takes a comm, and so does Sieve). The verbs transport
+// keeps a memory region here; TCP needs none (its default registration is empty). Dropping it
+// deregisters, so the caller owns the registration's lifetime, as NCCL's deregMr does.
+class MemoryRegion {
+ public:
+  virtual ~MemoryRegion() = default;
+};
+
+// What register_memory is asked to register: host memory by address, or memory exported as a
+// dma-buf (GPU memory), named by its fd and the offset of `data` within it.
+struct MemoryDescriptor {
+  void* data = nullptr;
+  size_t size = 0;
+  int dmabuf_fd = -1;      // -1: host memory
+  uint64_t dmabuf_offset = 0;
+  bool is_dmabuf() const { return dmabuf_fd >= 0; }
 };
 
 class Request {
@@ -114,9 +133,13 @@ class SendComm {
  public:
   virtual ~SendComm() = default;
   // *request is null (and Ok returned) when kMaxRequests are outstanding: call again later.
+  // A transport that needs registered memory (verbs) finds the registration covering
+  // [data, data+size) among this comm's; an unregistered buffer is InvalidUsage.
   virtual Status isend(const void* data, size_t size, Request** request) = 0;
   virtual const std::string& peer() const = 0;
   virtual void set_tag(void* tag) = 0;
+  // Default (TCP): host memory needs no registration, a dma-buf cannot be carried.
+  virtual Status register_memory(const MemoryDescriptor& memory, std::unique_ptr<MemoryRegion>* out);
 };
 
 class RecvComm {
@@ -125,6 +148,10 @@ class RecvComm {
   virtual Status irecv(void* data, size_t capacity, Request** request) = 0;
   virtual const std::string& peer() const = 0;
   virtual void set_tag(void* tag) = 0;
+  virtual Status register_memory(const MemoryDescriptor& memory, std::unique_ptr<MemoryRegion>* out);
+  // Makes received data visible to the device that owns `region`'s memory (GPUDirect). *request is
+  // null when there is nothing to flush: host memory, and TCP always.
+  virtual Status flush(void* data, size_t size, MemoryRegion* region, Request** request);
 };
 
 class ListenComm {
@@ -141,6 +168,8 @@ class Transport {
   virtual ~Transport() = default;
 
   static Status create_tcp(const TransportOptions& options, std::unique_ptr<Transport>* out);
+  // InfiniBand / RoCE verbs (net/ib/). Error when libibverbs does not load or no selected port is active.
+  static Status create_ib(const TransportOptions& options, std::unique_ptr<Transport>* out);
 
   virtual const std::vector<Device>& devices() const = 0;
   virtual Status listen(int dev, Handle* handle, std::unique_ptr<ListenComm>* comm) = 0;

@@ -114,7 +114,9 @@ Status decode_hello(const uint8_t* in, Hello* h) {
   h->connection_id = get64(in + 24);
   h->client_nonce = get64(in + 32);
   h->chunk_size = get64(in + 40);
-  if (h->nsocks < 1 || h->nsocks > 16 || h->socket_index > h->nsocks)
+  // A verbs connection is its bootstrap socket alone; a TCP one has 1-16 data sockets besides.
+  const bool verbs = (h->caps & kCapVerbs) != 0;
+  if ((verbs ? h->nsocks != 0 : h->nsocks < 1) || h->nsocks > 16 || h->socket_index > h->nsocks)
     return error(Code::RemoteError, "hello with socket " + std::to_string(h->socket_index) + " of " + std::to_string(h->nsocks));
   if (h->chunk_size < 4096 || h->chunk_size > (1ull << 30))
     return error(Code::RemoteError, "hello with chunk size " + std::to_string(h->chunk_size));

@@ -17,6 +17,9 @@ constexpr uint16_t kVersion = 1;
 
 // Capability bits, offered in hello and welcome; a connection uses the intersection.
 constexpr uint32_t kCapZeroElide = 1u << 0;  // understands kFlagCodec messages (unless SIEVE_WIRE_CODEC=off)
+// Not a capability but the carrier: set by the verbs transport, whose connection is one bootstrap
+// socket and queue pairs. Both sides must agree (a TCP peer would wait for data sockets forever).
+constexpr uint32_t kCapVerbs = 1u << 1;
 
 // Frame flags; a flag outside the connection's negotiated set is a protocol error.
 constexpr uint32_t kFlagInline = 1u << 0;  // payload follows the header on the control socket

@@ -9,6 +9,7 @@
 #include <new>
 #include <set>
 #include <string>
+#include <type_traits>
 
 #include "net/log.h"
 #include "net/transport.h"
@@ -33,6 +34,7 @@ using abi::ncclSystemError;
 struct ProcessState {
   net::TransportOptions options;
   std::unique_ptr<net::Transport> transport;
+  bool verbs = false;  // the verbs transport carries the data (else TCP)
 };
 
 // The shared state and its references; comms hold their own shared_ptr so a finalize racing a
@@ -53,26 +55,27 @@ struct ListenWrapper {
   std::unique_ptr<net::ListenComm> comm;
   int dev = 0;
 };
-struct SendWrapper {
+// Send and receive comms share one wrapper type: regMr and deregMr take either.
+struct CommWrapper {
   std::shared_ptr<ProcessState> state;
-  std::unique_ptr<net::SendComm> comm;
+  std::unique_ptr<net::SendComm> send;  // exactly one of send and recv is set
+  std::unique_ptr<net::RecvComm> recv;
   std::shared_ptr<CommTraffic> traffic;
-};
-struct RecvWrapper {
-  std::shared_ptr<ProcessState> state;
-  std::unique_ptr<net::RecvComm> comm;
-  std::shared_ptr<CommTraffic> traffic;
+
+  net::Status register_memory(const net::MemoryDescriptor& memory, std::unique_ptr<net::MemoryRegion>* out) {
+    return send ? send->register_memory(memory, out) : recv->register_memory(memory, out);
+  }
 };
 
-template <typename Wrapper, typename Comm>
-Wrapper* wrap(std::shared_ptr<ProcessState> state, std::unique_ptr<Comm> comm, int dev) {
+template <typename Comm>
+CommWrapper* wrap(std::shared_ptr<ProcessState> state, std::unique_ptr<Comm> comm, int dev) {
   auto traffic = register_comm_traffic(state->transport->devices()[dev].name, comm->peer());
   comm->set_tag(traffic.get());
-  return new Wrapper{std::move(state), std::move(comm), std::move(traffic)};
+  auto wrapper = new CommWrapper{std::move(state), nullptr, nullptr, std::move(traffic)};
+  if constexpr (std::is_same_v<Comm, net::SendComm>) wrapper->send = std::move(comm);
+  else wrapper->recv = std::move(comm);
+  return wrapper;
 }
-
-// Registered host memory needs no bookkeeping; NCCL only needs a non-null handle back.
-int g_host_registration = 0;
 
 ncclResult_t to_nccl(net::Code code) {
   switch (code) {
@@ -130,7 +133,31 @@ net::TransportOptions options_from(const config::Settings& s) {
             : s.wire_codec == "on" ? net::TransportOptions::Codec::On
                                    : net::TransportOptions::Codec::Auto;
   o.rate_limit_mbps = s.rate_limit_mbps;
+  o.ib_hca = s.ib_hca;
+  o.ib_gid_index = static_cast<int>(s.ib_gid_index);
+  o.ib_qps = static_cast<int>(s.ib_qps);
   return o;
+}
+
+// SIEVE_TRANSPORT: ib is ib or an error (a job that asked for RDMA must not quietly run on TCP);
+// auto takes ib when libibverbs loads and a selected port is active, and says which and why.
+net::Status create_transport(const std::string& choice, ProcessState* state) {
+  if (choice == "tcp") return net::Transport::create_tcp(state->options, &state->transport);
+  net::Status st = net::Transport::create_ib(state->options, &state->transport);
+  if (choice == "ib") {
+    if (!st.is_ok()) return net::error(st.code(), "SIEVE_TRANSPORT=ib: " + st.message());
+    state->verbs = true;
+    SIEVE_INFO("transport ib (SIEVE_TRANSPORT=ib)");
+    return st;
+  }
+  if (st.is_ok()) {
+    state->verbs = true;
+    SIEVE_INFO("transport ib (SIEVE_TRANSPORT=auto: libibverbs loaded and %zu active RDMA port(s) selected)",
+               state->transport->devices().size());
+    return st;
+  }
+  SIEVE_INFO("transport tcp (SIEVE_TRANSPORT=auto: %s)", st.message().c_str());
+  return net::Transport::create_tcp(state->options, &state->transport);
 }
 
 // Takes one reference, creating the state on first use. Caller holds g_mutex.
@@ -141,20 +168,24 @@ ncclResult_t acquire_locked(abi::ncclDebugLogger_t logger, std::shared_ptr<Proce
     start_process_log();  // after the logger: NCCL's log is where a job's user looks
     auto state = std::make_shared<ProcessState>();
     state->options = options_from(registry.settings());
-    net::Status st = net::Transport::create_tcp(state->options, &state->transport);
+    net::Status st = create_transport(registry.settings().transport, state.get());
     if (!st.is_ok()) return report("init", st);
     g_state = std::move(state);
     start_stats_export(registry.settings());
     const net::TransportOptions& o = g_state->options;
     const auto shape_text = [](int n) { return n > 0 ? std::to_string(n) : std::string("auto"); };
-    SIEVE_INFO("initialised: %zu device(s), %s sockets x %s threads per connection, progress %s, chunk %zu, "
-               "inline <= %zu, wire codec %s%s%s%s",
-               g_state->transport->devices().size(), shape_text(o.nsocks).c_str(), shape_text(o.nthreads).c_str(),
-               registry.settings().progress.c_str(), o.chunk_size, o.inline_threshold,
-               registry.settings().wire_codec.c_str(),
-               o.rate_limit_mbps > 0 ? ", rate limit " : "",
-               o.rate_limit_mbps > 0 ? (std::to_string(o.rate_limit_mbps) + " Mbit/s per device").c_str() : "",
-               o.job_token.empty() ? "" : ", job token required");
+    if (g_state->verbs)
+      SIEVE_INFO("initialised: %zu RDMA port(s), %d queue pair(s) per connection%s", g_state->transport->devices().size(),
+                 o.ib_qps, o.job_token.empty() ? "" : ", job token required");
+    else
+      SIEVE_INFO("initialised: %zu device(s), %s sockets x %s threads per connection, progress %s, chunk %zu, "
+                 "inline <= %zu, wire codec %s%s%s%s",
+                 g_state->transport->devices().size(), shape_text(o.nsocks).c_str(), shape_text(o.nthreads).c_str(),
+                 registry.settings().progress.c_str(), o.chunk_size, o.inline_threshold,
+                 registry.settings().wire_codec.c_str(),
+                 o.rate_limit_mbps > 0 ? ", rate limit " : "",
+                 o.rate_limit_mbps > 0 ? (std::to_string(o.rate_limit_mbps) + " Mbit/s per device").c_str() : "",
+                 o.job_token.empty() ? "" : ", job token required");
     run_proxy_probe();  // NCCL is loaded now: a preloaded proxy can tell whether it will see collectives
   } else if (logger) {
     install_nccl_logger(logger);
@@ -276,12 +307,14 @@ ncclResult_t net_properties(int dev, DeviceProperties* props) {
     props->name = intern(d.name);
     props->pci_path = d.pci_path.empty() ? nullptr : intern(d.pci_path);
     props->guid = d.guid;
-    props->ptr_support = abi::NCCL_PTR_HOST;
+    props->ptr_support = abi::NCCL_PTR_HOST | (d.dmabuf ? abi::NCCL_PTR_DMABUF : 0);
     props->speed_mbps = d.speed_mbps;
-    props->max_comms = honest_max_comms(state->options, d);
+    props->max_comms = d.max_comms > 0 ? d.max_comms : honest_max_comms(state->options, d);
     props->max_recvs = 1;
-    props->max_p2p_bytes = kMaxNetSizeBytes;
-    props->max_coll_bytes = kMaxNetSizeBytes;
+    const size_t max_bytes = d.max_message_bytes > 0 ? std::min<size_t>(kMaxNetSizeBytes, d.max_message_bytes)
+                                                     : kMaxNetSizeBytes;
+    props->max_p2p_bytes = max_bytes;
+    props->max_coll_bytes = max_bytes;
     return ncclSuccess;
   });
 }
@@ -311,7 +344,7 @@ ncclResult_t net_connect(void* ctx, int dev, void* handle, void** send_comm) {
     std::unique_ptr<net::SendComm> comm;
     net::Status st = state->transport->connect(dev, static_cast<net::Handle*>(handle), &comm);
     if (!st.is_ok()) return report("connect", st);
-    if (comm) *send_comm = wrap<SendWrapper>(state, std::move(comm), dev);
+    if (comm) *send_comm = wrap(state, std::move(comm), dev);
     return ncclSuccess;
   });
 }
@@ -325,32 +358,54 @@ ncclResult_t net_accept(void* listen_comm, void** recv_comm) {
     net::Status st = listener->comm->accept(&comm);
     add(process_stats().connections_rejected, listener->comm->take_rejected());
     if (!st.is_ok()) return report("accept", st);
-    if (comm) *recv_comm = wrap<RecvWrapper>(listener->state, std::move(comm), listener->dev);
+    if (comm) *recv_comm = wrap(listener->state, std::move(comm), listener->dev);
     return ncclSuccess;
   });
 }
 
+namespace {
+// The handle NCCL keeps is the comm's registration itself; deregMr deletes it.
+ncclResult_t register_memory(const char* call, void* comm, const net::MemoryDescriptor& memory, void** mhandle) {
+  return guarded(call, [&] {
+    if (!comm || !mhandle) return ncclInvalidArgument;
+    *mhandle = nullptr;
+    std::unique_ptr<net::MemoryRegion> region;
+    net::Status st = static_cast<CommWrapper*>(comm)->register_memory(memory, &region);
+    if (!st.is_ok()) return report(call, st);
+    *mhandle = region.release();
+    return ncclSuccess;
+  });
+}
+}  // namespace
+
 ncclResult_t net_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
-  (void)data;
-  (void)size;
   if (!comm || !mhandle) return ncclInvalidArgument;
   if (type != abi::NCCL_PTR_HOST) {
-    SIEVE_WARN("regMr: memory type %d is not supported (Sieve carries host memory only)", type);
+    *mhandle = nullptr;
+    SIEVE_WARN("regMr: memory type %d is not supported (host memory here; device memory through regMrDmaBuf where "
+               "getProperties reports dma-buf support)", type);
     return ncclInternalError;
   }
-  *mhandle = &g_host_registration;
-  return ncclSuccess;
+  return register_memory("regMr", comm, net::MemoryDescriptor{data, size, -1, 0}, mhandle);
 }
 
-ncclResult_t net_reg_mr_dmabuf(void*, void*, size_t, int, uint64_t, int, void** mhandle) {
-  if (mhandle) *mhandle = nullptr;
-  SIEVE_WARN("regMrDmaBuf: DMA-BUF registration is not supported (ptrSupport is host only)");
-  return ncclInternalError;
+ncclResult_t net_reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
+  if (!comm || !mhandle) return ncclInvalidArgument;
+  if (type == abi::NCCL_PTR_HOST && fd < 0) return net_reg_mr(comm, data, size, type, mhandle);
+  if (fd < 0) {
+    *mhandle = nullptr;
+    SIEVE_WARN("regMrDmaBuf: memory type %d without a dma-buf fd cannot be registered", type);
+    return ncclInternalError;
+  }
+  return register_memory("regMrDmaBuf", comm, net::MemoryDescriptor{data, size, fd, offset}, mhandle);
 }
 
 ncclResult_t net_dereg_mr(void* comm, void* mhandle) {
-  (void)mhandle;
-  return comm ? ncclSuccess : ncclInvalidArgument;
+  return guarded("deregMr", [&] {
+    if (!comm) return ncclInvalidArgument;
+    delete static_cast<net::MemoryRegion*>(mhandle);
+    return ncclSuccess;
+  });
 }
 
 ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void** request) {
@@ -359,8 +414,8 @@ ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* 
   return guarded("isend", [&] {
     if (!send_comm || !request) return ncclInvalidArgument;
     net::Request* r = nullptr;
-    auto* wrapper = static_cast<SendWrapper*>(send_comm);
-    net::Status st = wrapper->comm->isend(data, size, &r);
+    auto* wrapper = static_cast<CommWrapper*>(send_comm);
+    net::Status st = wrapper->send->isend(data, size, &r);
     *request = r;
     if (r) wrapper->traffic->posted();
     return st.is_ok() ? ncclSuccess : to_nccl(st.code());  // the comm logged its failure
@@ -379,8 +434,8 @@ ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes,
     }
     if (!recv_comm || !request || !data || !sizes) return ncclInvalidArgument;
     net::Request* r = nullptr;
-    auto* wrapper = static_cast<RecvWrapper*>(recv_comm);
-    net::Status st = wrapper->comm->irecv(data[0], sizes[0], &r);
+    auto* wrapper = static_cast<CommWrapper*>(recv_comm);
+    net::Status st = wrapper->recv->irecv(data[0], sizes[0], &r);
     *request = r;
     if (r) wrapper->traffic->posted();
     return st.is_ok() ? ncclSuccess : to_nccl(st.code());
@@ -388,13 +443,18 @@ ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes,
 }
 
 ncclResult_t net_iflush(void* recv_comm, int n, void** data, int* sizes, void** mhandles, void** request) {
-  (void)n;
-  (void)data;
-  (void)sizes;
-  (void)mhandles;
-  if (!recv_comm || !request) return ncclInvalidArgument;
-  *request = nullptr;  // host memory: nothing to flush
-  return ncclSuccess;
+  return guarded("iflush", [&] {
+    if (!recv_comm || !request) return ncclInvalidArgument;
+    *request = nullptr;
+    // One receive per request (maxRecvs 1): its buffer is the one to flush. Host memory and TCP: none.
+    if (n < 1 || !data || !sizes || !mhandles || sizes[0] <= 0) return ncclSuccess;
+    net::Request* r = nullptr;
+    auto* wrapper = static_cast<CommWrapper*>(recv_comm);
+    net::Status st = wrapper->recv->flush(data[0], static_cast<size_t>(sizes[0]),
+                                          static_cast<net::MemoryRegion*>(mhandles[0]), &r);
+    *request = r;
+    return st.is_ok() ? ncclSuccess : report("iflush", st);
+  });
 }
 
 ncclResult_t net_test(void* request, int* done, size_t* size) {
@@ -409,8 +469,10 @@ ncclResult_t net_test(void* request, int* done, size_t* size) {
     if (c.done) {
       *done = 1;
       if (size) *size = c.size;
-      count_completion(c);
-      if (traffic) traffic->completed(c);
+      if (c.message) {
+        count_completion(c);
+        if (traffic) traffic->completed(c);
+      }
     }
     return ncclSuccess;
   });
@@ -418,14 +480,14 @@ ncclResult_t net_test(void* request, int* done, size_t* size) {
 
 ncclResult_t net_close_send(void* send_comm) {
   return guarded("closeSend", [&] {
-    delete static_cast<SendWrapper*>(send_comm);
+    delete static_cast<CommWrapper*>(send_comm);
     return ncclSuccess;
   });
 }
 
 ncclResult_t net_close_recv(void* recv_comm) {
   return guarded("closeRecv", [&] {
-    delete static_cast<RecvWrapper*>(recv_comm);
+    delete static_cast<CommWrapper*>(recv_comm);
     return ncclSuccess;
   });
 }

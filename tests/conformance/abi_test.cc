@@ -3,6 +3,8 @@
 // own pattern for a rank talking to itself through the network).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -180,6 +182,67 @@ TEST_P(Abi, LoopbackConnectionInOneProcessCarries32OutstandingRequests) {
     EXPECT_EQ(net->dereg_mr(send_comm, send_mr[i]), tools::kNetSuccess);
     EXPECT_EQ(net->dereg_mr(recv_comm, recv_mr[i]), tools::kNetSuccess);
   }
+  EXPECT_EQ(net->close_send(send_comm), tools::kNetSuccess);
+  EXPECT_EQ(net->close_recv(recv_comm), tools::kNetSuccess);
+  EXPECT_EQ(net->close_listen(listen_comm), tools::kNetSuccess);
+  EXPECT_EQ(net->finalize(), tools::kNetSuccess);
+}
+
+// Device memory as NCCL hands it over: regMrDmaBuf with the buffer's fd (a memfd stands in for a
+// GPU buffer), where getProperties offers NCCL_PTR_DMABUF; then iflush returns a request that
+// completes. Without the offer (TCP) the registration must be refused, not faked.
+TEST_P(Abi, DmaBufRegistrationAndFlushFollowPtrSupport) {
+  auto net = open_version(GetParam());
+  ASSERT_TRUE(net);
+  ASSERT_EQ(net->init(), tools::kNetSuccess);
+  tools::NetDeviceInfo info;
+  ASSERT_EQ(net->properties(0, &info), tools::kNetSuccess);
+  tools::NetHandle handle;
+  void* listen_comm = nullptr;
+  ASSERT_EQ(net->listen(0, &handle, &listen_comm), tools::kNetSuccess);
+  void *send_comm = nullptr, *recv_comm = nullptr;
+  ASSERT_EQ(tools::connect_accept_until(*net, 0, &handle, listen_comm, &send_comm, &recv_comm, kTimeoutMs),
+            tools::kNetSuccess);
+  constexpr size_t kSize = 1 << 20;
+  const int fd = memfd_create("sieve-conformance-dmabuf", 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kSize), 0);
+  void* device_buffer = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(device_buffer, MAP_FAILED);
+  void* recv_mr = nullptr;
+  const int registered =
+      net->reg_mr_dmabuf(recv_comm, device_buffer, kSize, tools::kPtrCuda, 0, fd, &recv_mr);
+  if (!(info.ptr_support & tools::kPtrDmaBuf)) {
+    EXPECT_NE(registered, tools::kNetSuccess) << "dma-buf registration accepted without NCCL_PTR_DMABUF";
+  } else {
+    ASSERT_EQ(registered, tools::kNetSuccess);
+    std::vector<unsigned char> sent(kSize / 2);
+    fill_pattern(sent.data(), sent.size(), 3, 0);
+    void* send_mr = nullptr;
+    ASSERT_EQ(net->reg_mr(send_comm, sent.data(), sent.size(), tools::kPtrHost, &send_mr), tools::kNetSuccess);
+    void* data = device_buffer;
+    size_t size = kSize;
+    int tag = 0;
+    void *recv_req = nullptr, *send_req = nullptr;
+    ASSERT_EQ(tools::irecv_until(*net, recv_comm, data, size, tag, recv_mr, &recv_req, kTimeoutMs), tools::kNetSuccess);
+    ASSERT_EQ(tools::isend_until(*net, send_comm, sent.data(), sent.size(), tag, send_mr, &send_req, kTimeoutMs),
+              tools::kNetSuccess);
+    int received = -1, reported = -1;
+    ASSERT_EQ(tools::wait_until(*net, send_req, &reported, kTimeoutMs), tools::kNetSuccess);
+    ASSERT_EQ(tools::wait_until(*net, recv_req, &received, kTimeoutMs), tools::kNetSuccess);
+    ASSERT_EQ(static_cast<size_t>(received), sent.size());
+    EXPECT_EQ(first_mismatch(static_cast<unsigned char*>(device_buffer), sent.size(), 3, 0), sent.size());
+    int flush_size = received;
+    void* flush_req = nullptr;
+    ASSERT_EQ(net->iflush(recv_comm, 1, &data, &flush_size, &recv_mr, &flush_req), tools::kNetSuccess);
+    ASSERT_NE(flush_req, nullptr) << "device memory must be flushed";
+    int ignored = -1;
+    EXPECT_EQ(tools::wait_until(*net, flush_req, &ignored, kTimeoutMs), tools::kNetSuccess);
+    EXPECT_EQ(net->dereg_mr(send_comm, send_mr), tools::kNetSuccess);
+    EXPECT_EQ(net->dereg_mr(recv_comm, recv_mr), tools::kNetSuccess);
+  }
+  munmap(device_buffer, kSize);
+  close(fd);
   EXPECT_EQ(net->close_send(send_comm), tools::kNetSuccess);
   EXPECT_EQ(net->close_recv(recv_comm), tools::kNetSuccess);
   EXPECT_EQ(net->close_listen(listen_comm), tools::kNetSuccess);

@@ -159,6 +159,25 @@ TEST(Handshake, MessagesRoundTripAndValidate) {
   EXPECT_FALSE(wire::decode_welcome(wb, &wback).is_ok());
 }
 
+// A verbs connection is its bootstrap socket alone: no data sockets, and only with the carrier bit.
+TEST(Handshake, HelloWithoutDataSocketsIsAVerbsConnectionOnly) {
+  uint8_t hb[wire::kHelloBytes];
+  wire::Hello back{};
+  wire::Hello verbs{0, 0, wire::kCapVerbs, 111, 222, 333, 1 << 20};
+  wire::encode_hello(verbs, hb);
+  ASSERT_TRUE(wire::decode_hello(hb, &back).is_ok());
+  EXPECT_EQ(back.nsocks, 0);
+  EXPECT_EQ(back.caps, wire::kCapVerbs);
+  wire::Hello with_data = verbs;
+  with_data.nsocks = 2;
+  wire::encode_hello(with_data, hb);
+  EXPECT_FALSE(wire::decode_hello(hb, &back).is_ok()) << "a verbs hello announcing data sockets";
+  wire::Hello tcp = verbs;
+  tcp.caps = 0;
+  wire::encode_hello(tcp, hb);
+  EXPECT_FALSE(wire::decode_hello(hb, &back).is_ok()) << "a TCP hello without data sockets";
+}
+
 TEST(Handshake, MacDependsOnTokenRoleNoncesAndSocket) {
   wire::Hello hello{1, 2, 0, 10, 20, 30, 65536};
   Digest base = wire::handshake_mac("token", wire::Role::Connector, hello, 40);

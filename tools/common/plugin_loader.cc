@@ -342,6 +342,14 @@ int NetPlugin::reg_mr(void* comm, void* data, size_t size, int type, void** mhan
 
 int NetPlugin::dereg_mr(void* comm, void* mhandle) { SIEVE_SAME_CALL(deregMr, comm, mhandle); }
 
+int NetPlugin::reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
+  SIEVE_SAME_CALL(regMrDmaBuf, comm, data, size, type, offset, fd, mhandle);
+}
+
+int NetPlugin::iflush(void* recv_comm, int n, void** data, int* sizes, void** mhandles, void** request) {
+  SIEVE_SAME_CALL(iflush, recv_comm, n, data, sizes, mhandles, request);
+}
+
 int NetPlugin::isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void** request) {
   switch (version_) {
     case 8:

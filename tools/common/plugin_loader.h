@@ -25,6 +25,8 @@ constexpr int kTimedOut = -1;
 constexpr int kHandleBytes = 128;      // NCCL_NET_HANDLE_MAXSIZE
 constexpr int kMaxRequests = 32;       // NCCL_NET_MAX_REQUESTS per comm
 constexpr int kPtrHost = 0x1;          // NCCL_PTR_HOST
+constexpr int kPtrCuda = 0x2;          // NCCL_PTR_CUDA
+constexpr int kPtrDmaBuf = 0x4;        // NCCL_PTR_DMABUF
 constexpr int kOldestVersion = 8;
 constexpr int kNewestVersion = 12;
 
@@ -96,6 +98,10 @@ class NetPlugin {
   int accept(void* listen_comm, void** recv_comm);
   int reg_mr(void* comm, void* data, size_t size, int type, void** mhandle);
   int dereg_mr(void* comm, void* mhandle);
+  // Device memory exported as a dma-buf (NCCL calls it with type NCCL_PTR_CUDA and the buffer's fd).
+  int reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
+  // *request is NULL when there is nothing to flush (host memory).
+  int iflush(void* recv_comm, int n, void** data, int* sizes, void** mhandles, void** request);
   // *request may come back NULL: the plugin cannot take it now, call again later.
   // v8's int sizes: a size above INT_MAX is refused here with kNetInvalidArgument.
   int isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void** request);

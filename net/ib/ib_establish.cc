@@ -1,0 +1,139 @@
+#include "net/ib/ib_establish.h"
+
+#include <algorithm>
+
+#include "net/socket.h"
+
+namespace sieve::net::ib {
+
+namespace {
+// Both sides are past the handshake, so each answers as soon as NCCL calls connect or accept
+// again; a slow rank may still take a while to do so.
+constexpr int kMinSetupWaitMs = 30000;
+constexpr uint8_t kReady = 0x52;  // 'R'
+}  // namespace
+
+Establishment::Establishment(Role role, IbCommConfig config, Connection connection)
+    : role_(role),
+      config_(std::move(config)),
+      connection_(std::move(connection)),
+      peer_(connection_.peer),
+      deadline_(Clock::now() + std::chrono::milliseconds(std::max(config_.peer_timeout_ms, kMinSetupWaitMs))),
+      stage_(role == Role::Connector ? Stage::SendSetup : Stage::ReadSetup) {}
+
+IbComm* Establishment::comm() const {
+  if (send_) return send_.get();
+  if (recv_) return recv_.get();
+  return nullptr;
+}
+
+int Establishment::fd() const { return comm() ? comm()->socket() : connection_.control.get(); }
+
+Status Establishment::create_comm(int nqps) {
+  config_.nqps = nqps;
+  Status st;
+  if (role_ == Role::Connector) {
+    send_ = std::make_unique<IbSendComm>(config_, std::move(connection_));
+    st = send_->create();
+  } else {
+    recv_ = std::make_unique<IbRecvComm>(config_, std::move(connection_));
+    st = recv_->create();
+  }
+  return st;
+}
+
+Status Establishment::write_pending(bool* complete) {
+  *complete = false;
+  while (out_done_ < out_.size()) {
+    iovec iov{out_.data() + out_done_, out_.size() - out_done_};
+    IoResult r = write_some(fd(), &iov, 1);
+    if (r.failed()) return error(Code::RemoteError, "queue-pair set-up with " + peer_ + ": " + errno_text(r.error));
+    if (r.would_block) return Status::ok();
+    out_done_ += r.bytes;
+  }
+  *complete = true;
+  return Status::ok();
+}
+
+Status Establishment::read_into(size_t wanted, bool* complete) {
+  *complete = false;
+  in_.resize(wanted);
+  while (in_done_ < wanted) {
+    iovec iov{in_.data() + in_done_, wanted - in_done_};
+    IoResult r = read_some(fd(), &iov, 1);
+    if (r.closed) return error(Code::RemoteError, "peer " + peer_ + " closed the connection during queue-pair set-up");
+    if (r.failed()) return error(Code::RemoteError, "queue-pair set-up with " + peer_ + ": " + errno_text(r.error));
+    if (r.would_block) return Status::ok();
+    in_done_ += r.bytes;
+  }
+  *complete = true;
+  in_done_ = 0;
+  return Status::ok();
+}
+
+Status Establishment::progress(bool* done) {
+  *done = false;
+  bool complete = false;
+  Status st;
+  if (stage_ == Stage::SendSetup) {
+    if (out_.empty()) {
+      if (role_ == Role::Connector) {
+        st = create_comm(config_.nqps);
+        if (!st.is_ok()) return st;
+      }
+      out_.resize(kSetupBytes);
+      encode_setup(comm()->local_setup(), out_.data());
+      out_done_ = 0;
+    }
+    st = write_pending(&complete);
+    if (!st.is_ok()) return st;
+    if (complete) stage_ = role_ == Role::Connector ? Stage::ReadSetup : Stage::ReadReady;
+  }
+  if (stage_ == Stage::ReadSetup) {
+    st = read_into(kSetupBytes, &complete);
+    if (!st.is_ok()) return st;
+    if (complete) {
+      SetupInfo remote;
+      st = decode_setup(in_.data(), &remote);
+      if (!st.is_ok()) return error(st.code(), st.message() + " (from " + peer_ + ")");
+      if (role_ == Role::Listener) {
+        st = create_comm(static_cast<int>(remote.qpn.size()));  // the connector chose SIEVE_IB_QPS
+        if (!st.is_ok()) return st;
+      }
+      st = comm()->connect(remote);
+      if (!st.is_ok()) return st;
+      out_.clear();
+      if (role_ == Role::Connector) {
+        out_.push_back(kReady);
+        out_done_ = 0;
+        stage_ = Stage::SendReady;
+      } else {
+        stage_ = Stage::SendSetup;  // answers with its own set-up, its queue pairs already connected
+        return progress(done);
+      }
+    }
+  }
+  if (stage_ == Stage::SendReady) {
+    st = write_pending(&complete);
+    if (!st.is_ok()) return st;
+    if (complete) stage_ = Stage::Done;
+  }
+  if (stage_ == Stage::ReadReady) {
+    st = read_into(1, &complete);
+    if (!st.is_ok()) return st;
+    if (complete) {
+      if (in_[0] != kReady) return error(Code::RemoteError, "peer " + peer_ + " broke the queue-pair set-up (no ready mark)");
+      stage_ = Stage::Done;
+    }
+  }
+  if (stage_ == Stage::Done) {
+    *done = true;
+    return Status::ok();
+  }
+  if (Clock::now() > deadline_)
+    return error(Code::RemoteError, "queue-pair set-up with " + peer_ + " did not finish within " +
+                                        std::to_string(std::max(config_.peer_timeout_ms, kMinSetupWaitMs)) + " ms");
+  return Status::ok();
+}
+
+}  // namespace sieve::net::ib

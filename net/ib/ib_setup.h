@@ -1,0 +1,67 @@
+// What two verbs endpoints tell each other over the authenticated bootstrap socket before any RDMA,
+// and the queue-pair state transitions that use it. One fixed-size, little-endian, validated
+// message per side (the listener answers the connector's), then one "ready" byte per side once its
+// queue pairs are in RTS with receives posted, so nothing is ever sent to a queue pair that cannot
+// take it yet.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "net/ib/ib_devices.h"
+#include "net/ib/verbs_library.h"
+#include "net/status.h"
+
+namespace sieve::net::ib {
+
+constexpr int kMaxQps = 16;  // SIEVE_IB_QPS's upper bound
+
+// The local port a comm uses, as resolved when the transport started.
+struct PortAddress {
+  std::string name;  // "mlx5_0:1", for messages
+  int port = 1;
+  LinkLayer link_layer = LinkLayer::InfiniBand;
+  uint16_t lid = 0;
+  int gid_index = 0;
+  ibv_gid gid{};
+  ibv_mtu mtu = IBV_MTU_1024;
+};
+
+struct SetupInfo {
+  LinkLayer link_layer = LinkLayer::InfiniBand;
+  ibv_mtu mtu = IBV_MTU_1024;
+  uint16_t lid = 0;
+  ibv_gid gid{};
+  std::vector<uint32_t> qpn;  // one per queue pair, 1..kMaxQps
+  std::vector<uint32_t> psn;  // initial packet sequence number of each, 24 bits
+};
+
+constexpr size_t kSetupBytes = 4 + 2 + 1 + 1 + 2 + 2 + 16 + kMaxQps * 8;
+void encode_setup(const SetupInfo& info, uint8_t* out);
+// Error names what is wrong (magic, version, queue-pair count, link layer, MTU).
+Status decode_setup(const uint8_t* in, SetupInfo* out);
+
+// Attributes every queue pair of the transport uses, in one place. The timeout is 4.096 us x 2^18 =
+// about 1.07 s per try and 7 retries: a lost path fails the queue pair within about 9 s on its own;
+// the bootstrap socket (closed by the kernel when a process dies, keepalive for a vanished host)
+// reports a dead peer sooner. rnr_retry 7 (retry forever) is safe because receives are always
+// posted ahead of anything that consumes them.
+constexpr uint8_t kQpTimeout = 18;
+constexpr uint8_t kQpRetryCount = 7;
+constexpr uint8_t kQpRnrRetry = 7;
+constexpr uint8_t kQpMinRnrTimer = 12;
+constexpr uint8_t kHopLimit = 255;
+constexpr unsigned kRemoteAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
+// RESET -> INIT on the local port.
+Status qp_to_init(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local);
+// INIT -> RTR -> RTS towards the remote queue pair (RoCE: global route from the local GID index;
+// InfiniBand: the remote LID). Path MTU is the smaller of both ports'.
+Status qp_to_rts(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local, uint32_t local_psn,
+                 const SetupInfo& remote, uint32_t remote_qpn, uint32_t remote_psn);
+
+}  // namespace sieve::net::ib

@@ -1,0 +1,321 @@
+// The verbs implementation of Transport: the ports SIEVE_IB_HCA selects, one protection domain per
+// device, a bootstrap listener on an IP interface (the shared, authenticated handshake with no data
+// sockets), and comms whose queue pairs are set up over that socket.
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "net/handshake.h"
+#include "net/ib/ib_comm.h"
+#include "net/ib/ib_devices.h"
+#include "net/ib/ib_establish.h"
+#include "net/ib/verbs_library.h"
+#include "net/log.h"
+#include "net/transport.h"
+#include "net/wire.h"
+#include "topology/discover.h"
+
+namespace sieve::net {
+
+namespace ib {
+namespace {
+
+// A queue pair per SIEVE_IB_QPS and the flush loopback of each receive comm.
+int max_comms_of(const IbPort& port, int nqps) {
+  if (port.max_qp <= 0) return 65536;
+  return std::max(1, std::min(65536, port.max_qp / (nqps + 1)));
+}
+
+class IbListenComm final : public ListenComm {
+ public:
+  IbListenComm(const TransportOptions& options, Fd listener, uint64_t nonce, std::string address, IbCommConfig config)
+      : config_(std::move(config)),
+        handshakes_(options, std::move(listener), nonce, std::move(address), Carrier::Verbs) {}
+
+  Status accept(std::unique_ptr<RecvComm>* comm) override {
+    comm->reset();
+    Connection c;
+    bool got = false;
+    handshakes_.accept(&c, &got);
+    if (got) establishing_.push_back(std::make_unique<Establishment>(Establishment::Role::Listener, config_, std::move(c)));
+    for (size_t i = 0; i < establishing_.size();) {
+      bool done = false;
+      Status st = establishing_[i]->progress(&done);
+      if (!st.is_ok()) {
+        // An authenticated peer whose set-up failed: dropped like a bad handshake, the listener lives on.
+        ++rejected_;
+        SIEVE_WARN("listener %s dropped %s: %s", handshakes_.address().c_str(), establishing_[i]->peer().c_str(),
+                   st.message().c_str());
+        establishing_.erase(establishing_.begin() + i);
+        continue;
+      }
+      if (done) {
+        *comm = establishing_[i]->take_recv();
+        establishing_.erase(establishing_.begin() + i);
+        return Status::ok();
+      }
+      ++i;
+    }
+    return Status::ok();
+  }
+
+  uint64_t take_rejected() override {
+    uint64_t n = rejected_ + handshakes_.take_rejected();
+    rejected_ = 0;
+    return n;
+  }
+
+ private:
+  const IbCommConfig config_;
+  HandshakeListener handshakes_;
+  std::vector<std::unique_ptr<Establishment>> establishing_;
+  uint64_t rejected_ = 0;
+};
+
+// A connect in progress: the shared handshake, then the queue-pair set-up.
+class IbConnect {
+ public:
+  IbConnect(const TransportOptions& options, const wire::HandleFields& handle, IbCommConfig config)
+      : connector_(options, handle, Carrier::Verbs), config_(std::move(config)) {}
+
+  Status progress(std::unique_ptr<SendComm>* comm) {
+    if (!establishment_) {
+      Connection c;
+      bool done = false;
+      Status st = connector_.progress(&c, &done);
+      if (!st.is_ok() || !done) return st;
+      establishment_ = std::make_unique<Establishment>(Establishment::Role::Connector, config_, std::move(c));
+    }
+    bool done = false;
+    Status st = establishment_->progress(&done);
+    if (!st.is_ok() || !done) return st;
+    *comm = establishment_->take_send();
+    return Status::ok();
+  }
+
+ private:
+  Connector connector_;
+  const IbCommConfig config_;
+  std::unique_ptr<Establishment> establishment_;
+};
+
+struct PortEntry {
+  IbPort port;
+  PortAddress address;
+  std::shared_ptr<DeviceContext> device;
+};
+
+class IbTransport final : public Transport {
+ public:
+  IbTransport(const TransportOptions& options, std::vector<PortEntry> ports, std::vector<Device> devices)
+      : options_(options), ports_(std::move(ports)), devices_(std::move(devices)) {}
+
+  const std::vector<Device>& devices() const override { return devices_; }
+
+  Status listen(int dev, Handle* handle, std::unique_ptr<ListenComm>* comm) override {
+    comm->reset();
+    Status st = check_device(dev);
+    if (!st.is_ok()) return st;
+    Fd fd;
+    SocketAddress bound;
+    st = make_listener(devices_[dev].address, &fd, &bound);
+    if (!st.is_ok()) return st;
+    wire::HandleFields fields;
+    fields.address = bound;
+    fields.listener_nonce = random64();
+    wire::encode_handle(fields, handle->bytes);
+    *comm = std::make_unique<IbListenComm>(options_, std::move(fd), fields.listener_nonce, bound.text(), config(dev));
+    SIEVE_INFO("listening on %s for verbs connections on %s", bound.text().c_str(), devices_[dev].name.c_str());
+    return Status::ok();
+  }
+
+  Status connect(int dev, Handle* handle, std::unique_ptr<SendComm>* comm) override {
+    comm->reset();
+    Status st = check_device(dev);
+    if (!st.is_ok()) return st;
+    wire::HandleFields fields;
+    st = wire::decode_handle(handle->bytes, &fields);
+    if (!st.is_ok()) return st;
+    IbConnect* connecting = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (fields.pending_connect) {
+        auto it = connecting_.find(fields.pending_connect);
+        if (it == connecting_.end())
+          return error(Code::InvalidArgument, "handle names a connect attempt this process does not know");
+        connecting = it->second.get();
+      } else {
+        const uint64_t id = ++last_id_;
+        auto owned = std::make_unique<IbConnect>(options_, fields, config(dev));
+        connecting = owned.get();
+        connecting_.emplace(id, std::move(owned));
+        wire::set_handle_pending(handle->bytes, id);
+        fields.pending_connect = id;
+      }
+    }
+    st = connecting->progress(comm);
+    if (!st.is_ok() || *comm) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      connecting_.erase(fields.pending_connect);
+      wire::set_handle_pending(handle->bytes, 0);
+    }
+    if (*comm)
+      SIEVE_INFO("connected to %s over %s: %d queue pair(s)", (*comm)->peer().c_str(), devices_[dev].name.c_str(),
+                 options_.ib_qps);
+    return st;
+  }
+
+ private:
+  Status check_device(int dev) const {
+    if (dev < 0 || dev >= static_cast<int>(devices_.size()))
+      return error(Code::InvalidArgument, "device " + std::to_string(dev) + " does not exist (" +
+                                              std::to_string(devices_.size()) + " devices)");
+    return Status::ok();
+  }
+
+  IbCommConfig config(int dev) const {
+    IbCommConfig c;
+    c.device = ports_[dev].device;
+    c.port = ports_[dev].address;
+    c.nqps = options_.ib_qps;
+    c.peer_timeout_ms = options_.peer_timeout_ms;
+    c.max_cqe = ports_[dev].port.max_cqe;
+    return c;
+  }
+
+  const TransportOptions options_;
+  const std::vector<PortEntry> ports_;
+  const std::vector<Device> devices_;
+  std::mutex mutex_;
+  std::map<uint64_t, std::unique_ptr<IbConnect>> connecting_;
+  uint64_t last_id_ = 0;
+};
+
+Status check_options(const TransportOptions& o) {
+  if (o.ib_qps < 1 || o.ib_qps > kMaxQps)
+    return error(Code::InvalidArgument, "SIEVE_IB_QPS=" + std::to_string(o.ib_qps) + " is outside 1-16");
+  if (o.peer_timeout_ms < 100)
+    return error(Code::InvalidArgument, "SIEVE_PEER_TIMEOUT_MS=" + std::to_string(o.peer_timeout_ms) + " is below 100");
+  return Status::ok();
+}
+
+topology::Machine live_or_pinned_machine(const TransportOptions& options) {
+  topology::Discovery topo = topology::discover(options.topology);
+  if (!topo.ok && !options.topology.xml_file.empty()) {
+    SIEVE_WARN("topology file %s refused (%s); using the live machine", options.topology.xml_file.c_str(),
+               topo.error.c_str());
+    topology::Options live = options.topology;
+    live.xml_file.clear();
+    topo = topology::discover(live);
+  }
+  return topo.machine;
+}
+
+std::string port_list(const std::vector<IbPort>& ports) {
+  if (ports.empty()) return "none";
+  std::string text;
+  for (const auto& p : ports) text += (text.empty() ? "" : ", ") + p.name() + (p.active ? " (active)" : " (down)");
+  return text;
+}
+
+// Opens each selected port's device once and resolves the GID a connection from it uses.
+Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, const std::vector<IbPort>& selected,
+                  std::vector<PortEntry>* out) {
+  int count = 0;
+  ibv_device** list = verbs.get_device_list(&count);
+  if (!list) return error(Code::SystemError, "ibv_get_device_list failed: " + errno_text(errno));
+  std::map<std::string, std::shared_ptr<DeviceContext>> opened;
+  Status st;
+  for (const IbPort& port : selected) {
+    auto it = opened.find(port.device);
+    if (it == opened.end()) {
+      ibv_device* device = nullptr;
+      for (int i = 0; i < count; ++i)
+        if (port.device == verbs.get_device_name(list[i])) device = list[i];
+      if (!device) {
+        st = error(Code::SystemError, "RDMA device " + port.device + " disappeared");
+        break;
+      }
+      std::shared_ptr<DeviceContext> context;
+      st = DeviceContext::open(verbs, device, port.device, &context);
+      if (!st.is_ok()) break;
+      it = opened.emplace(port.device, std::move(context)).first;
+    }
+    PortEntry entry;
+    entry.port = port;
+    entry.device = it->second;
+    PortAddress& a = entry.address;
+    a.name = port.name();
+    a.port = port.port;
+    a.link_layer = port.link_layer;
+    a.lid = port.lid;
+    a.mtu = port.active_mtu;
+    st = choose_gid(port, options.ib_gid_index, &a.gid_index);
+    if (!st.is_ok()) break;
+    if (verbs.query_gid(it->second->context(), static_cast<uint8_t>(port.port), a.gid_index, &a.gid) != 0) {
+      st = error(Code::SystemError, "ibv_query_gid(" + port.name() + ", " + std::to_string(a.gid_index) +
+                                        ") failed: " + errno_text(errno));
+      break;
+    }
+    out->push_back(std::move(entry));
+  }
+  verbs.free_device_list(list);
+  return st;
+}
+
+}  // namespace
+}  // namespace ib
+
+Status Transport::create_ib(const TransportOptions& options, std::unique_ptr<Transport>* out) {
+  Status st = ib::check_options(options);
+  if (!st.is_ok()) return st;
+  const ib::VerbsLibrary* verbs = nullptr;
+  st = ib::load_verbs(&verbs);
+  if (!st.is_ok()) return st;
+  const topology::Machine machine = ib::live_or_pinned_machine(options);
+  std::vector<ib::IbPort> ports;
+  std::vector<std::string> notes;
+  st = ib::discover_ports(*verbs, machine, &ports, &notes);
+  if (!st.is_ok()) return st;
+  for (const auto& note : notes) SIEVE_INFO("rdma: %s", note.c_str());
+  ib::HcaSpec spec;
+  st = ib::parse_hca_spec(options.ib_hca, &spec);
+  if (!st.is_ok()) return st;
+  const std::vector<ib::IbPort> selected = ib::select_ports(ports, spec);
+  if (selected.empty())
+    return error(Code::SystemError, "no active RDMA port" +
+                                        (options.ib_hca.empty() ? std::string() : " matches SIEVE_IB_HCA=" + options.ib_hca) +
+                                        " (ports found: " + ib::port_list(ports) + ", libibverbs " + verbs->path + ")");
+  // Queue pairs are set up over a TCP connection: an IP interface SIEVE_SOCKET_IFNAME selects.
+  std::vector<Device> interfaces;
+  st = discover_devices(options.devices, machine, &interfaces);
+  if (!st.is_ok())
+    return error(st.code(), "the verbs transport sets up its connections over TCP and found no interface for it: " +
+                                st.message());
+  std::vector<ib::PortEntry> entries;
+  st = ib::open_ports(*verbs, options, selected, &entries);
+  if (!st.is_ok()) return st;
+  std::vector<Device> devices;
+  for (const auto& e : entries) {
+    Device d;
+    d.name = e.port.name();
+    d.address = interfaces.front().address;
+    d.pci_path = e.port.placement.pci_path;
+    if (e.port.speed_mbps > 0) d.speed_mbps = e.port.speed_mbps;
+    d.guid = e.port.guid;
+    d.numa_node = e.port.placement.numa_node;
+    d.cpus = e.port.placement.cpus;
+    d.pci_vendor = e.port.placement.vendor_id;
+    d.dmabuf = e.port.dmabuf && verbs->reg_dmabuf_mr != nullptr;
+    d.max_comms = ib::max_comms_of(e.port, options.ib_qps);
+    d.max_message_bytes = ib::kMaxMessageBytes;
+    SIEVE_INFO("device %s %s speed %d Mbps numa %d gid index %d%s, set-up over %s", d.name.c_str(),
+               e.address.link_layer == ib::LinkLayer::Ethernet ? "RoCE" : "InfiniBand", d.speed_mbps, d.numa_node,
+               e.address.gid_index, d.dmabuf ? ", dma-buf" : "", interfaces.front().address.text().c_str());
+    devices.push_back(std::move(d));
+  }
+  *out = std::make_unique<ib::IbTransport>(options, std::move(entries), std::move(devices));
+  return Status::ok();
+}
+
+}  // namespace sieve::net

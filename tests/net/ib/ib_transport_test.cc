@@ -1,0 +1,366 @@
+// The verbs transport through the internal interface, both ends in this process, over the fake
+// libibverbs (tests/net/ib/fake_verbs, first in LD_LIBRARY_PATH through ctest). The fake is strict:
+// it counts every violation (an access outside a registration, a wrong key, a post on a queue pair
+// not ready, a full completion queue); each test ends by checking the count is still zero. It runs
+// with FAKE_VERBS_VIOLATIONS=report so a violation the transport provokes on purpose (a wrong key)
+// becomes an error completion, as hardware would give, instead of an abort.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "net/transport.h"
+#include "tests/net/transport_harness.h"
+
+namespace sieve::net {
+namespace {
+
+using testing::Pair;
+
+constexpr unsigned char kCanary = 0xC5;
+
+std::vector<unsigned char> pattern(size_t size, uint32_t seed) {
+  std::vector<unsigned char> v(size);
+  uint32_t x = seed * 2654435761u + 7;
+  for (size_t i = 0; i < size; ++i) {
+    x = x * 1664525u + 1013904223u;
+    v[i] = static_cast<unsigned char>(x >> 24);
+  }
+  return v;
+}
+
+// The fake's own violation counter, read from the copy the transport loaded.
+uint64_t fake_violations() {
+  void* library = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!library) return ~uint64_t(0);
+  auto counter = reinterpret_cast<uint64_t (*)()>(dlsym(library, "fake_verbs_violations"));
+  const uint64_t n = counter ? counter() : ~uint64_t(0);
+  dlclose(library);
+  return n;
+}
+
+TransportOptions ib_options(int qps = 1) {
+  TransportOptions o = testing::loopback_options();
+  o.ib_qps = qps;
+  return o;
+}
+
+class IbTransportTest : public ::testing::Test {
+ protected:
+  void connect(int qps = 1) {
+    Status st = Transport::create_ib(ib_options(qps), &transport_);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    violations_before_ = fake_violations();
+    ASSERT_NE(violations_before_, ~uint64_t(0)) << "the fake libibverbs is not the one loaded (LD_LIBRARY_PATH)";
+    st = testing::connect_pair(*transport_, *transport_, &pair_);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+  }
+
+  void TearDown() override {
+    pair_ = Pair{};
+    if (transport_) {
+      EXPECT_EQ(fake_violations(), violations_before_) << "the transport broke a verbs rule";
+    }
+  }
+
+  std::unique_ptr<MemoryRegion> reg_send(const void* data, size_t size) {
+    std::unique_ptr<MemoryRegion> r;
+    Status st = pair_.send->register_memory({const_cast<void*>(data), size, -1, 0}, &r);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    return r;
+  }
+  std::unique_ptr<MemoryRegion> reg_recv(void* data, size_t size) {
+    std::unique_ptr<MemoryRegion> r;
+    Status st = pair_.recv->register_memory({data, size, -1, 0}, &r);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    return r;
+  }
+
+  // One message of `size` into a receive of `capacity`; checks the bytes, the sizes and the canary.
+  void roundtrip(size_t size, size_t capacity, uint32_t seed) {
+    std::vector<unsigned char> out = pattern(size, seed);
+    std::vector<unsigned char> in(capacity + 64, kCanary);
+    auto send_region = reg_send(out.data(), out.size());
+    auto recv_region = reg_recv(in.data(), capacity);
+    Request *r = nullptr, *s = nullptr;
+    ASSERT_TRUE(pair_.recv->irecv(in.data(), capacity, &r).is_ok());
+    ASSERT_TRUE(pair_.send->isend(out.data(), size, &s).is_ok());
+    ASSERT_TRUE(r && s);
+    Completion cr, cs;
+    Status st = testing::wait_both(s, &cs, r, &cr, std::chrono::seconds(60));
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    EXPECT_EQ(cs.size, size);
+    EXPECT_EQ(cr.size, size);
+    EXPECT_TRUE(cs.sent);
+    EXPECT_FALSE(cr.sent);
+    ASSERT_EQ(std::memcmp(in.data(), out.data(), size), 0) << size << " bytes";
+    for (size_t i = size; i < in.size(); ++i) ASSERT_EQ(in[i], kCanary) << "wrote past " << size << " at " << i;
+  }
+
+  std::unique_ptr<Transport> transport_;
+  Pair pair_;
+  uint64_t violations_before_ = 0;
+};
+
+TEST_F(IbTransportTest, SizesFromZeroTo64MiBArriveByteExactIntoLargerReceives) {
+  connect();
+  const size_t sizes[] = {0, 1, 7, 4096, 65537, (1u << 20) + 3, 16u << 20, 64u << 20};
+  uint32_t seed = 1;
+  for (size_t size : sizes) {
+    roundtrip(size, size, seed++);
+    roundtrip(size, size + 4099, seed++);
+  }
+}
+
+TEST_F(IbTransportTest, ThirtyTwoOutstandingEachWayAndTheThirtyThirdWaits) {
+  connect();
+  constexpr int kCount = kMaxRequests;
+  constexpr size_t kSize = 70000;
+  std::vector<std::vector<unsigned char>> out(kCount), in(kCount);
+  std::vector<std::unique_ptr<MemoryRegion>> regions;
+  std::vector<Request*> sends(kCount), recvs(kCount);
+  for (int i = 0; i < kCount; ++i) {
+    out[i] = pattern(kSize - i, 100 + i);
+    in[i].assign(kSize, kCanary);
+    regions.push_back(reg_send(out[i].data(), out[i].size()));
+    regions.push_back(reg_recv(in[i].data(), in[i].size()));
+  }
+  for (int i = 0; i < kCount; ++i) {
+    ASSERT_TRUE(pair_.recv->irecv(in[i].data(), kSize, &recvs[i]).is_ok());
+    ASSERT_NE(recvs[i], nullptr) << "irecv " << i;
+  }
+  Request* extra = reinterpret_cast<Request*>(1);
+  ASSERT_TRUE(pair_.recv->irecv(in[0].data(), kSize, &extra).is_ok());
+  EXPECT_EQ(extra, nullptr) << "a 33rd receive must wait for a free slot";
+  for (int i = 0; i < kCount; ++i) {
+    ASSERT_TRUE(pair_.send->isend(out[i].data(), out[i].size(), &sends[i]).is_ok());
+    ASSERT_NE(sends[i], nullptr) << "isend " << i;
+  }
+  extra = reinterpret_cast<Request*>(1);
+  ASSERT_TRUE(pair_.send->isend(out[0].data(), 1, &extra).is_ok());
+  EXPECT_EQ(extra, nullptr) << "a 33rd send must wait for a free slot";
+  for (int i = 0; i < kCount; ++i) {
+    Completion cs, cr;
+    Status st = testing::wait_both(sends[i], &cs, recvs[i], &cr);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    EXPECT_EQ(cr.size, out[i].size());
+    EXPECT_EQ(std::memcmp(in[i].data(), out[i].data(), out[i].size()), 0) << "message " << i;
+  }
+}
+
+TEST_F(IbTransportTest, SendLargerThanItsReceiveFailsBothSidesWithoutOverflowAndTheCommGoesOn) {
+  connect();
+  std::vector<unsigned char> out = pattern(1 << 20, 5);
+  std::vector<unsigned char> in((1 << 20) + 4096, kCanary);
+  auto send_region = reg_send(out.data(), out.size());
+  auto recv_region = reg_recv(in.data(), in.size());
+  Request *r = nullptr, *s = nullptr;
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), 4096, &r).is_ok());
+  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok());
+  Completion cr, cs;
+  Status sent = testing::wait(s, &cs);
+  Status received = testing::wait(r, &cr);
+  EXPECT_EQ(sent.code(), Code::InvalidUsage) << sent.message();
+  EXPECT_NE(sent.message().find("1048576"), std::string::npos) << sent.message();
+  EXPECT_NE(sent.message().find("4096"), std::string::npos) << sent.message();
+  EXPECT_EQ(received.code(), Code::InvalidUsage) << received.message();
+  for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(in[i], kCanary) << "byte " << i << " was written";
+  // Both sides counted the refused message the same way: the next one arrives intact.
+  roundtrip(3000, 4096, 6);
+}
+
+TEST_F(IbTransportTest, SeveralQueuePairsCarryLargeAndSmallMessagesInterleaved) {
+  connect(4);
+  const size_t sizes[] = {4096, 8u << 20, 100, (1u << 20) + 5, 0, 3u << 20};
+  std::vector<std::vector<unsigned char>> out, in;
+  std::vector<std::unique_ptr<MemoryRegion>> regions;
+  std::vector<Request*> sends, recvs;
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    out.push_back(pattern(sizes[i], 40 + i));
+    in.emplace_back(sizes[i] + 512, kCanary);
+  }
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    regions.push_back(reg_send(out[i].data(), out[i].size()));
+    regions.push_back(reg_recv(in[i].data(), in[i].size()));
+    Request* r = nullptr;
+    ASSERT_TRUE(pair_.recv->irecv(in[i].data(), in[i].size(), &r).is_ok());
+    recvs.push_back(r);
+  }
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    Request* s = nullptr;
+    ASSERT_TRUE(pair_.send->isend(out[i].data(), out[i].size(), &s).is_ok());
+    sends.push_back(s);
+  }
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    Completion cs, cr;
+    Status st = testing::wait_both(sends[i], &cs, recvs[i], &cr);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    EXPECT_EQ(cr.size, sizes[i]);
+    EXPECT_EQ(std::memcmp(in[i].data(), out[i].data(), sizes[i]), 0) << "message " << i;
+    for (size_t b = sizes[i]; b < in[i].size(); ++b) ASSERT_EQ(in[i][b], kCanary) << "message " << i;
+  }
+}
+
+TEST_F(IbTransportTest, UnregisteredBuffersAreInvalidUsageNamingRegistration) {
+  connect();
+  std::vector<unsigned char> buffer(8192);
+  Request* r = nullptr;
+  Status st = pair_.send->isend(buffer.data(), buffer.size(), &r);
+  EXPECT_EQ(st.code(), Code::InvalidUsage);
+  EXPECT_NE(st.message().find("registered"), std::string::npos) << st.message();
+  EXPECT_EQ(r, nullptr);
+  st = pair_.recv->irecv(buffer.data(), buffer.size(), &r);
+  EXPECT_EQ(st.code(), Code::InvalidUsage);
+  EXPECT_EQ(r, nullptr);
+  // A registration that covers only part of the buffer is no registration for all of it.
+  auto part = reg_send(buffer.data(), 4096);
+  st = pair_.send->isend(buffer.data(), buffer.size(), &r);
+  EXPECT_EQ(st.code(), Code::InvalidUsage) << st.message();
+  // Zero bytes need no memory at all.
+  roundtrip(0, 0, 9);
+}
+
+TEST_F(IbTransportTest, AnErrorCompletionFailsTheCommNamingThePeer) {
+  connect();
+  std::vector<unsigned char> out = pattern(65536, 11);
+  std::vector<unsigned char> in(65536, kCanary);
+  auto send_region = reg_send(out.data(), out.size());
+  auto recv_region = reg_recv(in.data(), in.size());
+  Request *r = nullptr, *s = nullptr;
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).is_ok());
+  // The receive announced its key; deregistering now makes the sender's write use a dead key.
+  recv_region.reset();
+  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok());
+  Completion cs;
+  Status st = testing::wait(s, &cs);
+  ASSERT_FALSE(st.is_ok()) << "a write with a deregistered key completed";
+  EXPECT_EQ(st.code(), Code::SystemError) << st.message();
+  EXPECT_NE(st.message().find("on QP to " + pair_.send->peer()), std::string::npos) << st.message();
+  // The failure stays: the comm refuses further work with the same error.
+  Request* again = nullptr;
+  Status next = pair_.send->isend(out.data(), out.size(), &again);
+  EXPECT_EQ(next.code(), Code::SystemError);
+  EXPECT_EQ(again, nullptr);
+  ++violations_before_;  // the one violation this test provokes on purpose
+}
+
+TEST_F(IbTransportTest, ClosingTheSenderGivesAWaitingReceiverAnErrorNamingThePeer) {
+  connect();
+  std::vector<unsigned char> in(4096);
+  auto recv_region = reg_recv(in.data(), in.size());
+  Request* r = nullptr;
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).is_ok());
+  const std::string peer = pair_.recv->peer();
+  pair_.send.reset();
+  Completion cr;
+  Status st = testing::wait(r, &cr);
+  // Whichever notices first: the closed liveness socket, or the announcement the peer's queue pair
+  // no longer answers (retry counter exceeded); either names the peer.
+  EXPECT_TRUE(st.code() == Code::RemoteError || st.code() == Code::SystemError) << st.message();
+  EXPECT_NE(st.message().find(peer), std::string::npos) << st.message();
+}
+
+// NCCL may close comms with requests outstanding (an aborted communicator): no crash, no verbs
+// rule broken (the fake counts a queue pair destroyed under the wrong order, a registration
+// dropped under a queued write), whichever side goes first.
+TEST_F(IbTransportTest, ClosingCommsWithRequestsInFlightIsClean) {
+  for (const bool sender_first : {true, false}) {
+    connect();
+    constexpr int kCount = 4;
+    constexpr size_t kSize = 4u << 20;
+    std::vector<std::vector<unsigned char>> out(kCount), in(kCount);
+    std::vector<std::unique_ptr<MemoryRegion>> regions;
+    for (int i = 0; i < kCount; ++i) {
+      out[i] = pattern(kSize, 80 + i);
+      in[i].resize(kSize);
+      regions.push_back(reg_send(out[i].data(), kSize));
+      regions.push_back(reg_recv(in[i].data(), kSize));
+      Request *r = nullptr, *s = nullptr;
+      ASSERT_TRUE(pair_.recv->irecv(in[i].data(), kSize, &r).is_ok());
+      ASSERT_TRUE(pair_.send->isend(out[i].data(), kSize, &s).is_ok());
+      Completion c;
+      ASSERT_TRUE(s->test(&c).is_ok());
+    }
+    if (sender_first) {
+      pair_.send.reset();
+      pair_.recv.reset();
+    } else {
+      pair_.recv.reset();
+      pair_.send.reset();
+    }
+    regions.clear();  // NCCL deregisters after closing
+  }
+}
+
+TEST_F(IbTransportTest, FlushReadsBackADmaBufRegionAndSkipsHostMemory) {
+  connect();
+  const auto& device = transport_->devices()[0];
+  if (!device.dmabuf) GTEST_SKIP() << "the fake port reports no dma-buf support";
+  const size_t size = 1 << 20;
+  const int fd = memfd_create("sieve-ib-flush", 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, size), 0);
+  void* mapped = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  std::unique_ptr<MemoryRegion> dmabuf;
+  Status st = pair_.recv->register_memory({mapped, size, fd, 0}, &dmabuf);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  std::vector<unsigned char> out = pattern(size / 2, 21);
+  auto send_region = reg_send(out.data(), out.size());
+  Request *r = nullptr, *s = nullptr;
+  ASSERT_TRUE(pair_.recv->irecv(mapped, size, &r).is_ok());
+  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok());
+  Completion cs, cr;
+  st = testing::wait_both(s, &cs, r, &cr);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(std::memcmp(mapped, out.data(), out.size()), 0);
+  Request* flush = nullptr;
+  st = pair_.recv->flush(mapped, cr.size, dmabuf.get(), &flush);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_NE(flush, nullptr) << "device memory must be flushed";
+  Completion cf;
+  st = testing::wait(flush, &cf);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_FALSE(cf.message) << "a flush is not a message";
+  std::vector<unsigned char> host(4096);
+  auto host_region = reg_recv(host.data(), host.size());
+  flush = reinterpret_cast<Request*>(1);
+  ASSERT_TRUE(pair_.recv->flush(host.data(), host.size(), host_region.get(), &flush).is_ok());
+  EXPECT_EQ(flush, nullptr) << "host memory has nothing to flush";
+  dmabuf.reset();
+  munmap(mapped, size);
+  close(fd);
+}
+
+// One side on verbs, the other on TCP: refused at once with the variable to fix, never a wait for
+// data sockets (or queue pairs) that will not come.
+TEST(IbTransportMismatch, TcpAndVerbsPeersRefuseEachOtherNamingSieveTransport) {
+  std::unique_ptr<Transport> verbs, tcp;
+  Status st = Transport::create_ib(ib_options(), &verbs);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  tcp = testing::make_transport(testing::loopback_options());
+  ASSERT_NE(tcp, nullptr);
+  for (const bool verbs_listens : {true, false}) {
+    Transport& listener_side = verbs_listens ? *verbs : *tcp;
+    Transport& connector_side = verbs_listens ? *tcp : *verbs;
+    testing::Pair pair;
+    st = testing::connect_pair(listener_side, connector_side, &pair);
+    EXPECT_FALSE(st.is_ok()) << (verbs_listens ? "tcp -> verbs" : "verbs -> tcp") << " connected";
+    EXPECT_NE(st.message().find("SIEVE_TRANSPORT"), std::string::npos) << st.message();
+  }
+}
+
+TEST(IbTransportOptions, OutOfRangeQueuePairCountIsRefusedNamingTheVariable) {
+  std::unique_ptr<Transport> t;
+  Status st = Transport::create_ib(ib_options(17), &t);
+  EXPECT_EQ(st.code(), Code::InvalidArgument);
+  EXPECT_NE(st.message().find("SIEVE_IB_QPS"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace sieve::net

@@ -1,0 +1,131 @@
+// SIEVE_TRANSPORT through the plugin NCCL loads: ib is ib or an init error that says why (never a
+// silent fallback), auto takes ib where the fake offers a port and TCP where it offers none, saying
+// which and why. Each case is a fresh process (the probe), as the configuration is read once.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tools/common/subprocess.h"
+
+namespace sieve::net {
+namespace {
+
+struct Outcome {
+  std::string init;                  // the INIT line's result
+  std::vector<std::string> devices;  // DEVICE lines
+  std::string transcript;            // everything, log lines included
+};
+
+Outcome probe(const std::vector<std::string>& env) {
+  std::vector<std::string> full = {"SIEVE_SOCKET_IFNAME=lo", "SIEVE_LOG_LEVEL=info"};
+  full.insert(full.end(), env.begin(), env.end());
+  std::string error;
+  auto child = tools::Child::spawn({SIEVE_PROBE_PATH, SIEVE_PLUGIN_PATH}, full, &error);
+  Outcome out;
+  if (!child) {
+    out.init = "spawn failed: " + error;
+    return out;
+  }
+  std::string line;
+  while (child->read_line(&line, 20000)) {
+    if (line.rfind("INIT ", 0) == 0) out.init = line.substr(5);
+    if (line.rfind("DEVICE ", 0) == 0) out.devices.push_back(line.substr(7));
+  }
+  out.transcript = child->transcript();
+  int status = -1;
+  EXPECT_TRUE(child->wait_exit(&status, 20000));
+  EXPECT_EQ(status, 0) << out.transcript;
+  return out;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(TransportChoice, IbWithoutAnyRdmaPortFailsInitSayingWhy) {
+  const Outcome o = probe({"SIEVE_TRANSPORT=ib", "FAKE_VERBS_DEVICES="});
+  EXPECT_NE(o.init, "ncclSuccess") << o.transcript;
+  EXPECT_TRUE(o.devices.empty()) << o.transcript;
+  EXPECT_TRUE(contains(o.transcript, "SIEVE_TRANSPORT=ib")) << o.transcript;
+  EXPECT_TRUE(contains(o.transcript, "no active RDMA port")) << o.transcript;
+}
+
+TEST(TransportChoice, IbWithAnUnmatchedHcaFailsInitNamingTheSpec) {
+  const Outcome o = probe({"SIEVE_TRANSPORT=ib", "FAKE_VERBS_DEVICES=fake0:roce:lo:100", "SIEVE_IB_HCA==mlx5_9"});
+  EXPECT_NE(o.init, "ncclSuccess") << o.transcript;
+  EXPECT_TRUE(contains(o.transcript, "SIEVE_IB_HCA==mlx5_9")) << o.transcript;
+}
+
+TEST(TransportChoice, AutoWithoutAnyRdmaPortRunsTcpAndSaysWhy) {
+  const Outcome o = probe({"SIEVE_TRANSPORT=auto", "FAKE_VERBS_DEVICES="});
+  ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
+  ASSERT_EQ(o.devices.size(), 1u) << o.transcript;
+  EXPECT_EQ(o.devices[0].rfind("lo ", 0), 0u) << o.devices[0];
+  EXPECT_TRUE(contains(o.transcript, "transport tcp (SIEVE_TRANSPORT=auto: no active RDMA port")) << o.transcript;
+}
+
+TEST(TransportChoice, AutoWithAnActivePortRunsVerbsAndSaysWhy) {
+  const Outcome o = probe({"SIEVE_TRANSPORT=auto", "FAKE_VERBS_DEVICES=fake0:roce:lo:100"});
+  ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
+  ASSERT_EQ(o.devices.size(), 1u) << o.transcript;
+  EXPECT_EQ(o.devices[0].rfind("fake0:1 ", 0), 0u) << o.devices[0];
+  EXPECT_TRUE(contains(o.transcript, "transport ib (SIEVE_TRANSPORT=auto")) << o.transcript;
+}
+
+TEST(TransportChoice, TcpStaysTcpWhereVerbsWouldWork) {
+  const Outcome o = probe({"SIEVE_TRANSPORT=tcp", "FAKE_VERBS_DEVICES=fake0:roce:lo:100"});
+  ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
+  ASSERT_EQ(o.devices.size(), 1u) << o.transcript;
+  EXPECT_EQ(o.devices[0].rfind("lo ", 0), 0u) << o.devices[0];
+}
+
+// A node without a usable libibverbs: the real one is installed on the build machines and an empty
+// directory in LD_LIBRARY_PATH cannot hide it, but a file of that name that is no library, first in
+// the path, makes dlopen fail as a missing or broken installation does.
+class NoVerbsLibrary : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/sieve-noverbs-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    std::ofstream(dir_ + "/libibverbs.so.1") << "not a shared library\n";
+  }
+  void TearDown() override {
+    unlink((dir_ + "/libibverbs.so.1").c_str());
+    rmdir(dir_.c_str());
+  }
+  std::string dir_;
+};
+
+TEST_F(NoVerbsLibrary, AutoRunsTcpAndSaysTheLibraryDidNotLoad) {
+  const Outcome o = probe({"SIEVE_TRANSPORT=auto", "LD_LIBRARY_PATH=" + dir_});
+  ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
+  ASSERT_EQ(o.devices.size(), 1u) << o.transcript;
+  EXPECT_EQ(o.devices[0].rfind("lo ", 0), 0u) << o.devices[0];
+  EXPECT_TRUE(contains(o.transcript, "transport tcp (SIEVE_TRANSPORT=auto: libibverbs.so.1 could not be loaded"))
+      << o.transcript;
+}
+
+TEST_F(NoVerbsLibrary, IbFailsInitSayingWhatToInstall) {
+  const Outcome o = probe({"SIEVE_TRANSPORT=ib", "LD_LIBRARY_PATH=" + dir_});
+  EXPECT_NE(o.init, "ncclSuccess") << o.transcript;
+  EXPECT_TRUE(contains(o.transcript, "SIEVE_TRANSPORT=ib: libibverbs.so.1 could not be loaded")) << o.transcript;
+  EXPECT_TRUE(contains(o.transcript, "libibverbs1")) << o.transcript;
+}
+
+// What getProperties tells NCCL about a verbs port: host memory always, dma-buf where the port's
+// probe accepted one (the fake's does), and the per-message limit the immediates allow.
+TEST(TransportChoice, VerbsPortsReportDmaBufAndTheirMessageLimit) {
+  const Outcome o = probe({"SIEVE_TRANSPORT=ib", "FAKE_VERBS_DEVICES=fake0:roce:lo:100;fake1:ib:lo:200"});
+  ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
+  ASSERT_EQ(o.devices.size(), 2u) << o.transcript;
+  for (const auto& d : o.devices) {
+    EXPECT_TRUE(contains(d, " PTR 5 ")) << d << " (host | dma-buf)";
+    EXPECT_TRUE(contains(d, " MAXP2P 2147483647")) << d;
+  }
+}
+
+}  // namespace
+}  // namespace sieve::net
