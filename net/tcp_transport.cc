@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 
+#include "net/bootstrap.h"
 #include "net/comm.h"
 #include "net/handshake.h"
 #include "net/log.h"
@@ -26,9 +27,7 @@ Status check_options(const TransportOptions& o) {
     return error(Code::InvalidArgument, "SIEVE_CHUNK_SIZE=" + std::to_string(o.chunk_size) + " is outside 4K-1G");
   if (o.rate_limit_mbps < 0)
     return error(Code::InvalidArgument, "SIEVE_RATE_LIMIT_MBPS=" + std::to_string(o.rate_limit_mbps) + " is negative");
-  if (o.peer_timeout_ms < 100)
-    return error(Code::InvalidArgument, "SIEVE_PEER_TIMEOUT_MS=" + std::to_string(o.peer_timeout_ms) + " is below 100");
-  return Status::ok();
+  return check_common_options(o);
 }
 
 // A link-local IPv6 address is only meaningful with an interface index, and the listener's index
@@ -83,12 +82,12 @@ class TcpListenComm final : public ListenComm {
 };
 
 // A connect in progress: the shared handshake, then a send comm with the device's helper CPUs and shaper.
-struct TcpConnect {
+struct TcpConnect final : ConnectAttempt {
   TcpConnect(const TransportOptions& o, const wire::HandleFields& handle, std::vector<int> cpus,
              std::shared_ptr<RateLimiter> limiter)
       : options(o), connector(o, handle, Carrier::Tcp), helper_cpus(std::move(cpus)), rate_limiter(std::move(limiter)) {}
 
-  Status progress(std::unique_ptr<SendComm>* comm) {
+  Status progress(std::unique_ptr<SendComm>* comm) override {
     Connection c;
     bool done = false;
     Status st = connector.progress(&c, &done);
@@ -120,60 +119,36 @@ class TcpTransport final : public Transport {
 
   Status listen(int dev, Handle* handle, std::unique_ptr<ListenComm>* comm) override {
     comm->reset();
-    Status st = check_device(dev);
+    Status st = check_device_index(dev, devices_.size());
     if (!st.is_ok()) return st;
-    Fd fd;
-    SocketAddress bound;
-    st = make_listener(devices_[dev].address, &fd, &bound);
+    BootstrapListener listener;
+    st = open_bootstrap_listener(devices_[dev], handle, &listener);
     if (!st.is_ok()) return st;
-    wire::HandleFields fields;
-    fields.address = bound;
-    fields.listener_nonce = random64();
-    wire::encode_handle(fields, handle->bytes);
-    *comm = std::make_unique<TcpListenComm>(options_, std::move(fd), fields.listener_nonce, bound.text(),
-                                            helper_cpus(dev));
-    SIEVE_INFO("listening on %s (%s)", bound.text().c_str(), devices_[dev].name.c_str());
+    SIEVE_INFO("listening on %s (%s)", listener.address.c_str(), devices_[dev].name.c_str());
+    *comm = std::make_unique<TcpListenComm>(options_, std::move(listener.fd), listener.nonce,
+                                            std::move(listener.address), helper_cpus(dev));
     return Status::ok();
   }
 
   Status connect(int dev, Handle* handle, std::unique_ptr<SendComm>* comm) override {
     comm->reset();
-    Status st = check_device(dev);
+    Status st = check_device_index(dev, devices_.size());
     if (!st.is_ok()) return st;
     wire::HandleFields fields;
     st = decode_handle(handle->bytes, &fields);
     if (!st.is_ok()) return st;
     use_local_scope(devices_[dev], &fields.address);
-    TcpConnect* connector = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (fields.pending_connect) {
-        auto it = connecting_.find(fields.pending_connect);
-        if (it == connecting_.end())
-          return error(Code::InvalidArgument, "handle names a connect attempt this process does not know");
-        connector = it->second.get();
-      } else {
-        uint64_t id = ++last_id_;
-        // The connecting side picks the shape: the listener takes whatever socket count arrives.
-        TransportOptions shaped = options_;
-        const StripeShape shape = stripe_shape(options_, devices_[dev].speed_mbps, devices_[dev].pci_vendor);
-        shaped.nsocks = shape.nsocks;
-        shaped.nthreads = shape.nthreads;
-        shaped.progress = shape.inline_progress ? TransportOptions::Progress::Inline : TransportOptions::Progress::Helpers;
-        auto owned = std::make_unique<TcpConnect>(shaped, fields, helper_cpus(dev),
-                                                  rate_limiters_.empty() ? nullptr : rate_limiters_[dev]);
-        connector = owned.get();
-        connecting_.emplace(id, std::move(owned));
-        wire::set_handle_pending(handle->bytes, id);
-        fields.pending_connect = id;
-      }
-    }
-    st = connector->progress(comm);
-    if (!st.is_ok() || *comm) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      connecting_.erase(fields.pending_connect);
-      wire::set_handle_pending(handle->bytes, 0);
-    }
+    const auto make = [&]() -> std::unique_ptr<ConnectAttempt> {
+      // The connecting side picks the shape: the listener takes whatever socket count arrives.
+      TransportOptions shaped = options_;
+      const StripeShape shape = stripe_shape(options_, devices_[dev].speed_mbps, devices_[dev].pci_vendor);
+      shaped.nsocks = shape.nsocks;
+      shaped.nthreads = shape.nthreads;
+      shaped.progress = shape.inline_progress ? TransportOptions::Progress::Inline : TransportOptions::Progress::Helpers;
+      return std::make_unique<TcpConnect>(shaped, fields, helper_cpus(dev),
+                                          rate_limiters_.empty() ? nullptr : rate_limiters_[dev]);
+    };
+    st = attempts_.progress(handle, fields, make, comm);
     if (*comm) {
       const StripeShape shape = stripe_shape(options_, devices_[dev].speed_mbps, devices_[dev].pci_vendor);
       if (shape.inline_progress)
@@ -187,22 +162,13 @@ class TcpTransport final : public Transport {
   }
 
  private:
-  Status check_device(int dev) const {
-    if (dev < 0 || dev >= static_cast<int>(devices_.size()))
-      return error(Code::InvalidArgument, "device " + std::to_string(dev) + " does not exist (" +
-                                              std::to_string(devices_.size()) + " devices)");
-    return Status::ok();
-  }
-
   std::vector<int> helper_cpus(int dev) const { return pin_threads_ ? devices_[dev].cpus : std::vector<int>(); }
 
   const TransportOptions options_;
   const std::vector<Device> devices_;
   const bool pin_threads_;
   std::vector<std::shared_ptr<RateLimiter>> rate_limiters_;  // per device; empty: no SIEVE_RATE_LIMIT_MBPS
-  std::mutex mutex_;
-  std::map<uint64_t, std::unique_ptr<TcpConnect>> connecting_;
-  uint64_t last_id_ = 0;
+  ConnectAttempts attempts_;
 };
 
 }  // namespace
@@ -210,20 +176,11 @@ class TcpTransport final : public Transport {
 Status Transport::create_tcp(const TransportOptions& options, std::unique_ptr<Transport>* out) {
   Status st = check_options(options);
   if (!st.is_ok()) return st;
-  topology::Discovery topo = topology::discover(options.topology);
-  if (!topo.ok && !options.topology.xml_file.empty()) {
-    // A pinned topology that cannot be read must not stop the job: the live machine still works.
-    SIEVE_WARN("topology file %s refused (%s); using the live machine", options.topology.xml_file.c_str(),
-               topo.error.c_str());
-    topology::Options live = options.topology;
-    live.xml_file.clear();
-    topo = topology::discover(live);
-  }
-  for (const auto& note : topo.machine.notes) SIEVE_INFO("topology: %s", note.c_str());
+  const topology::Machine machine = placement_machine(options.topology);
   std::vector<Device> devices;
-  st = discover_devices(options.devices, topo.machine, &devices);
+  st = discover_devices(options.devices, machine, &devices);
   if (!st.is_ok()) return st;
-  const bool pin = topology::should_pin(options.pin_threads, topo.machine.numa_nodes.size());
+  const bool pin = topology::should_pin(options.pin_threads, machine.numa_nodes.size());
   for (const auto& d : devices)
     SIEVE_INFO("device %s %s speed %d Mbps numa %d%s%s%s%s", d.name.c_str(), d.address.text().c_str(), d.speed_mbps,
                d.numa_node, d.pci_path.empty() ? "" : " pci ", d.pci_path.c_str(),

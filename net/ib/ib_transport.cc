@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "net/bootstrap.h"
 #include "net/handshake.h"
 #include "net/ib/ib_comm.h"
 #include "net/ib/ib_devices.h"
@@ -73,12 +74,12 @@ class IbListenComm final : public ListenComm {
 };
 
 // A connect in progress: the shared handshake, then the queue-pair set-up.
-class IbConnect {
+class IbConnect final : public ConnectAttempt {
  public:
   IbConnect(const TransportOptions& options, const wire::HandleFields& handle, IbCommConfig config)
       : connector_(options, handle, Carrier::Verbs), config_(std::move(config)) {}
 
-  Status progress(std::unique_ptr<SendComm>* comm) {
+  Status progress(std::unique_ptr<SendComm>* comm) override {
     if (!establishment_) {
       Connection c;
       bool done = false;
@@ -114,51 +115,28 @@ class IbTransport final : public Transport {
 
   Status listen(int dev, Handle* handle, std::unique_ptr<ListenComm>* comm) override {
     comm->reset();
-    Status st = check_device(dev);
+    Status st = check_device_index(dev, devices_.size());
     if (!st.is_ok()) return st;
-    Fd fd;
-    SocketAddress bound;
-    st = make_listener(devices_[dev].address, &fd, &bound);
+    BootstrapListener listener;
+    st = open_bootstrap_listener(devices_[dev], handle, &listener);
     if (!st.is_ok()) return st;
-    wire::HandleFields fields;
-    fields.address = bound;
-    fields.listener_nonce = random64();
-    wire::encode_handle(fields, handle->bytes);
-    *comm = std::make_unique<IbListenComm>(options_, std::move(fd), fields.listener_nonce, bound.text(), config(dev));
-    SIEVE_INFO("listening on %s for verbs connections on %s", bound.text().c_str(), devices_[dev].name.c_str());
+    SIEVE_INFO("listening on %s for verbs connections on %s", listener.address.c_str(), devices_[dev].name.c_str());
+    *comm = std::make_unique<IbListenComm>(options_, std::move(listener.fd), listener.nonce, std::move(listener.address),
+                                           config(dev));
     return Status::ok();
   }
 
   Status connect(int dev, Handle* handle, std::unique_ptr<SendComm>* comm) override {
     comm->reset();
-    Status st = check_device(dev);
+    Status st = check_device_index(dev, devices_.size());
     if (!st.is_ok()) return st;
     wire::HandleFields fields;
     st = wire::decode_handle(handle->bytes, &fields);
     if (!st.is_ok()) return st;
-    IbConnect* connecting = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (fields.pending_connect) {
-        auto it = connecting_.find(fields.pending_connect);
-        if (it == connecting_.end())
-          return error(Code::InvalidArgument, "handle names a connect attempt this process does not know");
-        connecting = it->second.get();
-      } else {
-        const uint64_t id = ++last_id_;
-        auto owned = std::make_unique<IbConnect>(options_, fields, config(dev));
-        connecting = owned.get();
-        connecting_.emplace(id, std::move(owned));
-        wire::set_handle_pending(handle->bytes, id);
-        fields.pending_connect = id;
-      }
-    }
-    st = connecting->progress(comm);
-    if (!st.is_ok() || *comm) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      connecting_.erase(fields.pending_connect);
-      wire::set_handle_pending(handle->bytes, 0);
-    }
+    const auto make = [&]() -> std::unique_ptr<ConnectAttempt> {
+      return std::make_unique<IbConnect>(options_, fields, config(dev));
+    };
+    st = attempts_.progress(handle, fields, make, comm);
     if (*comm)
       SIEVE_INFO("connected to %s over %s: %d queue pair(s)", (*comm)->peer().c_str(), devices_[dev].name.c_str(),
                  options_.ib_qps);
@@ -166,13 +144,6 @@ class IbTransport final : public Transport {
   }
 
  private:
-  Status check_device(int dev) const {
-    if (dev < 0 || dev >= static_cast<int>(devices_.size()))
-      return error(Code::InvalidArgument, "device " + std::to_string(dev) + " does not exist (" +
-                                              std::to_string(devices_.size()) + " devices)");
-    return Status::ok();
-  }
-
   IbCommConfig config(int dev) const {
     IbCommConfig c;
     c.device = ports_[dev].device;
@@ -186,29 +157,13 @@ class IbTransport final : public Transport {
   const TransportOptions options_;
   const std::vector<PortEntry> ports_;
   const std::vector<Device> devices_;
-  std::mutex mutex_;
-  std::map<uint64_t, std::unique_ptr<IbConnect>> connecting_;
-  uint64_t last_id_ = 0;
+  ConnectAttempts attempts_;
 };
 
 Status check_options(const TransportOptions& o) {
   if (o.ib_qps < 1 || o.ib_qps > kMaxQps)
     return error(Code::InvalidArgument, "SIEVE_IB_QPS=" + std::to_string(o.ib_qps) + " is outside 1-16");
-  if (o.peer_timeout_ms < 100)
-    return error(Code::InvalidArgument, "SIEVE_PEER_TIMEOUT_MS=" + std::to_string(o.peer_timeout_ms) + " is below 100");
-  return Status::ok();
-}
-
-topology::Machine live_or_pinned_machine(const TransportOptions& options) {
-  topology::Discovery topo = topology::discover(options.topology);
-  if (!topo.ok && !options.topology.xml_file.empty()) {
-    SIEVE_WARN("topology file %s refused (%s); using the live machine", options.topology.xml_file.c_str(),
-               topo.error.c_str());
-    topology::Options live = options.topology;
-    live.xml_file.clear();
-    topo = topology::discover(live);
-  }
-  return topo.machine;
+  return check_common_options(o);
 }
 
 std::string port_list(const std::vector<IbPort>& ports) {
@@ -272,7 +227,7 @@ Status Transport::create_ib(const TransportOptions& options, std::unique_ptr<Tra
   const ib::VerbsLibrary* verbs = nullptr;
   st = ib::load_verbs(&verbs);
   if (!st.is_ok()) return st;
-  const topology::Machine machine = ib::live_or_pinned_machine(options);
+  const topology::Machine machine = placement_machine(options.topology);
   std::vector<ib::IbPort> ports;
   std::vector<std::string> notes;
   st = ib::discover_ports(*verbs, machine, &ports, &notes);

@@ -1,0 +1,73 @@
+#include "net/bootstrap.h"
+
+#include "net/log.h"
+
+namespace sieve::net {
+
+Status open_bootstrap_listener(const Device& device, Handle* handle, BootstrapListener* out) {
+  SocketAddress bound;
+  Status st = make_listener(device.address, &out->fd, &bound);
+  if (!st.is_ok()) return st;
+  wire::HandleFields fields;
+  fields.address = bound;
+  fields.listener_nonce = random64();
+  wire::encode_handle(fields, handle->bytes);
+  out->address = bound.text();
+  out->nonce = fields.listener_nonce;
+  return Status::ok();
+}
+
+Status check_device_index(int dev, size_t count) {
+  if (dev < 0 || static_cast<size_t>(dev) >= count)
+    return error(Code::InvalidArgument,
+                 "device " + std::to_string(dev) + " does not exist (" + std::to_string(count) + " devices)");
+  return Status::ok();
+}
+
+Status check_common_options(const TransportOptions& o) {
+  if (o.peer_timeout_ms < 100)
+    return error(Code::InvalidArgument, "SIEVE_PEER_TIMEOUT_MS=" + std::to_string(o.peer_timeout_ms) + " is below 100");
+  return Status::ok();
+}
+
+topology::Machine placement_machine(const topology::Options& options) {
+  topology::Discovery topo = topology::discover(options);
+  if (!topo.ok && !options.xml_file.empty()) {
+    SIEVE_WARN("topology file %s refused (%s); using the live machine", options.xml_file.c_str(), topo.error.c_str());
+    topology::Options live = options;
+    live.xml_file.clear();
+    topo = topology::discover(live);
+  }
+  for (const auto& note : topo.machine.notes) SIEVE_INFO("topology: %s", note.c_str());
+  return topo.machine;
+}
+
+Status ConnectAttempts::progress(Handle* handle, const wire::HandleFields& fields,
+                                 const std::function<std::unique_ptr<ConnectAttempt>()>& make,
+                                 std::unique_ptr<SendComm>* comm) {
+  ConnectAttempt* attempt = nullptr;
+  uint64_t id = fields.pending_connect;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (id != 0) {
+      auto it = attempts_.find(id);
+      if (it == attempts_.end())
+        return error(Code::InvalidArgument, "handle names a connect attempt this process does not know");
+      attempt = it->second.get();
+    } else {
+      id = ++last_id_;
+      attempt = attempts_.emplace(id, make()).first->second.get();
+      wire::set_handle_pending(handle->bytes, id);
+    }
+  }
+  // Outside the lock: other connects (other comms of NCCL's proxy thread) progress meanwhile.
+  Status st = attempt->progress(comm);
+  if (!st.is_ok() || *comm) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    attempts_.erase(id);
+    wire::set_handle_pending(handle->bytes, 0);
+  }
+  return st;
+}
+
+}  // namespace sieve::net
