@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -66,11 +67,25 @@ class StripeWorker {
   // touches no user buffer, so a failed request may be handed back. Wakes the worker otherwise.
   bool quiesced();
 
+  // What the worker has done so far, for tests and diagnostics (readable from any thread).
+  struct Counters {
+    uint64_t transfers = 0;  // sendmsg/readv calls on the data sockets
+    uint64_t wakes = 0;      // helper woken through the eventfd by enqueue
+  };
+  Counters counters() const {
+    return {transfers_.load(std::memory_order_relaxed), wakes_.load(std::memory_order_relaxed)};
+  }
+  // Helper thread: true while it waits in poll() (for work, or for its sockets to move).
+  bool waiting() const { return waiting_.load(std::memory_order_acquire); }
+
  private:
   void run();
   void drain_inbox();
   // Moves bytes on one socket until it would block or *budget is spent; false when the comm failed.
+  // Plain stripes queued one behind the other move together, one sendmsg/readv for several.
   bool pump(size_t socket, bool* progressed, size_t* budget);
+  // `bytes` more of the socket's front stripe moved: checks what became whole; false when the comm failed.
+  bool advance(size_t socket, size_t bytes);
   // Chooses (send) the front stripe's frame; false when the comm failed.
   bool prepare(size_t socket, Stripe& s);
   // The receiver learned the codec header: where the rest of the frame goes.
@@ -103,6 +118,9 @@ class StripeWorker {
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> quiesced_{false};
+  std::atomic<bool> waiting_{false};
+  std::atomic<uint64_t> transfers_{0};
+  std::atomic<uint64_t> wakes_{0};
   bool inline_ = false;
   Clock::time_point last_inline_check_{};
   std::vector<std::deque<Stripe>> queues_;  // per socket, touched by the worker thread only
@@ -110,6 +128,9 @@ class StripeWorker {
   std::vector<AckWatch> ack_watch_;  // send direction: is a blocked socket's host still there?
   std::vector<int> receive_lowat_;  // SO_RCVLOWAT in force per socket (receive direction)
   std::vector<ScratchBuffer> scratch_;  // per socket: the front stripe's encoded frame
+  // Per socket: stripes enqueued and not yet done (inbox and queue). A helper with stripes for a
+  // socket waits on that socket, so only a socket's first stripe needs to wake it.
+  std::unique_ptr<std::atomic<uint32_t>[]> pending_;
   std::thread thread_;
 };
 
