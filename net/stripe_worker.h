@@ -1,8 +1,12 @@
 // Moves stripes of large messages over a few data sockets of one connection, straight from the
 // sender's buffer and straight into the posted receive buffer. Either on its own helper thread,
 // which sleeps in poll() when idle (no spinning: CPU is scarce next to the training job) and is woken
-// by an eventfd only when the caller queues work while it sleeps; or inline, on the caller's thread,
-// a bounded number of bytes per progress() call, never waiting.
+// by an eventfd only when the caller queues a socket's first pending stripe while it sleeps (with
+// stripes pending it waits on that socket anyway); or inline, on the caller's thread, a bounded
+// number of bytes per progress() call, never waiting. Either way, plain stripes queued on a socket
+// move together, one sendmsg/readv for several, and a receiving helper sleeps until a batch of them
+// has arrived (SO_RCVLOWAT over what its queued stripes still need): system calls and wake-ups are
+// what the transport's CPU goes to besides the kernel's own copying.
 #pragma once
 
 #include <atomic>
