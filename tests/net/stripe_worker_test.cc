@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -40,6 +41,8 @@ TcpPair tcp_pair() {
   socklen_t len = sizeof a;
   EXPECT_EQ(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&a), &len), 0);
   p.far.reset(::socket(AF_INET, SOCK_STREAM, 0));
+  timeval patience{20, 0};  // a test that goes wrong fails its read instead of hanging
+  ::setsockopt(p.far.get(), SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof patience);
   EXPECT_EQ(::connect(p.far.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
   p.near.reset(::accept(listener.get(), nullptr, nullptr));
   ::fcntl(p.near.get(), F_SETFL, ::fcntl(p.near.get(), F_GETFL) | O_NONBLOCK);
