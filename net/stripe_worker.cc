@@ -19,6 +19,10 @@ namespace {
 // The kernel grows the receive buffer to hold it, so the sender never stalls on it.
 constexpr size_t kReceiveBatch = 512 * 1024;
 
+// Most iovecs one sendmsg/readv carries: a plain stripe takes two (chunk header, payload), so up to
+// eight stripes (4 MiB at the default 512K chunk) move in one system call.
+constexpr int kMaxBatchIov = 16;
+
 // A paced sender waits for at least this much budget, so pacing never degrades into tiny writes.
 constexpr size_t kMinPacedWrite = 64 * 1024;
 constexpr std::chrono::milliseconds kMaxPaceWait{10};  // then the worker rechecks failures and new work
@@ -103,7 +107,10 @@ StripeWorker::StripeWorker(Direction direction, std::vector<int> sockets, int wa
       last_progress_(sockets_.size(), Clock::now()),
       ack_watch_(sockets_.size()),
       receive_lowat_(sockets_.size(), 1),
-      scratch_(sockets_.size()) {}
+      scratch_(sockets_.size()),
+      pending_(new std::atomic<uint32_t>[sockets_.size()]) {
+  for (size_t i = 0; i < sockets_.size(); ++i) pending_[i].store(0, std::memory_order_relaxed);
+}
 
 StripeWorker::~StripeWorker() {
   stop_.store(true);
@@ -134,7 +141,13 @@ void StripeWorker::enqueue(const Stripe& stripe) {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     inbox_.push_back(stripe);
   }
-  if (sleeping_.exchange(false)) wake();
+  // The helper already has stripes for this socket: it is moving them or waiting on the socket,
+  // and takes this one from the inbox when the socket moves. A wake-up would only cost it a pass.
+  if (pending_[stripe.socket].fetch_add(1, std::memory_order_acq_rel) > 0) return;
+  if (sleeping_.exchange(false)) {
+    wakes_.fetch_add(1, std::memory_order_relaxed);
+    wake();
+  }
 }
 
 bool StripeWorker::quiesced() {
@@ -254,6 +267,7 @@ bool StripeWorker::complete(size_t socket, Stripe& s) {
   }
   s.stripes_left->fetch_sub(1, std::memory_order_acq_rel);
   queues_[socket].pop_front();
+  if (!inline_) pending_[socket].fetch_sub(1, std::memory_order_acq_rel);
   return true;
 }
 
@@ -263,8 +277,23 @@ bool StripeWorker::pump(size_t socket, bool* progressed, size_t* budget) {
   while (!queue.empty() && *budget > 0) {
     Stripe& s = queue.front();
     if (s.moved == 0 && !s.prepared && !prepare(socket, s)) return false;
-    iovec iov[3];
+    iovec iov[kMaxBatchIov];
+    size_t spans[kMaxBatchIov];  // bytes of iov that belong to each stripe of the batch, in queue order
     int count = remaining_iov(s, iov);
+    size_t stripes = 1;
+    spans[0] = iov_bytes(iov, count);
+    // Plain stripes behind a plain front stripe join it (a codec stripe's frame is chosen, or
+    // learned from its header, one at a time). A receiver reads their headers in the same call as
+    // the payloads before them and checks each as it becomes whole; what lands early lands only
+    // where that stripe's bytes belong.
+    for (size_t k = 1; !s.codec && k < queue.size() && count + 2 <= kMaxBatchIov; ++k) {
+      Stripe& next = queue[k];
+      if (next.codec || next.moved != 0) break;
+      next.prepared = true;  // a plain stripe has nothing to prepare
+      const int added = remaining_iov(next, iov + count);
+      spans[stripes++] = iov_bytes(iov + count, added);
+      count += added;
+    }
     if (iov_bytes(iov, count) > *budget) truncate_iov(iov, &count, *budget);
     if (direction_ == Direction::Send && rate_limiter_) {
       const size_t want = iov_bytes(iov, count);
@@ -273,8 +302,10 @@ bool StripeWorker::pump(size_t socket, bool* progressed, size_t* budget) {
       if (granted == 0) return true;  // (helper thread: slept; the loop comes back)
       truncate_iov(iov, &count, granted);
     }
+    const size_t offered = iov_bytes(iov, count);
     IoResult r = direction_ == Direction::Send ? write_some(fd, iov, count) : read_some(fd, iov, count);
-    if (direction_ == Direction::Send && rate_limiter_) rate_limiter_->refund(iov_bytes(iov, count) - r.bytes);
+    transfers_.fetch_add(1, std::memory_order_relaxed);
+    if (direction_ == Direction::Send && rate_limiter_) rate_limiter_->refund(offered - r.bytes);
     if (r.would_block) return true;
     if (r.closed) {
       fail(error(Code::RemoteError, "peer " + peer_ + " closed the connection in the middle of a message"));
@@ -285,36 +316,51 @@ bool StripeWorker::pump(size_t socket, bool* progressed, size_t* budget) {
                                         peer_ + ": " + errno_text(r.error)));
       return false;
     }
-    const bool header_now_complete = s.moved < wire::kChunkHeaderBytes && s.moved + r.bytes >= wire::kChunkHeaderBytes;
-    // A short transfer means the socket buffer is full (send) or drained (receive): go back to
-    // poll rather than spend a system call on the EAGAIN that would follow.
-    const bool short_transfer = r.bytes < iov_bytes(iov, count);
-    s.moved += r.bytes;
     *budget -= std::min(*budget, r.bytes);
     *progressed = true;
     if (direction_ == Direction::Send && r.bytes > 0) ack_watch_[socket].reset();
-    if (direction_ == Direction::Receive) {
-      last_progress_[socket] = Clock::now();
-      if (header_now_complete) {
-        Status st = wire::check_chunk(s.header, s.expected);
-        if (!st.is_ok()) {
-          fail(error(Code::RemoteError, "corrupt stream from " + peer_ + ": " + st.message()));
-          return false;
-        }
-      }
-      if (s.codec && !s.prepared && s.moved == wire::kChunkHeaderBytes + kCodecHeaderBytes &&
-          !accept_codec_header(socket, s))
-        return false;
+    if (direction_ == Direction::Receive) last_progress_[socket] = Clock::now();
+    size_t left = r.bytes;
+    for (size_t k = 0; k < stripes && left > 0; ++k) {
+      const size_t bytes = std::min(left, spans[k]);
+      if (!advance(socket, bytes)) return false;
+      left -= bytes;
     }
-    if (s.prepared && s.moved == stripe_total(s) && !complete(socket, s)) return false;
-    if (short_transfer) return true;
+    // A short transfer means the socket buffer is full (send) or drained (receive): go back to
+    // poll rather than spend a system call on the EAGAIN that would follow.
+    if (r.bytes < offered) return true;
   }
   return true;
 }
 
+bool StripeWorker::advance(size_t socket, size_t bytes) {
+  Stripe& s = queues_[socket].front();
+  const bool header_now_complete = s.moved < wire::kChunkHeaderBytes && s.moved + bytes >= wire::kChunkHeaderBytes;
+  s.moved += bytes;
+  if (direction_ == Direction::Receive) {
+    if (header_now_complete) {
+      Status st = wire::check_chunk(s.header, s.expected);
+      if (!st.is_ok()) {
+        fail(error(Code::RemoteError, "corrupt stream from " + peer_ + ": " + st.message()));
+        return false;
+      }
+    }
+    if (s.codec && !s.prepared && s.moved == wire::kChunkHeaderBytes + kCodecHeaderBytes &&
+        !accept_codec_header(socket, s))
+      return false;
+  }
+  if (s.prepared && s.moved == stripe_total(s) && !complete(socket, s)) return false;
+  return true;
+}
+
 void StripeWorker::set_receive_lowat(size_t socket) {
-  const Stripe& s = queues_[socket].front();
-  const size_t remaining = stripe_total(s) - s.moved;
+  // What is certain to arrive: the rest of every queued stripe, as far as known (a codec frame's
+  // body is known once its header is in).
+  size_t remaining = 0;
+  for (const Stripe& s : queues_[socket]) {
+    remaining += stripe_total(s) - s.moved;
+    if (remaining >= kReceiveBatch) break;
+  }
   const int want = static_cast<int>(std::max<size_t>(1, std::min(kReceiveBatch, remaining)));
   if (want == receive_lowat_[socket]) return;
   if (::setsockopt(sockets_[socket], SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)) == 0) receive_lowat_[socket] = want;
@@ -370,7 +416,9 @@ void StripeWorker::poll_sockets(int timeout_ms, bool compute_timeout) {
     fds.push_back({sockets_[i], events, 0});
     socket_of.push_back(static_cast<int>(i));
   }
+  waiting_.store(true, std::memory_order_release);
   int n = ::poll(fds.data(), fds.size(), timeout_ms);
+  waiting_.store(false, std::memory_order_release);
   if (n < 0) return;  // EINTR: the loop comes back here
   if (wake_fd_ >= 0 && (fds[0].revents & POLLIN)) {
     uint64_t count;

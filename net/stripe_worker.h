@@ -1,13 +1,18 @@
 // Moves stripes of large messages over a few data sockets of one connection, straight from the
 // sender's buffer and straight into the posted receive buffer. Either on its own helper thread,
 // which sleeps in poll() when idle (no spinning: CPU is scarce next to the training job) and is woken
-// by an eventfd only when the caller queues work while it sleeps; or inline, on the caller's thread,
-// a bounded number of bytes per progress() call, never waiting.
+// by an eventfd only when the caller queues a socket's first pending stripe while it sleeps (with
+// stripes pending it waits on that socket anyway); or inline, on the caller's thread, a bounded
+// number of bytes per progress() call, never waiting. Either way, plain stripes queued on a socket
+// move together, one sendmsg/readv for several, and a receiving helper sleeps until a batch of them
+// has arrived (SO_RCVLOWAT over what its queued stripes still need): system calls and wake-ups are
+// what the transport's CPU goes to besides the kernel's own copying.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -66,11 +71,25 @@ class StripeWorker {
   // touches no user buffer, so a failed request may be handed back. Wakes the worker otherwise.
   bool quiesced();
 
+  // What the worker has done so far, for tests and diagnostics (readable from any thread).
+  struct Counters {
+    uint64_t transfers = 0;  // sendmsg/readv calls on the data sockets
+    uint64_t wakes = 0;      // helper woken through the eventfd by enqueue
+  };
+  Counters counters() const {
+    return {transfers_.load(std::memory_order_relaxed), wakes_.load(std::memory_order_relaxed)};
+  }
+  // Helper thread: true while it waits in poll() (for work, or for its sockets to move).
+  bool waiting() const { return waiting_.load(std::memory_order_acquire); }
+
  private:
   void run();
   void drain_inbox();
   // Moves bytes on one socket until it would block or *budget is spent; false when the comm failed.
+  // Plain stripes queued one behind the other move together, one sendmsg/readv for several.
   bool pump(size_t socket, bool* progressed, size_t* budget);
+  // `bytes` more of the socket's front stripe moved: checks what became whole; false when the comm failed.
+  bool advance(size_t socket, size_t bytes);
   // Chooses (send) the front stripe's frame; false when the comm failed.
   bool prepare(size_t socket, Stripe& s);
   // The receiver learned the codec header: where the rest of the frame goes.
@@ -103,6 +122,9 @@ class StripeWorker {
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> quiesced_{false};
+  std::atomic<bool> waiting_{false};
+  std::atomic<uint64_t> transfers_{0};
+  std::atomic<uint64_t> wakes_{0};
   bool inline_ = false;
   Clock::time_point last_inline_check_{};
   std::vector<std::deque<Stripe>> queues_;  // per socket, touched by the worker thread only
@@ -110,6 +132,9 @@ class StripeWorker {
   std::vector<AckWatch> ack_watch_;  // send direction: is a blocked socket's host still there?
   std::vector<int> receive_lowat_;  // SO_RCVLOWAT in force per socket (receive direction)
   std::vector<ScratchBuffer> scratch_;  // per socket: the front stripe's encoded frame
+  // Per socket: stripes enqueued and not yet done (inbox and queue). A helper with stripes for a
+  // socket waits on that socket, so only a socket's first stripe needs to wake it.
+  std::unique_ptr<std::atomic<uint32_t>[]> pending_;
   std::thread thread_;
 };
 
