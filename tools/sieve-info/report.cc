@@ -106,7 +106,9 @@ RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings
     if (!st.is_ok() && selected) problems->push_back(st.message());
     report.gid_index.push_back(st.is_ok() ? gid : -1);
   }
-  if (settings.transport == "ib" && chosen.empty())
+  if (settings.transport == "ib" && chosen.empty() && !report.error.empty())
+    problems->push_back("SIEVE_TRANSPORT=ib, but " + report.error);
+  else if (settings.transport == "ib" && chosen.empty())
     problems->push_back("SIEVE_TRANSPORT=ib, but no active RDMA port is selected (" +
                         std::to_string(report.ports.size()) + " port(s) found" +
                         (settings.ib_hca.empty() ? "" : ", SIEVE_IB_HCA=" + settings.ib_hca) + ")");
