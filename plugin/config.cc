@@ -12,11 +12,21 @@ namespace sieve::config {
 
 const std::vector<ParamInfo>& params() {
   static const std::vector<ParamInfo> table = {
-#define SIEVE_PARAM(kind, member, name, def, choices, range, doc) {Kind::kind, name, def, choices, range, doc},
+#define SIEVE_PARAM(kind, member, name, def, choices, range, scope, doc) \
+  {Kind::kind, name, def, choices, range, Scope::scope, doc},
 #include "plugin/config_params.def"
 #undef SIEVE_PARAM
   };
   return table;
+}
+
+const char* scope_name(Scope scope) {
+  switch (scope) {
+    case Scope::Any: return "any";
+    case Scope::Tcp: return "tcp";
+    case Scope::Verbs: return "ib";
+  }
+  return "?";
 }
 
 const char* kind_name(Kind kind) {
@@ -244,9 +254,26 @@ Registry::Registry(const std::map<std::string, std::string>& env) {
     }
   };
   size_t index = 0;
-#define SIEVE_PARAM(kind, member, name, def, choices, range, doc) apply(params()[index++], settings_.member);
+#define SIEVE_PARAM(kind, member, name, def, choices, range, scope, doc) apply(params()[index++], settings_.member);
 #include "plugin/config_params.def"
 #undef SIEVE_PARAM
+}
+
+std::vector<const ParamInfo*> Registry::set_without_effect(Scope in_use) const {
+  std::vector<const ParamInfo*> unused;
+  for (const Effective& e : effective_)
+    if (e.source == Source::Environment && e.info->scope != Scope::Any && e.info->scope != in_use)
+      unused.push_back(e.info);
+  return unused;
+}
+
+std::string without_effect_text(const std::vector<const ParamInfo*>& unused, Scope in_use) {
+  std::string names;
+  for (const ParamInfo* info : unused) names += (names.empty() ? "" : ", ") + std::string(info->name);
+  const bool one = unused.size() == 1;
+  const bool verbs = in_use == Scope::Verbs;
+  return names + (one ? " has" : " have") + " no effect: only the " + (verbs ? "TCP" : "verbs") + " transport reads " +
+         (one ? "it" : "them") + ", and " + (verbs ? "verbs carry" : "TCP carries") + " the data";
 }
 
 const Registry& Registry::process() {

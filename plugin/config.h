@@ -13,6 +13,9 @@ namespace sieve::config {
 
 enum class Kind { Bool, Int, Size, String, Choice };
 
+// Which transport reads a variable: Any, or only one of the two. The transports share the rest.
+enum class Scope { Any, Tcp, Verbs };
+
 // C++ type that holds each kind of value.
 template <Kind K> struct KindType;
 template <> struct KindType<Kind::Bool> { using type = bool; };
@@ -28,11 +31,14 @@ struct ParamInfo {
   const char* default_text;
   const char* choices;  // "" unless kind == Choice
   const char* range;    // "lo..hi" or "lo.." for Int and Size, "" for the other kinds
+  Scope scope;
   const char* doc;
 };
 
 const std::vector<ParamInfo>& params();
 const char* kind_name(Kind kind);
+// "any", "tcp", "ib": the SIEVE_TRANSPORT value that reads the variable.
+const char* scope_name(Scope scope);
 
 // The variable's range as users read it: "0-16", "4K-1G", ">= 0"; "" for kinds without one.
 std::string range_text(const ParamInfo& info);
@@ -42,7 +48,7 @@ bool in_range(const ParamInfo& info, const std::string& value);
 
 // Typed values, one member per variable.
 struct Settings {
-#define SIEVE_PARAM(kind, member, name, def, choices, range, doc) KindType<Kind::kind>::type member{};
+#define SIEVE_PARAM(kind, member, name, def, choices, range, scope, doc) KindType<Kind::kind>::type member{};
 #include "plugin/config_params.def"
 #undef SIEVE_PARAM
 };
@@ -68,12 +74,19 @@ class Registry {
   // One line per problem: unknown SIEVE_* variable (with suggestion), or a value that does not parse
   // or lies outside the variable's range (default kept, range named).
   const std::vector<std::string>& diagnostics() const { return diagnostics_; }
+  // The variables set in the environment (with a valid value) that only the other transport
+  // reads, while `in_use` carries the data: settings that have no effect, in registry order.
+  std::vector<const ParamInfo*> set_without_effect(Scope in_use) const;
 
  private:
   Settings settings_;
   std::vector<Effective> effective_;
   std::vector<std::string> diagnostics_;
 };
+
+// One sentence for the user about set_without_effect's answer (non-empty), e.g. "SIEVE_NSOCKS has
+// no effect: only the TCP transport reads it, and verbs carry the data".
+std::string without_effect_text(const std::vector<const ParamInfo*>& unused, Scope in_use);
 
 // Snapshot of the SIEVE_* variables of this process's environment.
 std::map<std::string, std::string> environment_snapshot();

@@ -141,23 +141,39 @@ net::TransportOptions options_from(const config::Settings& s) {
 
 // SIEVE_TRANSPORT: ib is ib or an error (a job that asked for RDMA must not quietly run on TCP);
 // auto takes ib when libibverbs loads and a selected port is active, and says which and why.
-net::Status create_transport(const std::string& choice, ProcessState* state) {
-  if (choice == "tcp") return net::Transport::create_tcp(state->options, &state->transport);
+// `why` is that reason, for the lines that follow.
+net::Status create_transport(const std::string& choice, ProcessState* state, std::string* why) {
+  if (choice == "tcp") {
+    *why = "SIEVE_TRANSPORT=tcp";
+    return net::Transport::create_tcp(state->options, &state->transport);
+  }
   net::Status st = net::Transport::create_ib(state->options, &state->transport);
   if (choice == "ib") {
     if (!st.is_ok()) return net::error(st.code(), "SIEVE_TRANSPORT=ib: " + st.message());
     state->verbs = true;
-    SIEVE_INFO("transport ib (SIEVE_TRANSPORT=ib)");
+    *why = "SIEVE_TRANSPORT=ib";
+    SIEVE_INFO("transport ib (%s)", why->c_str());
     return st;
   }
   if (st.is_ok()) {
     state->verbs = true;
-    SIEVE_INFO("transport ib (SIEVE_TRANSPORT=auto: libibverbs loaded and %zu active RDMA port(s) selected)",
-               state->transport->devices().size());
+    *why = "SIEVE_TRANSPORT=auto: libibverbs loaded and " + std::to_string(state->transport->devices().size()) +
+           " active RDMA port(s) selected";
+    SIEVE_INFO("transport ib (%s)", why->c_str());
     return st;
   }
-  SIEVE_INFO("transport tcp (SIEVE_TRANSPORT=auto: %s)", st.message().c_str());
+  *why = "SIEVE_TRANSPORT=auto: " + st.message();
+  SIEVE_INFO("transport tcp (%s)", why->c_str());
   return net::Transport::create_tcp(state->options, &state->transport);
+}
+
+// A variable only the other transport reads does nothing here: say so, rather than let a job run
+// believing SIEVE_NSOCKS (or SIEVE_IB_HCA) shapes it. With auto running TCP this is also where a
+// user who configured RDMA learns, at the default log level, that it is not in use and why.
+void warn_settings_without_effect(const config::Registry& registry, bool verbs, const std::string& why) {
+  const config::Scope in_use = verbs ? config::Scope::Verbs : config::Scope::Tcp;
+  const auto unused = registry.set_without_effect(in_use);
+  if (!unused.empty()) SIEVE_WARN("%s (%s)", config::without_effect_text(unused, in_use).c_str(), why.c_str());
 }
 
 // Takes one reference, creating the state on first use. Caller holds g_mutex.
@@ -168,8 +184,10 @@ ncclResult_t acquire_locked(abi::ncclDebugLogger_t logger, std::shared_ptr<Proce
     start_process_log();  // after the logger: NCCL's log is where a job's user looks
     auto state = std::make_shared<ProcessState>();
     state->options = options_from(registry.settings());
-    net::Status st = create_transport(registry.settings().transport, state.get());
+    std::string why;
+    net::Status st = create_transport(registry.settings().transport, state.get(), &why);
     if (!st.is_ok()) return report("init", st);
+    warn_settings_without_effect(registry, state->verbs, why);
     g_state = std::move(state);
     start_stats_export(registry.settings());
     const net::TransportOptions& o = g_state->options;

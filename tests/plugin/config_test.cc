@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+#include <vector>
+
 namespace sieve::config {
 namespace {
 
@@ -107,6 +111,37 @@ TEST(Config, EveryNumericParamHasAValidRangeHoldingItsDefault) {
 TEST(Config, VariablesReadByTheBindingAreKnown) {
   Registry r(std::map<std::string, std::string>{{"SIEVE_LIBRARY", "/opt/sieve/lib/libnccl-net-sieve.so"}});
   EXPECT_TRUE(r.diagnostics().empty()) << r.diagnostics().front();
+}
+
+// A variable only one transport reads is reported while the other carries the data; shared ones
+// and ones left at their default never are, and a refused value is reported once (as refused).
+TEST(Config, VariablesOnlyTheOtherTransportReadsAreSetWithoutEffect) {
+  Registry r({{"SIEVE_NSOCKS", "2"},
+              {"SIEVE_WIRE_CODEC", "sometimes"},  // refused: reported as such, not again here
+              {"SIEVE_IB_QPS", "4"},
+              {"SIEVE_IB_HCA", "mlx5_0"},
+              {"SIEVE_PEER_TIMEOUT_MS", "1000"}});
+  std::vector<std::string> under_verbs, under_tcp;
+  for (const ParamInfo* p : r.set_without_effect(Scope::Verbs)) under_verbs.push_back(p->name);
+  for (const ParamInfo* p : r.set_without_effect(Scope::Tcp)) under_tcp.push_back(p->name);
+  EXPECT_EQ(under_verbs, std::vector<std::string>({"SIEVE_NSOCKS"}));
+  EXPECT_EQ(under_tcp, std::vector<std::string>({"SIEVE_IB_HCA", "SIEVE_IB_QPS"}));
+  EXPECT_EQ(without_effect_text(r.set_without_effect(Scope::Verbs), Scope::Verbs),
+            "SIEVE_NSOCKS has no effect: only the TCP transport reads it, and verbs carry the data");
+  EXPECT_EQ(without_effect_text(r.set_without_effect(Scope::Tcp), Scope::Tcp),
+            "SIEVE_IB_HCA, SIEVE_IB_QPS have no effect: only the verbs transport reads them, and TCP carries the data");
+  const Registry shared_only(std::map<std::string, std::string>{{"SIEVE_PEER_TIMEOUT_MS", "1000"}});
+  EXPECT_TRUE(shared_only.set_without_effect(Scope::Verbs).empty());
+}
+
+TEST(Config, TransportVariablesNameTheirTransport) {
+  for (const auto& p : params()) {
+    const std::string name = p.name;
+    // Verbs settings are the SIEVE_IB_* ones, and all of them.
+    EXPECT_EQ(p.scope == Scope::Verbs, name.rfind("SIEVE_IB_", 0) == 0) << name;
+  }
+  EXPECT_STREQ(scope_name(Scope::Tcp), "tcp");
+  EXPECT_STREQ(scope_name(Scope::Verbs), "ib");  // the SIEVE_TRANSPORT value
 }
 
 TEST(Config, UnknownVariableSuggestsClosestName) {

@@ -204,6 +204,7 @@ void write_config(JsonWriter& json, const Report& report) {
     json.member("source", entry.source == config::Source::Environment ? "environment" : "default");
     json.member("choices", entry.info->choices);
     json.member("range", config::range_text(*entry.info));
+    json.member("transport", config::scope_name(entry.info->scope));
     json.member("doc", entry.info->doc);
     json.end_object();
   }
@@ -221,6 +222,11 @@ void print_json(const Report& report, std::ostream& out) {
   write_plugin(json, report);
   write_topology(json, report);
   write_rdma(json, report);
+  json.key("transport");
+  json.begin_object();
+  json.member("name", report.transport);
+  json.member("why", report.transport_why);
+  json.end_object();
   write_config(json, report);
   json.member_strings("problems", report.problems);
   json.end_object();

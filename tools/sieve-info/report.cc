@@ -115,6 +115,27 @@ RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings
   return report;
 }
 
+// The plugin's rule (plugin/net_plugin.cc): ib when asked; for auto, ib when libibverbs loads and a
+// selected port is active.
+void choose_transport(const config::Settings& settings, Report* report) {
+  const RdmaReport& rdma = report->rdma;
+  size_t selected = 0;
+  for (bool s : rdma.selected) selected += s ? 1 : 0;
+  if (settings.transport != "auto") {
+    report->transport = settings.transport;
+    report->transport_why = "SIEVE_TRANSPORT=" + settings.transport;
+  } else if (!rdma.library.empty() && selected > 0) {
+    report->transport = "ib";
+    report->transport_why = "SIEVE_TRANSPORT=auto: libibverbs loaded and " + std::to_string(selected) +
+                            " active RDMA port(s) selected";
+  } else {
+    report->transport = "tcp";
+    report->transport_why = "SIEVE_TRANSPORT=auto: " + (rdma.library.empty() ? rdma.error
+                                                        : !rdma.error.empty() ? rdma.error
+                                                                              : std::string("no active RDMA port selected"));
+  }
+}
+
 std::vector<std::string> problems_of(const Report& report) {
   std::vector<std::string> problems;
   if (!report.plugin_skipped) {
@@ -216,8 +237,13 @@ Report gather(const ReportOptions& options) {
   }
   std::vector<std::string> rdma_problems;
   report.rdma = inspect_rdma(report.topology.machine, registry.settings(), &rdma_problems);
+  choose_transport(registry.settings(), &report);
   report.problems = problems_of(report);
   report.problems.insert(report.problems.end(), rdma_problems.begin(), rdma_problems.end());
+  const config::Scope in_use = report.transport == "ib" ? config::Scope::Verbs : config::Scope::Tcp;
+  const auto unused = registry.set_without_effect(in_use);
+  if (!unused.empty())
+    report.problems.push_back(config::without_effect_text(unused, in_use) + " (" + report.transport_why + ")");
   return report;
 }
 

@@ -52,11 +52,16 @@ struct Report {
   topology::Discovery topology;
   std::map<std::string, std::vector<std::string>> addresses;  // interface -> IPv4/IPv6 addresses
   RdmaReport rdma;
+  // The transport the plugin would carry data with, "ib" or "tcp", and why (SIEVE_TRANSPORT, and
+  // for auto what the RDMA report found).
+  std::string transport;
+  std::string transport_why;
   std::vector<config::Effective> config;
   std::vector<std::string> config_diagnostics;
   // Everything that would make a job run other than asked, one line each, naming the cause: the
   // plugin cannot be loaded or started or offers no device, the topology cannot be read, a SIEVE_*
-  // variable is unknown or its value was refused. sieve-info exits 1 when this is not empty.
+  // variable is unknown, its value was refused, or only the transport not in use reads it.
+  // sieve-info exits 1 when this is not empty.
   std::vector<std::string> problems;
 };
 

@@ -212,12 +212,15 @@ void print_matrix(const topology::Machine& machine, std::ostream& out) {
 }
 
 void print_config(const Report& report, std::ostream& out) {
-  out << "\nConfiguration\n";
+  out << "\nTransport\n  " << report.transport << " (" << report.transport_why << ")\n";
+  out << "\nConfiguration (\"tcp only\", \"ib only\": read by that transport alone)\n";
   Table table;
   for (const auto& entry : report.config) {
     const std::string value = shown_value(entry);
+    const config::Scope scope = entry.info->scope;
     table.row({entry.info->name, value.empty() ? "(empty)" : value,
-               entry.source == config::Source::Environment ? "environment" : "default", entry.info->doc});
+               entry.source == config::Source::Environment ? "environment" : "default",
+               scope == config::Scope::Any ? "" : std::string(config::scope_name(scope)) + " only", entry.info->doc});
   }
   table.print(out, "  ");
   for (const auto& line : report.config_diagnostics) out << "  problem: " << line << "\n";

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """sieve-info's RDMA listing over the fake libibverbs: every port with link layer, speed, GIDs and
 the GID a connection uses; SIEVE_IB_HCA's selection; and the problems that make it exit 1
-(SIEVE_TRANSPORT=ib with nothing usable, a malformed SIEVE_IB_HCA, an empty SIEVE_IB_GID_INDEX).
+(SIEVE_TRANSPORT=ib with nothing usable, a malformed SIEVE_IB_HCA, an empty SIEVE_IB_GID_INDEX, a
+setting only the transport not in use reads); the transport it says the plugin would use, and why.
 Usage: sieve_info_rdma_check.py SIEVE_INFO FAKE_VERBS_DIR"""
 import json
 import os
@@ -52,6 +53,24 @@ check(rc == 1 and "SIEVE_IB_HCA" in err and "mlx5_0:x" in err, f"bad SIEVE_IB_HC
 
 rc, out, err = run(two, SIEVE_IB_GID_INDEX="9")
 check(rc == 1 and "SIEVE_IB_GID_INDEX=9" in err, f"empty GID index: exit {rc}, stderr {err!r}")
+
+rc, out, err = run(two, "--json")
+report = json.loads(out)
+check(report["transport"]["name"] == "ib" and "SIEVE_TRANSPORT=auto" in report["transport"]["why"],
+      f"auto with active ports: transport {report['transport']}")
+scopes = {entry["name"]: entry["transport"] for entry in report["config"]}
+check(scopes.get("SIEVE_NSOCKS") == "tcp" and scopes.get("SIEVE_IB_QPS") == "ib" and scopes.get("SIEVE_JOB_TOKEN") == "any",
+      f"config scopes {scopes}")
+check(rc == 0 and report["problems"] == [], f"a clean environment: exit {rc}, problems {report['problems']}")
+
+rc, out, err = run(two, SIEVE_NSOCKS="2")
+check(rc == 1 and "SIEVE_NSOCKS has no effect: only the TCP transport reads it, and verbs carry the data" in err,
+      f"SIEVE_NSOCKS under verbs: exit {rc}, stderr {err!r}")
+
+rc, out, err = run("", SIEVE_IB_QPS="2")
+check(rc == 1 and "SIEVE_IB_QPS has no effect" in err and "SIEVE_TRANSPORT=auto: no active RDMA port" in err,
+      f"SIEVE_IB_QPS under TCP: exit {rc}, stderr {err!r}")
+check("\nTransport\n  tcp (SIEVE_TRANSPORT=auto: no active RDMA port" in out, f"text output:\n{out}")
 
 for failure in failures:
     print("FAIL:", failure)
