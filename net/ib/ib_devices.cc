@@ -114,14 +114,6 @@ std::string paired_netdev(const topology::Machine& machine, const std::string& d
   return "";
 }
 
-struct DeviceList {
-  const VerbsLibrary& v;
-  ibv_device** list;
-  ~DeviceList() {
-    if (list) v.free_device_list(list);
-  }
-};
-
 struct OpenContext {
   const VerbsLibrary& v;
   ibv_context* ctx;
@@ -141,16 +133,11 @@ std::string GidEntry::text() const {
 Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, std::vector<IbPort>* out,
                       std::vector<std::string>* notes) {
   out->clear();
-  int count = 0;
-  errno = 0;
-  DeviceList devices{v, v.get_device_list(&count)};
-  if (!devices.list && errno == ENOSYS)
-    return error(Code::SystemError, "the kernel offers no RDMA devices (no InfiniBand/RoCE driver loaded: "
-                                    "ibv_get_device_list says \"Function not implemented\")");
-  if (!devices.list)
-    return error(Code::SystemError, std::string("ibv_get_device_list failed: ") + std::strerror(errno ? errno : ENODEV));
-  for (int d = 0; d < count; ++d) {
-    ibv_device* device = devices.list[d];
+  std::unique_ptr<DeviceList> devices;
+  Status st = DeviceList::get(v, &devices);
+  if (!st.is_ok()) return st;
+  for (int d = 0; d < devices->size(); ++d) {
+    ibv_device* device = (*devices)[d];
     const std::string name = v.get_device_name(device);
     OpenContext context{v, v.open_device(device)};
     if (!context.ctx) {

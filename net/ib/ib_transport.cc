@@ -176,17 +176,14 @@ std::string port_list(const std::vector<IbPort>& ports) {
 // Opens each selected port's device once and resolves the GID a connection from it uses.
 Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, const std::vector<IbPort>& selected,
                   std::vector<PortEntry>* out) {
-  int count = 0;
-  ibv_device** list = verbs.get_device_list(&count);
-  if (!list) return error(Code::SystemError, "ibv_get_device_list failed: " + errno_text(errno));
+  std::unique_ptr<DeviceList> list;
+  Status st = DeviceList::get(verbs, &list);
+  if (!st.is_ok()) return st;
   std::map<std::string, std::shared_ptr<DeviceContext>> opened;
-  Status st;
   for (const IbPort& port : selected) {
     auto it = opened.find(port.device);
     if (it == opened.end()) {
-      ibv_device* device = nullptr;
-      for (int i = 0; i < count; ++i)
-        if (port.device == verbs.get_device_name(list[i])) device = list[i];
+      ibv_device* device = list->find(port.device);
       if (!device) {
         st = error(Code::SystemError, "RDMA device " + port.device + " disappeared");
         break;
@@ -212,7 +209,6 @@ Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, co
       if (g.index == a.gid_index) a.gid = g.gid;
     out->push_back(std::move(entry));
   }
-  verbs.free_device_list(list);
   return st;
 }
 

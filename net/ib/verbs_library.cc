@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 
@@ -80,6 +81,27 @@ Status load_verbs(const VerbsLibrary** out) {
   std::call_once(once, [] { result = load_once(&library); });
   *out = result.is_ok() ? &library : nullptr;
   return result;
+}
+
+Status DeviceList::get(const VerbsLibrary& verbs, std::unique_ptr<DeviceList>* out) {
+  int count = 0;
+  errno = 0;
+  ibv_device** list = verbs.get_device_list(&count);
+  if (!list && errno == ENOSYS)
+    return error(Code::SystemError, "the kernel offers no RDMA devices (no InfiniBand/RoCE driver loaded: "
+                                    "ibv_get_device_list says \"Function not implemented\")");
+  if (!list)
+    return error(Code::SystemError, std::string("ibv_get_device_list failed: ") + std::strerror(errno ? errno : ENODEV));
+  out->reset(new DeviceList(verbs, list, count));
+  return Status::ok();
+}
+
+DeviceList::~DeviceList() { verbs_.free_device_list(list_); }
+
+ibv_device* DeviceList::find(const std::string& name) const {
+  for (int i = 0; i < count_; ++i)
+    if (name == verbs_.get_device_name(list_[i])) return list_[i];
+  return nullptr;
 }
 
 }  // namespace sieve::net::ib

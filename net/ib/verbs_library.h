@@ -9,6 +9,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <memory>
 #include <string>
 
 #include "net/status.h"
@@ -55,5 +56,25 @@ struct VerbsLibrary {
 // the library stays loaded until exit, as providers keep threads and state in it). Error: the
 // library is missing ("install rdma-core / libibverbs1"), or a required symbol is missing (named).
 Status load_verbs(const VerbsLibrary** out);
+
+// The devices libibverbs lists (ibv_get_device_list), freed with the object.
+class DeviceList {
+ public:
+  // Error: the kernel offers no RDMA devices (no driver loaded), or the listing failed, said so.
+  static Status get(const VerbsLibrary& verbs, std::unique_ptr<DeviceList>* out);
+  ~DeviceList();
+  DeviceList(const DeviceList&) = delete;
+  DeviceList& operator=(const DeviceList&) = delete;
+
+  int size() const { return count_; }
+  ibv_device* operator[](int i) const { return list_[i]; }
+  ibv_device* find(const std::string& name) const;  // null when not listed
+
+ private:
+  DeviceList(const VerbsLibrary& verbs, ibv_device** list, int count) : verbs_(verbs), list_(list), count_(count) {}
+  const VerbsLibrary& verbs_;
+  ibv_device** const list_;
+  const int count_;
+};
 
 }  // namespace sieve::net::ib
