@@ -130,6 +130,16 @@ Status TcpComm::report_failure(Slot* slot) {
   return failure_.surface();
 }
 
+Status TcpComm::test(Slot* slot, Completion* out) {
+  *out = Completion{};
+  if (!slot->busy) return error(Code::InvalidUsage, "test on a request that is not outstanding");
+  static_cast<void>(progress_control());  // a failure is also recorded in failure_, reported below
+  progress_inline();
+  if (slot->control_done && slot->stripes_left.load(std::memory_order_acquire) == 0) return finish(slot, out);
+  if (failure_.failed()) return report_failure(slot);
+  return Status::ok();
+}
+
 namespace {
 // What is known before the stripes move: codec stripes add their frames' sizes as they complete.
 uint64_t wire_bytes_of(uint64_t size, bool inline_payload, bool codec, uint32_t stripes) {
@@ -189,16 +199,6 @@ Status TcpSendComm::progress_control() {
       control_queue_.pop_front();
     }
   }
-  return Status::ok();
-}
-
-Status TcpSendComm::test(Slot* slot, Completion* out) {
-  *out = Completion{};
-  if (!slot->busy) return error(Code::InvalidUsage, "test on a request that is not outstanding");
-  Status st = progress_control();
-  progress_inline();
-  if (slot->control_done && slot->stripes_left.load(std::memory_order_acquire) == 0) return finish(slot, out);
-  if (failure_.failed()) return report_failure(slot);
   return Status::ok();
 }
 
@@ -288,16 +288,6 @@ Status TcpRecvComm::progress_control() {
       return fail(error(Code::RemoteError, "peer " + connection_.peer + " sent nothing for " + std::to_string(waited) +
                                                " ms in the middle of a message (SIEVE_PEER_TIMEOUT_MS)"));
   }
-  return Status::ok();
-}
-
-Status TcpRecvComm::test(Slot* slot, Completion* out) {
-  *out = Completion{};
-  if (!slot->busy) return error(Code::InvalidUsage, "test on a request that is not outstanding");
-  Status st = progress_control();
-  progress_inline();
-  if (slot->control_done && slot->stripes_left.load(std::memory_order_acquire) == 0) return finish(slot, out);
-  if (failure_.failed()) return report_failure(slot);
   return Status::ok();
 }
 

@@ -48,7 +48,9 @@ class TcpComm {
   TcpComm& operator=(const TcpComm&) = delete;
 
   Status start(StripeWorker::Direction direction);
-  virtual Status test(Slot* slot, Completion* out) = 0;
+  // Moves the control socket and (inline) the data sockets, then reports the slot: done, failed
+  // (once no helper can touch its buffer), or not yet.
+  Status test(Slot* slot, Completion* out);
   void* tag() const { return tag_; }
 
  protected:
@@ -67,6 +69,8 @@ class TcpComm {
   // so one busy connection cannot starve the others NCCL's proxy thread serves.
   void progress_inline();
   static constexpr size_t kInlineBudgetBytes = 4 << 20;
+  // Frames on the control socket, on the caller's thread; a failure is recorded in failure_.
+  virtual Status progress_control() = 0;
 
   Connection connection_;
   const CommOptions options_;
@@ -83,12 +87,11 @@ class TcpSendComm final : public SendComm, public TcpComm {
  public:
   using TcpComm::TcpComm;
   Status isend(const void* data, size_t size, Request** request) override;
-  Status test(Slot* slot, Completion* out) override;
   const std::string& peer() const override { return connection_.peer; }
   void set_tag(void* tag) override { tag_ = tag; }
 
  private:
-  Status progress_control();
+  Status progress_control() override;
   std::deque<Slot*> control_queue_;  // frames not yet fully written, in sequence order
   AckWatch control_acks_;            // a blocked control socket: is the peer's host still there?
 };
@@ -97,12 +100,11 @@ class TcpRecvComm final : public RecvComm, public TcpComm {
  public:
   using TcpComm::TcpComm;
   Status irecv(void* data, size_t capacity, Request** request) override;
-  Status test(Slot* slot, Completion* out) override;
   const std::string& peer() const override { return connection_.peer; }
   void set_tag(void* tag) override { tag_ = tag; }
 
  private:
-  Status progress_control();
+  Status progress_control() override;
   Status read_header(bool* complete);
   std::deque<Slot*> awaiting_header_;  // posted receives whose frame header has not arrived
   Slot* reading_inline_ = nullptr;     // the receive whose inline payload is arriving
