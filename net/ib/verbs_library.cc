@@ -6,6 +6,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "net/log.h"
+
 namespace sieve::net::ib {
 
 namespace {
@@ -61,6 +63,14 @@ Status load_once(VerbsLibrary* v) {
     v->path = kLibrary;
   if (!missing.empty())
     return error(Code::SystemError, v->path + " lacks " + missing + " (rdma-core older than 29?); verbs unavailable");
+  // Before any buffer is registered, as NCCL's IB transport does: on kernels that do not keep
+  // registered pages across fork() themselves (before 5.13), a child forked while buffers are
+  // registered (a PyTorch DataLoader worker) would leave the parent's RDMA writing into pages the
+  // child now owns. Where the kernel handles it, this is a no-op.
+  if (const int rc = v->fork_init())
+    SIEVE_WARN("ibv_fork_init failed (%s): a process that forks while verbs buffers are registered may corrupt "
+               "them; start the job with RDMAV_FORK_SAFE=1, or keep workers from forking after NCCL starts",
+               std::strerror(rc > 0 ? rc : errno));
   return Status::ok();
 }
 

@@ -53,7 +53,8 @@ struct VerbsLibrary {
 };
 
 // Loads libibverbs.so.1 once per process (later calls return the same table or the same error;
-// the library stays loaded until exit, as providers keep threads and state in it). Error: the
+// the library stays loaded until exit, as providers keep threads and state in it) and makes
+// registered memory fork-safe (ibv_fork_init; a warning where that fails). Error: the
 // library is missing ("install rdma-core / libibverbs1"), or a required symbol is missing (named).
 Status load_verbs(const VerbsLibrary** out);
 

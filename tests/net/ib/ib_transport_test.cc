@@ -44,6 +44,16 @@ uint64_t fake_violations() {
   return n;
 }
 
+// Whether the fake saw a successful ibv_fork_init in this process.
+int fake_fork_initialized() {
+  void* library = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!library) return -1;
+  auto query = reinterpret_cast<int (*)()>(dlsym(library, "fake_verbs_fork_initialized"));
+  const int answer = query ? query() : -1;
+  dlclose(library);
+  return answer;
+}
+
 TransportOptions ib_options(int qps = 1) {
   TransportOptions o = testing::loopback_options();
   o.ib_qps = qps;
@@ -106,6 +116,18 @@ class IbTransportTest : public ::testing::Test {
   Pair pair_;
   uint64_t violations_before_ = 0;
 };
+
+// NCCL's IB transport does the same: buffers registered later stay safe when the job forks
+// (DataLoader workers) on kernels that do not protect registered pages themselves.
+TEST_F(IbTransportTest, VerbsAreMadeForkSafeBeforeAnyBufferIsRegistered) {
+  connect();
+  EXPECT_EQ(fake_fork_initialized(), 1);
+  std::vector<unsigned char> buffer(4096);
+  std::unique_ptr<MemoryRegion> region;
+  Status st = pair_.send->register_memory({buffer.data(), buffer.size(), -1, 0}, &region);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(fake_fork_initialized(), 1);  // the registration did not come first
+}
 
 TEST_F(IbTransportTest, SizesFromZeroTo64MiBArriveByteExactIntoLargerReceives) {
   connect();

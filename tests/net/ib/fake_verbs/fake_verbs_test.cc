@@ -55,6 +55,7 @@ struct Verbs {
   decltype(&ibv_get_async_event) get_async_event;
   decltype(&ibv_ack_async_event) ack_async_event;
   uint64_t (*violations)();
+  int (*fork_initialized)();
 };
 
 template <typename T>
@@ -100,6 +101,7 @@ const Verbs& verbs() {
     load(handle, "ibv_ack_async_event", &v.ack_async_event);
     // Only the fake has this: proof that the real libibverbs was not the one loaded.
     load(handle, "fake_verbs_violations", &v.violations);
+    load(handle, "fake_verbs_fork_initialized", &v.fork_initialized);
     return v;
   }();
   return api;
@@ -388,7 +390,6 @@ TEST_F(FakeVerbsTest, TheFakeIsTheLibraryLoaded) {
   Dl_info info{};
   ASSERT_NE(dladdr(reinterpret_cast<void*>(verbs().get_device_list), &info), 0);
   EXPECT_STREQ(info.dli_fname, FAKE_VERBS_LIBRARY);
-  EXPECT_EQ(verbs().fork_init(), 0);
   EXPECT_STREQ(verbs().wc_status_str(IBV_WC_RETRY_EXC_ERR), "transport retry counter exceeded");
   EXPECT_STREQ(verbs().event_type_str(IBV_EVENT_CQ_ERR), "CQ error");
 }
@@ -737,6 +738,21 @@ TEST_F(FakeVerbsTest, DmabufRegistrationMapsTheFdAtTheIova) {
   EXPECT_EQ(verbs().dereg_mr(dmabuf), 0);
   EXPECT_EQ(verbs().dereg_mr(src), 0);
   close(fd);
+}
+
+// As rdma-core: ibv_fork_init protects only what is registered after it, so once memory has been
+// registered without it, it fails with EINVAL; once it has succeeded, calling it again is fine.
+TEST_F(FakeVerbsTest, ForkInitFailsOnceMemoryWasRegisteredWithoutIt) {
+  auto initialized = verbs().fork_initialized;
+  ASSERT_NE(initialized, nullptr);
+  const bool before = initialized() == 1;  // an earlier test of this process may have called it
+  Node node = open_node();
+  std::vector<uint8_t> buffer(64);
+  ibv_mr* mr = verbs().reg_mr(node.pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  EXPECT_EQ(verbs().fork_init(), before ? 0 : EINVAL);
+  EXPECT_EQ(initialized() == 1, before);
+  EXPECT_EQ(verbs().dereg_mr(mr), 0);
 }
 
 TEST_F(FakeVerbsTest, DestroyingObjectsInUseIsBusy) {

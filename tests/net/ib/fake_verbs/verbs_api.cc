@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -69,8 +70,13 @@ Engine& engine_of(Context* context) { return *context->engine; }
 
 uint32_t g_handles = 0;  // under the engine lock
 
+// ibv_fork_init as rdma-core keeps it: it must come before the first registration, or it fails.
+std::atomic<bool> g_fork_initialized{false};
+std::atomic<bool> g_registered_any{false};
+
 ibv_mr* register_mr(ibv_pd* verbs_pd, uint8_t* host, size_t length, uint64_t iova, unsigned access,
                     void* mapping, size_t mapping_length) {
+  g_registered_any = true;
   Pd* pd = impl_of<Pd>(verbs_pd);
   if (!usable(pd, "PD")) {
     errno = EINVAL;
@@ -701,7 +707,16 @@ FAKE_VERBS_API int ibv_destroy_qp(ibv_qp* verbs_qp) {
 // ---------------------------------------------------------------------------------------------
 // Async events and the rest
 
-FAKE_VERBS_API int ibv_fork_init(void) { return 0; }
+// rdma-core: EINVAL once memory has been registered without it (too late to protect that memory).
+FAKE_VERBS_API int ibv_fork_init(void) {
+  if (g_fork_initialized) return 0;
+  if (g_registered_any) {
+    refuse("ibv_fork_init after memory was registered");
+    return EINVAL;
+  }
+  g_fork_initialized = true;
+  return 0;
+}
 
 // Blocks until an event arrives or the context is closed (then -1).
 FAKE_VERBS_API int ibv_get_async_event(ibv_context* verbs_context, ibv_async_event* event) {
@@ -736,6 +751,9 @@ FAKE_VERBS_API int ibv_get_async_event(ibv_context* verbs_context, ibv_async_eve
 }
 
 FAKE_VERBS_API void ibv_ack_async_event(ibv_async_event*) {}
+
+// Test-only: whether ibv_fork_init has succeeded in this process.
+FAKE_VERBS_API int fake_verbs_fork_initialized(void) { return g_fork_initialized ? 1 : 0; }
 
 // Test-only: how many VIOLATION lines this process printed.
 FAKE_VERBS_API uint64_t fake_verbs_violations(void) { return violation_count(); }
