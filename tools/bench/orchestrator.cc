@@ -18,6 +18,7 @@
 #include "tools/bench/masks_file.h"
 #include "tools/bench/node.h"
 #include "tools/common/install_layout.h"
+#include "tools/common/netlab.h"
 
 namespace sieve::bench {
 
@@ -325,6 +326,11 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
   report->dtype = o.dtype;
   report->nodes = o.nodes;
   report->iterations = o.iterations;
+  const std::string conflict = tools::emulated_link_transport_conflict("sieve-bench");
+  if (!conflict.empty()) {
+    report->failure = conflict;
+    return 2;
+  }
   std::ostringstream prune;
   if (!o.masks_file.empty()) prune << "masks from " << o.masks_file;
   else if (o.prune.kind == PruneKind::None) prune << "none";
@@ -368,6 +374,7 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
       !o.netlab.empty() ? o.netlab : tools::default_script_path("netlab.sh", std::string(SIEVE_BENCH_TOOLS_DIR) + "/netlab.sh");
   Lab lab(netlab, "sb" + std::to_string(getpid()));
   std::vector<std::pair<std::string, std::string>> environment;
+  environment.emplace_back("SIEVE_TRANSPORT", tools::kEmulatedLinkTransport);
   if (use_lab) {
     if (!file_exists(netlab)) {
       report->failure = "--netlab: script not found at " + netlab + " (pass --netlab PATH, or --loopback)";

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 
@@ -85,5 +86,15 @@ std::string NetLab::command(const std::string& arguments, int* status) const {
 
 std::string NetLab::ns(int node) const { return prefix_ + "-n" + std::to_string(node); }
 std::string NetLab::addr(int node) const { return "10.77.0." + std::to_string(node + 1); }
+
+std::string emulated_link_transport_conflict(const std::string& tool) {
+  const char* value = std::getenv("SIEVE_TRANSPORT");
+  if (!value || !*value) return "";
+  const std::string v = value;
+  if (v == "auto" || v == "tcp") return "";
+  return "SIEVE_TRANSPORT=" + v + ": " + tool + " measures over emulated IP links (network namespaces shaped by tc, "
+         "or loopback), which only the TCP transport's traffic crosses; unset SIEVE_TRANSPORT (" + tool +
+         " runs its peers with SIEVE_TRANSPORT=tcp)";
+}
 
 }  // namespace sieve::tools

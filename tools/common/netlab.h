@@ -35,6 +35,14 @@ class NetLab {
   std::string error_;
 };
 
+// The links the tools emulate (namespaces joined by veth and shaped by tc, or loopback shaped by the
+// plugin's rate limiter) carry IP: only the TCP transport's traffic passes through them. The tools
+// run Sieve's peers with SIEVE_TRANSPORT=tcp, and refuse an environment that asks for verbs rather
+// than report figures of a transport the emulation does not touch.
+constexpr const char* kEmulatedLinkTransport = "tcp";  // the SIEVE_TRANSPORT of the tools' peers
+// "" when SIEVE_TRANSPORT is unset, auto or tcp; else one line for `tool` to print, saying why not.
+std::string emulated_link_transport_conflict(const std::string& tool);
+
 // The output (stdout and stderr) of a shell command; *status gets its exit status (-1 if none).
 std::string run_command(const std::string& command, int* status);
 

@@ -118,7 +118,8 @@ Measure run_sieve(const Options& o, const std::string& self, const tools::NetLab
                                      "--seconds", std::to_string(o.seconds), "--poll-us", std::to_string(o.poll_us),
                                      "--zeros", std::to_string(o.zeros_percent), "--word", std::to_string(o.word)};
   // Both plugins are pointed at the link's interface (NCCL's socket transport reads NCCL_SOCKET_IFNAME).
-  std::vector<std::string> env = {std::string("SIEVE_SOCKET_IFNAME=") + (lab ? "=eth0" : "lo"),
+  std::vector<std::string> env = {std::string("SIEVE_TRANSPORT=") + tools::kEmulatedLinkTransport,
+                                  std::string("SIEVE_SOCKET_IFNAME=") + (lab ? "=eth0" : "lo"),
                                   std::string("NCCL_SOCKET_IFNAME=") + (lab ? "=eth0" : "=lo")};
   std::vector<std::string> argv = {self, "--peer", "recv"};
   argv.insert(argv.end(), common.begin(), common.end());
@@ -199,6 +200,8 @@ int main(int argc, char** argv) {
     return run_peer(peer);
   }
   // Everything that can be known before the first measurement is checked now, not after iperf3 ran.
+  const std::string conflict = tools::emulated_link_transport_conflict("sieve-perf");
+  if (!conflict.empty()) return fprintf(stderr, "sieve-perf: %s\n", conflict.c_str()), 2;
   std::string abi_error;
   const std::vector<int> exported = tools::exported_versions(o.plugin, &abi_error);
   if (exported.empty()) return fprintf(stderr, "sieve-perf: --plugin %s: %s\n", o.plugin.c_str(), abi_error.c_str()), 2;
