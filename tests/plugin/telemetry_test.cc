@@ -163,10 +163,15 @@ TEST(Telemetry, PeriodicWriterRefreshesTheFile) {
       ++calls;
       return sample();
     });
-    // Bounded wait for the first periodic write (a liveness check, not a timing assertion).
-    for (int i = 0; i < 100 && calls.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Bounded wait for the first periodic write (a liveness check, not a timing assertion). The
+    // file, not the sampling call, is what to wait for: the write and rename come after the sample.
+    std::string text;
+    for (int i = 0; i < 100 && text.find("sieve_messages_sent_total") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      text = read_file(path);
+    }
     EXPECT_GE(calls.load(), 1);
-    EXPECT_NE(read_file(path).find("sieve_messages_sent_total"), std::string::npos);
+    EXPECT_NE(text.find("sieve_messages_sent_total"), std::string::npos) << "no periodic write within 5 s";
   }
   std::remove(path.c_str());
 }
