@@ -1,5 +1,6 @@
 #include "tools/common/netlab.h"
 
+#include "plugin/config.h"
 #include "tools/common/install_layout.h"
 
 #include <signal.h>
@@ -9,7 +10,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <set>
 #include <sstream>
 
@@ -88,9 +88,9 @@ std::string NetLab::ns(int node) const { return prefix_ + "-n" + std::to_string(
 std::string NetLab::addr(int node) const { return "10.77.0." + std::to_string(node + 1); }
 
 std::string emulated_link_transport_conflict(const std::string& tool) {
-  const char* value = std::getenv("SIEVE_TRANSPORT");
-  if (!value || !*value) return "";
-  const std::string v = value;
+  // Read as the plugin reads it (case, spaces; a value it refuses leaves auto, and the peers warn).
+  const config::Registry registry(config::environment_snapshot());
+  const std::string& v = registry.settings().transport;
   if (v == "auto" || v == "tcp") return "";
   return "SIEVE_TRANSPORT=" + v + ": " + tool + " measures over emulated IP links (network namespaces shaped by tc, "
          "or loopback), which only the TCP transport's traffic crosses; unset SIEVE_TRANSPORT (" + tool +
