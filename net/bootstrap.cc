@@ -1,5 +1,7 @@
 #include "net/bootstrap.h"
 
+#include <netinet/in.h>
+
 #include "net/log.h"
 
 namespace sieve::net {
@@ -14,6 +16,18 @@ Status open_bootstrap_listener(const Device& device, Handle* handle, BootstrapLi
   wire::encode_handle(fields, handle->bytes);
   out->address = bound.text();
   out->nonce = fields.listener_nonce;
+  return Status::ok();
+}
+
+Status read_peer_handle(const Handle& handle, const Device& local, wire::HandleFields* out) {
+  Status st = wire::decode_handle(handle.bytes, out);
+  if (!st.is_ok()) return st;
+  SocketAddress& remote = out->address;
+  if (remote.family() == AF_INET6 && local.address.family() == AF_INET6) {
+    auto* r = reinterpret_cast<sockaddr_in6*>(&remote.storage);
+    if (IN6_IS_ADDR_LINKLOCAL(&r->sin6_addr))
+      r->sin6_scope_id = reinterpret_cast<const sockaddr_in6*>(&local.address.storage)->sin6_scope_id;
+  }
   return Status::ok();
 }
 

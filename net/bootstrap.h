@@ -27,6 +27,11 @@ struct BootstrapListener {
 // Listens on `device`'s address (an ephemeral port) and writes address and a fresh nonce into the handle.
 Status open_bootstrap_listener(const Device& device, Handle* handle, BootstrapListener* out);
 
+// The connecting side's reading of a handle: the listener's address and nonce, with a link-local
+// IPv6 address scoped to `local`'s interface (the listener's interface index names an interface of
+// its own host, not ours).
+Status read_peer_handle(const Handle& handle, const Device& local, wire::HandleFields* out);
+
 // InvalidArgument naming the index and the count when `dev` is not one of `count` devices.
 Status check_device_index(int dev, size_t count);
 

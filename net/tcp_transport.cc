@@ -30,15 +30,6 @@ Status check_options(const TransportOptions& o) {
   return check_common_options(o);
 }
 
-// A link-local IPv6 address is only meaningful with an interface index, and the listener's index
-// names an interface of the listener's host: reach it through our own device's interface instead.
-void use_local_scope(const Device& local, SocketAddress* remote) {
-  if (remote->family() != AF_INET6 || local.address.family() != AF_INET6) return;
-  auto* r = reinterpret_cast<sockaddr_in6*>(&remote->storage);
-  if (!IN6_IS_ADDR_LINKLOCAL(&r->sin6_addr)) return;
-  r->sin6_scope_id = reinterpret_cast<const sockaddr_in6*>(&local.address.storage)->sin6_scope_id;
-}
-
 CommOptions comm_options(const TransportOptions& o, const std::vector<int>& helper_cpus,
                          std::shared_ptr<RateLimiter> rate_limiter) {
   CommOptions c;
@@ -135,9 +126,8 @@ class TcpTransport final : public Transport {
     Status st = check_device_index(dev, devices_.size());
     if (!st.is_ok()) return st;
     wire::HandleFields fields;
-    st = decode_handle(handle->bytes, &fields);
+    st = read_peer_handle(*handle, devices_[dev], &fields);
     if (!st.is_ok()) return st;
-    use_local_scope(devices_[dev], &fields.address);
     const auto make = [&]() -> std::unique_ptr<ConnectAttempt> {
       // The connecting side picks the shape: the listener takes whatever socket count arrives.
       TransportOptions shaped = options_;

@@ -131,7 +131,7 @@ class IbTransport final : public Transport {
     Status st = check_device_index(dev, devices_.size());
     if (!st.is_ok()) return st;
     wire::HandleFields fields;
-    st = wire::decode_handle(handle->bytes, &fields);
+    st = read_peer_handle(*handle, devices_[dev], &fields);
     if (!st.is_ok()) return st;
     const auto make = [&]() -> std::unique_ptr<ConnectAttempt> {
       return std::make_unique<IbConnect>(options_, fields, config(dev));
