@@ -29,4 +29,8 @@ Status RecvComm::flush(void*, size_t, MemoryRegion*, Request** request) {
   return Status::ok();
 }
 
+std::string Transport::auto_chose_verbs(size_t active_ports) {
+  return "SIEVE_TRANSPORT=auto: libibverbs loaded and " + std::to_string(active_ports) + " active RDMA port(s) selected";
+}
+
 }  // namespace sieve::net

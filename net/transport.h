@@ -170,6 +170,8 @@ class Transport {
   static Status create_tcp(const TransportOptions& options, std::unique_ptr<Transport>* out);
   // InfiniBand / RoCE verbs (net/ib/). Error when libibverbs does not load or no selected port is active.
   static Status create_ib(const TransportOptions& options, std::unique_ptr<Transport>* out);
+  // Why SIEVE_TRANSPORT=auto took verbs, in the words the plugin logs and sieve-info prints.
+  static std::string auto_chose_verbs(size_t active_ports);
 
   virtual const std::vector<Device>& devices() const = 0;
   virtual Status listen(int dev, Handle* handle, std::unique_ptr<ListenComm>* comm) = 0;

@@ -157,8 +157,7 @@ net::Status create_transport(const std::string& choice, ProcessState* state, std
   }
   if (st.is_ok()) {
     state->verbs = true;
-    *why = "SIEVE_TRANSPORT=auto: libibverbs loaded and " + std::to_string(state->transport->devices().size()) +
-           " active RDMA port(s) selected";
+    *why = net::Transport::auto_chose_verbs(state->transport->devices().size());
     SIEVE_INFO("transport ib (%s)", why->c_str());
     return st;
   }

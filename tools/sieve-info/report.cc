@@ -126,8 +126,7 @@ void choose_transport(const config::Settings& settings, Report* report) {
     report->transport_why = "SIEVE_TRANSPORT=" + settings.transport;
   } else if (!rdma.library.empty() && selected > 0) {
     report->transport = "ib";
-    report->transport_why = "SIEVE_TRANSPORT=auto: libibverbs loaded and " + std::to_string(selected) +
-                            " active RDMA port(s) selected";
+    report->transport_why = net::Transport::auto_chose_verbs(selected);
   } else {
     report->transport = "tcp";
     report->transport_why = "SIEVE_TRANSPORT=auto: " + (rdma.library.empty() ? rdma.error
