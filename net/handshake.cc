@@ -83,8 +83,8 @@ Status Connector::progress(Connection* out, bool* done) {
   c.control = std::move(sockets_[0].fd);
   c.data.clear();
   for (size_t i = 1; i < sockets_.size(); ++i) c.data.push_back(std::move(sockets_[i].fd));
-  tune_connection(c.control.get(), options_.peer_timeout_ms, 0);
-  for (auto& fd : c.data) tune_connection(fd.get(), options_.peer_timeout_ms, 0);
+  tune_connection(c.control.get(), options_.peer_timeout_ms);
+  for (auto& fd : c.data) tune_connection(fd.get(), options_.peer_timeout_ms);
   *done = true;
   return Status::ok();
 }
@@ -272,8 +272,8 @@ void HandshakeListener::accept(Connection* out, bool* got) {
       c.data.clear();
       for (size_t k = 1; k < g.sockets.size(); ++k) c.data.push_back(std::move(g.sockets[k]));
       groups_.erase(it);
-      tune_connection(c.control.get(), options_.peer_timeout_ms, 0);
-      for (auto& fd : c.data) tune_connection(fd.get(), options_.peer_timeout_ms, 0);
+      tune_connection(c.control.get(), options_.peer_timeout_ms);
+      for (auto& fd : c.data) tune_connection(fd.get(), options_.peer_timeout_ms);
       *got = true;
       return;
     }

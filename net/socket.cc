@@ -82,7 +82,7 @@ Status accept_one(int listen_fd, Fd* out, SocketAddress* peer, bool* got_one) {
   return Status::ok();
 }
 
-void tune_connection(int fd, int peer_timeout_ms, int buffer_bytes) {
+void tune_connection(int fd, int peer_timeout_ms) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
@@ -92,10 +92,6 @@ void tune_connection(int fd, int peer_timeout_ms, int buffer_bytes) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
-  if (buffer_bytes > 0) {
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof(buffer_bytes));
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
-  }
 }
 
 Status AckWatch::check(int fd, int timeout_ms, const std::string& peer) {

@@ -48,10 +48,11 @@ int connect_error(int fd);
 Status accept_one(int listen_fd, Fd* out, SocketAddress* peer, bool* got_one);
 
 // Socket options for an established connection: no Nagle, kernel keepalive (a vanished host fails
-// an idle connection within peer_timeout_ms), large buffers when asked. No TCP_USER_TIMEOUT: Linux
+// an idle connection within peer_timeout_ms). Buffer sizes stay Linux's to tune: an explicit SO_SNDBUF or
+// SO_RCVBUF would switch its autotuning off for the socket. No TCP_USER_TIMEOUT: Linux
 // aborts a connection whose zero window outlives it, and a receiver that is merely slow (starved of
 // CPU, or not posting its receive yet) closes its window. AckWatch covers a vanished host instead.
-void tune_connection(int fd, int peer_timeout_ms, int buffer_bytes);
+void tune_connection(int fd, int peer_timeout_ms);
 
 // Tells a vanished host from a slow receiver while data waits to be sent: a live receiver that stops
 // reading closes its window (the sender then only probes it), a vanished host leaves data in flight
