@@ -5,10 +5,22 @@
 #include "net/log.h"
 
 namespace sieve::net {
+namespace {
 
-Status open_bootstrap_listener(const Device& device, Handle* handle, BootstrapListener* out) {
+Status check_device_index(int dev, size_t count) {
+  if (dev < 0 || static_cast<size_t>(dev) >= count)
+    return error(Code::InvalidArgument,
+                 "device " + std::to_string(dev) + " does not exist (" + std::to_string(count) + " devices)");
+  return Status::ok();
+}
+
+}  // namespace
+
+Status open_bootstrap_listener(const std::vector<Device>& devices, int dev, Handle* handle, BootstrapListener* out) {
+  Status st = check_device_index(dev, devices.size());
+  if (!st.is_ok()) return st;
   SocketAddress bound;
-  Status st = make_listener(device.address, &out->fd, &bound);
+  st = make_listener(devices[dev].address, &out->fd, &bound);
   if (!st.is_ok()) return st;
   wire::HandleFields fields;
   fields.address = bound;
@@ -19,22 +31,18 @@ Status open_bootstrap_listener(const Device& device, Handle* handle, BootstrapLi
   return Status::ok();
 }
 
-Status read_peer_handle(const Handle& handle, const Device& local, wire::HandleFields* out) {
-  Status st = wire::decode_handle(handle.bytes, out);
+Status read_peer_handle(const std::vector<Device>& devices, int dev, const Handle& handle, wire::HandleFields* out) {
+  Status st = check_device_index(dev, devices.size());
   if (!st.is_ok()) return st;
+  st = wire::decode_handle(handle.bytes, out);
+  if (!st.is_ok()) return st;
+  const Device& local = devices[dev];
   SocketAddress& remote = out->address;
   if (remote.family() == AF_INET6 && local.address.family() == AF_INET6) {
     auto* r = reinterpret_cast<sockaddr_in6*>(&remote.storage);
     if (IN6_IS_ADDR_LINKLOCAL(&r->sin6_addr))
       r->sin6_scope_id = reinterpret_cast<const sockaddr_in6*>(&local.address.storage)->sin6_scope_id;
   }
-  return Status::ok();
-}
-
-Status check_device_index(int dev, size_t count) {
-  if (dev < 0 || static_cast<size_t>(dev) >= count)
-    return error(Code::InvalidArgument,
-                 "device " + std::to_string(dev) + " does not exist (" + std::to_string(count) + " devices)");
   return Status::ok();
 }
 

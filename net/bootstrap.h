@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "net/devices.h"
 #include "net/socket.h"
@@ -24,16 +25,14 @@ struct BootstrapListener {
   uint64_t nonce = 0;   // a connector must present it (from the handle) before anything else
 };
 
-// Listens on `device`'s address (an ephemeral port) and writes address and a fresh nonce into the handle.
-Status open_bootstrap_listener(const Device& device, Handle* handle, BootstrapListener* out);
+// Listens on devices[dev]'s address (an ephemeral port) and writes address and a fresh nonce into the
+// handle. InvalidArgument, naming the index and the count, when `dev` is not one of `devices`.
+Status open_bootstrap_listener(const std::vector<Device>& devices, int dev, Handle* handle, BootstrapListener* out);
 
 // The connecting side's reading of a handle: the listener's address and nonce, with a link-local
-// IPv6 address scoped to `local`'s interface (the listener's interface index names an interface of
-// its own host, not ours).
-Status read_peer_handle(const Handle& handle, const Device& local, wire::HandleFields* out);
-
-// InvalidArgument naming the index and the count when `dev` is not one of `count` devices.
-Status check_device_index(int dev, size_t count);
+// IPv6 address scoped to the interface of devices[dev], ours (the listener's interface index names an
+// interface of its own host). InvalidArgument when `dev` is not one of `devices`.
+Status read_peer_handle(const std::vector<Device>& devices, int dev, const Handle& handle, wire::HandleFields* out);
 
 // Options every transport shares; the error names the variable.
 Status check_common_options(const TransportOptions& options);

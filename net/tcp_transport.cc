@@ -110,10 +110,8 @@ class TcpTransport final : public Transport {
 
   Status listen(int dev, Handle* handle, std::unique_ptr<ListenComm>* comm) override {
     comm->reset();
-    Status st = check_device_index(dev, devices_.size());
-    if (!st.is_ok()) return st;
     BootstrapListener listener;
-    st = open_bootstrap_listener(devices_[dev], handle, &listener);
+    Status st = open_bootstrap_listener(devices_, dev, handle, &listener);
     if (!st.is_ok()) return st;
     SIEVE_INFO("listening on %s (%s)", listener.address.c_str(), devices_[dev].name.c_str());
     *comm = std::make_unique<TcpListenComm>(options_, std::move(listener.fd), listener.nonce,
@@ -123,10 +121,8 @@ class TcpTransport final : public Transport {
 
   Status connect(int dev, Handle* handle, std::unique_ptr<SendComm>* comm) override {
     comm->reset();
-    Status st = check_device_index(dev, devices_.size());
-    if (!st.is_ok()) return st;
     wire::HandleFields fields;
-    st = read_peer_handle(*handle, devices_[dev], &fields);
+    Status st = read_peer_handle(devices_, dev, *handle, &fields);
     if (!st.is_ok()) return st;
     const auto make = [&]() -> std::unique_ptr<ConnectAttempt> {
       // The connecting side picks the shape: the listener takes whatever socket count arrives.
