@@ -107,5 +107,44 @@ TEST(PerfReport, JsonByteCountsAreIntegersAndFailedLinksAreKept) {
   EXPECT_NE(table.find("veth: not run: needs root"), std::string::npos) << table;
 }
 
+// The shaper's held-back packets are reported per GB, as a median of runs, and only where the link
+// has a shaper: an unshaped link shows "-" and no JSON member.
+TEST(PerfReport, ShaperHoldsArePerGbMediansAndOnlyWhereTheLinkIsShaped) {
+  auto run = [](double gb, double holds) {
+    Measure m;
+    m.ok = true;
+    m.gbps = 9;
+    m.bytes = gb * 1e9;
+    m.cpu_seconds = gb;
+    m.shaper_holds = holds;
+    return m;
+  };
+  const Measure m = median_of({run(2, 20000), run(1, 3000), run(4, 2000)});  // 10000, 3000, 500 per GB
+  EXPECT_DOUBLE_EQ(m.holds_per_gb(), 3000);
+  EXPECT_LT(median_of({run(2, 20000), run(1, -1)}).holds_per_gb(), 0) << "a run without the count makes it unknown";
+
+  Options o;
+  o.plugin = "libnccl-net-sieve.so";
+  o.compare = "libnccl-net-other.so";
+  LinkResult shaped;
+  shaped.link = "veth-10g";
+  shaped.rate = "10gbit";
+  shaped.iperf = run(3, 30000);
+  shaped.sieve = m;
+  shaped.other = run(2, 1000);
+  LinkResult unshaped;
+  unshaped.link = "veth";
+  unshaped.iperf = unshaped.sieve = unshaped.other = run(5, -1);
+  bool failed = false;
+  const std::string table = format_table({shaped, unshaped}, o, &failed);
+  EXPECT_NE(table.find("| 10000 | 3000 | PASS |"), std::string::npos) << table;  // iperf3, Sieve
+  EXPECT_NE(table.find("| 3000 | 500 |\n"), std::string::npos) << table;       // Sieve, the other plugin
+  EXPECT_NE(table.find("| - | - | reported |"), std::string::npos) << table;
+  EXPECT_NE(table.find("held/GB: packets the link's shaper"), std::string::npos) << table;
+  const std::string json = format_json({shaped, unshaped}, o);
+  EXPECT_NE(json.find("\"shaper_holds_per_gb\":3000"), std::string::npos) << json;
+  EXPECT_EQ(json.find("\"shaper_holds_per_gb\":-"), std::string::npos) << json;
+}
+
 }  // namespace
 }  // namespace sieve::perf

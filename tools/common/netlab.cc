@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <set>
 #include <sstream>
 
@@ -82,6 +84,27 @@ NetLab::~NetLab() {
 
 std::string NetLab::command(const std::string& arguments, int* status) const {
   return run_command(script_ + " --prefix " + prefix_ + " " + arguments, status);
+}
+
+long long NetLab::shaper_holds(int node) const {
+  int status = 0;
+  const std::string out =
+      command("exec " + std::to_string(node) + " tc -s qdisc show dev " + std::string(ifname()), &status);
+  return status == 0 ? tbf_overlimits(out) : -1;
+}
+
+long long tbf_overlimits(const std::string& tc_stats) {
+  // qdisc tbf 10: root refcnt 3 rate 10Gbit burst 4998750b lat 50ms
+  //  Sent 34115882089 bytes 22575204 pkt (dropped 0, overlimits 32847 requeues 0)
+  const size_t tbf = tc_stats.find("qdisc tbf ");
+  if (tbf == std::string::npos) return -1;
+  const size_t next_qdisc = tc_stats.find("qdisc ", tbf + 1);
+  const size_t at = tc_stats.find("overlimits ", tbf);
+  if (at == std::string::npos || (next_qdisc != std::string::npos && at > next_qdisc)) return -1;
+  char* end = nullptr;
+  const char* digits = tc_stats.c_str() + at + std::strlen("overlimits ");
+  const long long n = std::strtoll(digits, &end, 10);
+  return end == digits || n < 0 ? -1 : n;
 }
 
 std::string NetLab::ns(int node) const { return prefix_ + "-n" + std::to_string(node); }

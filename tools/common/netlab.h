@@ -27,6 +27,9 @@ class NetLab {
   // Runs `netlab.sh --prefix <this lab> <arguments>` (impair-stats 1, exec 0 cat /proc/net/dev, ...):
   // its output, *status its exit status.
   std::string command(const std::string& arguments, int* status) const;
+  // Packets node's egress shaper (tbf) has held back for want of tokens since the lab came up: what a
+  // sender at the shaper's rate pays a timer for each of. -1 when the node has no shaper.
+  long long shaper_holds(int node) const;
 
  private:
   std::string script_;
@@ -34,6 +37,9 @@ class NetLab {
   bool ok_ = false;
   std::string error_;
 };
+
+// The held-back count (`overlimits`) of the tbf qdisc in `tc -s qdisc show` output; -1 when none.
+long long tbf_overlimits(const std::string& tc_stats);
 
 // The links the tools emulate (namespaces joined by veth and shaped by tc, or loopback shaped by the
 // plugin's rate limiter) carry IP: only the TCP transport's traffic passes through them. The tools

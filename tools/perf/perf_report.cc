@@ -32,6 +32,9 @@ std::string number(bool known, double value, int digits) {
   return text;
 }
 
+// Shaper holds per GB, rounded: "-" where the link has no shaper or the run failed.
+std::string holds(const Measure& m) { return number(m.ok && m.holds_per_gb() >= 0, m.holds_per_gb(), 0); }
+
 }  // namespace
 
 Measure median_of(const std::vector<Measure>& runs) {
@@ -55,6 +58,9 @@ Measure median_of(const std::vector<Measure>& runs) {
   m.cpu_receiver = median([](const Measure& r) { return r.bytes > 0 ? r.cpu_receiver / (r.bytes / 1e9) : 0; });
   m.cpu_driver = median([](const Measure& r) { return r.bytes > 0 ? r.cpu_driver / (r.bytes / 1e9) : 0; });
   m.cpu_process = median([](const Measure& r) { return r.bytes > 0 ? r.cpu_process / (r.bytes / 1e9) : 0; });
+  const bool holds_known =
+      std::all_of(runs.begin(), runs.end(), [](const Measure& r) { return r.holds_per_gb() >= 0; });
+  m.shaper_holds = holds_known ? median([](const Measure& r) { return r.holds_per_gb(); }) : -1;
   return m;
 }
 
@@ -67,29 +73,38 @@ std::string format_table(const std::vector<LinkResult>& results, const Options& 
                 o.plugin.c_str(), o.size, o.window, o.seconds, o.iperf_streams, o.driver.c_str(), o.busy,
                 o.runs > 1 ? ("medians of " + std::to_string(o.runs) + " alternating runs").c_str() : "1 run");
   out << line;
-  out << "| link | iperf3 Gbit/s | Sieve Gbit/s | ratio | iperf3 CPU s/GB | Sieve CPU s/GB | ratio | verdict |\n";
-  out << "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
+  out << "| link | iperf3 Gbit/s | Sieve Gbit/s | ratio | iperf3 CPU s/GB | Sieve CPU s/GB | ratio | iperf3 held/GB | "
+         "Sieve held/GB | verdict |\n";
+  out << "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
   for (const auto& r : results) {
     const std::string v = verdict(r, failed);
     const bool both = r.iperf.ok && r.sieve.ok;
     out << "| " << r.link << " | " << number(r.iperf.ok, r.iperf.gbps, 2) << " | " << number(r.sieve.ok, r.sieve.gbps, 2)
         << " | " << number(both && r.iperf.gbps > 0, r.sieve.gbps / r.iperf.gbps, 2) << " | "
         << number(r.iperf.ok, r.iperf.cpu_per_gb(), 3) << " | " << number(r.sieve.ok, r.sieve.cpu_per_gb(), 3) << " | "
-        << number(both && r.iperf.cpu_per_gb() > 0, r.sieve.cpu_per_gb() / r.iperf.cpu_per_gb(), 2) << " | " << v
-        << " |\n";
+        << number(both && r.iperf.cpu_per_gb() > 0, r.sieve.cpu_per_gb() / r.iperf.cpu_per_gb(), 2) << " | "
+        << holds(r.iperf) << " | " << holds(r.sieve) << " | " << v << " |\n";
   }
   if (!o.compare.empty()) {
     out << "\nSide by side with " << o.compare << " (same driver, same run):\n\n";
-    out << "| link | Sieve Gbit/s | other Gbit/s | Sieve / other | Sieve CPU s/GB | other CPU s/GB | Sieve / other |\n";
-    out << "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+    out << "| link | Sieve Gbit/s | other Gbit/s | Sieve / other | Sieve CPU s/GB | other CPU s/GB | Sieve / other | "
+           "Sieve held/GB | other held/GB |\n";
+    out << "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
     for (const auto& r : results) {
       const bool both = r.sieve.ok && r.other.ok;
       out << "| " << r.link << " | " << number(r.sieve.ok, r.sieve.gbps, 2) << " | " << number(r.other.ok, r.other.gbps, 2)
           << " | " << number(both && r.other.gbps > 0, r.sieve.gbps / r.other.gbps, 2) << " | "
           << number(r.sieve.ok, r.sieve.cpu_per_gb(), 3) << " | " << number(r.other.ok, r.other.cpu_per_gb(), 3) << " | "
-          << number(both && r.other.cpu_per_gb() > 0, r.sieve.cpu_per_gb() / r.other.cpu_per_gb(), 2) << " |\n";
+          << number(both && r.other.cpu_per_gb() > 0, r.sieve.cpu_per_gb() / r.other.cpu_per_gb(), 2) << " | "
+          << holds(r.sieve) << " | " << holds(r.other) << " |\n";
     }
   }
+  const bool any_holds = std::any_of(results.begin(), results.end(), [](const LinkResult& r) {
+    return r.iperf.holds_per_gb() >= 0 || r.sieve.holds_per_gb() >= 0 || r.other.holds_per_gb() >= 0;
+  });
+  if (any_holds)
+    out << "\nheld/GB: packets the link's shaper (tbf on the sending node) held back per GB moved; a sender at the "
+           "shaper's rate pays a timer for each, which shows in its CPU per GB (docs/PERFORMANCE.md).\n";
   for (const auto& r : results) {
     if (!o.compare.empty() && !r.other.ok && r.sieve.ok) out << "\n" << r.link << ": " << o.compare << " failed: " << r.other.error << "\n";
     if (!r.iperf.ok && !r.sieve.ok && r.iperf.error == r.sieve.error) {  // the link itself could not run
@@ -117,6 +132,7 @@ void write_measure(tools::JsonWriter& json, const char* name, const Measure& m) 
   json.member("cpu_process", m.cpu_process);
   json.member("cpu_driver", m.cpu_driver);
   json.member("cpu_s_per_gb", m.cpu_per_gb());
+  if (m.holds_per_gb() >= 0) json.member("shaper_holds_per_gb", m.holds_per_gb());
   json.end_object();
 }
 
