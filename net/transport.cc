@@ -29,8 +29,13 @@ Status RecvComm::flush(void*, size_t, MemoryRegion*, Request** request) {
   return Status::ok();
 }
 
-std::string Transport::auto_chose_verbs(size_t active_ports) {
-  return "SIEVE_TRANSPORT=auto: libibverbs loaded and " + std::to_string(active_ports) + " active RDMA port(s) selected";
+Transport::Choice Transport::choose(const std::string& asked, bool verbs_usable, size_t active_ports,
+                                    const std::string& verbs_problem) {
+  if (asked != "auto") return {asked == "ib", "SIEVE_TRANSPORT=" + asked};
+  if (verbs_usable)
+    return {true, "SIEVE_TRANSPORT=auto: libibverbs loaded and " + std::to_string(active_ports) +
+                      " active RDMA port(s) selected"};
+  return {false, "SIEVE_TRANSPORT=auto: " + verbs_problem};
 }
 
 }  // namespace sieve::net

@@ -142,27 +142,16 @@ net::TransportOptions options_from(const config::Settings& s) {
 // SIEVE_TRANSPORT: ib is ib or an error (a job that asked for RDMA must not quietly run on TCP);
 // auto takes ib when libibverbs loads and a selected port is active, and says which and why.
 // `why` is that reason, for the lines that follow.
-net::Status create_transport(const std::string& choice, ProcessState* state, std::string* why) {
-  if (choice == "tcp") {
-    *why = "SIEVE_TRANSPORT=tcp";
-    return net::Transport::create_tcp(state->options, &state->transport);
-  }
-  net::Status st = net::Transport::create_ib(state->options, &state->transport);
-  if (choice == "ib") {
-    if (!st.is_ok()) return net::error(st.code(), "SIEVE_TRANSPORT=ib: " + st.message());
-    state->verbs = true;
-    *why = "SIEVE_TRANSPORT=ib";
-    SIEVE_INFO("transport ib (%s)", why->c_str());
-    return st;
-  }
-  if (st.is_ok()) {
-    state->verbs = true;
-    *why = net::Transport::auto_chose_verbs(state->transport->devices().size());
-    SIEVE_INFO("transport ib (%s)", why->c_str());
-    return st;
-  }
-  *why = "SIEVE_TRANSPORT=auto: " + st.message();
-  SIEVE_INFO("transport tcp (%s)", why->c_str());
+net::Status create_transport(const std::string& asked, ProcessState* state, std::string* why) {
+  net::Status verbs = net::error(net::Code::InvalidUsage, "not tried");
+  if (asked != "tcp") verbs = net::Transport::create_ib(state->options, &state->transport);
+  if (asked == "ib" && !verbs.is_ok()) return net::error(verbs.code(), "SIEVE_TRANSPORT=ib: " + verbs.message());
+  const net::Transport::Choice choice = net::Transport::choose(
+      asked, verbs.is_ok(), verbs.is_ok() ? state->transport->devices().size() : 0, verbs.message());
+  *why = choice.why;
+  state->verbs = choice.verbs;
+  if (asked != "tcp") SIEVE_INFO("transport %s (%s)", choice.verbs ? "ib" : "tcp", why->c_str());
+  if (choice.verbs) return verbs;
   return net::Transport::create_tcp(state->options, &state->transport);
 }
 

@@ -115,24 +115,17 @@ RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings
   return report;
 }
 
-// The plugin's rule (plugin/net_plugin.cc): ib when asked; for auto, ib when libibverbs loads and a
-// selected port is active.
+// The plugin's rule (net::Transport::choose) from what inspect_rdma found: verbs are usable when
+// libibverbs loads and a selected port is active.
 void choose_transport(const config::Settings& settings, Report* report) {
   const RdmaReport& rdma = report->rdma;
   size_t selected = 0;
   for (bool s : rdma.selected) selected += s ? 1 : 0;
-  if (settings.transport != "auto") {
-    report->transport = settings.transport;
-    report->transport_why = "SIEVE_TRANSPORT=" + settings.transport;
-  } else if (!rdma.library.empty() && selected > 0) {
-    report->transport = "ib";
-    report->transport_why = net::Transport::auto_chose_verbs(selected);
-  } else {
-    report->transport = "tcp";
-    report->transport_why = "SIEVE_TRANSPORT=auto: " + (rdma.library.empty() ? rdma.error
-                                                        : !rdma.error.empty() ? rdma.error
-                                                                              : std::string("no active RDMA port selected"));
-  }
+  const bool usable = !rdma.library.empty() && selected > 0;
+  const std::string problem = rdma.library.empty() || !rdma.error.empty() ? rdma.error : "no active RDMA port selected";
+  const net::Transport::Choice choice = net::Transport::choose(settings.transport, usable, selected, problem);
+  report->transport = choice.verbs ? "ib" : "tcp";
+  report->transport_why = choice.why;
 }
 
 std::vector<std::string> problems_of(const Report& report) {
