@@ -6,8 +6,12 @@
 
 namespace sieve::compress {
 
-void MaskRegistry::retire(std::map<uintptr_t, std::shared_ptr<PublishedMask>>::iterator it) {
-  it->second->retired_.store(true, std::memory_order_release);
+void MaskRegistry::unstage(Entries::iterator it) {
+  // Keep only entries someone still holds: the map stays as small as the tables that use it.
+  for (auto u = unstaged_.begin(); u != unstaged_.end();) u = u->second.expired() ? unstaged_.erase(u) : std::next(u);
+  unstaged_.emplace(it->second->id(), it->second);
+  entries_.erase(it);
+  size_.store(entries_.size(), std::memory_order_release);
 }
 
 Status MaskRegistry::publish(const void* base, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id) {
@@ -22,21 +26,23 @@ Status MaskRegistry::publish(const void* base, DType dtype, std::shared_ptr<cons
                                                 dtype_name(dtype) + " elements at this address wraps around the address space");
 
   std::unique_lock lock(mutex_);
-  // Retire and drop every entry overlapping [start, end): the one starting before `start` (if it
-  // reaches in) and those starting inside.
+  // Unstage every entry overlapping [start, end): the one starting before `start` (if it reaches
+  // in) and those starting inside.
   auto it = entries_.lower_bound(start);
   if (it != entries_.begin()) {
     auto previous = std::prev(it);
     if (previous->first + previous->second->bytes() > start) it = previous;
   }
   while (it != entries_.end() && it->first < end) {
-    retire(it);
-    it = entries_.erase(it);
+    auto next = std::next(it);
+    unstage(it);
+    it = next;
   }
   const uint64_t new_id = next_id_++;
-  entries_.emplace(start, std::make_shared<PublishedMask>(start, dtype, new_id, std::move(mask)));
+  entries_.emplace(start, std::make_shared<const PublishedMask>(start, dtype, new_id, std::move(mask)));
+  size_.store(entries_.size(), std::memory_order_release);
   if (id) *id = new_id;
-  generation_.fetch_add(1, std::memory_order_acq_rel);
+  ++generation_;
   return Status::ok_status();
 }
 
@@ -44,19 +50,17 @@ Status MaskRegistry::retract(const void* base) {
   std::unique_lock lock(mutex_);
   auto it = entries_.find(reinterpret_cast<uintptr_t>(base));
   if (it == entries_.end()) return Status::error(Code::kNotFound, "no mask is published at this address");
-  retire(it);
-  entries_.erase(it);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
+  unstage(it);
+  ++generation_;
   return Status::ok_status();
 }
 
 Status MaskRegistry::retract_id(uint64_t id) {
   std::unique_lock lock(mutex_);
   auto it = std::find_if(entries_.begin(), entries_.end(), [id](const auto& e) { return e.second->id() == id; });
-  if (it == entries_.end()) return Status::error(Code::kNotFound, "no live mask has id " + std::to_string(id));
-  retire(it);
-  entries_.erase(it);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
+  if (it == entries_.end()) return Status::error(Code::kNotFound, "no published mask has id " + std::to_string(id));
+  unstage(it);
+  ++generation_;
   return Status::ok_status();
 }
 
@@ -66,35 +70,40 @@ std::shared_ptr<const PublishedMask> MaskRegistry::find(const void* base) const 
   return it == entries_.end() ? nullptr : it->second;
 }
 
-size_t MaskRegistry::size() const {
-  std::shared_lock lock(mutex_);
-  return entries_.size();
-}
+size_t MaskRegistry::size() const { return size_.load(std::memory_order_acquire); }
 
 void MaskRegistry::clear() {
   std::unique_lock lock(mutex_);
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) retire(it);
-  entries_.clear();
-  generation_.fetch_add(1, std::memory_order_acq_rel);
+  while (!entries_.empty()) unstage(entries_.begin());
+  ++generation_;
 }
 
-uint64_t MaskRegistry::commit(uint32_t flags) {
-  std::unique_lock lock(mutex_);
-  auto table = std::make_shared<CommittedTable>();
-  table->flags = flags;
-  for (const auto& [base, entry] : entries_) table->entries.push_back(entry);
-  std::sort(table->entries.begin(), table->entries.end(),
-            [](const auto& a, const auto& b) { return a->id() < b->id(); });
-  table->epoch = commit_epoch_.load(std::memory_order_relaxed) + 1;
-  committed_ = table;
-  commit_epoch_.store(table->epoch, std::memory_order_release);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
-  return table->epoch;
-}
-
-std::shared_ptr<const CommittedTable> MaskRegistry::committed() const {
+StagedEntries MaskRegistry::snapshot() const {
   std::shared_lock lock(mutex_);
-  return committed_;
+  StagedEntries out;
+  out.reserve(entries_.size());
+  for (const auto& [base, entry] : entries_) out.push_back(entry);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a->id() < b->id(); });
+  return out;
+}
+
+Status MaskRegistry::released(uint64_t id, bool* out) const {
+  std::unique_lock lock(mutex_);  // prunes unstaged_
+  if (id == 0 || id >= next_id_) return Status::error(Code::kNotFound, "no mask was ever published with id " + std::to_string(id));
+  for (const auto& [base, entry] : entries_)
+    if (entry->id() == id) {
+      *out = false;
+      return Status::ok_status();
+    }
+  auto it = unstaged_.find(id);
+  if (it != unstaged_.end() && it->second.expired()) unstaged_.erase(it), it = unstaged_.end();
+  *out = it == unstaged_.end();
+  return Status::ok_status();
+}
+
+uint64_t MaskRegistry::generation() const {
+  std::shared_lock lock(mutex_);
+  return generation_;
 }
 
 }  // namespace sieve::compress

@@ -190,6 +190,11 @@ bool parse_size(const std::string& text, uint64_t& out) {
 bool parse_choice(const std::string& text, const char* choices, std::string& out) {
   std::string t = lower(trim(text));
   std::string all = choices;
+  // A choice between "on" and "off" (and more) takes every spelling of a boolean too: SIEVE_TRACK=1.
+  const std::string padded = "|" + all + "|";
+  bool flag = false;
+  if (padded.find("|on|") != std::string::npos && padded.find("|off|") != std::string::npos && parse_bool(t, flag))
+    t = flag ? "on" : "off";
   size_t start = 0;
   while (start <= all.size()) {
     size_t bar = all.find('|', start);

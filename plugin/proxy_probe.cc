@@ -13,6 +13,7 @@ namespace sieve::plugin {
 namespace {
 
 std::atomic<ProxyProbe> g_probe{nullptr};
+std::atomic<const ProxyCommitApi*> g_commit_api{nullptr};
 
 std::string real_path(const std::string& path) {
   char resolved[PATH_MAX];
@@ -27,6 +28,10 @@ std::string base_name(const std::string& path) {
 }  // namespace
 
 void register_proxy_probe(ProxyProbe probe) { g_probe.store(probe); }
+
+void register_proxy_commit_api(const ProxyCommitApi* api) { g_commit_api.store(api); }
+
+const ProxyCommitApi* proxy_commit_api() { return g_commit_api.load(); }
 
 void run_proxy_probe() {
   static std::once_flag once;

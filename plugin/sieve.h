@@ -1,11 +1,13 @@
 /* Sieve's public C API for trainers and scripts (C99; also usable through Python's ctypes).
  *
  * A trainer publishes the sparsity masks of the buffers it will all-reduce (gradients or whole
- * gradient buckets), then commits them; the collective proxy then sends only the kept elements.
- * Publishing stages a mask; sieve_commit() hands the staged table to the proxy, which activates it on
- * each communicator only after every rank of that communicator has agreed on it (the same masks, in
- * the same publish order). Call publish, retract and commit at the same point of the program on
- * every rank, from the thread that drives the training loop (see docs/DESIGN.md, "Consistency").
+ * gradient buckets), then commits them on a communicator; the collective proxy then sends only the
+ * kept elements on that communicator. Publishing and retracting only stage: nothing changes until a
+ * commit. A commit is a collective: every rank of the communicator issues it at the same point of
+ * that communicator's sequence, like any other collective, and the staged table becomes active there
+ * only when every rank agrees on it (the same masks in the same publish order, the same settings);
+ * otherwise every rank runs that communicator dense from that point and logs why (docs/DESIGN.md,
+ * "How the proxy keeps ranks consistent").
  *
  * Every function returns 0 (SIEVE_OK) or a negative SIEVE_ERR_* code; sieve_strerror() names the
  * code and sieve_last_error() gives the specific reason for the calling thread's latest failure. Bad
@@ -39,7 +41,9 @@ enum {
   SIEVE_ERR_MALFORMED = -5,        /* a mask file that does not follow its format */
   SIEVE_ERR_IO = -6,               /* a file could not be opened or read */
   SIEVE_ERR_NO_MEMORY = -7,
-  SIEVE_ERR_INTERNAL = -8
+  SIEVE_ERR_INTERNAL = -8,
+  SIEVE_ERR_UNAVAILABLE = -9,      /* the collective proxy cannot run here (no CUDA build, or no NCCL to reach) */
+  SIEVE_ERR_NCCL = -10             /* NCCL failed the commit's collective (the communicator is aborted) */
 };
 
 /* Element types of published buffers (they set the element size). */
@@ -66,10 +70,10 @@ SIEVE_API size_t sieve_dtype_size(int dtype);
 
 /* Publishes (stages) the mask of the buffer at base holding count elements of dtype: bit i of bits
  * (LSB first within each byte, ceil(count / 8) bytes) set = element i kept; elements not kept must be
- * zero in every buffer all-reduced with this mask (their values are not sent). The mask is copied.
- * Publishing a buffer that overlaps published ones replaces them, and the proxy stops using the
- * replaced masks at once; the new mask is used after the next sieve_commit(). A published buffer must
- * be retracted before its memory is freed (the Python binding does this when the tensor dies).
+ * zero in every buffer reduced with this mask (their values are not sent). The mask is copied.
+ * Publishing a buffer that overlaps staged ones replaces them. Nothing changes until the next commit
+ * on each communicator (sieve_comm_commit): until then a communicator keeps compacting with what its
+ * last agreed commit activated. Free a published buffer only once sieve_mask_released() says so.
  * mask_id (optional) receives an id that is never 0 and never reused in this process. */
 SIEVE_API int sieve_mask_publish(const void* base, size_t count, int dtype, const uint8_t* bits, uint64_t* mask_id);
 /* Same, with the kept elements given as nranges [starts[i], starts[i] + lengths[i]) ranges, in any
@@ -79,12 +83,15 @@ SIEVE_API int sieve_mask_publish_ranges(const void* base, size_t count, int dtyp
 /* Same, reading the mask from a safetensors file: its BOOL/U8 tensors in data-offset order,
  * nonzero = kept; their total element count must equal count. */
 SIEVE_API int sieve_mask_publish_file(const void* base, size_t count, int dtype, const char* path, uint64_t* mask_id);
-/* Removes the mask published at base (exactly the base given to a publish call); the proxy stops
- * using it at once. */
+/* Unstages the mask published at base (exactly the base given to a publish call). Like a publish, it
+ * takes effect on each communicator at its next commit. */
 SIEVE_API int sieve_mask_retract(const void* base);
-/* Removes the mask with this id, if it is still published (SIEVE_ERR_NOT_FOUND otherwise): for a
- * finalizer that must not remove a newer mask published at the same address since. */
+/* Unstages the mask with this id, if it is still staged (SIEVE_ERR_NOT_FOUND otherwise). */
 SIEVE_API int sieve_mask_retract_id(uint64_t mask_id);
+/* *released = 1 when mask mask_id is neither staged nor held by the agreed table of any communicator
+ * (a commit since its retraction replaced every table that held it): its buffer may be freed, or its
+ * address reused, without a communicator compacting there. 0 while it is still in use. */
+SIEVE_API int sieve_mask_released(uint64_t mask_id, int* released);
 
 /* Commit flags. */
 enum {
@@ -92,12 +99,39 @@ enum {
    * order): the commit ORs the masks across ranks and every rank compacts on the union (PruneX). */
   SIEVE_COMMIT_UNION = 1
 };
-/* Hands the published masks to the collective proxy. Every rank calls it at the same point, after
- * its publishes. On each communicator, the proxy's next collective first runs a small agreement (one
- * 48-byte all-reduce; with SIEVE_COMMIT_UNION also the masks themselves) and activates the table only
- * if every rank committed the same one and could prepare it; otherwise every rank keeps running
- * dense and logs why. Returns the commit's number (1, 2, ...) through epoch (optional). */
-SIEVE_API int sieve_commit(uint32_t flags, uint64_t* epoch);
+/* What a commit decided on its communicator. Set size = sizeof(sieve_commit_result_t) first. */
+enum { SIEVE_COMMIT_REFUSED = 0, SIEVE_COMMIT_ACTIVATED = 1, SIEVE_COMMIT_PENDING = 2 };
+typedef struct {
+  size_t size;
+  int state;            /* SIEVE_COMMIT_*: PENDING when issued inside ncclGroupStart/End (decided, and
+                           logged, at the group's end) */
+  uint64_t commit;      /* this communicator's commit number: 1, 2, ... */
+  uint64_t masks;       /* entries in the agreed table */
+  uint64_t compacting;  /* of them, entries that compact (the rest are too dense, too small or not float) */
+  char reason[256];     /* why not, when REFUSED; the same text on every rank */
+} sieve_commit_result_t;
+/* Commits what is staged on one NCCL communicator (an ncclComm_t) on one CUDA stream (a cudaStream_t):
+ * a collective, issued by every rank of comm at the same point of comm's sequence. It exchanges one
+ * 48-byte vote (with SIEVE_COMMIT_UNION also the masks themselves) on comm, waits for it, and from
+ * this point of comm's sequence compacts with the agreed table, or, when the ranks did not agree
+ * (different masks, settings, or a rank whose proxy is off or absent), runs comm dense on every rank.
+ * Needs the collective proxy (the library LD_PRELOADed in a CUDA build): SIEVE_ERR_UNAVAILABLE
+ * otherwise. result is optional. */
+SIEVE_API int sieve_comm_commit(void* comm, void* stream, uint32_t flags, sieve_commit_result_t* result);
+
+/* For bindings that can issue a collective but cannot name NCCL's communicator (Python's
+ * torch.distributed): the commit travels as the binding's own all-reduce of a token. The binding
+ * fills a device buffer of SIEVE_COMMIT_TOKEN_WORDS int64 values with the "no proxy" vote (every word
+ * INT64_MIN except word 4, which is SIEVE_COMMIT_TOKEN_NO_PROXY), arms it here, and all-reduces it in
+ * place with max on the process group. The proxy recognises that all-reduce (this thread, this
+ * buffer, that count, int64, max) and runs it as the commit on its communicator, writing this rank's
+ * vote into the token; where no proxy intercepts it, the "no proxy" vote makes every rank refuse. */
+#define SIEVE_COMMIT_TOKEN_WORDS 6
+#define SIEVE_COMMIT_TOKEN_NO_PROXY 3
+SIEVE_API int sieve_commit_arm(const void* token, uint32_t flags);
+/* After that all-reduce returned: what the commit decided. SIEVE_ERR_NOT_FOUND when the all-reduce
+ * never reached the proxy (then every rank refused it). */
+SIEVE_API int sieve_commit_outcome(const void* token, sieve_commit_result_t* result);
 
 /* What is published at base. Set size = sizeof(sieve_mask_info_t) before the call. */
 typedef struct {
@@ -127,6 +161,9 @@ typedef struct {
   uint64_t masks_published;        /* masks currently published */
   uint64_t tables_activated;       /* committed tables every rank of a communicator agreed on */
   uint64_t tables_refused;         /* committed tables the ranks of a communicator did not agree on */
+  uint64_t learned_calls_observed; /* all-reduces SIEVE_TRACK watched (on or observe) */
+  uint64_t learned_bytes_saved;    /* bytes learned masks kept off the wire (observe: would have) */
+  uint64_t learned_pattern_changes;/* stable zero patterns that changed: a return to dense (observe: would have been) */
 } sieve_stats_t;
 SIEVE_API int sieve_stats_get(sieve_stats_t* out);
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "compress/safetensors.h"
+#include "plugin/proxy_probe.h"
 #include "plugin/sieve_api.h"
 #include "plugin/stats.h"
 
@@ -87,6 +88,17 @@ int check_buffer(const char* function, const void* base, size_t count, int dtype
   return SIEVE_OK;
 }
 
+// Flags and the result struct's size, as every commit entry point checks them.
+int check_commit(const char* function, uint32_t flags, const sieve_commit_result_t* result) {
+  if (flags & ~uint32_t(SIEVE_COMMIT_UNION))
+    return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": unknown flags " + std::to_string(flags) +
+                                                " (the only flag is SIEVE_COMMIT_UNION = 1)");
+  if (result && result->size < sizeof(result->size))
+    return fail(SIEVE_ERR_INVALID_ARGUMENT,
+                std::string(function) + ": result->size must be set to sizeof(sieve_commit_result_t)");
+  return SIEVE_OK;
+}
+
 int publish(const char* function, const void* base, compress::DType dtype, compress::Mask&& mask, uint64_t* mask_id) {
   uint64_t id = 0;
   compress::Status s = mask_registry().publish(base, dtype, std::make_shared<const compress::Mask>(std::move(mask)), &id);
@@ -116,6 +128,8 @@ const char* sieve_strerror(int code) {
     case SIEVE_ERR_IO: return "file could not be read";
     case SIEVE_ERR_NO_MEMORY: return "out of memory";
     case SIEVE_ERR_INTERNAL: return "internal error";
+    case SIEVE_ERR_UNAVAILABLE: return "the collective proxy is not available";
+    case SIEVE_ERR_NCCL: return "NCCL failed the collective";
     default: return "unknown error code";
   }
 }
@@ -186,14 +200,62 @@ int sieve_mask_retract_id(uint64_t mask_id) {
   });
 }
 
-int sieve_commit(uint32_t flags, uint64_t* epoch) {
-  static const char* const kFn = "sieve_commit";
+int sieve_mask_released(uint64_t mask_id, int* released) {
+  static const char* const kFn = "sieve_mask_released";
   return guarded(kFn, [&]() -> int {
-    if (flags & ~uint32_t(SIEVE_COMMIT_UNION))
-      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": unknown flags " + std::to_string(flags) +
-                                                  " (the only flag is SIEVE_COMMIT_UNION = 1)");
-    const uint64_t e = sieve::plugin::mask_registry().commit(flags);
-    if (epoch) *epoch = e;
+    if (!released) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": released is NULL");
+    bool out = false;
+    sieve::compress::Status s = sieve::plugin::mask_registry().released(mask_id, &out);
+    if (!s.ok()) return sieve::plugin::fail(kFn, s);
+    *released = out ? 1 : 0;
+    return SIEVE_OK;
+  });
+}
+
+int sieve_comm_commit(void* comm, void* stream, uint32_t flags, sieve_commit_result_t* result) {
+  static const char* const kFn = "sieve_comm_commit";
+  return guarded(kFn, [&]() -> int {
+    if (!comm) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": comm is NULL");
+    if (int rc = sieve::plugin::check_commit(kFn, flags, result)) return rc;
+    const sieve::plugin::ProxyCommitApi* api = sieve::plugin::proxy_commit_api();
+    if (!api)
+      return fail(SIEVE_ERR_UNAVAILABLE, std::string(kFn) + ": this library was built without the collective proxy "
+                                                             "(no CUDA toolkit at build time)");
+    const int rc = api->commit(comm, stream, flags, result);
+    if (rc == sieve::plugin::kCommitUnreachable)
+      return fail(SIEVE_ERR_UNAVAILABLE, std::string(kFn) + ": no NCCL can be reached from this process (is the "
+                                                             "library LD_PRELOADed into a job that loads libnccl?)");
+    if (rc)
+      return fail(SIEVE_ERR_NCCL, std::string(kFn) + ": the commit's collective failed with NCCL error " +
+                                             std::to_string(rc) + " (the NET/Sieve log says why)");
+    return SIEVE_OK;
+  });
+}
+
+int sieve_commit_arm(const void* token, uint32_t flags) {
+  static const char* const kFn = "sieve_commit_arm";
+  return guarded(kFn, [&]() -> int {
+    if (!token) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": token is NULL");
+    if (int rc = sieve::plugin::check_commit(kFn, flags, nullptr)) return rc;
+    const sieve::plugin::ProxyCommitApi* api = sieve::plugin::proxy_commit_api();
+    if (!api)
+      return fail(SIEVE_ERR_UNAVAILABLE, std::string(kFn) + ": this library was built without the collective proxy "
+                                                             "(no CUDA toolkit at build time)");
+    api->arm(token, flags);
+    return SIEVE_OK;
+  });
+}
+
+int sieve_commit_outcome(const void* token, sieve_commit_result_t* result) {
+  static const char* const kFn = "sieve_commit_outcome";
+  return guarded(kFn, [&]() -> int {
+    if (!token || !result) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": token or result is NULL");
+    if (int rc = sieve::plugin::check_commit(kFn, 0, result)) return rc;
+    const sieve::plugin::ProxyCommitApi* api = sieve::plugin::proxy_commit_api();
+    if (!api || !api->outcome(token, result))
+      return fail(SIEVE_ERR_NOT_FOUND, std::string(kFn) + ": the commit's all-reduce never reached the collective "
+                                                          "proxy (is the library LD_PRELOADed, in a CUDA build, and "
+                                                          "does the process group use NCCL?); every rank refused it");
     return SIEVE_OK;
   });
 }
@@ -243,6 +305,9 @@ int sieve_stats_get(sieve_stats_t* out) {
     full.masks_published = sieve::plugin::mask_registry().size();
     full.tables_activated = get(p.tables_activated);
     full.tables_refused = get(p.tables_refused);
+    full.learned_calls_observed = get(p.learned_calls_observed);
+    full.learned_bytes_saved = get(p.learned_bytes_saved);
+    full.learned_pattern_changes = get(p.learned_pattern_changes);
     std::memcpy(out, &full, full.size);
     return SIEVE_OK;
   });

@@ -21,6 +21,9 @@ struct ProcessStats {
   std::atomic<uint64_t> tables_activated{0};       // proxy: committed tables a communicator agreed on
   std::atomic<uint64_t> tables_refused{0};         // proxy: committed tables a communicator did not agree on
   std::atomic<uint64_t> connections_rejected{0};   // stray / bad-magic / bad-token connections dropped
+  std::atomic<uint64_t> learned_calls_observed{0};   // proxy: all-reduces SIEVE_TRACK watched
+  std::atomic<uint64_t> learned_bytes_saved{0};      // proxy: bytes learned masks kept off the wire (observe: would have)
+  std::atomic<uint64_t> learned_pattern_changes{0};  // proxy: stable patterns that changed
 };
 
 ProcessStats& process_stats();

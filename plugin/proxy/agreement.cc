@@ -1,10 +1,15 @@
 #include "plugin/proxy/agreement.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstring>
 
 #include "plugin/sieve.h"
 
 namespace sieve::plugin::proxy {
+
+static_assert(kVoteWords == SIEVE_COMMIT_TOKEN_WORDS, "a commit token holds one vote");
+static_assert(int64_t(Refusal::kNoProxy) == SIEVE_COMMIT_TOKEN_NO_PROXY, "the binding's no-proxy vote");
 
 namespace {
 
@@ -27,124 +32,163 @@ std::optional<ElemType> elem_type_of(compress::DType dtype) {
 }
 
 // Address-free: what a rank published, in publish order, never where its allocator put it.
-uint64_t table_hash(const std::vector<std::shared_ptr<const compress::PublishedMask>>& entries, uint32_t flags,
-                    bool with_masks) {
+uint64_t table_hash(const compress::StagedEntries& entries, const std::vector<std::shared_ptr<const compress::Mask>>* masks,
+                    uint32_t flags) {
   uint64_t h = mix(0x5349455645544142ull, flags);
   h = mix(h, entries.size());
-  for (const auto& e : entries) {
-    h = mix(h, e->count());
-    h = mix(h, uint64_t(e->dtype()));
-    if (with_masks) h = mix(h, e->mask()->hash());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    h = mix(h, entries[i]->count());
+    h = mix(h, uint64_t(entries[i]->dtype()));
+    if (masks) h = mix(h, (*masks)[i]->hash());
   }
   return h;
 }
 
+std::vector<std::shared_ptr<const compress::Mask>> own_masks(const compress::StagedEntries& entries) {
+  std::vector<std::shared_ptr<const compress::Mask>> masks;
+  for (const auto& e : entries) masks.push_back(e->mask());
+  return masks;
+}
+
 // Prepares plans for `masks` (parallel to `entries`), reusing the active table's where the entry is
 // the same. Returns false, with *why, when this rank could not.
-bool prepare(const AgreementContext& ctx, const std::vector<std::shared_ptr<const compress::PublishedMask>>& entries,
+bool prepare(const AgreementContext& ctx, const compress::StagedEntries& entries,
              const std::vector<std::shared_ptr<const compress::Mask>>& masks, std::vector<ActiveEntry>* out,
              std::string* why) {
   out->clear();
-  if (ctx.veto) {
-    *why = ctx.veto;
-    return false;
-  }
   for (size_t i = 0; i < entries.size(); ++i) {
     ActiveEntry entry{entries[i], nullptr};
-    const bool same_mask = masks[i] == entries[i]->mask();
-    if (ctx.reusable && same_mask) {
+    if (ctx.reusable && masks[i] == entries[i]->mask()) {
       auto it = ctx.reusable->find(entries[i]->id());
-      if (it != ctx.reusable->end()) entry.plan = it->second;
+      if (it != ctx.reusable->end() && it->second->verifies() == ctx.verify) entry.plan = it->second;
     }
     const std::optional<ElemType> type = elem_type_of(entries[i]->dtype());
     if (!entry.plan && type) {
-      if (EntryPlan::build(ctx.backend, masks[i], *type, ctx.rules, ctx.nranks, /*with_flag=*/false, &entry.plan, why))
-        return false;
+      PlanSpec spec{*type, ctx.rules, ctx.nranks, /*with_flag=*/false, ctx.verify};
+      if (EntryPlan::build(ctx.backend, masks[i], spec, &entry.plan, why)) return false;
     }
     out->push_back(std::move(entry));
   }
   return true;
 }
 
-// The union of every rank's masks: each mask as one byte per element, all-reduced with max.
-int merge_masks(const AgreementContext& ctx, DeviceBuffer& staging,
-                const std::vector<std::shared_ptr<const compress::PublishedMask>>& entries,
-                std::vector<std::shared_ptr<const compress::Mask>>* merged) {
-  merged->clear();
-  for (const auto& e : entries) {
-    std::vector<uint8_t> bytes(e->count());
-    for (uint64_t i = 0; i < e->count(); ++i) bytes[i] = e->mask()->test(i) ? 1 : 0;
-    if (int rc = ctx.backend.exchange_max(ctx.comm, ctx.stream, bytes.data(), bytes.size(), 1, staging)) return rc;
-    merged->push_back(std::make_shared<const compress::Mask>(compress::Mask::from_bytes(bytes.data(), bytes.size())));
-  }
-  return kResultSuccess;
+// One exchange outside any group (after the commit's own collective): in, on the stream, out, wait.
+int run_exchange(const AgreementContext& ctx, Exchange& ex, uint64_t count, int width) {
+  int rc = ctx.backend.exchange_in(ex, nullptr, count, width, ctx.comm, ctx.stream);
+  if (rc == kResultInProgress) rc = ctx.backend.wait_enqueued(ctx.comm, ctx.live);
+  if (rc) return rc;
+  if (int out = ctx.backend.exchange_out(ex, nullptr, count, width, ctx.stream)) return out;
+  return ctx.backend.wait_exchange(ex, ctx.comm, ctx.live);
 }
 
 }  // namespace
 
+void write_vote(const Vote& v, void* words) {
+  const int64_t w[kVoteWords] = {int64_t(v.subject), int64_t(~v.subject), int64_t(v.settings), int64_t(~v.settings),
+                                 int64_t(v.refusal), 0};
+  std::memcpy(words, w, sizeof w);
+}
+
+void write_no_proxy_vote(void* words) {
+  int64_t w[kVoteWords];
+  std::fill(std::begin(w), std::end(w), INT64_MIN);
+  w[4] = int64_t(Refusal::kNoProxy);
+  std::memcpy(words, w, sizeof w);
+}
+
+Verdict read_verdict(const Vote& mine, const void* words) {
+  int64_t w[kVoteWords];
+  std::memcpy(w, words, sizeof w);
+  Verdict v;
+  v.same_subject = w[0] == int64_t(mine.subject) && w[1] == int64_t(~mine.subject);
+  v.same_settings = w[2] == int64_t(mine.settings) && w[3] == int64_t(~mine.settings);
+  v.worst = Refusal(std::clamp<int64_t>(w[4], 0, int64_t(Refusal::kNoProxy)));
+  return v;
+}
+
 std::string Verdict::reason(const std::string& local_failure) const {
+  switch (worst) {
+    case Refusal::kNoProxy:
+      return "a rank has no collective proxy (the library is not LD_PRELOADed there, or the commit's all-reduce "
+             "did not reach it)";
+    case Refusal::kProxyOff: return "SIEVE_PROXY=off on a rank";
+    default: break;
+  }
   if (!same_settings)
-    return "the ranks run the proxy with different settings (SIEVE_PROXY, SIEVE_PROXY_MAX_DENSITY, "
-           "SIEVE_PROXY_MIN_COUNT, SIEVE_TRACK* must be the same on every rank)";
+    return "the ranks run the proxy with different settings (SIEVE_PROXY_MAX_DENSITY, SIEVE_PROXY_MIN_COUNT, "
+           "SIEVE_PROXY_VERIFY, SIEVE_TRACK, SIEVE_TRACK_STABLE, SIEVE_TRACK_LAG must be the same on every rank)";
   if (!same_subject) return "the ranks committed different masks (or published them in a different order)";
-  if (!all_ok)
+  if (worst == Refusal::kCouldNotPrepare)
     return local_failure.empty() ? std::string("another rank could not prepare it")
                                  : "this rank could not prepare it: " + local_failure;
   return "";
 }
 
-int vote(DeviceBackend& backend, Comm comm, Stream stream, DeviceBuffer& staging, const Vote& mine, Verdict* out) {
-  uint64_t words[kVoteWords] = {mine.subject, ~mine.subject, mine.settings, ~mine.settings, mine.ok ? 0u : 1u, 0};
-  if (int rc = backend.exchange_max(comm, stream, words, kVoteWords, 8, staging)) return rc;
-  out->same_subject = words[0] == mine.subject && words[1] == ~mine.subject;
-  out->same_settings = words[2] == mine.settings && words[3] == ~mine.settings;
-  out->all_ok = words[4] == 0;
+int TableCommit::begin(const AgreementContext& ctx, compress::StagedEntries entries, uint32_t flags, Exchange& vote,
+                       void* token, std::unique_ptr<TableCommit>* out, int* collective_rc) {
+  std::unique_ptr<TableCommit> c(new TableCommit());
+  c->entries_ = std::move(entries);
+  c->flags_ = flags;
+  c->token_ = token;
+  const bool merge = (flags & SIEVE_COMMIT_UNION) != 0;
+  Refusal refusal = ctx.veto;
+  if (refusal == Refusal::kNone) {
+    if (!merge) {
+      if (!prepare(ctx, c->entries_, own_masks(c->entries_), &c->prepared_, &c->local_failure_))
+        refusal = Refusal::kCouldNotPrepare;
+    } else {
+      // The union needs, on every rank, staging for the largest mask's bytes.
+      uint64_t largest = 1;
+      for (const auto& e : c->entries_) largest = std::max(largest, e->count());
+      if (ctx.backend.create_exchange(largest, &c->merge_)) {
+        refusal = Refusal::kCouldNotPrepare;
+        c->local_failure_ = "no device memory to merge masks of up to " + std::to_string(largest) + " elements";
+      }
+    }
+  }
+  // The union compares buffers only (the masks may differ); otherwise the masks too.
+  const auto masks = own_masks(c->entries_);
+  c->mine_ = Vote{table_hash(c->entries_, merge ? nullptr : &masks, flags), ctx.settings, refusal};
+  write_vote(c->mine_, vote.host());
+  *collective_rc = ctx.backend.exchange_in(vote, token, kVoteWords, 8, ctx.comm, ctx.stream);
+  *out = std::move(c);
+  return enqueued(*collective_rc) ? kResultSuccess : *collective_rc;
+}
+
+int TableCommit::vote_again(const AgreementContext& ctx, Exchange& vote, const Vote& mine, Verdict* verdict) {
+  write_vote(mine, vote.host());
+  if (int rc = run_exchange(ctx, vote, kVoteWords, 8)) return rc;
+  *verdict = read_verdict(mine, vote.host());
   return kResultSuccess;
 }
 
-int agree_table(const AgreementContext& ctx, const compress::CommittedTable& table, TableAgreement* out) {
+int TableCommit::finish(const AgreementContext& ctx, Exchange& vote, TableAgreement* out) {
   *out = TableAgreement();
-  // Entries retired since the commit (republished or retracted at the same program point on every
-  // rank) are no longer part of it.
-  std::vector<std::shared_ptr<const compress::PublishedMask>> live;
-  for (const auto& e : table.entries)
-    if (!e->retired()) live.push_back(e);
-  const bool merge = (table.flags & SIEVE_COMMIT_UNION) != 0;
-  std::string local_failure;
-  Verdict verdict;
-
-  if (!merge) {
-    std::vector<std::shared_ptr<const compress::Mask>> masks;
-    for (const auto& e : live) masks.push_back(e->mask());
-    const bool ok = prepare(ctx, live, masks, &out->entries, &local_failure);
-    if (int rc = vote(ctx.backend, ctx.comm, ctx.stream, ctx.vote_staging,
-                      Vote{table_hash(live, table.flags, true), ctx.settings, ok}, &verdict))
-      return rc;
-  } else {
-    // First the buffers must match and every rank must hold staging for the largest mask.
-    uint64_t largest = kVoteWords * 8;
-    for (const auto& e : live) largest = std::max(largest, e->count());
-    std::unique_ptr<DeviceBuffer> staging;
-    bool ok = !ctx.veto && ctx.backend.create_buffer(largest, &staging) == kResultSuccess;
-    if (ctx.veto) local_failure = ctx.veto;
-    else if (!ok) local_failure = "no device memory to merge masks of up to " + std::to_string(largest) + " elements";
-    if (int rc = vote(ctx.backend, ctx.comm, ctx.stream, ctx.vote_staging,
-                      Vote{table_hash(live, table.flags, false), ctx.settings, ok}, &verdict))
-      return rc;
-    if (verdict.unanimous()) {
-      std::vector<std::shared_ptr<const compress::Mask>> merged;
-      if (int rc = merge_masks(ctx, *staging, live, &merged)) return rc;
-      ok = prepare(ctx, live, merged, &out->entries, &local_failure);
-      if (int rc = vote(ctx.backend, ctx.comm, ctx.stream, ctx.vote_staging,
-                        Vote{table_hash(live, table.flags, false), ctx.settings, ok}, &verdict))
-        return rc;
+  if (int rc = ctx.backend.exchange_out(vote, token_, kVoteWords, 8, ctx.stream)) return rc;
+  if (int rc = ctx.backend.wait_exchange(vote, ctx.comm, ctx.live)) return rc;
+  Verdict verdict = read_verdict(mine_, vote.host());
+  std::vector<std::shared_ptr<const compress::Mask>> masks = own_masks(entries_);
+  if ((flags_ & SIEVE_COMMIT_UNION) && verdict.unanimous()) {
+    // Every rank holds the same buffers and staging: OR the masks (bytes, max) one entry at a time,
+    // build the plans on the union, and vote again on whether every rank could.
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      const compress::Mask& m = *entries_[i]->mask();
+      auto* bytes = static_cast<uint8_t*>(merge_->host());
+      for (uint64_t j = 0; j < m.count(); ++j) bytes[j] = m.test(j) ? 1 : 0;
+      if (int rc = run_exchange(ctx, *merge_, m.count(), 1)) return rc;
+      masks[i] = std::make_shared<const compress::Mask>(compress::Mask::from_bytes(bytes, m.count()));
     }
+    Vote again = mine_;
+    if (!prepare(ctx, entries_, masks, &prepared_, &local_failure_)) again.refusal = Refusal::kCouldNotPrepare;
+    if (int rc = vote_again(ctx, vote, again, &verdict)) return rc;
   }
   out->activated = verdict.unanimous();
   if (!out->activated) {
-    out->reason = verdict.reason(local_failure);
-    out->entries.clear();
+    out->reason = verdict.reason(local_failure_);
+    return kResultSuccess;
   }
+  out->entries = std::move(prepared_);
+  out->hash = table_hash(entries_, &masks, flags_);
   return kResultSuccess;
 }
 

@@ -1,13 +1,17 @@
-// How the ranks of a communicator agree before anything changes which collectives they issue.
+// How the ranks of a communicator agree, at a commit, before anything changes which collectives they
+// issue.
 //
-// A vote folds what must be identical on every rank into six 64-bit words: the subject (the hash of
-// a committed table or of a learned mask), the job-wide proxy settings, and whether this rank could
-// prepare everything activation needs. One all-reduce (max) of the words, issued by every rank at the
-// same collective, gives every rank the same verdict: max(h) == h and max(~h) == ~h on a rank iff no
-// rank voted another h. Activation happens only on a unanimous verdict, so a rank that could not
-// allocate, or holds other masks or other settings, makes every rank stay as it was.
+// A commit is a collective the trainer issues on one communicator. Its vote folds what must be
+// identical on every rank into six int64 words, all-reduced with max: the subject (the hash of the
+// staged table) and its complement, the job-wide proxy settings and their complement, the worst
+// refusal (this rank could not prepare the table, its proxy is off, or it has no proxy at all) and a
+// reserved word. max(h) == h and max(~h) == ~h on a rank iff no rank voted another h (two's
+// complement keeps that true for signed words), so every rank reads the same verdict from the same
+// collective. A rank without the proxy contributes the "no proxy" vote its binding wrote (every word
+// INT64_MIN but the refusal), which refuses the commit everywhere.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -19,25 +23,36 @@
 
 namespace sieve::plugin::proxy {
 
+constexpr uint64_t kVoteWords = 6;
+constexpr uint64_t kVoteBytes = kVoteWords * 8;
+
+// Why a rank votes no; the highest one any rank voted names the verdict's reason.
+enum class Refusal : int64_t {
+  kNone = 0,
+  kCouldNotPrepare = 1,  // no device memory for a plan or for the union's merge
+  kProxyOff = 2,         // SIEVE_PROXY=off
+  kNoProxy = 3,          // the binding's token reached NCCL directly: no proxy on that rank
+};
+
 struct Vote {
   uint64_t subject = 0;
   uint64_t settings = 0;
-  bool ok = true;
+  Refusal refusal = Refusal::kNone;
 };
 
 struct Verdict {
   bool same_subject = false;
   bool same_settings = false;
-  bool all_ok = false;
-  bool unanimous() const { return same_subject && same_settings && all_ok; }
-  // Why a verdict is not unanimous, for the warning every rank logs.
+  Refusal worst = Refusal::kNone;
+  bool unanimous() const { return same_subject && same_settings && worst == Refusal::kNone; }
+  // Why a verdict is not unanimous: the same words on every rank, plus this rank's own detail.
   std::string reason(const std::string& local_failure) const;
 };
 
-// Words of staging memory a vote needs.
-constexpr uint64_t kVoteWords = 6;
-
-int vote(DeviceBackend& backend, Comm comm, Stream stream, DeviceBuffer& staging, const Vote& mine, Verdict* out);
+void write_vote(const Vote& vote, void* words);
+Verdict read_verdict(const Vote& mine, const void* words);
+// The "no proxy" vote a binding writes into its token (sieve.h: SIEVE_COMMIT_TOKEN_*).
+void write_no_proxy_vote(void* words);
 
 // A committed table's entries as one communicator uses them once agreed.
 struct ActiveEntry {
@@ -49,27 +64,52 @@ struct TableAgreement {
   bool activated = false;
   std::string reason;                // why not, when not
   std::vector<ActiveEntry> entries;  // the new active table when activated
+  uint64_t hash = 0;                 // the agreed table's address-free hash
 };
 
-// Everything table agreement reads besides the table.
+// Everything a commit reads besides the staged table.
 struct AgreementContext {
   DeviceBackend& backend;
   Comm comm;
   Stream stream;
-  DeviceBuffer& vote_staging;
+  CommLiveness& live;
   PlanRules rules;
   uint64_t settings = 0;  // fingerprint of the job-wide settings
   int nranks = 1;
-  // Plans of the active table, by mask id: an entry still live is not prepared twice.
+  bool verify = false;    // plans carry a buffer for SIEVE_PROXY_VERIFY's dense run
+  // Plans of the active table, by mask id: an entry still staged is not prepared twice.
   const std::unordered_map<uint64_t, std::shared_ptr<EntryPlan>>* reusable = nullptr;
-  // This rank takes part but refuses (SIEVE_PROXY=off): it prepares nothing and votes no.
-  const char* veto = nullptr;
+  // This rank takes part but refuses (SIEVE_PROXY=off): it prepares nothing and votes so.
+  Refusal veto = Refusal::kNone;
 };
 
-// Agrees `table` (its live entries, in publish order) on ctx.comm. Without SIEVE_COMMIT_UNION the
-// ranks must have committed the same masks; with it, the same buffers (counts, dtypes, order) and
-// the masks are OR-merged across ranks before the plans are built (then voted on again: every rank
-// must have built them). Returns the communicator's error when an exchange itself failed.
-int agree_table(const AgreementContext& ctx, const compress::CommittedTable& table, TableAgreement* out);
+// One commit on one communicator, in two halves so that it can be issued inside an NCCL group:
+// begin() at the trainer's call issues the vote's collective (queued in the group when inside one),
+// finish() reads the verdict once that collective is on the stream.
+class TableCommit {
+ public:
+  // Prepares the plans the staged `entries` need (or records why it cannot), writes this rank's vote
+  // into `vote` and issues the exchange, into `token` when the trainer's own all-reduce carries it.
+  // The collective is issued whatever preparation found: only its words say so. A non-zero return
+  // means the collective itself could not be issued (the communicator is then unusable).
+  static int begin(const AgreementContext& ctx, compress::StagedEntries entries, uint32_t flags, Exchange& vote,
+                   void* token, std::unique_ptr<TableCommit>* out, int* collective_rc);
+  // Reads the verdict; with SIEVE_COMMIT_UNION, OR-merges the masks across ranks and votes again.
+  // Returns the communicator's error when an exchange failed (the ranks may then disagree: the
+  // caller aborts the communicator).
+  int finish(const AgreementContext& ctx, Exchange& vote, TableAgreement* out);
+
+ private:
+  TableCommit() = default;
+  int vote_again(const AgreementContext& ctx, Exchange& vote, const Vote& mine, Verdict* verdict);
+
+  compress::StagedEntries entries_;
+  uint32_t flags_ = 0;
+  Vote mine_;
+  void* token_ = nullptr;
+  std::string local_failure_;
+  std::vector<ActiveEntry> prepared_;
+  std::unique_ptr<Exchange> merge_;  // SIEVE_COMMIT_UNION: staging for the largest mask's bytes
+};
 
 }  // namespace sieve::plugin::proxy

@@ -32,6 +32,7 @@ ncclDataType_t nccl_type(ElemType t) {
     case ElemType::kF16: return ncclFloat16;
     case ElemType::kBF16: return ncclBfloat16;
     case ElemType::kF64: return ncclFloat64;
+    case ElemType::kI64: return ncclInt64;
     default: return ncclNumTypes;
   }
 }
@@ -48,27 +49,37 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 }
 
 // The communicator's error, or success while it is healthy (in progress counts as healthy). No
-// communicator (the kernel tests): nothing to ask.
-int comm_error(Comm comm) {
+// communicator (the kernel tests): nothing to ask. Never touches a communicator being aborted
+// (CommLiveness: the abort waits for `polling` to drop before NCCL frees it).
+int comm_error(Comm comm, CommLiveness& live, bool* aborting) {
+  *aborting = false;
   if (!comm) return kResultSuccess;
+  live.polling.fetch_add(1, std::memory_order_seq_cst);
+  if (!live.alive()) {
+    live.polling.fetch_sub(1, std::memory_order_seq_cst);
+    *aborting = true;
+    return kResultInvalidUsage;
+  }
   const RealNccl& real = real_nccl();
   ncclResult_t state = ncclSuccess;
-  if (!real.comm_get_async_error || real.comm_get_async_error(as_comm(comm), &state) != ncclSuccess)
-    return kResultSystemError;
+  const bool asked = real.comm_get_async_error && real.comm_get_async_error(as_comm(comm), &state) == ncclSuccess;
+  live.polling.fetch_sub(1, std::memory_order_seq_cst);
+  if (!asked) return kResultSystemError;
   return state == ncclInProgress ? kResultSuccess : int(state);
 }
 
-// Waits for `done` without a deadline: a rank that gave up on its own would leave the others inside
-// a collective. It ends early when NCCL reports an error on the communicator (a dead peer, or an
-// abort by the job's watchdog), which is what ends a wait that can never succeed.
-template <typename Done> int wait_until(Comm comm, const char* what, Done&& done) {
+// Waits for `done` without a deadline of its own: a rank that gave up would leave the others inside a
+// collective. It ends early when NCCL reports an error on the communicator (a dead peer) or when the
+// communicator is being aborted (the job's watchdog): abort always wins.
+template <typename Done> int wait_until(Comm comm, CommLiveness& live, const char* what, Done&& done) {
   auto pause = std::chrono::microseconds(2);
   for (;;) {
     const cudaError_t e = done();
     if (e == cudaSuccess) return kResultSuccess;
     if (e != cudaErrorNotReady) return cuda_fail(e, what);
-    if (int rc = comm_error(comm)) {
-      SIEVE_WARN("collective proxy: communicator %p failed (error %d) while waiting for %s", comm, rc, what);
+    bool aborting = false;
+    if (int rc = comm_error(comm, live, &aborting)) {
+      if (!aborting) SIEVE_WARN("collective proxy: communicator %p failed (error %d) while waiting for %s", comm, rc, what);
       return rc;
     }
     std::this_thread::sleep_for(pause);
@@ -105,6 +116,20 @@ struct CudaBuffer : DeviceBuffer {
   uint64_t bytes() const override { return size; }
   void* ptr = nullptr;
   uint64_t size = 0;
+};
+
+struct CudaExchange : Exchange {
+  ~CudaExchange() override {
+    if (event) cudaEventDestroy(event);
+    free_device(device);
+    if (host_) cudaFreeHost(host_);
+  }
+  void* host() override { return host_; }
+  uint64_t bytes() const override { return size; }
+  void* host_ = nullptr;  // pinned: copies in and out are ordered on the stream without blocking it
+  void* device = nullptr;
+  uint64_t size = 0;
+  cudaEvent_t event = nullptr;
 };
 
 struct CudaSlot : LagSlot {
@@ -190,13 +215,20 @@ int CudaBackend::comm_shape(Comm comm, int* nranks, int* rank) {
   return int(real.comm_user_rank(as_comm(comm), rank));
 }
 
-int CudaBackend::wait_enqueued(Comm comm) {
-  const RealNccl& real = real_nccl();
-  if (!real.comm_get_async_error) return kResultSystemError;
+int CudaBackend::wait_enqueued(Comm comm, CommLiveness& live) {
   auto pause = std::chrono::microseconds(1);
   for (;;) {
+    live.polling.fetch_add(1, std::memory_order_seq_cst);
+    if (!live.alive()) {
+      live.polling.fetch_sub(1, std::memory_order_seq_cst);
+      return kResultInvalidUsage;
+    }
+    const RealNccl& real = real_nccl();
     ncclResult_t state = ncclSuccess;
-    if (ncclResult_t r = real.comm_get_async_error(as_comm(comm), &state); r != ncclSuccess) return int(r);
+    const ncclResult_t r =
+        real.comm_get_async_error ? real.comm_get_async_error(as_comm(comm), &state) : ncclSystemError;
+    live.polling.fetch_sub(1, std::memory_order_seq_cst);
+    if (r != ncclSuccess) return int(r);
     if (state != ncclInProgress) return int(state);
     std::this_thread::sleep_for(pause);
     if (pause < std::chrono::microseconds(500)) pause *= 2;
@@ -222,23 +254,52 @@ int CudaBackend::capture_status(Stream stream, bool* capturing) {
   return kResultSuccess;
 }
 
-int CudaBackend::exchange_max(Comm comm, Stream stream, void* host, uint64_t count, int width, DeviceBuffer& staging) {
+int CudaBackend::create_exchange(uint64_t bytes, std::unique_ptr<Exchange>* out) {
+  auto ex = std::make_unique<CudaExchange>();
+  const char* what = "an exchange's allocation";
+  if (int rc = cuda_fail(cudaHostAlloc(&ex->host_, bytes ? bytes : 1, cudaHostAllocDefault), what)) return rc;
+  if (int rc = cuda_fail(cudaMalloc(&ex->device, bytes ? bytes : 1), what)) return rc;
+  if (int rc = cuda_fail(cudaEventCreateWithFlags(&ex->event, cudaEventDisableTiming), what)) return rc;
+  ex->size = bytes;
+  *out = std::move(ex);
+  return kResultSuccess;
+}
+
+int CudaBackend::exchange_in(Exchange& exchange, void* device, uint64_t count, int width, Comm comm, Stream stream) {
+  auto& ex = static_cast<CudaExchange&>(exchange);
   const RealNccl& real = real_nccl();
   if (!real.all_reduce) return kResultSystemError;
   const uint64_t bytes = count * uint64_t(width);
-  if (staging.bytes() < bytes || (width != 1 && width != 8)) return kResultInternalError;
+  if (ex.size < bytes || (width != 1 && width != 8)) return kResultInternalError;
+  void* target = device ? device : ex.device;
   cudaStream_t s = as_stream(stream);
-  // Pageable copies may block the host on the stream: wait (interruptibly) until it is idle first.
-  if (int rc = wait_until(comm, "the stream before a vote", [s] { return cudaStreamQuery(s); })) return rc;
-  if (int rc = cuda_fail(cudaMemcpyAsync(staging.data(), host, bytes, cudaMemcpyHostToDevice, s), "a vote's upload"))
+  if (int rc = cuda_fail(cudaMemcpyAsync(target, ex.host_, bytes, cudaMemcpyHostToDevice, s), "an exchange's upload"))
     return rc;
-  int rc = real.all_reduce(staging.data(), staging.data(), size_t(count), width == 8 ? ncclUint64 : ncclUint8, ncclMax,
-                           as_comm(comm), s);
-  if (rc == ncclInProgress) rc = wait_enqueued(comm);
-  if (rc != ncclSuccess) return rc;
-  if (int w = wait_until(comm, "a vote", [s] { return cudaStreamQuery(s); })) return w;
-  // The stream is idle: this pageable copy returns as soon as it is done, and waits for nothing else.
-  return cuda_fail(cudaMemcpyAsync(host, staging.data(), bytes, cudaMemcpyDeviceToHost, s), "a vote's download");
+  // int64 words: the same collective as a binding's commit token (sieve.h), also where no proxy runs.
+  return real.all_reduce(target, target, size_t(count), width == 8 ? ncclInt64 : ncclUint8, ncclMax, as_comm(comm), s);
+}
+
+int CudaBackend::exchange_out(Exchange& exchange, const void* device, uint64_t count, int width, Stream stream) {
+  auto& ex = static_cast<CudaExchange&>(exchange);
+  const void* source = device ? device : ex.device;
+  cudaStream_t s = as_stream(stream);
+  if (int rc = cuda_fail(cudaMemcpyAsync(ex.host_, source, count * uint64_t(width), cudaMemcpyDeviceToHost, s),
+                         "an exchange's download"))
+    return rc;
+  return cuda_fail(cudaEventRecord(ex.event, s), "an exchange's event");
+}
+
+int CudaBackend::wait_exchange(Exchange& exchange, Comm comm, CommLiveness& live) {
+  auto& ex = static_cast<CudaExchange&>(exchange);
+  return wait_until(comm, live, "an exchange", [&ex] { return cudaEventQuery(ex.event); });
+}
+
+int CudaBackend::download(const void* device, void* host, uint64_t bytes, Stream stream, Comm comm, CommLiveness& live) {
+  cudaStream_t s = as_stream(stream);
+  if (int rc = wait_until(comm, live, "a result to compare", [s] { return cudaStreamQuery(s); })) return rc;
+  // The stream is idle: this copy waits for nothing else.
+  if (int rc = cuda_fail(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, s), "a download")) return rc;
+  return cuda_fail(cudaStreamSynchronize(s), "a download");
 }
 
 int CudaBackend::create_layout(const compress::Mask& mask, uint64_t first, uint64_t count,
@@ -318,16 +379,17 @@ int CudaBackend::record_flag(LagSlot& slot, const void* flag, size_t es, DeviceB
   return cuda_fail(cudaEventRecord(s.event, as_stream(stream)), "a learned-mask record's event");
 }
 
-int CudaBackend::read_nonzero(LagSlot& slot, Comm comm, uint64_t count, compress::Mask* nonzero) {
+int CudaBackend::read_nonzero(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t count, compress::Mask* nonzero) {
   auto& s = static_cast<CudaSlot&>(slot);
-  if (int rc = wait_until(comm, "a learned-mask record", [&s] { return cudaEventQuery(s.event); })) return rc;
+  if (int rc = wait_until(comm, live, "a learned-mask record", [&s] { return cudaEventQuery(s.event); })) return rc;
   *nonzero = compress::Mask::from_bitmap(reinterpret_cast<const uint8_t*>(s.host + 2), count);
   return kResultSuccess;
 }
 
-int CudaBackend::read_flag(LagSlot& slot, Comm comm, uint64_t* flag_bits, uint64_t* local_violations) {
+int CudaBackend::read_flag(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t* flag_bits,
+                           uint64_t* local_violations) {
   auto& s = static_cast<CudaSlot&>(slot);
-  if (int rc = wait_until(comm, "a learned-mask flag", [&s] { return cudaEventQuery(s.event); })) return rc;
+  if (int rc = wait_until(comm, live, "a learned-mask flag", [&s] { return cudaEventQuery(s.event); })) return rc;
   *flag_bits = s.host[0];
   *local_violations = s.host[1];
   return kResultSuccess;

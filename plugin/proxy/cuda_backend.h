@@ -19,10 +19,13 @@ class CudaBackend : public DeviceBackend {
   int group_end() override;
   int group_simulate_end(void* sim_info) override;
   int comm_shape(Comm comm, int* nranks, int* rank) override;
-  int wait_enqueued(Comm comm) override;
+  int wait_enqueued(Comm comm, CommLiveness& live) override;
   int abort_comm(Comm comm) override;
   int capture_status(Stream stream, bool* capturing) override;
-  int exchange_max(Comm comm, Stream stream, void* host, uint64_t count, int width, DeviceBuffer& staging) override;
+  int create_exchange(uint64_t bytes, std::unique_ptr<Exchange>* out) override;
+  int exchange_in(Exchange& ex, void* device, uint64_t count, int width, Comm comm, Stream stream) override;
+  int exchange_out(Exchange& ex, const void* device, uint64_t count, int width, Stream stream) override;
+  int wait_exchange(Exchange& ex, Comm comm, CommLiveness& live) override;
   int create_layout(const compress::Mask& mask, uint64_t first, uint64_t count,
                     std::unique_ptr<DeviceLayout>* out) override;
   int create_buffer(uint64_t bytes, std::unique_ptr<DeviceBuffer>* out) override;
@@ -33,8 +36,9 @@ class CudaBackend : public DeviceBackend {
   int create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) override;
   int record_nonzero(LagSlot& slot, const void* buf, uint64_t count, ElemType type, Stream stream) override;
   int record_flag(LagSlot& slot, const void* flag, size_t element_size, DeviceBuffer& counter, Stream stream) override;
-  int read_nonzero(LagSlot& slot, Comm comm, uint64_t count, compress::Mask* nonzero) override;
-  int read_flag(LagSlot& slot, Comm comm, uint64_t* flag_bits, uint64_t* local_violations) override;
+  int download(const void* device, void* host, uint64_t bytes, Stream stream, Comm comm, CommLiveness& live) override;
+  int read_nonzero(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t count, compress::Mask* nonzero) override;
+  int read_flag(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t* flag_bits, uint64_t* local_violations) override;
 };
 
 // Why CUDA cannot run here ("" when it can): no device, or a driver older than the CUDA runtime

@@ -3,13 +3,14 @@
 // found among the loaded objects (real_nccl.h); tests implement it on host memory with ranks as
 // threads (tests/proxy/fake_backend.h). Every method returns 0 or an NCCL-style result code.
 //
-// Ordering: everything taking a Stream is enqueued on it, without host synchronisation, except
-// exchange_max() and the read_*() calls, which wait for the stream. Waits have no deadline (a rank
-// that gave up on its own would leave the others inside a collective); they end early, with the
-// communicator's error, when NCCL reports one (a dead peer, an abort by the job's watchdog).
-// Nothing here allocates except create_*().
+// Ordering: everything taking a Stream is enqueued on it, without host synchronisation. The waits
+// (wait_enqueued, wait_exchange, download, read_*) have no deadline of their own (a rank that gave up
+// would leave the others inside a collective); they end early, with an error, when NCCL reports one
+// on the communicator or when the communicator is being aborted (CommLiveness). Nothing here
+// allocates except create_*().
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -33,6 +34,17 @@ enum ResultCode : int {
 // True for codes after which the collective's own work is (or will be) on its stream.
 inline bool enqueued(int rc) { return rc == kResultSuccess || rc == kResultInProgress; }
 
+// How a host wait learns that its communicator is being aborted, so that abort always wins. An
+// abort raises `aborting` first and then waits (microseconds) until `polling` is zero before NCCL
+// tears the communicator down; a wait counts itself in `polling` around every call that touches the
+// communicator and gives up as soon as it sees `aborting`. So no wait holds anything an abort needs,
+// and none touches a communicator after its abort began.
+struct CommLiveness {
+  std::atomic<bool> aborting{false};
+  std::atomic<int> polling{0};
+  bool alive() const { return !aborting.load(std::memory_order_seq_cst); }
+};
+
 // The kept elements of a range of a mask, in device-resident form (what gather/scatter consume).
 class DeviceLayout {
  public:
@@ -45,6 +57,15 @@ class DeviceBuffer {
  public:
   virtual ~DeviceBuffer() = default;
   virtual void* data() = 0;
+  virtual uint64_t bytes() const = 0;
+};
+
+// Words every rank all-reduces with max (a vote, or masks OR-merged as bytes): host memory the
+// caller fills and reads back, and device staging for the collective.
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  virtual void* host() = 0;
   virtual uint64_t bytes() const = 0;
 };
 
@@ -73,16 +94,22 @@ class DeviceBackend {
   virtual int comm_shape(Comm comm, int* nranks, int* rank) = 0;
   // After a call on a non-blocking communicator returned kResultInProgress: waits until its work is
   // on its stream (the communicator's state leaves ncclInProgress), or returns the communicator's error.
-  virtual int wait_enqueued(Comm comm) = 0;
+  virtual int wait_enqueued(Comm comm, CommLiveness& live) = 0;
   // ncclCommAbort. The handle is dead afterwards; the proxy never passes it to NCCL again.
   virtual int abort_comm(Comm comm) = 0;
   // True while `stream` is being captured into a CUDA graph: nothing may allocate or wait then.
   virtual int capture_status(Stream stream, bool* capturing) = 0;
 
-  // --- agreement ---
-  // All-reduces `count` words of `width` bytes (8 or 1) at `host` in place with max, through
-  // `staging` (device memory of at least count * width bytes), on `stream`, and waits for the result.
-  virtual int exchange_max(Comm comm, Stream stream, void* host, uint64_t count, int width, DeviceBuffer& staging) = 0;
+  // --- agreement: an all-reduce (max) of words, in three steps so that it can sit in a group ---
+  virtual int create_exchange(uint64_t bytes, std::unique_ptr<Exchange>* out) = 0;
+  // Copies `count` words of `width` bytes (8: int64, 1: uint8) from ex.host() to the device (to
+  // `device` when given: a commit token the trainer all-reduces; else the exchange's own staging) and
+  // all-reduces them there in place with max. Returns the collective's code (kResultInProgress too).
+  virtual int exchange_in(Exchange& ex, void* device, uint64_t count, int width, Comm comm, Stream stream) = 0;
+  // Once that collective is on the stream: copies the result back to ex.host() after it.
+  virtual int exchange_out(Exchange& ex, const void* device, uint64_t count, int width, Stream stream) = 0;
+  // Waits for exchange_out's copy.
+  virtual int wait_exchange(Exchange& ex, Comm comm, CommLiveness& live) = 0;
 
   // --- device memory and kernels ---
   // The kept elements of mask bits [first, first + count).
@@ -97,6 +124,8 @@ class DeviceBackend {
   // ok_bits; the number of such elements goes to `counter` (8 bytes) for record_flag.
   virtual int check(const DeviceLayout& layout, size_t element_size, const void* src, void* flag,
                     const FlagEncoding& encoding, DeviceBuffer& counter, Stream stream) = 0;
+  // Copies `bytes` of device memory to `host` once the stream has reached this point (SIEVE_PROXY_VERIFY).
+  virtual int download(const void* device, void* host, uint64_t bytes, Stream stream, Comm comm, CommLiveness& live) = 0;
 
   // --- learned masks: records read a fixed number of calls later ---
   virtual int create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) = 0;
@@ -104,8 +133,8 @@ class DeviceBackend {
   // Records one element `flag` (a reduced violation flag) and the local violation count in `counter`.
   virtual int record_flag(LagSlot& slot, const void* flag, size_t element_size, DeviceBuffer& counter,
                           Stream stream) = 0;
-  virtual int read_nonzero(LagSlot& slot, Comm comm, uint64_t count, compress::Mask* nonzero) = 0;
-  virtual int read_flag(LagSlot& slot, Comm comm, uint64_t* flag_bits, uint64_t* local_violations) = 0;
+  virtual int read_nonzero(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t count, compress::Mask* nonzero) = 0;
+  virtual int read_flag(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t* flag_bits, uint64_t* local_violations) = 0;
 };
 
 }  // namespace sieve::plugin::proxy

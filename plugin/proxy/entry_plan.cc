@@ -22,11 +22,14 @@ uint64_t kept_in(const compress::Mask& mask, uint64_t first, uint64_t n) {
 
 }  // namespace
 
-int EntryPlan::build(DeviceBackend& backend, std::shared_ptr<const compress::Mask> mask, ElemType type,
-                     const PlanRules& rules, int nranks, bool with_flag, std::shared_ptr<EntryPlan>* out,
-                     std::string* why) {
+int EntryPlan::build(DeviceBackend& backend, std::shared_ptr<const compress::Mask> mask, const PlanSpec& spec,
+                     std::shared_ptr<EntryPlan>* out, std::string* why) {
   out->reset();
-  if (!mask || type == ElemType::kOther || nranks < 1) return kResultSuccess;
+  const ElemType type = spec.type;
+  const PlanRules& rules = spec.rules;
+  const int nranks = spec.nranks;
+  const bool with_flag = spec.with_flag;
+  if (!mask || !compactable(type) || nranks < 1) return kResultSuccess;
   const uint64_t count = mask->count(), nnz = mask->kept();
   const bool whole = worth_it(nnz, count, rules);
   // Shards: K, the largest shard's kept count, decides what reduce-scatter/all-gather send.
@@ -65,6 +68,9 @@ int EntryPlan::build(DeviceBackend& backend, std::shared_ptr<const compress::Mas
     return failed(rc, "its compact buffer");
   if (with_flag)
     if (int rc = backend.create_buffer(sizeof(uint64_t), &plan->violations_)) return failed(rc, "its violation counter");
+  if (spec.verify)
+    if (int rc = backend.create_buffer(count * proxy::element_size(type), &plan->verify_))
+      return failed(rc, "its SIEVE_PROXY_VERIFY buffer");
   *out = std::move(plan);
   return kResultSuccess;
 }

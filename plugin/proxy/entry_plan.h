@@ -1,7 +1,7 @@
 // The device form of one agreed mask on one communicator: what its all-reduces, reduce-scatters and
-// all-gathers compact with. Built only while a table is being agreed (never on the hot path), from
-// inputs identical on every rank (the agreed mask, the communicator's size, the job-wide rules), so
-// whether a collective compacts, and to how many elements, is the same on every rank.
+// all-gathers compact with. Built only while a commit or a learned mask is being agreed (never on the
+// hot path), from inputs identical on every rank (the mask, the communicator's size, the job-wide
+// rules), so whether a collective compacts, and to how many elements, is the same on every rank.
 //
 // Reduce-scatter and all-gather split the buffer into one shard per rank. Each shard is compacted
 // on its own and padded to the largest shard's kept count K, so every rank sends and receives K
@@ -24,14 +24,21 @@ struct PlanRules {
   uint64_t min_count = 16384;
 };
 
+// What a plan is built for.
+struct PlanSpec {
+  ElemType type = ElemType::kF32;
+  PlanRules rules;
+  int nranks = 1;
+  bool with_flag = false;  // learned masks: one more element carries the violation flag, with a counter
+  bool verify = false;     // SIEVE_PROXY_VERIFY: a whole-buffer scratch for the dense run
+};
+
 class EntryPlan {
  public:
-  // Null *out (and rc 0) when the mask would compact nothing worth it. `with_flag`: the compact
-  // buffer holds one more element and a violation counter exists (learned masks). On failure *why
-  // says what this rank could not prepare.
-  static int build(DeviceBackend& backend, std::shared_ptr<const compress::Mask> mask, ElemType type,
-                   const PlanRules& rules, int nranks, bool with_flag, std::shared_ptr<EntryPlan>* out,
-                   std::string* why);
+  // Null *out (and rc 0) when the mask would compact nothing worth it. On failure *why says what this
+  // rank could not prepare.
+  static int build(DeviceBackend& backend, std::shared_ptr<const compress::Mask> mask, const PlanSpec& spec,
+                   std::shared_ptr<EntryPlan>* out, std::string* why);
 
   const compress::Mask& mask() const { return *mask_; }
   const std::shared_ptr<const compress::Mask>& shared_mask() const { return mask_; }
@@ -50,9 +57,14 @@ class EntryPlan {
   void* compact_at(uint64_t element) { return static_cast<char*>(buffer_->data()) + element * element_size(); }
   void* flag() { return compact_at(nnz()); }
   DeviceBuffer* violations() { return violations_.get(); }
+  bool verifies() const { return static_cast<bool>(verify_); }
+  void* verify_buffer() { return verify_ ? verify_->data() : nullptr; }
 
   // A CUDA graph captured a collective on this plan: its memory must outlive every replay.
   bool captured = false;
+  // The outermost NCCL group that last used the compact buffer: a second use in the same group runs
+  // dense (its collective would reduce the first one's data in the one buffer).
+  uint64_t group_serial = 0;
 
  private:
   std::shared_ptr<const compress::Mask> mask_;
@@ -62,6 +74,7 @@ class EntryPlan {
   uint64_t shard_width_ = 0;
   std::unique_ptr<DeviceBuffer> buffer_;
   std::unique_ptr<DeviceBuffer> violations_;
+  std::unique_ptr<DeviceBuffer> verify_;
 };
 
 }  // namespace sieve::plugin::proxy

@@ -6,12 +6,18 @@
 // passes straight through, so nothing re-enters. No exception leaves.
 #include <nccl.h>
 
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 
 #include "net/log.h"
 #include "plugin/config.h"
 #include "plugin/process_log.h"
 #include "plugin/proxy/cuda_backend.h"
+#include "plugin/proxy/hang_dump.h"
 #include "plugin/proxy/proxy.h"
 #include "plugin/proxy/real_nccl.h"
 #include "plugin/proxy_probe.h"
@@ -34,6 +40,7 @@ ElemType elem_type(ncclDataType_t t) {
     case ncclFloat16: return ElemType::kF16;
     case ncclBfloat16: return ElemType::kBF16;
     case ncclFloat64: return ElemType::kF64;
+    case ncclInt64: return ElemType::kI64;  // a commit token; never compacted
     default: return ElemType::kOther;
   }
 }
@@ -52,12 +59,20 @@ ReduceOp reduce_op(ncclRedOp_t op) {
 ProxyOptions options_from(const config::Settings& s) {
   ProxyOptions o;
   o.enabled = s.proxy;
-  o.track = s.track;
+  o.track = s.track == "on" ? TrackMode::kOn : s.track == "observe" ? TrackMode::kObserve : TrackMode::kOff;
+  o.verify = s.proxy_verify;
   o.track_stable = uint32_t(s.track_stable);
   o.track_lag = uint32_t(s.track_lag);
   o.rules.max_density = double(s.proxy_max_density) / 100.0;
   o.rules.min_count = uint64_t(s.proxy_min_count);
   return o;
+}
+
+// A report of every communicator's recent collectives: in the log, and beside SIEVE_STATS_FILE.
+void report(const std::string& text) {
+  SIEVE_WARN("%s", text.c_str());
+  const std::string path = dump_path(config::Registry::process().settings().stats_file);
+  if (!path.empty() && !append_report(path, text)) SIEVE_WARN("collective proxy: could not write %s", path.c_str());
 }
 
 // Built on first use: the library may be loaded long before CUDA or NCCL is.
@@ -66,10 +81,19 @@ Proxy& process_proxy() {
     const config::Settings& s = config::Registry::process().settings();
     static CudaBackend backend;
     static Proxy instance(backend, mask_registry(), options_from(s), process_stats());
-    SIEVE_INFO("collective proxy: %s (track %s, lag %lld, max density %lld%%, min count %lld)",
-               s.proxy ? "active" : "off (calls pass through; this rank refuses every committed table)",
-               s.track ? "on" : "off", (long long)s.track_lag, (long long)s.proxy_max_density,
-               (long long)s.proxy_min_count);
+    instance.set_report_sink(&report);
+    SIEVE_INFO("collective proxy: %s (track %s, lag %lld, max density %lld%%, min count %lld, verify %s)",
+               s.proxy ? "active" : "off (calls pass through; this rank refuses every commit)", s.track.c_str(),
+               (long long)s.track_lag, (long long)s.proxy_max_density, (long long)s.proxy_min_count,
+               s.proxy_verify ? "on" : "off");
+    if (s.dump_signal != "off") {
+      std::string why;
+      const int signo = s.dump_signal == "usr2" ? SIGUSR2 : SIGUSR1;
+      if (!install_dump_signal(signo, [] { report(process_proxy().describe_state("SIEVE_DUMP_SIGNAL")); }, &why) &&
+          !why.empty())
+        SIEVE_WARN("collective proxy: no state report on SIG%s: %s", s.dump_signal == "usr2" ? "USR2" : "USR1",
+                   why.c_str());
+    }
     return &instance;
   }();
   return *proxy;
@@ -120,6 +144,49 @@ void probe() {
 
 const bool kProbeRegistered = (register_proxy_probe(&probe), true);
 
+// --- the C API's commit (sieve.h), served here ---
+
+void fill(const CommitOutcome& o, sieve_commit_result_t* out) {
+  sieve_commit_result_t full;
+  std::memset(&full, 0, sizeof full);
+  full.size = std::min(out->size, sizeof full);
+  full.state = o.state == CommitOutcome::State::kActivated ? SIEVE_COMMIT_ACTIVATED
+               : o.state == CommitOutcome::State::kPending ? SIEVE_COMMIT_PENDING
+                                                           : SIEVE_COMMIT_REFUSED;
+  full.commit = o.commit;
+  full.masks = o.masks;
+  full.compacting = o.compacting;
+  std::snprintf(full.reason, sizeof full.reason, "%s", o.reason.c_str());
+  std::memcpy(out, &full, full.size);
+}
+
+int commit_api(void* comm, void* stream, uint32_t flags, sieve_commit_result_t* result) {
+  const RealNccl& real = nccl_for_call();
+  if (!real.complete()) {
+    warn_nccl_unreachable_once();
+    return kCommitUnreachable;
+  }
+  Proxy* proxy = proxy_for_call();
+  if (!proxy) return ncclInvalidUsage;  // called from inside the proxy itself
+  Inside inside;
+  CommitOutcome outcome;
+  const int rc = proxy->commit(comm, stream, flags, &outcome);
+  if (result) fill(outcome, result);
+  return rc;
+}
+
+void arm_api(const void* token, uint32_t flags) { process_proxy().arm_commit(token, flags); }
+
+bool outcome_api(const void* token, sieve_commit_result_t* result) {
+  CommitOutcome outcome;
+  if (!process_proxy().commit_outcome(token, &outcome)) return false;
+  fill(outcome, result);
+  return true;
+}
+
+const ProxyCommitApi kCommitApi{&commit_api, &arm_api, &outcome_api};
+const bool kCommitApiRegistered = (register_proxy_commit_api(&kCommitApi), true);
+
 }  // namespace
 }  // namespace sieve::plugin::proxy
 
@@ -140,6 +207,10 @@ SIEVE_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, si
     Proxy* proxy = proxy_for_call();
     if (!proxy) return real.all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
     Inside inside;
+    if (elem_type(datatype) == ElemType::kOther || reduce_op(op) == ReduceOp::kOther) {
+      if (int rc = proxy->pass_through(comm, CallKind::kAllReduce, count)) return ncclResult_t(rc);
+      return real.all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+    }
     return ncclResult_t(proxy->all_reduce(sendbuff, recvbuff, count, elem_type(datatype), reduce_op(op), comm, stream));
   });
 }
@@ -153,6 +224,10 @@ SIEVE_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff
     Proxy* proxy = proxy_for_call();
     if (!proxy) return real.reduce_scatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
     Inside inside;
+    if (elem_type(datatype) == ElemType::kOther || reduce_op(op) == ReduceOp::kOther) {
+      if (int rc = proxy->pass_through(comm, CallKind::kReduceScatter, recvcount)) return ncclResult_t(rc);
+      return real.reduce_scatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+    }
     return ncclResult_t(
         proxy->reduce_scatter(sendbuff, recvbuff, recvcount, elem_type(datatype), reduce_op(op), comm, stream));
   });
@@ -166,6 +241,10 @@ SIEVE_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, si
     Proxy* proxy = proxy_for_call();
     if (!proxy) return real.all_gather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
     Inside inside;
+    if (elem_type(datatype) == ElemType::kOther) {
+      if (int rc = proxy->pass_through(comm, CallKind::kAllGather, sendcount)) return ncclResult_t(rc);
+      return real.all_gather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
+    }
     return ncclResult_t(proxy->all_gather(sendbuff, recvbuff, sendcount, elem_type(datatype), comm, stream));
   });
 }
@@ -209,8 +288,11 @@ SIEVE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return guarded([&]() -> ncclResult_t {
     const RealNccl& real = nccl_for_call();
     if (!real.complete()) return unreachable();
-    if (!t_inside && process_proxy().release(comm)) return ncclSuccess;
-    return real.comm_destroy(comm);
+    if (t_inside) return real.comm_destroy(comm);
+    Proxy& proxy = process_proxy();
+    const ncclResult_t rc = proxy.release(comm, nullptr) ? ncclSuccess : real.comm_destroy(comm);
+    proxy.forget(comm);
+    return rc;
   });
 }
 
@@ -218,8 +300,11 @@ SIEVE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   return guarded([&]() -> ncclResult_t {
     const RealNccl& real = nccl_for_call();
     if (!real.complete()) return unreachable();
-    if (!t_inside && process_proxy().release(comm)) return ncclSuccess;
-    return real.comm_abort(comm);
+    if (t_inside) return real.comm_abort(comm);
+    Proxy& proxy = process_proxy();
+    const ncclResult_t rc = proxy.release(comm, "ncclCommAbort") ? ncclSuccess : real.comm_abort(comm);
+    proxy.forget(comm);
+    return rc;
   });
 }
 

@@ -4,25 +4,38 @@
 
 namespace sieve::plugin::proxy {
 
-LearnedSignature::LearnedSignature(uint64_t count, ElemType type, uint32_t stable_after, uint32_t lag,
-                                   const PlanRules& rules)
+LearnedSignature::LearnedSignature(uint64_t count, ElemType type, const LearnedRules& rules)
     : count_(count),
       type_(type),
-      rules_(rules),
-      stable_after_(std::max<uint32_t>(stable_after, 1)),
-      tracker_(stable_after),
-      ring_(std::max<uint32_t>(lag, 1)) {}
+      rules_([&] {
+        LearnedRules r = rules;
+        r.stable = std::max<uint32_t>(r.stable, 1);
+        r.lag = std::max<uint32_t>(r.lag, 1);
+        return r;
+      }()),
+      tracker_(rules_.stable),
+      ring_(rules_.lag) {}
 
-int LearnedSignature::consume(DeviceBackend& backend, Comm comm, Record& record, LearnedDecision* decision) {
+void LearnedSignature::observe_only(const compress::TrackUpdate& update, LearnedDecision* decision) {
+  if (update.drifted) decision->pattern_changed = true;
+  std::shared_ptr<const compress::Mask> mask = tracker_.stable_mask();
+  if (!mask || mask->density() > rules_.plan.max_density || count_ < rules_.plan.min_count) return;
+  const uint64_t sent = mask->kept() + 1;  // the kept elements and the violation flag
+  if (sent < count_) decision->would_save = (count_ - sent) * element_size(type_);
+}
+
+int LearnedSignature::consume(DeviceBackend& backend, Comm comm, CommLiveness& live, Record& record,
+                              LearnedDecision* decision) {
   if (!record.issued) return kResultSuccess;
   record.issued = false;
   if (record.compact) {
     uint64_t flag = 0, violations = 0;
-    if (int rc = backend.read_flag(*record.slot, comm, &flag, &violations)) return rc;
+    if (int rc = backend.read_flag(*record.slot, comm, live, &flag, &violations)) return rc;
     decision->violations += violations;
     // Only a flag from the plan still in force switches: one from an older plan was already acted on.
     if (flag_reports_violation(type_, flag) && plan_ && record.plan == plan_) {
       plan_.reset();
+      bound_ = nullptr;
       tracker_.reset();
       decision->fell_back = true;
     }
@@ -30,25 +43,33 @@ int LearnedSignature::consume(DeviceBackend& backend, Comm comm, Record& record,
     return kResultSuccess;
   }
   compress::Mask nonzero;
-  if (int rc = backend.read_nonzero(*record.slot, comm, count_, &nonzero)) return rc;
+  if (int rc = backend.read_nonzero(*record.slot, comm, live, count_, &nonzero)) return rc;
+  if (rules_.observe) {
+    observe_only(tracker_.observe(nonzero), decision);
+    return kResultSuccess;
+  }
   if (plan_ || proposal_ || calls_ <= quiet_until_) return kResultSuccess;
   tracker_.observe(nonzero);
   if (tracker_.state() != compress::TrackState::kStable) return kResultSuccess;
   std::shared_ptr<const compress::Mask> mask = tracker_.stable_mask();
-  if (mask->density() > rules_.max_density || mask->kept() == mask->count()) return kResultSuccess;
+  if (mask->density() > rules_.plan.max_density || mask->kept() == mask->count()) return kResultSuccess;
   proposal_ = mask;
   decision->propose = true;
   return kResultSuccess;
 }
 
-int LearnedSignature::begin_call(DeviceBackend& backend, Comm comm, LearnedDecision* decision) {
+int LearnedSignature::begin_call(DeviceBackend& backend, Comm comm, CommLiveness& live, const void* send,
+                                 LearnedDecision* decision) {
   *decision = LearnedDecision();
+  calls_at_address_ = send == last_send_ ? calls_at_address_ + 1 : 1;
+  last_send_ = send;
   // The record about to be overwritten is exactly the one of the call `lag` calls ago. The call
   // counts even if its collective later fails: every rank sees the same failure.
   decision->record = size_t(calls_ % ring_.size());
   ++calls_;
-  if (int rc = consume(backend, comm, ring_[decision->record], decision)) return rc;
+  if (int rc = consume(backend, comm, live, ring_[decision->record], decision)) return rc;
   decision->compact = static_cast<bool>(plan_);
+  decision->moved = decision->compact && send != bound_;
   return kResultSuccess;
 }
 
@@ -60,7 +81,14 @@ uint64_t LearnedSignature::proposal_hash() const {
 bool LearnedSignature::prepare_proposal(DeviceBackend& backend, std::string* why) {
   prepared_.reset();
   if (!proposal_) return false;
-  if (EntryPlan::build(backend, proposal_, type_, rules_, 1, /*with_flag=*/true, &prepared_, why)) return false;
+  // The window's records are of the calls lag..lag+stable-1 before this one: all of them, and this
+  // one, must have come from the buffer the mask will be bound to.
+  if (calls_at_address_ < uint64_t(rules_.stable) + rules_.lag) {
+    *why = "the calls its pattern was learned from came from more than one buffer on this rank";
+    return false;
+  }
+  PlanSpec spec{type_, rules_.plan, 1, /*with_flag=*/true, rules_.verify};
+  if (EntryPlan::build(backend, proposal_, spec, &prepared_, why)) return false;
   if (!prepared_ || !prepared_->whole()) {
     *why = "the learned mask compacts nothing worth it";
     return false;
@@ -76,13 +104,14 @@ void LearnedSignature::withdraw() {
 void LearnedSignature::settle(bool unanimous) {
   if (unanimous && prepared_) {
     plan_ = std::move(prepared_);
+    bound_ = last_send_;
     refusals_ = 0;
   } else {
     tracker_.reset();
     // Each refusal doubles the wait before the next proposal, so a rank that cannot prepare one
     // costs a vote rarely, not every few calls.
     refusals_ = std::min<uint32_t>(refusals_ + 1, 16);
-    quiet_until_ = calls_ + ((uint64_t(stable_after_) + ring_.size()) << refusals_);
+    quiet_until_ = calls_ + ((uint64_t(rules_.stable) + ring_.size()) << refusals_);
   }
   prepared_.reset();
   proposal_.reset();

@@ -1,15 +1,20 @@
-// Learned masks (SIEVE_TRACK=1) for one collective signature: a communicator, an element count and
-// an element type, all-reduced with sum or avg. Keyed by signature, never by address: the k-th call
-// of a signature is the same logical call on every rank whatever the allocators did, so everything
-// below is a function of the sequence of collectives and of their outputs, identical on every rank.
+// Learned masks (SIEVE_TRACK) for one collective signature: a communicator, an element count and an
+// element type, all-reduced with sum or avg. The signature is what every rank sees identically (the
+// k-th call of a signature is the same logical call on every rank whatever the allocators did), so
+// when to propose, and what, follows from the sequence of collectives and their outputs only.
 //
 // Every dense call records the nonzero pattern of its output on the device; the host reads the record
-// of the call `lag` calls earlier, never a newer one (it may have to wait for it, never for longer than
-// that call takes). After `stable` identical patterns the mask is proposed, and the ranks vote on it
-// (agreement.h): with a unanimous verdict the signature compacts from then on. A compact call carries
-// one more element, each rank's violation flag (its input was nonzero where the mask prunes), reduced
-// with the call itself; a flag read at the same lag that reports a violation sends every rank back to
-// dense at the same call. A refused proposal backs off before the next one.
+// of the call `lag` calls earlier, never a newer one. After `stable` identical patterns the mask is
+// proposed and the ranks vote on it (agreement.h). A rank votes yes only if every call of the window
+// came from one buffer on that rank: the mask is then bound, on each rank, to that buffer. A compact
+// call carries one more element, each rank's violation flag (its input was nonzero where the mask
+// prunes, or the call came from another buffer than the bound one), reduced with the call itself; a
+// flag read at the same lag that reports a violation sends every rank back to dense at the same call.
+// What that costs is exact and stated in docs/DESIGN.md: the values outside the mask in the calls
+// from the violating one to the switch (at most `lag` calls) are dropped on every rank, and counted.
+//
+// Observe mode runs the same records and tracker but never compacts and never votes (it issues no
+// collective): it only counts what compaction would have saved and how often the pattern changed.
 #pragma once
 
 #include <cstdint>
@@ -23,33 +28,46 @@
 
 namespace sieve::plugin::proxy {
 
+struct LearnedRules {
+  uint32_t stable = 3;  // SIEVE_TRACK_STABLE
+  uint32_t lag = 2;     // SIEVE_TRACK_LAG
+  PlanRules plan;
+  bool observe = false;  // SIEVE_TRACK=observe
+  bool verify = false;   // SIEVE_PROXY_VERIFY
+};
+
 struct LearnedDecision {
-  bool compact = false;        // run this call compact on plan()
-  bool propose = false;        // a stable mask awaits a vote (prepare_proposal, then settle)
-  bool fell_back = false;      // a reduced flag reported a violation: dense again, relearning
-  uint64_t violations = 0;     // this rank's nonzeros dropped, read from an older call's record
-  size_t record = 0;           // where this call leaves its record
+  bool compact = false;          // run this call compact on plan()
+  bool moved = false;            // compact, but not on the bound buffer: the flag reports it
+  bool propose = false;          // a stable mask awaits a vote (prepare_proposal, then settle)
+  bool fell_back = false;        // a reduced flag reported a violation: dense again, relearning
+  bool pattern_changed = false;  // observe: a stable pattern changed (compaction would have fallen back)
+  uint64_t violations = 0;       // this rank's nonzeros dropped, read from an older call's record
+  uint64_t would_save = 0;       // observe: bytes a compact call would not have sent
+  size_t record = 0;             // where this call leaves its record
 };
 
 class LearnedSignature {
  public:
-  LearnedSignature(uint64_t count, ElemType type, uint32_t stable_after, uint32_t lag, const PlanRules& rules);
+  LearnedSignature(uint64_t count, ElemType type, const LearnedRules& rules);
 
   // At the start of a call (never during graph capture): reads the record of the call `lag` calls
-  // ago and decides this call's mode.
-  int begin_call(DeviceBackend& backend, Comm comm, LearnedDecision* decision);
+  // ago and decides this call's mode. `send` is this call's input buffer (this rank's own business:
+  // it only ever enters the vote's yes/no and the violation flag).
+  int begin_call(DeviceBackend& backend, Comm comm, CommLiveness& live, const void* send, LearnedDecision* decision);
 
-  // The proposal's address-free hash, and its plan (false, with *why, when this rank cannot build it).
+  // The proposal's address-free hash, and its plan (false, with *why, when this rank cannot build it
+  // or the window's calls came from more than one buffer here).
   uint64_t proposal_hash() const;
   bool prepare_proposal(DeviceBackend& backend, std::string* why);
   // The verdict on the proposal: compact from the next call, or relearn after a back-off.
   void settle(bool unanimous);
-  // The vote never happened (its group was only simulated): propose again at the next stable read.
+  // The vote never happened (its group was only simulated, or captured): propose again later.
   void withdraw();
 
   const std::shared_ptr<EntryPlan>& plan() const { return plan_; }
-  bool compact() const { return static_cast<bool>(plan_); }
-  bool proposing() const { return static_cast<bool>(proposal_); }
+  uint64_t count() const { return count_; }
+  ElemType type() const { return type_; }
 
   // After the call's collective is enqueued: leaves this call's record.
   int record_dense(DeviceBackend& backend, size_t record, const void* output, Stream stream);
@@ -62,17 +80,20 @@ class LearnedSignature {
     std::shared_ptr<EntryPlan> plan;  // the plan the compact call ran on (kept alive until read)
     std::unique_ptr<LagSlot> slot;
   };
-  int consume(DeviceBackend& backend, Comm comm, Record& record, LearnedDecision* decision);
+  int consume(DeviceBackend& backend, Comm comm, CommLiveness& live, Record& record, LearnedDecision* decision);
+  void observe_only(const compress::TrackUpdate& update, LearnedDecision* decision);
 
   const uint64_t count_;
   const ElemType type_;
-  const PlanRules rules_;
-  const uint32_t stable_after_;
+  const LearnedRules rules_;
   compress::MaskTracker tracker_;
-  std::vector<Record> ring_;            // the records of the last `lag` calls
+  std::vector<Record> ring_;  // the records of the last `lag` calls
   std::shared_ptr<const compress::Mask> proposal_;
   std::shared_ptr<EntryPlan> prepared_;  // the proposal's plan, while the vote is pending
   std::shared_ptr<EntryPlan> plan_;      // non-null while compact
+  const void* bound_ = nullptr;          // the buffer plan_ was learned on, on this rank
+  const void* last_send_ = nullptr;
+  uint64_t calls_at_address_ = 0;  // consecutive calls from last_send_, this one included
   uint64_t calls_ = 0;
   uint64_t quiet_until_ = 0;  // after a refused proposal, records before this call are not observed
   uint32_t refusals_ = 0;

@@ -1,22 +1,26 @@
 // The collective proxy's host logic: what each interposed all-reduce, reduce-scatter and all-gather
-// runs (dense, or compacted on an agreed mask), the agreement of committed tables and learned masks,
-// NCCL groups, non-blocking communicators, CUDA graph capture and communicator lifetimes. NCCL-free
-// and CUDA-free: the device and the real NCCL sit behind DeviceBackend, so all of it is tested on the
-// CPU with a fake multi-rank backend.
+// runs (dense, or compacted on an agreed mask), commits, learned masks, NCCL groups, non-blocking
+// communicators, CUDA graph capture, aborts and communicator lifetimes. NCCL-free and CUDA-free: the
+// device and the real NCCL sit behind DeviceBackend, so all of it is tested on the CPU with a fake
+// multi-rank backend.
 //
-// The first law (docs/DESIGN.md, "Consistency"): every decision that changes which collectives a
-// rank issues, or their counts, is a function of inputs identical on every rank: the sequence of
-// collectives and their count/dtype/op, explicit calls every rank makes at the same program point
-// (publish, retract, commit), group structure, graph capture, and results of collectives. Concretely:
-//  - a commit changes nothing by itself; the next collective on each communicator (after the group
-//    it is in) runs a vote on the committed table, and the table becomes active only on a unanimous
-//    verdict, which every rank receives identically;
-//  - a collective compacts only when its buffer exactly matches an active entry (base address,
-//    element count, dtype) that no publish or retract has retired since, and with a plan built
-//    before the vote (so no allocation, wait or failure can come between the verdict and its use);
-//  - learned masks are keyed by signature, not address, read at a fixed lag, and voted on too;
+// The first law (docs/DESIGN.md, "Contracts"): whether a rank issues a collective of its own, and the
+// shape of every collective it issues, depends only on the trainer's program order on that
+// communicator and on the outputs of earlier collectives on it. Concretely:
+//  - the proxy issues nothing of its own on a communicator before the trainer's first commit there;
+//    a commit is a collective the trainer issues (sieve_comm_commit, or the binding's token), its
+//    vote compares the staged table and every job-wide setting, and the verdict every rank reads
+//    from it decides, from that point of the communicator's sequence, what every rank compacts;
+//  - a collective compacts only when its buffer exactly matches an entry of the agreed table (base
+//    address, element count, dtype), with a plan built before the vote, so nothing can fail, wait or
+//    allocate between the verdict and its use; publishing and retracting only stage for the next
+//    commit;
+//  - learned masks start only after an agreed commit with SIEVE_TRACK=on, are keyed by signature,
+//    read at a fixed lag, and voted on;
 //  - once a rank has decided to compact, a local failure never makes it skip or change the
-//    collective: the proxy aborts the communicator with a clear message instead.
+//    collective: the proxy aborts the communicator with a clear message instead;
+//  - an abort (ncclCommAbort/ncclCommDestroy from any thread) takes no lock a call holds: it raises
+//    the communicator's CommLiveness, which every host wait polls.
 #pragma once
 
 #include <atomic>
@@ -33,31 +37,50 @@
 
 #include "compress/mask_registry.h"
 #include "plugin/proxy/agreement.h"
+#include "plugin/proxy/call_history.h"
 #include "plugin/proxy/device_backend.h"
 #include "plugin/proxy/learned_signature.h"
 #include "plugin/stats.h"
 
 namespace sieve::plugin::proxy {
 
-// Job-wide settings: they must be the same on every rank (as NCCL's own variables must). Their
-// fingerprint travels in every vote, so a difference shows as a refused table, never as a hang.
+enum class TrackMode { kOff, kOn, kObserve };
+const char* track_mode_name(TrackMode mode);
+
+// Job-wide settings: they must be the same on every rank (as NCCL's own variables must). Every
+// commit compares their fingerprint, so a difference shows as a refused commit, never as a hang.
 struct ProxyOptions {
-  bool enabled = true;         // SIEVE_PROXY (off: pass through, and refuse every table)
-  bool track = false;          // SIEVE_TRACK: learn masks of buffers nobody published
-  uint32_t track_stable = 3;   // SIEVE_TRACK_STABLE
-  uint32_t track_lag = 2;      // SIEVE_TRACK_LAG (>= 1)
-  PlanRules rules;             // SIEVE_PROXY_MAX_DENSITY / 100, SIEVE_PROXY_MIN_COUNT
+  bool enabled = true;              // SIEVE_PROXY (off: take part in commits, refuse them, never compact)
+  TrackMode track = TrackMode::kOff;  // SIEVE_TRACK
+  uint32_t track_stable = 3;        // SIEVE_TRACK_STABLE
+  uint32_t track_lag = 2;           // SIEVE_TRACK_LAG (>= 1)
+  PlanRules rules;                  // SIEVE_PROXY_MAX_DENSITY / 100, SIEVE_PROXY_MIN_COUNT
+  bool verify = false;              // SIEVE_PROXY_VERIFY
+  // What every rank must share: everything above but SIEVE_PROXY (a rank with the proxy off refuses
+  // in its own words) and the difference between off and observe (observe issues nothing).
   uint64_t fingerprint() const;
 };
 
 // Why a call ran the way it did (for tests and trace logs).
 enum class Path {
-  kPassThrough,  // nothing to decide: not eligible, or nothing committed and no tracking
+  kPassThrough,  // nothing to decide: not eligible, or no agreed commit on the communicator
   kDense,        // eligible, but no agreed plan matches it
   kCompactPublished,
   kCompactLearned,
+  kCommit,       // the binding's commit token
 };
 const char* path_name(Path path);
+
+// A commit whose vote is issued and whose verdict is not read yet (inside a group): proxy_commit.cc.
+struct PendingCommit;
+
+// What a commit decided on its communicator (sieve_commit_result_t).
+struct CommitOutcome {
+  enum class State { kRefused, kActivated, kPending } state = State::kRefused;
+  uint64_t commit = 0;  // the communicator's commit number
+  uint64_t masks = 0, compacting = 0;
+  std::string reason;
+};
 
 class Proxy {
  public:
@@ -69,85 +92,146 @@ class Proxy {
                      Stream stream, Path* path = nullptr);
   int all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm, Stream stream,
                  Path* path = nullptr);
+  // A collective the proxy never changes (a type or an op it does not know: NCCL's own arguments go
+  // to NCCL unchanged): counted in the communicator's sequence; an error when the proxy aborted it.
+  int pass_through(Comm comm, CallKind kind, uint64_t count);
   int group_start();
   int group_end();
   int group_simulate_end(void* sim_info);
 
-  // Call before the real ncclCommDestroy / ncclCommFinalize / ncclCommAbort: forgets everything the
-  // proxy holds for the communicator. True when the proxy itself aborted it: the handle is dead and
-  // must not reach NCCL again.
-  bool release(Comm comm);
-  // True when the proxy aborted this communicator (every later call on it fails).
+  // The trainer's commit on `comm` (sieve_comm_commit): a collective on `stream`.
+  int commit(Comm comm, Stream stream, uint32_t flags, CommitOutcome* outcome);
+  // The binding's commit: this thread's next all-reduce of `token` (SIEVE_COMMIT_TOKEN_WORDS int64,
+  // max, in place) is the commit; its outcome is kept for commit_outcome().
+  void arm_commit(const void* token, uint32_t flags);
+  bool commit_outcome(const void* token, CommitOutcome* out);
+
+  // Before the real ncclCommAbort / ncclCommDestroy, from any thread, whatever the communicator is
+  // doing: stops every host wait on it, and fails every later call on it, without taking any lock a
+  // call holds (`why`: report the state first, as at an abort). True when the proxy itself aborted
+  // it already: the handle is dead and must not reach NCCL again.
+  bool release(Comm comm, const char* why);
+  // After NCCL has torn it down: forgets it (NCCL may give a new communicator the same handle).
+  void forget(Comm comm);
+  // True when the proxy aborted this communicator (every later call on it fails). Lock-free.
   bool aborted(Comm comm) const;
+
+  // Every communicator's recent collectives and what it waits for (hang forensics).
+  std::string describe_state(const char* why) const;
+  // Where describe_state goes when a communicator is aborted (default: the log). Set before use.
+  void set_report_sink(std::function<void(const std::string&)> sink) { report_ = std::move(sink); }
 
   // For tests and logs.
   size_t active_entries(Comm comm) const;
-  uint64_t agreed_epoch(Comm comm) const;
+  uint64_t commits(Comm comm) const;
 
  private:
   struct CommState {
     explicit CommState(Comm c) : comm(c) {}
     const Comm comm;
-    std::mutex mutex;  // one call on a communicator at a time, as NCCL requires of its callers
     int nranks = 1, rank = 0;
-    bool aborted = false;
-    uint64_t epoch_seen = 0;           // the latest commit voted on here
-    bool table_vote_scheduled = false;  // deferred to the end of the current group
-    std::unique_ptr<DeviceBuffer> vote_staging;
+    // One call on a communicator at a time, as NCCL requires of its callers. Never taken by an abort.
+    std::mutex mutex;
+    CommLiveness live;
+    std::atomic<bool> failed{false};              // the proxy aborted it itself
+    std::atomic<bool> captured{false};            // a CUDA graph holds one of its plans
+    std::atomic<bool> forgotten{false};           // torn down: a thread's cached handle is stale
+    std::atomic<const char*> waiting_for{nullptr};  // what a host wait on it waits for, for dumps
+    CallHistory history;
+    // The agreed state; changes only at commits (and learned votes), identically on every rank.
+    uint64_t commits = 0;
+    bool agreed = false;  // the last commit was agreed: settings compared, learning and verify allowed
+    uint64_t table_hash = 0;
     std::unordered_map<uintptr_t, ActiveEntry> active;   // by buffer base
     std::vector<std::shared_ptr<EntryPlan>> graph_plans;  // captured, no longer active: kept for replays
-    std::map<std::pair<uint64_t, ElemType>, std::unique_ptr<LearnedSignature>> learned;
+    // Shared with deferred work: a commit at a group's end may drop them while a record of the same
+    // group still waits to run.
+    std::map<std::pair<uint64_t, ElemType>, std::shared_ptr<LearnedSignature>> learned;
+    std::unique_ptr<Exchange> vote;  // the commit's and learned votes' staging
     std::unordered_set<uintptr_t> warned;  // buffers already warned about (near misses, stale graphs)
+    bool warned_failed = false, warned_observe = false;
   };
-  // One interposed call: its communicator's state (locked) and its stream.
   struct Call {
     std::shared_ptr<CommState> state;
     Stream stream;
     int capturing = -1;  // -1: not asked yet
   };
-  // Work that must follow the collectives of the current group, after its launch.
-  struct Deferred {
-    std::shared_ptr<CommState> state;
-    Stream stream;
-    std::function<int()> work;   // a scatter or a record
-    const char* what = "";
-    bool table_vote = false;     // instead of work: the communicator's table vote
-    LearnedSignature* learned_vote = nullptr;  // or a learned mask's vote
+  enum class Coll { kAllReduce, kReduceScatter, kAllGather };
+  // One compacted collective: gathered before its collective, scattered after (inside a group: the
+  // gathers just before the group's launch, the scatters just after).
+  struct Compaction {
+    Coll coll = Coll::kAllReduce;
+    std::shared_ptr<EntryPlan> plan;
+    const void* send = nullptr;
+    void* recv = nullptr;
+    ReduceOp op = ReduceOp::kSum;
+    std::shared_ptr<LearnedSignature> learned;  // a learned-mask call: flag and record
+    size_t record = 0;
+    bool moved = false;
+    bool verify = false;  // SIEVE_PROXY_VERIFY: the dense result is in plan->verify_buffer()
+    uint64_t seq = 0;
   };
-  struct GroupState {
+  // Work that waits for the outermost ncclGroupEnd.
+  struct Deferred {
+    enum class Kind { kCompaction, kRecord, kCommit, kLearnedVote } kind;
+    std::shared_ptr<CommState> state;
+    Stream stream = nullptr;
+    Compaction compaction;               // kCompaction
+    std::shared_ptr<LearnedSignature> learned;  // kRecord, kLearnedVote
+    size_t record = 0;                   // kRecord
+    const void* output = nullptr;        // kRecord
+    std::shared_ptr<PendingCommit> commit;  // kCommit
+  };
+  struct ThreadState {
     int depth = 0;
-    std::vector<Deferred> after;
+    uint64_t group_serial = 0;  // the current outermost group, for EntryPlan::group_serial
+    std::vector<Deferred> deferred;
+    std::vector<CommState*> waited;  // non-blocking communicators of that group already waited for
+    const void* armed_token = nullptr;
+    uint32_t armed_flags = 0;
+    const void* outcome_token = nullptr;
+    CommitOutcome outcome;
   };
 
   int enter(Comm comm, std::shared_ptr<CommState>* out);
-  int prologue(Call& call);
+  int begin_call(Call& call);
   int capturing(Call& call, bool* out);
-  GroupState& group_state();
-  bool in_group();
-  int after_collective(Call& call, int rc, const char* what, std::function<int()> work);
-  int run_deferred(GroupState& group, int group_rc);
+  ThreadState& thread_state();
   int fail_comm(CommState& cs, int rc, const std::string& what);
+  void note(CommState& cs, CallKind kind, ReduceOp op, ElemType type, CallPath path, uint64_t count);
+  // A host wait on a communicator: names it for dumps while it lasts.
+  struct Waiting {
+    Waiting(CommState& state, const char* what) : cs(state) { cs.waiting_for.store(what, std::memory_order_relaxed); }
+    ~Waiting() { cs.waiting_for.store(nullptr, std::memory_order_relaxed); }
+    CommState& cs;
+  };
 
-  int vote_staging(CommState& cs);
-  int vote_table(CommState& cs, Stream stream);
+  // Commits (proxy_commit.cc).
+  int run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* outcome);
+  int finish_commit(CommState& cs, Stream stream, PendingCommit& pending);
+  void withdraw_commit(CommState& cs, PendingCommit& pending);
+  void apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outcome);
   int vote_learned(CommState& cs, LearnedSignature& sig, Stream stream);
-  const ActiveEntry* match(CommState& cs, const void* base, uint64_t count, ElemType type);
 
-  int dense_all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
-                       Stream stream);
-  int compact_all_reduce(Call& call, const std::shared_ptr<EntryPlan>& plan, const void* send, void* recv, ReduceOp op);
+  // Collectives (proxy_collectives.cc).
+  static CallKind call_kind(Coll coll);
+  const ActiveEntry* match(CommState& cs, const void* base, uint64_t count, ElemType type);
+  bool whole_count(uint64_t per_rank, int nranks, uint64_t* count) const;
+  int dense(Coll coll, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
+            Stream stream);
+  int compact(Call& call, Compaction& c, Path* path);
+  int compact_in(CommState& cs, const Compaction& c, Stream stream);
+  int compact_out(CommState& cs, const Compaction& c, Stream stream);
+  int verify(CommState& cs, const Compaction& c, Stream stream);
   int learned_all_reduce(Call& call, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op,
                          Path* path);
-  int compact_reduce_scatter(Call& call, const std::shared_ptr<EntryPlan>& plan, const void* send, void* recv,
-                             ReduceOp op);
-  int compact_all_gather(Call& call, const std::shared_ptr<EntryPlan>& plan, const void* send, void* recv);
-  void warn_uncommitted(uint64_t count);
-  // What every compacted collective does first: note a capture (the graph keeps the plan), count it.
-  int begin_compact(Call& call, EntryPlan& plan);
-  // The whole buffer's element count of a sharded collective (per-rank count x ranks), false when it
-  // overflows or is under SIEVE_PROXY_MIN_COUNT.
-  bool whole_count(uint64_t per_rank, int nranks, uint64_t* count) const;
+  // What must follow a collective: now (after its kernel is on the stream), or after the group.
+  int after(Call& call, int rc, Deferred&& work);
+  int run_after(Deferred& work);
+  int run_group_end(ThreadState& ts);
+  void warn_uncommitted(CommState& cs, uint64_t count);
 
+  const uint64_t id_;  // this instance, for the calling thread's cache of its state
   DeviceBackend& backend_;
   const compress::MaskRegistry& registry_;
   const ProxyOptions options_;
@@ -157,9 +241,12 @@ class Proxy {
   // that must all reach a collective for any of them to return).
   mutable std::mutex mutex_;
   std::unordered_map<Comm, std::shared_ptr<CommState>> comms_;
-  std::atomic<size_t> comm_count_{0};
-  std::unordered_map<std::thread::id, GroupState> groups_;
+  std::unordered_map<std::thread::id, ThreadState> threads_;
+  // Communicators torn down since a graph captured one of their plans: kept while the process lives.
+  std::vector<std::shared_ptr<CommState>> orphaned_;
   std::atomic<bool> warned_uncommitted_{false};
+  std::function<void(const std::string&)> report_;
+  void report(const char* why) const;
 };
 
 }  // namespace sieve::plugin::proxy

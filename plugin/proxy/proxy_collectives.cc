@@ -1,7 +1,11 @@
 // What each interposed collective runs: dense, compacted on an agreed published mask, or on a
 // learned one. Every path that compacts was decided from agreed inputs only (proxy.h); from the
-// decision on, a local failure before the collective aborts the communicator instead of skipping it.
+// decision on, a local failure aborts the communicator instead of skipping or changing the collective.
+#include <cinttypes>
+#include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "net/log.h"
 #include "plugin/proxy/proxy.h"
@@ -10,29 +14,38 @@ namespace sieve::plugin::proxy {
 
 namespace {
 
-bool eligible(ElemType type, ReduceOp op) { return type != ElemType::kOther && op != ReduceOp::kOther; }
+bool reduces(ReduceOp op) { return op != ReduceOp::kOther; }
+
+// The relative rounding unit of a type, for SIEVE_PROXY_VERIFY's tolerance.
+double unit_roundoff(ElemType type) {
+  switch (type) {
+    case ElemType::kF16: return 1.0 / 1024;
+    case ElemType::kBF16: return 1.0 / 128;
+    case ElemType::kF32: return std::numeric_limits<float>::epsilon();
+    default: return std::numeric_limits<double>::epsilon();
+  }
+}
 
 }  // namespace
+
+// --- matching --------------------------------------------------------------------------------
+
+CallKind Proxy::call_kind(Coll coll) {
+  switch (coll) {
+    case Coll::kAllReduce: return CallKind::kAllReduce;
+    case Coll::kReduceScatter: return CallKind::kReduceScatter;
+    case Coll::kAllGather: return CallKind::kAllGather;
+  }
+  return CallKind::kAllReduce;
+}
 
 const ActiveEntry* Proxy::match(CommState& cs, const void* base, uint64_t count, ElemType type) {
   auto it = cs.active.find(reinterpret_cast<uintptr_t>(base));
   if (it == cs.active.end()) return nullptr;
   const ActiveEntry& e = it->second;
-  if (e.source->retired()) {
-    // Republished or retracted since: dense until the next commit is agreed. A graph that
-    // captured the plan keeps it for its replays.
-    if (e.plan && e.plan->captured) {
-      cs.graph_plans.push_back(e.plan);
-      SIEVE_WARN("collective proxy: a CUDA graph compacts buffer %p with mask %llu, which was since republished or "
-                 "retracted; replays of that graph still use the old mask: capture it again",
-                 base, (unsigned long long)e.source->id());
-    }
-    cs.active.erase(it);
-    return nullptr;
-  }
   if (e.source->count() != count || published_dtype(type) != e.source->dtype()) {
     if (cs.warned.insert(it->first).second)
-      SIEVE_WARN("collective proxy: a collective on %p (%llu x %s) does not match the mask published there "
+      SIEVE_WARN("collective proxy: a collective on %p (%llu x %s) does not match the mask committed there "
                  "(%llu x %s); it runs dense",
                  base, (unsigned long long)count, elem_type_name(type), (unsigned long long)e.source->count(),
                  compress::dtype_name(e.source->dtype()));
@@ -41,24 +54,44 @@ const ActiveEntry* Proxy::match(CommState& cs, const void* base, uint64_t count,
   return &e;
 }
 
-int Proxy::begin_compact(Call& call, EntryPlan& plan) {
-  bool capture = false;
-  if (int rc = capturing(call, &capture)) return rc;
-  if (capture) plan.captured = true;  // the graph keeps this plan for its replays
-  add(stats_.collectives_compacted, 1);
-  return kResultSuccess;
-}
-
 bool Proxy::whole_count(uint64_t per_rank, int nranks, uint64_t* count) const {
   if (per_rank > std::numeric_limits<uint64_t>::max() / uint64_t(nranks)) return false;
   *count = per_rank * uint64_t(nranks);
   return *count >= options_.rules.min_count;
 }
 
-int Proxy::dense_all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op,
-                            Comm comm, Stream stream) {
+void Proxy::warn_uncommitted(CommState& cs, uint64_t count) {
+  if (warned_uncommitted_.load(std::memory_order_relaxed) || cs.commits != 0 || count < options_.rules.min_count ||
+      registry_.size() == 0)
+    return;
+  if (!warned_uncommitted_.exchange(true))
+    SIEVE_WARN("collective proxy: masks are published but communicator %p has had no commit, so its collectives run "
+               "dense; issue sieve_comm_commit() (Python: sieve.commit(group)) on every rank of it after publishing",
+               cs.comm);
+}
+
+int Proxy::dense(Coll coll, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
+                 Stream stream) {
   add(stats_.collectives_dense, 1);
-  return backend_.all_reduce(send, recv, count, type, op, comm, stream);
+  switch (coll) {
+    case Coll::kAllReduce: return backend_.all_reduce(send, recv, count, type, op, comm, stream);
+    case Coll::kReduceScatter: return backend_.reduce_scatter(send, recv, count, type, op, comm, stream);
+    case Coll::kAllGather: return backend_.all_gather(send, recv, count, type, comm, stream);
+  }
+  return kResultInternalError;
+}
+
+// --- the three collectives -------------------------------------------------------------------
+
+int Proxy::pass_through(Comm comm, CallKind kind, uint64_t count) {
+  std::shared_ptr<CommState> state;
+  if (int rc = enter(comm, &state)) return rc;
+  std::lock_guard lock(state->mutex);
+  Call call{state, nullptr};
+  if (int rc = begin_call(call)) return rc;
+  note(*state, kind, ReduceOp::kOther, ElemType::kOther, CallPath::kDense, count);
+  add(stats_.collectives_dense, 1);
+  return kResultSuccess;
 }
 
 int Proxy::all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
@@ -66,100 +99,51 @@ int Proxy::all_reduce(const void* send, void* recv, uint64_t count, ElemType typ
   Path ignored;
   if (!path) path = &ignored;
   *path = Path::kPassThrough;
+  ThreadState& ts = thread_state();
+  const bool token = ts.armed_token && send == ts.armed_token && recv == send && count == kVoteWords &&
+                     type == ElemType::kI64 && op == ReduceOp::kMax;
   std::shared_ptr<CommState> state;
   if (int rc = enter(comm, &state)) return rc;
-  if (!state) {
-    if (eligible(type, op)) warn_uncommitted(count);
-    return dense_all_reduce(send, recv, count, type, op, comm, stream);
-  }
   std::lock_guard lock(state->mutex);
   Call call{state, stream};
-  if (int rc = prologue(call)) return rc;
-  if (options_.enabled && eligible(type, op) && count >= options_.rules.min_count && send && recv) {
+  if (int rc = begin_call(call)) return rc;
+  CommState& cs = *state;
+  if (token) {
+    ts.armed_token = nullptr;
+    *path = Path::kCommit;
+    CommitOutcome outcome;
+    const int rc = run_commit(call, ts.armed_flags, recv, &outcome);
+    if (outcome.state != CommitOutcome::State::kPending) {
+      ts.outcome_token = recv;
+      ts.outcome = outcome;
+    }
+    return rc;
+  }
+  const bool eligible = options_.enabled && compactable(type) && reduces(op) && count >= options_.rules.min_count &&
+                        send && recv;
+  if (eligible && cs.agreed) {
     *path = Path::kDense;
-    if (const ActiveEntry* e = match(*state, send, count, type)) {
-      if (e->plan && e->plan->whole()) {
-        *path = Path::kCompactPublished;
-        return compact_all_reduce(call, e->plan, send, recv, op);
-      }
-    } else if (options_.track && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
-      bool capture = false;
-      if (int rc = capturing(call, &capture)) return rc;
-      if (!capture) return learned_all_reduce(call, send, recv, count, type, op, path);
+    if (const ActiveEntry* e = match(cs, send, count, type); e && e->plan && e->plan->whole()) {
+      Compaction c;
+      c.coll = Coll::kAllReduce;
+      c.plan = e->plan;
+      c.send = send;
+      c.recv = recv;
+      c.op = op;
+      *path = Path::kCompactPublished;
+      return compact(call, c, path);
     }
   }
-  return dense_all_reduce(send, recv, count, type, op, comm, stream);
-}
-
-int Proxy::compact_all_reduce(Call& call, const std::shared_ptr<EntryPlan>& plan, const void* send, void* recv,
-                              ReduceOp op) {
-  CommState& cs = *call.state;
-  if (int rc = begin_compact(call, *plan)) return rc;
-  const size_t es = plan->element_size();
-  if (int rc = backend_.gather(*plan->whole(), es, send, plan->compact(), call.stream))
-    return fail_comm(cs, rc, "the gather kernel of a compacted all-reduce failed");
-  int rc = kResultSuccess;
-  // Nothing kept: every rank knows the result is all zeros, so no collective is needed.
-  if (plan->nnz() > 0) {
-    rc = backend_.all_reduce(plan->compact(), plan->compact(), plan->nnz(), plan->type(), op, cs.comm, call.stream);
-    if (!enqueued(rc)) return rc;
+  // Observing issues nothing and needs no agreement; learning needs an agreed commit's settings.
+  const bool learning = options_.track == TrackMode::kObserve || (cs.agreed && options_.track == TrackMode::kOn);
+  if (eligible && learning && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
+    bool capture = false;
+    if (int rc = capturing(call, &capture)) return rc;
+    if (!capture) return learned_all_reduce(call, send, recv, count, type, op, path);
   }
-  std::shared_ptr<EntryPlan> held = plan;  // a republish inside a group must not free it under the scatter
-  Stream stream = call.stream;
-  return after_collective(call, rc, "the scatter of a compacted all-reduce", [this, held, recv, stream] {
-    return backend_.scatter(*held->whole(), held->element_size(), held->compact(), recv, stream);
-  });
-}
-
-int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op,
-                              Path* path) {
-  CommState& cs = *call.state;
-  std::unique_ptr<LearnedSignature>& slot = cs.learned[{count, type}];
-  if (!slot)
-    slot = std::make_unique<LearnedSignature>(count, type, options_.track_stable, options_.track_lag, options_.rules);
-  LearnedSignature& sig = *slot;
-  LearnedDecision d;
-  // Reading an older call's record failed: this rank can no longer follow the learned sequence the
-  // others follow.
-  if (int rc = sig.begin_call(backend_, cs.comm, &d)) return fail_comm(cs, rc, "reading a learned-mask record failed");
-  if (d.violations) add(stats_.mask_violations, d.violations);
-  if (d.fell_back)
-    SIEVE_INFO("collective proxy: a rank had nonzeros outside the learned mask of %llu-element %s all-reduces on "
-               "communicator %p; dense again, relearning", (unsigned long long)count, elem_type_name(type), cs.comm);
-  if (d.propose) {
-    if (in_group()) {
-      group_state().after.push_back(Deferred{call.state, call.stream, nullptr, "", false, &sig});
-    } else {
-      if (int rc = vote_learned(cs, sig, call.stream)) return rc;
-      d.compact = sig.compact();
-    }
-  }
-  Stream stream = call.stream;
-  LearnedSignature* s = &sig;
-  const size_t record = d.record;
-  if (!d.compact) {
-    *path = Path::kDense;
-    const int rc = dense_all_reduce(send, recv, count, type, op, cs.comm, stream);
-    if (!enqueued(rc)) return rc;
-    return after_collective(call, rc, "a learned-mask record", [this, s, record, recv, stream] {
-      return s->record_dense(backend_, record, recv, stream);
-    });
-  }
-  *path = Path::kCompactLearned;
-  add(stats_.collectives_compacted, 1);
-  std::shared_ptr<EntryPlan> plan = sig.plan();
-  const size_t es = plan->element_size();
-  if (int rc = backend_.gather(*plan->whole(), es, send, plan->compact(), stream))
-    return fail_comm(cs, rc, "the gather kernel of a learned-mask all-reduce failed");
-  if (int rc = backend_.check(*plan->whole(), es, send, plan->flag(), flag_encoding(type), *plan->violations(), stream))
-    return fail_comm(cs, rc, "the violation check of a learned-mask all-reduce failed");
-  // The flag element travels with the kept ones and is reduced by the call's own op.
-  const int rc = backend_.all_reduce(plan->compact(), plan->compact(), plan->nnz() + 1, type, op, cs.comm, stream);
-  if (!enqueued(rc)) return rc;
-  return after_collective(call, rc, "the scatter of a learned-mask all-reduce", [this, s, plan, record, recv, stream] {
-    if (int r = s->record_compact(backend_, record, plan, stream)) return r;
-    return backend_.scatter(*plan->whole(), plan->element_size(), plan->compact(), recv, stream);
-  });
+  if (eligible) warn_uncommitted(cs, count);
+  note(cs, CallKind::kAllReduce, op, type, CallPath::kDense, count);
+  return dense(Coll::kAllReduce, send, recv, count, type, op, comm, stream);
 }
 
 int Proxy::reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op, Comm comm,
@@ -169,45 +153,28 @@ int Proxy::reduce_scatter(const void* send, void* recv, uint64_t recv_count, Ele
   *path = Path::kPassThrough;
   std::shared_ptr<CommState> state;
   if (int rc = enter(comm, &state)) return rc;
-  if (state) {
-    std::lock_guard lock(state->mutex);
-    Call call{state, stream};
-    if (int rc = prologue(call)) return rc;
-    uint64_t count = 0;
-    if (options_.enabled && eligible(type, op) && whole_count(recv_count, state->nranks, &count) && send && recv) {
-      *path = Path::kDense;
-      const ActiveEntry* e = match(*state, send, count, type);
-      if (e && e->plan && !e->plan->shards().empty()) {
-        *path = Path::kCompactPublished;
-        return compact_reduce_scatter(call, e->plan, send, recv, op);
-      }
+  std::lock_guard lock(state->mutex);
+  Call call{state, stream};
+  if (int rc = begin_call(call)) return rc;
+  CommState& cs = *state;
+  uint64_t count = 0;
+  if (cs.agreed && options_.enabled && compactable(type) && reduces(op) && whole_count(recv_count, cs.nranks, &count) &&
+      send && recv) {
+    *path = Path::kDense;
+    const ActiveEntry* e = match(cs, send, count, type);
+    if (e && e->plan && !e->plan->shards().empty()) {
+      Compaction c;
+      c.coll = Coll::kReduceScatter;
+      c.plan = e->plan;
+      c.send = send;
+      c.recv = recv;
+      c.op = op;
+      *path = Path::kCompactPublished;
+      return compact(call, c, path);
     }
   }
-  add(stats_.collectives_dense, 1);
-  return backend_.reduce_scatter(send, recv, recv_count, type, op, comm, stream);
-}
-
-int Proxy::compact_reduce_scatter(Call& call, const std::shared_ptr<EntryPlan>& plan, const void* send, void* recv,
-                                  ReduceOp op) {
-  CommState& cs = *call.state;
-  if (int rc = begin_compact(call, *plan)) return rc;
-  const size_t es = plan->element_size();
-  const uint64_t width = plan->shard_width(), shard = plan->count() / uint64_t(cs.nranks);
-  // Shard s's kept elements go to [s * K, s * K + kept_s); the rest of its K is padding, never read.
-  for (int s = 0; s < cs.nranks; ++s) {
-    const void* src = static_cast<const char*>(send) + uint64_t(s) * shard * es;
-    if (int rc = backend_.gather(*plan->shards()[size_t(s)], es, src, plan->compact_at(uint64_t(s) * width), call.stream))
-      return fail_comm(cs, rc, "the gather kernel of a compacted reduce-scatter failed");
-  }
-  void* mine = plan->compact_at(uint64_t(cs.rank) * width);
-  const int rc = backend_.reduce_scatter(plan->compact(), mine, width, plan->type(), op, cs.comm, call.stream);
-  if (!enqueued(rc)) return rc;
-  std::shared_ptr<EntryPlan> held = plan;
-  Stream stream = call.stream;
-  const int rank = cs.rank;
-  return after_collective(call, rc, "the scatter of a compacted reduce-scatter", [this, held, rank, mine, recv, stream] {
-    return backend_.scatter(*held->shards()[size_t(rank)], held->element_size(), mine, recv, stream);
-  });
+  note(cs, CallKind::kReduceScatter, op, type, CallPath::kDense, recv_count);
+  return dense(Coll::kReduceScatter, send, recv, recv_count, type, op, comm, stream);
 }
 
 int Proxy::all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm, Stream stream,
@@ -217,48 +184,276 @@ int Proxy::all_gather(const void* send, void* recv, uint64_t send_count, ElemTyp
   *path = Path::kPassThrough;
   std::shared_ptr<CommState> state;
   if (int rc = enter(comm, &state)) return rc;
-  if (state) {
-    std::lock_guard lock(state->mutex);
-    Call call{state, stream};
-    if (int rc = prologue(call)) return rc;
-    uint64_t count = 0;
-    if (options_.enabled && type != ElemType::kOther && whole_count(send_count, state->nranks, &count) && send && recv) {
-      *path = Path::kDense;
-      // The mask describes the gathered (whole) buffer: it is published on the output.
-      const ActiveEntry* e = match(*state, recv, count, type);
-      if (e && e->plan && !e->plan->shards().empty()) {
-        *path = Path::kCompactPublished;
-        return compact_all_gather(call, e->plan, send, recv);
-      }
+  std::lock_guard lock(state->mutex);
+  Call call{state, stream};
+  if (int rc = begin_call(call)) return rc;
+  CommState& cs = *state;
+  uint64_t count = 0;
+  if (cs.agreed && options_.enabled && compactable(type) && whole_count(send_count, cs.nranks, &count) && send &&
+      recv) {
+    *path = Path::kDense;
+    // The mask describes the gathered (whole) buffer: it is published on the output.
+    const ActiveEntry* e = match(cs, recv, count, type);
+    if (e && e->plan && !e->plan->shards().empty()) {
+      Compaction c;
+      c.coll = Coll::kAllGather;
+      c.plan = e->plan;
+      c.send = send;
+      c.recv = recv;
+      *path = Path::kCompactPublished;
+      return compact(call, c, path);
     }
   }
-  add(stats_.collectives_dense, 1);
-  return backend_.all_gather(send, recv, send_count, type, comm, stream);
+  note(cs, CallKind::kAllGather, ReduceOp::kOther, type, CallPath::kDense, send_count);
+  return dense(Coll::kAllGather, send, recv, send_count, type, ReduceOp::kSum, comm, stream);
 }
 
-int Proxy::compact_all_gather(Call& call, const std::shared_ptr<EntryPlan>& plan, const void* send, void* recv) {
+// --- compaction ------------------------------------------------------------------------------
+
+int Proxy::compact(Call& call, Compaction& c, Path* path) {
   CommState& cs = *call.state;
-  if (int rc = begin_compact(call, *plan)) return rc;
-  const size_t es = plan->element_size();
-  const uint64_t width = plan->shard_width();
-  void* mine = plan->compact_at(uint64_t(cs.rank) * width);
-  if (int rc = backend_.gather(*plan->shards()[size_t(cs.rank)], es, send, mine, call.stream))
-    return fail_comm(cs, rc, "the gather kernel of a compacted all-gather failed");
-  const int rc = backend_.all_gather(mine, plan->compact(), width, plan->type(), cs.comm, call.stream);
-  if (!enqueued(rc)) return rc;
-  std::shared_ptr<EntryPlan> held = plan;
-  Stream stream = call.stream;
-  const int nranks = cs.nranks;
-  return after_collective(call, rc, "the scatters of a compacted all-gather", [this, held, nranks, width, recv, stream] {
-    const uint64_t shard = held->count() / uint64_t(nranks);
-    for (int s = 0; s < nranks; ++s) {
-      void* dst = static_cast<char*>(recv) + uint64_t(s) * shard * held->element_size();
-      if (int r = backend_.scatter(*held->shards()[size_t(s)], held->element_size(),
-                                   held->compact_at(uint64_t(s) * width), dst, stream))
-        return r;
+  EntryPlan& plan = *c.plan;
+  const uint64_t count = plan.count(), per_rank = count / uint64_t(cs.nranks);
+  const uint64_t dense_count = c.coll == Coll::kAllReduce ? count : per_rank;
+  ThreadState& ts = thread_state();
+  bool capture = false;
+  if (int rc = capturing(call, &capture)) return rc;
+  if (ts.depth > 0) {
+    if (plan.group_serial == ts.group_serial) {
+      // The plan's one compact buffer already serves a collective of this group (one send buffer
+      // read twice): this one runs dense, on every rank alike.
+      *path = Path::kDense;
+      note(cs, call_kind(c.coll), c.op, plan.type(), CallPath::kDense, dense_count);
+      const int rc = dense(c.coll, c.send, c.recv, dense_count, plan.type(), c.op, cs.comm, call.stream);
+      if (!c.learned || !enqueued(rc)) return rc;
+      Deferred d{Deferred::Kind::kRecord, call.state, call.stream};
+      d.learned = c.learned;
+      d.record = c.record;
+      d.output = c.recv;
+      return after(call, rc, std::move(d));
     }
-    return int(kResultSuccess);
-  });
+    plan.group_serial = ts.group_serial;
+  }
+  if (capture) {  // the graph keeps this plan for its replays
+    plan.captured = true;
+    cs.captured.store(true, std::memory_order_release);
+  }
+  // Verification waits for results: never in a graph (every rank captures the same calls).
+  c.verify = cs.agreed && options_.verify && !capture;
+  if (c.verify) {
+    const int rc = dense(c.coll, c.send, plan.verify_buffer(), c.coll == Coll::kAllReduce ? count : per_rank,
+                         plan.type(), c.op, cs.comm, call.stream);
+    if (!enqueued(rc)) return rc;
+  }
+  if (ts.depth == 0)
+    if (int rc = compact_in(cs, c, call.stream)) return fail_comm(cs, rc, "the gather of a compacted collective failed");
+  const uint64_t width = plan.shard_width();
+  int rc = kResultSuccess;
+  switch (c.coll) {
+    case Coll::kAllReduce:
+      // Nothing kept and no flag: every rank knows the result is all zeros, so no collective is needed.
+      if (plan.nnz() > 0 || c.learned)
+        rc = backend_.all_reduce(plan.compact(), plan.compact(), plan.nnz() + (c.learned ? 1 : 0), plan.type(), c.op,
+                                 cs.comm, call.stream);
+      break;
+    case Coll::kReduceScatter:
+      rc = backend_.reduce_scatter(plan.compact(), plan.compact_at(uint64_t(cs.rank) * width), width, plan.type(),
+                                   c.op, cs.comm, call.stream);
+      break;
+    case Coll::kAllGather:
+      rc = backend_.all_gather(plan.compact_at(uint64_t(cs.rank) * width), plan.compact(), width, plan.type(), cs.comm,
+                               call.stream);
+      break;
+  }
+  if (!enqueued(rc)) return rc;
+  c.seq = cs.history.last_seq() + 1;
+  note(cs, call_kind(c.coll), c.op, plan.type(), c.learned ? CallPath::kCompactLearned : CallPath::kCompactPublished,
+       c.coll == Coll::kAllReduce ? plan.nnz() + (c.learned ? 1 : 0) : width);
+  add(stats_.collectives_compacted, 1);
+  if (ts.depth > 0) {
+    Deferred d{Deferred::Kind::kCompaction, call.state, call.stream};
+    d.compaction = std::move(c);
+    ts.deferred.push_back(std::move(d));
+    return rc;
+  }
+  // A non-blocking communicator may return before its kernel is on the stream: the scatter waits.
+  if (rc == kResultInProgress)
+    if (int wait = backend_.wait_enqueued(cs.comm, cs.live))
+      return fail_comm(cs, wait, "waited for a collective to reach its stream and");
+  return compact_out(cs, c, call.stream);
+}
+
+int Proxy::compact_in(CommState& cs, const Compaction& c, Stream stream) {
+  EntryPlan& plan = *c.plan;
+  const size_t es = plan.element_size();
+  const uint64_t width = plan.shard_width(), shard = plan.count() / uint64_t(cs.nranks);
+  switch (c.coll) {
+    case Coll::kAllReduce: {
+      if (int rc = backend_.gather(*plan.whole(), es, c.send, plan.compact(), stream)) return rc;
+      if (!c.learned) return kResultSuccess;
+      // A call on another buffer than the mask's own reports itself as a violation, whatever it holds.
+      FlagEncoding flag = flag_encoding(plan.type());
+      if (c.moved) flag.ok_bits = flag.bad_bits;
+      return backend_.check(*plan.whole(), es, c.send, plan.flag(), flag, *plan.violations(), stream);
+    }
+    case Coll::kReduceScatter:
+      // Shard s's kept elements go to [s * K, s * K + kept_s); the rest of its K is padding, never read.
+      for (int s = 0; s < cs.nranks; ++s) {
+        const void* src = static_cast<const char*>(c.send) + uint64_t(s) * shard * es;
+        if (int rc = backend_.gather(*plan.shards()[size_t(s)], es, src, plan.compact_at(uint64_t(s) * width), stream))
+          return rc;
+      }
+      return kResultSuccess;
+    case Coll::kAllGather:
+      return backend_.gather(*plan.shards()[size_t(cs.rank)], es, c.send, plan.compact_at(uint64_t(cs.rank) * width),
+                             stream);
+  }
+  return kResultInternalError;
+}
+
+int Proxy::compact_out(CommState& cs, const Compaction& c, Stream stream) {
+  EntryPlan& plan = *c.plan;
+  const size_t es = plan.element_size();
+  const uint64_t width = plan.shard_width(), shard = plan.count() / uint64_t(cs.nranks);
+  int rc = kResultSuccess;
+  switch (c.coll) {
+    case Coll::kAllReduce:
+      if (c.learned) rc = c.learned->record_compact(backend_, c.record, c.plan, stream);
+      if (!rc) rc = backend_.scatter(*plan.whole(), es, plan.compact(), c.recv, stream);
+      break;
+    case Coll::kReduceScatter:
+      rc = backend_.scatter(*plan.shards()[size_t(cs.rank)], es, plan.compact_at(uint64_t(cs.rank) * width), c.recv,
+                            stream);
+      break;
+    case Coll::kAllGather:
+      for (int s = 0; s < cs.nranks && !rc; ++s)
+        rc = backend_.scatter(*plan.shards()[size_t(s)], es, plan.compact_at(uint64_t(s) * width),
+                              static_cast<char*>(c.recv) + uint64_t(s) * shard * es, stream);
+      break;
+  }
+  if (rc) return fail_comm(cs, rc, "expanding the result of a compacted collective failed");
+  return c.verify ? verify(cs, c, stream) : kResultSuccess;
+}
+
+// SIEVE_PROXY_VERIFY: the dense run's result against the compacted one's. Exact wherever NCCL's
+// order of reduction cannot differ between the two (max, min; two ranks; every masked position);
+// elsewhere within the rounding that reordering a sum of nranks terms may cause.
+int Proxy::verify(CommState& cs, const Compaction& c, Stream stream) {
+  EntryPlan& plan = *c.plan;
+  const size_t es = plan.element_size();
+  const uint64_t shard = plan.count() / uint64_t(cs.nranks);
+  const uint64_t n = c.coll == Coll::kReduceScatter ? shard : plan.count();
+  const uint64_t first = c.coll == Coll::kReduceScatter ? uint64_t(cs.rank) * shard : 0;  // of the mask
+  std::vector<unsigned char> got(n * es), want(n * es);
+  Waiting waiting(cs, "SIEVE_PROXY_VERIFY's comparison");
+  if (int rc = backend_.download(c.recv, got.data(), got.size(), stream, cs.comm, cs.live))
+    return fail_comm(cs, rc, "SIEVE_PROXY_VERIFY could not read the compacted result");
+  if (int rc = backend_.download(plan.verify_buffer(), want.data(), want.size(), stream, cs.comm, cs.live))
+    return fail_comm(cs, rc, "SIEVE_PROXY_VERIFY could not read the dense result");
+  const bool exact = c.coll == Coll::kAllGather || c.op == ReduceOp::kMax || c.op == ReduceOp::kMin || cs.nranks <= 2;
+  double largest = 0;
+  for (uint64_t i = 0; i < n && !exact; ++i) largest = std::max(largest, std::fabs(element_value(plan.type(), &want[i * es])));
+  const double tolerance = exact ? 0 : 2.0 * (cs.nranks - 1) * unit_roundoff(plan.type()) * largest;
+  for (uint64_t i = 0; i < n; ++i) {
+    const double g = element_value(plan.type(), &got[i * es]), w = element_value(plan.type(), &want[i * es]);
+    const bool kept = plan.mask().test(first + i);
+    const bool same = kept && !exact ? std::fabs(g - w) <= tolerance || (std::isnan(g) && std::isnan(w))
+                                     : std::memcmp(&got[i * es], &want[i * es], es) == 0 || (g == 0 && w == 0);
+    if (same) continue;
+    char what[320];
+    std::snprintf(what, sizeof what,
+                  "SIEVE_PROXY_VERIFY: call #%" PRIu64 " (%s %s, %" PRIu64 " elements) into buffer %p differs from "
+                  "the dense result at element %" PRIu64 " (%s): compacted %.9g, dense %.9g",
+                  c.seq, c.coll == Coll::kAllReduce ? "all_reduce" : c.coll == Coll::kReduceScatter ? "reduce_scatter" : "all_gather",
+                  elem_type_name(plan.type()), n, c.recv, i, kept ? "kept by the mask" : "pruned by the mask", g, w);
+    return fail_comm(cs, kResultInternalError, what);
+  }
+  return kResultSuccess;
+}
+
+// --- learned masks ---------------------------------------------------------------------------
+
+int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op,
+                              Path* path) {
+  CommState& cs = *call.state;
+  const bool observe = options_.track == TrackMode::kObserve;
+  std::shared_ptr<LearnedSignature>& slot = cs.learned[{count, type}];
+  if (!slot) {
+    LearnedRules rules{options_.track_stable, options_.track_lag, options_.rules, observe, options_.verify};
+    slot = std::make_shared<LearnedSignature>(count, type, rules);
+  }
+  const std::shared_ptr<LearnedSignature> held = slot;
+  LearnedSignature& sig = *held;
+  LearnedDecision d;
+  if (int rc = sig.begin_call(backend_, cs.comm, cs.live, send, &d)) {
+    if (!observe) return fail_comm(cs, rc, "could not read a learned-mask record");
+    // Observing issues no collective: losing a record only stops the observation.
+    SIEVE_WARN("collective proxy: SIEVE_TRACK=observe stops watching %llu-element %s all-reduces on communicator %p: "
+               "reading a record failed (error %d)", (unsigned long long)count, elem_type_name(type), cs.comm, rc);
+    cs.learned.erase({count, type});
+    note(cs, CallKind::kAllReduce, op, type, CallPath::kDense, count);
+    return dense(Coll::kAllReduce, send, recv, count, type, op, cs.comm, call.stream);
+  }
+  add(stats_.learned_calls_observed, 1);
+  add(stats_.learned_bytes_saved, d.would_save);
+  if (d.violations) add(stats_.mask_violations, d.violations);
+  if (d.fell_back || d.pattern_changed) add(stats_.learned_pattern_changes, 1);
+  if (d.fell_back)
+    SIEVE_INFO("collective proxy: a rank had nonzeros outside the learned mask of %llu-element %s all-reduces on "
+               "communicator %p, or called them on another buffer; dense again, relearning",
+               (unsigned long long)count, elem_type_name(type), cs.comm);
+  if (d.propose) {
+    if (thread_state().depth > 0) {
+      Deferred v{Deferred::Kind::kLearnedVote, call.state, call.stream};
+      v.learned = held;
+      thread_state().deferred.push_back(std::move(v));
+    } else {
+      if (int rc = vote_learned(cs, sig, call.stream)) return rc;
+      d.compact = static_cast<bool>(sig.plan());
+      d.moved = false;  // just bound to this very buffer
+    }
+  }
+  if (!d.compact) {
+    *path = Path::kDense;
+    note(cs, CallKind::kAllReduce, op, type, CallPath::kDense, count);
+    const int rc = dense(Coll::kAllReduce, send, recv, count, type, op, cs.comm, call.stream);
+    if (!enqueued(rc)) return rc;
+    Deferred r{Deferred::Kind::kRecord, call.state, call.stream};
+    r.learned = held;
+    r.record = d.record;
+    r.output = recv;
+    return after(call, rc, std::move(r));
+  }
+  *path = Path::kCompactLearned;
+  const std::shared_ptr<EntryPlan>& plan = sig.plan();
+  add(stats_.learned_bytes_saved, (count - plan->nnz() - 1) * element_size(type));
+  Compaction c;
+  c.coll = Coll::kAllReduce;
+  c.plan = plan;
+  c.send = send;
+  c.recv = recv;
+  c.op = op;
+  c.learned = held;
+  c.record = d.record;
+  c.moved = d.moved;
+  return compact(call, c, path);
+}
+
+// --- what follows a collective -----------------------------------------------------------------
+
+int Proxy::run_after(Deferred& d) {
+  CommState& cs = *d.state;
+  switch (d.kind) {
+    case Deferred::Kind::kCompaction: return compact_out(cs, d.compaction, d.stream);
+    case Deferred::Kind::kRecord: {
+      const int rc = d.learned->record_dense(backend_, d.record, d.output, d.stream);
+      if (rc && options_.track == TrackMode::kOn) return fail_comm(cs, rc, "could not record a learned-mask pattern");
+      return kResultSuccess;  // observe: a missing record is read as none
+    }
+    case Deferred::Kind::kCommit: return finish_commit(cs, d.stream, *d.commit);
+    case Deferred::Kind::kLearnedVote: return vote_learned(cs, *d.learned, d.stream);
+  }
+  return kResultInternalError;
 }
 
 }  // namespace sieve::plugin::proxy

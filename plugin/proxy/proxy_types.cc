@@ -1,5 +1,8 @@
 #include "plugin/proxy/proxy_types.h"
 
+#include <cmath>
+#include <cstring>
+
 namespace sieve::plugin::proxy {
 
 size_t element_size(ElemType type) {
@@ -8,6 +11,43 @@ size_t element_size(ElemType type) {
     case ElemType::kF16: return 2;
     case ElemType::kBF16: return 2;
     case ElemType::kF64: return 8;
+    case ElemType::kI64: return 8;
+    case ElemType::kOther: return 0;
+  }
+  return 0;
+}
+
+bool compactable(ElemType type) { return type != ElemType::kI64 && type != ElemType::kOther; }
+
+double element_value(ElemType type, const void* element) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, element, element_size(type));
+  switch (type) {
+    case ElemType::kF32: {
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    case ElemType::kF64: {
+      double d;
+      std::memcpy(&d, &bits, 8);
+      return d;
+    }
+    case ElemType::kBF16: {  // the top half of an f32
+      const uint32_t wide = uint32_t(bits) << 16;
+      float f;
+      std::memcpy(&f, &wide, 4);
+      return f;
+    }
+    case ElemType::kF16: {
+      const int sign = (bits >> 15) & 1, exponent = (bits >> 10) & 0x1f, fraction = bits & 0x3ff;
+      double v;
+      if (exponent == 0) v = std::ldexp(double(fraction), -24);  // zero and subnormals
+      else if (exponent == 31) v = fraction ? std::nan("") : HUGE_VAL;
+      else v = std::ldexp(double(fraction | 0x400), exponent - 25);
+      return sign ? -v : v;
+    }
+    case ElemType::kI64: return double(int64_t(bits));
     case ElemType::kOther: return 0;
   }
   return 0;
@@ -19,6 +59,7 @@ const char* elem_type_name(ElemType type) {
     case ElemType::kF16: return "f16";
     case ElemType::kBF16: return "bf16";
     case ElemType::kF64: return "f64";
+    case ElemType::kI64: return "i64";
     case ElemType::kOther: return "other";
   }
   return "other";
@@ -42,6 +83,7 @@ std::optional<compress::DType> published_dtype(ElemType type) {
     case ElemType::kF16: return compress::DType::kF16;
     case ElemType::kBF16: return compress::DType::kBF16;
     case ElemType::kF64: return compress::DType::kF64;
+    case ElemType::kI64: return std::nullopt;
     case ElemType::kOther: return std::nullopt;
   }
   return std::nullopt;
@@ -56,6 +98,7 @@ uint64_t one_bits(ElemType type) {
     case ElemType::kF16: return 0x3C00ull;
     case ElemType::kBF16: return 0x3F80ull;
     case ElemType::kF64: return 0x3FF0000000000000ull;
+    case ElemType::kI64: return 0;
     case ElemType::kOther: return 0;
   }
   return 0;

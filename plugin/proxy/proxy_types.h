@@ -10,13 +10,18 @@
 
 namespace sieve::plugin::proxy {
 
-// Element types the proxy compacts; everything else passes through dense.
-enum class ElemType { kF32, kF16, kBF16, kF64, kOther };
+// Element types the proxy compacts (the floating ones); kI64 is the commit token's type, never
+// compacted; everything else passes through dense.
+enum class ElemType { kF32, kF16, kBF16, kF64, kI64, kOther };
 // Reductions the proxy compacts (masked positions are zero on every rank, so each of these gives
 // zero there too); kOther (NCCL's PreMulSum and user-created ops) passes through dense.
 enum class ReduceOp { kSum, kProd, kMax, kMin, kAvg, kOther };
 
 size_t element_size(ElemType type);
+// True for the types the proxy compacts.
+bool compactable(ElemType type);
+// One element as a double (f16 and bf16 widened exactly), for SIEVE_PROXY_VERIFY's comparison.
+double element_value(ElemType type, const void* element);
 const char* elem_type_name(ElemType type);
 const char* reduce_op_name(ReduceOp op);
 // The published dtype a collective's element type matches (a mask published for bf16 data is used

@@ -30,27 +30,22 @@ TEST(MaskRegistry, FindReturnsWhatWasPublishedWithItsDtype) {
   EXPECT_EQ(r.find(buffer.data() + 1), nullptr);
 }
 
-TEST(MaskRegistry, PublishingOverAnEntryRetiresItAndOverlapsAreDropped) {
+TEST(MaskRegistry, PublishingOverAnEntryUnstagesItAndOverlapsAreDropped) {
   MaskRegistry r;
   std::vector<float> buffer(100);
   uint64_t first = 0, second = 0, third = 0;
   ASSERT_TRUE(r.publish(buffer.data(), DType::kF32, every_other(50), &first).ok());
   ASSERT_TRUE(r.publish(buffer.data() + 50, DType::kF32, every_other(50), &second).ok());
-  auto a = r.find(buffer.data()), b = r.find(buffer.data() + 50);
   EXPECT_EQ(r.size(), 2u);
-  // Covers the tail of the first and the head of the second: both are replaced, and retired.
+  // Covers the tail of the first and the head of the second: both are replaced.
   ASSERT_TRUE(r.publish(buffer.data() + 40, DType::kF32, std::make_shared<Mask>(20, true), &third).ok());
   EXPECT_EQ(r.size(), 1u);
-  EXPECT_TRUE(a->retired());
-  EXPECT_TRUE(b->retired());
   EXPECT_EQ(r.find(buffer.data()), nullptr);
   auto c = r.find(buffer.data() + 40);
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->id(), third);
-  EXPECT_FALSE(c->retired());
   EXPECT_EQ(r.retract(buffer.data() + 50).code(), Code::kNotFound);
   EXPECT_TRUE(r.retract(buffer.data() + 40).ok());
-  EXPECT_TRUE(c->retired());
   EXPECT_EQ(r.size(), 0u);
 }
 
@@ -67,27 +62,42 @@ TEST(MaskRegistry, RetractByIdLeavesANewerMaskAtTheSameAddressAlone) {
   EXPECT_EQ(r.find(buffer.data()), nullptr);
 }
 
-TEST(MaskRegistry, CommitSnapshotsTheLiveEntriesInPublishOrder) {
+TEST(MaskRegistry, ASnapshotListsTheStagedEntriesInPublishOrder) {
   MaskRegistry r;
   std::vector<float> low(32), high(32);
-  EXPECT_EQ(r.commit_epoch(), 0u);
-  EXPECT_EQ(r.committed(), nullptr);
+  EXPECT_TRUE(r.snapshot().empty());
   // Published high first: the order is the publish order, not the address order.
   ASSERT_TRUE(r.publish(high.data(), DType::kF32, every_other(32), nullptr).ok());
   ASSERT_TRUE(r.publish(low.data(), DType::kF32, every_other(32, 1), nullptr).ok());
-  EXPECT_EQ(r.commit(3), 1u);
-  auto table = r.committed();
-  ASSERT_EQ(table->entries.size(), 2u);
-  EXPECT_EQ(table->entries[0]->base(), reinterpret_cast<uintptr_t>(high.data()));
-  EXPECT_EQ(table->entries[1]->base(), reinterpret_cast<uintptr_t>(low.data()));
-  EXPECT_EQ(table->flags, 3u);
-  EXPECT_EQ(table->epoch, 1u);
-  // A later retract retires the entry the committed table holds; the table itself is immutable.
+  StagedEntries taken = r.snapshot();
+  ASSERT_EQ(taken.size(), 2u);
+  EXPECT_EQ(taken[0]->base(), reinterpret_cast<uintptr_t>(high.data()));
+  EXPECT_EQ(taken[1]->base(), reinterpret_cast<uintptr_t>(low.data()));
+  // A later retract unstages the entry; what a commit already took is immutable.
   ASSERT_TRUE(r.retract(high.data()).ok());
-  EXPECT_TRUE(table->entries[0]->retired());
-  EXPECT_EQ(r.commit(0), 2u);
-  EXPECT_EQ(r.committed()->entries.size(), 1u);
-  EXPECT_EQ(table->entries.size(), 2u);
+  EXPECT_EQ(r.snapshot().size(), 1u);
+  EXPECT_EQ(taken.size(), 2u);
+  EXPECT_EQ(taken[0]->count(), 32u);
+}
+
+// A binding frees a retracted buffer only once no agreed table can still compact it.
+TEST(MaskRegistry, ARetractedMaskIsReleasedWhenNoTableHoldsIt) {
+  MaskRegistry r;
+  std::vector<float> buffer(32);
+  uint64_t id = 0;
+  ASSERT_TRUE(r.publish(buffer.data(), DType::kF32, every_other(32), &id).ok());
+  bool released = true;
+  ASSERT_TRUE(r.released(id, &released).ok());
+  EXPECT_FALSE(released) << "staged";
+  StagedEntries table = r.snapshot();  // what an agreed table holds
+  ASSERT_TRUE(r.retract(buffer.data()).ok());
+  ASSERT_TRUE(r.released(id, &released).ok());
+  EXPECT_FALSE(released) << "retracted, but a table still holds it";
+  table.clear();  // the communicator's next commit replaced its table
+  ASSERT_TRUE(r.released(id, &released).ok());
+  EXPECT_TRUE(released);
+  EXPECT_EQ(r.released(id + 1, &released).code(), Code::kNotFound);
+  EXPECT_EQ(r.released(0, &released).code(), Code::kNotFound);
 }
 
 TEST(MaskRegistry, RefusesWhatCannotBeABuffer) {
@@ -116,7 +126,7 @@ TEST(MaskRegistry, ConcurrentPublishersAndReadersSeeWholeEntries) {
           ASSERT_EQ(e->mask()->kept(), 128u);
         }
       }
-      r.committed();
+      r.snapshot();
     }
   });
   std::vector<std::thread> writers;
@@ -125,7 +135,7 @@ TEST(MaskRegistry, ConcurrentPublishersAndReadersSeeWholeEntries) {
       for (int i = 0; i < 500; ++i) {
         const int b = (i + w) % 8;
         ASSERT_TRUE(r.publish(buffers.data() + 256 * b, DType::kF32, every_other(256, uint64_t(i % 2)), nullptr).ok());
-        if (i % 7 == 0) r.commit(0);
+        if (i % 7 == 0) r.snapshot();
         if (i % 5 == 0) r.retract(buffers.data() + 256 * b);
       }
     });

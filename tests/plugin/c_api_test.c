@@ -107,13 +107,47 @@ int main(void) {
     expect_error(sieve_mask_query(wide, &info), SIEVE_ERR_NOT_FOUND);
   }
 
-  /* Commits are numbered; an unknown flag is refused. */
+  /* A retracted mask is released once no agreed table holds it (none here: no commit ran). */
   {
-    uint64_t epoch = 0, next = 0;
-    CHECK(sieve_commit(0, &epoch) == SIEVE_OK && epoch >= 1);
-    CHECK(sieve_commit(SIEVE_COMMIT_UNION, &next) == SIEVE_OK && next == epoch + 1);
-    CHECK(sieve_commit(0, NULL) == SIEVE_OK);
-    expect_error(sieve_commit(0x80, &epoch), SIEVE_ERR_INVALID_ARGUMENT);
+    static float staged[64];
+    int released = -1;
+    CHECK(sieve_mask_publish(staged, 64, SIEVE_DTYPE_F32, bits, &id) == SIEVE_OK);
+    CHECK(sieve_mask_released(id, &released) == SIEVE_OK && released == 0);
+    CHECK(sieve_mask_retract_id(id) == SIEVE_OK);
+    CHECK(sieve_mask_released(id, &released) == SIEVE_OK && released == 1);
+    expect_error(sieve_mask_released(id + 1000, &released), SIEVE_ERR_NOT_FOUND);
+    expect_error(sieve_mask_released(id, NULL), SIEVE_ERR_INVALID_ARGUMENT);
+  }
+
+  /* Commits are collectives on a communicator: bad arguments are refused before anything is issued,
+   * and without a reachable NCCL (none is loaded here) the proxy is unavailable. */
+  {
+    sieve_commit_result_t result;
+    static int64_t token[SIEVE_COMMIT_TOKEN_WORDS];
+    int not_a_comm = 0, with_proxy = 0;
+    memset(&result, 0, sizeof result);
+    result.size = sizeof result;
+    expect_error(sieve_comm_commit(NULL, NULL, 0, &result), SIEVE_ERR_INVALID_ARGUMENT);
+    expect_error(sieve_comm_commit(&not_a_comm, NULL, 0x80, &result), SIEVE_ERR_INVALID_ARGUMENT);
+    result.size = 0;
+    expect_error(sieve_comm_commit(&not_a_comm, NULL, 0, &result), SIEVE_ERR_INVALID_ARGUMENT);
+    result.size = sizeof result;
+    expect_error(sieve_comm_commit(&not_a_comm, NULL, 0, &result), SIEVE_ERR_UNAVAILABLE);
+    /* A CUDA build carries the proxy (and finds no NCCL here); another says it has none. */
+    with_proxy = strstr(sieve_last_error(), "no NCCL can be reached") != NULL;
+    CHECK(with_proxy || strstr(sieve_last_error(), "built without the collective proxy") != NULL);
+#ifdef SIEVE_TEST_PROXY
+    CHECK(with_proxy == SIEVE_TEST_PROXY);
+#endif
+    expect_error(sieve_commit_arm(NULL, 0), SIEVE_ERR_INVALID_ARGUMENT);
+    expect_error(sieve_commit_arm(token, 0x80), SIEVE_ERR_INVALID_ARGUMENT);
+    if (with_proxy)
+      CHECK(sieve_commit_arm(token, SIEVE_COMMIT_UNION) == SIEVE_OK);
+    else
+      expect_error(sieve_commit_arm(token, 0), SIEVE_ERR_UNAVAILABLE);
+    /* Armed, but no all-reduce of the token reached the proxy: nothing was decided. */
+    expect_error(sieve_commit_outcome(token, &result), SIEVE_ERR_NOT_FOUND);
+    CHECK(strstr(sieve_last_error(), "every rank refused it") != NULL);
   }
 
   memset(&stats, 0, sizeof stats);

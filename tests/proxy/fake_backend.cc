@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
+#include <type_traits>
 
 namespace sieve::plugin::proxy::testing {
 
@@ -19,18 +21,96 @@ template <typename T> T combine(T a, T b, ReduceOp op) {
   }
 }
 
-// out[i] = op over ranks of in_r[offset + i], i < count; `ranks` inputs.
-template <typename T>
-std::vector<T> reduce_into(const std::vector<const void*>& ins, uint64_t offset, uint64_t count, ReduceOp op) {
-  std::vector<T> out(count);
-  for (uint64_t i = 0; i < count; ++i) {
-    T acc = static_cast<const T*>(ins[0])[offset + i];
-    for (size_t r = 1; r < ins.size(); ++r) acc = combine(acc, static_cast<const T*>(ins[r])[offset + i], op);
-    if (op == ReduceOp::kAvg) acc = acc / T(ins.size());
-    out[i] = acc;
-  }
-  return out;
+// f16 and bf16 as NCCL reduces them: widened to f32, combined, rounded back to nearest-even.
+float from_bf16(uint16_t h) {
+  const uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
+
+uint16_t to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40);  // NaN stays NaN
+  bits += 0x7fffu + ((bits >> 16) & 1);
+  return uint16_t(bits >> 16);
+}
+
+float from_f16(uint16_t h) {
+  uint64_t bits = h;
+  return float(element_value(ElemType::kF16, &bits));
+}
+
+uint16_t to_f16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000);
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return uint16_t(sign | 0x7e00);
+  if (a >= 65520.0f) return uint16_t(sign | 0x7c00);  // rounds to infinity
+  if (a < 6.103515625e-05f) {                         // subnormal: multiples of 2^-24, nearest-even
+    return uint16_t(sign | uint16_t(std::nearbyint(a * 16777216.0f)));
+  }
+  int exponent;
+  const float m = std::frexp(a, &exponent);  // a = m * 2^exponent, m in [0.5, 1)
+  uint32_t significand = uint32_t(std::nearbyint(std::ldexp(m, 11)));  // 11 bits, nearest-even
+  if (significand == 2048) significand = 1024, ++exponent;
+  return uint16_t(sign | uint16_t((exponent + 14) << 10) | uint16_t(significand & 0x3ff));
+}
+
+template <typename T> struct Codec {
+  using Acc = T;
+  static Acc load(const void* p, uint64_t i) { return static_cast<const T*>(p)[i]; }
+  static void store(void* p, uint64_t i, Acc v) { static_cast<T*>(p)[i] = v; }
+};
+struct F16 {
+  using Acc = float;
+  static Acc load(const void* p, uint64_t i) { return from_f16(static_cast<const uint16_t*>(p)[i]); }
+  static void store(void* p, uint64_t i, Acc v) { static_cast<uint16_t*>(p)[i] = to_f16(v); }
+};
+struct BF16 {
+  using Acc = float;
+  static Acc load(const void* p, uint64_t i) { return from_bf16(static_cast<const uint16_t*>(p)[i]); }
+  static void store(void* p, uint64_t i, Acc v) { static_cast<uint16_t*>(p)[i] = to_bf16(v); }
+};
+
+// out[i] = op over ranks of in_r[offset + i], i < count, rounded to the type after every step.
+template <typename C>
+void reduce_into(const std::vector<const void*>& ins, uint64_t offset, uint64_t count, ReduceOp op, void* out) {
+  using Acc = typename C::Acc;
+  for (uint64_t i = 0; i < count; ++i) {
+    // Avg as NCCL does for floats: each input scaled by 1/n first, then summed.
+    auto input = [&](size_t r) {
+      Acc v = C::load(ins[r], offset + i);
+      if (op == ReduceOp::kAvg) {
+        if constexpr (std::is_floating_point_v<Acc>) v = v / Acc(ins.size());
+      }
+      return v;
+    };
+    Acc acc = input(0);
+    for (size_t r = 1; r < ins.size(); ++r) {
+      acc = combine(acc, input(r), op);
+      C::store(out, i, acc);  // the type's own rounding at every step
+      acc = C::load(out, i);
+    }
+    C::store(out, i, acc);
+  }
+}
+
+void reduce_typed(ElemType type, const std::vector<const void*>& ins, uint64_t offset, uint64_t count, ReduceOp op,
+                  void* out) {
+  switch (type) {
+    case ElemType::kF32: return reduce_into<Codec<float>>(ins, offset, count, op, out);
+    case ElemType::kF64: return reduce_into<Codec<double>>(ins, offset, count, op, out);
+    case ElemType::kF16: return reduce_into<F16>(ins, offset, count, op, out);
+    case ElemType::kBF16: return reduce_into<BF16>(ins, offset, count, op, out);
+    case ElemType::kI64: return reduce_into<Codec<int64_t>>(ins, offset, count, op, out);
+    case ElemType::kOther: return reduce_into<Codec<uint8_t>>(ins, offset, count, op, out);
+  }
+}
+
+size_t bytes_of(ElemType type) { return type == ElemType::kOther ? 1 : element_size(type); }
 
 bool nonzero_at(const void* buf, size_t esize, uint64_t i) {
   uint64_t bits = 0;
@@ -44,21 +124,20 @@ bool nonzero_at(const void* buf, size_t esize, uint64_t i) {
 // --- FakeWorld --------------------------------------------------------------------------------
 
 bool FakeWorld::collective(int rank, Kind kind, const void* in, void* out, uint64_t count, ElemType type, ReduceOp op,
-                           int width, std::string* error) {
+                           std::string* error) {
   std::unique_lock lock(mutex_);
   if (!abort_reason_.empty()) {
     *error = "the communicator was aborted: " + abort_reason_;
     return false;
   }
   const uint64_t my_generation = generation_;
-  slots_[size_t(rank)] = Slot{kind, in, out, count, type, op, width};
+  slots_[size_t(rank)] = Slot{kind, in, out, count, type, op};
   if (++arrived_ == ranks_) {
     failed_ = false;
     for (int r = 1; r < ranks_; ++r) {
       const Slot& a = slots_[0];
       const Slot& b = slots_[size_t(r)];
-      if (a.kind != b.kind || a.count != b.count || a.type != b.type || a.op != b.op || a.width != b.width)
-        failed_ = true;
+      if (a.kind != b.kind || a.count != b.count || a.type != b.type || a.op != b.op) failed_ = true;
     }
     if (failed_) ++mismatches_;
     else {
@@ -90,54 +169,31 @@ void FakeWorld::reduce() {
   const Slot& first = slots_[0];
   std::vector<const void*> ins;
   for (const Slot& s : slots_) ins.push_back(s.in);
+  const size_t es = bytes_of(first.type);
   // Results are computed before any output is written: inputs and outputs may overlap (in place).
-  auto write = [](void* out, const void* data, size_t bytes) { std::memmove(out, data, bytes); };
   switch (first.kind) {
-    case Kind::kExchange: {
-      if (first.width == 8) {
-        std::vector<uint64_t> r(first.count, 0);
-        for (const void* in : ins)
-          for (uint64_t i = 0; i < first.count; ++i) r[i] = std::max(r[i], static_cast<const uint64_t*>(in)[i]);
-        for (Slot& s : slots_) write(s.out, r.data(), r.size() * 8);
-      } else {
-        std::vector<uint8_t> r(first.count, 0);
-        for (const void* in : ins)
-          for (uint64_t i = 0; i < first.count; ++i) r[i] = std::max(r[i], static_cast<const uint8_t*>(in)[i]);
-        for (Slot& s : slots_) write(s.out, r.data(), r.size());
-      }
+    case Kind::kAllReduce: {
+      std::vector<unsigned char> r(first.count * es);
+      reduce_typed(first.type, ins, 0, first.count, first.op, r.data());
+      for (Slot& s : slots_) std::memmove(s.out, r.data(), r.size());
       return;
     }
-    case Kind::kAllReduce:
-      if (first.type == ElemType::kF64) {
-        std::vector<double> r = reduce_into<double>(ins, 0, first.count, first.op);
-        for (Slot& s : slots_) write(s.out, r.data(), r.size() * 8);
-      } else {
-        std::vector<float> r = reduce_into<float>(ins, 0, first.count, first.op);
-        for (Slot& s : slots_) write(s.out, r.data(), r.size() * 4);
-      }
-      return;
     case Kind::kReduceScatter: {
       std::vector<std::vector<unsigned char>> results;
-      const size_t es = element_size(first.type);
       for (int r = 0; r < ranks_; ++r) {
         std::vector<unsigned char> bytes(first.count * es);
-        if (first.type == ElemType::kF64) {
-          std::vector<double> v = reduce_into<double>(ins, uint64_t(r) * first.count, first.count, first.op);
-          std::memcpy(bytes.data(), v.data(), bytes.size());
-        } else {
-          std::vector<float> v = reduce_into<float>(ins, uint64_t(r) * first.count, first.count, first.op);
-          std::memcpy(bytes.data(), v.data(), bytes.size());
-        }
+        reduce_typed(first.type, ins, uint64_t(r) * first.count, first.count, first.op, bytes.data());
         results.push_back(std::move(bytes));
       }
-      for (int r = 0; r < ranks_; ++r) write(slots_[size_t(r)].out, results[size_t(r)].data(), results[size_t(r)].size());
+      for (int r = 0; r < ranks_; ++r)
+        std::memmove(slots_[size_t(r)].out, results[size_t(r)].data(), results[size_t(r)].size());
       return;
     }
     case Kind::kAllGather: {
-      const size_t es = element_size(first.type), part = first.count * es;
+      const size_t part = first.count * es;
       std::vector<unsigned char> all(part * size_t(ranks_));
       for (int r = 0; r < ranks_; ++r) std::memcpy(all.data() + size_t(r) * part, ins[size_t(r)], part);
-      for (Slot& s : slots_) write(s.out, all.data(), all.size());
+      for (Slot& s : slots_) std::memmove(s.out, all.data(), all.size());
       return;
     }
   }
@@ -208,33 +264,55 @@ FakeBackend::Member* FakeBackend::member(Comm comm) {
   return it == members_.end() ? nullptr : &it->second;
 }
 
-bool FakeBackend::fault(int& countdown) { return countdown > 0 && --countdown == 0; }
+bool FakeBackend::fault(int& countdown) {
+  std::lock_guard lock(mutex_);
+  return countdown > 0 && --countdown == 0;
+}
+
+void FakeBackend::set_error(const std::string& why) {
+  std::lock_guard lock(mutex_);
+  if (error.empty()) error = why;
+}
+
+FakeBackend::ThreadState& FakeBackend::me() {
+  std::lock_guard lock(mutex_);
+  return threads_[std::this_thread::get_id()];  // std::map references stay valid on insert
+}
 
 int FakeBackend::run(const Op& op) {
   Member* m = member(op.comm);
   if (!m) {
-    if (error.empty()) error = "a collective on an unknown communicator";
+    set_error("a collective on an unknown communicator");
     return kResultInvalidArgument;
   }
   last_count = op.count;
-  if (!m->world->collective(m->rank, op.kind, op.in, op.out, op.count, op.type, op.op, 0, &error))
+  std::string why;
+  if (!m->world->collective(m->rank, op.kind, op.in, op.out, op.count, op.type, op.op, &why)) {
+    set_error(why);
     return kResultRemoteError;
+  }
   return kResultSuccess;
 }
 
 int FakeBackend::issue(const Op& op) {
   ++collectives;
-  static const char* const names[] = {"all_reduce", "reduce_scatter", "all_gather", "exchange"};
-  log.push_back(std::string(names[int(op.kind)]) + ":" + std::to_string(op.count));
-  if (capturing_) {
-    graph_.push_back([this, op] { return run(op); });
+  static const char* const names[] = {"all_reduce", "reduce_scatter", "all_gather"};
+  {
+    std::lock_guard lock(mutex_);
+    const std::string entry = std::string(names[int(op.kind)]) + ":" + std::to_string(op.count);
+    log.push_back(entry);
+    comm_log[op.comm].push_back(entry);
+  }
+  if (me().capturing) {
+    me().graph.push_back([this, op] { return run(op); });
     return kResultSuccess;
   }
-  if (group_depth_ > 0) {
-    queued_.push_back(op);
+  if (me().depth > 0) {
+    me().queued.push_back(op);
     return kResultSuccess;
   }
   if (nonblocking) {
+    std::lock_guard lock(mutex_);
     pending_.push_back(op);
     return kResultInProgress;
   }
@@ -256,16 +334,17 @@ int FakeBackend::all_gather(const void* send, void* recv, uint64_t send_count, E
 }
 
 int FakeBackend::group_start() {
-  ++group_depth_;
+  ++me().depth;
   return kResultSuccess;
 }
 
 int FakeBackend::group_end() {
-  if (group_depth_ == 0) return kResultInvalidUsage;
-  if (--group_depth_ > 0) return kResultSuccess;
+  if (me().depth == 0) return kResultInvalidUsage;
+  if (--me().depth > 0) return kResultSuccess;
   std::vector<Op> queued;
-  queued.swap(queued_);
+  queued.swap(me().queued);
   if (nonblocking) {
+    std::lock_guard lock(mutex_);
     pending_.insert(pending_.end(), queued.begin(), queued.end());
     return queued.empty() ? kResultSuccess : kResultInProgress;
   }
@@ -275,8 +354,8 @@ int FakeBackend::group_end() {
 }
 
 int FakeBackend::group_simulate_end(void*) {
-  if (group_depth_ == 0) return kResultInvalidUsage;
-  if (--group_depth_ == 0) queued_.clear();  // simulated: nothing is launched
+  if (me().depth == 0) return kResultInvalidUsage;
+  if (--me().depth == 0) me().queued.clear();  // simulated: nothing is launched
   return kResultSuccess;
 }
 
@@ -288,8 +367,10 @@ int FakeBackend::comm_shape(Comm comm, int* nranks, int* rank) {
   return kResultSuccess;
 }
 
-int FakeBackend::wait_enqueued(Comm comm) {
+int FakeBackend::wait_enqueued(Comm comm, CommLiveness& live) {
+  if (!live.alive()) return kResultInvalidUsage;
   std::vector<Op> pending;
+  std::unique_lock lock(mutex_);
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->comm == comm) {
       pending.push_back(*it);
@@ -298,6 +379,7 @@ int FakeBackend::wait_enqueued(Comm comm) {
       ++it;
     }
   }
+  lock.unlock();  // a collective waits for the other ranks
   for (const Op& op : pending)
     if (int rc = run(op)) return rc;
   return kResultSuccess;
@@ -311,34 +393,60 @@ int FakeBackend::abort_comm(Comm comm) {
 
 int FakeBackend::capture_status(Stream, bool* capturing) {
   if (fault(faults.capture_status)) return kResultCudaError;
-  *capturing = capturing_;
+  *capturing = me().capturing;
   return kResultSuccess;
 }
 
-int FakeBackend::exchange_max(Comm comm, Stream, void* host, uint64_t count, int width, DeviceBuffer& staging) {
+int FakeBackend::create_exchange(uint64_t bytes, std::unique_ptr<Exchange>* out) {
+  if (me().capturing || fault(faults.create_exchange)) return kResultCudaError;
+  *out = std::make_unique<FakeExchange>(bytes);
+  return kResultSuccess;
+}
+
+int FakeBackend::exchange_in(Exchange& exchange, void* device, uint64_t count, int width, Comm comm, Stream) {
+  auto& ex = static_cast<FakeExchange&>(exchange);
   ++votes;
-  log.push_back("exchange:" + std::to_string(count) + "x" + std::to_string(width));
-  // A vote waits for its result: inside a group or a capture it would wait forever.
-  if (group_depth_ > 0 || capturing_) {
-    if (error.empty()) error = "exchange_max called inside a group or during capture";
-    return kResultInvalidUsage;
-  }
-  if (staging.bytes() < count * uint64_t(width)) {
-    if (error.empty()) error = "exchange_max: staging too small";
+  if ((width != 1 && width != 8) || ex.bytes() < count * uint64_t(width) || ex.device.size() < count * uint64_t(width)) {
+    set_error("exchange_in: staging too small");
     return kResultInvalidArgument;
   }
-  Member* m = member(comm);
-  if (!m) return kResultInvalidArgument;
-  std::vector<unsigned char> in(static_cast<unsigned char*>(host), static_cast<unsigned char*>(host) + count * width);
-  if (!m->world->collective(m->rank, FakeWorld::Kind::kExchange, in.data(), host, count, ElemType::kOther,
-                            ReduceOp::kMax, width, &error))
-    return kResultRemoteError;
+  void* target = device ? device : ex.device.data();
+  const unsigned char* host = static_cast<const unsigned char*>(ex.host());
+  device_work([target, host, count, width] { std::memcpy(target, host, count * uint64_t(width)); });
+  // The same collective as a binding's token (8-byte words) on a rank without the proxy.
+  return issue(Op{FakeWorld::Kind::kAllReduce, comm, target, target, count, width == 8 ? ElemType::kI64 : ElemType::kOther,
+                  ReduceOp::kMax});
+}
+
+int FakeBackend::exchange_out(Exchange& exchange, const void* device, uint64_t count, int width, Stream) {
+  auto& ex = static_cast<FakeExchange&>(exchange);
+  // Reading a result needs its collective run: not inside a group, not during capture.
+  if (me().depth > 0 || me().capturing) {
+    set_error("exchange_out called inside a group or during capture");
+    return kResultInvalidUsage;
+  }
+  const void* source = device ? device : ex.device.data();
+  std::memcpy(ex.host(), source, count * uint64_t(width));
+  return kResultSuccess;
+}
+
+int FakeBackend::wait_exchange(Exchange&, Comm, CommLiveness& live) {
+  return live.alive() ? kResultSuccess : kResultInvalidUsage;
+}
+
+int FakeBackend::download(const void* device, void* host, uint64_t bytes, Stream, Comm, CommLiveness& live) {
+  if (me().capturing || me().depth > 0) {
+    set_error("download called inside a group or during capture");
+    return kResultInvalidUsage;
+  }
+  if (!live.alive()) return kResultInvalidUsage;
+  std::memcpy(host, device, bytes);
   return kResultSuccess;
 }
 
 int FakeBackend::create_layout(const compress::Mask& mask, uint64_t first, uint64_t count,
                                std::unique_ptr<DeviceLayout>* out) {
-  if (capturing_ || fault(faults.create_layout)) return kResultCudaError;
+  if (me().capturing || fault(faults.create_layout)) return kResultCudaError;
   auto layout = std::make_unique<FakeLayout>();
   layout->span = count;
   for (uint64_t i = 0; i < count; ++i)
@@ -348,14 +456,14 @@ int FakeBackend::create_layout(const compress::Mask& mask, uint64_t first, uint6
 }
 
 int FakeBackend::create_buffer(uint64_t bytes, std::unique_ptr<DeviceBuffer>* out) {
-  if (capturing_ || fault(faults.create_buffer)) return kResultCudaError;
+  if (me().capturing || fault(faults.create_buffer)) return kResultCudaError;
   *out = std::make_unique<FakeBuffer>(bytes);
   return kResultSuccess;
 }
 
 bool FakeBackend::device_work(std::function<void()> work) {
-  if (capturing_) {
-    graph_.push_back([work] {
+  if (me().capturing) {
+    me().graph.push_back([work] {
       work();
       return int(kResultSuccess);
     });
@@ -412,7 +520,7 @@ int FakeBackend::check(const DeviceLayout& layout, size_t es, const void* src, v
 }
 
 int FakeBackend::create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) {
-  if (capturing_ || fault(faults.create_buffer)) return kResultCudaError;
+  if (me().capturing || fault(faults.create_buffer)) return kResultCudaError;
   auto slot = std::make_unique<FakeSlot>();
   slot->bitmap.assign((count + 7) / 8, 0);
   *out = std::move(slot);
@@ -420,7 +528,7 @@ int FakeBackend::create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) {
 }
 
 int FakeBackend::record_nonzero(LagSlot& slot, const void* buf, uint64_t count, ElemType type, Stream) {
-  if (capturing_) return kResultInvalidUsage;  // a record read later by the host cannot live in a graph
+  if (me().capturing) return kResultInvalidUsage;  // a record read later by the host cannot live in a graph
   auto& s = static_cast<FakeSlot&>(slot);
   std::fill(s.bitmap.begin(), s.bitmap.end(), 0);
   for (uint64_t i = 0; i < count; ++i)
@@ -429,7 +537,7 @@ int FakeBackend::record_nonzero(LagSlot& slot, const void* buf, uint64_t count, 
 }
 
 int FakeBackend::record_flag(LagSlot& slot, const void* flag, size_t es, DeviceBuffer& counter, Stream) {
-  if (capturing_) return kResultInvalidUsage;
+  if (me().capturing) return kResultInvalidUsage;
   auto& s = static_cast<FakeSlot&>(slot);
   s.flag = 0;
   std::memcpy(&s.flag, flag, es);
@@ -437,12 +545,14 @@ int FakeBackend::record_flag(LagSlot& slot, const void* flag, size_t es, DeviceB
   return kResultSuccess;
 }
 
-int FakeBackend::read_nonzero(LagSlot& slot, Comm, uint64_t count, compress::Mask* nonzero) {
+int FakeBackend::read_nonzero(LagSlot& slot, Comm, CommLiveness& live, uint64_t count, compress::Mask* nonzero) {
+  if (!live.alive()) return kResultInvalidUsage;
   *nonzero = compress::Mask::from_bitmap(static_cast<FakeSlot&>(slot).bitmap.data(), count);
   return kResultSuccess;
 }
 
-int FakeBackend::read_flag(LagSlot& slot, Comm, uint64_t* flag_bits, uint64_t* local_violations) {
+int FakeBackend::read_flag(LagSlot& slot, Comm, CommLiveness& live, uint64_t* flag_bits, uint64_t* local_violations) {
+  if (!live.alive()) return kResultInvalidUsage;
   auto& s = static_cast<FakeSlot&>(slot);
   *flag_bits = s.flag;
   *local_violations = s.violations;
@@ -450,7 +560,7 @@ int FakeBackend::read_flag(LagSlot& slot, Comm, uint64_t* flag_bits, uint64_t* l
 }
 
 int FakeBackend::replay() {
-  for (auto& step : graph_)
+  for (auto& step : me().graph)
     if (int rc = step()) return rc;
   return kResultSuccess;
 }

@@ -4,8 +4,11 @@
 // what would hang or corrupt NCCL) every rank's call fails at once, so consistency bugs show as errors,
 // not hangs. The fake is strict where NCCL and CUDA are: inside a group collectives run only at its
 // end; on a non-blocking communicator they run only when the caller waits for them; during capture
-// nothing runs (it is recorded and runs on replay); a vote inside a group or a capture, an allocation
-// during capture, or a staging buffer too small is an error.
+// nothing runs (it is recorded and runs on replay); waiting for an exchange inside a group or a
+// capture, an allocation during capture, or a staging buffer too small is an error. Reductions are
+// NCCL's: f16 and bf16 are widened to f32, reduced rank by rank and rounded back to nearest-even at
+// each step; an exchange is an all-reduce (max) of int64 or uint8 words, the same collective as a
+// binding's commit token, so a rank without a proxy and one with it meet in one collective.
 #pragma once
 
 #include <atomic>
@@ -17,6 +20,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "plugin/proxy/device_backend.h"
@@ -28,12 +32,13 @@ class FakeWorld {
   explicit FakeWorld(int ranks) : ranks_(ranks), slots_(size_t(ranks)) {}
   int ranks() const { return ranks_; }
 
-  enum class Kind { kAllReduce, kReduceScatter, kAllGather, kExchange };
+  enum class Kind { kAllReduce, kReduceScatter, kAllGather };
   // One rank's part of a collective: `in` holds its input, `out` receives its result. count is the
   // per-rank element count of the collective as NCCL sees it (recv count for reduce-scatter, send
   // count for all-gather). false (with *error) on a mismatch, an abort, or a rank that never came.
+  // kOther elements are bytes (a union merge's masks).
   bool collective(int rank, Kind kind, const void* in, void* out, uint64_t count, ElemType type, ReduceOp op,
-                  int width, std::string* error);
+                  std::string* error);
   void abort(const std::string& why);
   bool aborted() const;
   uint64_t mismatches() const;
@@ -47,7 +52,6 @@ class FakeWorld {
     uint64_t count;
     ElemType type;
     ReduceOp op;
-    int width;
   };
   void reduce();
   const int ranks_;
@@ -86,6 +90,13 @@ struct FakeBuffer : DeviceBuffer {
   std::vector<unsigned char> bytes_;
 };
 
+struct FakeExchange : Exchange {
+  explicit FakeExchange(uint64_t n) : host_(n, 0xAB), device(n, 0xAB) {}
+  void* host() override { return host_.data(); }
+  uint64_t bytes() const override { return host_.size(); }
+  std::vector<unsigned char> host_, device;
+};
+
 struct FakeSlot : LagSlot {
   std::vector<uint8_t> bitmap;
   uint64_t flag = 0, violations = 0;
@@ -95,6 +106,7 @@ struct FakeSlot : LagSlot {
 struct FakeFaults {
   int create_buffer = 0;
   int create_layout = 0;
+  int create_exchange = 0;
   int gather = 0;
   int capture_status = 0;
 };
@@ -114,10 +126,13 @@ class FakeBackend : public DeviceBackend {
   int group_end() override;
   int group_simulate_end(void* sim_info) override;
   int comm_shape(Comm comm, int* nranks, int* rank) override;
-  int wait_enqueued(Comm comm) override;
+  int wait_enqueued(Comm comm, CommLiveness& live) override;
   int abort_comm(Comm comm) override;
   int capture_status(Stream stream, bool* capturing) override;
-  int exchange_max(Comm comm, Stream stream, void* host, uint64_t count, int width, DeviceBuffer& staging) override;
+  int create_exchange(uint64_t bytes, std::unique_ptr<Exchange>* out) override;
+  int exchange_in(Exchange& ex, void* device, uint64_t count, int width, Comm comm, Stream stream) override;
+  int exchange_out(Exchange& ex, const void* device, uint64_t count, int width, Stream stream) override;
+  int wait_exchange(Exchange& ex, Comm comm, CommLiveness& live) override;
   int create_layout(const compress::Mask& mask, uint64_t first, uint64_t count,
                     std::unique_ptr<DeviceLayout>* out) override;
   int create_buffer(uint64_t bytes, std::unique_ptr<DeviceBuffer>* out) override;
@@ -128,20 +143,24 @@ class FakeBackend : public DeviceBackend {
   int create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) override;
   int record_nonzero(LagSlot& slot, const void* buf, uint64_t count, ElemType type, Stream stream) override;
   int record_flag(LagSlot& slot, const void* flag, size_t element_size, DeviceBuffer& counter, Stream stream) override;
-  int read_nonzero(LagSlot& slot, Comm comm, uint64_t count, compress::Mask* nonzero) override;
-  int read_flag(LagSlot& slot, Comm comm, uint64_t* flag_bits, uint64_t* local_violations) override;
+  int download(const void* device, void* host, uint64_t bytes, Stream stream, Comm comm, CommLiveness& live) override;
+  int read_nonzero(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t count, compress::Mask* nonzero) override;
+  int read_flag(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t* flag_bits, uint64_t* local_violations) override;
 
   // Graph capture: while capturing, device work and collectives are recorded; replay() runs them.
-  void begin_capture() { capturing_ = true; graph_.clear(); }
-  void end_capture() { capturing_ = false; }
+  void begin_capture() { me().capturing = true; me().graph.clear(); }
+  void end_capture() { me().capturing = false; }
   int replay();
 
   bool nonblocking = false;  // collectives return kResultInProgress and run at wait_enqueued()
   FakeFaults faults;
-  // What the proxy did, for tests: kinds and counts of real collectives, in order.
+  // What the proxy did, for tests: kinds and counts of real collectives, in order (read them once the
+  // rank's threads are done); per communicator too, where several threads drive several.
   std::vector<std::string> log;
-  int votes = 0, collectives = 0, gathers = 0, scatters = 0, aborts = 0;
-  uint64_t last_count = 0;
+  std::map<Comm, std::vector<std::string>> comm_log;
+  std::atomic<int> votes{0}, collectives{0}, gathers{0}, scatters{0};
+  std::atomic<int> aborts{0};  // abort_comm may come from another thread (a watchdog)
+  std::atomic<uint64_t> last_count{0};
   std::string error;  // the first failure's reason
 
  private:
@@ -164,12 +183,20 @@ class FakeBackend : public DeviceBackend {
   bool fault(int& countdown);
   Member* member(Comm comm);
 
-  std::map<Comm, Member> members_;
-  int group_depth_ = 0;
-  std::vector<Op> queued_;   // collectives of the open group
+  // NCCL's group state and a stream's capture belong to the calling thread.
+  struct ThreadState {
+    int depth = 0;
+    std::vector<Op> queued;  // collectives of the open group
+    bool capturing = false;
+    std::vector<std::function<int()>> graph;
+  };
+  ThreadState& me();
+  void set_error(const std::string& why);
+
+  std::map<Comm, Member> members_;  // fixed before the ranks run
+  std::mutex mutex_;                // the rest may be used from a rank's several threads
+  std::map<std::thread::id, ThreadState> threads_;
   std::vector<Op> pending_;  // launched on a non-blocking communicator, not yet enqueued
-  bool capturing_ = false;
-  std::vector<std::function<int()>> graph_;
 };
 
 }  // namespace sieve::plugin::proxy::testing

@@ -7,9 +7,13 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "net/log.h"
+#include "plugin/proxy/agreement.h"
 #include "plugin/proxy/proxy.h"
 #include "tests/proxy/fake_backend.h"
 
@@ -38,15 +42,44 @@ struct Rank {
     EXPECT_TRUE(registry.publish(base, dtype, std::make_shared<const compress::Mask>(m), &id).ok());
     return id;
   }
-  void commit(uint32_t flags = 0) { registry.commit(flags); }
+  // The trainer's commit on `comm`: a collective, so every rank of it calls this at the same point.
+  CommitOutcome commit(uint32_t flags = 0, Comm comm = kComm) {
+    CommitOutcome outcome;
+    EXPECT_EQ(settle(proxy.commit(comm, kStream, flags, &outcome), comm), 0) << backend.error;
+    return outcome;
+  }
+  // The binding's commit: an armed token all-reduced (max, int64) through the interposed call.
+  CommitOutcome token_commit(uint32_t flags = 0) {
+    int64_t token[kVoteWords];
+    write_no_proxy_vote(token);
+    proxy.arm_commit(token, flags);
+    Path path;
+    EXPECT_EQ(settle(proxy.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, kComm, kStream, &path)),
+              0)
+        << backend.error;
+    EXPECT_EQ(path, Path::kCommit);
+    CommitOutcome outcome;
+    EXPECT_TRUE(proxy.commit_outcome(token, &outcome));
+    return outcome;
+  }
   // An in-place all-reduce as a trainer issues it; a non-blocking return is waited for, as
   // PyTorch does before it uses the result.
   int all_reduce(void* buf, uint64_t count, Path* path = nullptr, ReduceOp op = ReduceOp::kSum,
-                 ElemType type = ElemType::kF32) {
-    return settle(proxy.all_reduce(buf, buf, count, type, op, kComm, kStream, path));
+                 ElemType type = ElemType::kF32, Comm comm = kComm) {
+    return settle(proxy.all_reduce(buf, buf, count, type, op, comm, kStream, path), comm);
   }
-  int settle(int rc) { return rc == kResultInProgress ? backend.wait_enqueued(kComm) : rc; }
+  int settle(int rc, Comm comm = kComm) {
+    CommLiveness live;
+    return rc == kResultInProgress ? backend.wait_enqueued(comm, live) : rc;
+  }
 };
+
+// What a rank without the proxy does at a commit: its binding's token reaches NCCL unchanged.
+inline int commit_without_proxy(FakeBackend& backend, Comm comm = kComm) {
+  int64_t token[kVoteWords];
+  write_no_proxy_vote(token);
+  return backend.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, comm, kStream);
+}
 
 using Ranks = std::vector<std::unique_ptr<Rank>>;
 
@@ -92,5 +125,41 @@ inline compress::Mask thirds_mask(uint64_t count) {
   if (count > 500) m.set_range(400, 100, true);
   return m;
 }
+
+// The proxy's log lines while alive (NCCL's logger in a job; here, a test's evidence).
+class LogCapture {
+ public:
+  LogCapture() {
+    instance() = this;
+    log::set_sink(&sink);
+  }
+  ~LogCapture() {
+    log::set_sink(nullptr);
+    instance() = nullptr;
+  }
+  std::vector<std::string> lines() const {
+    std::lock_guard lock(mutex_);
+    return lines_;
+  }
+  size_t count(const std::string& needle) const {
+    size_t n = 0;
+    for (const std::string& l : lines()) n += l.find(needle) != std::string::npos;
+    return n;
+  }
+
+ private:
+  static LogCapture*& instance() {
+    static LogCapture* current = nullptr;
+    return current;
+  }
+  static void sink(log::Level, const char*, int, const char* message) {
+    if (LogCapture* c = instance()) {
+      std::lock_guard lock(c->mutex_);
+      c->lines_.push_back(message);
+    }
+  }
+  mutable std::mutex mutex_;
+  std::vector<std::string> lines_;
+};
 
 }  // namespace sieve::plugin::proxy::testing

@@ -62,7 +62,7 @@ struct Sieve {
   decltype(&::ncclGroupStart) group_start;
   decltype(&::ncclGroupEnd) group_end;
   decltype(&::sieve_mask_publish) publish;
-  decltype(&::sieve_commit) commit;
+  decltype(&::sieve_comm_commit) commit;
   decltype(&::sieve_mask_retract) retract;
   decltype(&::sieve_stats_get) stats;
   decltype(&::sieve_last_error) last_error;
@@ -80,7 +80,7 @@ Sieve load(const std::string& path) {
   s.all_reduce = reinterpret_cast<decltype(s.all_reduce)>(sym("ncclAllReduce"));
   s.reduce_scatter = reinterpret_cast<decltype(s.reduce_scatter)>(sym("ncclReduceScatter"));
   s.all_gather = reinterpret_cast<decltype(s.all_gather)>(sym("ncclAllGather"));
-  s.commit = reinterpret_cast<decltype(s.commit)>(sym("sieve_commit"));
+  s.commit = reinterpret_cast<decltype(s.commit)>(sym("sieve_comm_commit"));
   s.group_start = reinterpret_cast<decltype(s.group_start)>(sym("ncclGroupStart"));
   s.group_end = reinterpret_cast<decltype(s.group_end)>(sym("ncclGroupEnd"));
   s.publish = reinterpret_cast<decltype(s.publish)>(sym("sieve_mask_publish"));
@@ -219,7 +219,7 @@ void run_check(Job& job) {
         for (void* p : {in, inplace, group_a, group_b})
           if (job.sieve.publish(p, count, t.sieve, mask.data(), nullptr) != 0)
             fail("publish: %s", job.sieve.last_error());
-        if (job.sieve.commit(0, nullptr) != 0) fail("commit: %s", job.sieve.last_error());
+        if (job.sieve.commit(job.comm, job.stream, 0, nullptr) != 0) fail("commit: %s", job.sieve.last_error());
         // Dense reference through the real NCCL (linked directly, not interposed).
         CHECK_NCCL(ncclAllReduce(in, dense, count, t.nccl, op, job.comm, job.stream));
         const sieve_stats_t before = stats(job.sieve);
@@ -263,7 +263,7 @@ void run_sharded(Job& job) {
     CHECK_CUDA(cudaMemcpy(ag, data.data(), count * t.size, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(ag_ref, data.data(), count * t.size, cudaMemcpyHostToDevice));
     if (job.sieve.publish(rs_in, count, t.sieve, mask.data(), nullptr) != 0 ||
-        job.sieve.publish(ag, count, t.sieve, mask.data(), nullptr) != 0 || job.sieve.commit(0, nullptr) != 0)
+        job.sieve.publish(ag, count, t.sieve, mask.data(), nullptr) != 0 || job.sieve.commit(job.comm, job.stream, 0, nullptr) != 0)
       fail("publish/commit: %s", job.sieve.last_error());
     const size_t mine = size_t(job.rank) * shard * t.size;
     CHECK_NCCL(ncclReduceScatter(rs_in, rs_ref, shard, t.nccl, ncclSum, job.comm, job.stream));
@@ -295,7 +295,7 @@ void run_union(Job& job) {
   CHECK_CUDA(cudaMalloc(&ref, count * 4));
   CHECK_CUDA(cudaMemcpy(buf, data.data(), count * 4, cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemcpy(ref, data.data(), count * 4, cudaMemcpyHostToDevice));
-  if (job.sieve.publish(buf, count, t.sieve, mask.data(), nullptr) != 0 || job.sieve.commit(SIEVE_COMMIT_UNION, nullptr) != 0)
+  if (job.sieve.publish(buf, count, t.sieve, mask.data(), nullptr) != 0 || job.sieve.commit(job.comm, job.stream, SIEVE_COMMIT_UNION, nullptr) != 0)
     fail("publish/commit: %s", job.sieve.last_error());
   CHECK_NCCL(ncclAllReduce(ref, ref, count, t.nccl, ncclSum, job.comm, job.stream));
   CHECK_NCCL(job.sieve.all_reduce(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));
@@ -314,7 +314,7 @@ void run_capture(Job& job) {
   void *buf, *ref;
   CHECK_CUDA(cudaMalloc(&buf, count * 4));
   CHECK_CUDA(cudaMalloc(&ref, count * 4));
-  if (job.sieve.publish(buf, count, t.sieve, mask.data(), nullptr) != 0 || job.sieve.commit(0, nullptr) != 0)
+  if (job.sieve.publish(buf, count, t.sieve, mask.data(), nullptr) != 0 || job.sieve.commit(job.comm, job.stream, 0, nullptr) != 0)
     fail("publish/commit: %s", job.sieve.last_error());
   CHECK_NCCL(job.sieve.all_reduce(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));  // the vote
   CHECK_CUDA(cudaStreamSynchronize(job.stream));
@@ -348,6 +348,8 @@ void run_learned(Job& job) {
   CHECK_CUDA(cudaMalloc(&ref, count * 4));
   const int steps = 30, violating = 15;
   uint64_t compacted_before_violation = 0;
+  // Learning starts at a commit (nothing published): its vote compares every rank's SIEVE_TRACK*.
+  if (job.sieve.commit(job.comm, job.stream, 0, nullptr) != 0) fail("commit: %s", job.sieve.last_error());
   for (int step = 0; step < steps; ++step) {
     std::vector<uint8_t> data = make_data(mask, count, t, job.rank, step);
     if (step == violating && job.rank == 1) {  // a nonzero where every earlier output was zero
@@ -382,7 +384,7 @@ void run_bench(Job& job, size_t count, int iters, const std::vector<double>& den
   CHECK_CUDA(cudaEventCreate(&stop));
   auto time_calls = [&](bool proxied, double* wire_bytes) {
     const sieve_stats_t before = stats(job.sieve);
-    for (int i = 0; i < 3; ++i)  // warm-up (and the proxy's one-time vote on the commit)
+    for (int i = 0; i < 3; ++i)  // warm-up (the commit already voted)
       CHECK_NCCL((proxied ? job.sieve.all_reduce : &ncclAllReduce)(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));
     CHECK_CUDA(cudaStreamSynchronize(job.stream));
     const sieve_stats_t warm = stats(job.sieve);
@@ -403,7 +405,7 @@ void run_bench(Job& job, size_t count, int iters, const std::vector<double>& den
     size_t kept = 0;
     const std::vector<uint8_t> mask = make_mask(count, d, 5, &kept);
     if (job.sieve.publish(buf, count, t.sieve, mask.data(), nullptr) != 0) fail("publish: %s", job.sieve.last_error());
-    if (job.sieve.commit(0, nullptr) != 0) fail("commit: %s", job.sieve.last_error());
+    if (job.sieve.commit(job.comm, job.stream, 0, nullptr) != 0) fail("commit: %s", job.sieve.last_error());
     double wire = 0;
     const double ms = time_calls(true, &wire);
     job.sieve.retract(buf);

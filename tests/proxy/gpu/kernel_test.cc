@@ -118,10 +118,11 @@ TEST_P(KernelTest, RecordsNonzeroPatternsAndViolationsForTheHostToReadLater) {
   ASSERT_EQ(cudaMalloc(&buf, count * es), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(buf, data.data(), count * es, cudaMemcpyHostToDevice), cudaSuccess);
   std::unique_ptr<LagSlot> slot;
+  CommLiveness live;  // no communicator: nothing to abort
   ASSERT_EQ(backend.create_slot(count, &slot), 0);
   ASSERT_EQ(backend.record_nonzero(*slot, buf, count, type, s), 0);
   compress::Mask got;
-  ASSERT_EQ(backend.read_nonzero(*slot, nullptr, count, &got), 0);
+  ASSERT_EQ(backend.read_nonzero(*slot, nullptr, live, count, &got), 0);
   EXPECT_TRUE(got == want);
 
   // Against a mask that prunes elements 0, 3 and 30003 (all nonzero): three violations, bad flag.
@@ -137,7 +138,7 @@ TEST_P(KernelTest, RecordsNonzeroPatternsAndViolationsForTheHostToReadLater) {
     ASSERT_EQ(backend.check(*layout, es, buf, flag->data(), enc, *counter, s), 0);
     ASSERT_EQ(backend.record_flag(*slot, flag->data(), es, *counter, s), 0);
     uint64_t bits = 0, violations = 0;
-    ASSERT_EQ(backend.read_flag(*slot, nullptr, &bits, &violations), 0);
+    ASSERT_EQ(backend.read_flag(*slot, nullptr, live, &bits, &violations), 0);
     EXPECT_EQ(violations, m == &keep ? 3u : 0u);
     EXPECT_EQ(bits, m == &keep ? enc.bad_bits : enc.ok_bits);
     EXPECT_EQ(flag_reports_violation(type, bits), m == &keep);

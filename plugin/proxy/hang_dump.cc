@@ -1,0 +1,94 @@
+#include "plugin/proxy/hang_dump.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+namespace sieve::plugin::proxy {
+namespace {
+
+int g_pipe_write = -1;
+struct sigaction g_previous {};
+
+void on_signal(int signo, siginfo_t* info, void* context) {
+  const int saved = errno;
+  const char byte = 1;
+  if (g_pipe_write >= 0) (void)!write(g_pipe_write, &byte, 1);  // a full pipe: a report is already due
+  errno = saved;
+  if (g_previous.sa_flags & SA_SIGINFO) {
+    if (g_previous.sa_sigaction) g_previous.sa_sigaction(signo, info, context);
+  } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN && g_previous.sa_handler) {
+    g_previous.sa_handler(signo);
+  }
+}
+
+}  // namespace
+
+bool install_dump_signal(int signo, std::function<void()> dump, std::string* why) {
+  static std::once_flag once;
+  bool installed = false;
+  std::call_once(once, [&] {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+      *why = std::string("pipe: ") + std::strerror(errno);
+      return;
+    }
+    // The reader blocks; only the writer, in the handler, must never block.
+    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) & ~O_NONBLOCK);
+    g_pipe_write = fds[1];
+    std::thread([fd = fds[0], dump = std::move(dump)] {
+      char buffer[64];
+      for (;;) {
+        const ssize_t n = read(fd, buffer, sizeof buffer);
+        if (n > 0) dump();
+        else if (n == 0 || errno != EINTR) return;
+      }
+    }).detach();
+    struct sigaction action {};
+    action.sa_sigaction = on_signal;
+    action.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(signo, &action, &g_previous) != 0) {
+      *why = std::string("sigaction: ") + std::strerror(errno);
+      return;
+    }
+    installed = true;
+  });
+  return installed;
+}
+
+std::string dump_path(const std::string& stats_file) {
+  if (stats_file.empty()) return "";
+  struct stat st {};
+  std::string dir;
+  if (stat(stats_file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    dir = stats_file;
+  } else {
+    const size_t slash = stats_file.rfind('/');
+    dir = slash == std::string::npos ? "." : slash == 0 ? "/" : stats_file.substr(0, slash);
+  }
+  char host[256] = "unknown";
+  gethostname(host, sizeof host - 1);
+  if (!dir.empty() && dir.back() != '/') dir += '/';
+  return dir + "sieve-proxy-state." + host + "." + std::to_string(getpid()) + ".txt";
+}
+
+bool append_report(const std::string& path, const std::string& report) {
+  std::ofstream out(path, std::ios::app);
+  if (!out) return false;
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  out << stamp << " " << report << "\n";
+  return static_cast<bool>(out);
+}
+
+}  // namespace sieve::plugin::proxy

@@ -1,0 +1,23 @@
+// Hang forensics on demand: a signal (SIEVE_DUMP_SIGNAL, SIGUSR1 by default) makes the process log
+// what the collective proxy knows about every communicator (Proxy::describe_state), without stopping
+// anything. The handler only writes a byte to a pipe (all a signal handler may safely do); a helper
+// thread, blocked on that pipe, builds and writes the report. A handler installed before Sieve's is
+// still called afterwards, so a job's own use of the signal keeps working.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace sieve::plugin::proxy {
+
+// Installs the handler for `signo` once per process (later calls do nothing and return false);
+// `dump` runs on the helper thread at each delivery. False, with *why, when it could not be set up.
+bool install_dump_signal(int signo, std::function<void()> dump, std::string* why);
+
+// Where a report also goes when SIEVE_STATS_FILE is set: a file in that file's directory (or in it,
+// when it names a directory), "sieve-proxy-state.<host>.<pid>.txt"; "" when it is not set.
+std::string dump_path(const std::string& stats_file);
+// Appends `report` to `path` with a timestamp; false when it could not.
+bool append_report(const std::string& path, const std::string& report);
+
+}  // namespace sieve::plugin::proxy

@@ -1,0 +1,185 @@
+// Commits and learned-mask votes: the only collectives the proxy issues of its own accord, each at
+// a point of the communicator's sequence that the trainer's program fixes (its commit call) or that
+// the outputs of earlier collectives fix (a learned mask's stability), never a process-wide state.
+#include "net/log.h"
+#include "plugin/proxy/proxy.h"
+
+namespace sieve::plugin::proxy {
+
+struct PendingCommit {
+  std::unique_ptr<TableCommit> table;
+  const void* token = nullptr;  // the binding's: its thread reads the verdict with commit_outcome()
+};
+
+namespace {
+
+std::unordered_map<uint64_t, std::shared_ptr<EntryPlan>> reusable_plans(
+    const std::unordered_map<uintptr_t, ActiveEntry>& active) {
+  std::unordered_map<uint64_t, std::shared_ptr<EntryPlan>> out;
+  for (const auto& [base, entry] : active)
+    if (entry.plan) out.emplace(entry.source->id(), entry.plan);
+  return out;
+}
+
+}  // namespace
+
+void Proxy::arm_commit(const void* token, uint32_t flags) {
+  ThreadState& ts = thread_state();
+  ts.armed_token = token;
+  ts.armed_flags = flags;
+}
+
+bool Proxy::commit_outcome(const void* token, CommitOutcome* out) {
+  ThreadState& ts = thread_state();
+  if (!token || ts.outcome_token != token) return false;
+  *out = ts.outcome;
+  return true;
+}
+
+int Proxy::commit(Comm comm, Stream stream, uint32_t flags, CommitOutcome* outcome) {
+  CommitOutcome ignored;
+  if (!outcome) outcome = &ignored;
+  std::shared_ptr<CommState> state;
+  if (int rc = enter(comm, &state)) return rc;
+  std::lock_guard lock(state->mutex);
+  Call call{state, stream};
+  if (int rc = begin_call(call)) return rc;
+  return run_commit(call, flags, nullptr, outcome);
+}
+
+int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* outcome) {
+  CommState& cs = *call.state;
+  Waiting waiting(cs, "a commit's vote");
+  *outcome = CommitOutcome();
+  outcome->commit = cs.commits + 1;
+  bool capture = false;
+  if (int rc = capturing(call, &capture)) return rc;
+  if (capture) {
+    // A vote cannot be waited for in a graph, and a graph would replay it without the proxy: a
+    // captured commit is refused and changes nothing, on every rank that captures it (all of them:
+    // capture is the trainer's program). The binding's token is the trainer's own collective: it
+    // goes into the graph as it is.
+    outcome->reason = "a commit cannot be captured into a CUDA graph; issue it outside capture";
+    SIEVE_WARN("collective proxy: %s (communicator %p); nothing changes", outcome->reason.c_str(), cs.comm);
+    if (token) return backend_.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, cs.comm, call.stream);
+    return kResultSuccess;
+  }
+  if (!cs.vote && backend_.create_exchange(kVoteBytes, &cs.vote)) {
+    // This rank cannot vote. The binding's own all-reduce still carries its "no proxy" words, so
+    // the others refuse; a C caller's commit has nothing to send, and its peers must not wait.
+    if (token) return backend_.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, cs.comm, call.stream);
+    return fail_comm(cs, kResultCudaError, "no device memory for a commit's vote");
+  }
+  const auto reusable = reusable_plans(cs.active);
+  const Refusal veto = options_.enabled ? Refusal::kNone : Refusal::kProxyOff;
+  AgreementContext ctx{backend_, cs.comm, call.stream, cs.live, options_.rules, fingerprint_, cs.nranks,
+                       options_.verify, &reusable, veto};
+  auto pending = std::make_shared<PendingCommit>();
+  pending->token = token;
+  int collective_rc = kResultSuccess;
+  if (int rc = TableCommit::begin(ctx, registry_.snapshot(), flags, *cs.vote, token, &pending->table, &collective_rc))
+    return fail_comm(cs, rc, "could not issue a commit's vote");
+  note(cs, CallKind::kCommit, ReduceOp::kMax, ElemType::kI64, CallPath::kAgreement, kVoteWords);
+  if (thread_state().depth > 0) {
+    outcome->state = CommitOutcome::State::kPending;
+    Deferred d{Deferred::Kind::kCommit, call.state, call.stream};
+    d.commit = pending;
+    return after(call, collective_rc, std::move(d));
+  }
+  if (collective_rc == kResultInProgress)
+    if (int rc = backend_.wait_enqueued(cs.comm, cs.live)) return fail_comm(cs, rc, "waited for a commit's vote and");
+  if (int rc = finish_commit(cs, call.stream, *pending)) return rc;
+  *outcome = thread_state().outcome;
+  return kResultSuccess;
+}
+
+int Proxy::finish_commit(CommState& cs, Stream stream, PendingCommit& pending) {
+  Waiting waiting(cs, "a commit's vote");  // also when it comes at a group's end
+  const auto reusable = reusable_plans(cs.active);
+  AgreementContext ctx{backend_, cs.comm, stream, cs.live, options_.rules, fingerprint_, cs.nranks,
+                       options_.verify, &reusable, Refusal::kNone};
+  TableAgreement agreement;
+  if (int rc = pending.table->finish(ctx, *cs.vote, &agreement))
+    return fail_comm(cs, rc, "could not complete a commit's vote");
+  CommitOutcome outcome;
+  apply(cs, agreement, &outcome);
+  ThreadState& ts = thread_state();
+  ts.outcome_token = pending.token;
+  ts.outcome = outcome;
+  return kResultSuccess;
+}
+
+void Proxy::withdraw_commit(CommState& cs, PendingCommit& pending) {
+  ThreadState& ts = thread_state();
+  ts.outcome_token = pending.token;
+  ts.outcome = CommitOutcome();
+  ts.outcome.commit = cs.commits + 1;
+  ts.outcome.reason = "its group was only simulated (ncclGroupSimulateEnd): nothing was committed";
+}
+
+void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outcome) {
+  const uint64_t number = ++cs.commits;
+  // Plans a captured graph uses stay alive for its replays; warn when such a plan's mask is gone.
+  for (auto& [base, entry] : cs.active) {
+    if (!entry.plan || !entry.plan->captured) continue;
+    cs.graph_plans.push_back(entry.plan);
+    bool kept = false;
+    for (const ActiveEntry& e : agreement.entries) kept = kept || e.plan == entry.plan;
+    if (!kept)
+      SIEVE_WARN("collective proxy: a CUDA graph compacts buffer %p with mask %llu, which commit %llu replaced or "
+                 "removed; replays of that graph still use the old mask: capture it again",
+                 reinterpret_cast<void*>(base), (unsigned long long)entry.source->id(), (unsigned long long)number);
+  }
+  cs.active.clear();
+  cs.agreed = agreement.activated;
+  cs.table_hash = agreement.activated ? agreement.hash : 0;
+  *outcome = CommitOutcome();
+  outcome->commit = number;
+  if (!agreement.activated) {
+    // Learning needs agreed settings: what was learned under the last agreement goes too.
+    if (options_.track == TrackMode::kOn) cs.learned.clear();
+    add(stats_.tables_refused, 1);
+    outcome->reason = agreement.reason;
+    SIEVE_WARN("collective proxy: commit %llu was refused on communicator %p: %s; from this point every rank runs "
+               "its collectives dense",
+               (unsigned long long)number, cs.comm, agreement.reason.c_str());
+    return;
+  }
+  for (ActiveEntry& e : agreement.entries) {
+    outcome->compacting += e.plan ? 1 : 0;
+    cs.active[e.source->base()] = std::move(e);
+  }
+  outcome->masks = cs.active.size();
+  outcome->state = CommitOutcome::State::kActivated;
+  add(stats_.tables_activated, 1);
+  SIEVE_INFO("collective proxy: commit %llu is active on communicator %p (%d ranks): %llu masks, %llu of them "
+             "compact%s",
+             (unsigned long long)number, cs.comm, cs.nranks, (unsigned long long)outcome->masks,
+             (unsigned long long)outcome->compacting, options_.track == TrackMode::kOn ? "; learning masks" : "");
+}
+
+int Proxy::vote_learned(CommState& cs, LearnedSignature& sig, Stream stream) {
+  Waiting waiting(cs, "a learned-mask vote");
+  std::string why;
+  const bool ok = options_.enabled && sig.prepare_proposal(backend_, &why);
+  const Vote mine{sig.proposal_hash(), fingerprint_, ok ? Refusal::kNone : Refusal::kCouldNotPrepare};
+  write_vote(mine, cs.vote->host());
+  note(cs, CallKind::kVote, ReduceOp::kMax, ElemType::kI64, CallPath::kAgreement, kVoteWords);
+  int rc = backend_.exchange_in(*cs.vote, nullptr, kVoteWords, 8, cs.comm, stream);
+  if (rc == kResultInProgress) rc = backend_.wait_enqueued(cs.comm, cs.live);
+  if (!rc) rc = backend_.exchange_out(*cs.vote, nullptr, kVoteWords, 8, stream);
+  if (!rc) rc = backend_.wait_exchange(*cs.vote, cs.comm, cs.live);
+  if (rc) return fail_comm(cs, rc, "could not complete the vote on a learned mask");
+  const Verdict verdict = read_verdict(mine, cs.vote->host());
+  sig.settle(verdict.unanimous());
+  if (verdict.unanimous())
+    SIEVE_INFO("collective proxy: learned a mask for %llu-element %s all-reduces on communicator %p (density %.3f); "
+               "compacting",
+               (unsigned long long)sig.count(), elem_type_name(sig.type()), cs.comm, sig.plan()->mask().density());
+  else
+    SIEVE_INFO("collective proxy: a learned mask was not adopted on communicator %p: %s", cs.comm,
+               verdict.reason(why).c_str());
+  return kResultSuccess;
+}
+
+}  // namespace sieve::plugin::proxy
