@@ -1,21 +1,23 @@
 """Python binding of Sieve's C API (sieve.h) through ctypes: no build step, no compiled extension.
 
 Finds the libnccl-net-sieve.so that LD_PRELOAD put into the process, publishes the sparsity masks of
-the buffers NCCL will reduce, commits them (the collective proxy then sends only the kept elements)
-and reads the process's counters.
+the buffers NCCL will reduce, commits them on a process group (the collective proxy then sends only
+the kept elements there) and reads the process's counters.
 
     import sieve
     sieve.publish_pruned_model(ddp_model.module)   # every rank, same point, after the 2nd backward
     print(sieve.stats())
 
-Publishing stages masks; commit() hands them to the proxy, which activates them on a communicator
-only after every rank agreed on them (docs/DESIGN.md, "Consistency"). Call publish, retract and
-commit at the same program point on every rank.
+Publishing and retracting only stage. commit(group) is a collective on that process group: every rank
+of it calls it at the same point, and the staged masks become active there only if every rank agrees
+on them (docs/DESIGN.md, "How the proxy keeps ranks consistent"). The binding keeps every tensor it
+published alive until a commit has released its mask, so no address is reused under a live mask and
+the garbage collector decides nothing.
 """
 
 import ctypes
 import os
-import weakref
+import warnings
 
 __all__ = [
     "SieveError", "library", "publish_mask", "publish_ranges", "retract", "commit", "query", "stats",
@@ -26,9 +28,14 @@ _LIBRARY_NAME = "libnccl-net-sieve.so"
 
 # sieve.h error codes and dtypes
 _ERR_INVALID, _ERR_UNSUPPORTED, _ERR_RANGE, _ERR_NOT_FOUND = -1, -2, -3, -4
-_ERR_UNAVAILABLE = -8
+_ERR_INTERNAL, _ERR_UNAVAILABLE = -8, -9
 _DTYPE_F32, _DTYPE_F16, _DTYPE_BF16, _DTYPE_F64, _DTYPE_I8, _DTYPE_U8, _DTYPE_I32, _DTYPE_I64 = range(8)
 _COMMIT_UNION = 1
+_COMMIT_REFUSED, _COMMIT_ACTIVATED, _COMMIT_PENDING = 0, 1, 2
+# The commit token (sieve.h): SIEVE_COMMIT_TOKEN_WORDS int64 values holding the "no proxy" vote, which
+# makes every rank refuse when no proxy intercepts the all-reduce (INT64_MIN, but word 4).
+_TOKEN_WORDS, _TOKEN_NO_PROXY = 6, 3
+_INT64_MIN = -(1 << 63)
 
 
 class SieveError(RuntimeError):
@@ -49,7 +56,12 @@ class _Stats(ctypes.Structure):
         "bytes_logical_sent", "bytes_wire_sent", "bytes_logical_received", "bytes_wire_received",
         "messages_sent", "messages_received", "collectives_dense", "collectives_compacted",
         "mask_violations", "connections_rejected", "masks_published", "tables_activated",
-        "tables_refused")]
+        "tables_refused", "learned_calls_observed", "learned_bytes_saved", "learned_pattern_changes")]
+
+
+class _CommitResult(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("state", ctypes.c_int), ("commit", ctypes.c_uint64),
+                ("masks", ctypes.c_uint64), ("compacting", ctypes.c_uint64), ("reason", ctypes.c_char * 256)]
 
 
 def _loaded_path():
@@ -105,7 +117,9 @@ def library():
                                                   ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]
         lib.sieve_mask_retract.argtypes = [ctypes.c_void_p]
         lib.sieve_mask_retract_id.argtypes = [ctypes.c_uint64]
-        lib.sieve_commit.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64)]
+        lib.sieve_mask_released.argtypes = [ctypes.c_uint64, ctypes.POINTER(ctypes.c_int)]
+        lib.sieve_commit_arm.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+        lib.sieve_commit_outcome.argtypes = [ctypes.c_void_p, ctypes.POINTER(_CommitResult)]
         lib.sieve_mask_query.argtypes = [ctypes.c_void_p, ctypes.POINTER(_MaskInfo)]
         lib.sieve_stats_get.argtypes = [ctypes.POINTER(_Stats)]
         _lib = lib
@@ -118,14 +132,31 @@ def _check(code):
         raise SieveError(code, "%s: %s" % (lib.sieve_strerror(code).decode(), lib.sieve_last_error().decode()))
 
 
-def _retract_id_quietly(mask_id):
-    """A finalizer's retract: the mask may be gone already (replaced or retracted), and at interpreter
-    exit the library may be too; neither is an error worth raising from a finalizer."""
-    try:
-        if _lib is not None:
-            _lib.sieve_mask_retract_id(ctypes.c_uint64(mask_id))
-    except Exception:  # noqa: BLE001 (finalizers must not raise)
-        pass
+# What the binding published, by mask id: the tensor, held alive while its mask is staged or may be
+# active on a communicator; and the ids retracted but not yet released by a commit.
+_held = {}
+_retiring = set()
+
+
+def _hold(mask_id, tensor):
+    if tensor is not None:
+        _held[mask_id] = tensor
+
+
+def _release_retired():
+    """Drops the tensors whose retracted masks no agreed table holds any more (after commits)."""
+    for mask_id in list(_retiring):
+        released = ctypes.c_int(0)
+        if library().sieve_mask_released(ctypes.c_uint64(mask_id), ctypes.byref(released)) != 0 or released.value:
+            _retiring.discard(mask_id)
+            _held.pop(mask_id, None)
+
+
+def _retract_id(mask_id):
+    """Unstages a mask (it may already be gone: replaced by a later publish); its tensor stays held
+    until a commit releases it."""
+    library().sieve_mask_retract_id(ctypes.c_uint64(mask_id))
+    _retiring.add(mask_id)
 
 
 def _dtype_code(tensor):
@@ -162,19 +193,28 @@ def _packbits(keep):
 
 
 def _publish_bits(address, count, dtype, bits, owner=None):
-    """Publishes an LSB-first bitmap for count elements of dtype at address; when owner (a tensor) dies,
-    the mask is retracted by its id (so a newer mask at the same address is left alone)."""
+    """Publishes an LSB-first bitmap for count elements of dtype at address; owner (a tensor) is kept
+    alive until a commit has released the mask. A mask it replaces is retired the same way."""
+    previous = _id_at(address)
     mask_id = ctypes.c_uint64(0)
     _check(library().sieve_mask_publish(ctypes.c_void_p(address), count, dtype, bits, ctypes.byref(mask_id)))
-    if owner is not None:
-        weakref.finalize(owner, _retract_id_quietly, mask_id.value)
+    if previous:
+        _retiring.add(previous)
+    _hold(mask_id.value, owner)
     return mask_id.value
+
+
+def _id_at(address):
+    info = _MaskInfo(size=ctypes.sizeof(_MaskInfo))
+    if library().sieve_mask_query(ctypes.c_void_p(address), ctypes.byref(info)) == 0:
+        return info.mask_id
+    return 0
 
 
 def publish_mask(tensor, keep):
     """Publishes (stages) which elements of `tensor` are kept (keep: same number of elements, nonzero =
-    kept); commit() makes it take effect. Returns the mask id. The mask is retracted when the tensor
-    is freed. The address is what counts: publish the buffer NCCL will reduce."""
+    kept); commit() makes it take effect. Returns the mask id. The tensor is kept alive until a
+    commit after its retraction. The address is what counts: publish the buffer NCCL will reduce."""
     address, count, dtype = _buffer(tensor)
     if keep.numel() != count:
         raise SieveError(_ERR_INVALID, "mask has %d elements, the tensor %d" % (keep.numel(), count))
@@ -187,25 +227,67 @@ def publish_ranges(tensor, ranges):
     n = len(ranges)
     starts = (ctypes.c_uint64 * max(n, 1))(*[int(s) for s, _ in ranges])
     lengths = (ctypes.c_uint64 * max(n, 1))(*[int(l) for _, l in ranges])
+    previous = _id_at(address)
     mask_id = ctypes.c_uint64(0)
     _check(library().sieve_mask_publish_ranges(ctypes.c_void_p(address), count, dtype, starts, lengths, n,
                                                ctypes.byref(mask_id)))
-    weakref.finalize(tensor, _retract_id_quietly, mask_id.value)
+    if previous:
+        _retiring.add(previous)
+    _hold(mask_id.value, tensor)
     return mask_id.value
 
 
 def retract(tensor):
-    """Removes the mask published for `tensor` (its exact data address)."""
+    """Unstages the mask published for `tensor` (its exact data address). Like a publish, it takes
+    effect at the next commit on each group; the binding holds the tensor until then."""
+    mask_id = _id_at(tensor.data_ptr())
     _check(library().sieve_mask_retract(ctypes.c_void_p(tensor.data_ptr())))
+    _retiring.add(mask_id)
 
 
-def commit(union=False):
-    """Hands what is published to the collective proxy; every rank calls it at the same point. With
-    union=True the ranks' masks may differ and every rank compacts on their OR (PruneX). Returns the
-    commit's number."""
-    epoch = ctypes.c_uint64(0)
-    _check(library().sieve_commit(_COMMIT_UNION if union else 0, ctypes.byref(epoch)))
-    return epoch.value
+def _token_device(group):
+    import torch
+    import torch.distributed as dist
+    backend = str(dist.get_backend(group)).lower()
+    if "nccl" in backend and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def commit(group=None, union=False):
+    """Commits what is staged on a torch.distributed process group (None: the default group). A
+    collective: every rank of the group calls it at the same point, like an all-reduce. It travels as
+    one all-reduce of a small token, which the collective proxy runs as the vote; where no proxy
+    intercepts it (not LD_PRELOADed, or a backend other than NCCL), every rank refuses. With
+    union=True the ranks' masks may differ and every rank compacts on their OR (PruneX).
+
+    Returns dict(state="activated"|"refused"|"pending", commit, masks, compacting, reason), the same on
+    every rank. It never raises for a refusal: a rank that raised where its peers went on would hang them.
+    """
+    import torch
+    import torch.distributed as dist
+    flags = _COMMIT_UNION if union else 0
+    words = [_INT64_MIN] * _TOKEN_WORDS
+    words[4] = _TOKEN_NO_PROXY
+    token = torch.tensor(words, dtype=torch.int64, device=_token_device(group))
+    lib = None
+    try:
+        lib = library()
+        _check(lib.sieve_commit_arm(ctypes.c_void_p(token.data_ptr()), flags))
+    except SieveError as error:  # no proxy here: the token still goes out, with its "no proxy" vote
+        warnings.warn("sieve.commit: %s; every rank of the group refuses this commit" % error)
+        lib = None
+    dist.all_reduce(token, op=dist.ReduceOp.MAX, group=group)
+    if lib is not None:
+        _release_retired()
+    result = _CommitResult(size=ctypes.sizeof(_CommitResult))
+    if lib is None or lib.sieve_commit_outcome(ctypes.c_void_p(token.data_ptr()), ctypes.byref(result)) != 0:
+        reason = lib.sieve_last_error().decode() if lib is not None else "no collective proxy in this process"
+        warnings.warn("sieve.commit: " + reason)
+        return {"state": "refused", "commit": 0, "masks": 0, "compacting": 0, "reason": reason}
+    states = {_COMMIT_REFUSED: "refused", _COMMIT_ACTIVATED: "activated", _COMMIT_PENDING: "pending"}
+    return {"state": states.get(result.state, "refused"), "commit": result.commit, "masks": result.masks,
+            "compacting": result.compacting, "reason": result.reason.decode()}
 
 
 def query(tensor):
@@ -275,19 +357,20 @@ def _storage_masks(pruned):
         yield address, entry, keep
 
 
-def publish_pruned_model(model, require_grads=True, commit_now=True, union=False):
+def publish_pruned_model(model, require_grads=True, commit_now=True, union=False, group=None):
     """Publishes the masks of every parameter pruned with torch.nn.utils.prune, on the buffers that
     hold their gradients (the gradient of a pruned weight is exactly zero where the mask prunes), then
-    commits (commit_now=False leaves the commit to the caller). Returns the number of masks published.
+    commits on `group` (commit_now=False leaves the commit to the caller). Returns the number of masks
+    published.
 
     For DDP, pass the wrapped module (ddp.module) and construct DDP with gradient_as_bucket_view=True:
     then each bucket NCCL all-reduces gets one mask, the union of its gradients' masks (unpruned
     parameters stay dense). Call it on every rank at the same point, after the *second* backward pass
     (DDP rebuilds its buckets once during the second iteration, which moves every gradient), and again
     whenever a mask changes or buckets move; it first retracts what it published for this model
-    before. Keep gradients alive (optimizer.zero_grad(set_to_none=False)); a freed gradient's mask is
-    retracted, and that bucket then runs dense. Without gradient_as_bucket_view DDP copies gradients
-    into buckets no mask covers, and the proxy runs dense (it logs the near miss).
+    before. The buckets are held alive until a commit releases their masks. Without
+    gradient_as_bucket_view DDP copies gradients into buckets no mask covers, and the proxy runs dense
+    (it logs the near miss).
     """
     pruned = list(_pruned_parameters(model))
     if require_grads:
@@ -295,23 +378,20 @@ def publish_pruned_model(model, require_grads=True, commit_now=True, union=False
             if param.grad is None:
                 raise SieveError(_ERR_INVALID, "%s has no gradient yet: publish after the first backward pass" % name)
     for mask_id in _published_by_model.pop(id(model), []):
-        _retract_id_quietly(mask_id)
+        _retract_id(mask_id)
     ids = []
     for address, entry, keep in _storage_masks([p for p in pruned if p[1].grad is not None]):
         dtype = _dtype_code(entry["grads"][0])
-        mask_id = _publish_bits(address, entry["count"], dtype, _packbits(keep))
-        for grad in entry["grads"]:
-            weakref.finalize(grad, _retract_id_quietly, mask_id)
-        ids.append(mask_id)
+        ids.append(_publish_bits(address, entry["count"], dtype, _packbits(keep), owner=entry["grads"]))
     _published_by_model[id(model)] = ids
     if commit_now:
-        commit(union=union)
+        commit(group=group, union=union)
     return len(ids)
 
 
-def retract_all(model, commit_now=True):
-    """Retracts the masks publish_pruned_model published for this model, then commits."""
+def retract_all(model, commit_now=True, group=None):
+    """Retracts the masks publish_pruned_model published for this model, then commits on `group`."""
     for mask_id in _published_by_model.pop(id(model), []):
-        _retract_id_quietly(mask_id)
+        _retract_id(mask_id)
     if commit_now:
-        commit()
+        commit(group=group)
