@@ -6,13 +6,22 @@
 
 namespace sieve::compress {
 
-void MaskRegistry::unstage(Entries::iterator it) {
+const char* mask_target_name(MaskTarget target) {
+  switch (target) {
+    case MaskTarget::kBuffer: return "buffer";
+    case MaskTarget::kReduceScatter: return "reduce-scatter";
+    case MaskTarget::kAllGather: return "all-gather";
+  }
+  return "?";
+}
+
+void MaskRegistry::unstage(const std::shared_ptr<const PublishedMask>& entry) {
   // Keep only entries someone still holds: the map stays as small as the tables that use it.
   for (auto u = unstaged_.begin(); u != unstaged_.end();) u = u->second.expired() ? unstaged_.erase(u) : std::next(u);
-  unstaged_.emplace(it->second->id(), it->second);
-  entries_.erase(it);
-  size_.store(entries_.size(), std::memory_order_release);
+  unstaged_.emplace(entry->id(), entry);
 }
+
+void MaskRegistry::count_entries() { size_.store(entries_.size() + collectives_.size(), std::memory_order_release); }
 
 Status MaskRegistry::publish(const void* base, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id) {
   if (!base) return Status::error(Code::kInvalidArgument, "buffer address is null");
@@ -34,13 +43,24 @@ Status MaskRegistry::publish(const void* base, DType dtype, std::shared_ptr<cons
     if (previous->first + previous->second->bytes() > start) it = previous;
   }
   while (it != entries_.end() && it->first < end) {
-    auto next = std::next(it);
-    unstage(it);
-    it = next;
+    unstage(it->second);
+    it = entries_.erase(it);
   }
   const uint64_t new_id = next_id_++;
   entries_.emplace(start, std::make_shared<const PublishedMask>(start, dtype, new_id, std::move(mask)));
-  size_.store(entries_.size(), std::memory_order_release);
+  count_entries();
+  if (id) *id = new_id;
+  ++generation_;
+  return Status::ok_status();
+}
+
+Status MaskRegistry::publish_collective(MaskTarget target, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id) {
+  if (target == MaskTarget::kBuffer) return Status::error(Code::kInvalidArgument, "a collective's mask needs a collective");
+  if (!mask || mask->count() == 0) return Status::error(Code::kInvalidArgument, "mask has no elements");
+  std::unique_lock lock(mutex_);
+  const uint64_t new_id = next_id_++;
+  collectives_.push_back(std::make_shared<const PublishedMask>(0, dtype, new_id, std::move(mask), target));
+  count_entries();
   if (id) *id = new_id;
   ++generation_;
   return Status::ok_status();
@@ -50,7 +70,9 @@ Status MaskRegistry::retract(const void* base) {
   std::unique_lock lock(mutex_);
   auto it = entries_.find(reinterpret_cast<uintptr_t>(base));
   if (it == entries_.end()) return Status::error(Code::kNotFound, "no mask is published at this address");
-  unstage(it);
+  unstage(it->second);
+  entries_.erase(it);
+  count_entries();
   ++generation_;
   return Status::ok_status();
 }
@@ -58,8 +80,17 @@ Status MaskRegistry::retract(const void* base) {
 Status MaskRegistry::retract_id(uint64_t id) {
   std::unique_lock lock(mutex_);
   auto it = std::find_if(entries_.begin(), entries_.end(), [id](const auto& e) { return e.second->id() == id; });
-  if (it == entries_.end()) return Status::error(Code::kNotFound, "no published mask has id " + std::to_string(id));
-  unstage(it);
+  if (it != entries_.end()) {
+    unstage(it->second);
+    entries_.erase(it);
+  } else {
+    auto c = std::find_if(collectives_.begin(), collectives_.end(), [id](const auto& e) { return e->id() == id; });
+    if (c == collectives_.end())
+      return Status::error(Code::kNotFound, "no published mask has id " + std::to_string(id));
+    unstage(*c);
+    collectives_.erase(c);
+  }
+  count_entries();
   ++generation_;
   return Status::ok_status();
 }
@@ -74,15 +105,20 @@ size_t MaskRegistry::size() const { return size_.load(std::memory_order_acquire)
 
 void MaskRegistry::clear() {
   std::unique_lock lock(mutex_);
-  while (!entries_.empty()) unstage(entries_.begin());
+  for (const auto& [base, entry] : entries_) unstage(entry);
+  for (const auto& entry : collectives_) unstage(entry);
+  entries_.clear();
+  collectives_.clear();
+  count_entries();
   ++generation_;
 }
 
 StagedEntries MaskRegistry::snapshot() const {
   std::shared_lock lock(mutex_);
   StagedEntries out;
-  out.reserve(entries_.size());
+  out.reserve(entries_.size() + collectives_.size());
   for (const auto& [base, entry] : entries_) out.push_back(entry);
+  for (const auto& entry : collectives_) out.push_back(entry);
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a->id() < b->id(); });
   return out;
 }
@@ -90,11 +126,12 @@ StagedEntries MaskRegistry::snapshot() const {
 Status MaskRegistry::released(uint64_t id, bool* out) const {
   std::unique_lock lock(mutex_);  // prunes unstaged_
   if (id == 0 || id >= next_id_) return Status::error(Code::kNotFound, "no mask was ever published with id " + std::to_string(id));
-  for (const auto& [base, entry] : entries_)
-    if (entry->id() == id) {
-      *out = false;
-      return Status::ok_status();
-    }
+  const auto staged = [id](const std::shared_ptr<const PublishedMask>& e) { return e->id() == id; };
+  if (std::any_of(collectives_.begin(), collectives_.end(), staged) ||
+      std::any_of(entries_.begin(), entries_.end(), [&](const auto& e) { return staged(e.second); })) {
+    *out = false;
+    return Status::ok_status();
+  }
   auto it = unstaged_.find(id);
   if (it != unstaged_.end() && it->second.expired()) unstaged_.erase(it), it = unstaged_.end();
   *out = it == unstaged_.end();

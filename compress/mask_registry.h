@@ -27,11 +27,18 @@
 
 namespace sieve::compress {
 
+// What a mask describes: one buffer (whichever collective reduces it), or every reduce-scatter or
+// all-gather of a shape, whatever buffers it is given (FSDP allocates them afresh each step).
+enum class MaskTarget { kBuffer, kReduceScatter, kAllGather };
+const char* mask_target_name(MaskTarget target);
+
 class PublishedMask {
  public:
-  PublishedMask(uintptr_t base, DType dtype, uint64_t id, std::shared_ptr<const Mask> mask)
-      : base_(base), dtype_(dtype), id_(id), mask_(std::move(mask)) {}
-  uintptr_t base() const { return base_; }
+  PublishedMask(uintptr_t base, DType dtype, uint64_t id, std::shared_ptr<const Mask> mask,
+                MaskTarget target = MaskTarget::kBuffer)
+      : base_(base), dtype_(dtype), id_(id), mask_(std::move(mask)), target_(target) {}
+  MaskTarget target() const { return target_; }
+  uintptr_t base() const { return base_; }  // 0 for a collective's mask
   DType dtype() const { return dtype_; }
   uint64_t id() const { return id_; }
   const std::shared_ptr<const Mask>& mask() const { return mask_; }
@@ -43,6 +50,7 @@ class PublishedMask {
   const DType dtype_;
   const uint64_t id_;
   const std::shared_ptr<const Mask> mask_;
+  const MaskTarget target_;
 };
 
 using StagedEntries = std::vector<std::shared_ptr<const PublishedMask>>;
@@ -53,6 +61,11 @@ class MaskRegistry {
   // receives its id (never 0, never reused). Refuses a null base, an empty mask, or a buffer whose
   // end does not fit in the address space.
   Status publish(const void* base, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id);
+  // Stages `mask` for every `target` collective (reduce-scatter or all-gather) moving mask->count()
+  // elements of `dtype` across all ranks, whatever its buffers: the collective's whole buffer, rank
+  // 0's part first. Several may share a shape: a communicator uses them in publish order, cyclically
+  // (plugin/proxy). Replaces nothing.
+  Status publish_collective(MaskTarget target, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id);
   // Unstages the entry that starts at `base` ...
   Status retract(const void* base);
   // ... or the entry with this id (a caller that must not remove a newer mask at the same address).
@@ -73,10 +86,12 @@ class MaskRegistry {
 
  private:
   using Entries = std::map<uintptr_t, std::shared_ptr<const PublishedMask>>;
-  void unstage(Entries::iterator it);
+  void unstage(const std::shared_ptr<const PublishedMask>& entry);
+  void count_entries();
 
   mutable std::shared_mutex mutex_;
   Entries entries_;  // by base; ranges disjoint
+  std::vector<std::shared_ptr<const PublishedMask>> collectives_;  // collectives' masks, in publish order
   // Unstaged entries an agreed table may still hold, by id; pruned as they expire.
   mutable std::map<uint64_t, std::weak_ptr<const PublishedMask>> unstaged_;
   uint64_t next_id_ = 1;

@@ -83,6 +83,17 @@ SIEVE_API int sieve_mask_publish_ranges(const void* base, size_t count, int dtyp
 /* Same, reading the mask from a safetensors file: its BOOL/U8 tensors in data-offset order,
  * nonzero = kept; their total element count must equal count. */
 SIEVE_API int sieve_mask_publish_file(const void* base, size_t count, int dtype, const char* path, uint64_t* mask_id);
+/* Collectives whose buffers are new every step (FSDP's reduce-scatter input, its all-gathered
+ * parameters): a mask names the collective instead of a buffer. */
+enum { SIEVE_COLLECTIVE_REDUCE_SCATTER = 1, SIEVE_COLLECTIVE_ALL_GATHER = 2 };
+/* Publishes (stages) the mask of every reduce-scatter or all-gather that moves count elements of dtype
+ * across all ranks (the whole buffer: nranks x the per-rank count, rank 0's part first), whatever
+ * buffers it is given. Bits as for sieve_mask_publish. Several masks may share a shape (identical
+ * layers): a communicator uses its committed ones in publish order, each call of a shape taking the
+ * next mask of that shape, round and round (a step that skips a collective shifts its shape's masks
+ * until the shape's first mask comes round again: publish in the order the job issues them). */
+SIEVE_API int sieve_collective_mask_publish(int collective, size_t count, int dtype, const uint8_t* bits,
+                                            uint64_t* mask_id);
 /* Unstages the mask published at base (exactly the base given to a publish call). Like a publish, it
  * takes effect on each communicator at its next commit. */
 SIEVE_API int sieve_mask_retract(const void* base);

@@ -182,6 +182,33 @@ int sieve_mask_publish_file(const void* base, size_t count, int dtype, const cha
   });
 }
 
+int sieve_collective_mask_publish(int collective, size_t count, int dtype, const uint8_t* bits, uint64_t* mask_id) {
+  static const char* const kFn = "sieve_collective_mask_publish";
+  return guarded(kFn, [&]() -> int {
+    using sieve::compress::MaskTarget;
+    if (collective != SIEVE_COLLECTIVE_REDUCE_SCATTER && collective != SIEVE_COLLECTIVE_ALL_GATHER)
+      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": unknown collective " + std::to_string(collective) +
+                                                  " (SIEVE_COLLECTIVE_REDUCE_SCATTER = 1, SIEVE_COLLECTIVE_ALL_GATHER = 2)");
+    if (count == 0) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": count is 0");
+    if (dtype < 0 || dtype >= SIEVE_DTYPE_COUNT)
+      return fail(SIEVE_ERR_UNKNOWN_DTYPE, std::string(kFn) + ": unknown dtype " + std::to_string(dtype));
+    if (!bits) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": bits is NULL");
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(uint64_t(count), uint64_t(sieve_dtype_size(dtype)), &bytes) ||
+        bytes > sieve::plugin::kAddressSpaceEnd)
+      return fail(SIEVE_ERR_RANGE, std::string(kFn) + ": " + std::to_string(count) + " elements cannot be one buffer");
+    uint64_t id = 0;
+    const MaskTarget target =
+        collective == SIEVE_COLLECTIVE_REDUCE_SCATTER ? MaskTarget::kReduceScatter : MaskTarget::kAllGather;
+    sieve::compress::Status s = sieve::plugin::mask_registry().publish_collective(
+        target, sieve::compress::DType(dtype),
+        std::make_shared<const sieve::compress::Mask>(sieve::compress::Mask::from_bitmap(bits, count)), &id);
+    if (!s.ok()) return sieve::plugin::fail(kFn, s);
+    if (mask_id) *mask_id = id;
+    return SIEVE_OK;
+  });
+}
+
 int sieve_mask_retract(const void* base) {
   static const char* const kFn = "sieve_mask_retract";
   return guarded(kFn, [&]() -> int {

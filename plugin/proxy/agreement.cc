@@ -37,6 +37,7 @@ uint64_t table_hash(const compress::StagedEntries& entries, const std::vector<st
   uint64_t h = mix(0x5349455645544142ull, flags);
   h = mix(h, entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
+    h = mix(h, uint64_t(entries[i]->target()));
     h = mix(h, entries[i]->count());
     h = mix(h, uint64_t(entries[i]->dtype()));
     if (masks) h = mix(h, (*masks)[i]->hash());

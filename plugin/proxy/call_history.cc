@@ -7,8 +7,10 @@ namespace sieve::plugin::proxy {
 
 namespace {
 
+// A pre-multiplied sum keeps its kind, not its handle: 0xff.
 uint64_t pack(const CallRecord& r) {
-  return uint64_t(r.kind) | uint64_t(r.op) << 8 | uint64_t(r.type) << 16 | uint64_t(r.path) << 24;
+  const uint64_t op = is_premul_sum(r.op) ? 0xff : uint64_t(r.op);
+  return uint64_t(r.kind) | op << 8 | uint64_t(r.type) << 16 | uint64_t(r.path) << 24;
 }
 
 const char* kind_name(CallKind kind) {
@@ -62,7 +64,7 @@ std::vector<CallRecord> CallHistory::recent() const {
     if (s.seq.load(std::memory_order_relaxed) != seq) continue;  // rewritten while read
     r.seq = seq;
     r.kind = CallKind(shape & 0xff);
-    r.op = ReduceOp((shape >> 8) & 0xff);
+    r.op = ((shape >> 8) & 0xff) == 0xff ? premul_sum(0) : ReduceOp((shape >> 8) & 0xff);
     r.type = ElemType((shape >> 16) & 0xff);
     r.path = CallPath((shape >> 24) & 0xff);
     out.push_back(r);

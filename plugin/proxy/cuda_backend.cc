@@ -38,6 +38,7 @@ ncclDataType_t nccl_type(ElemType t) {
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
+  if (is_premul_sum(op)) return ncclRedOp_t(premul_handle(op));
   switch (op) {
     case ReduceOp::kSum: return ncclSum;
     case ReduceOp::kProd: return ncclProd;

@@ -45,14 +45,18 @@ ElemType elem_type(ncclDataType_t t) {
   }
 }
 
-ReduceOp reduce_op(ncclRedOp_t op) {
+// NCCL's op as the proxy knows it: a pre-multiplied sum only once the proxy saw NCCL create it on
+// this communicator (the handle is the communicator's own).
+ReduceOp reduce_op(ncclRedOp_t op, ncclComm_t comm, Proxy* proxy) {
+  if (int(op) >= int(ncclNumOps))
+    return proxy->premul_sum_known(comm, int32_t(op)) ? premul_sum(int32_t(op)) : ReduceOp::kOther;
   switch (op) {
     case ncclSum: return ReduceOp::kSum;
     case ncclProd: return ReduceOp::kProd;
     case ncclMax: return ReduceOp::kMax;
     case ncclMin: return ReduceOp::kMin;
     case ncclAvg: return ReduceOp::kAvg;
-    default: return ReduceOp::kOther;  // PreMulSum and user-created ops
+    default: return ReduceOp::kOther;
   }
 }
 
@@ -207,11 +211,12 @@ SIEVE_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, si
     Proxy* proxy = proxy_for_call();
     if (!proxy) return real.all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
     Inside inside;
-    if (elem_type(datatype) == ElemType::kOther || reduce_op(op) == ReduceOp::kOther) {
+    const ReduceOp reduction = reduce_op(op, comm, proxy);
+    if (elem_type(datatype) == ElemType::kOther || reduction == ReduceOp::kOther) {
       if (int rc = proxy->pass_through(comm, CallKind::kAllReduce, count)) return ncclResult_t(rc);
       return real.all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
     }
-    return ncclResult_t(proxy->all_reduce(sendbuff, recvbuff, count, elem_type(datatype), reduce_op(op), comm, stream));
+    return ncclResult_t(proxy->all_reduce(sendbuff, recvbuff, count, elem_type(datatype), reduction, comm, stream));
   });
 }
 
@@ -224,12 +229,13 @@ SIEVE_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff
     Proxy* proxy = proxy_for_call();
     if (!proxy) return real.reduce_scatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
     Inside inside;
-    if (elem_type(datatype) == ElemType::kOther || reduce_op(op) == ReduceOp::kOther) {
+    const ReduceOp reduction = reduce_op(op, comm, proxy);
+    if (elem_type(datatype) == ElemType::kOther || reduction == ReduceOp::kOther) {
       if (int rc = proxy->pass_through(comm, CallKind::kReduceScatter, recvcount)) return ncclResult_t(rc);
       return real.reduce_scatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
     }
     return ncclResult_t(
-        proxy->reduce_scatter(sendbuff, recvbuff, recvcount, elem_type(datatype), reduce_op(op), comm, stream));
+        proxy->reduce_scatter(sendbuff, recvbuff, recvcount, elem_type(datatype), reduction, comm, stream));
   });
 }
 
@@ -329,6 +335,34 @@ SIEVE_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* a
   });
 }
 
+// Pre-multiplied sums (FSDP's bf16 and averaged reduces): the proxy learns which handles are sums.
+SIEVE_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                                                   ncclScalarResidence_t residence, ncclComm_t comm) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = nccl_for_call();
+    if (!real.complete() || !real.red_op_create_pre_mul_sum) return unreachable();
+    const ncclResult_t rc = real.red_op_create_pre_mul_sum(op, scalar, datatype, residence, comm);
+    Proxy* proxy = proxy_for_call();
+    if (rc == ncclSuccess && proxy && op) {
+      Inside inside;
+      proxy->premul_sum_created(comm, int32_t(*op));
+    }
+    return rc;
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = nccl_for_call();
+    if (!real.complete() || !real.red_op_destroy) return unreachable();
+    if (Proxy* proxy = proxy_for_call()) {
+      Inside inside;
+      proxy->premul_sum_destroyed(comm, int32_t(op));
+    }
+    return real.red_op_destroy(op, comm);
+  });
+}
+
 ncclResult_t pncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)
     SIEVE_ALIAS(ncclAllReduce);
 ncclResult_t pncclReduceScatter(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)
@@ -342,5 +376,8 @@ ncclResult_t pncclCommDestroy(ncclComm_t) SIEVE_ALIAS(ncclCommDestroy);
 ncclResult_t pncclCommAbort(ncclComm_t) SIEVE_ALIAS(ncclCommAbort);
 ncclResult_t pncclCommFinalize(ncclComm_t) SIEVE_ALIAS(ncclCommFinalize);
 ncclResult_t pncclCommGetAsyncError(ncclComm_t, ncclResult_t*) SIEVE_ALIAS(ncclCommGetAsyncError);
+ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t, ncclComm_t)
+    SIEVE_ALIAS(ncclRedOpCreatePreMulSum);
+ncclResult_t pncclRedOpDestroy(ncclRedOp_t, ncclComm_t) SIEVE_ALIAS(ncclRedOpDestroy);
 
 }  // extern "C"

@@ -95,6 +95,11 @@ class Proxy {
   // A collective the proxy never changes (a type or an op it does not know: NCCL's own arguments go
   // to NCCL unchanged): counted in the communicator's sequence; an error when the proxy aborted it.
   int pass_through(Comm comm, CallKind kind, uint64_t count);
+  // NCCL created (or destroyed) a pre-multiplied sum on `comm` (ncclRedOpCreatePreMulSum): while it
+  // lives, collectives reducing with it compact like sums.
+  void premul_sum_created(Comm comm, int32_t handle);
+  void premul_sum_destroyed(Comm comm, int32_t handle);
+  bool premul_sum_known(Comm comm, int32_t handle);
   int group_start();
   int group_end();
   int group_simulate_end(void* sim_info);
@@ -142,7 +147,14 @@ class Proxy {
     uint64_t commits = 0;
     bool agreed = false;  // the last commit was agreed: settings compared, learning and verify allowed
     uint64_t table_hash = 0;
-    std::unordered_map<uintptr_t, ActiveEntry> active;   // by buffer base
+    std::unordered_map<uintptr_t, ActiveEntry> active;   // buffers' masks, by base
+    // Collectives' masks (FSDP's fresh buffers), in publish order, and where the next search starts:
+    // a reduce-scatter or all-gather no buffer mask matches takes the first entry of its shape at or
+    // after the cursor (else from the start), and the cursor moves past it. A function of the
+    // communicator's sequence only, so the same on every rank.
+    std::vector<ActiveEntry> cycle;
+    size_t cursor = 0;
+    std::unordered_set<int32_t> premul_sums;  // NCCL handles of pre-multiplied sums alive on it
     std::vector<std::shared_ptr<EntryPlan>> graph_plans;  // captured, no longer active: kept for replays
     // Shared with deferred work: a commit at a group's end may drop them while a record of the same
     // group still waits to run.
@@ -216,6 +228,7 @@ class Proxy {
   // Collectives (proxy_collectives.cc).
   static CallKind call_kind(Coll coll);
   const ActiveEntry* match(CommState& cs, const void* base, uint64_t count, ElemType type);
+  const ActiveEntry* match_cycle(CommState& cs, compress::MaskTarget target, uint64_t count, ElemType type);
   bool whole_count(uint64_t per_rank, int nranks, uint64_t* count) const;
   int dense(Coll coll, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
             Stream stream);

@@ -54,6 +54,20 @@ const ActiveEntry* Proxy::match(CommState& cs, const void* base, uint64_t count,
   return &e;
 }
 
+const ActiveEntry* Proxy::match_cycle(CommState& cs, compress::MaskTarget target, uint64_t count, ElemType type) {
+  const size_t n = cs.cycle.size();
+  auto fits = [&](const ActiveEntry& e) {
+    return e.source->target() == target && e.source->count() == count && published_dtype(type) == e.source->dtype();
+  };
+  for (size_t k = 0; k < n; ++k) {  // from the cursor to the end, then from the start
+    const size_t i = (cs.cursor + k) % n;
+    if (!fits(cs.cycle[i])) continue;
+    cs.cursor = i + 1;
+    return &cs.cycle[i];
+  }
+  return nullptr;
+}
+
 bool Proxy::whole_count(uint64_t per_rank, int nranks, uint64_t* count) const {
   if (per_rank > std::numeric_limits<uint64_t>::max() / uint64_t(nranks)) return false;
   *count = per_rank * uint64_t(nranks);
@@ -82,6 +96,27 @@ int Proxy::dense(Coll coll, const void* send, void* recv, uint64_t count, ElemTy
 }
 
 // --- the three collectives -------------------------------------------------------------------
+
+void Proxy::premul_sum_created(Comm comm, int32_t handle) {
+  std::shared_ptr<CommState> state;
+  if (enter(comm, &state)) return;  // NCCL just created it on this communicator: cannot fail here
+  std::lock_guard lock(state->mutex);
+  state->premul_sums.insert(handle);
+}
+
+void Proxy::premul_sum_destroyed(Comm comm, int32_t handle) {
+  std::shared_ptr<CommState> state;
+  if (enter(comm, &state)) return;
+  std::lock_guard lock(state->mutex);
+  state->premul_sums.erase(handle);
+}
+
+bool Proxy::premul_sum_known(Comm comm, int32_t handle) {
+  std::shared_ptr<CommState> state;
+  if (enter(comm, &state)) return false;
+  std::lock_guard lock(state->mutex);
+  return state->premul_sums.count(handle) != 0;
+}
 
 int Proxy::pass_through(Comm comm, CallKind kind, uint64_t count) {
   std::shared_ptr<CommState> state;
@@ -162,6 +197,7 @@ int Proxy::reduce_scatter(const void* send, void* recv, uint64_t recv_count, Ele
       send && recv) {
     *path = Path::kDense;
     const ActiveEntry* e = match(cs, send, count, type);
+    if (!e) e = match_cycle(cs, compress::MaskTarget::kReduceScatter, count, type);
     if (e && e->plan && !e->plan->shards().empty()) {
       Compaction c;
       c.coll = Coll::kReduceScatter;
@@ -194,6 +230,7 @@ int Proxy::all_gather(const void* send, void* recv, uint64_t send_count, ElemTyp
     *path = Path::kDense;
     // The mask describes the gathered (whole) buffer: it is published on the output.
     const ActiveEntry* e = match(cs, recv, count, type);
+    if (!e) e = match_cycle(cs, compress::MaskTarget::kAllGather, count, type);
     if (e && e->plan && !e->plan->shards().empty()) {
       Compaction c;
       c.coll = Coll::kAllGather;

@@ -21,6 +21,11 @@ std::unordered_map<uint64_t, std::shared_ptr<EntryPlan>> reusable_plans(
   return out;
 }
 
+void reuse_cycle(const std::vector<ActiveEntry>& cycle, std::unordered_map<uint64_t, std::shared_ptr<EntryPlan>>* out) {
+  for (const ActiveEntry& entry : cycle)
+    if (entry.plan) out->emplace(entry.source->id(), entry.plan);
+}
+
 }  // namespace
 
 void Proxy::arm_commit(const void* token, uint32_t flags) {
@@ -70,7 +75,8 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
     if (token) return backend_.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, cs.comm, call.stream);
     return fail_comm(cs, kResultCudaError, "no device memory for a commit's vote");
   }
-  const auto reusable = reusable_plans(cs.active);
+  auto reusable = reusable_plans(cs.active);
+  reuse_cycle(cs.cycle, &reusable);
   const Refusal veto = options_.enabled ? Refusal::kNone : Refusal::kProxyOff;
   AgreementContext ctx{backend_, cs.comm, call.stream, cs.live, options_.rules, fingerprint_, cs.nranks,
                        options_.verify, &reusable, veto};
@@ -95,7 +101,8 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
 
 int Proxy::finish_commit(CommState& cs, Stream stream, PendingCommit& pending) {
   Waiting waiting(cs, "a commit's vote");  // also when it comes at a group's end
-  const auto reusable = reusable_plans(cs.active);
+  auto reusable = reusable_plans(cs.active);
+  reuse_cycle(cs.cycle, &reusable);
   AgreementContext ctx{backend_, cs.comm, stream, cs.live, options_.rules, fingerprint_, cs.nranks,
                        options_.verify, &reusable, Refusal::kNone};
   TableAgreement agreement;
@@ -120,17 +127,22 @@ void Proxy::withdraw_commit(CommState& cs, PendingCommit& pending) {
 void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outcome) {
   const uint64_t number = ++cs.commits;
   // Plans a captured graph uses stay alive for its replays; warn when such a plan's mask is gone.
-  for (auto& [base, entry] : cs.active) {
-    if (!entry.plan || !entry.plan->captured) continue;
+  auto keep_captured = [&](const ActiveEntry& entry) {
+    if (!entry.plan || !entry.plan->captured) return;
     cs.graph_plans.push_back(entry.plan);
     bool kept = false;
     for (const ActiveEntry& e : agreement.entries) kept = kept || e.plan == entry.plan;
     if (!kept)
-      SIEVE_WARN("collective proxy: a CUDA graph compacts buffer %p with mask %llu, which commit %llu replaced or "
-                 "removed; replays of that graph still use the old mask: capture it again",
-                 reinterpret_cast<void*>(base), (unsigned long long)entry.source->id(), (unsigned long long)number);
-  }
+      SIEVE_WARN("collective proxy: a CUDA graph compacts with mask %llu (%s), which commit %llu replaced or removed; "
+                 "replays of that graph still use the old mask: capture it again",
+                 (unsigned long long)entry.source->id(), compress::mask_target_name(entry.source->target()),
+                 (unsigned long long)number);
+  };
+  for (const auto& [base, entry] : cs.active) keep_captured(entry);
+  for (const ActiveEntry& entry : cs.cycle) keep_captured(entry);
   cs.active.clear();
+  cs.cycle.clear();
+  cs.cursor = 0;
   cs.agreed = agreement.activated;
   cs.table_hash = agreement.activated ? agreement.hash : 0;
   *outcome = CommitOutcome();
@@ -147,9 +159,10 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
   }
   for (ActiveEntry& e : agreement.entries) {
     outcome->compacting += e.plan ? 1 : 0;
-    cs.active[e.source->base()] = std::move(e);
+    ++outcome->masks;
+    if (e.source->target() == compress::MaskTarget::kBuffer) cs.active[e.source->base()] = std::move(e);
+    else cs.cycle.push_back(std::move(e));
   }
-  outcome->masks = cs.active.size();
   outcome->state = CommitOutcome::State::kActivated;
   add(stats_.tables_activated, 1);
   SIEVE_INFO("collective proxy: commit %llu is active on communicator %p (%d ranks): %llu masks, %llu of them "

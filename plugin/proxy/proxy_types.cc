@@ -66,6 +66,7 @@ const char* elem_type_name(ElemType type) {
 }
 
 const char* reduce_op_name(ReduceOp op) {
+  if (is_premul_sum(op)) return "premulsum";
   switch (op) {
     case ReduceOp::kSum: return "sum";
     case ReduceOp::kProd: return "prod";

@@ -14,8 +14,14 @@ namespace sieve::plugin::proxy {
 // compacted; everything else passes through dense.
 enum class ElemType { kF32, kF16, kBF16, kF64, kI64, kOther };
 // Reductions the proxy compacts (masked positions are zero on every rank, so each of these gives
-// zero there too); kOther (NCCL's PreMulSum and user-created ops) passes through dense.
-enum class ReduceOp { kSum, kProd, kMax, kMin, kAvg, kOther };
+// zero there too): NCCL's built-in ones, and the pre-multiplied sums a trainer created on a
+// communicator (ncclRedOpCreatePreMulSum: every input scaled, then summed; FSDP's bf16 and averaged
+// reduces), which carry NCCL's handle. kOther (any other op) passes through dense.
+enum class ReduceOp : int32_t { kSum, kProd, kMax, kMin, kAvg, kOther };
+constexpr int32_t kPreMulSumBase = 1 << 16;
+inline ReduceOp premul_sum(int32_t handle) { return ReduceOp(kPreMulSumBase + handle); }
+inline bool is_premul_sum(ReduceOp op) { return int32_t(op) >= kPreMulSumBase; }
+inline int32_t premul_handle(ReduceOp op) { return int32_t(op) - kPreMulSumBase; }
 
 size_t element_size(ElemType type);
 // True for the types the proxy compacts.

@@ -109,6 +109,8 @@ const RealNccl& real_nccl() {
   resolve(&real.comm_abort, "ncclCommAbort", &where);
   resolve(&real.comm_destroy, "ncclCommDestroy", &where);
   resolve(&real.comm_finalize, "ncclCommFinalize", &where);
+  resolve(&real.red_op_create_pre_mul_sum, "ncclRedOpCreatePreMulSum", &where);
+  resolve(&real.red_op_destroy, "ncclRedOpDestroy", &where);
   // Not found is not warned here: the callers say it once, with its likely cause
   // (real_nccl_problem(): the interposed call that fails, or the probe at the plugin's init).
   if (real.complete()) {

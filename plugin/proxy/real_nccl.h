@@ -24,6 +24,8 @@ struct RealNccl {
   decltype(&::ncclCommAbort) comm_abort = nullptr;
   decltype(&::ncclCommDestroy) comm_destroy = nullptr;
   decltype(&::ncclCommFinalize) comm_finalize = nullptr;
+  decltype(&::ncclRedOpCreatePreMulSum) red_op_create_pre_mul_sum = nullptr;
+  decltype(&::ncclRedOpDestroy) red_op_destroy = nullptr;
   std::string found_in;  // the object they came from
   // Everything the proxy cannot work without.
   bool complete() const;

@@ -107,6 +107,27 @@ int main(void) {
     expect_error(sieve_mask_query(wide, &info), SIEVE_ERR_NOT_FOUND);
   }
 
+  /* Masks of collectives (FSDP's fresh buffers): staged like any other, retracted by id. */
+  {
+    uint64_t collective_id = 0;
+    CHECK(sieve_collective_mask_publish(SIEVE_COLLECTIVE_REDUCE_SCATTER, 64, SIEVE_DTYPE_BF16, bits, &collective_id) ==
+          SIEVE_OK);
+    CHECK(sieve_collective_mask_publish(SIEVE_COLLECTIVE_ALL_GATHER, 64, SIEVE_DTYPE_F32, bits, NULL) == SIEVE_OK);
+    expect_error(sieve_collective_mask_publish(3, 64, SIEVE_DTYPE_F32, bits, NULL), SIEVE_ERR_INVALID_ARGUMENT);
+    expect_error(sieve_collective_mask_publish(SIEVE_COLLECTIVE_ALL_GATHER, 0, SIEVE_DTYPE_F32, bits, NULL),
+                 SIEVE_ERR_INVALID_ARGUMENT);
+    expect_error(sieve_collective_mask_publish(SIEVE_COLLECTIVE_ALL_GATHER, 64, 99, bits, NULL), SIEVE_ERR_UNKNOWN_DTYPE);
+    expect_error(sieve_collective_mask_publish(SIEVE_COLLECTIVE_ALL_GATHER, 64, SIEVE_DTYPE_F32, NULL, NULL),
+                 SIEVE_ERR_INVALID_ARGUMENT);
+    expect_error(sieve_collective_mask_publish(SIEVE_COLLECTIVE_ALL_GATHER, (size_t)1 << 62, SIEVE_DTYPE_F64, bits, NULL),
+                 SIEVE_ERR_RANGE);
+    memset(&stats, 0, sizeof stats);
+    stats.size = sizeof stats;
+    CHECK(sieve_stats_get(&stats) == SIEVE_OK && stats.masks_published == 3);
+    CHECK(sieve_mask_retract_id(collective_id) == SIEVE_OK);
+    CHECK(sieve_mask_retract_id(collective_id + 1) == SIEVE_OK);
+  }
+
   /* A retracted mask is released once no agreed table holds it (none here: no commit ran). */
   {
     static float staged[64];

@@ -4,7 +4,8 @@
 // masks, a second communicator driven by a second thread that commits at its own points, settings
 // that differ on one rank, a rank that publishes nothing, retractions on one rank only, injected
 // failures on one rank, and an abort from a watchdog thread at a random moment — every rank issues
-// the same collectives with the same counts on each communicator (the fake world fails any mismatch,
+// the same collectives with the same counts on each communicator (masks of collectives on fresh
+// buffers, FSDP's pattern, included) (the fake world fails any mismatch,
 // and every rank's log of real collectives is compared), or every rank gets an error; an abort
 // returns within a second; and every result equals the dense reference exactly.
 #include <gtest/gtest.h>
@@ -29,8 +30,12 @@ struct Collective {
   Coll coll;
   int tensor;
   ReduceOp op;
-  int out = 0;  // kAllReduceOut: which of the tensor's two output buffers
+  int out = 0;         // kAllReduceOut: which of the tensor's two output buffers
+  bool fresh = false;  // reduce-scatter, all-gather: on a buffer allocated for this call (FSDP)
 };
+
+// Step::flags of a publish: a new pruning pattern; masks of the tensor's collectives, not its buffer.
+constexpr uint32_t kNewPattern = 1, kCollectiveMasks = 2;
 
 struct Step {
   Kind kind;
@@ -48,6 +53,7 @@ struct Program {
   bool nonblocking = false;
   bool track = false;
   bool merge = false;  // SIEVE_COMMIT_UNION: ranks' masks differ
+  bool collective_masks = false;  // some publishes name collectives (then every tensor has its own shape)
   int fault_rank = -1;
   FakeFaults fault;
   int odd_rank = -1, odd_setting = 0;  // a rank whose settings differ: every commit is refused
@@ -88,6 +94,7 @@ std::vector<Step> generate_steps(std::mt19937_64& rng, Program& p, int first, in
     else if (pick < 4) c.op = ReduceOp::kAvg;
     else if (pick < 5 && !p.track) c.op = ReduceOp::kMax;
     else if (pick < 6) c.coll = Coll::kAllReduceOut;
+    c.fresh = p.collective_masks && rng() % 2 == 0;
     return c;
   };
   // Distinct live tensors, but for one legal exception: one send buffer read by two out-of-place
@@ -122,7 +129,8 @@ std::vector<Step> generate_steps(std::mt19937_64& rng, Program& p, int first, in
       if (s.tensor < 0) continue;
       // A new pruning step: the tensor's zeros change with its published mask. Learned runs keep
       // every pattern fixed (a changed pattern is a violation there, by design).
-      if (!p.track && rng() % 3 == 0) p.masks.push_back(random_mask(rng, p.counts[size_t(s.tensor)])), s.flags = 1;
+      if (!p.track && rng() % 3 == 0) p.masks.push_back(random_mask(rng, p.counts[size_t(s.tensor)])), s.flags = kNewPattern;
+      if (p.collective_masks && rng() % 2 == 0) s.flags |= kCollectiveMasks;
     } else if (pick < 30) {
       s.kind = Kind::kRetract;
       s.tensor = live_tensor();
@@ -166,6 +174,7 @@ Program generate(uint64_t seed) {
   p.nonblocking = rng() % 4 == 0;
   p.track = rng() % 4 == 0;
   p.merge = !p.track && rng() % 5 == 0;
+  p.collective_masks = !p.track && !p.merge && rng() % 3 == 0;
   if (rng() % 3 == 0) {
     p.fault_rank = int(rng() % uint64_t(p.nranks));
     const int countdown = 1 + int(rng() % 6);
@@ -182,7 +191,9 @@ Program generate(uint64_t seed) {
   for (int t = 0; t < kMainTensors + kSideTensors; ++t) {
     // Multiples of the rank count (reduce-scatter and all-gather); distinct when learning, so that
     // every learned signature belongs to one tensor (learning is exact only on stable patterns).
-    const uint64_t count = uint64_t(p.nranks) * (p.track ? 40 + 13 * uint64_t(t) : (rng() % 2 ? 60 : 96));
+    // With collective masks too: a collective's shape then names one tensor.
+    const bool distinct = p.track || p.collective_masks;
+    const uint64_t count = uint64_t(p.nranks) * (distinct ? 40 + 13 * uint64_t(t) : (rng() % 2 ? 60 : 96));
     p.counts.push_back(count);
     p.masks.push_back(random_mask(rng, count));
   }
@@ -226,7 +237,7 @@ class Runner {
       const Step& s = steps_[i];
       // A new pruning pattern reaches the tensor's values when it takes effect: at the next commit
       // (until then the agreed mask is in force, and the trainer keeps to it).
-      if (s.kind == Kind::kPublish && s.flags == 1) pending_[size_t(s.tensor)] = next_mask(s);
+      if (s.kind == Kind::kPublish && (s.flags & kNewPattern)) pending_[size_t(s.tensor)] = next_mask(s);
       if (!step(s)) return int(i);
       if (::testing::Test::HasFatalFailure()) return int(i);
     }
@@ -243,11 +254,11 @@ class Runner {
     size_t index = p_.counts.size();
     for (const Step& other : p_.steps) {
       if (&other == &s) return index;
-      if (other.kind == Kind::kPublish && other.flags == 1) ++index;
+      if (other.kind == Kind::kPublish && (other.flags & kNewPattern)) ++index;
     }
     for (const Step& other : p_.side_steps) {
       if (&other == &s) return index;
-      if (other.kind == Kind::kPublish && other.flags == 1) ++index;
+      if (other.kind == Kind::kPublish && (other.flags & kNewPattern)) ++index;
     }
     return index;
   }
@@ -292,11 +303,29 @@ class Runner {
       case Coll::kAllReduceOut:
         return r_.proxy.all_reduce(b, out(c.tensor, c.out), count, ElemType::kF32, c.op, comm_, kStream);
       case Coll::kReduceScatter:
+        if (c.fresh) b = fresh(b, count);
         return r_.proxy.reduce_scatter(b, out(c.tensor, 0), shard, ElemType::kF32, c.op, comm_, kStream);
       case Coll::kAllGather:
+        if (c.fresh) {  // gathered into a fresh buffer, then copied where the check reads it
+          float* f = fresh(b, count);
+          copies_.push_back({f, b, count});
+          b = f;
+        }
         return r_.proxy.all_gather(b + uint64_t(r_.rank) * shard, b, shard, ElemType::kF32, comm_, kStream);
     }
     return kResultInvalidArgument;
+  }
+
+  // A buffer allocated for one call, holding what `from` holds: kept until the step's results are in.
+  float* fresh(const float* from, uint64_t count) {
+    fresh_.emplace_back(from, from + count);
+    return fresh_.back().data();
+  }
+  // Results gathered into fresh buffers go back to the tensor's own, after the group's end.
+  void settle_fresh() {
+    for (const Copy& c : copies_) std::copy(c.from, c.from + c.count, c.to);
+    copies_.clear();
+    fresh_.clear();
   }
 
   void check(const Collective& c, int tick, float scale = 1.0f) {
@@ -367,11 +396,22 @@ class Runner {
         owner_[size_t(slot_[size_t(s.tensor)])] = -1;
         slot_[size_t(s.tensor)] = -1;
         return true;
-      case Kind::kPublish:
+      case Kind::kPublish: {
         if (r_.rank == p_.idle_rank) return true;
         retract(s.tensor);
-        ids_[size_t(s.tensor)] = r_.publish(buffer(s.tensor), mask_of_rank(s.tensor, r_.rank, /*published=*/true));
+        const compress::Mask m = mask_of_rank(s.tensor, r_.rank, /*published=*/true);
+        if (!(s.flags & kCollectiveMasks)) {
+          ids_[size_t(s.tensor)] = r_.publish(buffer(s.tensor), m);
+          return true;
+        }
+        for (compress::MaskTarget target : {compress::MaskTarget::kReduceScatter, compress::MaskTarget::kAllGather}) {
+          uint64_t id = 0;
+          EXPECT_TRUE(r_.registry.publish_collective(target, compress::DType::kF32,
+                                                     std::make_shared<const compress::Mask>(m), &id).ok());
+          collective_ids_[size_t(s.tensor)].push_back(id);
+        }
         return true;
+      }
       case Kind::kRetract:
         if (s.only_rank < 0 || s.only_rank == r_.rank) retract(s.tensor);
         return true;
@@ -380,6 +420,7 @@ class Runner {
         return ok(r_.proxy.commit(comm_, kStream, s.flags, nullptr));
       case Kind::kCollective:
         if (!ok(issue(s.body[0], tick))) return false;
+        settle_fresh();
         check(s.body[0], tick);
         return true;
       case Kind::kGroup: {
@@ -389,14 +430,18 @@ class Runner {
           if (int(k) == s.commit_inside) good = r_.proxy.commit(comm_, kStream, s.flags, nullptr) == 0;
           good = good && enqueued(issue(s.body[k], tick, /*refill=*/false));
         }
-        if (s.scale)  // stream work after the calls, before the launch: NCCL reads it at the launch
+        if (s.scale) {  // stream work after the calls, before the launch: NCCL reads it at the launch
           for (const Collective& c : s.body)
             if (c.out == 0) {
               float* b = buffer(c.tensor);
               for (uint64_t i = 0; i < p_.counts[size_t(c.tensor)]; ++i) b[i] *= 2.0f;
             }
+          for (std::vector<float>& f : fresh_)
+            for (float& v : f) v *= 2.0f;
+        }
         if (s.nested) good = (r_.proxy.group_end() == 0) && good;
         good = ok(r_.proxy.group_end()) && good;
+        settle_fresh();
         if (!good) return false;
         for (const Collective& c : s.body) check(c, tick, s.scale ? 2.0f : 1.0f);
         if (s.commit_inside >= 0) take_pending();  // its verdict applies from the group's end
@@ -410,6 +455,8 @@ class Runner {
           before.emplace_back(buffer(c.tensor), buffer(c.tensor) + p_.counts[size_t(c.tensor)]);
         }
         good = r_.proxy.group_simulate_end(nullptr) == 0 && good;
+        copies_.clear();  // nothing was gathered
+        fresh_.clear();
         if (!good) return false;
         for (size_t k = 0; k < s.body.size(); ++k)
           EXPECT_TRUE(std::equal(before[k].begin(), before[k].end(), buffer(s.body[k].tensor))) << "a simulated group wrote";
@@ -418,7 +465,11 @@ class Runner {
       case Kind::kCapture: {
         r_.backend.begin_capture();
         bool good = true;
-        for (const Collective& c : s.body) good = good && issue(c, tick) == kResultSuccess;
+        for (const Collective& c : s.body) {
+          Collective captured = c;
+          captured.fresh = false;  // a graph's buffers are its own, fixed ones
+          good = good && issue(captured, tick) == kResultSuccess;
+        }
         r_.backend.end_capture();
         if (!good) return false;
         for (int replay = 1; replay <= 2; ++replay) {
@@ -439,6 +490,8 @@ class Runner {
   }
 
   void retract(int t) {
+    for (uint64_t id : collective_ids_[size_t(t)]) r_.registry.retract_id(id);
+    collective_ids_[size_t(t)].clear();
     if (!ids_[size_t(t)]) return;
     r_.registry.retract_id(ids_[size_t(t)]);
     retiring_.emplace_back(slot_[size_t(t)], ids_[size_t(t)]);
@@ -455,6 +508,14 @@ class Runner {
   std::vector<std::pair<int, uint64_t>> retiring_;     // slots of retracted masks a table may still use
   std::vector<int> slot_;
   std::vector<uint64_t> ids_;
+  std::vector<std::vector<uint64_t>> collective_ids_ = std::vector<std::vector<uint64_t>>(p_.counts.size());
+  struct Copy {
+    const float* from;
+    float* to;
+    uint64_t count;
+  };
+  std::vector<std::vector<float>> fresh_;
+  std::vector<Copy> copies_;
   static constexpr size_t kNone = ~size_t(0);
   std::vector<size_t> mask_of_;  // per tensor: the pattern its values follow (index into p.masks)
   std::vector<size_t> pending_;  // per tensor: a republished pattern waiting for the next commit

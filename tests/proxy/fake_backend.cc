@@ -76,21 +76,25 @@ struct BF16 {
 };
 
 // out[i] = op over ranks of in_r[offset + i], i < count, rounded to the type after every step.
+// `scalars`: each rank's factor of a pre-multiplied sum.
 template <typename C>
-void reduce_into(const std::vector<const void*>& ins, uint64_t offset, uint64_t count, ReduceOp op, void* out) {
+void reduce_into(const std::vector<const void*>& ins, uint64_t offset, uint64_t count, ReduceOp op, void* out,
+                 const std::vector<double>& scalars) {
   using Acc = typename C::Acc;
   for (uint64_t i = 0; i < count; ++i) {
-    // Avg as NCCL does for floats: each input scaled by 1/n first, then summed.
+    // Avg as NCCL does for floats: each input scaled by 1/n first, then summed; a pre-multiplied
+    // sum scales each input by its rank's factor.
     auto input = [&](size_t r) {
       Acc v = C::load(ins[r], offset + i);
-      if (op == ReduceOp::kAvg) {
-        if constexpr (std::is_floating_point_v<Acc>) v = v / Acc(ins.size());
+      if constexpr (std::is_floating_point_v<Acc>) {
+        if (op == ReduceOp::kAvg) v = v / Acc(ins.size());
+        if (is_premul_sum(op)) v = Acc(v * Acc(scalars[r]));
       }
       return v;
     };
     Acc acc = input(0);
     for (size_t r = 1; r < ins.size(); ++r) {
-      acc = combine(acc, input(r), op);
+      acc = combine(acc, input(r), is_premul_sum(op) ? ReduceOp::kSum : op);
       C::store(out, i, acc);  // the type's own rounding at every step
       acc = C::load(out, i);
     }
@@ -99,14 +103,14 @@ void reduce_into(const std::vector<const void*>& ins, uint64_t offset, uint64_t 
 }
 
 void reduce_typed(ElemType type, const std::vector<const void*>& ins, uint64_t offset, uint64_t count, ReduceOp op,
-                  void* out) {
+                  void* out, const std::vector<double>& scalars) {
   switch (type) {
-    case ElemType::kF32: return reduce_into<Codec<float>>(ins, offset, count, op, out);
-    case ElemType::kF64: return reduce_into<Codec<double>>(ins, offset, count, op, out);
-    case ElemType::kF16: return reduce_into<F16>(ins, offset, count, op, out);
-    case ElemType::kBF16: return reduce_into<BF16>(ins, offset, count, op, out);
-    case ElemType::kI64: return reduce_into<Codec<int64_t>>(ins, offset, count, op, out);
-    case ElemType::kOther: return reduce_into<Codec<uint8_t>>(ins, offset, count, op, out);
+    case ElemType::kF32: return reduce_into<Codec<float>>(ins, offset, count, op, out, scalars);
+    case ElemType::kF64: return reduce_into<Codec<double>>(ins, offset, count, op, out, scalars);
+    case ElemType::kF16: return reduce_into<F16>(ins, offset, count, op, out, scalars);
+    case ElemType::kBF16: return reduce_into<BF16>(ins, offset, count, op, out, scalars);
+    case ElemType::kI64: return reduce_into<Codec<int64_t>>(ins, offset, count, op, out, scalars);
+    case ElemType::kOther: return reduce_into<Codec<uint8_t>>(ins, offset, count, op, out, scalars);
   }
 }
 
@@ -165,16 +169,27 @@ bool FakeWorld::collective(int rank, Kind kind, const void* in, void* out, uint6
   return true;
 }
 
+int32_t FakeWorld::create_premul_sum(int rank, double scalar) {
+  std::lock_guard lock(mutex_);
+  int32_t& next = premul_next_[rank];
+  const int32_t handle = 5 + next++;  // NCCL's user ops follow its five built-in ones
+  premul_scalars_[{rank, handle}] = scalar;
+  return handle;
+}
+
 void FakeWorld::reduce() {
   const Slot& first = slots_[0];
   std::vector<const void*> ins;
   for (const Slot& s : slots_) ins.push_back(s.in);
+  std::vector<double> scalars(slots_.size(), 1.0);
+  if (is_premul_sum(first.op))
+    for (int r = 0; r < ranks_; ++r) scalars[size_t(r)] = premul_scalars_.at({r, premul_handle(first.op)});
   const size_t es = bytes_of(first.type);
   // Results are computed before any output is written: inputs and outputs may overlap (in place).
   switch (first.kind) {
     case Kind::kAllReduce: {
       std::vector<unsigned char> r(first.count * es);
-      reduce_typed(first.type, ins, 0, first.count, first.op, r.data());
+      reduce_typed(first.type, ins, 0, first.count, first.op, r.data(), scalars);
       for (Slot& s : slots_) std::memmove(s.out, r.data(), r.size());
       return;
     }
@@ -182,7 +197,7 @@ void FakeWorld::reduce() {
       std::vector<std::vector<unsigned char>> results;
       for (int r = 0; r < ranks_; ++r) {
         std::vector<unsigned char> bytes(first.count * es);
-        reduce_typed(first.type, ins, uint64_t(r) * first.count, first.count, first.op, bytes.data());
+        reduce_typed(first.type, ins, uint64_t(r) * first.count, first.count, first.op, bytes.data(), scalars);
         results.push_back(std::move(bytes));
       }
       for (int r = 0; r < ranks_; ++r)

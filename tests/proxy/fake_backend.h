@@ -41,6 +41,8 @@ class FakeWorld {
                   std::string* error);
   void abort(const std::string& why);
   bool aborted() const;
+  // A pre-multiplied sum rank `rank` creates (ncclRedOpCreatePreMulSum): NCCL's next user handle.
+  int32_t create_premul_sum(int rank, double scalar);
   uint64_t mismatches() const;
   uint64_t completed() const;
 
@@ -58,6 +60,8 @@ class FakeWorld {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<Slot> slots_;
+  std::map<std::pair<int, int32_t>, double> premul_scalars_;  // by rank and handle
+  std::map<int, int32_t> premul_next_;                        // by rank
   uint64_t generation_ = 0;
   int arrived_ = 0;
   bool failed_ = false;
