@@ -232,6 +232,8 @@ class Proxy {
   bool whole_count(uint64_t per_rank, int nranks, uint64_t* count) const;
   int dense(Coll coll, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
             Stream stream);
+  int sharded(Coll coll, const void* send, void* recv, uint64_t per_rank, ElemType type, ReduceOp op, Comm comm,
+              Stream stream, Path* path);
   int compact(Call& call, Compaction& c, Path* path);
   int compact_in(CommState& cs, const Compaction& c, Stream stream);
   int compact_out(CommState& cs, const Compaction& c, Stream stream);

@@ -159,12 +159,7 @@ int Proxy::all_reduce(const void* send, void* recv, uint64_t count, ElemType typ
   if (eligible && cs.agreed) {
     *path = Path::kDense;
     if (const ActiveEntry* e = match(cs, send, count, type); e && e->plan && e->plan->whole()) {
-      Compaction c;
-      c.coll = Coll::kAllReduce;
-      c.plan = e->plan;
-      c.send = send;
-      c.recv = recv;
-      c.op = op;
+      Compaction c{Coll::kAllReduce, e->plan, send, recv, op};
       *path = Path::kCompactPublished;
       return compact(call, c, path);
     }
@@ -183,38 +178,18 @@ int Proxy::all_reduce(const void* send, void* recv, uint64_t count, ElemType typ
 
 int Proxy::reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op, Comm comm,
                           Stream stream, Path* path) {
-  Path ignored;
-  if (!path) path = &ignored;
-  *path = Path::kPassThrough;
-  std::shared_ptr<CommState> state;
-  if (int rc = enter(comm, &state)) return rc;
-  std::lock_guard lock(state->mutex);
-  Call call{state, stream};
-  if (int rc = begin_call(call)) return rc;
-  CommState& cs = *state;
-  uint64_t count = 0;
-  if (cs.agreed && options_.enabled && compactable(type) && reduces(op) && whole_count(recv_count, cs.nranks, &count) &&
-      send && recv) {
-    *path = Path::kDense;
-    const ActiveEntry* e = match(cs, send, count, type);
-    if (!e) e = match_cycle(cs, compress::MaskTarget::kReduceScatter, count, type);
-    if (e && e->plan && !e->plan->shards().empty()) {
-      Compaction c;
-      c.coll = Coll::kReduceScatter;
-      c.plan = e->plan;
-      c.send = send;
-      c.recv = recv;
-      c.op = op;
-      *path = Path::kCompactPublished;
-      return compact(call, c, path);
-    }
-  }
-  note(cs, CallKind::kReduceScatter, op, type, CallPath::kDense, recv_count);
-  return dense(Coll::kReduceScatter, send, recv, recv_count, type, op, comm, stream);
+  return sharded(Coll::kReduceScatter, send, recv, recv_count, type, op, comm, stream, path);
 }
 
 int Proxy::all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm, Stream stream,
                       Path* path) {
+  return sharded(Coll::kAllGather, send, recv, send_count, type, ReduceOp::kSum, comm, stream, path);
+}
+
+// Reduce-scatter and all-gather: `per_rank` elements of each rank's shard of the whole buffer. The
+// mask describes the whole buffer: the reduce-scatter's input, the all-gather's output.
+int Proxy::sharded(Coll coll, const void* send, void* recv, uint64_t per_rank, ElemType type, ReduceOp op, Comm comm,
+                   Stream stream, Path* path) {
   Path ignored;
   if (!path) path = &ignored;
   *path = Path::kPassThrough;
@@ -224,25 +199,22 @@ int Proxy::all_gather(const void* send, void* recv, uint64_t send_count, ElemTyp
   Call call{state, stream};
   if (int rc = begin_call(call)) return rc;
   CommState& cs = *state;
+  const bool gather = coll == Coll::kAllGather;
   uint64_t count = 0;
-  if (cs.agreed && options_.enabled && compactable(type) && whole_count(send_count, cs.nranks, &count) && send &&
-      recv) {
+  if (cs.agreed && options_.enabled && compactable(type) && reduces(op) && whole_count(per_rank, cs.nranks, &count) &&
+      send && recv) {
     *path = Path::kDense;
-    // The mask describes the gathered (whole) buffer: it is published on the output.
-    const ActiveEntry* e = match(cs, recv, count, type);
-    if (!e) e = match_cycle(cs, compress::MaskTarget::kAllGather, count, type);
+    const ActiveEntry* e = match(cs, gather ? recv : send, count, type);
+    if (!e)
+      e = match_cycle(cs, gather ? compress::MaskTarget::kAllGather : compress::MaskTarget::kReduceScatter, count, type);
     if (e && e->plan && !e->plan->shards().empty()) {
-      Compaction c;
-      c.coll = Coll::kAllGather;
-      c.plan = e->plan;
-      c.send = send;
-      c.recv = recv;
+      Compaction c{coll, e->plan, send, recv, op};
       *path = Path::kCompactPublished;
       return compact(call, c, path);
     }
   }
-  note(cs, CallKind::kAllGather, ReduceOp::kOther, type, CallPath::kDense, send_count);
-  return dense(Coll::kAllGather, send, recv, send_count, type, ReduceOp::kSum, comm, stream);
+  note(cs, call_kind(coll), gather ? ReduceOp::kOther : op, type, CallPath::kDense, per_rank);
+  return dense(coll, send, recv, per_rank, type, op, comm, stream);
 }
 
 // --- compaction ------------------------------------------------------------------------------
@@ -464,12 +436,7 @@ int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t
   *path = Path::kCompactLearned;
   const std::shared_ptr<EntryPlan>& plan = sig.plan();
   add(stats_.learned_bytes_saved, (count - plan->nnz() - 1) * element_size(type));
-  Compaction c;
-  c.coll = Coll::kAllReduce;
-  c.plan = plan;
-  c.send = send;
-  c.recv = recv;
-  c.op = op;
+  Compaction c{Coll::kAllReduce, plan, send, recv, op};
   c.learned = held;
   c.record = d.record;
   c.moved = d.moved;
