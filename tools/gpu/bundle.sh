@@ -108,10 +108,10 @@ install -m 644 "$root/tools/python/sieve.py" "$stage/python/"
 
 # BUILD.json: what this kit is, reproducibly (the commit's time, not the build's).
 commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
-dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | head -c 1 | wc -c)
+changes=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null || true)
 commit_time=$(git -C "$root" log -1 --format=%cI 2>/dev/null || echo unknown)
 cuda=$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
-python3 - "$stage" "$commit" "$dirty" "$commit_time" "$cuda" <<'PY'
+python3 - "$stage" "$commit" "${#changes}" "$commit_time" "$cuda" <<'PY'
 import hashlib, json, os, sys
 stage, commit, dirty, commit_time, cuda = sys.argv[1:]
 files = []
