@@ -44,6 +44,7 @@ python=${KIT_PYTHON:-python3}
 command -v "$python" >/dev/null || die "$python not found: the kit needs python3 (set KIT_PYTHON)"
 started=$(date +%s)
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/sieve-gpu-kit.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -96,7 +97,7 @@ fi
 # The steps get the budget less what packing the results takes.
 set +e
 "$python" "$kit/kit/schedule.py" --kit "$kit" --work "$work" --steps "$steps" --deadline $((started + budget - 20)) \
-  --machine "$work/machine.json" --summary "$work/summary.json"
+  --machine "$work/machine.json" --summary "$work/summary.json" --out "$out"
 status=$?
 set -e
 ((status == 0 || status == 1)) || { [[ -f $work/summary.json ]] || exit 2; status=1; }

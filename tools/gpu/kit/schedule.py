@@ -1,14 +1,16 @@
 """Runs the kit's steps in order, each in a session of its own with its own time budget, skipping a
 step whose minimum no longer fits before the deadline; a step that fails, crashes or runs out of time
 does not stop the next. After every step it rewrites the summary, so an interrupted run still leaves
-one. Exit status: 0 when every selected step passed, 1 otherwise.
+one, copied to OUT as well (a run killed from outside still returns it). Exit status: 0 when every
+selected step passed, 1 otherwise.
 
-    schedule.py --kit KIT --work DIR --steps 1-6 --deadline EPOCH --machine machine.json --summary FILE
+    schedule.py --kit KIT --work DIR --steps 1-6 --deadline EPOCH --machine machine.json --summary FILE --out OUT
 """
 
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -121,6 +123,7 @@ def main():
     parser.add_argument("--deadline", type=float, required=True)
     parser.add_argument("--machine", required=True)
     parser.add_argument("--summary", required=True)
+    parser.add_argument("--out", required=True, help="where the results go; the summary is copied there as it grows")
     args = parser.parse_args()
     args.kit = os.path.abspath(args.kit)
     chosen = parse_steps(args.steps)
@@ -138,6 +141,7 @@ def main():
         with open(args.summary + ".tmp", "w") as f:
             json.dump(summary, f, indent=1)
         os.replace(args.summary + ".tmp", args.summary)
+        shutil.copyfile(args.summary, os.path.join(args.out, "summary.json"))
 
     for number, name, title, budget, minimum in STEPS:
         if number not in chosen:
