@@ -55,6 +55,10 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$
   -DSIEVE_BUILD_BENCHMARKS=OFF -DSIEVE_BUILD_FUZZERS=OFF -DSIEVE_BUILD_TESTS=ON -DCMAKE_SKIP_RPATH=ON \
   -DCMAKE_C_FLAGS="$prefix_map" -DCMAKE_CXX_FLAGS="$prefix_map" -DCMAKE_CUDA_FLAGS="-Xcompiler=${prefix_map// /,}" \
   "${launchers[@]}" >"$build/kit-configure.log" 2>&1 || { cat "$build/kit-configure.log" >&2; die "cmake configure failed"; }
+# The NCCL programs link libnccl (the toolkit's, or libnccl-dev's); without it CMake skips them.
+if grep -q '^SIEVE_LIBNCCL_FOR_TOOLS:FILEPATH=.*NOTFOUND' "$build/CMakeCache.txt"; then
+  die "no libnccl.so here (CUDA toolkit's lib/ or libnccl-dev): sieve-proxy-rank and sieve-allreduce-perf cannot be built"
+fi
 cmake --build "$build" -j "${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" --target "${targets[@]}"
 
 # --- assemble in a fresh directory, then replace DIR ----------------------------------------------
