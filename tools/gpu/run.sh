@@ -54,7 +54,7 @@ if [[ -n ${KIT_NCCL_DIR:-} ]]; then
   [[ -e $KIT_NCCL_DIR/libnccl.so.2 ]] || die "KIT_NCCL_DIR=$KIT_NCCL_DIR has no libnccl.so.2"
   nccl_dir=$KIT_NCCL_DIR nccl_found_by="KIT_NCCL_DIR"
 else
-  wheel=$("$python" - 2>/dev/null <<'PY' || true
+  wheel=$(timeout 120 "$python" - 2>/dev/null <<'PY' || true
 import glob, os, site, sys
 roots = []
 try:
@@ -71,7 +71,7 @@ PY
     nccl_dir=$wheel nccl_found_by="the nvidia-nccl wheel of $python"
   else
     system=$(ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" && !found { print $NF; found = 1 }' || true)
-    [[ -n $system ]] && nccl_dir=$(dirname "$system") nccl_found_by="the system (ldconfig)"
+    if [[ -n $system ]]; then nccl_dir=$(dirname "$system") nccl_found_by="the system (ldconfig)"; fi
   fi
 fi
 export LD_LIBRARY_PATH="$kit/lib${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
