@@ -1,7 +1,8 @@
 """One rank of a PyTorch DDP job training a ResNet-18 (defined here: torchvision is not needed)
-pruned 80 % with torch.nn.utils.prune, on synthetic data. Run it through tools/gpu/run_ddp_resnet18.sh,
-which starts the ranks with and without the Sieve collective proxy and compares their losses and
-wire bytes. Writes {"losses": [...], "stats": {...}} to --out.
+pruned 80 % with torch.nn.utils.prune, on synthetic data. Started by the GPU kit's step 5
+(kit/step5_ddp.py, through run.sh) or tools/gpu/run_ddp_resnet18.sh, which run it without the
+collective proxy, with published masks (--sieve), and with learned masks (SIEVE_TRACK), and compare
+the losses bit for bit. Writes {"losses": [...], "stats": {...}, "step_ms": ...} to --out.
 
 Settings the proxy needs, and why:
 - DistributedDataParallel(..., gradient_as_bucket_view=True): gradients are views into the buckets
@@ -16,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -93,7 +95,11 @@ def main():
 
     generator = torch.Generator(device="cpu").manual_seed(1000 + rank)
     losses = []
+    timed_from = min(10, args.steps - 1)  # after DDP's bucket rebuild and the proxy's first vote
     for step in range(args.steps):
+        if step == timed_from:
+            torch.cuda.synchronize()
+            started = time.perf_counter()
         x = torch.randn(args.batch, 3, 32, 32, generator=generator).to(device)
         y = torch.randint(0, 10, (args.batch,), generator=generator).to(device)
         optimizer.zero_grad(set_to_none=False)
@@ -112,6 +118,7 @@ def main():
             print("step %d loss %.6f" % (step, losses[-1]), flush=True)
 
     torch.cuda.synchronize()
+    step_ms = (time.perf_counter() - started) * 1e3 / (args.steps - timed_from)
     stats = {}
     try:
         import sieve
@@ -120,7 +127,8 @@ def main():
         stats = {"error": str(error)}
     density = sum(int(m.weight_mask.sum()) for m, _ in weights) / sum(m.weight_mask.numel() for m, _ in weights)
     with open(args.out, "w") as out:
-        json.dump({"rank": rank, "losses": losses, "stats": stats, "density": density}, out)
+        json.dump({"rank": rank, "losses": losses, "stats": stats, "density": density, "step_ms": step_ms,
+                   "sieve_track": os.environ.get("SIEVE_TRACK", ""), "published": args.sieve}, out)
     dist.destroy_process_group()
 
 

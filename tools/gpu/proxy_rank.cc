@@ -16,18 +16,16 @@
 #include <nccl.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "plugin/sieve.h"
+#include "tools/gpu/unique_id_file.h"
 
 namespace {
 
@@ -100,20 +98,9 @@ sieve_stats_t stats(const Sieve& s) {
 
 ncclUniqueId rendezvous(int rank, const std::string& file) {
   ncclUniqueId id;
-  if (rank == 0) {
-    CHECK_NCCL(ncclGetUniqueId(&id));
-    const std::string tmp = file + ".tmp";
-    std::ofstream(tmp, std::ios::binary).write(id.internal, sizeof id.internal);
-    if (std::rename(tmp.c_str(), file.c_str()) != 0) fail("cannot write %s", file.c_str());
-    return id;
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (;;) {
-    std::ifstream in(file, std::ios::binary);
-    if (in && in.read(id.internal, sizeof id.internal)) return id;
-    if (std::chrono::steady_clock::now() > deadline) fail("rank 0 never wrote %s", file.c_str());
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const std::string error = sieve::tools::gpu::exchange_unique_id(rank, file, 60, &id);
+  if (!error.empty()) fail("%s", error.c_str());
+  return id;
 }
 
 struct Type {

@@ -11,16 +11,33 @@
 #include <vector>
 
 #include "tests/proxy/gpu/gpu_gate.h"
+#include "tools/common/install_layout.h"
 #include "tools/common/subprocess.h"
 
-#ifndef SIEVE_PROXY_RANK
-#error "SIEVE_PROXY_RANK must name the sieve-proxy-rank executable"
-#endif
-#ifndef SIEVE_PLUGIN_LIBRARY
-#error "SIEVE_PLUGIN_LIBRARY must name libnccl-net-sieve.so"
-#endif
-
 namespace {
+
+// sieve-proxy-rank and the library, found from this test's own directory, so the same binary runs
+// in the build tree (tests/proxy/gpu/ beside tools/gpu/ and plugin/) and in the GPU kit (bin/ beside
+// lib/) with no build-machine path compiled in.
+std::string beside_this_test(const std::vector<std::string>& relative_candidates) {
+  const std::string dir = sieve::tools::executable_dir();
+  for (const std::string& candidate : relative_candidates) {
+    const std::string path = dir + "/" + candidate;
+    if (access(path.c_str(), R_OK) == 0) return path;
+  }
+  return dir + "/" + relative_candidates.front();  // the error then names the first place looked
+}
+
+const std::string& proxy_rank_program() {
+  static const std::string path = beside_this_test({"sieve-proxy-rank", "../../../tools/gpu/sieve-proxy-rank"});
+  return path;
+}
+
+const std::string& plugin_library() {
+  static const std::string path =
+      beside_this_test({"../lib/libnccl-net-sieve.so", "../../../plugin/libnccl-net-sieve.so"});
+  return path;
+}
 
 
 // Runs `nranks` ranks of `mode` to completion (bounded); returns each rank's transcript and status.
@@ -31,7 +48,7 @@ void run_ranks(const std::string& mode, int nranks, const std::vector<std::strin
   for (int r = 0; r < nranks; ++r) {
     std::vector<std::string> env = {
         "NCCL_HOSTID=sieve-proxy-test-" + std::to_string(r),  // distinct "hosts": traffic goes to the net plugin
-        std::string("NCCL_NET_PLUGIN=") + SIEVE_PLUGIN_LIBRARY,
+        "NCCL_NET_PLUGIN=" + plugin_library(),
         "NCCL_NET=Sieve",  // never fall back silently to NCCL's own socket transport
         "NCCL_MNNVL_ENABLE=0",
         "NCCL_SOCKET_IFNAME=lo",
@@ -40,9 +57,9 @@ void run_ranks(const std::string& mode, int nranks, const std::vector<std::strin
     };
     env.insert(env.end(), extra_env.begin(), extra_env.end());
     std::string error;
-    auto child = sieve::tools::Child::spawn({SIEVE_PROXY_RANK, "--rank", std::to_string(r), "--nranks",
+    auto child = sieve::tools::Child::spawn({proxy_rank_program(), "--rank", std::to_string(r), "--nranks",
                                              std::to_string(nranks), "--id-file", id_file, "--library",
-                                             SIEVE_PLUGIN_LIBRARY, mode},
+                                             plugin_library(), mode},
                                             env, &error);
     ASSERT_TRUE(child) << error;
     ranks.push_back(std::move(child));
