@@ -93,9 +93,15 @@ def main():
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index], gradient_as_bucket_view=True)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
 
+    if os.environ.get("SIEVE_TRACK", "").lower() in ("on", "1", "true", "yes") and not args.sieve:
+        # Learned masks start at a commit: its vote compares every rank's SIEVE_TRACK* settings.
+        import sieve
+        verdict = sieve.commit()
+        if rank == 0:
+            print("commit for learning: %s %s" % (verdict["state"], verdict["reason"]), flush=True)
     generator = torch.Generator(device="cpu").manual_seed(1000 + rank)
     losses = []
-    timed_from = min(10, args.steps - 1)  # after DDP's bucket rebuild and the proxy's first vote
+    timed_from = min(10, args.steps - 1)  # after DDP's bucket rebuild and the masks' commit
     for step in range(args.steps):
         if step == timed_from:
             torch.cuda.synchronize()
