@@ -175,5 +175,28 @@ TEST(Config, Parsers) {
   EXPECT_FALSE(parse_choice("au", "auto|on|off", c));
 }
 
+// Numbers are read as a person reads them: decimal, a leading zero changes nothing (C's octal
+// would make 010 eight and 08 an error), and there is no hex.
+TEST(Config, NumbersAreDecimalWhateverTheirLeadingZeros) {
+  int64_t i = 0;
+  EXPECT_TRUE(parse_int("010", i));
+  EXPECT_EQ(i, 10);
+  EXPECT_TRUE(parse_int("08", i));
+  EXPECT_EQ(i, 8);
+  EXPECT_TRUE(parse_int("-010", i));
+  EXPECT_EQ(i, -10);
+  EXPECT_FALSE(parse_int("0x10", i));
+  uint64_t s = 0;
+  EXPECT_TRUE(parse_size("010K", s));
+  EXPECT_EQ(s, 10u << 10);
+  EXPECT_FALSE(parse_size("0x10", s));
+
+  Registry r({{"SIEVE_NSOCKS", "010"}, {"SIEVE_PEER_TIMEOUT_MS", "010000"}, {"SIEVE_NTHREADS", "08"}});
+  EXPECT_TRUE(r.diagnostics().empty()) << r.diagnostics()[0];
+  EXPECT_EQ(r.settings().nsocks, 10);
+  EXPECT_EQ(r.settings().peer_timeout_ms, 10000);
+  EXPECT_EQ(r.settings().nthreads, 8);
+}
+
 }  // namespace
 }  // namespace sieve::config
