@@ -19,6 +19,7 @@
 #include "plugin/abi/net_v12.h"
 #include "plugin/abi/net_v8.h"
 #include "plugin/abi/net_v9.h"
+#include "plugin/config.h"
 
 namespace sieve::tools {
 namespace {
@@ -107,6 +108,18 @@ template <typename Props> void copy_v9(const Props& p, NetDeviceInfo* info) {
 constexpr int kMaxMultiRecv = 8;
 
 }  // namespace
+
+int nccl_log_level(const std::string& sieve_log_level) {
+  if (sieve_log_level == "none") return kLogNone;
+  if (sieve_log_level == "info") return kLogInfo;
+  if (sieve_log_level == "trace") return kLogTrace;
+  return kLogWarn;
+}
+
+int environment_log_level() {
+  // Read as the plugin reads it (a refused value leaves the default, and the plugin warns).
+  return nccl_log_level(config::Registry(config::environment_snapshot()).settings().log_level);
+}
 
 const char* result_name(int result) {
   switch (result) {
@@ -201,7 +214,8 @@ std::unique_ptr<NetPlugin> NetPlugin::open(const std::string& name_or_path, cons
     return fail(library + " exports no " +
                 (options.version ? std::string(symbol_for(options.version)) : std::string("ncclNetPlugin_v8..v12")));
   }
-  g_log_level.store(options.log_level, std::memory_order_relaxed);
+  g_log_level.store(options.log_level == kLogLevelFromEnvironment ? environment_log_level() : options.log_level,
+                    std::memory_order_relaxed);
   return plugin;
 }
 

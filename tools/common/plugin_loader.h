@@ -59,9 +59,22 @@ struct NetDeviceInfo {
   int plane_id = -1;               // v12
 };
 
+// NCCL's log levels, as LoaderOptions::log_level takes them.
+constexpr int kLogNone = 0;
+constexpr int kLogWarn = 2;
+constexpr int kLogInfo = 3;
+constexpr int kLogTrace = 5;
+// LoaderOptions::log_level's default: the level SIEVE_LOG_LEVEL names (none, warn, info, trace), read
+// when the plugin is opened, so a tool's user sets Sieve's log outside NCCL as the README says.
+constexpr int kLogLevelFromEnvironment = -1;
+// The NCCL log level (0 none, 2 warn, 3 info, 5 trace) of a SIEVE_LOG_LEVEL value.
+int nccl_log_level(const std::string& sieve_log_level);
+// The NCCL log level SIEVE_LOG_LEVEL in this process's environment asks for (warn when unset or bad).
+int environment_log_level();
+
 struct LoaderOptions {
   int version = 0;             // 8..12, or 0 for the newest the library exports
-  int log_level = 2;           // NCCL level printed to stderr: 0 none, 2 warn, 3 info, 5 trace
+  int log_level = kLogLevelFromEnvironment;  // NCCL level printed to stderr: 0 none, 2 warn, 3 info, 5 trace
   uint64_t comm_id = 0x5157e;  // v11 init's commId
   int traffic_class = -1;      // v10 connect / v11 init config
 };

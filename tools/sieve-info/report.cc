@@ -33,10 +33,12 @@ PluginReport inspect_plugin(const std::string& path) {
                    std::to_string(tools::kNewestVersion) + " symbol";
     return report;
   }
-  // The plugin's log is not printed: what it would warn about ends up in the report (its failures
-  // below, its configuration problems from the registry), and sieve-info says it once.
+  // The plugin's warnings are not printed: what it would warn about ends up in the report (its
+  // failures below, its configuration problems from the registry), and sieve-info says it once.
+  // SIEVE_LOG_LEVEL=info or trace adds the plugin's own lines below warnings on stderr.
   tools::LoaderOptions options;
-  options.log_level = 0;
+  const int asked = tools::environment_log_level();
+  options.log_level = asked > tools::kLogWarn ? asked : tools::kLogNone;
   std::string error;
   auto plugin = tools::NetPlugin::open(report.library, options, &error);
   if (!plugin) {
