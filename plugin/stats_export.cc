@@ -97,7 +97,7 @@ std::string start_stats_export(const config::Settings& settings) {
   auto writer = problem.empty()
                     ? std::make_unique<StatsWriter>(path, format, settings.stats_interval_s, current_snapshot)
                     : nullptr;
-  if (writer && !writer->probe(&problem)) writer.reset();
+  if (writer && !stats_directory_writable(path, &problem)) writer.reset();
   if (!problem.empty()) {
     problem = "SIEVE_STATS_FILE=" + settings.stats_file + ": " + problem;
     if (!e.refused) SIEVE_WARN("%s; traffic statistics will not be exported", problem.c_str());

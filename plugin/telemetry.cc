@@ -198,6 +198,18 @@ std::string stats_path_problem(const std::string& path) {
   return "";
 }
 
+bool stats_directory_writable(const std::string& path, std::string* error) {
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) {
+    if (error) *error = "cannot write stats file " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  ::close(fd);
+  ::unlink(tmp.c_str());
+  return true;
+}
+
 std::unique_ptr<StatsFileClaim> StatsFileClaim::take(const std::string& path, std::string* error) {
   const std::string lock_path = path + ".lock";
   // A releasing holder removes the lock file: a lock taken on a file that is no longer (or not
@@ -278,18 +290,6 @@ void StatsWriter::run(int64_t interval_s) {
     write_now();
     lock.lock();
   }
-}
-
-bool StatsWriter::probe(std::string* error) const {
-  std::string tmp = path_ + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) {
-    if (error) *error = "cannot write stats file " + path_ + ": " + std::strerror(errno);
-    return false;
-  }
-  ::close(fd);
-  ::unlink(tmp.c_str());
-  return true;
 }
 
 bool StatsWriter::write_now(std::string* error) {

@@ -62,6 +62,10 @@ std::string expand_stats_path(const std::string& pattern, int pid, const std::st
 // Checked before anything is created, so a wrong setting writes nothing anywhere.
 std::string stats_path_problem(const std::string& path);
 
+// Whether the directory of `path` takes new files: a temporary file is created there and removed, the
+// file itself is not touched. False with `error` set if not.
+bool stats_directory_writable(const std::string& path, std::string* error);
+
 // A process's hold on a stats file whose name has no %p: an advisory lock (flock) on `path`.lock,
 // which the kernel drops when the process dies, so a crashed job never blocks the next one. Releasing
 // the claim removes the lock file; only a process killed while it held the claim leaves it behind,
@@ -98,9 +102,6 @@ class StatsWriter {
   StatsWriter(const StatsWriter&) = delete;
   StatsWriter& operator=(const StatsWriter&) = delete;
 
-  // Whether the file's directory takes new files (a temporary file is created and removed; the
-  // file itself is not touched); false with `error` set if not.
-  bool probe(std::string* error) const;
   // Writes one snapshot now; returns false (with `error` set) if the file cannot be written. Writes
   // are serialised, snapshot included, so the file never goes back to an older snapshot (which a
   // scraper would read as a counter reset).

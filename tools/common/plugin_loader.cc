@@ -3,6 +3,7 @@
 #include "tools/common/plugin_loader.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <unistd.h>
 #include <time.h>
 
@@ -223,6 +224,12 @@ NetPlugin::~NetPlugin() {
   finalize();
   // Never dlclose: NCCL does not either while the process lives, and a plugin's helper threads
   // could still be unwinding inside the library's code.
+}
+
+std::string NetPlugin::library_file() const {
+  link_map* map = nullptr;
+  if (dlinfo(library_handle_, RTLD_DI_LINKMAP, &map) != 0 || !map || !map->l_name || !*map->l_name) return library_;
+  return map->l_name;
 }
 
 const char* NetPlugin::name() const {

@@ -98,6 +98,9 @@ class NetPlugin {
   int version() const { return version_; }
   const char* name() const;  // the table's name field ("Sieve")
   const std::string& library() const { return library_; }
+  // The file the dynamic loader mapped for library() (a name such as libnccl-net-sieve.so resolved
+  // through the loader's search, as NCCL's dlopen resolves it); library() when it cannot say.
+  std::string library_file() const;
 
   // v8-v10: init(logger[, profiler]); v11, v12: init(&ctx, commId, &config, logger, profiler).
   int init();

@@ -9,6 +9,7 @@
 #include "tools/sieve-info/output.h"
 #include "tools/sieve-info/report.h"
 
+#include "tools/common/install_layout.h"
 #include "tools/sieve-info/masks_command.h"
 
 namespace {
@@ -22,14 +23,20 @@ void usage(std::ostream& out) {
          "  --topo FILE    describe the machine of this hwloc XML (lstopo --of xml) instead of this one\n"
          "                 (default: SIEVE_TOPO_FILE, else the live machine); the plugin's devices\n"
          "                 are still this machine's\n"
-         "  --plugin PATH  the plugin library to inspect (default: next to sieve-info, or the build tree)\n"
+         "  --plugin PATH  the plugin library to inspect: a path, or a name NCCL would be given\n"
+         "                 (NCCL_NET_PLUGIN=sieve: libnccl-net-sieve.so, found by the dynamic loader as\n"
+         "                 NCCL finds it); default: the installed library (see Files), else by name\n"
          "  --no-plugin    do not load the plugin\n"
          "  -h, --help     this text\n"
          "  --version      the tool and Sieve's version\n"
          "\n"
          "Exit status: 0 all well; 1 a problem a job would hit (the plugin cannot load or start or\n"
          "offers no device, the topology cannot be read, a SIEVE_* variable is unknown or refused),\n"
-         "each reason on stderr; 2 a bad command line.\n";
+         "each reason on stderr; 2 a bad command line.\n"
+         "\n"
+         "Files (PREFIX is where sieve-info is installed: /usr for /usr/bin/sieve-info):\n"
+         "  PREFIX/" << sieve::tools::installed_libdir() << "/libnccl-net-sieve.so   the library inspected by default\n"
+         "Run from a build tree, sieve-info inspects that build's library.\n";
 }
 
 }  // namespace
