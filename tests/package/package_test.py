@@ -28,6 +28,8 @@ other check reads that root as if it were /:
   cmake_config  find_package(Sieve) gives Sieve::sieve; a too-new version request is refused
   python        `import sieve` from the installed module: the clear "not loaded" error without
                 LD_PRELOAD, the preloaded copy with it
+  usr_local     `cmake --install --prefix /usr/local` puts the module, library and sieve.pc where
+                Debian's python3, loader and pkg-config look
   lintian       lintian reports nothing but what the package's overrides justify (skipped when
                 lintian is not installed)
 
@@ -373,6 +375,46 @@ def netlab(p):
     print("netlab.sh --version: %s; it started the packaged sieve-impair" % said)
 
 
+def loader_directories(conf):
+    """The directories ld.so.conf names, its `include`s followed."""
+    found = []
+    for line in open(conf):
+        line = line.split("#")[0].strip()
+        if line.startswith("include "):
+            for included in sorted(glob.glob(os.path.join(os.path.dirname(conf), line.split(None, 1)[1]))):
+                found += loader_directories(included)
+        elif line:
+            found.append(line)
+    return found
+
+
+def usr_local(p):
+    """`cmake --install build --prefix /usr/local`, as the README says: everything lands where Debian's
+    loader, pkg-config and python3 look without any setting."""
+    root = tempfile.mkdtemp(prefix="sieve-usr-local-")
+    try:
+        run(["cmake", "--install", p.args.build_dir, "--prefix", "/usr/local"], env=clean_env(DESTDIR=root))
+        installed = {"/" + os.path.relpath(os.path.join(d, n), root) for d, _, names in os.walk(root) for n in names}
+        def where(name):
+            found = sorted(f for f in installed if f.endswith("/" + name))
+            check(len(found) == 1, "%s installed %d times: %s" % (name, len(found), found))
+            return os.path.dirname(found[0])
+        python_path = run(["/usr/bin/python3", "-c", "import sys; print('\\n'.join(sys.path))"],
+                          env=clean_env()).stdout.splitlines()
+        check(where("sieve.py") in python_path, "sieve.py went to %s, not on /usr/bin/python3's sys.path %s" %
+              (where("sieve.py"), python_path))
+        searched = loader_directories("/etc/ld.so.conf")
+        check(where(LIBRARY) in searched, "%s went to %s, which /etc/ld.so.conf does not name (%s)" %
+              (LIBRARY, where(LIBRARY), searched))
+        pc_path = run(["pkg-config", "--variable", "pc_path", "pkg-config"], env=clean_env()).stdout.strip().split(":")
+        check(where("sieve.pc") in pc_path, "sieve.pc went to %s, not on pkg-config's path %s" %
+              (where("sieve.pc"), pc_path))
+        print("/usr/local: module in %s, library in %s, sieve.pc in %s" % (where("sieve.py"), where(LIBRARY),
+                                                                           where("sieve.pc")))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def lintian(p):
     if not shutil.which("lintian"):
         print("lintian is not installed: skipped")
@@ -530,7 +572,7 @@ def python(p):
 
 CHECKS = {f.__name__: f for f in (build, contents, depends, control, changelog, man_pages, hardening, no_build_paths,
                                    relocated, sieve_info, tools, netlab, c_api, pkg_config, cmake_config, python,
-                                   lintian)}
+                                   usr_local, lintian)}
 
 
 def main():
