@@ -160,7 +160,8 @@ bool parse_int(const std::string& text, int64_t& out) {
   if (t.empty()) return false;
   errno = 0;
   char* end = nullptr;
-  long long v = std::strtoll(t.c_str(), &end, 0);
+  // Base 10, as people write numbers: base 0 would read 010 as eight and refuse 08.
+  long long v = std::strtoll(t.c_str(), &end, 10);
   if (errno != 0 || end == t.c_str() || *end != '\0') return false;
   out = v;
   return true;

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <memory>
@@ -43,6 +44,14 @@ std::mutex g_mutex;
 std::shared_ptr<ProcessState> g_state;
 int g_references = 0;
 bool g_legacy_reference = false;
+// Connections open in this process. When the last one closes, the traffic so far is final until
+// NCCL connects again: write it, so the file is right even if the process then ends with _exit or
+// is killed (NCCL's v8-v10 have no finalize; a v11+ finalize may never come).
+std::atomic<int> g_open_comms{0};
+
+void comm_closed() {
+  if (g_open_comms.fetch_sub(1) == 1) write_stats_export();
+}
 
 struct Context {
   std::shared_ptr<ProcessState> state;
@@ -72,6 +81,7 @@ CommWrapper* wrap(std::shared_ptr<ProcessState> state, std::unique_ptr<Comm> com
   auto traffic = register_comm_traffic(state->transport->devices()[dev].name, comm->peer());
   comm->set_tag(traffic.get());
   auto wrapper = new CommWrapper{std::move(state), nullptr, nullptr, std::move(traffic)};
+  g_open_comms.fetch_add(1);
   if constexpr (std::is_same_v<Comm, net::SendComm>) wrapper->send = std::move(comm);
   else wrapper->recv = std::move(comm);
   return wrapper;
@@ -177,7 +187,7 @@ ncclResult_t acquire_locked(abi::ncclDebugLogger_t logger, std::shared_ptr<Proce
     if (!st.is_ok()) return report("init", st);
     warn_settings_without_effect(registry, state->verbs, why);
     g_state = std::move(state);
-    start_stats_export(registry.settings());
+    start_stats_export(registry.settings());  // warns itself when it cannot
     const net::TransportOptions& o = g_state->options;
     const auto shape_text = [](int n) { return n > 0 ? std::to_string(n) : std::string("auto"); };
     if (g_state->verbs)
@@ -205,7 +215,10 @@ void release_locked() {
   if (g_references > 0 && --g_references == 0) {
     g_state.reset();
     g_legacy_reference = false;
+    stop_stats_export();  // the final totals, while NCCL's logger can still report a failure
     install_nccl_logger(nullptr);
+  } else {
+    write_stats_export();  // a communicator's context ends: its traffic is final
   }
 }
 
@@ -486,14 +499,18 @@ ncclResult_t net_test(void* request, int* done, size_t* size) {
 
 ncclResult_t net_close_send(void* send_comm) {
   return guarded("closeSend", [&] {
+    if (!send_comm) return ncclSuccess;
     delete static_cast<CommWrapper*>(send_comm);
+    comm_closed();
     return ncclSuccess;
   });
 }
 
 ncclResult_t net_close_recv(void* recv_comm) {
   return guarded("closeRecv", [&] {
+    if (!recv_comm) return ncclSuccess;
     delete static_cast<CommWrapper*>(recv_comm);
+    comm_closed();
     return ncclSuccess;
   });
 }

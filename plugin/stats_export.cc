@@ -22,6 +22,37 @@ std::string host_name() {
 
 uint64_t load(const std::atomic<uint64_t>& counter) { return counter.load(std::memory_order_relaxed); }
 
+std::mutex& export_mutex() {
+  static std::mutex* mutex = new std::mutex();  // never destroyed: used by the exit-time stop
+  return *mutex;
+}
+
+// The running export: the claim on a name without %p outlives the writer's final write.
+struct Export {
+  std::unique_ptr<StatsFileClaim> claim;
+  std::unique_ptr<StatsWriter> writer;
+  bool refused = false;  // a setting that cannot work is warned once, not at every start
+
+  // Stopping at exit, too: a process that exits normally writes its final totals.
+  ~Export() {
+    std::lock_guard<std::mutex> lock(export_mutex());
+    stop();
+  }
+
+  void stop() {
+    writer.reset();  // its destructor writes the final snapshot
+    claim.reset();
+  }
+};
+
+Export& the_export() {
+  // Constructed before the export so that they outlive it at exit (statics die in reverse order).
+  process_stats();
+  peer_traffic();
+  static Export running;
+  return running;
+}
+
 }  // namespace
 
 Snapshot current_snapshot() {
@@ -47,31 +78,52 @@ Snapshot current_snapshot() {
   return s;
 }
 
-void start_stats_export(const config::Settings& settings) {
-  if (settings.stats_file.empty()) return;
-  static std::once_flag once;
-  std::call_once(once, [&settings] {
-    // Constructed before the writer so that they outlive it at exit (statics die in reverse order).
-    process_stats();
-    peer_traffic();
-    // The claim on a name without %p is held while the writer lives (declared first, dies last).
-    static std::unique_ptr<StatsFileClaim> claim;
+std::string start_stats_export(const config::Settings& settings) {
+  if (settings.stats_file.empty()) return "";
+  std::lock_guard<std::mutex> lock(export_mutex());
+  Export& e = the_export();
+  if (e.writer) return "";
+  const int pid = static_cast<int>(getpid());
+  const std::string host = host_name();
+  std::string problem = stats_path_problem(expand_stats_path(settings.stats_file, pid, host));
+  std::unique_ptr<StatsFileClaim> claim;
+  std::string path;
+  if (problem.empty()) {
     std::string note;
-    const std::string path =
-        choose_stats_path(settings.stats_file, static_cast<int>(getpid()), host_name(), &claim, &note);
-    if (!note.empty()) SIEVE_WARN("%s", note.c_str());
-    const StatsFormat format = settings.stats_format == "prometheus" ? StatsFormat::Prometheus : StatsFormat::Json;
-    static std::unique_ptr<StatsWriter> writer;
-    writer = std::make_unique<StatsWriter>(path, format, settings.stats_interval_s, current_snapshot);
-    std::string error;
-    if (!writer->write_now(&error)) {
-      SIEVE_WARN("%s; traffic statistics will not be exported", error.c_str());
-      writer.reset();
-      return;
-    }
-    SIEVE_INFO("traffic statistics go to %s (%s%s)", path.c_str(), settings.stats_format.c_str(),
-               settings.stats_interval_s > 0 ? ", periodic" : ", at exit");
-  });
+    path = choose_stats_path(settings.stats_file, pid, host, &claim, &note);
+    if (!note.empty() && !e.refused) SIEVE_WARN("%s", note.c_str());
+  }
+  const StatsFormat format = settings.stats_format == "prometheus" ? StatsFormat::Prometheus : StatsFormat::Json;
+  auto writer = problem.empty()
+                    ? std::make_unique<StatsWriter>(path, format, settings.stats_interval_s, current_snapshot)
+                    : nullptr;
+  if (writer && !stats_directory_writable(path, &problem)) writer.reset();
+  if (!problem.empty()) {
+    problem = "SIEVE_STATS_FILE=" + settings.stats_file + ": " + problem;
+    if (!e.refused) SIEVE_WARN("%s; traffic statistics will not be exported", problem.c_str());
+    e.refused = true;
+    return problem;
+  }
+  e.claim = std::move(claim);
+  e.writer = std::move(writer);
+  SIEVE_INFO("traffic statistics go to %s (%s, %s)", path.c_str(), settings.stats_format.c_str(),
+             settings.stats_interval_s > 0
+                 ? ("every " + std::to_string(settings.stats_interval_s) + " s and when connections end").c_str()
+                 : "when connections end");
+  return "";
+}
+
+void write_stats_export() {
+  std::lock_guard<std::mutex> lock(export_mutex());
+  Export& e = the_export();
+  if (!e.writer) return;
+  std::string error;
+  if (!e.writer->write_now(&error)) SIEVE_WARN("%s", error.c_str());
+}
+
+void stop_stats_export() {
+  std::lock_guard<std::mutex> lock(export_mutex());
+  the_export().stop();
 }
 
 }  // namespace sieve::plugin

@@ -176,22 +176,70 @@ std::string expand_stats_path(const std::string& pattern, int pid, const std::st
   return out;
 }
 
-std::unique_ptr<StatsFileClaim> StatsFileClaim::take(const std::string& path, std::string* error) {
-  const std::string lock_path = path + ".lock";
-  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    if (error) *error = "cannot create " + lock_path + ": " + std::strerror(errno);
-    return nullptr;
-  }
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    if (error) *error = errno == EWOULDBLOCK ? "" : "cannot lock " + lock_path + ": " + std::strerror(errno);
-    ::close(fd);
-    return nullptr;
-  }
-  return std::unique_ptr<StatsFileClaim>(new StatsFileClaim(fd));
+namespace {
+
+std::string directory_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-StatsFileClaim::~StatsFileClaim() { ::close(fd_); }  // releases the lock
+}  // namespace
+
+std::string stats_path_problem(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || path.back() == '/' || (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)))
+    return path + " is a directory: name a file in it, e.g. " + (path.back() == '/' ? path : path + "/") +
+           "sieve-%h-%p.prom";
+  const std::string directory = directory_of(path);
+  if (::stat(directory.c_str(), &st) != 0)
+    return "its directory " + directory + " cannot be used: " + std::strerror(errno);
+  if (!S_ISDIR(st.st_mode)) return "its directory " + directory + " is not a directory";
+  return "";
+}
+
+bool stats_directory_writable(const std::string& path, std::string* error) {
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) {
+    if (error) *error = "cannot write stats file " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  ::close(fd);
+  ::unlink(tmp.c_str());
+  return true;
+}
+
+std::unique_ptr<StatsFileClaim> StatsFileClaim::take(const std::string& path, std::string* error) {
+  const std::string lock_path = path + ".lock";
+  // A releasing holder removes the lock file: a lock taken on a file that is no longer (or not
+  // yet again) at lock_path protects nothing, so take the lock on whatever is there now.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      if (error) *error = "cannot create " + lock_path + ": " + std::strerror(errno);
+      return nullptr;
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (error) *error = errno == EWOULDBLOCK ? "" : "cannot lock " + lock_path + ": " + std::strerror(errno);
+      ::close(fd);
+      return nullptr;
+    }
+    struct stat held {}, named {};
+    if (::fstat(fd, &held) == 0 && ::stat(lock_path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+        held.st_ino == named.st_ino)
+      return std::unique_ptr<StatsFileClaim>(new StatsFileClaim(fd, lock_path));
+    ::close(fd);
+  }
+  if (error) *error = "cannot hold " + lock_path + ": other processes keep replacing it";
+  return nullptr;
+}
+
+StatsFileClaim::~StatsFileClaim() {
+  // Removed while still locked, so no other process can lock this file and then lose it.
+  ::unlink(lock_path_.c_str());
+  ::close(fd_);  // releases the lock
+}
 
 namespace {
 
@@ -245,6 +293,7 @@ void StatsWriter::run(int64_t interval_s) {
 }
 
 bool StatsWriter::write_now(std::string* error) {
+  std::lock_guard<std::mutex> serialised(write_mutex_);
   Snapshot snapshot = source_();
   std::string text = format_ == StatsFormat::Json ? to_json(snapshot) : to_prometheus(snapshot);
   // A temporary file of this write's own (another process, or this writer's periodic thread, may be

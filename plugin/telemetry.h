@@ -1,6 +1,6 @@
 // Telemetry for ops: a snapshot of what this process moved (totals, per device, per peer) rendered
-// as JSON or Prometheus text, and a writer that puts it in SIEVE_STATS_FILE at exit and, if asked,
-// every SIEVE_STATS_INTERVAL seconds. Each write goes to a temporary file of its own, renamed over
+// as JSON or Prometheus text, and a writer that puts it in SIEVE_STATS_FILE every
+// SIEVE_STATS_INTERVAL seconds and whenever its owner asks (plugin/stats_export.h says when). Each write goes to a temporary file of its own, renamed over
 // the target, so a scraper never reads half a file, even with several writers of one path; a path
 // without %p is claimed by one live process (StatsFileClaim), so processes never overwrite each other.
 #pragma once
@@ -57,8 +57,19 @@ enum class StatsFormat { Json, Prometheus };
 // Expands %p (pid) and %h (host name) so every process of a job writes its own file.
 std::string expand_stats_path(const std::string& pattern, int pid, const std::string& host);
 
+// Why `path` (expanded) cannot be a stats file, or "" when it can: it names a directory (the textfile
+// collector's, say: the file goes inside it), or its directory does not exist or is not a directory.
+// Checked before anything is created, so a wrong setting writes nothing anywhere.
+std::string stats_path_problem(const std::string& path);
+
+// Whether the directory of `path` takes new files: a temporary file is created there and removed, the
+// file itself is not touched. False with `error` set if not.
+bool stats_directory_writable(const std::string& path, std::string* error);
+
 // A process's hold on a stats file whose name has no %p: an advisory lock (flock) on `path`.lock,
-// which the kernel drops when the process dies, so a crashed job never blocks the next one.
+// which the kernel drops when the process dies, so a crashed job never blocks the next one. Releasing
+// the claim removes the lock file; only a process killed while it held the claim leaves it behind,
+// and the next claimant takes it over.
 class StatsFileClaim {
  public:
   // nullptr when another live holder has it (or the lock file cannot be created: `*error` says why).
@@ -68,8 +79,9 @@ class StatsFileClaim {
   StatsFileClaim& operator=(const StatsFileClaim&) = delete;
 
  private:
-  explicit StatsFileClaim(int fd) : fd_(fd) {}
+  StatsFileClaim(int fd, std::string lock_path) : fd_(fd), lock_path_(std::move(lock_path)) {}
   int fd_;
+  std::string lock_path_;
 };
 
 // The file this process writes for SIEVE_STATS_FILE=`pattern`. With %p every process has its own.
@@ -79,8 +91,9 @@ class StatsFileClaim {
 std::string choose_stats_path(const std::string& pattern, int pid, const std::string& host,
                               std::unique_ptr<StatsFileClaim>* claim, std::string* note);
 
-// Writes snapshots from `source` to a file. Construction starts the periodic thread when
-// interval_s > 0; destruction stops it and writes a final snapshot.
+// Writes snapshots from `source` to a file: when asked (write_now), every interval_s seconds when
+// interval_s > 0 (a thread started by the constructor), and once more at destruction. Never at
+// construction: a file exists only once it holds what the process really moved.
 class StatsWriter {
  public:
   using Source = std::function<Snapshot()>;
@@ -89,7 +102,9 @@ class StatsWriter {
   StatsWriter(const StatsWriter&) = delete;
   StatsWriter& operator=(const StatsWriter&) = delete;
 
-  // Writes one snapshot now; returns false (with `error` set) if the file cannot be written.
+  // Writes one snapshot now; returns false (with `error` set) if the file cannot be written. Writes
+  // are serialised, snapshot included, so the file never goes back to an older snapshot (which a
+  // scraper would read as a counter reset).
   bool write_now(std::string* error = nullptr);
 
  private:
@@ -98,6 +113,7 @@ class StatsWriter {
   std::string path_;
   StatsFormat format_;
   Source source_;
+  std::mutex write_mutex_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;

@@ -34,8 +34,13 @@ def probe(dtype_name):
     """Exit 0 when a one-process Gloo group sums dtype_name; else print the reason as JSON, exit 4."""
     signal.alarm(60)
     import tempfile
-    import torch
-    import torch.distributed as dist
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as e:
+        print(json.dumps({"error": f"{sys.executable} cannot import PyTorch ({e}); on Debian: apt install python3-torch"},
+                         separators=(",", ":")), flush=True)
+        return 4
 
     if not dist.is_gloo_available():
         print(json.dumps({"error": "this torch has no Gloo backend"}, separators=(",", ":")), flush=True)

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Sieve builds, tests, packages (dpkg-dev and file: CPack's DEB generator)
-# and benchmarks with. Idempotent and quiet when everything is already there (no apt-get update
+# Installs the Debian packages Sieve builds, tests, packages (dpkg-dev and file: CPack's DEB generator;
+# lintian and man-db: the package's checks) and benchmarks with. Idempotent and quiet when everything is already there (no apt-get update
 # then), so CI reruns stay fast.
 set -euo pipefail
 
 packages=(build-essential dpkg-dev file cmake pkg-config git libgtest-dev libgmock-dev googletest libbenchmark-dev
           libhwloc-dev hwloc libibverbs-dev iproute2 iperf3 clang libclang-rt-14-dev python3 procps
-          libnetfilter-queue-dev iptables)
+          libnetfilter-queue-dev iptables lintian man-db)
 # Extra packages a caller asks for (the demo adds python3-torch for the Gloo comparison).
 packages+=("$@")
 

@@ -9,8 +9,9 @@
 #   netlab.sh [--prefix P] addr I            node I's IPv4 address (10.77.0.(I+1))
 #   netlab.sh [--prefix P] ns I              node I's namespace name
 #   netlab.sh [--prefix P] ifname            the nodes' interface name (eth0)
-#   netlab.sh [--prefix P] status [--all]    namespaces, addresses and qdiscs of the lab; --all: every
-#                                            lab with its owner, "orphaned" when the owner has died
+#   netlab.sh [--prefix P] status [--all]    namespaces, addresses and qdiscs of the lab (exit 1 when it
+#                                            is not up); --all: every lab with its owner, "orphaned"
+#                                            when the owner has died
 #   netlab.sh [--prefix P] impair-stats I    node I's sieve-impair counters (when it runs one)
 #   netlab.sh --version | --help
 #
@@ -20,8 +21,8 @@
 # node's egress: tbf for --rate, netem (under the tbf) for --delay/--jitter/--loss/--reorder. Kernels
 # without sch_netem get the same impairments from tools/impair's sieve-impair, one per node, fed by an
 # iptables NFQUEUE rule on the node's eth0 egress (--queue-bypass: traffic flows if it dies); found by
-# --impair, $NETLAB_IMPAIR, PATH, or the source tree's build*/ folders; NETLAB_IMPAIRER=nfqueue forces
-# it where netem exists. Every lab's record (its owner, sieve-impair pids and counters) lives in
+# --impair, $NETLAB_IMPAIR, beside an installed netlab.sh (PREFIX/bin), PATH, or the source tree's
+# build*/ folders; NETLAB_IMPAIRER=nfqueue forces it where netem exists. Every lab's record (its owner, sieve-impair pids and counters) lives in
 # /run/sieve-netlab/P ($NETLAB_STATE_DIR). `up` first removes a lab of the same prefix (so it is
 # idempotent) and every lab whose --owner process has died (a caller killed with SIGKILL cannot run
 # its own `down`), and removes what it built if any step fails; `down` never fails. Values are
@@ -38,9 +39,12 @@ impair_path=""
 die() { echo "netlab: $*" >&2; exit 2; }
 usage_text() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 usage() { usage_text >&2; exit 2; }
-# The version of the source tree this script belongs to: CMake's project VERSION.
+# Written into the installed copy by CMake (tools/bench/CMakeLists.txt); empty in the source tree.
+installed_version=""
+# The installed version, else that of the source tree this script belongs to (CMake's project VERSION).
 version() {
   local cmake
+  [[ -n $installed_version ]] && { echo "$installed_version"; return; }
   cmake=$(dirname "$(readlink -f "$0")")/../CMakeLists.txt
   sed -n 's/^project(sieve VERSION \([0-9.]*\).*/\1/p' "$cmake" 2>/dev/null | head -n 1 | grep . || echo unknown
 }
@@ -177,13 +181,17 @@ reachable() {  # ns addr
   [[ $answer == *refused* || -z $answer ]]
 }
 
-# sieve-impair: the --impair option, $NETLAB_IMPAIR, PATH, then the newest build of this source tree.
+# sieve-impair: the --impair option, $NETLAB_IMPAIR, the installation this script belongs to
+# (PREFIX/share/sieve/netlab.sh beside PREFIX/bin/sieve-impair), PATH, then the newest build of this
+# source tree. Prints nothing when there is none (the caller says so); never fails.
 find_impairer() {
-  local candidate
-  for candidate in "$impair_path" "${NETLAB_IMPAIR:-}" "$(command -v sieve-impair 2>/dev/null || true)"; do
-    [[ -n $candidate && -x $candidate ]] && { echo "$candidate"; return; }
+  local candidate here name=sieve-impair
+  here=$(dirname "$(readlink -f "$0")")
+  for candidate in "$impair_path" "${NETLAB_IMPAIR:-}" "$here/../../bin/$name" \
+                   "$(command -v "$name" 2>/dev/null || true)"; do
+    [[ -n $candidate && -x $candidate ]] && { echo "$candidate"; return 0; }
   done
-  ls -t "$(dirname "$(readlink -f "$0")")"/../build*/tools/impair/sieve-impair 2>/dev/null | head -n 1
+  { ls -t "$here"/../build*/tools/impair/sieve-impair 2>/dev/null || true; } | head -n 1
 }
 
 # True when this kernel has sch_netem (probed on a namespace's loopback, which nobody else uses).
@@ -387,13 +395,19 @@ case $command in
       exit 0
     fi
     [[ $# -eq 0 ]] || die "unknown option '$1' for status"
-    for ns in $(lab_namespaces); do
+    namespaces=$(lab_namespaces)
+    if [[ -z $namespaces ]]; then
+      echo "netlab: no lab '$prefix' is up ($0 status --all lists the labs)"
+      exit 1
+    fi
+    for ns in $namespaces; do
       echo "== $ns"
       ip -n "$ns" -br addr
       ip netns exec "$ns" tc qdisc show | grep -v -E "noqueue|pfifo_fast|^$" || true
     done
     for stats in "$(state_dir)"/impair-n*.stats; do
-      [[ -f $stats ]] && echo "== $(basename "$stats" .stats): $(tr '\n' ' ' <"$stats")"
+      [[ -f $stats ]] || continue
+      echo "== $(basename "$stats" .stats): $(tr '\n' ' ' <"$stats")"
     done ;;
   impair-stats)
     [[ $# -eq 1 ]] || die "impair-stats needs a node index"

@@ -64,5 +64,15 @@ TEST(MasksFile, TooFewMasksForTheModelAreRefused) {
   std::remove(path.c_str());
 }
 
+// A file whose masks hold no element describes no gradient: refused, not run as "0 bytes".
+TEST(MasksFile, MasksWithoutElementsAreRefused) {
+  const std::string path = write({{"empty_mask", "BOOL", {0}, {}}});
+  MaskedModel masked;
+  std::string error;
+  EXPECT_FALSE(load_masked_model(path, &masked, &error, nullptr));
+  EXPECT_NE(error.find("hold no elements"), std::string::npos) << error;
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace sieve::bench

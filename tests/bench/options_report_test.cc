@@ -182,7 +182,7 @@ TEST(Report, ATimedOutModeShowsWhatFinished) {
   r.iterations = 5;
   r.modes[1].ok = false;
   r.modes[1].seconds = {0.25, 0.27};
-  r.modes[1].error = "timed out after 300 s waiting for 'done ' from node(s) 2";
+  r.modes[1].error = "timed out waiting for node(s) 2 to finish the all-reduce";
   r.failure = "compacted: " + r.modes[1].error;
   const std::string table = format_table(r);
   EXPECT_NE(table.find("2 of 5 measured all-reduces finished"), std::string::npos) << table;
@@ -243,6 +243,31 @@ TEST(Report, DegenerateInputsReadAsSentences) {
   EXPECT_EQ(line.find("pruned's"), std::string::npos) << line;
   r.nodes = 1;
   EXPECT_EQ(format_table(r).find("1 nodes"), std::string::npos);
+}
+
+// Nothing pruned (--density 1): no claim of being faster, whatever the noise in the timings.
+TEST(Report, NothingPrunedClaimsNoSpeedup) {
+  RunReport r = sample();
+  r.kept_fraction = 1.0;
+  r.modes[1].seconds = {0.56, 0.56};
+  r.modes[0].seconds = {0.55, 0.55};
+  r.modes[1].logical_bytes = r.modes[0].logical_bytes;
+  const std::string line = summary_line(r);
+  EXPECT_EQ(line.find("faster"), std::string::npos) << line;
+  EXPECT_NE(line.find("Nothing of ResNet-50 was pruned"), std::string::npos) << line;
+  EXPECT_NE(line.find("0.56 s against 0.55 s dense"), std::string::npos) << line;
+}
+
+// Pruned but not faster (a CPU-bound link, say): said plainly, not as "1.0x faster" or "0.9x faster".
+TEST(Report, PrunedButNotFasterSaysSo) {
+  RunReport r = sample();
+  r.modes[1].seconds = {1.15, 1.15};
+  std::string line = summary_line(r);
+  EXPECT_EQ(line.find("x faster"), std::string::npos) << line;
+  EXPECT_NE(line.find("but no faster: 1.15 s against 1.10 s dense"), std::string::npos) << line;
+  r.modes[1].seconds = {1.08, 1.08};  // 1.02x rounds to 1.0x
+  line = summary_line(r);
+  EXPECT_NE(line.find("but no faster"), std::string::npos) << line;
 }
 
 }  // namespace

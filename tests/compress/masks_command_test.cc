@@ -43,6 +43,7 @@ TEST_F(MasksCommand, TextReportsTensorsElementsKeptAndDensity) {
   EXPECT_NE(r.out.find("layer1.mask"), std::string::npos);
   EXPECT_NE(r.out.find("layer2.mask"), std::string::npos);
   EXPECT_NE(r.out.find("skipped layer1.bias (F32"), std::string::npos);
+  EXPECT_NE(r.out.find("mask tensors: 2 (1 other tensor skipped)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("total: 8 elements, 4 kept, density 0.5000"), std::string::npos) << r.out;
 }
 

@@ -4,22 +4,41 @@
 `build` (the ctest fixture) runs CPack and extracts the .deb with `dpkg-deb -x` into WORK/root; every
 other check reads that root as if it were /:
 
-  contents      the file list and control fields (name, version from CMake's project VERSION)
+  contents      the file list and control fields (name, version from CMake's project VERSION,
+                maintainer, section, Recommends/Suggests)
   depends       Depends names exactly the packages that own the shared libraries the packaged
-                programs and library load (readelf NEEDED), hwloc's among them; Recommends
-                names libibverbs1 and its providers (dlopened by the verbs transport)
+                programs and library load (readelf NEEDED), hwloc's among them, plus python3 (the
+                module and gloo_allreduce.py); Recommends names libibverbs1 and its providers
+                (dlopened by the verbs transport)
+  control       maintainer scripts: the loader's cache through dpkg's ldconfig trigger, never an
+                ldconfig call; py3compile at configure and py3clean at removal
+  changelog     changelog.gz's latest entry is the project's version; changelog and man pages
+                are gzipped without name or time stamp
+  man_pages     a page per tool in bin/, rendered by man without a warning, holding its --help
+  hardening     every ELF file is linked with -z relro -z now
+  no_build_paths  no packaged file holds the path of the source or build tree
+  relocated     the installed tools moved away from the library fail with a clear message naming
+                where they looked, never falling back to the build tree
   sieve_info    the installed sieve-info finds the installed library and reports it (--json)
+  tools         the installed sieve-perf, without --plugin, streams through the installed library
+  netlab        the installed netlab.sh knows its version and, as root with iptables, starts the
+                installed sieve-impair where the kernel has no netem (forced with NETLAB_IMPAIRER)
   c_api         tests/plugin/c_api_test.c built with `pkg-config --cflags --libs sieve`, run on it
   pkg_config    a small program built with pkg-config sees the same version in header and library
   cmake_config  find_package(Sieve) gives Sieve::sieve; a too-new version request is refused
   python        `import sieve` from the installed module: the clear "not loaded" error without
                 LD_PRELOAD, the preloaded copy with it
+  usr_local     `cmake --install --prefix /usr/local` puts the module, library and sieve.pc where
+                Debian's python3, loader and pkg-config look
+  lintian       lintian reports nothing but what the package's overrides justify (skipped when
+                lintian is not installed)
 
 Run one: package_test.py --build-dir B --source-dir S --work W --version V --cpack CPACK CHECK
 """
 
 import argparse
 import glob
+import gzip
 import json
 import os
 import re
@@ -30,8 +49,13 @@ import tempfile
 
 LIBRARY = "libnccl-net-sieve.so"
 PREFIX = "usr"
-LIBDIR = PREFIX + "/lib"
+# Debian's multiarch library directory (usr/lib/x86_64-linux-gnu on amd64).
+MULTIARCH = subprocess.run(["dpkg-architecture", "-qDEB_HOST_MULTIARCH"], stdout=subprocess.PIPE,
+                           text=True).stdout.strip()
+LIBDIR = PREFIX + "/lib/" + MULTIARCH
 PYTHONDIR = PREFIX + "/lib/python3/dist-packages"
+TOOLS = ("sieve-info", "sieve-perf", "sieve-bench", "sieve-impair")
+DOCDIR = PREFIX + "/share/doc/sieve"
 # What a user installs the package for; anything else the package carries must be accounted for here.
 EXPECTED_FILES = {
     LIBDIR + "/" + LIBRARY,
@@ -41,23 +65,27 @@ EXPECTED_FILES = {
     LIBDIR + "/cmake/Sieve/SieveConfig.cmake",
     LIBDIR + "/cmake/Sieve/SieveConfigVersion.cmake",
     LIBDIR + "/cmake/Sieve/SieveTargets.cmake",
-    PREFIX + "/bin/sieve-info",
-    PREFIX + "/bin/sieve-perf",
-    PREFIX + "/bin/sieve-bench",
     PYTHONDIR + "/sieve.py",
     PREFIX + "/share/sieve/netlab.sh",
     PREFIX + "/share/sieve/gloo_allreduce.py",
-    PREFIX + "/share/doc/sieve/README.md",
-    PREFIX + "/share/doc/sieve/DEPLOY.md",
-    PREFIX + "/share/doc/sieve/DESIGN.md",
-    PREFIX + "/share/doc/sieve/PERFORMANCE.md",
-}
+    DOCDIR + "/README.md",
+    DOCDIR + "/DEPLOY.md",
+    DOCDIR + "/DESIGN.md",
+    DOCDIR + "/PERFORMANCE.md",
+    DOCDIR + "/changelog.gz",
+    DOCDIR + "/copyright",
+    PREFIX + "/share/lintian/overrides/sieve",
+} | {PREFIX + "/bin/" + tool for tool in TOOLS} | {PREFIX + "/share/man/man1/%s.1.gz" % tool for tool in TOOLS}
 # The imported-target file CMake writes per build type (SieveTargets-relwithdebinfo.cmake, ...).
 OPTIONAL_FILE_PATTERNS = [re.compile(re.escape(LIBDIR) + r"/cmake/Sieve/SieveTargets-[a-z]+\.cmake")]
 
 
 class CheckFailed(Exception):
     pass
+
+
+class Skipped(Exception):
+    """What the check needs is not on this machine (exit status 77: ctest reports it skipped)."""
 
 
 def check(condition, message):
@@ -159,9 +187,19 @@ def contents(p):
     check(not os.path.islink(lib), "%s is a symlink: NCCL and LD_PRELOAD would map the target's name" % lib)
     soname = re.search(r"\(SONAME\)\s+Library soname: \[(.*)\]", run(["readelf", "-d", lib]).stdout)
     check(soname and soname.group(1) == LIBRARY, "SONAME of %s is %s" % (lib, soname and soname.group(1)))
-    for tool in ("sieve-info", "sieve-perf", "sieve-bench"):
+    for tool in TOOLS:
         check(os.access(p.path(PREFIX + "/bin/" + tool), os.X_OK), "%s is not executable" % tool)
-    print("%d files, all accounted for; version %s" % (len(files), p.args.version))
+    maintainer = p.field("Maintainer")
+    check(re.fullmatch(r"[^<>]+ <[^@<>\s]+@[^@<>\s]+\.[a-z]+>", maintainer) and "localhost" not in maintainer,
+          "Maintainer %r is not a name with a mail address" % maintainer)
+    check(p.field("Section") == "net", "Section %r" % p.field("Section"))
+    for line in p.field("Description").splitlines():
+        check(len(line) <= 80, "Description line longer than 80 characters: %r" % line)
+    recommends = p.field("Recommends")
+    for name in ("iperf3", "iproute2"):
+        check(name in recommends, "Recommends %r lacks %s (sieve-perf, the namespace lab)" % (recommends, name))
+    check("python3-torch" in p.field("Suggests"), "Suggests %r lacks python3-torch (--gloo)" % p.field("Suggests"))
+    print("%d files, all accounted for; version %s; maintainer %s" % (len(files), p.args.version, maintainer))
 
 
 def elf_files(root):
@@ -209,6 +247,8 @@ def depends(p):
     expected = {}
     for soname, users in needed.items():
         expected.setdefault(owning_package(soname), set()).add(soname)
+    # Not ELF: the Python module and gloo_allreduce.py (#!/usr/bin/python3).
+    expected["python3"] = {"sieve.py", "gloo_allreduce.py"}
     check(any(name.startswith("libhwloc") for name in declared), "Depends lacks hwloc's library: %r" % field)
     check(set(expected) == declared,
           "Depends %r names %s, but the packaged binaries load libraries of %s (%s)" %
@@ -219,6 +259,176 @@ def depends(p):
     check("libibverbs1" in recommends and "ibverbs-providers" in recommends,
           "Recommends %r lacks libibverbs1 / ibverbs-providers (the verbs transport dlopens them)" % recommends)
     check("ibverbs" not in field, "Depends %r names verbs, which must stay optional" % field)
+
+
+def control(p):
+    work = p.scratch("control")
+    run(["dpkg-deb", "-e", p.deb, work])
+    scripts = {name: open(os.path.join(work, name)).read() for name in ("postinst", "prerm", "postrm")
+               if os.path.exists(os.path.join(work, name))}
+    check(set(scripts) == {"postinst", "prerm", "postrm"}, "maintainer scripts: %s" % sorted(scripts))
+    for name, text in scripts.items():
+        check(text.startswith("#!/bin/sh\n") and "\nset -e\n" in text, "%s is not a /bin/sh script with set -e" % name)
+        check("ldconfig" not in re.sub(r"(?m)^#.*$", "", text), "%s calls ldconfig: use the trigger" % name)
+        check(os.stat(os.path.join(work, name)).st_mode & 0o777 == 0o755, "%s is not mode 755" % name)
+    triggers = open(os.path.join(work, "triggers")).read()
+    check(re.search(r"(?m)^activate-noawait ldconfig$", triggers), "no ldconfig trigger: %r" % triggers)
+    check("py3compile -p sieve" in scripts["postinst"], "postinst does not byte-compile the module")
+    check("py3clean -p sieve" in scripts["prerm"], "prerm does not remove the byte-code")
+    print("maintainer scripts and the ldconfig trigger as Debian's tools write them")
+
+
+def gunzip(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    # RFC 1952: no file name (FLG.FNAME) and no time stamp (MTIME), so the bytes depend on the text only.
+    check(raw[3] & 0x08 == 0 and raw[4:8] == b"\0\0\0\0", "%s carries a file name or a time stamp" % path)
+    return gzip.decompress(raw).decode("utf-8")
+
+
+def changelog(p):
+    text = gunzip(p.path(DOCDIR + "/changelog.gz"))
+    first = re.match(r"sieve \(([^)]+)\) \S+; urgency=\S+\n", text)
+    check(first and first.group(1) == p.args.version,
+          "the changelog's latest entry is %r, the project is %s: add an entry to tools/package/debian/changelog" %
+          (first and first.group(1), p.args.version))
+    print("changelog.gz starts with version", first.group(1))
+
+
+def man_pages(p):
+    for tool in TOOLS:
+        page = p.path(PREFIX + "/share/man/man1/%s.1.gz" % tool)
+        source = gunzip(page)
+        check(re.search(r"(?m)^%s \\- \S" % re.escape(tool.replace("-", "\\-")), source), "%s: no NAME line" % page)
+        done = run(["man", "--warnings", "-E", "UTF-8", "-l", "-Tutf8", "-Z", page], env=clean_env(MANWIDTH="80"))
+        check(not done.stderr.strip(), "man warns about %s:\n%s" % (page, done.stderr))
+        help_text = run([p.path(PREFIX + "/bin/" + tool), "--help"], env=clean_env()).stdout
+        first_option = next(line for line in help_text.splitlines() if line.strip().startswith("--"))
+        check(first_option.strip().split()[0].replace("-", "\\-") in source, "%s does not hold its --help" % page)
+    print("manual pages of", ", ".join(TOOLS))
+
+
+def hardening(p):
+    for path in elf_files(p.root):
+        dynamic = run(["readelf", "-d", "-l", "-W", path]).stdout
+        name = os.path.relpath(path, p.root)
+        check("GNU_RELRO" in dynamic, "%s has no RELRO segment (-z relro)" % name)
+        check("BIND_NOW" in dynamic or re.search(r"FLAGS_1\).*\bNOW\b", dynamic), "%s is not bound now (-z now)" % name)
+    print("every ELF file has RELRO and BIND_NOW")
+
+
+def no_build_paths(p):
+    trees = {os.path.realpath(p.args.source_dir), os.path.realpath(p.args.build_dir), p.args.source_dir,
+             p.args.build_dir}
+    needles = sorted({t.rstrip("/").encode() for t in trees if len(t) > 1})
+    found = []
+    for directory, _, names in os.walk(p.root):
+        for name in names:
+            path = os.path.join(directory, name)
+            if os.path.islink(path):
+                continue
+            with open(path, "rb") as f:
+                data = f.read()
+            if path.endswith(".gz"):
+                data = gzip.decompress(data)
+            found += ["%s holds %s" % (os.path.relpath(path, p.root), n.decode()) for n in needles if n in data]
+    check(not found, "build paths in the package: %s" % found)
+    print("no packaged file names %s" % [n.decode() for n in needles])
+
+
+def relocated(p):
+    """The tools copied away from the library: a clear message naming the installed location, exit 2,
+    and no trace of the tree they were built in."""
+    # Outside the build tree, as on a node: nothing of the build may be found from there.
+    work = tempfile.mkdtemp(prefix="sieve-relocated-")
+    try:
+        bindir = os.path.join(work, "usr", "bin")
+        os.makedirs(bindir)
+        for tool in ("sieve-perf", "sieve-bench"):
+            shutil.copy2(p.path(PREFIX + "/bin/" + tool), bindir)
+        missing = os.path.join(work, "usr", "lib", MULTIARCH, LIBRARY)
+        for tool, args in (("sieve-perf", ["--smoke"]), ("sieve-bench", ["--loopback", "--quiet"])):
+            done = run([os.path.join(bindir, tool)] + args, env=clean_env(), cwd=work, expect_ok=False)
+            said = done.stdout + done.stderr
+            check(done.returncode == 2, "%s without its library exited %d: %s" % (tool, done.returncode, said))
+            check("libnccl-net-sieve.so is not installed beside %s (%s does not exist)" % (tool, missing) in said,
+                  "%s does not say where it looked: %s" % (tool, said))
+            check(p.args.build_dir not in said and "/plugin/" not in said, "%s names a build tree: %s" % (tool, said))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("the tools moved away from the library name", missing)
+
+
+def netlab(p):
+    script = p.path(PREFIX + "/share/sieve/netlab.sh")
+    said = run(["bash", script, "--version"], env=clean_env()).stdout.strip()
+    check(said == "netlab.sh " + p.args.version, "the installed netlab.sh --version says %r" % said)
+    if os.geteuid() != 0 or not shutil.which("iptables"):
+        print("netlab.sh --version: %s (impairer part skipped: needs root and iptables)" % said)
+        return
+    prefix = "pk%d" % os.getpid()
+    env = clean_env(NETLAB_IMPAIRER="nfqueue", PATH="/usr/sbin:/usr/bin:/sbin:/bin")
+    try:
+        up = run(["bash", script, "--prefix", prefix, "up", "2", "--delay", "1ms"], env=env, expect_ok=False)
+        check(up.returncode == 0, "the installed netlab.sh could not impair with the installed sieve-impair:\n%s%s" %
+              (up.stdout, up.stderr))
+        stats = run(["bash", script, "--prefix", prefix, "impair-stats", "0"], env=env).stdout
+        check(stats.strip(), "no sieve-impair counters for node 0")
+    finally:
+        run(["bash", script, "--prefix", prefix, "down"], env=env, expect_ok=False)
+    print("netlab.sh --version: %s; it started the packaged sieve-impair" % said)
+
+
+def loader_directories(conf):
+    """The directories ld.so.conf names, its `include`s followed."""
+    found = []
+    for line in open(conf):
+        line = line.split("#")[0].strip()
+        if line.startswith("include "):
+            for included in sorted(glob.glob(os.path.join(os.path.dirname(conf), line.split(None, 1)[1]))):
+                found += loader_directories(included)
+        elif line:
+            found.append(line)
+    return found
+
+
+def usr_local(p):
+    """`cmake --install build --prefix /usr/local`, as the README says: everything lands where Debian's
+    loader, pkg-config and python3 look without any setting."""
+    root = tempfile.mkdtemp(prefix="sieve-usr-local-")
+    try:
+        run(["cmake", "--install", p.args.build_dir, "--prefix", "/usr/local"], env=clean_env(DESTDIR=root))
+        installed = {"/" + os.path.relpath(os.path.join(d, n), root) for d, _, names in os.walk(root) for n in names}
+        def where(name):
+            found = sorted(f for f in installed if f.endswith("/" + name))
+            check(len(found) == 1, "%s installed %d times: %s" % (name, len(found), found))
+            return os.path.dirname(found[0])
+        python_path = run(["/usr/bin/python3", "-c", "import sys; print('\\n'.join(sys.path))"],
+                          env=clean_env()).stdout.splitlines()
+        check(where("sieve.py") in python_path, "sieve.py went to %s, not on /usr/bin/python3's sys.path %s" %
+              (where("sieve.py"), python_path))
+        searched = loader_directories("/etc/ld.so.conf")
+        check(where(LIBRARY) in searched, "%s went to %s, which /etc/ld.so.conf does not name (%s)" %
+              (LIBRARY, where(LIBRARY), searched))
+        pc_path = run(["pkg-config", "--variable", "pc_path", "pkg-config"], env=clean_env()).stdout.strip().split(":")
+        check(where("sieve.pc") in pc_path, "sieve.pc went to %s, not on pkg-config's path %s" %
+              (where("sieve.pc"), pc_path))
+        print("/usr/local: module in %s, library in %s, sieve.pc in %s" % (where("sieve.py"), where(LIBRARY),
+                                                                           where("sieve.pc")))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def lintian(p):
+    if not shutil.which("lintian"):
+        raise Skipped("lintian is not installed (tools/install-deps.sh installs it)")
+    done = run(["lintian", "--fail-on", "error,warning,info", "--display-info", "--tag-display-limit", "0", p.deb],
+               expect_ok=False)
+    tags = [line for line in (done.stdout + done.stderr).splitlines() if re.match(r"[EWIX]: ", line)]
+    check(done.returncode == 0 and not tags, "lintian:\n%s" % "\n".join(tags or [done.stdout, done.stderr]))
+    overridden = run(["lintian", "--show-overrides", "--display-info", p.deb], expect_ok=False).stdout
+    print("lintian: clean; overridden (tools/package/debian/lintian-overrides says why):")
+    print("\n".join(line for line in overridden.splitlines() if line.startswith("O: ")))
 
 
 def sieve_info(p):
@@ -363,8 +573,9 @@ def python(p):
     print("with LD_PRELOAD:", lines)
 
 
-CHECKS = {f.__name__: f for f in (build, contents, depends, sieve_info, tools, c_api, pkg_config, cmake_config,
-                                   python)}
+CHECKS = {f.__name__: f for f in (build, contents, depends, control, changelog, man_pages, hardening, no_build_paths,
+                                   relocated, sieve_info, tools, netlab, c_api, pkg_config, cmake_config, python,
+                                   usr_local, lintian)}
 
 
 def main():
@@ -385,6 +596,9 @@ def main():
     except CheckFailed as failure:
         print("FAIL %s: %s" % (args.check, failure), file=sys.stderr)
         return 1
+    except Skipped as why:
+        print("skipped %s: %s" % (args.check, why))
+        return 77
     return 0
 
 

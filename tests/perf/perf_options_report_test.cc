@@ -147,4 +147,16 @@ TEST(PerfReport, ShaperHoldsArePerGbMediansAndOnlyWhereTheLinkIsShaped) {
 }
 
 }  // namespace
+// Which ncclNetPlugin_vN the run drove (--abi 0 means the newest exported) is in the table and JSON.
+TEST(PerfReport, TheAbiDrivenIsNamed) {
+  Options o;
+  o.plugin = "/usr/lib/x86_64-linux-gnu/libnccl-net-sieve.so";
+  o.abi_loaded = 12;
+  LinkResult loopback;
+  loopback.link = "loopback";
+  bool failed = false;
+  EXPECT_NE(format_table({loopback}, o, &failed).find("libnccl-net-sieve.so (ncclNetPlugin_v12)"), std::string::npos);
+  EXPECT_NE(format_json({loopback}, o).find("\"abi\":12"), std::string::npos);
+}
+
 }  // namespace sieve::perf

@@ -69,14 +69,14 @@ TEST(Config, OutOfRangeValueKeepsDefaultAndNamesTheRange) {
   EXPECT_EQ(r.settings().peer_timeout_ms, 5000);
   EXPECT_EQ(r.settings().rate_limit_mbps, 0);
   EXPECT_EQ(r.settings().proxy_max_density, 90);
-  EXPECT_EQ(r.settings().stats_interval_s, 0);
+  EXPECT_EQ(r.settings().stats_interval_s, 15);
   EXPECT_EQ(r.settings().chunk_size, 512u << 10);
   EXPECT_EQ(r.diagnostics().size(), 6u);
   EXPECT_TRUE(mentions(r, "SIEVE_NSOCKS=99 is outside 0-16; using the default '0'"));
   EXPECT_TRUE(mentions(r, "SIEVE_PEER_TIMEOUT_MS=0 is outside 100-86400000; using the default '5000'"));
   EXPECT_TRUE(mentions(r, "SIEVE_RATE_LIMIT_MBPS=-1 is outside 0-1000000; using the default '0'"));
   EXPECT_TRUE(mentions(r, "SIEVE_PROXY_MAX_DENSITY=150 is outside 0-100; using the default '90'"));
-  EXPECT_TRUE(mentions(r, "SIEVE_STATS_INTERVAL=-3 is outside 0-86400; using the default '0'"));
+  EXPECT_TRUE(mentions(r, "SIEVE_STATS_INTERVAL=-3 is outside 0-86400; using the default '15'"));
   EXPECT_TRUE(mentions(r, "SIEVE_CHUNK_SIZE=1K is outside 4K-1G; using the default '512K'"));
   for (const char* name : {"SIEVE_NSOCKS", "SIEVE_PEER_TIMEOUT_MS", "SIEVE_PROXY_MAX_DENSITY"})
     EXPECT_EQ(find(r, name).source, Source::Default) << name;
@@ -173,6 +173,29 @@ TEST(Config, Parsers) {
   std::string c;
   EXPECT_TRUE(parse_choice("auto", "auto|on|off", c));
   EXPECT_FALSE(parse_choice("au", "auto|on|off", c));
+}
+
+// Numbers are read as a person reads them: decimal, a leading zero changes nothing (C's octal
+// would make 010 eight and 08 an error), and there is no hex.
+TEST(Config, NumbersAreDecimalWhateverTheirLeadingZeros) {
+  int64_t i = 0;
+  EXPECT_TRUE(parse_int("010", i));
+  EXPECT_EQ(i, 10);
+  EXPECT_TRUE(parse_int("08", i));
+  EXPECT_EQ(i, 8);
+  EXPECT_TRUE(parse_int("-010", i));
+  EXPECT_EQ(i, -10);
+  EXPECT_FALSE(parse_int("0x10", i));
+  uint64_t s = 0;
+  EXPECT_TRUE(parse_size("010K", s));
+  EXPECT_EQ(s, 10u << 10);
+  EXPECT_FALSE(parse_size("0x10", s));
+
+  Registry r({{"SIEVE_NSOCKS", "010"}, {"SIEVE_PEER_TIMEOUT_MS", "010000"}, {"SIEVE_NTHREADS", "08"}});
+  EXPECT_TRUE(r.diagnostics().empty()) << r.diagnostics()[0];
+  EXPECT_EQ(r.settings().nsocks, 10);
+  EXPECT_EQ(r.settings().peer_timeout_ms, 10000);
+  EXPECT_EQ(r.settings().nthreads, 8);
 }
 
 }  // namespace

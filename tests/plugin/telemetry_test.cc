@@ -2,7 +2,10 @@
 #include "tests/plugin/read_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include <atomic>
 #include <chrono>
@@ -237,7 +240,40 @@ TEST(Telemetry, ASharedStatsPathIsWrittenByOneLiveProcess) {
   EXPECT_EQ(note, "");
   third.reset();
   second.reset();
-  std::remove((pattern + ".lock").c_str());
+  EXPECT_NE(access((pattern + ".lock").c_str(), F_OK), 0) << "the released claim left its lock file";
+}
+
+// Releasing a claim removes its lock file: ordinary runs leave only the files asked for. A file
+// left by a killed holder is taken over by the next claimant and removed when it lets go.
+TEST(Telemetry, AReleasedClaimLeavesNoLockFile) {
+  const std::string path = ::testing::TempDir() + "sieve-lock-" + std::to_string(getpid()) + ".prom";
+  const std::string lock = path + ".lock";
+  std::string error;
+  { FILE* stale = std::fopen(lock.c_str(), "w"); ASSERT_TRUE(stale); std::fclose(stale); }  // a killed holder's
+  auto claim = StatsFileClaim::take(path, &error);
+  ASSERT_TRUE(claim) << error;
+  EXPECT_EQ(access(lock.c_str(), F_OK), 0);
+  EXPECT_FALSE(StatsFileClaim::take(path, &error)) << "a second holder got the claim";
+  claim.reset();
+  EXPECT_NE(access(lock.c_str(), F_OK), 0) << lock << " is still there";
+  claim = StatsFileClaim::take(path, &error);
+  EXPECT_TRUE(claim) << "the name is not free again: " << error;
+  claim.reset();
+  EXPECT_NE(access(lock.c_str(), F_OK), 0);
+}
+
+// A SIEVE_STATS_FILE that cannot be a file is named as such before anything is created: a directory
+// (operators give the textfile collector's), or a file in a directory that does not exist.
+TEST(Telemetry, AStatsPathThatCannotBeAFileIsExplained) {
+  const std::string dir = ::testing::TempDir() + "sieve-dir-" + std::to_string(getpid());
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  EXPECT_EQ(stats_path_problem(dir), dir + " is a directory: name a file in it, e.g. " + dir + "/sieve-%h-%p.prom");
+  EXPECT_EQ(stats_path_problem(dir + "/"), dir + "/ is a directory: name a file in it, e.g. " + dir + "/sieve-%h-%p.prom");
+  EXPECT_EQ(stats_path_problem(dir + "/missing/s.prom"),
+            "its directory " + dir + "/missing cannot be used: No such file or directory");
+  EXPECT_EQ(stats_path_problem(dir + "/s.prom"), "");
+  EXPECT_EQ(stats_path_problem("relative.prom"), "");
+  rmdir(dir.c_str());
 }
 
 }  // namespace

@@ -238,6 +238,30 @@ check("enp133s0f0np0xy" in text, "the renamed NIC is not in the output")
 columns_stay_apart(text, "  name ", "NICs")
 columns_stay_apart(text, "  SIEVE_SOCKET_IFNAME ", "Configuration")
 
+# SIEVE_STATS_FILE is checked, never written: a health check run with a job's settings must not
+# leave a stats file of its own (a series of a process that moved nothing) where Prometheus reads.
+stats_dir = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"sieve-info-stats-{os.getpid()}")
+os.mkdir(stats_dir)
+rc, out, err = run("--json", env_extra={"SIEVE_STATS_FILE": stats_dir + "/s-%p.prom", "SIEVE_STATS_FORMAT": "prometheus"})
+check(os.listdir(stats_dir) == [], f"sieve-info wrote {os.listdir(stats_dir)} for SIEVE_STATS_FILE")
+for name in os.listdir(stats_dir):
+    os.remove(os.path.join(stats_dir, name))
+os.rmdir(stats_dir)
+rc, out, err = run("--json", env_extra={"SIEVE_STATS_FILE": "/nonexistent/dir/s.prom"})
+check(rc == 1 and "SIEVE_STATS_FILE=/nonexistent/dir/s.prom: its directory /nonexistent/dir cannot be used" in err,
+      f"a stats file in a missing directory: exit {rc}, {err!r}")
+
+# --plugin sieve is looked up by NCCL's name through the loader; sieve-info names the file it found.
+plugin_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(sieve_info))), "plugin")
+rc, out, err = run("--plugin", "sieve", "--json", env_extra={"LD_LIBRARY_PATH": plugin_dir})
+found = json.loads(out)["plugin"]
+check(found["library"] == "sieve" and
+      os.path.realpath(found["library_file"]) == os.path.realpath(os.path.join(plugin_dir, "libnccl-net-sieve.so")),
+      f"--plugin sieve: library {found['library']!r}, file {found['library_file']!r}")
+rc, text, err = run("--plugin", "sieve", env_extra={"LD_LIBRARY_PATH": plugin_dir})
+check(re.search(r"library +sieve \(/\S+/libnccl-net-sieve\.so\)", text),
+      "--plugin sieve: the text does not name the file found")
+
 for failure in failures:
     print("FAIL:", failure)
 print(f"{len(failures)} failure(s)")

@@ -1,7 +1,4 @@
 // sieve-bench: the main job of Sieve on emulated nodes. See usage_text() in options.cc.
-#include <unistd.h>
-
-#include <climits>
 #include <cstdio>
 #include <string>
 
@@ -21,12 +18,8 @@ int main(int argc, char** argv) {
     if (!help) std::fputc('\n', stderr);
     return help ? 0 : 2;
   }
-  char self[PATH_MAX] = {};
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  const std::string self_path = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
-
   RunReport report;
-  const int status = run_bench(options, self_path, &report);
+  const int status = run_bench(options, &report);
   if (options.json) {
     std::fputs(format_json(report).c_str(), stdout);
   } else if (!report.modes.empty()) {  // a run stopped before any mode has no table to show

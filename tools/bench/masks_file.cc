@@ -37,6 +37,10 @@ bool load_masked_model(const std::string& path, MaskedModel* out, std::string* e
     *error = path + ": no BOOL or U8 mask tensors in the file";
     return false;
   }
+  if (file.combined.count() == 0) {
+    *error = "--masks: " + path + ": its mask tensors hold no elements: there is nothing to all-reduce";
+    return false;
+  }
   std::string stem = path.substr(path.find_last_of('/') + 1);
   stem = stem.substr(0, stem.find('.'));
   out->model = Model{stem, stem, {}};

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "tools/bench/models.h"
+#include "tools/common/install_layout.h"
 #include "tools/impair/impairment.h"
 
 namespace sieve::bench {
@@ -33,8 +34,8 @@ std::string usage_text() {
   return "usage: sieve-bench [options]\n"
          "N processes act as nodes: each loads the Sieve plugin as NCCL does and they run NCCL-style ring\n"
          "all-reduce over a model's DDP gradient buckets, dense and pruned, and check every sum exactly.\n"
-         "As root the nodes live in network namespaces on a tc-shaped virtual switch (tools/netlab.sh);\n"
-         "otherwise (or with --loopback) they use loopback.\n\n"
+         "As root the nodes live in network namespaces on a tc-shaped virtual switch (netlab.sh);\n"
+         "otherwise (without root or CAP_NET_ADMIN, or with --loopback) they use loopback.\n\n"
          "  --nodes N             nodes (default 4)\n"
          "  --model NAME          " + models + " (default resnet50)\n"
          "  --masks FILE          your own model: one BOOL/U8 mask tensor per parameter (safetensors);\n"
@@ -55,9 +56,9 @@ std::string usage_text() {
          "  --reorder P           share of packets sent ahead of delayed ones, e.g. 25% (needs --delay)\n"
          "  --loopback            loopback even as root (shaped by the plugin's own rate limit when it has one)\n"
          "  --gloo                also run PyTorch's Gloo all-reduce on the same lab and buckets (namespaces only)\n"
-         "  --plugin PATH         libnccl-net-sieve.so (default: the one installed beside it, else this build's)\n"
-         "  --netlab PATH         tools/netlab.sh (default: the source tree's)\n"
-         "  --gloo-script PATH    tools/gloo_allreduce.py (default: the source tree's)\n"
+         "  --plugin PATH         libnccl-net-sieve.so to load (default: the installed one, see Files)\n"
+         "  --netlab PATH         the namespace lab script (default: netlab.sh, see Files)\n"
+         "  --gloo-script PATH    the Gloo peer (default: gloo_allreduce.py, see Files)\n"
          "  --chunk BYTES         ring chunk, 64 to 64M (default 131072)\n"
          "  --inflight N          chunks in flight, 1 to 32 (default 16)\n"
          "  --timeout S           hard limit for the whole run (default: from the model's size, --rate and the\n"
@@ -65,7 +66,18 @@ std::string usage_text() {
          "  --json                one JSON object on stdout instead of the table\n"
          "  --quiet               no progress bar\n"
          "  --version             print the version and exit\n"
-         "  --help                print this and exit\n";
+         "  --help                print this and exit\n"
+         "\n"
+         "Ctrl-C or SIGTERM stops the run: its nodes are killed and its namespaces removed.\n"
+         "Exit status: 0 every sum exact; 1 a failure or a wrong sum; 2 a bad command line or setting;\n"
+         "128 + N when stopped by signal N.\n"
+         "\n"
+         "Files (PREFIX is where sieve-bench is installed: /usr for /usr/bin/sieve-bench):\n"
+         "  PREFIX/" + tools::installed_libdir() + "/libnccl-net-sieve.so   the plugin the nodes load\n"
+         "  PREFIX/share/sieve/netlab.sh           the namespace lab\n"
+         "  PREFIX/share/sieve/gloo_allreduce.py   the Gloo peer (Debian's python3-torch, /usr/bin/python3)\n"
+         "  PREFIX/bin/sieve-impair                impairments on kernels without netem\n"
+         "Run from a build tree, sieve-bench uses that build's library and its source tree's scripts.\n";
 }
 
 int run_budget_seconds(const Options& o, double model_bytes, double kept_fraction) {

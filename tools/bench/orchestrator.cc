@@ -19,6 +19,7 @@
 #include "tools/bench/node.h"
 #include "tools/common/install_layout.h"
 #include "tools/common/netlab.h"
+#include "tools/common/stop_signal.h"
 
 namespace sieve::bench {
 
@@ -26,14 +27,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Set by SIGINT/SIGTERM; global because a signal handler can reach nothing else.
-volatile sig_atomic_t g_stop_signal = 0;
-void on_stop_signal(int signal) { g_stop_signal = signal; }
-
-std::string directory_of(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
 
 bool file_exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
@@ -49,7 +42,9 @@ std::string shell_quote(const std::string& text) {
 // The namespace lab; `down` runs on every exit path through the destructor.
 class Lab {
  public:
-  Lab(std::string script, std::string prefix) : script_(std::move(script)), prefix_(std::move(prefix)) {}
+  // `impairer`: sieve-impair as this installation or build has it ("" = netlab.sh looks for it).
+  Lab(std::string script, std::string prefix, std::string impairer)
+      : script_(std::move(script)), prefix_(std::move(prefix)), impairer_(std::move(impairer)) {}
   ~Lab() { down(); }
   bool up(const Options& o, int nodes) {
     // --owner: if this process is killed (SIGKILL, OOM) the next lab's `up`, or `netlab.sh down --all`,
@@ -61,6 +56,7 @@ class Lab {
     if (!o.jitter.empty()) command += " --jitter " + shell_quote(o.jitter);
     if (!o.loss.empty()) command += " --loss " + shell_quote(o.loss);
     if (!o.reorder.empty()) command += " --reorder " + shell_quote(o.reorder);
+    if (impaired(o) && !impairer_.empty()) command += " --impair " + shell_quote(impairer_);
     command += " >&2";
     up_ = true;  // a half-built lab is removed too
     return run_command(command);
@@ -73,9 +69,21 @@ class Lab {
   std::string ns(int node) const { return prefix_ + "-n" + std::to_string(node); }
 
  private:
-  std::string script_, prefix_;
+  static bool impaired(const Options& o) { return !(o.delay.empty() && o.loss.empty() && o.reorder.empty()); }
+  std::string script_, prefix_, impairer_;
   bool up_ = false;
 };
+
+// What a node does before it sends the message starting with `prefix`, for a timeout's message.
+std::string step_name(const std::string& prefix) {
+  if (prefix == "listen ") return "to start listening";
+  if (prefix == "ready") return "to connect to their ring neighbours";
+  if (prefix == "filled") return "to fill their buffers";
+  if (prefix == "done ") return "to finish the all-reduce";
+  if (prefix == "stats ") return "to report their counters";
+  if (prefix == "closed") return "to close their connections";
+  return "to answer";
+}
 
 struct Child {
   pid_t pid = -1;
@@ -109,14 +117,14 @@ class Fleet {
     std::vector<bool> have(children.size(), false);
     size_t pending = children.size();
     while (pending > 0) {
-      if (g_stop_signal) return *error = "interrupted by signal " + std::to_string(g_stop_signal), false;
+      if (tools::stop_signal()) return *error = "interrupted by " + tools::stop_signal_name(), false;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) {
         std::string late;
         for (size_t i = 0; i < children.size(); ++i) {
           if (!have[i]) late += (late.empty() ? "" : ", ") + std::to_string(i);
         }
-        return *error = "timed out waiting for '" + prefix + "' from node(s) " + late, false;
+        return *error = "timed out waiting for node(s) " + late + " " + step_name(prefix), false;
       }
       // Only nodes that have not answered: an answered one may already have sent its next message.
       std::vector<pollfd> fds;
@@ -240,6 +248,7 @@ std::string run_mode(const NodeJob& base, const Options& o, const Lab* lab, Cloc
       ::close(pair[0]);
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
+      signal(SIGHUP, SIG_DFL);
       NodeJob job = base;
       job.rank = rank;
       job.netns = lab != nullptr ? lab->ns(rank) : "";
@@ -313,11 +322,8 @@ std::string run_mode(const NodeJob& base, const Options& o, const Lab* lab, Cloc
 
 }  // namespace
 
-int run_bench(const Options& o, const std::string& self_path, RunReport* report) {
-  struct sigaction action {};
-  action.sa_handler = on_stop_signal;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+int run_bench(const Options& o, RunReport* report) {
+  tools::install_stop_handlers();
   signal(SIGPIPE, SIG_IGN);
 
   const auto started = Clock::now();
@@ -342,11 +348,12 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
     report->failure = error;
     return 2;
   }
-  const std::string build_dir = directory_of(directory_of(directory_of(self_path)));  // build/tools/bench/x
-  const std::string library =
-      o.plugin.empty() ? tools::default_plugin_path(build_dir + "/plugin/libnccl-net-sieve.so") : o.plugin;
+  const tools::InstallLayout layout = tools::InstallLayout::current();
+  const std::string library = o.plugin.empty() ? layout.plugin() : o.plugin;
   if (!file_exists(library)) {
-    report->failure = "--plugin: not found at " + library + " (build the plugin, or pass --plugin PATH)";
+    report->failure = o.plugin.empty() ? std::string("libnccl-net-sieve.so is not installed beside sieve-bench (") +
+                                             library + " does not exist): install Sieve, or pass --plugin PATH"
+                                       : "--plugin: not found at " + library;
     return 2;
   }
   report->model = work.display_name;
@@ -356,23 +363,35 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
   const int budget_s = run_budget_seconds(o, report->model_bytes(), work.kept);
   const auto deadline = started + std::chrono::seconds(budget_s);
 
-  const bool use_lab = geteuid() == 0 && !o.loopback;
+  // The namespace lab as root, unless --loopback; where namespaces cannot be made (a container
+  // without CAP_NET_ADMIN) a run that needs nothing of the lab goes to loopback and says so.
   const bool impaired = !(o.delay.empty() && o.jitter.empty() && o.loss.empty() && o.reorder.empty());
-  if (!use_lab && (impaired || o.gloo)) {
-    report->failure = std::string(impaired ? "--delay/--jitter/--loss/--reorder need" : "--gloo needs") +
-                      " the namespace lab, which needs root";
+  const bool needs_lab = impaired || o.gloo;
+  const char* needer = impaired ? "--delay/--jitter/--loss/--reorder need" : "--gloo needs";
+  bool use_lab = geteuid() == 0 && !o.loopback;
+  if (!use_lab && needs_lab) {
+    report->failure = std::string(needer) + " the namespace lab, which needs root";
     return 2;
   }
-  const std::string gloo_script =
-      !o.gloo_script.empty() ? o.gloo_script
-                             : tools::default_script_path("gloo_allreduce.py", std::string(SIEVE_BENCH_TOOLS_DIR) + "/gloo_allreduce.py");
+  if (use_lab) {
+    const std::string why_not = tools::NetLab::unavailable_reason();
+    if (!why_not.empty() && needs_lab) {
+      report->failure = std::string(needer) + " the namespace lab (" + why_not + ")";
+      return 2;
+    }
+    if (!why_not.empty()) {
+      std::fprintf(stderr, "sieve-bench: no namespace lab (%s): the nodes run on loopback, as with --loopback\n",
+                   why_not.c_str());
+      use_lab = false;
+    }
+  }
+  const std::string gloo_script = !o.gloo_script.empty() ? o.gloo_script : layout.script("gloo_allreduce.py");
   if (o.gloo && !gloo_supports(gloo_script, o.dtype, &error)) {
     report->failure = "--gloo: " + error;
     return 2;
   }
-  const std::string netlab =
-      !o.netlab.empty() ? o.netlab : tools::default_script_path("netlab.sh", std::string(SIEVE_BENCH_TOOLS_DIR) + "/netlab.sh");
-  Lab lab(netlab, "sb" + std::to_string(getpid()));
+  const std::string netlab = !o.netlab.empty() ? o.netlab : layout.script("netlab.sh");
+  Lab lab(netlab, "sb" + std::to_string(getpid()), layout.impairer());
   std::vector<std::pair<std::string, std::string>> environment;
   environment.emplace_back("SIEVE_TRANSPORT", tools::kEmulatedLinkTransport);
   if (use_lab) {
@@ -381,7 +400,7 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
       return 2;
     }
     if (!lab.up(o, o.nodes)) {
-      report->failure = "could not bring up the namespace lab (tools/netlab.sh up failed; see above)";
+      report->failure = "could not bring up the namespace lab (" + netlab + " up failed; its reason is above)";
       return 2;
     }
     std::ostringstream link;
@@ -435,7 +454,7 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
       report->failure = std::string(mode_name(mode)) + ": " + result.error;
       report->wrong_values = failure.find("WRONG RESULT") != std::string::npos;
       report->modes.push_back(result);
-      return 1;
+      return tools::stop_signal() ? 128 + tools::stop_signal() : 1;
     }
     report->modes.push_back(result);
   }
@@ -464,9 +483,9 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
     gloo.ideal_speedup = 0;
     report->modes.push_back(gloo);
   }
-  if (g_stop_signal) {
-    report->failure = "interrupted";
-    return 130;
+  if (tools::stop_signal()) {
+    report->failure = "interrupted by " + tools::stop_signal_name();
+    return 128 + tools::stop_signal();
   }
   return 0;
 }

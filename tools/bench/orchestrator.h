@@ -10,6 +10,6 @@
 namespace sieve::bench {
 
 // Fills `report`; returns the process exit status (0 = ran and every sum was exact).
-int run_bench(const Options& options, const std::string& self_path, RunReport* report);
+int run_bench(const Options& options, RunReport* report);
 
 }  // namespace sieve::bench

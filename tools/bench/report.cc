@@ -136,13 +136,28 @@ std::string summary_line(const RunReport& r) {
   if (fast == nullptr) fast = find(r, "codec");
   if (dense == nullptr || fast == nullptr || fast->median_seconds() <= 0) return "";
   const double pruned = 100.0 * (1.0 - r.kept_fraction);
+  const std::string speedup = fixed(dense->median_seconds() / fast->median_seconds(), 1);
   std::ostringstream out;
   // The bytes are the table's logical/node column: what each node handed the transport.
-  out << "Sieve moved the gradients of " << r.model << " (" << fixed(pruned, 0) << " % pruned) "
-      << fixed(dense->median_seconds() / fast->median_seconds(), 1) << "x faster between "
-      << count_of(r.nodes, "node") << ": " << megabytes(fast->logical_bytes) << " instead of "
-      << megabytes(dense->logical_bytes) << " per node and all-reduce, " << fixed(fast->median_seconds(), 2)
-      << " s instead of " << fixed(dense->median_seconds(), 2) << " s, every sum exact.";
+  if (r.kept_fraction >= 1.0) {
+    // Nothing pruned (--density 1): the modes move the same bytes, and any time difference is noise.
+    out << "Nothing of " << r.model << " was pruned, so Sieve had nothing to leave out: "
+        << megabytes(fast->logical_bytes) << " per node and all-reduce either way, "
+        << fixed(fast->median_seconds(), 2) << " s against " << fixed(dense->median_seconds(), 2)
+        << " s dense, every sum exact.";
+  } else if (dense->median_seconds() <= fast->median_seconds() || speedup == "1.0") {
+    out << "Sieve moved the gradients of " << r.model << " (" << fixed(pruned, 0) << " % pruned) between "
+        << count_of(r.nodes, "node") << " as " << megabytes(fast->logical_bytes) << " instead of "
+        << megabytes(dense->logical_bytes) << " per node and all-reduce, but no faster: "
+        << fixed(fast->median_seconds(), 2) << " s against " << fixed(dense->median_seconds(), 2)
+        << " s dense, every sum exact.";
+  } else {
+    out << "Sieve moved the gradients of " << r.model << " (" << fixed(pruned, 0) << " % pruned) " << speedup
+        << "x faster between " << count_of(r.nodes, "node") << ": " << megabytes(fast->logical_bytes)
+        << " instead of " << megabytes(dense->logical_bytes) << " per node and all-reduce, "
+        << fixed(fast->median_seconds(), 2) << " s instead of " << fixed(dense->median_seconds(), 2)
+        << " s, every sum exact.";
+  }
   if (const ModeResult* gloo = find(r, "gloo")) {
     out << " PyTorch Gloo on the same link: " << fixed(gloo->median_seconds(), 2) << " s.";
   }

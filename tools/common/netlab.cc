@@ -19,7 +19,8 @@ namespace sieve::tools {
 
 std::string run_command(const std::string& command, int* status) {
   std::string output;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  // Grouped, so the error output of every part of a compound command is captured, not only the last's.
+  FILE* pipe = popen(("{ " + command + "\n} 2>&1").c_str(), "r");
   if (!pipe) {
     if (status) *status = -1;
     return output;
@@ -31,17 +32,26 @@ std::string run_command(const std::string& command, int* status) {
   return output;
 }
 
-std::string default_netlab_script() { return default_script_path("netlab.sh", SIEVE_NETLAB_SCRIPT); }
+std::string default_netlab_script() { return InstallLayout::current().script("netlab.sh"); }
 
 std::string NetLab::unavailable_reason() {
   if (geteuid() != 0) return "needs root to create network namespaces";
   int status = 0;
   run_command("ip -V", &status);
   if (status != 0) return "needs iproute2 (`ip`)";
+  // What a lab does first: a namespace with a veth pair in it. Root without CAP_NET_ADMIN (a
+  // container) may create the namespace and still fail here.
   const std::string probe = "sieve-probe-" + std::to_string(getpid());
-  const std::string out = run_command("ip netns add " + probe + " && ip netns del " + probe, &status);
-  if (status != 0) return "cannot create network namespaces here: " + out;
-  return "";
+  std::string out = run_command("ip netns add " + probe + " && ip -n " + probe +
+                                    " link add probe0 type veth peer name probe1; status=$?; ip netns del " + probe +
+                                    " 2>/dev/null; exit $status",
+                                &status);
+  if (status == 0) return "";
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  const size_t last_line = out.rfind('\n');
+  if (last_line != std::string::npos) out = out.substr(last_line + 1);
+  return "cannot create network namespaces here: " +
+         (out.empty() ? "`ip netns add` failed (exit status " + std::to_string(status) + ")" : out);
 }
 
 namespace {

@@ -7,7 +7,7 @@
 
 namespace sieve::tools {
 
-// netlab.sh installed beside the tool (../share/sieve/), else the source tree's tools/netlab.sh.
+// netlab.sh as the running tool's layout has it (tools/common/install_layout.h).
 std::string default_netlab_script();
 
 // Two or more namespaces on a virtual switch, removed by the destructor (even after a failed assert).

@@ -3,6 +3,7 @@
 #include "tools/common/plugin_loader.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <unistd.h>
 #include <time.h>
 
@@ -19,6 +20,7 @@
 #include "plugin/abi/net_v12.h"
 #include "plugin/abi/net_v8.h"
 #include "plugin/abi/net_v9.h"
+#include "plugin/config.h"
 
 namespace sieve::tools {
 namespace {
@@ -107,6 +109,18 @@ template <typename Props> void copy_v9(const Props& p, NetDeviceInfo* info) {
 constexpr int kMaxMultiRecv = 8;
 
 }  // namespace
+
+int nccl_log_level(const std::string& sieve_log_level) {
+  if (sieve_log_level == "none") return kLogNone;
+  if (sieve_log_level == "info") return kLogInfo;
+  if (sieve_log_level == "trace") return kLogTrace;
+  return kLogWarn;
+}
+
+int environment_log_level() {
+  // Read as the plugin reads it (a refused value leaves the default, and the plugin warns).
+  return nccl_log_level(config::Registry(config::environment_snapshot()).settings().log_level);
+}
 
 const char* result_name(int result) {
   switch (result) {
@@ -201,7 +215,8 @@ std::unique_ptr<NetPlugin> NetPlugin::open(const std::string& name_or_path, cons
     return fail(library + " exports no " +
                 (options.version ? std::string(symbol_for(options.version)) : std::string("ncclNetPlugin_v8..v12")));
   }
-  g_log_level.store(options.log_level, std::memory_order_relaxed);
+  g_log_level.store(options.log_level == kLogLevelFromEnvironment ? environment_log_level() : options.log_level,
+                    std::memory_order_relaxed);
   return plugin;
 }
 
@@ -209,6 +224,12 @@ NetPlugin::~NetPlugin() {
   finalize();
   // Never dlclose: NCCL does not either while the process lives, and a plugin's helper threads
   // could still be unwinding inside the library's code.
+}
+
+std::string NetPlugin::library_file() const {
+  link_map* map = nullptr;
+  if (dlinfo(library_handle_, RTLD_DI_LINKMAP, &map) != 0 || !map || !map->l_name || !*map->l_name) return library_;
+  return map->l_name;
 }
 
 const char* NetPlugin::name() const {

@@ -59,9 +59,22 @@ struct NetDeviceInfo {
   int plane_id = -1;               // v12
 };
 
+// NCCL's log levels, as LoaderOptions::log_level takes them.
+constexpr int kLogNone = 0;
+constexpr int kLogWarn = 2;
+constexpr int kLogInfo = 3;
+constexpr int kLogTrace = 5;
+// LoaderOptions::log_level's default: the level SIEVE_LOG_LEVEL names (none, warn, info, trace), read
+// when the plugin is opened, so a tool's user sets Sieve's log outside NCCL as the README says.
+constexpr int kLogLevelFromEnvironment = -1;
+// The NCCL log level (0 none, 2 warn, 3 info, 5 trace) of a SIEVE_LOG_LEVEL value.
+int nccl_log_level(const std::string& sieve_log_level);
+// The NCCL log level SIEVE_LOG_LEVEL in this process's environment asks for (warn when unset or bad).
+int environment_log_level();
+
 struct LoaderOptions {
   int version = 0;             // 8..12, or 0 for the newest the library exports
-  int log_level = 2;           // NCCL level printed to stderr: 0 none, 2 warn, 3 info, 5 trace
+  int log_level = kLogLevelFromEnvironment;  // NCCL level printed to stderr: 0 none, 2 warn, 3 info, 5 trace
   uint64_t comm_id = 0x5157e;  // v11 init's commId
   int traffic_class = -1;      // v10 connect / v11 init config
 };
@@ -85,6 +98,9 @@ class NetPlugin {
   int version() const { return version_; }
   const char* name() const;  // the table's name field ("Sieve")
   const std::string& library() const { return library_; }
+  // The file the dynamic loader mapped for library() (a name such as libnccl-net-sieve.so resolved
+  // through the loader's search, as NCCL's dlopen resolves it); library() when it cannot say.
+  std::string library_file() const;
 
   // v8-v10: init(logger[, profiler]); v11, v12: init(&ctx, commId, &config, logger, profiler).
   int init();

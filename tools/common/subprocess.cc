@@ -7,14 +7,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "tools/common/plugin_loader.h"
+#include "tools/common/stop_signal.h"
 
 extern char** environ;
 
 namespace sieve::tools {
+namespace {
+constexpr int64_t kStopCheckMs = 100;
+}  // namespace
 
 std::unique_ptr<Child> Child::spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                                     std::string* error) {
@@ -87,11 +92,12 @@ bool Child::read_line(std::string* line, int timeout_ms) {
       return true;
     }
     const int64_t left = deadline - tools::monotonic_ms();
-    if (left <= 0 || stdout_fd_ < 0) return false;
+    if (left <= 0 || stdout_fd_ < 0 || stop_signal()) return false;
     pollfd p{stdout_fd_, POLLIN, 0};
-    const int ready = poll(&p, 1, static_cast<int>(left));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) return false;
+    // In slices, so a stop signal that arrives just before the poll still ends the wait soon.
+    const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, kStopCheckMs)));
+    if ((ready < 0 && errno == EINTR) || ready == 0) continue;
+    if (ready < 0) return false;
     char buffer[4096];
     const ssize_t n = read(stdout_fd_, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
@@ -133,7 +139,7 @@ bool Child::wait_exit(int* status, int timeout_ms) {
       *status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
       return true;
     }
-    if (tools::monotonic_ms() > deadline) return false;
+    if (tools::monotonic_ms() > deadline || stop_signal()) return false;
     usleep(5000);
   }
   return true;

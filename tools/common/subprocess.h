@@ -1,6 +1,7 @@
 // Child processes for tests and tools: spawned with a piped stdin/stdout, read line by line with a
 // deadline, waited for with a deadline, and always killed and reaped by the destructor so no caller
-// can leave a process behind or hang on one.
+// can leave a process behind or hang on one. Reads and waits also give up once the tool received a
+// stop signal (tools/common/stop_signal.h), so a tool interrupted mid-wait unwinds at once.
 #pragma once
 
 #include <sys/resource.h>

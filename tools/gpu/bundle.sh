@@ -22,7 +22,8 @@ set -euo pipefail
 
 die() { echo "bundle: $*" >&2; exit 1; }
 
-[[ $# -eq 1 && -n $1 ]] || die "usage: tools/gpu/bundle.sh DIR"
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
+[[ $# -eq 1 && -n $1 && $1 != -* ]] || die "usage: tools/gpu/bundle.sh DIR (or --help)"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=$(realpath -m "$1")
 build=$(realpath -m "${GPU_KIT_BUILD_DIR:-$root/build-gpu-kit}")

@@ -23,6 +23,9 @@ set -euo pipefail
 
 die() { echo "run.sh: $*" >&2; exit 2; }
 
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+[[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }  # also from the source tree, before a kit exists
+
 kit=$(cd "$(dirname "$0")" && pwd)
 [[ -x $kit/bin/sieve-gpu-probe && -d $kit/kit ]] ||
   die "$kit is not a GPU kit: make one with tools/gpu/bundle.sh DIR, then run DIR/run.sh"
@@ -34,7 +37,7 @@ while (($#)); do
   case $1 in
     --out) [[ $# -ge 2 ]] || die "--out needs a directory"; out=$2; shift 2;;
     --budget) [[ ${2:-} =~ ^[0-9]+$ ]] || die "--budget needs a number of seconds"; budget=$2; shift 2;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0;;
+    -h|--help) usage; exit 0;;
     -*) die "unknown option $1 (see --help)";;
     *) steps=$1; shift;;
   esac

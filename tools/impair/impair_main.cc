@@ -137,7 +137,7 @@ void write_stats(const std::string& path, const Counters& c) {
 const char kUsage[] =
     "usage: sieve-impair --queue N [options]\n"
     "Impairs the packets an iptables NFQUEUE rule hands it (netem's job, for kernels without sch_netem);\n"
-    "tools/netlab.sh starts one per node. Needs root.\n\n"
+    "netlab.sh (the namespace lab of sieve-bench and sieve-perf) starts one per node. Needs root.\n\n"
     "  --queue N        the NFQUEUE number to bind, 0 to 65535 (required)\n"
     "  --loss P         drop probability, like 1% or 0.01\n"
     "  --delay T        delay every kept packet, like 5ms, 250us, 1s (a bare number is ms)\n"

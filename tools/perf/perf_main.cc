@@ -12,6 +12,9 @@
 //              [--zeros PERCENT] [--word 4|2] [--strict] [--smoke] [--version] [--help]
 // Bars (shaped links): Sieve >= 95 % of iperf3's Gbit/s and <= 1.5x its CPU s/GB. Others: reported.
 #include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <atomic>
@@ -27,6 +30,7 @@
 #include "tools/common/install_layout.h"
 #include "tools/common/netlab.h"
 #include "tools/common/plugin_loader.h"
+#include "tools/common/stop_signal.h"
 #include "tools/common/subprocess.h"
 #include "plugin/sieve.h"
 #include "tools/perf/perf_options.h"
@@ -169,6 +173,16 @@ Measure run_sieve(const Options& o, const std::string& self, const tools::NetLab
   return m;
 }
 
+// Whether `path` can be written: created if missing (and removed again), opened for appending if not.
+bool output_file_writable(const std::string& path, std::string* error) {
+  const bool existed = access(path.c_str(), F_OK) == 0;
+  FILE* file = fopen(path.c_str(), "a");
+  if (!file) return *error = strerror(errno), false;
+  fclose(file);
+  if (!existed) remove(path.c_str());
+  return true;
+}
+
 }  // namespace
 }  // namespace sieve::perf
 
@@ -177,7 +191,6 @@ int main(int argc, char** argv) {
   using namespace sieve::perf;
   signal(SIGPIPE, SIG_IGN);
   Options o;
-  o.plugin = tools::default_plugin_path(SIEVE_PLUGIN_DEFAULT);  // installed beside it, else this build's
   std::string error;
   if (!parse_options(argc, argv, &o, &error)) {
     fprintf(stderr, "sieve-perf: %s\n", error.c_str());
@@ -185,6 +198,7 @@ int main(int argc, char** argv) {
   }
   if (o.help) return fputs(usage_text().c_str(), stdout), 0;
   if (o.version) return printf("sieve-perf %s\n", SIEVE_VERSION_STRING), 0;
+  if (!o.plugin_given) o.plugin = tools::InstallLayout::current().plugin();  // installed, else this build tree's
   if (!o.peer_role.empty()) {
     PeerOptions peer;
     peer.plugin = o.plugin;
@@ -203,13 +217,22 @@ int main(int argc, char** argv) {
   // Everything that can be known before the first measurement is checked now, not after iperf3 ran.
   const std::string conflict = tools::emulated_link_transport_conflict("sieve-perf");
   if (!conflict.empty()) return fprintf(stderr, "sieve-perf: %s\n", conflict.c_str()), 2;
+  if (!o.plugin_given && access(o.plugin.c_str(), R_OK) != 0)
+    return fprintf(stderr, "sieve-perf: libnccl-net-sieve.so is not installed beside sieve-perf (%s does not exist): "
+                           "install Sieve, or pass --plugin PATH\n", o.plugin.c_str()), 2;
   std::string abi_error;
   const std::vector<int> exported = tools::exported_versions(o.plugin, &abi_error);
   if (exported.empty()) return fprintf(stderr, "sieve-perf: --plugin %s: %s\n", o.plugin.c_str(), abi_error.c_str()), 2;
   if (o.abi != 0 && std::find(exported.begin(), exported.end(), o.abi) == exported.end())
     return fprintf(stderr, "sieve-perf: --abi %d: %s does not export ncclNetPlugin_v%d\n", o.abi, o.plugin.c_str(), o.abi), 2;
+  o.abi_loaded = o.abi != 0 ? o.abi : exported.front();
   if (!o.compare.empty() && tools::exported_versions(o.compare, &abi_error).empty())
     return fprintf(stderr, "sieve-perf: --compare %s: %s\n", o.compare.c_str(), abi_error.c_str()), 2;
+  // The results file is checked now, not after minutes of measuring: it is created (and removed
+  // again if it did not exist), so a missing directory or a read-only place is refused at once.
+  if (!o.json.empty() && !output_file_writable(o.json, &error))
+    return fprintf(stderr, "sieve-perf: --json %s: %s\n", o.json.c_str(), error.c_str()), 2;
+  tools::install_stop_handlers();
 
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -221,6 +244,7 @@ int main(int argc, char** argv) {
   std::vector<LinkResult> results;
   int port = 5201 + getpid() % 1000;
   for (const auto& link : o.links) {
+    if (tools::stop_signal()) break;
     LinkResult r;
     r.link = link;
     r.rate = link_rate(link);
@@ -248,21 +272,29 @@ int main(int argc, char** argv) {
       if (after >= before && before >= 0) m.shaper_holds = static_cast<double>(after - before);
       return m;
     };
-    for (int run = 0; run < o.runs; ++run) {
+    for (int run = 0; run < o.runs && !tools::stop_signal(); ++run) {
       Burners busy(o.busy);
       fprintf(stderr, "sieve-perf: %s: run %d/%d: iperf3 ...\n", link.c_str(), run + 1, o.runs);
       iperf.push_back(shaped([&] { return run_iperf(o, lab.get(), port++); }));
       fprintf(stderr, "sieve-perf: %s: run %d/%d: Sieve ...\n", link.c_str(), run + 1, o.runs);
+      if (tools::stop_signal()) break;
       sieve.push_back(shaped([&] { return run_sieve(o, self, lab.get(), o.plugin); }));
-      if (!o.compare.empty()) {
+      if (!o.compare.empty() && !tools::stop_signal()) {
         fprintf(stderr, "sieve-perf: %s: run %d/%d: %s ...\n", link.c_str(), run + 1, o.runs, o.compare.c_str());
         other.push_back(shaped([&] { return run_sieve(o, self, lab.get(), o.compare); }));
       }
     }
+    // Interrupted: the lab and every process of this link go with `lab` and the runs' Child objects.
+    if (tools::stop_signal()) break;
     r.iperf = median_of(iperf);
     r.sieve = median_of(sieve);
     if (!o.compare.empty()) r.other = median_of(other);
     results.push_back(r);
+  }
+  if (tools::stop_signal()) {
+    fprintf(stderr, "sieve-perf: interrupted by %s: its processes were stopped and its namespaces removed\n",
+            tools::stop_signal_name().c_str());
+    return 128 + tools::stop_signal();
   }
   bool failed = false;
   fputs(format_table(results, o, &failed).c_str(), stdout);

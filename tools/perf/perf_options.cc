@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "tools/common/install_layout.h"
+
 namespace sieve::perf {
 namespace {
 
@@ -61,13 +63,13 @@ std::string usage_text() {
   return "usage: sieve-perf [options]\n"
          "Streams through the Sieve plugin between two processes (loaded as NCCL loads it) and runs iperf3\n"
          "on the same link in the same run; reports Gbit/s and CPU seconds per GB of both. Links other than\n"
-         "loopback are network namespaces (tools/netlab.sh) and need root.\n\n"
+         "loopback are network namespaces (netlab.sh) and need root with CAP_NET_ADMIN.\n\n"
          "  --links LIST          loopback,veth,veth-1g,veth-10g (default: all four)\n"
          "  --seconds S           seconds per run, more than 0, at most 3600 (default 10)\n"
          "  --size BYTES          message size, 1 byte to 1G, K/M/G suffixes (default 4M)\n"
          "  --window N            messages outstanding, 1 to 32 (default 8)\n"
          "  --abi N               ncclNetPlugin_vN to load: 8 to 12, or 0 = the newest exported (default 0)\n"
-         "  --plugin PATH         libnccl-net-sieve.so (default: the one installed beside it, else this build's)\n"
+         "  --plugin PATH         libnccl-net-sieve.so to load (default: the installed one, see Files)\n"
          "  --iperf-streams N     iperf3 -P, 1 to 32 (default 1)\n"
          "  --poll-us N           the sleep driver's pause after a test() that completed nothing, 0 to\n"
          "                        1000000 us (default 1000)\n"
@@ -76,17 +78,27 @@ std::string usage_text() {
          "  --busy N              N threads burning CPU during every run, 0 to 64: a busy node (default 0)\n"
          "  --compare PLUGIN.so   also stream through this ext-net plugin (ncclNetPlugin_v8..v12), driven\n"
          "                        the same way, runs alternating with Sieve's; e.g. NCCL's own socket\n"
-         "                        transport (tools/perf/build-nccl-socket-plugin.sh builds it)\n"
+         "                        transport, which tools/perf/build-nccl-socket-plugin.sh in Sieve's\n"
+         "                        source tree builds from NCCL's sources\n"
          "  --runs N              runs per link and transport, 1 to 99; medians reported (default 1)\n"
          "  --zeros PERCENT       share of the streamed words that is zero, 0 to 100 (default 0)\n"
          "  --word 4|2            word size of that data: 4 (fp32) or 2 (bf16) (default 4)\n"
-         "  --json FILE           also write the results as JSON to FILE\n"
+         "  --json FILE           also write the results as JSON to FILE (checked before the first run)\n"
          "  --strict              exit 1 when a shaped link misses its bar (>= 95 % of iperf3's Gbit/s,\n"
          "                        <= 1.5x its CPU per GB)\n"
          "  --smoke               loopback only, 1 s, 1 MiB messages\n"
          "  --version             print the version and exit\n"
          "  --help                print this and exit\n"
-         "  (--peer send|recv and --handle HEX start one end of the stream; sieve-perf uses them itself)\n";
+         "  (--peer send|recv and --handle HEX start one end of the stream; sieve-perf uses them itself)\n"
+         "\n"
+         "Ctrl-C or SIGTERM stops the run: its processes are stopped and its namespaces removed.\n"
+         "Exit status: 0 measured; 1 a link could not be measured, or missed its bar with --strict;\n"
+         "2 a bad command line or setting; 128 + N when stopped by signal N.\n"
+         "\n"
+         "Files (PREFIX is where sieve-perf is installed: /usr for /usr/bin/sieve-perf):\n"
+         "  PREFIX/" + tools::installed_libdir() + "/libnccl-net-sieve.so   the plugin streamed through\n"
+         "  PREFIX/share/sieve/netlab.sh           the namespace lab\n"
+         "Run from a build tree, sieve-perf uses that build's library and its source tree's netlab.sh.\n";
 }
 
 bool parse_options(int argc, char** argv, Options* o, std::string* error) {
@@ -144,6 +156,7 @@ bool parse_options(int argc, char** argv, Options* o, std::string* error) {
     } else if (key == "--plugin") {
       if (value.empty()) return bad("a path");
       o->plugin = value;
+      o->plugin_given = true;
     } else if (key == "--iperf-streams") {
       if (!parse_int(value, 1, 32, &o->iperf_streams)) return bad("1 to 32");
     } else if (key == "--poll-us") {

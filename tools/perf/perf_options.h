@@ -14,7 +14,8 @@ struct Options {
   size_t size = 4u << 20;
   int window = 8;
   int abi = 0;  // ncclNetPlugin_vN to load: 0 = the newest the library exports, else 8..12
-  std::string plugin;
+  std::string plugin;  // "" until resolved: the installed library, else the build tree's (--plugin)
+  bool plugin_given = false;
   int iperf_streams = 1;
   int poll_us = 1000;
   // How the peers drive test(): "sleep" sleeps poll_us after a test that completed nothing; "spin"
@@ -30,6 +31,8 @@ struct Options {
   // Internal: one end of the plugin stream, started by the driver.
   std::string peer_role;  // "send" | "recv" | "" (the driver)
   std::string handle;     // sender: the receiver's handle, hex
+  // Resolved before the first run: the ncclNetPlugin_vN the peers load (--abi, or the newest exported).
+  int abi_loaded = 0;
   bool help = false;      // --help: print usage_text() and exit 0
   bool version = false;   // --version: print the tool's name and version and exit 0
 };

@@ -68,9 +68,9 @@ std::string format_table(const std::vector<LinkResult>& results, const Options& 
   std::ostringstream out;
   char line[512];
   std::snprintf(line, sizeof line,
-                "\nsieve-perf: %s, %zu-byte messages, window %d, %g s per run, iperf3 -P %d, %s driver, %d busy "
-                "thread(s), %s\n\n",
-                o.plugin.c_str(), o.size, o.window, o.seconds, o.iperf_streams, o.driver.c_str(), o.busy,
+                "\nsieve-perf: %s (ncclNetPlugin_v%d), %zu-byte messages, window %d, %g s per run, iperf3 -P %d, %s "
+                "driver, %d busy thread(s), %s\n\n",
+                o.plugin.c_str(), o.abi_loaded, o.size, o.window, o.seconds, o.iperf_streams, o.driver.c_str(), o.busy,
                 o.runs > 1 ? ("medians of " + std::to_string(o.runs) + " alternating runs").c_str() : "1 run");
   out << line;
   out << "| link | iperf3 Gbit/s | Sieve Gbit/s | ratio | iperf3 CPU s/GB | Sieve CPU s/GB | ratio | iperf3 held/GB | "
@@ -143,6 +143,7 @@ std::string format_json(const std::vector<LinkResult>& results, const Options& o
   tools::JsonWriter json(out);
   json.begin_object();
   json.member("plugin", o.plugin);
+  json.member("abi", o.abi_loaded);
   json.member("message_bytes", static_cast<uint64_t>(o.size));
   json.member("window", o.window);
   json.member("seconds", o.seconds);

@@ -24,6 +24,7 @@ void write_plugin(JsonWriter& json, const Report& report) {
   const PluginReport& plugin = report.plugin;
   json.begin_object();
   json.member("library", plugin.library);
+  json.member("library_file", plugin.library_file);
   json.member("error", plugin.error);
   json.key("abi_versions");
   json.begin_array();

@@ -9,6 +9,7 @@
 #include "tools/sieve-info/output.h"
 #include "tools/sieve-info/report.h"
 
+#include "tools/common/install_layout.h"
 #include "tools/sieve-info/masks_command.h"
 
 namespace {
@@ -18,18 +19,32 @@ void usage(std::ostream& out) {
          "       sieve-info masks FILE [--json]   (sieve-info masks --help)\n"
          "       sieve-info --help | --version\n"
          "\n"
+         "What the Sieve plugin sees on this machine, loaded as NCCL loads it: the library, its version and\n"
+         "ncclNetPlugin_vN tables, the devices it offers NCCL (with the sockets and helper threads a\n"
+         "connection gets), every NIC and NVIDIA GPU with its PCI placement, the GPU x NIC matrix in\n"
+         "nvidia-smi topo -m terms, the RDMA ports libibverbs lists, the transport SIEVE_TRANSPORT picks and\n"
+         "why, and every SIEVE_* variable with its value and source (secrets are never printed). Where hwloc\n"
+         "sees no PCI devices (VMs, containers) NIC placement comes from sysfs, and the output says so.\n"
+         "As a health check (a Slurm prolog), its exit status says whether a job would run as configured.\n"
+         "\n"
          "  --json         machine-readable output\n"
          "  --topo FILE    describe the machine of this hwloc XML (lstopo --of xml) instead of this one\n"
          "                 (default: SIEVE_TOPO_FILE, else the live machine); the plugin's devices\n"
          "                 are still this machine's\n"
-         "  --plugin PATH  the plugin library to inspect (default: next to sieve-info, or the build tree)\n"
+         "  --plugin PATH  the plugin library to inspect: a path, or a name NCCL would be given\n"
+         "                 (NCCL_NET_PLUGIN=sieve: libnccl-net-sieve.so, found by the dynamic loader as\n"
+         "                 NCCL finds it); default: the installed library (see Files), else by name\n"
          "  --no-plugin    do not load the plugin\n"
          "  -h, --help     this text\n"
          "  --version      the tool and Sieve's version\n"
          "\n"
          "Exit status: 0 all well; 1 a problem a job would hit (the plugin cannot load or start or\n"
          "offers no device, the topology cannot be read, a SIEVE_* variable is unknown or refused),\n"
-         "each reason on stderr; 2 a bad command line.\n";
+         "each reason on stderr; 2 a bad command line.\n"
+         "\n"
+         "Files (PREFIX is where sieve-info is installed: /usr for /usr/bin/sieve-info):\n"
+         "  PREFIX/" << sieve::tools::installed_libdir() << "/libnccl-net-sieve.so   the library inspected by default\n"
+         "Run from a build tree, sieve-info inspects that build's library.\n";
 }
 
 }  // namespace

@@ -37,7 +37,8 @@ std::string hex(uint64_t v) {
 
 void write_text(const std::string& path, const MaskFile& f, std::ostream& out) {
   out << "mask file: " << path << "\n";
-  out << "mask tensors: " << f.masks.size() << " (" << f.skipped.size() << " other tensors skipped)\n";
+  out << "mask tensors: " << f.masks.size() << " (" << f.skipped.size() << " other tensor"
+      << (f.skipped.size() == 1 ? "" : "s") << " skipped)\n";
   size_t width = 6;
   for (const auto& m : f.masks) width = std::max(width, m.name.size());
   out << std::left << "  " << std::setw(int(width)) << "tensor" << "  " << std::setw(5) << "dtype" << "  "

@@ -13,15 +13,19 @@
 #include "net/devices.h"
 #include "net/log.h"
 #include "plugin/sieve.h"
+#include "plugin/telemetry.h"
 #include "tools/common/install_layout.h"
 
 namespace sieve::info {
 
 namespace {
 
-// The plugin next to sieve-info (installed side by side), in ../lib, or in the build tree; else
-// the dynamic loader's search (LD_LIBRARY_PATH).
-std::string find_plugin() { return tools::default_plugin_path("libnccl-net-sieve.so"); }
+// The installed library, or the build tree's; else the dynamic loader's search (LD_LIBRARY_PATH,
+// ldconfig's cache), as NCCL finds it by name.
+std::string find_plugin() {
+  const std::string path = tools::InstallLayout::current().plugin();
+  return access(path.c_str(), R_OK) == 0 ? path : "libnccl-net-sieve.so";
+}
 
 PluginReport inspect_plugin(const std::string& path) {
   PluginReport report;
@@ -33,16 +37,19 @@ PluginReport inspect_plugin(const std::string& path) {
                    std::to_string(tools::kNewestVersion) + " symbol";
     return report;
   }
-  // The plugin's log is not printed: what it would warn about ends up in the report (its failures
-  // below, its configuration problems from the registry), and sieve-info says it once.
+  // The plugin's warnings are not printed: what it would warn about ends up in the report (its
+  // failures below, its configuration problems from the registry), and sieve-info says it once.
+  // SIEVE_LOG_LEVEL=info or trace adds the plugin's own lines below warnings on stderr.
   tools::LoaderOptions options;
-  options.log_level = 0;
+  const int asked = tools::environment_log_level();
+  options.log_level = asked > tools::kLogWarn ? asked : tools::kLogNone;
   std::string error;
   auto plugin = tools::NetPlugin::open(report.library, options, &error);
   if (!plugin) {
     report.devices_error = error;
     return report;
   }
+  report.library_file = plugin->library_file();
   report.used_version = plugin->version();
   report.name = plugin->name() != nullptr ? plugin->name() : "";
   // A failed call's reason is the warning the plugin logged with it; the NCCL code alone says little.
@@ -199,6 +206,22 @@ Report gather(const ReportOptions& options) {
   report.topology = topology::discover(topology_options);
   if (report.topo_file.empty()) report.addresses = interface_addresses();
 
+  // SIEVE_STATS_FILE is checked here, and hidden from the plugin sieve-info loads: a stats file of
+  // sieve-info's own, in a textfile collector's directory, would be the series of a process that
+  // moved nothing.
+  std::string stats_problem;
+  if (!registry.settings().stats_file.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    const std::string pattern = registry.settings().stats_file;
+    const std::string path = plugin::expand_stats_path(pattern, static_cast<int>(getpid()), host);
+    stats_problem = plugin::stats_path_problem(path);
+    std::string unwritable;
+    if (stats_problem.empty() && !plugin::stats_directory_writable(path, &unwritable)) stats_problem = unwritable;
+    if (!stats_problem.empty()) stats_problem = "SIEVE_STATS_FILE=" + pattern + ": " + stats_problem;
+    unsetenv("SIEVE_STATS_FILE");
+  }
+
   report.plugin_skipped = options.skip_plugin;
   if (!options.skip_plugin) {
     report.plugin = inspect_plugin(options.plugin_path);
@@ -231,6 +254,7 @@ Report gather(const ReportOptions& options) {
   report.rdma = inspect_rdma(report.topology.machine, registry.settings(), &rdma_problems);
   choose_transport(registry.settings(), &report);
   report.problems = problems_of(report);
+  if (!stats_problem.empty()) report.problems.push_back(stats_problem + "; traffic statistics would not be exported");
   report.problems.insert(report.problems.end(), rdma_problems.begin(), rdma_problems.end());
   const config::Scope in_use = report.transport == "ib" ? config::Scope::Verbs : config::Scope::Tcp;
   const auto unused = registry.set_without_effect(in_use);

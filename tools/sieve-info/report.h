@@ -16,7 +16,8 @@
 namespace sieve::info {
 
 struct PluginReport {
-  std::string library;             // the file loaded (or tried)
+  std::string library;             // the file loaded (or tried): a path, or a name the loader resolves
+  std::string library_file;        // the file the loader mapped for it ("" when it did not load)
   std::string error;               // why it could not be loaded; "" when it was
   std::vector<int> abi_versions;   // ncclNetPlugin_vN symbols found, newest first
   int used_version = 0;            // the one driven to list devices

@@ -70,7 +70,9 @@ void print_plugin(const Report& report, std::ostream& out) {
     return;
   }
   const PluginReport& plugin = report.plugin;
-  out << "  library       " << plugin.library << "\n";
+  out << "  library       " << plugin.library;
+  if (!plugin.library_file.empty() && plugin.library_file != plugin.library) out << " (" << plugin.library_file << ")";
+  out << "\n";
   if (!plugin.error.empty()) {
     out << "  error         " << plugin.error << "\n\n";
     return;
