@@ -21,7 +21,7 @@ import warnings
 
 __all__ = [
     "SieveError", "library", "publish_mask", "publish_ranges", "retract", "commit", "query", "stats",
-    "publish_pruned_model", "retract_all",
+    "publish_pruned_model", "retract_all", "publish_collective", "retract_id",
 ]
 
 _LIBRARY_NAME = "libnccl-net-sieve.so"
@@ -31,6 +31,8 @@ _ERR_INVALID, _ERR_UNSUPPORTED, _ERR_RANGE, _ERR_NOT_FOUND = -1, -2, -3, -4
 _ERR_INTERNAL, _ERR_UNAVAILABLE = -8, -9
 _DTYPE_F32, _DTYPE_F16, _DTYPE_BF16, _DTYPE_F64, _DTYPE_I8, _DTYPE_U8, _DTYPE_I32, _DTYPE_I64 = range(8)
 _COMMIT_UNION = 1
+# sieve.h: masks that name a collective instead of a buffer (FSDP's fresh buffers)
+_COLLECTIVES = {"reduce_scatter": 1, "all_gather": 2}
 _COMMIT_REFUSED, _COMMIT_ACTIVATED, _COMMIT_PENDING = 0, 1, 2
 # The commit token (sieve.h): SIEVE_COMMIT_TOKEN_WORDS int64 values holding the "no proxy" vote, which
 # makes every rank refuse when no proxy intercepts the all-reduce (INT64_MIN, but word 4).
@@ -115,6 +117,8 @@ def library():
         lib.sieve_mask_publish_ranges.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                                                   ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
                                                   ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]
+        lib.sieve_collective_mask_publish.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int, ctypes.c_char_p,
+                                                      ctypes.POINTER(ctypes.c_uint64)]
         lib.sieve_mask_retract.argtypes = [ctypes.c_void_p]
         lib.sieve_mask_retract_id.argtypes = [ctypes.c_uint64]
         lib.sieve_mask_released.argtypes = [ctypes.c_uint64, ctypes.POINTER(ctypes.c_int)]
@@ -159,14 +163,18 @@ def _retract_id(mask_id):
     _retiring.add(mask_id)
 
 
-def _dtype_code(tensor):
+def _dtype_code_of(dtype):
     import torch
     codes = {torch.float32: _DTYPE_F32, torch.float16: _DTYPE_F16, torch.bfloat16: _DTYPE_BF16,
              torch.float64: _DTYPE_F64, torch.int8: _DTYPE_I8, torch.uint8: _DTYPE_U8, torch.int32: _DTYPE_I32,
              torch.int64: _DTYPE_I64}
-    if tensor.dtype not in codes:
-        raise SieveError(_ERR_UNSUPPORTED, "unsupported tensor dtype %s" % tensor.dtype)
-    return codes[tensor.dtype]
+    if dtype not in codes:
+        raise SieveError(_ERR_UNSUPPORTED, "unsupported tensor dtype %s" % dtype)
+    return codes[dtype]
+
+
+def _dtype_code(tensor):
+    return _dtype_code_of(tensor.dtype)
 
 
 def _buffer(tensor):
@@ -235,6 +243,38 @@ def publish_ranges(tensor, ranges):
         _retiring.add(previous)
     _hold(mask_id.value, tensor)
     return mask_id.value
+
+
+def _publish_collective_bits(kind, count, dtype, bits):
+    """Stages an LSB-first bitmap for every `kind` collective ("reduce_scatter" or "all_gather") moving
+    count elements of dtype (a sieve.h dtype code) across all ranks. Returns the mask id. No tensor is
+    held: such a mask names no buffer."""
+    if kind not in _COLLECTIVES:
+        raise SieveError(_ERR_INVALID, "unknown collective %r (reduce_scatter or all_gather)" % (kind,))
+    mask_id = ctypes.c_uint64(0)
+    _check(library().sieve_collective_mask_publish(_COLLECTIVES[kind], count, dtype, bits, ctypes.byref(mask_id)))
+    return mask_id.value
+
+
+def publish_collective(kind, keep, dtype):
+    """Publishes (stages) the mask of every `kind` collective ("reduce_scatter" or "all_gather") that
+    moves keep.numel() elements of `dtype` (a torch dtype) across all ranks, whatever its buffers: keep
+    covers the whole buffer, rank 0's part first (nonzero = kept). For collectives whose buffers are new
+    every step (FSDP); several masks of one shape are taken in publish order, so publish them in the
+    order the job issues them (publish_fsdp does). commit() makes it take effect; retract it with
+    retract_id(). Returns the mask id."""
+    import torch
+    if not isinstance(keep, torch.Tensor) or keep.numel() == 0:
+        raise SieveError(_ERR_INVALID, "keep must be a tensor with at least one element")
+    return _publish_collective_bits(kind, keep.numel(), _dtype_code_of(dtype), _packbits(keep))
+
+
+def retract_id(mask_id):
+    """Unstages the mask with this id (as publish_mask, publish_ranges and publish_collective return
+    it); like a publish, it takes effect at the next commit. A tensor published with it stays held
+    until a commit releases the mask."""
+    _check(library().sieve_mask_retract_id(ctypes.c_uint64(mask_id)))
+    _retiring.add(mask_id)
 
 
 def retract(tensor):

@@ -165,6 +165,27 @@ class Tensors(unittest.TestCase):
             sieve.publish_ranges(torch.zeros(100), [(95, 10)])
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
+    def test_a_collective_mask_names_no_buffer_and_retracts_by_id(self):
+        keep = torch.zeros(64, dtype=torch.bool)
+        keep[::3] = True
+        first = sieve.publish_collective("reduce_scatter", keep, torch.bfloat16)
+        second = sieve.publish_collective("all_gather", keep, torch.float32)  # a second shape, not a replacement
+        self.assertNotEqual(first, second)
+        self.assertEqual(sieve.stats()["masks_published"], self.before + 2)
+        self.assertNotIn(first, sieve._held, "a collective's mask holds no tensor")
+        for bad in (lambda: sieve.publish_collective("all_reduce", keep, torch.float32),
+                    lambda: sieve.publish_collective("all_gather", keep, torch.complex64),
+                    lambda: sieve.publish_collective("all_gather", torch.zeros(0), torch.float32)):
+            with self.assertRaises(sieve.SieveError):
+                bad()
+        sieve.retract_id(first)
+        sieve.retract_id(second)
+        with self.assertRaises(sieve.SieveError) as caught:
+            sieve.retract_id(second)
+        self.assertEqual(caught.exception.code, -4)
+        sieve._release_retired()
+        self.assertEqual(sieve.stats()["masks_published"], self.before)
+
     def test_one_mask_per_bucket_composed_from_its_pruned_gradients(self):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
