@@ -211,6 +211,142 @@ class Tensors(unittest.TestCase):
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
 
+# --- FSDP ---------------------------------------------------------------------------------------
+#
+# Debian's torch 1.13 cannot import its FSDP under Python 3.11 (a dataclass error in
+# torch.distributed._shard) and has no FSDP2, so FSDP runs here as stand-ins: objects with exactly
+# the attributes sieve.publish_fsdp reads, built the way PyTorch 2.11's FSDP2 (_fsdp_param.py,
+# _fsdp_param_group.py) and FSDP1 (_flat_param.py) build theirs. The buffers each collective moves
+# are rebuilt from those sources independently of sieve's layout code (narrow/copy for the
+# all-gather input, torch.chunk + pad for chunk_cat), from values that are nonzero exactly where
+# kept: a published bitmap must equal "buffer != 0" element for element.
+
+
+def cxx_emulation_mask(numels, keeps, n):
+    """tests/proxy/fsdp_test.cc's Group::mask, element by element: shards of ceil(numel / n), rank-major,
+    padding pruned (the C++ emulation flattens parameters, i.e. 1-D ones)."""
+    shard = [(numel + n - 1) // n for numel in numels]
+    width = sum(shard)
+    out = [0] * (width * n)
+    for r in range(n):
+        at = r * width
+        for numel, keep, s in zip(numels, keeps, shard):
+            for j in range(s):
+                element = r * s + j
+                if element < numel and keep[element]:
+                    out[at + j] = 1
+            at += s
+    return out
+
+
+def fsdp2_gather_buffer(values, world_size, dims):
+    """The whole all-gather buffer FSDP2 moves for a group: per rank, each parameter's torch.chunk
+    along its shard dim, copied into zeros of chunk 0's size (_init_sharded_param), flattened and
+    concatenated (foreach_all_gather's copy-in); ranks one after another."""
+    parts = []
+    for r in range(world_size):
+        for value, dim in zip(values, dims):
+            chunks = list(torch.chunk(value, world_size, dim=dim))
+            padded = torch.zeros(chunks[0].size(), dtype=value.dtype)
+            if r < len(chunks) and chunks[r].numel():
+                padded.narrow(dim, 0, chunks[r].size(dim)).copy_(chunks[r])
+            parts.append(padded.reshape(-1))
+    return torch.cat(parts)
+
+
+def fsdp2_scatter_buffer(grads, world_size, dims):
+    """The reduce-scatter input FSDP2 builds (foreach_reduce): a Shard(d > 0) gradient becomes
+    cat(chunk(grad, dim=d), dim=0); then chunk_cat along dim 0 into world_size rows, each chunk
+    flattened and padded to ceil(rows / world_size) rows."""
+    grads = [torch.cat(torch.chunk(g, world_size, dim=d), dim=0) if d else g for g, d in zip(grads, dims)]
+    parts = []
+    for r in range(world_size):
+        for g in grads:
+            rows = -(-g.shape[0] // world_size)
+            width = rows * (g.numel() // g.shape[0])
+            chunks = list(torch.chunk(g, world_size, dim=0))
+            flat = chunks[r].reshape(-1) if r < len(chunks) else g.new_zeros(0)
+            parts.append(torch.cat([flat, g.new_zeros(width - flat.numel())]))
+    return torch.cat(parts)
+
+
+def nonzero_where_kept(keep, seed, dtype=torch.float32 if torch else None):
+    generator = torch.Generator().manual_seed(seed)
+    magnitude = 1 + torch.rand(keep.shape, generator=generator)
+    sign = torch.where(torch.rand(keep.shape, generator=generator) < 0.5, -1.0, 1.0)
+    return (magnitude * sign * keep.ne(0)).to(dtype)
+
+
+@needs_torch
+class FsdpLayout(unittest.TestCase):
+    def test_a_hand_computed_group_on_two_ranks(self):
+        # A: 5 x 2, ceil(5 / 2) = 3 rows a rank (rank 1: rows 3-4 and one padded row); B: 3, 2 a rank.
+        a = torch.tensor([[1, 0], [0, 1], [1, 1], [0, 0], [1, 0]])
+        b = torch.tensor([1, 0, 1])
+        bits = sieve.fsdp2_layout([(5, 2), (3,)], 2, [a, b]).int().tolist()
+        self.assertEqual(bits, [1, 0, 0, 1, 1, 1, 1, 0,  # rank 0: A rows 0-2, B 0-1
+                                0, 0, 1, 0, 0, 0, 1, 0])  # rank 1: A rows 3-4, padding, B 2, padding
+
+    def test_agrees_with_the_cxx_emulation_rule(self):
+        rng = __import__("random").Random(5)
+        for trial in range(30):
+            n = rng.randrange(2, 6)
+            numels = [rng.randrange(1, 40) for _ in range(rng.randrange(1, 5))]
+            keeps = [[rng.random() < 0.3 for _ in range(numel)] for numel in numels]
+            ours = sieve.fsdp2_layout([(numel,) for numel in numels], n,
+                                      [torch.tensor(k, dtype=torch.bool) for k in keeps]).int().tolist()
+            self.assertEqual(ours, cxx_emulation_mask(numels, keeps, n), "trial %d" % trial)
+
+    def test_equals_the_nonzeros_of_the_buffers_fsdp2_moves(self):
+        cases = [  # (shapes, shard dims, world size): uneven rows, empty last ranks, 3-D, Shard(1)
+            ([(7, 3), (5,), (2, 2, 3)], [0, 0, 0], 4),
+            ([(3, 8), (9,)], [1, 0], 4),
+            ([(1, 5), (4, 4)], [0, 0], 3),
+        ]
+        for case, (shapes, dims, n) in enumerate(cases):
+            keeps = [torch.rand(shape, generator=torch.Generator().manual_seed(case * 10 + i)) < 0.4
+                     for i, shape in enumerate(shapes)]
+            values = [nonzero_where_kept(k, case * 10 + i) for i, k in enumerate(keeps)]
+            bits = sieve.fsdp2_layout(shapes, n, keeps, dims)
+            self.assertTrue(torch.equal(bits, fsdp2_gather_buffer(values, n, dims).ne(0)), "all-gather, case %d" % case)
+            self.assertTrue(torch.equal(bits, fsdp2_scatter_buffer(values, n, dims).ne(0)), "reduce-scatter, case %d" % case)
+
+    def test_fsdp1_hand_computed_flat_parameter(self):
+        # [p0: 3][alignment padding: 1][p1: 2] = 6 elements, padded to 8 on 4 ranks.
+        p0, p1 = torch.tensor([1, 0, 1]), torch.tensor([[0, 1]])
+        gather = sieve.fsdp1_layout([3, 1, 2], 4, [p0, p1], [False, True, False], keep_padding=True)
+        scatter = sieve.fsdp1_layout([3, 1, 2], 4, [p0, p1], [False, True, False])
+        self.assertEqual(gather.int().tolist(), [1, 0, 1, 1, 0, 1, 0, 0])
+        self.assertEqual(scatter.int().tolist(), [1, 0, 1, 0, 0, 1, 0, 0])
+        self.assertEqual(sieve.fsdp1_layout([5], 2).int().tolist(), [1, 1, 1, 1, 1, 0])
+
+    def test_bad_layouts_are_refused(self):
+        for bad in (lambda: sieve.fsdp2_layout([(4,)], 0),
+                    lambda: sieve.fsdp2_layout([(4,)], 2, [torch.ones(5)]),  # mask of another shape
+                    lambda: sieve.fsdp2_layout([(3, 5)], 2, None, [1]),  # Shard(1) must divide evenly
+                    lambda: sieve.fsdp2_layout([()], 2),  # 0-dim
+                    lambda: sieve.fsdp2_layout([], 2),
+                    lambda: sieve.fsdp2_layout([(4,)], 2, None, [1]),
+                    lambda: sieve.fsdp1_layout([3, 2], 2, [torch.ones(3)]),
+                    lambda: sieve.fsdp1_layout([3], 2, [torch.ones(4)]),
+                    lambda: sieve.fsdp1_layout([3], 2, padding=[False, True])):
+            with self.assertRaises(sieve.SieveError):
+                bad()
+
+    def test_semi_structured_masks_find_2_4_weights_only(self):
+        model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 3))
+        with torch.no_grad():
+            w = model[0].weight
+            w.copy_(torch.arange(1, 33, dtype=torch.float32).view(4, 8))
+            w.view(-1, 4)[:, 1:3] = 0  # two of every four zero
+            w[0, 4] = 0  # a group with one nonzero still fits 2:4
+            model[1].weight.view(-1, 4)[:, 0] = 0  # three of four nonzero: not 2:4
+            model[2].weight.zero_()  # nothing to read (its last dim is not a multiple of 4 either)
+        found = sieve.semi_structured_masks(model)
+        self.assertEqual(sorted(found), ["0.weight"])
+        self.assertTrue(torch.equal(found["0.weight"], model[0].weight.ne(0)))
+
+
 @needs_torch
 class CommitOnAProcessGroup(unittest.TestCase):
     """commit() is a collective on a torch.distributed group. Here the group is Gloo on the CPU, so no
