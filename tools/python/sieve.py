@@ -600,3 +600,139 @@ _WRAPPER_NAMES = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_m
 def _clean_name(name):
     return ".".join(part for part in name.split(".") if part not in _WRAPPER_NAMES)
 
+
+# --- FSDP: the order of its collectives --------------------------------------------------------
+#
+# A communicator takes the masks of one shape in publish order (Proxy::match_cycle: one cursor over
+# the whole cycle, the first entry of the call's shape at or after it). Identical groups (transformer
+# blocks) share a shape, and an all-gather's search passes over reduce-scatter entries and back, so
+# the table must follow the job's interleaving of all-gathers and reduce-scatters exactly, not just
+# "all-gathers, then reduce-scatters": published that way, a block's reduce-scatter takes the mask of
+# the block after it.
+
+
+class _FsdpGroup(object):
+    """What one FSDP2 parameter group or one FSDP1 FlatParameter communicates per step.
+
+    regather: how its parameters come back for backward: None (kept unsharded after forward: the
+    root, reshard_after_forward=False, SHARD_GRAD_OP), "same" (all-gathered again on the same
+    communicator), "other" (FSDP2 reshard_after_forward=int: on a smaller mesh's communicator).
+    reduces: whether it reduce-scatters (it has trainable parameters). all_gather, reduce_scatter:
+    its _Collective entries (None where it issues none)."""
+
+    def __init__(self, name, regather=None, reduces=True, all_gather=None, reduce_scatter=None):
+        self.name, self.regather, self.reduces = name, regather, reduces
+        self.all_gather, self.reduce_scatter = all_gather, reduce_scatter
+
+    def __repr__(self):
+        return "_FsdpGroup(%r)" % self.name
+
+
+class _FsdpUnit(object):
+    """One FSDP state (a fully_shard call, an FSDP1 instance): its groups, the unit whose forward runs
+    it (parent, None for a root), and its prefetch settings: forward_prefetch, units it all-gathers
+    right after its own pre-forward; backward_prefetch, units it all-gathers in its pre-backward (None:
+    FSDP's default, the group before it in post-forward order, at prefetch_at "pre" (FSDP2, FSDP1's
+    BACKWARD_PRE) or "post" (FSDP1's BACKWARD_POST: after its backward, before its reduce-scatter);
+    prefetch_at None: no default prefetch); prefetch_limit: how far back FSDP1's default reaches."""
+
+    def __init__(self, name, groups, parent=None, forward_prefetch=(), backward_prefetch=None, prefetch_at="pre",
+                 prefetch_limit=1):
+        self.name, self.groups, self.parent = name, list(groups), parent
+        self.forward_prefetch, self.backward_prefetch = list(forward_prefetch), backward_prefetch
+        self.prefetch_at, self.prefetch_limit = prefetch_at, prefetch_limit
+
+    def __repr__(self):
+        return "_FsdpUnit(%r)" % self.name
+
+
+def _issue_order(units):
+    """The collectives one training step issues, in order: a list of (kind, group, phase), kind
+    "all_gather" or "reduce_scatter", phase "forward" or "backward".
+
+    units: _FsdpUnit in forward (pre-forward) order, each once per step. FSDP's hooks, as 2.11's
+    _fsdp_state.py / _fsdp_param_group.py and FSDP1's _runtime_utils.py run them:
+    - forward: a unit's pre-forward all-gathers its groups not yet gathered, then its forward
+      prefetches; its children run; its post-forward records its groups in post-forward order and
+      reshards those that regather;
+    - backward, from the root down in reverse: a unit's pre-backward all-gathers its resharded
+      groups, then prefetches (by default, per group, the group before it in post-forward order);
+      its children's backward runs, in reverse; then each of its groups, last first, reduce-scatters.
+      A prefetch of a group already gathered issues nothing.
+    It assumes what FSDP assumes of a module tree: each unit's forward input requires grad, so its
+    reduce-scatter comes when its backward ends (FSDP2 runs the others', the root's included, in its
+    final callback, which for the root is the same place), and an FSDP1 FlatParameter's gradient is
+    complete when its module's backward ends."""
+    by_name = {unit.name: unit for unit in units}
+    children = {unit.name: [] for unit in units}
+    roots = []
+    for unit in units:
+        if unit.parent is None:
+            roots.append(unit)
+        elif unit.parent not in by_name:
+            raise SieveError(_ERR_INVALID, "unit %r has parent %r, which is no unit" % (unit.name, unit.parent))
+        else:
+            children[unit.parent].append(unit)
+    events, sharded, post_forward = [], {}, []
+    for unit in units:
+        for group in unit.groups:
+            sharded[id(group)] = True  # between steps every group is sharded
+
+    def gather(group, phase):
+        if sharded[id(group)] and group.all_gather is not None:
+            events.append(("all_gather", group, phase))
+        sharded[id(group)] = False
+
+    def forward(unit):
+        for group in unit.groups:
+            gather(group, "forward")
+        for target in unit.forward_prefetch:
+            for group in by_name[target].groups:
+                gather(group, "forward")
+        for child in children[unit.name]:
+            forward(child)
+        for group in unit.groups:
+            post_forward.append(group)
+            if group.regather is not None:
+                sharded[id(group)] = True
+
+    index = {}
+
+    def default_target(group, unit):
+        at = index[id(group)]
+        if at == 0:
+            return None
+        return post_forward[max(at - unit.prefetch_limit, 0)]
+
+    def prefetch(target):
+        if target is not None and sharded[id(target)] and target.regather is not None:
+            gather(target, "backward")
+
+    # A group stays gathered here for the rest of the step once its backward began. FSDP reshards it
+    # after its reduce-scatter, but nothing gathers it again in that step: FSDP1 clears its
+    # _needs_pre_backward_unshard, and FSDP2's default targets come later in backward order.
+    def backward(unit):
+        default = unit.backward_prefetch is None
+        for group in unit.groups:
+            if group.regather is not None:
+                gather(group, "backward")
+            if default and unit.prefetch_at == "pre":
+                prefetch(default_target(group, unit))
+        for target in unit.backward_prefetch or ():
+            for group in reversed(by_name[target].groups):
+                prefetch(group)
+        for child in reversed(children[unit.name]):
+            backward(child)
+        for group in reversed(unit.groups):
+            if default and unit.prefetch_at == "post":
+                prefetch(default_target(group, unit))
+            if group.reduces and group.reduce_scatter is not None:
+                events.append(("reduce_scatter", group, "backward"))
+
+    for root in roots:
+        forward(root)
+    index.update((id(group), i) for i, group in enumerate(post_forward))
+    for root in reversed(roots):
+        backward(root)
+    return events
+

@@ -222,6 +222,25 @@ class Tensors(unittest.TestCase):
 # kept: a published bitmap must equal "buffer != 0" element for element.
 
 
+class CycleSim(object):
+    """Python transcription of Proxy::match_cycle (plugin/proxy/proxy_collectives.cc): a call takes the
+    first entry of its kind, count and dtype at or after the cursor, wrapping, and the cursor moves
+    past it; no entry: the call runs dense (None)."""
+
+    def __init__(self, entries):
+        self.cycle, self.cursor = list(entries), 0
+
+    def call(self, kind, count, dtype):
+        n = len(self.cycle)
+        for k in range(n):
+            i = (self.cursor + k) % n
+            entry = self.cycle[i]
+            if entry[0] == kind and entry[1] == count and entry[2] == dtype:
+                self.cursor = i + 1
+                return entry
+        return None
+
+
 def cxx_emulation_mask(numels, keeps, n):
     """tests/proxy/fsdp_test.cc's Group::mask, element by element: shards of ceil(numel / n), rank-major,
     padding pruned (the C++ emulation flattens parameters, i.e. 1-D ones)."""
@@ -345,6 +364,80 @@ class FsdpLayout(unittest.TestCase):
         found = sieve.semi_structured_masks(model)
         self.assertEqual(sorted(found), ["0.weight"])
         self.assertTrue(torch.equal(found["0.weight"], model[0].weight.ne(0)))
+
+
+def units_and_groups(spec):
+    """spec: [(name, parent, regather)] in forward order -> _FsdpUnit list (one group each, named
+    like its unit, with all-gathers and reduce-scatters)."""
+    units = []
+    for name, parent, regather in spec:
+        group = sieve._FsdpGroup(name, "same" if regather else None, True, all_gather=name, reduce_scatter=name)
+        units.append(sieve._FsdpUnit(name, [group], parent))
+    return units
+
+
+def issued(units):
+    return " ".join(("AG " if kind == "all_gather" else "RS ") + group.name for kind, group, _ in sieve._issue_order(units))
+
+
+@needs_torch
+class FsdpIssueOrder(unittest.TestCase):
+    """The order of one step's collectives, derived by hand from 2.11's hooks: FSDP2 pre-backward
+    all-gathers its group if resharded, then prefetches the group before it in post-forward order;
+    post_backward (when its input's gradient arrives) reduce-scatters; the root is not resharded after
+    forward; FSDP1 prefetches at BACKWARD_PRE like that, at BACKWARD_POST after its backward, right
+    before its reduce-scatter."""
+
+    def test_a_root_and_three_blocks_resharded_after_forward(self):
+        units = units_and_groups([("R", None, False), ("1", "R", True), ("2", "R", True), ("3", "R", True)])
+        self.assertEqual(issued(units), "AG R AG 1 AG 2 AG 3 AG 3 AG 2 RS 3 AG 1 RS 2 RS 1 RS R")
+
+    def test_blocks_kept_unsharded_after_forward(self):
+        units = units_and_groups([("R", None, False), ("1", "R", False), ("2", "R", False)])
+        self.assertEqual(issued(units), "AG R AG 1 AG 2 RS 2 RS 1 RS R")
+
+    def test_nested_blocks(self):
+        # post-forward order A1 M1 B1 A2 M2 B2 R; a block's reduce-scatter waits for its children's.
+        units = units_and_groups([("R", None, False), ("B1", "R", True), ("A1", "B1", True), ("M1", "B1", True),
+                                  ("B2", "R", True), ("A2", "B2", True), ("M2", "B2", True)])
+        self.assertEqual(issued(units), "AG R AG B1 AG A1 AG M1 AG B2 AG A2 AG M2 "
+                                        "AG B2 AG M2 AG A2 RS M2 AG B1 RS A2 RS B2 AG M1 AG A1 RS M1 RS A1 RS B1 RS R")
+
+    def test_fsdp1_backward_post_and_no_prefetch(self):
+        for at, expected in (("post", "AG R AG 1 AG 2 AG 3 AG 3 AG 2 RS 3 AG 1 RS 2 RS 1 RS R"),
+                             (None, "AG R AG 1 AG 2 AG 3 AG 3 RS 3 AG 2 RS 2 AG 1 RS 1 RS R")):
+            units = units_and_groups([("R", None, False), ("1", "R", True), ("2", "R", True), ("3", "R", True)])
+            for unit in units:
+                unit.prefetch_at = at
+            self.assertEqual(issued(units), expected, "prefetch at %s" % at)
+
+    def test_explicit_prefetch_lists(self):
+        units = units_and_groups([("R", None, False), ("1", "R", True), ("2", "R", True), ("3", "R", True)])
+        units[1].forward_prefetch = ["2", "3"]  # set_modules_to_forward_prefetch
+        units[3].backward_prefetch = ["2", "1"]  # set_modules_to_backward_prefetch on block 3 only
+        units[2].backward_prefetch = []
+        self.assertEqual(issued(units), "AG R AG 1 AG 2 AG 3 AG 3 AG 2 AG 1 RS 3 RS 2 RS 1 RS R")
+
+    def test_the_cycle_gives_identical_blocks_their_own_masks_and_a_naive_one_does_not(self):
+        # Three identical blocks: their all-gathers share a shape, their reduce-scatters another.
+        order = ["AG R", "AG 1", "AG 2", "AG 3", "AG 3", "AG 2", "RS 3", "AG 1", "RS 2", "RS 1", "RS R"]
+        shape = {"AG R": ("all_gather", 10), "RS R": ("reduce_scatter", 10)}
+        for k in "123":
+            shape["AG " + k], shape["RS " + k] = ("all_gather", 64), ("reduce_scatter", 64)
+
+        def run(cycle, steps=3):
+            sim = CycleSim([shape[c] + ("f32", c) for c in cycle])
+            wrong = []
+            for _ in range(steps):
+                for call in order:
+                    got = sim.call(*(shape[call] + ("f32",)))
+                    if got is None or got[3] != call:
+                        wrong.append((call, got and got[3]))
+            return wrong
+
+        self.assertEqual(run(order), [])
+        naive = ["AG R", "AG 1", "AG 2", "AG 3", "AG 3", "AG 2", "AG 1", "RS 3", "RS 2", "RS 1", "RS R"]
+        self.assertIn(("RS 2", "RS 3"), run(naive), "all-gathers first, then reduce-scatters: block 2 gets block 3's")
 
 
 @needs_torch
