@@ -835,7 +835,8 @@ def _fsdp2_group(group, label, names, masks, used):
         name = _param_name(names, module, param_name)
         local = getattr(p, "_sharded_local_tensor", None)
         params.append({
-            "name": name, "shape": tuple(p._orig_size), "dim": p.fsdp_placement.dim,
+            "name": name, "shape": tuple(p._orig_size),
+            "dim": getattr(getattr(p, "fsdp_placement", None), "dim", 0),  # FSDP2 before shard_placement_fn: 0
             "padded": tuple(p.padded_sharded_param_size),
             "keep": _mask_for(module, param_name, name, masks, used),
             "gather_dtype": p.param_dtype or p.orig_dtype,
@@ -1069,15 +1070,20 @@ def _fsdp1_units(model, masks, used, forward_order):
     handle_of = {id(m): h for m, h in found}
     parents = _parents(model)
     units, key = [], {id(m): "%s#%d" % (names.get(id(m)) or "<root>", i) for i, (m, _) in enumerate(found)}
-    for position, (instance, _) in enumerate(pairs):
+    with_handles = [m for m, _ in pairs if handle_of[id(m)] is not None]  # FSDP1's pre-forward order
+    for instance, _ in pairs:
         handle = handle_of[id(instance)]
         label = names.get(id(instance)) or "<root>"
         group = _fsdp1_group(instance, handle, label, names, masks, used) if handle is not None else None
         parent = _parent_state(instance, parents, by_module, instance)
         mode = getattr(getattr(instance, "backward_prefetch", None), "name", None)
-        following = [key[id(pairs[position + 1][0])]] if getattr(instance, "forward_prefetch", False) and \
-            position + 1 < len(pairs) else []
         exec_order = getattr(instance, "_exec_order_data", None)
+        following = []
+        if getattr(instance, "forward_prefetch", False) and handle is not None:
+            # get_handle_to_forward_prefetch: _forward_prefetch_limit handles ahead, at most the last.
+            at, reach = with_handles.index(instance), int(getattr(exec_order, "_forward_prefetch_limit", 1) or 1)
+            if at + 1 < len(with_handles):
+                following = [key[id(with_handles[min(at + reach, len(with_handles) - 1)])]]
         units.append(_FsdpUnit(
             key[id(instance)], [group] if group is not None else [], key[id(parent)] if parent is not None else None,
             forward_prefetch=following, backward_prefetch=None,

@@ -917,6 +917,18 @@ class PublishFsdp1(unittest.TestCase):
         self.assertEqual(sieve._fsdp_plan(wrapped, forward_order=[wrapped] + list(inner.blocks))[0][0][1][1].label,
                          "blocks.0")
 
+    def test_forward_prefetch_reaches_as_far_as_its_limit(self):
+        wrapped = self.wrap(2)
+        inner = wrapped._fsdp_wrapped_module
+        labels = lambda: [e.label for e in sieve._fsdp_plan(wrapped)[0][0][1] if e.kind == "all_gather"][:4]
+        for instance in [wrapped] + list(inner.blocks):
+            instance.forward_prefetch = True
+        self.assertEqual(labels(), ["<root>", "blocks.0", "blocks.1", "blocks.2"])
+        wrapped._exec_order_data._forward_prefetch_limit = 2  # the root prefetches block 1 before block 0
+        for instance in [wrapped] + list(inner.blocks):
+            instance._exec_order_data = wrapped._exec_order_data
+        self.assertEqual(labels(), ["<root>", "blocks.1", "blocks.0", "blocks.2"])
+
     def test_no_shard_publishes_nothing_and_an_uninitialised_root_is_refused(self):
         wrapped = self.wrap(2, strategy="NO_SHARD")
         self.assertEqual(sieve._fsdp_plan(wrapped)[0], [])
