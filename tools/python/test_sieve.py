@@ -663,7 +663,7 @@ class PublishFsdp2(unittest.TestCase):
             self.assertEqual(outcome, expected + [True] * len(step), "skipping a parameter of %s" % skip)
 
     def test_without_reshard_a_skipped_parameter_shifts_the_shared_shape(self):
-        """The communicator's rule, as DESIGN.md and publish_fsdp's docstring say: with nothing between
+        """The communicator's rule, as publish_fsdp's docstring says: with nothing between
         them, the next block of the same shape takes the skipped block's mask for the rest of the step,
         and the root's unique all-gather puts the cycle back for the next step."""
         model = pruned_model()
