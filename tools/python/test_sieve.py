@@ -165,6 +165,27 @@ class Tensors(unittest.TestCase):
             sieve.publish_ranges(torch.zeros(100), [(95, 10)])
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
+    def test_a_collective_mask_names_no_buffer_and_retracts_by_id(self):
+        keep = torch.zeros(64, dtype=torch.bool)
+        keep[::3] = True
+        first = sieve.publish_collective("reduce_scatter", keep, torch.bfloat16)
+        second = sieve.publish_collective("all_gather", keep, torch.float32)  # a second shape, not a replacement
+        self.assertNotEqual(first, second)
+        self.assertEqual(sieve.stats()["masks_published"], self.before + 2)
+        self.assertNotIn(first, sieve._held, "a collective's mask holds no tensor")
+        for bad in (lambda: sieve.publish_collective("all_reduce", keep, torch.float32),
+                    lambda: sieve.publish_collective("all_gather", keep, torch.complex64),
+                    lambda: sieve.publish_collective("all_gather", torch.zeros(0), torch.float32)):
+            with self.assertRaises(sieve.SieveError):
+                bad()
+        sieve.retract_id(first)
+        sieve.retract_id(second)
+        with self.assertRaises(sieve.SieveError) as caught:
+            sieve.retract_id(second)
+        self.assertEqual(caught.exception.code, -4)
+        sieve._release_retired()
+        self.assertEqual(sieve.stats()["masks_published"], self.before)
+
     def test_one_mask_per_bucket_composed_from_its_pruned_gradients(self):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
@@ -188,6 +209,732 @@ class Tensors(unittest.TestCase):
         del params, bucket, offset, p  # the binding holds the bucket: the gradients stay where they are
         sieve.retract_all(model, commit_now=False)
         self.assertEqual(sieve.stats()["masks_published"], self.before)
+
+
+# --- FSDP ---------------------------------------------------------------------------------------
+#
+# Debian's torch 1.13 cannot import its FSDP under Python 3.11 (a dataclass error in
+# torch.distributed._shard) and has no FSDP2, so FSDP runs here as stand-ins: objects with exactly
+# the attributes sieve.publish_fsdp reads, built the way PyTorch 2.11's FSDP2 (_fsdp_param.py,
+# _fsdp_param_group.py) and FSDP1 (_flat_param.py) build theirs. The buffers each collective moves
+# are rebuilt from those sources independently of sieve's layout code (narrow/copy for the
+# all-gather input, torch.chunk + pad for chunk_cat), from values that are nonzero exactly where
+# kept: a published bitmap must equal "buffer != 0" element for element.
+
+
+def unpack(bits, count):
+    """sieve's LSB-first bitmap bytes -> list of 0/1."""
+    return [(bits[i // 8] >> (i % 8)) & 1 for i in range(count)]
+
+
+class CycleSim(object):
+    """Python transcription of Proxy::match_cycle (plugin/proxy/proxy_collectives.cc): a call takes the
+    first entry of its kind, count and dtype at or after the cursor, wrapping, and the cursor moves
+    past it; no entry: the call runs dense (None)."""
+
+    def __init__(self, entries):
+        self.cycle, self.cursor = list(entries), 0
+
+    def call(self, kind, count, dtype):
+        n = len(self.cycle)
+        for k in range(n):
+            i = (self.cursor + k) % n
+            entry = self.cycle[i]
+            if entry[0] == kind and entry[1] == count and entry[2] == dtype:
+                self.cursor = i + 1
+                return entry
+        return None
+
+
+def cxx_emulation_mask(numels, keeps, n):
+    """tests/proxy/fsdp_test.cc's Group::mask, element by element: shards of ceil(numel / n), rank-major,
+    padding pruned (the C++ emulation flattens parameters, i.e. 1-D ones)."""
+    shard = [(numel + n - 1) // n for numel in numels]
+    width = sum(shard)
+    out = [0] * (width * n)
+    for r in range(n):
+        at = r * width
+        for numel, keep, s in zip(numels, keeps, shard):
+            for j in range(s):
+                element = r * s + j
+                if element < numel and keep[element]:
+                    out[at + j] = 1
+            at += s
+    return out
+
+
+def fsdp2_gather_buffer(values, world_size, dims):
+    """The whole all-gather buffer FSDP2 moves for a group: per rank, each parameter's torch.chunk
+    along its shard dim, copied into zeros of chunk 0's size (_init_sharded_param), flattened and
+    concatenated (foreach_all_gather's copy-in); ranks one after another."""
+    parts = []
+    for r in range(world_size):
+        for value, dim in zip(values, dims):
+            chunks = list(torch.chunk(value, world_size, dim=dim))
+            padded = torch.zeros(chunks[0].size(), dtype=value.dtype)
+            if r < len(chunks) and chunks[r].numel():
+                padded.narrow(dim, 0, chunks[r].size(dim)).copy_(chunks[r])
+            parts.append(padded.reshape(-1))
+    return torch.cat(parts)
+
+
+def fsdp2_scatter_buffer(grads, world_size, dims):
+    """The reduce-scatter input FSDP2 builds (foreach_reduce): a Shard(d > 0) gradient becomes
+    cat(chunk(grad, dim=d), dim=0); then chunk_cat along dim 0 into world_size rows, each chunk
+    flattened and padded to ceil(rows / world_size) rows."""
+    grads = [torch.cat(torch.chunk(g, world_size, dim=d), dim=0) if d else g for g, d in zip(grads, dims)]
+    parts = []
+    for r in range(world_size):
+        for g in grads:
+            rows = -(-g.shape[0] // world_size)
+            width = rows * (g.numel() // g.shape[0])
+            chunks = list(torch.chunk(g, world_size, dim=0))
+            flat = chunks[r].reshape(-1) if r < len(chunks) else g.new_zeros(0)
+            parts.append(torch.cat([flat, g.new_zeros(width - flat.numel())]))
+    return torch.cat(parts)
+
+
+def nonzero_where_kept(keep, seed, dtype=torch.float32 if torch else None):
+    generator = torch.Generator().manual_seed(seed)
+    magnitude = 1 + torch.rand(keep.shape, generator=generator)
+    sign = torch.where(torch.rand(keep.shape, generator=generator) < 0.5, -1.0, 1.0)
+    return (magnitude * sign * keep.ne(0)).to(dtype)
+
+
+@needs_torch
+class FsdpLayout(unittest.TestCase):
+    def test_a_hand_computed_group_on_two_ranks(self):
+        # A: 5 x 2, ceil(5 / 2) = 3 rows a rank (rank 1: rows 3-4 and one padded row); B: 3, 2 a rank.
+        a = torch.tensor([[1, 0], [0, 1], [1, 1], [0, 0], [1, 0]])
+        b = torch.tensor([1, 0, 1])
+        bits = sieve.fsdp2_layout([(5, 2), (3,)], 2, [a, b]).int().tolist()
+        self.assertEqual(bits, [1, 0, 0, 1, 1, 1, 1, 0,  # rank 0: A rows 0-2, B 0-1
+                                0, 0, 1, 0, 0, 0, 1, 0])  # rank 1: A rows 3-4, padding, B 2, padding
+
+    def test_agrees_with_the_cxx_emulation_rule(self):
+        rng = __import__("random").Random(5)
+        for trial in range(30):
+            n = rng.randrange(2, 6)
+            numels = [rng.randrange(1, 40) for _ in range(rng.randrange(1, 5))]
+            keeps = [[rng.random() < 0.3 for _ in range(numel)] for numel in numels]
+            ours = sieve.fsdp2_layout([(numel,) for numel in numels], n,
+                                      [torch.tensor(k, dtype=torch.bool) for k in keeps]).int().tolist()
+            self.assertEqual(ours, cxx_emulation_mask(numels, keeps, n), "trial %d" % trial)
+
+    def test_equals_the_nonzeros_of_the_buffers_fsdp2_moves(self):
+        cases = [  # (shapes, shard dims, world size): uneven rows, empty last ranks, 3-D, Shard(1)
+            ([(7, 3), (5,), (2, 2, 3)], [0, 0, 0], 4),
+            ([(3, 8), (9,)], [1, 0], 4),
+            ([(1, 5), (4, 4)], [0, 0], 3),
+        ]
+        for case, (shapes, dims, n) in enumerate(cases):
+            keeps = [torch.rand(shape, generator=torch.Generator().manual_seed(case * 10 + i)) < 0.4
+                     for i, shape in enumerate(shapes)]
+            values = [nonzero_where_kept(k, case * 10 + i) for i, k in enumerate(keeps)]
+            bits = sieve.fsdp2_layout(shapes, n, keeps, dims)
+            self.assertTrue(torch.equal(bits, fsdp2_gather_buffer(values, n, dims).ne(0)), "all-gather, case %d" % case)
+            self.assertTrue(torch.equal(bits, fsdp2_scatter_buffer(values, n, dims).ne(0)), "reduce-scatter, case %d" % case)
+
+    def test_fsdp1_hand_computed_flat_parameter(self):
+        # [p0: 3][alignment padding: 1][p1: 2] = 6 elements, padded to 8 on 4 ranks.
+        p0, p1 = torch.tensor([1, 0, 1]), torch.tensor([[0, 1]])
+        gather = sieve.fsdp1_layout([3, 1, 2], 4, [p0, p1], [False, True, False], keep_padding=True)
+        scatter = sieve.fsdp1_layout([3, 1, 2], 4, [p0, p1], [False, True, False])
+        self.assertEqual(gather.int().tolist(), [1, 0, 1, 1, 0, 1, 0, 0])
+        self.assertEqual(scatter.int().tolist(), [1, 0, 1, 0, 0, 1, 0, 0])
+        self.assertEqual(sieve.fsdp1_layout([5], 2).int().tolist(), [1, 1, 1, 1, 1, 0])
+
+    def test_bad_layouts_are_refused(self):
+        for bad in (lambda: sieve.fsdp2_layout([(4,)], 0),
+                    lambda: sieve.fsdp2_layout([(4,)], 2, [torch.ones(5)]),  # mask of another shape
+                    lambda: sieve.fsdp2_layout([(3, 5)], 2, None, [1]),  # Shard(1) must divide evenly
+                    lambda: sieve.fsdp2_layout([()], 2),  # 0-dim
+                    lambda: sieve.fsdp2_layout([], 2),
+                    lambda: sieve.fsdp2_layout([(4,)], 2, None, [1]),
+                    lambda: sieve.fsdp1_layout([3, 2], 2, [torch.ones(3)]),
+                    lambda: sieve.fsdp1_layout([3], 2, [torch.ones(4)]),
+                    lambda: sieve.fsdp1_layout([3], 2, padding=[False, True])):
+            with self.assertRaises(sieve.SieveError):
+                bad()
+
+    def test_semi_structured_masks_find_2_4_weights_only(self):
+        model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 3))
+        with torch.no_grad():
+            w = model[0].weight
+            w.copy_(torch.arange(1, 33, dtype=torch.float32).view(4, 8))
+            w.view(-1, 4)[:, 1:3] = 0  # two of every four zero
+            w[0, 4] = 0  # a group with one nonzero still fits 2:4
+            model[1].weight.view(-1, 4)[:, 0] = 0  # three of four nonzero: not 2:4
+            model[2].weight.zero_()  # nothing to read (its last dim is not a multiple of 4 either)
+        found = sieve.semi_structured_masks(model)
+        self.assertEqual(sorted(found), ["0.weight"])
+        self.assertTrue(torch.equal(found["0.weight"], model[0].weight.ne(0)))
+
+
+def units_and_groups(spec):
+    """spec: [(name, parent, regather)] in forward order -> _FsdpUnit list (one group each, named
+    like its unit, with all-gathers and reduce-scatters)."""
+    units = []
+    for name, parent, regather in spec:
+        group = sieve._FsdpGroup(name, "same" if regather else None, True, all_gather=name, reduce_scatter=name)
+        units.append(sieve._FsdpUnit(name, [group], parent))
+    return units
+
+
+def issued(units):
+    return " ".join(("AG " if kind == "all_gather" else "RS ") + group.name for kind, group, _ in sieve._issue_order(units))
+
+
+@needs_torch
+class FsdpIssueOrder(unittest.TestCase):
+    """The order of one step's collectives, derived by hand from 2.11's hooks: FSDP2 pre-backward
+    all-gathers its group if resharded, then prefetches the group before it in post-forward order;
+    post_backward (when its input's gradient arrives) reduce-scatters; the root is not resharded after
+    forward; FSDP1 prefetches at BACKWARD_PRE like that, at BACKWARD_POST after its backward, right
+    before its reduce-scatter."""
+
+    def test_a_root_and_three_blocks_resharded_after_forward(self):
+        units = units_and_groups([("R", None, False), ("1", "R", True), ("2", "R", True), ("3", "R", True)])
+        self.assertEqual(issued(units), "AG R AG 1 AG 2 AG 3 AG 3 AG 2 RS 3 AG 1 RS 2 RS 1 RS R")
+
+    def test_blocks_kept_unsharded_after_forward(self):
+        units = units_and_groups([("R", None, False), ("1", "R", False), ("2", "R", False)])
+        self.assertEqual(issued(units), "AG R AG 1 AG 2 RS 2 RS 1 RS R")
+
+    def test_nested_blocks(self):
+        # post-forward order A1 M1 B1 A2 M2 B2 R; a block's reduce-scatter waits for its children's.
+        units = units_and_groups([("R", None, False), ("B1", "R", True), ("A1", "B1", True), ("M1", "B1", True),
+                                  ("B2", "R", True), ("A2", "B2", True), ("M2", "B2", True)])
+        self.assertEqual(issued(units), "AG R AG B1 AG A1 AG M1 AG B2 AG A2 AG M2 "
+                                        "AG B2 AG M2 AG A2 RS M2 AG B1 RS A2 RS B2 AG M1 AG A1 RS M1 RS A1 RS B1 RS R")
+
+    def test_fsdp1_backward_post_and_no_prefetch(self):
+        for at, expected in (("post", "AG R AG 1 AG 2 AG 3 AG 3 AG 2 RS 3 AG 1 RS 2 RS 1 RS R"),
+                             (None, "AG R AG 1 AG 2 AG 3 AG 3 RS 3 AG 2 RS 2 AG 1 RS 1 RS R")):
+            units = units_and_groups([("R", None, False), ("1", "R", True), ("2", "R", True), ("3", "R", True)])
+            for unit in units:
+                unit.prefetch_at = at
+            self.assertEqual(issued(units), expected, "prefetch at %s" % at)
+
+    def test_explicit_prefetch_lists(self):
+        units = units_and_groups([("R", None, False), ("1", "R", True), ("2", "R", True), ("3", "R", True)])
+        units[1].forward_prefetch = ["2", "3"]  # set_modules_to_forward_prefetch
+        units[3].backward_prefetch = ["2", "1"]  # set_modules_to_backward_prefetch on block 3 only
+        units[2].backward_prefetch = []
+        self.assertEqual(issued(units), "AG R AG 1 AG 2 AG 3 AG 3 AG 2 AG 1 RS 3 RS 2 RS 1 RS R")
+
+    def test_the_cycle_gives_identical_blocks_their_own_masks_and_a_naive_one_does_not(self):
+        # Three identical blocks: their all-gathers share a shape, their reduce-scatters another.
+        order = ["AG R", "AG 1", "AG 2", "AG 3", "AG 3", "AG 2", "RS 3", "AG 1", "RS 2", "RS 1", "RS R"]
+        shape = {"AG R": ("all_gather", 10), "RS R": ("reduce_scatter", 10)}
+        for k in "123":
+            shape["AG " + k], shape["RS " + k] = ("all_gather", 64), ("reduce_scatter", 64)
+
+        def run(cycle, steps=3):
+            sim = CycleSim([shape[c] + ("f32", c) for c in cycle])
+            wrong = []
+            for _ in range(steps):
+                for call in order:
+                    got = sim.call(*(shape[call] + ("f32",)))
+                    if got is None or got[3] != call:
+                        wrong.append((call, got and got[3]))
+            return wrong
+
+        self.assertEqual(run(order), [])
+        naive = ["AG R", "AG 1", "AG 2", "AG 3", "AG 3", "AG 2", "AG 1", "RS 3", "RS 2", "RS 1", "RS R"]
+        self.assertIn(("RS 2", "RS 3"), run(naive), "all-gathers first, then reduce-scatters: block 2 gets block 3's")
+
+
+class Mesh(object):
+    """FSDPMeshInfo's attributes that sieve reads (a dataclass in FSDP2: equal when its fields are)."""
+
+    def __init__(self, comm, size):
+        self.shard_process_group, self.shard_mesh_size = comm, size
+
+    def __eq__(self, other):
+        return isinstance(other, Mesh) and (self.shard_process_group, self.shard_mesh_size) == (
+            other.shard_process_group, other.shard_mesh_size)
+
+    __hash__ = None
+
+
+def fake_fully_shard(module, world_size, comm="pg", root=False, reshard=True, param_dtype=None, reduce_dtype=None,
+                     shard_dim=None, post_forward=None):
+    """An FSDP2 state on `module`, with what 2.11's fully_shard and its lazy init leave there: one
+    FSDPParamGroup of the module's parameters that no inner fully_shard took, each an FSDPParam with
+    FSDP2's own sizes (padded_sharded_param_size is torch.chunk's first chunk) and mixed-precision
+    clamping (init_dtype_attrs); the root is not resharded after forward."""
+    from types import SimpleNamespace
+    taken = set()
+    for sub in module.modules():
+        if sub is not module and hasattr(sub, "_get_fsdp_state"):
+            taken.update(id(p) for p in sub.parameters())
+    fsdp_params = []
+    for owner_name, owner in module.named_modules():
+        for name, param in owner.named_parameters(recurse=False):
+            if id(param) in taken:
+                continue
+            taken.add(id(param))
+            dim = shard_dim(param) if shard_dim else 0
+            orig = param.dtype
+            p_dtype = None if param_dtype in (None, orig) else param_dtype
+            r_dtype = None if reduce_dtype in (None, param_dtype) else reduce_dtype
+            fsdp_params.append(SimpleNamespace(
+                _module_info=SimpleNamespace(module=owner, param_name=name), _orig_size=param.shape,
+                fsdp_placement=SimpleNamespace(dim=dim),
+                padded_sharded_param_size=torch.chunk(param.detach(), world_size, dim=dim)[0].size(),
+                orig_dtype=orig, param_dtype=p_dtype, reduce_dtype=r_dtype,
+                sharded_param=SimpleNamespace(requires_grad=param.requires_grad), is_dtensor=False,
+                _sharded_local_tensor=torch.empty(0)))
+    mesh = Mesh(comm, world_size)
+    after = None if root or not reshard else (post_forward or mesh)
+    group = SimpleNamespace(fsdp_params=fsdp_params, mesh_info=mesh, post_forward_mesh_info=after,
+                            unshard_in_backward=True)
+    state = SimpleNamespace(_fsdp_param_groups=[group] if fsdp_params else [], _is_root=root, _modules=(module,),
+                            _states_to_forward_prefetch=[], _states_to_backward_prefetch=[])
+    module._get_fsdp_state = lambda: state
+    return state
+
+
+class Block(torch.nn.Module if torch else object):
+    def __init__(self, width):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(width, 2 * width), torch.nn.Linear(2 * width, width)
+
+
+def pruned_model(seed=0, blocks=3, width=6):
+    """An embedding, identical blocks with different prune masks, a head: the root holds the
+    embedding and the head (FSDP2's usual recipe: fully_shard every block, then the whole model)."""
+    torch.manual_seed(seed)
+    model = torch.nn.Module()
+    model.embed = torch.nn.Embedding(11, width)
+    model.blocks = torch.nn.ModuleList([Block(width) for _ in range(blocks)])
+    model.head = torch.nn.Linear(width, 5)
+    for block in model.blocks:
+        prune.random_unstructured(block.up, "weight", amount=0.6)
+        prune.random_unstructured(block.down, "weight", amount=0.5)
+    prune.random_unstructured(model.head, "weight", amount=0.7)
+    return model
+
+
+def keep_of(module, name):
+    """The mask of one parameter as torch.nn.utils.prune keeps it (None: not pruned)."""
+    return dict(module.named_buffers(recurse=False)).get(name[:-len("_orig")] + "_mask") if name.endswith("_orig") else None
+
+
+def fsdp2_group_buffers(state, seed):
+    """(all-gather buffer, reduce-scatter buffer) FSDP2 moves for the state's group, with values
+    nonzero exactly where kept, and the dtypes FSDP uses."""
+    group = state._fsdp_param_groups[0]
+    n = group.mesh_info.shard_mesh_size
+    values, grads, dims, gdims = [], [], [], []
+    for i, p in enumerate(group.fsdp_params):
+        keep = keep_of(p._module_info.module, p._module_info.param_name)
+        keep = torch.ones(p._orig_size, dtype=torch.bool) if keep is None else keep
+        value = nonzero_where_kept(keep, seed + i)
+        values.append(value)
+        dims.append(p.fsdp_placement.dim)
+        if p.sharded_param.requires_grad:
+            grads.append(value)
+            gdims.append(p.fsdp_placement.dim)
+    gather = fsdp2_gather_buffer(values, n, dims)
+    scatter = fsdp2_scatter_buffer(grads, n, gdims) if grads else None
+    return gather, scatter
+
+
+class Recorder(object):
+    """Records what sieve publishes (kind, count, dtype code, bits as 0/1), and still publishes it."""
+
+    def __init__(self):
+        self.entries, self.ids = [], []
+
+    def __enter__(self):
+        self.original = sieve._publish_collective_bits
+
+        def record(kind, count, dtype, bits):
+            mask_id = self.original(kind, count, dtype, bits)
+            self.entries.append((kind, count, dtype, unpack(bits, count)))
+            self.ids.append(mask_id)
+            return mask_id
+        sieve._publish_collective_bits = record
+        return self
+
+    def __exit__(self, *exc):
+        sieve._publish_collective_bits = self.original
+
+
+F32, BF16 = 0, 2
+
+
+@needs_torch
+class PublishFsdp2(unittest.TestCase):
+    """publish_fsdp on an FSDP2 stand-in; commit_now=False (the commit has its own test below)."""
+
+    def setUp(self):
+        self.before = sieve.stats()["masks_published"]
+
+    def tearDown(self):
+        for model in list(sieve._fsdp_published):
+            for mask_id in sieve._fsdp_published.pop(model)["ids"]:
+                sieve._retract_id(mask_id)
+        sieve._release_retired()
+        self.assertEqual(sieve.stats()["masks_published"], self.before)
+
+    def shard(self, model, n, **kwargs):
+        states = [fake_fully_shard(block, n, **kwargs) for block in model.blocks]
+        root = fake_fully_shard(model, n, root=True, **kwargs)
+        return root, states
+
+    def test_every_call_of_three_steps_takes_its_own_exact_mask(self):
+        model = pruned_model()
+        root, blocks = self.shard(model, 4)
+        with Recorder() as published:
+            result = sieve.publish_fsdp(model, commit_now=False)
+        self.assertEqual((result["all_gather"], result["reduce_scatter"], result["skipped"]), (7, 4, []))
+        self.assertEqual(result["groups"], ["pg"])
+        self.assertEqual(sieve.stats()["masks_published"], self.before + 11)
+        # What FSDP2 issues in one step (FsdpIssueOrder), with the buffers it really moves.
+        buffers = {"R": fsdp2_group_buffers(root, 100)}
+        for i, state in enumerate(blocks):
+            buffers[str(i + 1)] = fsdp2_group_buffers(state, 10 * i)
+        step = ["AG R", "AG 1", "AG 2", "AG 3", "AG 3", "AG 2", "RS 3", "AG 1", "RS 2", "RS 1", "RS R"]
+        sim = CycleSim(published.entries)
+        for _ in range(3):
+            for call in step:
+                kind, group = call.split()
+                buffer = buffers[group][0 if kind == "AG" else 1]
+                got = sim.call("all_gather" if kind == "AG" else "reduce_scatter", buffer.numel(), F32)
+                self.assertIsNotNone(got, call)
+                self.assertEqual(got[3], buffer.ne(0).int().tolist(), "%s got another group's mask" % call)
+        # The blocks really differ: a block's mask on another block would drop values.
+        self.assertNotEqual(buffers["1"][1].ne(0).tolist(), buffers["2"][1].ne(0).tolist())
+
+    def test_mixed_precision_gathers_in_param_dtype_and_reduces_in_reduce_dtype(self):
+        model = pruned_model(blocks=1)
+        self.shard(model, 2, param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        with Recorder() as published:
+            sieve.publish_fsdp(model, commit_now=False)
+        kinds = [(kind, dtype) for kind, _, dtype, _ in published.entries]
+        self.assertEqual(kinds, [("all_gather", BF16)] * 3 + [("reduce_scatter", F32)] * 2)
+        with Recorder() as published:  # reduce_dtype = param_dtype: FSDP clamps it away, reduces in bf16
+            self.shard(model, 2, param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
+            sieve.publish_fsdp(model, commit_now=False)
+        self.assertEqual({dtype for _, _, dtype, _ in published.entries}, {BF16})
+
+    def test_shard_dim_frozen_parameters_and_reshard_to_another_mesh(self):
+        model = pruned_model(blocks=2, width=4)
+        model.blocks[1].up.bias.requires_grad_(False)  # frozen: gathered, never reduced
+        states = [fake_fully_shard(model.blocks[0], 4, shard_dim=lambda p: 1 if p.dim() == 2 else 0),
+                  fake_fully_shard(model.blocks[1], 4, post_forward=Mesh("node", 2))]
+        root = fake_fully_shard(model, 4, root=True)
+        with Recorder() as published:
+            sieve.publish_fsdp(model, commit_now=False)
+        gather = {name: fsdp2_group_buffers(state, 7) for name, state in zip("12R", states + [root])}
+        # Block 2 re-gathers on the post-forward mesh's communicator: not on this one's cycle.
+        expected = [gather["R"][0], gather["1"][0], gather["2"][0], gather["1"][0], gather["2"][1], gather["1"][1],
+                    gather["R"][1]]
+        self.assertEqual([e[3] for e in published.entries], [b.ne(0).int().tolist() for b in expected])
+        self.assertLess(len(published.entries[4][3]), len(published.entries[2][3]), "the frozen bias is not reduced")
+
+    def test_skipping_a_parameter_runs_that_call_dense(self):
+        """A parameter without a gradient changes its group's reduce-scatter count: that call runs
+        dense. Block 3's unused mask is passed over by block 1's re-gather, which comes next; block 2's
+        is not, so block 1's reduce-scatter, of the same shape, takes it (the communicator's rule, as
+        publish_fsdp's docstring says)."""
+        model = pruned_model()
+        root, blocks = self.shard(model, 2)
+        with Recorder() as published:
+            sieve.publish_fsdp(model, commit_now=False)
+        buffers = {"R": fsdp2_group_buffers(root, 1)}
+        for i, state in enumerate(blocks):
+            buffers[str(i + 1)] = fsdp2_group_buffers(state, 1)
+        step = ["AG R", "AG 1", "AG 2", "AG 3", "AG 3", "AG 2", "RS 3", "AG 1", "RS 2", "RS 1", "RS R"]
+        for skip, expected in (("RS 3", [True] * 6 + ["dense"] + [True] * 4),
+                               ("RS 2", [True] * 8 + ["dense", False, True])):
+            sim = CycleSim(published.entries)
+            outcome = []
+            for step_number in range(2):  # the skip, then a normal step: back in place
+                for call in step:
+                    kind, name = call.split()
+                    buffer = buffers[name][0 if kind == "AG" else 1]
+                    count = buffer.numel() - (2 if call == skip and step_number == 0 else 0)
+                    got = sim.call("all_gather" if kind == "AG" else "reduce_scatter", count, F32)
+                    outcome.append("dense" if got is None else got[3] == buffer.ne(0).int().tolist())
+            self.assertEqual(outcome, expected + [True] * len(step), "skipping a parameter of %s" % skip)
+
+    def test_without_reshard_a_skipped_parameter_shifts_the_shared_shape(self):
+        """The communicator's rule, as publish_fsdp's docstring says: with nothing between
+        them, the next block of the same shape takes the skipped block's mask for the rest of the step,
+        and the root's unique all-gather puts the cycle back for the next step."""
+        model = pruned_model()
+        root, blocks = self.shard(model, 2, reshard=False)
+        with Recorder() as published:
+            sieve.publish_fsdp(model, commit_now=False)
+        buffers = {"R": fsdp2_group_buffers(root, 1)}
+        for i, state in enumerate(blocks):
+            buffers[str(i + 1)] = fsdp2_group_buffers(state, 1)
+        step = ["AG R", "AG 1", "AG 2", "AG 3", "RS 3", "RS 2", "RS 1", "RS R"]
+        sim = CycleSim(published.entries)
+        outcomes = []
+        for skip in ("RS 3", None):
+            for call in step:
+                kind, name = call.split()
+                buffer = buffers[name][0 if kind == "AG" else 1]
+                got = sim.call("all_gather" if kind == "AG" else "reduce_scatter",
+                               buffer.numel() - (2 if call == skip else 0), F32)
+                outcomes.append("dense" if got is None else got[3] == buffer.ne(0).int().tolist())
+        self.assertEqual(outcomes, [True] * 4 + ["dense", False, False, True] + [True] * 8)
+
+    def test_what_cannot_be_mapped_is_withheld_with_its_whole_shape_and_said_once(self):
+        model = pruned_model()
+        root, blocks = self.shard(model, 2)
+        blocks[0]._fsdp_param_groups[0].fsdp_params[0].is_dtensor = True  # block 1: tensor parallel
+        for _ in range(2):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = sieve.publish_fsdp(model, commit_now=False)
+            # Blocks share their shapes with block 1, so none of them is published; the root still is.
+            self.assertEqual((result["all_gather"], result["reduce_scatter"]), (1, 1))
+            self.assertEqual(len(result["skipped"]), 2)
+            self.assertIn("tensor-parallel", result["skipped"][0])
+            said = [w for w in caught if "tensor-parallel" in str(w.message)]
+            self.assertEqual(len(said), 0 if _ else 2, "said once per process, listed every time")
+        # An all-gather extension (float8): its count is unknown, so every all-gather runs dense.
+        blocks[0]._fsdp_param_groups[0].fsdp_params[0].is_dtensor = False
+        blocks[1]._fsdp_param_groups[0].fsdp_params[0]._sharded_local_tensor = type(
+            "Float8", (), {"fsdp_pre_all_gather": None})()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = sieve.publish_fsdp(model, commit_now=False)
+        self.assertEqual((result["all_gather"], result["reduce_scatter"]), (0, 4))
+        # Parameters of two dtypes: FSDP gathers bytes, so the group's all-gather is withheld.
+        blocks[1]._fsdp_param_groups[0].fsdp_params[0]._sharded_local_tensor = torch.empty(0)
+        frozen = blocks[2]._fsdp_param_groups[0].fsdp_params[1]  # FSDP2 wants one dtype among trainable ones
+        frozen.orig_dtype, frozen.sharded_param.requires_grad = torch.float64, False
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = sieve.publish_fsdp(model, commit_now=False)
+        self.assertEqual((result["all_gather"], result["reduce_scatter"]), (5, 4))  # block 3: own shapes now
+        self.assertTrue(any("as bytes" in message for message in result["skipped"]))
+
+    def test_a_shape_on_two_communicators_is_withheld(self):
+        model = pruned_model(blocks=2)
+        fake_fully_shard(model.blocks[0], 2, comm="experts")
+        fake_fully_shard(model.blocks[1], 2)
+        fake_fully_shard(model, 2, root=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = sieve.publish_fsdp(model, commit_now=False)
+        self.assertEqual((result["all_gather"], result["reduce_scatter"]), (1, 1))
+        self.assertEqual(result["groups"], ["pg", "experts"])
+        self.assertEqual(len(result["skipped"]), 2)
+        # Even when the other communicator's groups prune nothing: its calls would take these masks.
+        prune.remove(model.blocks[0].up, "weight")
+        prune.remove(model.blocks[0].down, "weight")
+        fake_fully_shard(model.blocks[0], 2, comm="experts")
+        fake_fully_shard(model.blocks[1], 2)
+        fake_fully_shard(model, 2, root=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = sieve.publish_fsdp(model, commit_now=False)
+        self.assertEqual((result["all_gather"], result["reduce_scatter"]), (1, 1))
+
+    def test_masks_by_name_forward_order_and_bad_input(self):
+        model = pruned_model(blocks=2)
+        self.shard(model, 2)
+        keep = torch.rand(5, 6, generator=torch.Generator().manual_seed(3)) < 0.5
+        plain = sieve._fsdp_plan(model)[0][0][1]
+        given = sieve._fsdp_plan(model, masks={"head.bias": torch.tensor([1, 0, 1, 0, 1])})[0][0][1]
+        self.assertEqual(len(plain), len(given))
+        self.assertLess(int(given[0].bits.sum()), int(plain[0].bits.sum()), "head.bias pruned in the root's gather")
+        # forward_order: the blocks in reverse (a model whose forward runs them so).
+        swapped = sieve._fsdp_plan(model, forward_order=[model, model.blocks[1], model.blocks[0]])[0][0][1]
+        self.assertTrue(torch.equal(swapped[1].bits, plain[2].bits))
+        for bad in (dict(masks={"head.weight_orig": keep}),  # pruned already
+                    dict(masks={"nope.weight": keep}),
+                    dict(masks={"head.bias": torch.ones(6)}),  # wrong shape
+                    dict(masks={3: keep}),
+                    dict(forward_order=[model, model.blocks[0]]),
+                    dict(forward_order=[model, model.blocks[0], model.blocks[0]]),
+                    dict(forward_order=[model, model.blocks[0], model.head])):
+            with self.assertRaises(sieve.SieveError, msg=str(bad)):
+                sieve.publish_fsdp(model, commit_now=False, **bad)
+        with self.assertRaises(sieve.SieveError):
+            sieve.publish_fsdp(torch.nn.Linear(2, 2), commit_now=False)  # not FSDP
+        model._get_fsdp_state()._is_root = None  # before FSDP's lazy init
+        with self.assertRaises(sieve.SieveError) as caught:
+            sieve.publish_fsdp(model, commit_now=False)
+        self.assertIn("run one training step", str(caught.exception))
+
+    def test_shapes_with_nothing_pruned_are_not_published(self):
+        model = pruned_model(blocks=2)
+        prune.remove(model.head, "weight")  # the root: nothing pruned any more
+        self.shard(model, 2)
+        result = sieve.publish_fsdp(model, commit_now=False)
+        self.assertEqual((result["all_gather"], result["reduce_scatter"], result["skipped"]), (4, 2, []))
+        for block in model.blocks:  # nothing pruned anywhere: nothing to publish, which is no error
+            prune.remove(block.up, "weight")
+            prune.remove(block.down, "weight")
+        self.shard(model, 2)
+        result = sieve.publish_fsdp(model, commit_now=False)
+        self.assertEqual((result["all_gather"], result["reduce_scatter"], result["groups"]), (0, 0, ["pg"]))
+
+    def test_publishing_again_replaces_and_all_gather_false_publishes_none(self):
+        model = pruned_model(blocks=2)
+        self.shard(model, 2)
+        first = sieve.publish_fsdp(model, commit_now=False)
+        count = sieve.stats()["masks_published"]
+        self.assertEqual(count, self.before + first["all_gather"] + first["reduce_scatter"])
+        again = sieve.publish_fsdp(model, commit_now=False, all_gather=False)
+        self.assertEqual(again["all_gather"], 0)
+        self.assertEqual(sieve.stats()["masks_published"], self.before + again["reduce_scatter"])
+
+
+class FakeFsdp1(torch.nn.Module if torch else object):
+    """A FullyShardedDataParallel stand-in: the wrapper holds _fsdp_wrapped_module, and its handle a
+    FlatParameter with FSDP1's metadata, built as _flat_param.py builds it: parameters not owned by an
+    inner instance, in module order; with use_orig_params, alignment padding so that every
+    parameter starts at a multiple of 16 bytes."""
+
+    def __init__(self, module, world_size, root=False, strategy="FULL_SHARD", prefetch="BACKWARD_PRE", align=True,
+                 param_dtype=None, reduce_dtype=None):
+        from types import SimpleNamespace
+        from collections import namedtuple
+        super().__init__()
+        self._fsdp_wrapped_module = module
+        ParamInfo = namedtuple("ParamInfo", "param_name module module_name")
+        taken = set()
+        for sub in module.modules():
+            if isinstance(sub, FakeFsdp1):
+                taken.update(id(p) for p in sub.parameters())
+        infos, shapes, numels, padding, total = [], [], [], [], 0
+        for owner_name, owner in module.named_modules():
+            for name, param in owner.named_parameters(recurse=False):
+                if id(param) in taken:
+                    continue
+                taken.add(id(param))
+                if align and total % 4:
+                    numels.append(4 - total % 4)
+                    padding.append(True)
+                    total += numels[-1]
+                infos.append(ParamInfo(name, owner, owner_name))
+                shapes.append(param.shape)
+                numels.append(param.numel())
+                padding.append(False)
+                total += param.numel()
+        padded = -(-total // world_size) * world_size
+        flat = SimpleNamespace(_param_infos=infos, _shapes=shapes, _numels=[n for n, p in zip(numels, padding) if not p],
+                               _numels_with_padding=numels, _is_padding_mask=padding,
+                               _padded_unsharded_size=torch.Size([padded]), dtype=torch.float32, requires_grad=True)
+        self._handle = SimpleNamespace(flat_param=flat, _sharding_strategy=SimpleNamespace(name=strategy),
+                                       world_size=world_size, _fwd_bwd_param_dtype=param_dtype or torch.float32,
+                                       _reduce_dtype=reduce_dtype or param_dtype or torch.float32) if infos else None
+        self._is_root = root
+        self.process_group = "pg"
+        self.backward_prefetch = SimpleNamespace(name=prefetch) if prefetch else None
+        self.forward_prefetch = False
+        self._exec_order_data = SimpleNamespace(handles_pre_forward_order=[], _backward_prefetch_limit=1)
+
+
+def fsdp1_buffers(instance, seed):
+    """(all-gather buffer, reduce-scatter buffer) FSDP1 moves: the padded flat parameter (alignment
+    padding holds 42, _FLAT_PARAM_PADDING_VALUE) and the padded flat gradient (zero there)."""
+    flat = instance._handle.flat_param
+    values, grads, at = [], [], 0
+    for numel, is_padding in zip(flat._numels_with_padding, flat._is_padding_mask):
+        if is_padding:
+            values.append(torch.full((numel,), 42.0))
+            grads.append(torch.zeros(numel))
+            continue
+        info = flat._param_infos[at]
+        keep = keep_of(info.module, info.param_name)
+        keep = torch.ones(flat._shapes[at], dtype=torch.bool) if keep is None else keep
+        values.append(nonzero_where_kept(keep, seed + at).reshape(-1))
+        grads.append(values[-1])
+        at += 1
+    end = flat._padded_unsharded_size[0]
+    gather, scatter = torch.cat(values), torch.cat(grads)
+    return (torch.nn.functional.pad(gather, [0, end - gather.numel()]),
+            torch.nn.functional.pad(scatter, [0, end - scatter.numel()]))
+
+
+@needs_torch
+class PublishFsdp1(unittest.TestCase):
+    def setUp(self):
+        self.before = sieve.stats()["masks_published"]
+
+    def tearDown(self):
+        for model in list(sieve._fsdp_published):
+            for mask_id in sieve._fsdp_published.pop(model)["ids"]:
+                sieve._retract_id(mask_id)
+        sieve._release_retired()
+        self.assertEqual(sieve.stats()["masks_published"], self.before)
+
+    def wrap(self, n, **kwargs):
+        model = pruned_model(blocks=3, width=5)  # odd widths: alignment padding between parameters
+        for i in range(3):
+            model.blocks[i] = FakeFsdp1(model.blocks[i], n, **kwargs)
+        return FakeFsdp1(model, n, root=True, **kwargs)
+
+    def test_every_call_takes_its_own_exact_mask(self):
+        for prefetch in ("BACKWARD_PRE", "BACKWARD_POST", None):
+            wrapped = self.wrap(4, prefetch=prefetch)
+            inner = wrapped._fsdp_wrapped_module
+            with Recorder() as published:
+                result = sieve.publish_fsdp(wrapped, commit_now=False)
+            # The root keeps its parameters gathered for backward; FULL_SHARD blocks gather again.
+            self.assertEqual((result["all_gather"], result["reduce_scatter"], result["skipped"]), (7, 4, []))
+            buffers = {"R": fsdp1_buffers(wrapped, 5)}
+            for i in range(3):
+                buffers[str(i + 1)] = fsdp1_buffers(inner.blocks[i], 5)
+            self.assertTrue(any(b.eq(42).any() for b, _ in buffers.values()), "the stand-in has alignment padding")
+            step = {"BACKWARD_PRE": "AG R AG 1 AG 2 AG 3 AG 3 AG 2 RS 3 AG 1 RS 2 RS 1 RS R",
+                    "BACKWARD_POST": "AG R AG 1 AG 2 AG 3 AG 3 AG 2 RS 3 AG 1 RS 2 RS 1 RS R",
+                    None: "AG R AG 1 AG 2 AG 3 AG 3 RS 3 AG 2 RS 2 AG 1 RS 1 RS R"}[prefetch].split(" ")
+            sim = CycleSim(published.entries)
+            for _ in range(2):
+                for kind, name in zip(step[::2], step[1::2]):
+                    buffer = buffers[name][0 if kind == "AG" else 1]
+                    got = sim.call("all_gather" if kind == "AG" else "reduce_scatter", buffer.numel(), F32)
+                    self.assertIsNotNone(got, "%s %s" % (kind, name))
+                    self.assertEqual(got[3], buffer.ne(0).int().tolist(), "%s %s at %s" % (kind, name, prefetch))
+            sieve.retract_all(wrapped, commit_now=False)
+
+    def test_names_lose_the_wrapper_prefix_and_the_recorded_order_wins(self):
+        wrapped = self.wrap(2, strategy="SHARD_GRAD_OP", param_dtype=torch.bfloat16)
+        inner = wrapped._fsdp_wrapped_module
+        plan = sieve._fsdp_plan(wrapped, masks={"head.bias": torch.tensor([1, 0, 0, 0, 1])})[0][0][1]
+        self.assertEqual([e.kind for e in plan], ["all_gather"] * 4 + ["reduce_scatter"] * 4,
+                         "SHARD_GRAD_OP keeps parameters gathered for backward")
+        self.assertEqual({e.dtype for e in plan if e.kind == "all_gather"}, {torch.bfloat16})
+        self.assertEqual({e.dtype for e in plan if e.kind == "reduce_scatter"}, {torch.bfloat16},
+                         "FSDP1 reduces in param_dtype when reduce_dtype is not set")
+        # FSDP1 recorded blocks 3, 1, 2 in its first iteration: the table follows.
+        handles = [inner.blocks[i]._handle for i in (2, 0, 1)]
+        wrapped._exec_order_data.handles_pre_forward_order = [wrapped._handle] + handles
+        recorded = sieve._fsdp_plan(wrapped)[0][0][1]
+        self.assertEqual([e.label for e in recorded][:4], ["<root>", "blocks.2", "blocks.0", "blocks.1"])
+        self.assertEqual(sieve._fsdp_plan(wrapped, forward_order=[wrapped] + list(inner.blocks))[0][0][1][1].label,
+                         "blocks.0")
+
+    def test_forward_prefetch_reaches_as_far_as_its_limit(self):
+        wrapped = self.wrap(2)
+        inner = wrapped._fsdp_wrapped_module
+        labels = lambda: [e.label for e in sieve._fsdp_plan(wrapped)[0][0][1] if e.kind == "all_gather"][:4]
+        for instance in [wrapped] + list(inner.blocks):
+            instance.forward_prefetch = True
+        self.assertEqual(labels(), ["<root>", "blocks.0", "blocks.1", "blocks.2"])
+        wrapped._exec_order_data._forward_prefetch_limit = 2  # the root prefetches block 1 before block 0
+        for instance in [wrapped] + list(inner.blocks):
+            instance._exec_order_data = wrapped._exec_order_data
+        self.assertEqual(labels(), ["<root>", "blocks.1", "blocks.0", "blocks.2"])
+
+    def test_no_shard_publishes_nothing_and_an_uninitialised_root_is_refused(self):
+        wrapped = self.wrap(2, strategy="NO_SHARD")
+        self.assertEqual(sieve._fsdp_plan(wrapped)[0], [])
+        wrapped._is_root = None
+        with self.assertRaises(sieve.SieveError):
+            sieve.publish_fsdp(wrapped, commit_now=False)
 
 
 @needs_torch
@@ -225,6 +972,26 @@ class CommitOnAProcessGroup(unittest.TestCase):
             warnings.simplefilter("ignore")
             sieve.commit(union=True)
         self.assertNotIn(mask_id, sieve._held, "released by the commit")
+
+    def test_publish_fsdp_commits_on_the_group_fsdp_runs_on(self):
+        import torch.distributed as dist
+        before = sieve.stats()["masks_published"]
+        model = pruned_model(blocks=2)
+        for block in model.blocks:
+            fake_fully_shard(block, 4, comm=dist.group.WORLD)
+        fake_fully_shard(model, 4, comm=dist.group.WORLD, root=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = sieve.publish_fsdp(model)  # Gloo, no proxy: refused, said, never raised
+        self.assertEqual(result["groups"], [dist.group.WORLD])
+        self.assertEqual([c["state"] for c in result["commits"]], ["refused"])
+        self.assertTrue(any("never reached" in str(w.message) for w in caught))
+        self.assertEqual(sieve.stats()["masks_published"], before + result["all_gather"] + result["reduce_scatter"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sieve.retract_all(model)  # retracts, and commits on FSDP's group
+        self.assertEqual(sieve.stats()["masks_published"], before)
+        self.assertNotIn(id(model), sieve._fsdp_published)
 
 
 if __name__ == "__main__":
