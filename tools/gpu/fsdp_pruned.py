@@ -5,9 +5,11 @@ proxy and with it (LD_PRELOAD, SIEVE_TRACK=on) and compares the losses bit for b
 {"configs": {"fp32": {"losses", "step_ms", "stats"}, "bf16": {...}}} to --out, where "stats" is what
 the Sieve library counted during that configuration (the net plugin's bytes, the proxy's collectives).
 
-FSDP reduce-scatters gradients from buffers it allocates every step, so masks published on the
-parameters' gradients (publish_pruned_model) do not describe them; this script publishes nothing,
-and the JSON says how many collectives the proxy compacted (none, until Sieve learns FSDP).
+With --publish (the kit runs it under the preloaded proxy), every rank calls sieve.publish_fsdp(model)
+after the first step: the pruned parameters' all-gathers and the gradients' reduce-scatters get masks
+that name the collective (FSDP allocates their buffers afresh every step, so masks on addresses would
+never match), committed on FSDP's process group; the JSON's "publish" says what was published and
+whether the commit was agreed, and "stats" how many collectives the proxy compacted.
 """
 
 import argparse
@@ -64,7 +66,7 @@ def train(config, args, device, rank, world):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     generator = torch.Generator(device="cpu").manual_seed(2000 + rank)
     before = sieve_stats()
-    losses, timed_from = [], min(5, args.steps - 1)
+    losses, timed_from, published = [], min(5, args.steps - 1), None
     for step in range(args.steps):
         if step == timed_from:
             torch.cuda.synchronize()
@@ -78,11 +80,18 @@ def train(config, args, device, rank, world):
         global_loss = loss.detach().float().clone()
         dist.all_reduce(global_loss)
         losses.append(global_loss.item() / world)
+        if args.publish and step == 0:  # after one full step, between steps, on every rank
+            import sieve
+            outcome = sieve.publish_fsdp(model)
+            published = {"all_gather": outcome["all_gather"], "reduce_scatter": outcome["reduce_scatter"],
+                         "skipped": outcome["skipped"], "commits": [str(c) for c in outcome["commits"]]}
+            if rank == 0:
+                print("%s: published %s" % (config, published), flush=True)
         if rank == 0 and step % 25 == 0:
             print("%s step %d loss %.6f" % (config, step, losses[-1]), flush=True)
     torch.cuda.synchronize()
     step_ms = (time.perf_counter() - started) * 1e3 / (args.steps - timed_from)
-    return {"losses": losses, "step_ms": step_ms, "stats": delta(sieve_stats(), before)}
+    return {"losses": losses, "step_ms": step_ms, "stats": delta(sieve_stats(), before), "publish": published}
 
 
 def main():
@@ -91,6 +100,7 @@ def main():
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--prune", type=float, default=0.8)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--publish", action="store_true", help="sieve.publish_fsdp(model) after the first step")
     args = parser.parse_args()
 
     if not torch.cuda.is_available():

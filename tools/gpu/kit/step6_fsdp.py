@@ -1,7 +1,7 @@
 """Step 6: PyTorch FSDP2 (fully_shard), 2 ranks on one GPU, an MLP pruned 80 %, gradients reduced in
-fp32 and in bf16: dense (no proxy) against Sieve (LD_PRELOAD proxy, SIEVE_TRACK=on), all traffic
-through the Sieve net plugin. Losses compared bit for bit. Where the proxy compacted nothing, the
-result says that FSDP ran dense through it."""
+fp32 and in bf16: dense (no proxy) against Sieve (LD_PRELOAD proxy, sieve.publish_fsdp after the first
+step), all traffic through the Sieve net plugin. Losses compared bit for bit. Where the proxy
+compacted nothing, the result says that FSDP ran dense through it."""
 
 import json
 import sys
@@ -11,7 +11,7 @@ from common import Step, free_port, losses_compared, run_ranks, statuses_text, t
 
 STEPS = 60
 CONFIGS = ("fp32", "bf16")
-MODES = [("dense", {}), ("sieve", {"LD_PRELOAD": "LIB", "SIEVE_TRACK": "on"})]
+MODES = [("dense", {}, []), ("sieve", {"LD_PRELOAD": "LIB"}, ["--publish"])]
 
 
 def load(path):
@@ -26,7 +26,7 @@ def main():
     step = Step(__doc__)
     script = os.path.join(step.kit, "kit", "fsdp_pruned.py")
     runs = {}
-    for index, (mode, extra_env) in enumerate(MODES):
+    for index, (mode, extra_env, extra_args) in enumerate(MODES):
         timeout = step.left() / (len(MODES) - index) - 5
         if timeout < 30:
             step.could_not_run(mode, "no time left (%.0f s)" % step.left())
@@ -39,7 +39,7 @@ def main():
             env.update({k: step.library if v == "LIB" else v for k, v in extra_env.items()})
             return env
 
-        statuses = run_ranks(lambda r: [sys.executable, script, "--steps", str(STEPS), "--out", outputs[r]], 2,
+        statuses = run_ranks(lambda r: [sys.executable, script, "--steps", str(STEPS), "--out", outputs[r]] + extra_args, 2,
                              env_of_rank, timeout, step.path(mode))
         ranks = [load(p) for p in outputs]
         if step.check(mode + ": both ranks finished", all(s == 0 for s in statuses) and all(ranks),
@@ -54,7 +54,8 @@ def main():
             per_rank = [r["configs"][config] for r in ranks]
             entry[mode] = {"final_loss": per_rank[0]["losses"][-1], "step_ms": max(r["step_ms"] for r in per_rank),
                            "collectives_compacted": [r["stats"].get("collectives_compacted") for r in per_rank],
-                           "wire_bytes_sent": sum(r["stats"].get("bytes_wire_sent", 0) for r in per_rank)}
+                           "wire_bytes_sent": sum(r["stats"].get("bytes_wire_sent", 0) for r in per_rank),
+                           "published": per_rank[0].get("publish")}
         if "dense" in runs and "sieve" in runs:
             compared = losses_compared(runs["dense"][0]["configs"][config]["losses"],
                                        runs["sieve"][0]["configs"][config]["losses"])
