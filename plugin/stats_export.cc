@@ -73,6 +73,11 @@ Snapshot current_snapshot() {
   s.collectives_compacted = load(stats.collectives_compacted);
   s.mask_violations = load(stats.mask_violations);
   s.connections_rejected = load(stats.connections_rejected);
+  s.tables_activated = load(stats.tables_activated);
+  s.tables_refused = load(stats.tables_refused);
+  s.learned_calls_observed = load(stats.learned_calls_observed);
+  s.learned_bytes_saved = load(stats.learned_bytes_saved);
+  s.learned_pattern_changes = load(stats.learned_pattern_changes);
   s.peers = peer_traffic();
   for (const auto& p : s.peers) s.totals.busy_ns += p.counters.busy_ns;
   return s;

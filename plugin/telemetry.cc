@@ -99,15 +99,35 @@ std::string counters_json(const TrafficCounters& c) {
 
 }  // namespace
 
+const ProcessCounter kProcessCounters[] = {
+    {"collectives_dense", "collectives_dense", &Snapshot::collectives_dense,
+     "Collectives the proxy passed through dense"},
+    {"collectives_compacted", "collectives_compacted", &Snapshot::collectives_compacted,
+     "Collectives the proxy ran on a compacted buffer"},
+    {"mask_violations", "mask_violations", &Snapshot::mask_violations, "Nonzero values found outside a mask"},
+    {"connections_rejected", "connections_rejected", &Snapshot::connections_rejected,
+     "Connections dropped for bad magic, nonce or token"},
+    {"tables_activated", "tables_activated", &Snapshot::tables_activated,
+     "Commits every rank of a communicator agreed on"},
+    {"tables_refused", "tables_refused", &Snapshot::tables_refused,
+     "Commits the ranks of a communicator did not agree on (that communicator then runs dense)"},
+    {"learned_calls_observed", "learned_calls_observed", &Snapshot::learned_calls_observed,
+     "All-reduces SIEVE_TRACK watched for stable zeros"},
+    {"learned_bytes_saved", "learned_saved_bytes", &Snapshot::learned_bytes_saved,
+     "Bytes learned masks kept off the wire (SIEVE_TRACK=observe: would have)"},
+    {"learned_pattern_changes", "learned_pattern_changes", &Snapshot::learned_pattern_changes,
+     "Learned zero patterns that changed, each a return to dense"},
+};
+const size_t kProcessCounterCount = sizeof(kProcessCounters) / sizeof(kProcessCounters[0]);
+
 std::string to_json(const Snapshot& s) {
-  char head[512];
-  std::snprintf(head, sizeof(head),
-                "{\n  \"unix_ms\": %" PRIu64 ",\n  \"pid\": %d,\n  \"host\": %s,\n"
-                "  \"collectives_dense\": %" PRIu64 ",\n  \"collectives_compacted\": %" PRIu64
-                ",\n  \"mask_violations\": %" PRIu64 ",\n  \"connections_rejected\": %" PRIu64 ",\n",
-                s.unix_ms, s.pid, compress::json::quote(s.host).c_str(), s.collectives_dense, s.collectives_compacted,
-                s.mask_violations, s.connections_rejected);
+  char head[256];
+  std::snprintf(head, sizeof(head), "{\n  \"unix_ms\": %" PRIu64 ",\n  \"pid\": %d,\n  \"host\": %s,\n", s.unix_ms,
+                s.pid, compress::json::quote(s.host).c_str());
   std::string out = head;
+  for (size_t i = 0; i < kProcessCounterCount; ++i)
+    out += std::string("  \"") + kProcessCounters[i].json + "\": " + std::to_string(s.*kProcessCounters[i].member) +
+           ",\n";
   out += "  \"totals\": " + counters_json(s.totals) + ",\n  \"devices\": [";
   auto devices = per_device(s);
   for (size_t i = 0; i < devices.size(); ++i)
@@ -144,20 +164,11 @@ std::string to_prometheus(const Snapshot& s) {
       out += name + "{" + process_labels + ",device=\"" + label_value(p.device) + "\",peer=\"" + label_value(p.peer) +
              "\"} " + metric_value(p.counters.*f.member, f.scale) + "\n";
   }
-  const struct {
-    const char* name;
-    uint64_t value;
-    const char* help;
-  } process_counters[] = {
-      {"collectives_dense", s.collectives_dense, "Collectives the proxy passed through dense"},
-      {"collectives_compacted", s.collectives_compacted, "Collectives the proxy ran on a compacted buffer"},
-      {"mask_violations", s.mask_violations, "Nonzero values found outside a mask"},
-      {"connections_rejected", s.connections_rejected, "Connections dropped for bad magic, nonce or token"},
-  };
-  for (const auto& c : process_counters) {
-    const std::string name = std::string("sieve_") + c.name + "_total";
+  for (size_t i = 0; i < kProcessCounterCount; ++i) {
+    const ProcessCounter& c = kProcessCounters[i];
+    const std::string name = std::string("sieve_") + c.metric + "_total";
     family(name, c.help);
-    out += name + "{" + process_labels + "} " + std::to_string(c.value) + "\n";
+    out += name + "{" + process_labels + "} " + std::to_string(s.*c.member) + "\n";
   }
   return out;
 }

@@ -43,8 +43,24 @@ struct Snapshot {
   uint64_t collectives_compacted = 0;
   uint64_t mask_violations = 0;
   uint64_t connections_rejected = 0;
+  uint64_t tables_activated = 0;
+  uint64_t tables_refused = 0;
+  uint64_t learned_calls_observed = 0;
+  uint64_t learned_bytes_saved = 0;
+  uint64_t learned_pattern_changes = 0;
   std::vector<PeerTraffic> peers;
 };
+
+// The snapshot's process counters (the proxy's and the connection guard's), one row each: JSON and
+// Prometheus render the same rows, so a counter added here appears in both.
+struct ProcessCounter {
+  const char* json;    // key in the JSON file and field of sieve_stats_t
+  const char* metric;  // Prometheus name, without "sieve_" and "_total"
+  uint64_t Snapshot::*member;
+  const char* help;
+};
+extern const ProcessCounter kProcessCounters[];
+extern const size_t kProcessCounterCount;
 
 // Per-device sums of the peers, in first-seen device order.
 std::vector<PeerTraffic> per_device(const Snapshot& snapshot);

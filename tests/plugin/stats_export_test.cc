@@ -24,6 +24,11 @@ TEST(StatsExport, SnapshotCarriesProcessCountersAndEveryConnection) {
   add(process_stats().bytes_logical_sent, 4096);
   add(process_stats().bytes_wire_sent, 1100);
   add(process_stats().collectives_compacted, 3);
+  add(process_stats().tables_activated, 1);
+  add(process_stats().tables_refused, 2);
+  add(process_stats().learned_calls_observed, 5);
+  add(process_stats().learned_bytes_saved, 640);
+  add(process_stats().learned_pattern_changes, 4);
   auto traffic = register_comm_traffic("veth7", "10.77.0.2:5000");
   net::Completion c;
   c.done = true;
@@ -37,6 +42,11 @@ TEST(StatsExport, SnapshotCarriesProcessCountersAndEveryConnection) {
   EXPECT_EQ(after.totals.bytes_logical_sent - before.totals.bytes_logical_sent, 4096u);
   EXPECT_EQ(after.totals.bytes_wire_sent - before.totals.bytes_wire_sent, 1100u);
   EXPECT_EQ(after.collectives_compacted - before.collectives_compacted, 3u);
+  EXPECT_EQ(after.tables_activated - before.tables_activated, 1u);
+  EXPECT_EQ(after.tables_refused - before.tables_refused, 2u);
+  EXPECT_EQ(after.learned_calls_observed - before.learned_calls_observed, 5u);
+  EXPECT_EQ(after.learned_bytes_saved - before.learned_bytes_saved, 640u);
+  EXPECT_EQ(after.learned_pattern_changes - before.learned_pattern_changes, 4u);
   EXPECT_EQ(after.pid, static_cast<int>(getpid()));
   bool found = false;
   for (const auto& p : after.peers) {

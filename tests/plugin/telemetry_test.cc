@@ -64,6 +64,24 @@ TEST(Telemetry, PrometheusHasTypedCountersWithLabels) {
   EXPECT_NE(p.find("sieve_collectives_compacted_total{host=\"node\\\"1\",pid=\"42\"} 7"), std::string::npos) << p;
 }
 
+// Every process counter reaches both formats, each with its own value (a counter wired to the wrong
+// field, or left out of one format, shows as a missing or wrong number).
+TEST(Telemetry, EveryProcessCounterIsInJsonAndPrometheus) {
+  Snapshot s = sample();
+  for (size_t i = 0; i < kProcessCounterCount; ++i) s.*kProcessCounters[i].member = 1000 + i;
+  const std::string j = to_json(s), p = to_prometheus(s);
+  for (size_t i = 0; i < kProcessCounterCount; ++i) {
+    const ProcessCounter& c = kProcessCounters[i];
+    const std::string value = std::to_string(1000 + i);
+    EXPECT_NE(j.find(std::string("\"") + c.json + "\": " + value + ","), std::string::npos) << c.json << "\n" << j;
+    EXPECT_NE(p.find(std::string("# TYPE sieve_") + c.metric + "_total counter"), std::string::npos) << c.metric;
+    EXPECT_NE(p.find(std::string("sieve_") + c.metric + "_total{host=\"node\\\"1\",pid=\"42\"} " + value + "\n"),
+              std::string::npos)
+        << c.metric << "\n" << p;
+  }
+  EXPECT_NE(p.find("sieve_learned_saved_bytes_total{"), std::string::npos) << "bytes carry the unit before _total";
+}
+
 // Prometheus exposition, parsed the way a scraper does: metric family -> its samples.
 struct Family {
   std::string type;
