@@ -95,7 +95,9 @@ int check_commit(const char* function, uint32_t flags, const sieve_commit_result
                                                 " (the only flag is SIEVE_COMMIT_UNION = 1)");
   if (result && result->size < sizeof(result->size))
     return fail(SIEVE_ERR_INVALID_ARGUMENT,
-                std::string(function) + ": result->size must be set to sizeof(sieve_commit_result_t)");
+                std::string(function) + ": result->size is " + std::to_string(result->size) +
+                    ": set it to sizeof(sieve_commit_result_t) (an older, shorter struct is accepted, not one "
+                    "shorter than its size field)");
   return SIEVE_OK;
 }
 
@@ -292,7 +294,9 @@ int sieve_mask_query(const void* base, sieve_mask_info_t* info) {
   return guarded(kFn, [&]() -> int {
     if (!base || !info) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": base or info is NULL");
     if (info->size < sizeof(info->size))
-      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": info->size must be sizeof(sieve_mask_info_t)");
+      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": info->size is " + std::to_string(info->size) +
+                                                     ": set it to sizeof(sieve_mask_info_t) (an older, shorter struct "
+                                                     "is accepted, not one shorter than its size field)");
     std::shared_ptr<const sieve::compress::PublishedMask> entry = sieve::plugin::mask_registry().find(base);
     if (!entry) return fail(SIEVE_ERR_NOT_FOUND, std::string(kFn) + ": no mask is published at this address");
     sieve_mask_info_t full;
@@ -313,7 +317,9 @@ int sieve_stats_get(sieve_stats_t* out) {
   return guarded(kFn, [&]() -> int {
     if (!out) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": out is NULL");
     if (out->size < sizeof(out->size))
-      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": out->size must be sizeof(sieve_stats_t)");
+      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": out->size is " + std::to_string(out->size) +
+                                                     ": set it to sizeof(sieve_stats_t) (an older, shorter struct is "
+                                                     "accepted, not one shorter than its size field)");
     const sieve::plugin::ProcessStats& p = sieve::plugin::process_stats();
     auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
     sieve_stats_t full;

@@ -234,6 +234,10 @@ def publish_ranges(tensor, ranges):
     """Publishes kept elements as (start, length) pairs. Returns the mask id."""
     address, count, dtype = _buffer(tensor)
     n = len(ranges)
+    for k, (start, length) in enumerate(ranges):
+        if int(start) < 0 or int(length) < 0:  # ctypes would wrap them to 2**64 - 1 and the like
+            raise SieveError(_ERR_INVALID, "publish_ranges: range %d (%d, %d) is negative: starts and lengths count elements "
+                             "from 0" % (k, int(start), int(length)))
     starts = (ctypes.c_uint64 * max(n, 1))(*[int(s) for s, _ in ranges])
     lengths = (ctypes.c_uint64 * max(n, 1))(*[int(l) for _, l in ranges])
     previous = _id_at(address)

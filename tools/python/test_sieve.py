@@ -163,6 +163,10 @@ class Tensors(unittest.TestCase):
             sieve.publish_mask(torch.zeros(4, dtype=torch.complex64), torch.ones(4))
         with self.assertRaises(sieve.SieveError):
             sieve.publish_ranges(torch.zeros(100), [(95, 10)])
+        with self.assertRaises(sieve.SieveError) as caught:
+            sieve.publish_ranges(torch.zeros(100), [(0, 4), (-1, 2)])
+        self.assertIn("range 1 (-1, 2) is negative", str(caught.exception))
+        self.assertNotIn("18446744073709551615", str(caught.exception))
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
     def test_a_collective_mask_names_no_buffer_and_retracts_by_id(self):
