@@ -3,6 +3,8 @@
 #include "plugin/sieve.h"
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -28,6 +30,14 @@ compress::MaskRegistry& mask_registry() {
 }
 
 namespace {
+
+// Addresses as a debugger and /proc/PID/maps show them.
+std::string hex_address(const void* p) {
+  char text[2 + 16 + 1];
+  std::snprintf(text, sizeof text, "0x%" PRIxPTR, reinterpret_cast<uintptr_t>(p));
+  return text;
+}
+
 
 // No buffer a process can hold reaches past this: x86-64 and AArch64 user space ends at 2^47..2^52,
 // CUDA's unified addresses inside it. Refusing larger ends turns a wild count into a clear error
@@ -83,7 +93,7 @@ int check_buffer(const char* function, const void* base, size_t count, int dtype
   if (__builtin_mul_overflow(uint64_t(count), uint64_t(compress::dtype_size(*out)), &bytes) ||
       __builtin_add_overflow(uint64_t(reinterpret_cast<uintptr_t>(base)), bytes, &end) || end > kAddressSpaceEnd)
     return fail(SIEVE_ERR_RANGE, std::string(function) + ": " + std::to_string(count) + " " +
-                                     compress::dtype_name(*out) + " elements at " + std::to_string(uintptr_t(base)) +
+                                     compress::dtype_name(*out) + " elements at " + hex_address(base) +
                                      " do not fit in the address space");
   return SIEVE_OK;
 }

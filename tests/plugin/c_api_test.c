@@ -80,6 +80,7 @@ int main(void) {
   expect_error(sieve_mask_publish(other, (size_t)-1, SIEVE_DTYPE_F32, bits, &id), SIEVE_ERR_RANGE);
   expect_error(sieve_mask_publish(other, (size_t)-1 / 4 + 1, SIEVE_DTYPE_F32, bits, &id), SIEVE_ERR_RANGE);
   expect_error(sieve_mask_publish((void*)(~(uintptr_t)0 - 8), 64, SIEVE_DTYPE_F32, bits, &id), SIEVE_ERR_RANGE);
+  CHECK(strstr(sieve_last_error(), "elements at 0xfffffffffffffff7 do not fit") != NULL); /* hex, as maps show */
   expect_error(sieve_mask_publish_ranges(other, (size_t)-1, SIEVE_DTYPE_F64, starts, lengths, 2, &id),
                SIEVE_ERR_RANGE);
   {
