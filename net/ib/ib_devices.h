@@ -45,9 +45,10 @@ struct IbPort {
   std::vector<int> near_gpus;     // indices into the machine's GPUs at PIX/PXB distance
 };
 
-// Every port of every device the library lists, active or not (sieve-info shows them all).
-// Error only when the library cannot list devices at all; a device that fails to open is skipped
-// with a note in *notes.
+// Every InfiniBand and RoCE port of every device the library lists, active or not (sieve-info shows
+// them all). Error only when the library cannot list devices at all; a device that fails to open,
+// and devices and ports of other kinds (iWARP, EFA, usNIC: no RC queue pairs Sieve can connect), are
+// skipped with a note in *notes.
 Status discover_ports(const VerbsLibrary& verbs, const topology::Machine& machine, std::vector<IbPort>* out,
                       std::vector<std::string>* notes);
 

@@ -66,6 +66,15 @@ TEST(TransportChoice, AutoWithoutAnyRdmaPortRunsTcpAndSaysWhy) {
   EXPECT_TRUE(contains(o.transcript, "transport tcp (SIEVE_TRANSPORT=auto: no active RDMA port")) << o.transcript;
 }
 
+TEST(TransportChoice, AutoWithOnlyAnEfaDeviceRunsTcp) {
+  const Outcome o = probe({"SIEVE_TRANSPORT=auto", "FAKE_VERBS_DEVICES=efa0:efa::100"});
+  ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
+  ASSERT_EQ(o.devices.size(), 1u) << o.transcript;
+  EXPECT_EQ(o.devices[0].rfind("lo ", 0), 0u) << o.devices[0];
+  EXPECT_TRUE(contains(o.transcript, "rdma: efa0: transport unspecified")) << o.transcript;
+  EXPECT_TRUE(contains(o.transcript, "transport tcp (SIEVE_TRANSPORT=auto: no active RDMA port")) << o.transcript;
+}
+
 TEST(TransportChoice, AutoWithAnActivePortRunsVerbsAndSaysWhy) {
   const Outcome o = probe({"SIEVE_TRANSPORT=auto", "FAKE_VERBS_DEVICES=fake0:roce:lo:100"});
   ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
