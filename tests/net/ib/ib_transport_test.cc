@@ -1,10 +1,5 @@
 // The verbs transport through the internal interface, both ends in this process, over the fake
-// libibverbs (tests/net/ib/fake_verbs, first in LD_LIBRARY_PATH through ctest). The fake is strict:
-// it counts every violation (an access outside a registration, a wrong key, a post on a queue pair
-// not ready, a full completion queue); each test ends by checking the count is still zero. It runs
-// with FAKE_VERBS_VIOLATIONS=report so a violation the transport provokes on purpose (a wrong key)
-// becomes an error completion, as hardware would give, instead of an abort.
-#include <dlfcn.h>
+// libibverbs (see ib_test_support.h): the data path, its limits, its errors and closing.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -15,121 +10,24 @@
 #include <vector>
 
 #include "net/transport.h"
+#include "tests/net/ib/ib_test_support.h"
 #include "tests/net/transport_harness.h"
 
 namespace sieve::net {
 namespace {
 
-using testing::Pair;
-
-constexpr unsigned char kCanary = 0xC5;
-
-std::vector<unsigned char> pattern(size_t size, uint32_t seed) {
-  std::vector<unsigned char> v(size);
-  uint32_t x = seed * 2654435761u + 7;
-  for (size_t i = 0; i < size; ++i) {
-    x = x * 1664525u + 1013904223u;
-    v[i] = static_cast<unsigned char>(x >> 24);
-  }
-  return v;
-}
-
-// memcmp for buffers that may be empty (an empty vector's data() may be null, which memcmp may not get).
-bool same_bytes(const void* a, const void* b, size_t n) { return n == 0 || std::memcmp(a, b, n) == 0; }
-
-// The fake's own violation counter, read from the copy the transport loaded.
-uint64_t fake_violations() {
-  void* library = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (!library) return ~uint64_t(0);
-  auto counter = reinterpret_cast<uint64_t (*)()>(dlsym(library, "fake_verbs_violations"));
-  const uint64_t n = counter ? counter() : ~uint64_t(0);
-  dlclose(library);
-  return n;
-}
-
-// Whether the fake saw a successful ibv_fork_init in this process.
-int fake_fork_initialized() {
-  void* library = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (!library) return -1;
-  auto query = reinterpret_cast<int (*)()>(dlsym(library, "fake_verbs_fork_initialized"));
-  const int answer = query ? query() : -1;
-  dlclose(library);
-  return answer;
-}
-
-TransportOptions ib_options(int qps = 1) {
-  TransportOptions o = testing::loopback_options();
-  o.ib_qps = qps;
-  return o;
-}
-
-class IbTransportTest : public ::testing::Test {
- protected:
-  void connect(int qps = 1) {
-    Status st = Transport::create_ib(ib_options(qps), &transport_);
-    ASSERT_TRUE(st.is_ok()) << st.message();
-    violations_before_ = fake_violations();
-    ASSERT_NE(violations_before_, ~uint64_t(0)) << "the fake libibverbs is not the one loaded (LD_LIBRARY_PATH)";
-    st = testing::connect_pair(*transport_, *transport_, &pair_);
-    ASSERT_TRUE(st.is_ok()) << st.message();
-  }
-
-  void TearDown() override {
-    pair_ = Pair{};
-    if (transport_) {
-      EXPECT_EQ(fake_violations(), violations_before_) << "the transport broke a verbs rule";
-    }
-  }
-
-  std::unique_ptr<MemoryRegion> reg_send(const void* data, size_t size) {
-    std::unique_ptr<MemoryRegion> r;
-    Status st = pair_.send->register_memory({const_cast<void*>(data), size, -1, 0}, &r);
-    EXPECT_TRUE(st.is_ok()) << st.message();
-    return r;
-  }
-  std::unique_ptr<MemoryRegion> reg_recv(void* data, size_t size) {
-    std::unique_ptr<MemoryRegion> r;
-    Status st = pair_.recv->register_memory({data, size, -1, 0}, &r);
-    EXPECT_TRUE(st.is_ok()) << st.message();
-    return r;
-  }
-
-  // One message of `size` into a receive of `capacity`; checks the bytes, the sizes and the canary.
-  void roundtrip(size_t size, size_t capacity, uint32_t seed) {
-    std::vector<unsigned char> out = pattern(size, seed);
-    std::vector<unsigned char> in(capacity + 64, kCanary);
-    auto send_region = reg_send(out.data(), out.size());
-    auto recv_region = reg_recv(in.data(), capacity);
-    Request *r = nullptr, *s = nullptr;
-    ASSERT_TRUE(pair_.recv->irecv(in.data(), capacity, &r).is_ok());
-    ASSERT_TRUE(pair_.send->isend(out.data(), size, &s).is_ok());
-    ASSERT_TRUE(r && s);
-    Completion cr, cs;
-    Status st = testing::wait_both(s, &cs, r, &cr, std::chrono::seconds(60));
-    ASSERT_TRUE(st.is_ok()) << st.message();
-    EXPECT_EQ(cs.size, size);
-    EXPECT_EQ(cr.size, size);
-    EXPECT_TRUE(cs.sent);
-    EXPECT_FALSE(cr.sent);
-    ASSERT_TRUE(same_bytes(in.data(), out.data(), size)) << size << " bytes";
-    for (size_t i = size; i < in.size(); ++i) ASSERT_EQ(in[i], kCanary) << "wrote past " << size << " at " << i;
-  }
-
-  std::unique_ptr<Transport> transport_;
-  Pair pair_;
-  uint64_t violations_before_ = 0;
-};
+using namespace ib_test;
 
 // NCCL's IB transport does the same: buffers registered later stay safe when the job forks
 // (DataLoader workers) on kernels that do not protect registered pages themselves.
 TEST_F(IbTransportTest, VerbsAreMadeForkSafeBeforeAnyBufferIsRegistered) {
   connect();
-  EXPECT_EQ(fake_fork_initialized(), 1);
+  EXPECT_EQ(fake::fork_initialized(), 1);
   std::vector<unsigned char> buffer(4096);
   std::unique_ptr<MemoryRegion> region;
   Status st = pair_.send->register_memory({buffer.data(), buffer.size(), -1, 0}, &region);
   ASSERT_TRUE(st.is_ok()) << st.message();
-  EXPECT_EQ(fake_fork_initialized(), 1);  // the registration did not come first
+  EXPECT_EQ(fake::fork_initialized(), 1);  // the registration did not come first
 }
 
 TEST_F(IbTransportTest, SizesFromZeroTo64MiBArriveByteExactIntoLargerReceives) {
