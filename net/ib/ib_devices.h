@@ -36,6 +36,7 @@ struct IbPort {
   int mtu_bytes = 0;            // active MTU
   ibv_mtu active_mtu = IBV_MTU_1024;
   uint16_t lid = 0;             // InfiniBand only
+  bool grh_required = false;    // IBV_QPF_GRH_REQUIRED: every packet needs a GRH (SR-IOV functions, cloud IB)
   uint64_t guid = 0;            // node GUID, host byte order
   std::vector<GidEntry> gids;   // populated (non-zero) entries only
   std::string netdev;           // paired netdev: of the GID a RoCE connection uses, else topology's pairing

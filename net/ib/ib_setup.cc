@@ -92,17 +92,19 @@ Status qp_to_rts(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local
   attr.ah_attr.port_num = static_cast<uint8_t>(local.port);
   attr.ah_attr.sl = 0;
   attr.ah_attr.src_path_bits = 0;
-  if (local.link_layer == LinkLayer::Ethernet) {
-    // RoCE has no LIDs: every packet carries a global route header from the chosen GID.
+  attr.ah_attr.dlid = local.link_layer == LinkLayer::InfiniBand ? remote.lid : 0;
+  // RoCE has no LIDs: every packet carries a global route header from the chosen GID. InfiniBand
+  // routes by LID inside a subnet; a port that requires a GRH (an SR-IOV function, cloud IB) or a
+  // peer behind a router in another subnet needs the GRH as well, or RTR is refused or nothing
+  // arrives.
+  const bool other_subnet = local.gid.global.subnet_prefix != remote.gid.global.subnet_prefix;
+  if (local.link_layer == LinkLayer::Ethernet || local.grh_required || other_subnet) {
     attr.ah_attr.is_global = 1;
     attr.ah_attr.grh.dgid = remote.gid;
     attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(local.gid_index);
     attr.ah_attr.grh.hop_limit = kHopLimit;
     attr.ah_attr.grh.flow_label = 0;
     attr.ah_attr.grh.traffic_class = 0;
-  } else {
-    attr.ah_attr.is_global = 0;
-    attr.ah_attr.dlid = remote.lid;
   }
   Status st = modify(verbs, qp, &attr,
                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |

@@ -26,6 +26,7 @@ struct PortAddress {
   int port = 1;
   LinkLayer link_layer = LinkLayer::InfiniBand;
   uint16_t lid = 0;
+  bool grh_required = false;  // InfiniBand: the port routes nothing without a GRH
   int gid_index = 0;
   ibv_gid gid{};
   ibv_mtu mtu = IBV_MTU_1024;
@@ -60,7 +61,8 @@ constexpr unsigned kRemoteAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WR
 // RESET -> INIT on the local port.
 Status qp_to_init(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local);
 // INIT -> RTR -> RTS towards the remote queue pair (RoCE: global route from the local GID index;
-// InfiniBand: the remote LID). Path MTU is the smaller of both ports'.
+// InfiniBand: the remote LID, and a global route too where the local port requires one or the
+// peer is in another subnet). Path MTU is the smaller of both ports'.
 Status qp_to_rts(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local, uint32_t local_psn,
                  const SetupInfo& remote, uint32_t remote_qpn, uint32_t remote_psn);
 

@@ -197,6 +197,7 @@ Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, co
     a.port = port.port;
     a.link_layer = port.link_layer;
     a.lid = port.lid;
+    a.grh_required = port.grh_required;
     a.mtu = port.active_mtu;
     st = choose_gid(port, options.ib_gid_index, &a.gid_index);
     if (!st.is_ok()) break;
