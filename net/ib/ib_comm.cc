@@ -74,80 +74,6 @@ std::string bytes_text(uint64_t n) { return std::to_string(n) + " bytes"; }
 
 }  // namespace
 
-// ---------------------------------------------------------------- device and registrations
-
-Status DeviceContext::open(const VerbsLibrary& verbs, ibv_device* device, const std::string& name,
-                           std::shared_ptr<DeviceContext>* out) {
-  std::shared_ptr<DeviceContext> d(new DeviceContext(verbs, name));
-  d->context_ = verbs.open_device(device);
-  if (!d->context_) return error(Code::SystemError, "ibv_open_device(" + name + ") failed: " + errno_text(errno));
-  d->pd_ = verbs.alloc_pd(d->context_);
-  if (!d->pd_) return error(Code::SystemError, "ibv_alloc_pd on " + name + " failed: " + errno_text(errno));
-  *out = std::move(d);
-  return Status::ok();
-}
-
-DeviceContext::~DeviceContext() {
-  if (pd_) verbs_.dealloc_pd(pd_);
-  if (context_) verbs_.close_device(context_);
-}
-
-class IbRegion;
-
-class RegionTable {
- public:
-  void add(IbRegion* r) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    regions_.push_back(r);
-  }
-  void remove(IbRegion* r) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    regions_.erase(std::remove(regions_.begin(), regions_.end(), r), regions_.end());
-  }
-  // The keys of a registration covering [begin, begin+size); false when none does.
-  bool find(uint64_t begin, size_t size, uint32_t* lkey, uint32_t* rkey) const;
-
- private:
-  mutable std::mutex mutex_;
-  std::vector<IbRegion*> regions_;
-};
-
-class IbRegion final : public MemoryRegion {
- public:
-  IbRegion(std::shared_ptr<RegionTable> table, std::shared_ptr<DeviceContext> device, ibv_mr* mr, uint64_t base,
-           size_t length, bool dmabuf)
-      : table_(std::move(table)), device_(std::move(device)), mr_(mr), base_(base), length_(length), dmabuf_(dmabuf) {
-    table_->add(this);
-  }
-  ~IbRegion() override {
-    table_->remove(this);
-    if (mr_) device_->verbs().dereg_mr(mr_);
-  }
-  bool covers(uint64_t begin, size_t size) const { return mr_ && begin >= base_ && begin + size <= base_ + length_; }
-  uint32_t lkey() const { return mr_ ? mr_->lkey : 0; }
-  uint32_t rkey() const { return mr_ ? mr_->rkey : 0; }
-  bool dmabuf() const { return dmabuf_; }
-
- private:
-  const std::shared_ptr<RegionTable> table_;
-  const std::shared_ptr<DeviceContext> device_;  // the protection domain outlives the registration
-  ibv_mr* const mr_;                              // null for an empty registration
-  const uint64_t base_;
-  const size_t length_;
-  const bool dmabuf_;
-};
-
-bool RegionTable::find(uint64_t begin, size_t size, uint32_t* lkey, uint32_t* rkey) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const IbRegion* r : regions_) {
-    if (!r->covers(begin, size)) continue;
-    if (lkey) *lkey = r->lkey();
-    if (rkey) *rkey = r->rkey();
-    return true;
-  }
-  return false;
-}
-
 // ---------------------------------------------------------------- shared comm
 
 Status IbRequest::test(Completion* out) { return owner->test(this, out); }
@@ -179,7 +105,8 @@ Status IbComm::create() {
                                         " queue pairs (lower SIEVE_IB_QPS)");
   cq_ = v.create_cq(config_.device->context(), cqe, nullptr, nullptr, 0);
   if (!cq_) return error(Code::SystemError, "ibv_create_cq(" + std::to_string(cqe) + ") on " + dev + " failed: " + errno_text(errno));
-  control_.assign(kMaxRequests * kAnnounceBytes + 64, 0);
+  Status allocated = PageBuffer::allocate(kMaxRequests * kAnnounceBytes + 64, &control_);
+  if (!allocated.is_ok()) return error(allocated.code(), "control buffer for a comm on " + dev + ": " + allocated.message());
   control_mr_ = v.reg_mr_iova2(config_.device->pd(), control_.data(), control_.size(),
                                reinterpret_cast<uintptr_t>(control_.data()), IBV_ACCESS_LOCAL_WRITE);
   if (!control_mr_) return error(Code::SystemError, "ibv_reg_mr of the control buffer on " + dev + " failed: " + errno_text(errno));
@@ -245,35 +172,7 @@ IbRequest* IbComm::free_request() {
 }
 
 Status IbComm::register_region(const MemoryDescriptor& memory, std::unique_ptr<MemoryRegion>* out) {
-  out->reset();
-  const VerbsLibrary& v = verbs();
-  const uint64_t base = reinterpret_cast<uintptr_t>(memory.data);
-  if (memory.size == 0) {  // nothing to register; a zero-byte message needs no key
-    *out = std::make_unique<IbRegion>(regions_, config_.device, nullptr, base, 0, memory.is_dmabuf());
-    return Status::ok();
-  }
-  if (!memory.data) return error(Code::InvalidArgument, "register_memory of " + bytes_text(memory.size) + " at a null address");
-  ibv_mr* mr = nullptr;
-  if (memory.is_dmabuf()) {
-    if (!v.reg_dmabuf_mr)
-      return error(Code::InternalError, "dma-buf registration needs ibv_reg_dmabuf_mr, which " + v.path +
-                                            " does not have (rdma-core 34 or newer)");
-    // The address NCCL passes is the buffer's device address: it becomes the region's iova, so
-    // isend/irecv find it by that address and the peer writes to it.
-    mr = v.reg_dmabuf_mr(config_.device->pd(), memory.dmabuf_offset, memory.size, base, memory.dmabuf_fd,
-                         static_cast<int>(kRemoteAccess));
-    if (!mr)
-      return error(Code::SystemError, "ibv_reg_dmabuf_mr of " + bytes_text(memory.size) + " (fd " +
-                                          std::to_string(memory.dmabuf_fd) + ") on " + config_.device->name() +
-                                          " failed: " + errno_text(errno));
-  } else {
-    mr = v.reg_mr_iova2(config_.device->pd(), memory.data, memory.size, base, kRemoteAccess);
-    if (!mr)
-      return error(Code::SystemError, "ibv_reg_mr of " + bytes_text(memory.size) + " on " + config_.device->name() +
-                                          " failed: " + errno_text(errno));
-  }
-  *out = std::make_unique<IbRegion>(regions_, config_.device, mr, base, memory.size, memory.is_dmabuf());
-  return Status::ok();
+  return ib::register_region(config_.device, regions_, memory, kRemoteAccess, out);
 }
 
 Status IbComm::find_region(const char* call, const void* data, size_t size, uint32_t* lkey, uint32_t* rkey) const {

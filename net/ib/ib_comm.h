@@ -18,37 +18,13 @@
 #include <vector>
 
 #include "net/connection.h"
+#include "net/ib/device_context.h"
+#include "net/ib/ib_memory.h"
 #include "net/ib/ib_setup.h"
 #include "net/ib/verbs_library.h"
 #include "net/transport.h"
 
 namespace sieve::net::ib {
-
-// One opened device and its protection domain, shared by every comm and registration on it; the
-// last holder (the transport, a comm, or a registration outliving its comm) closes it.
-class DeviceContext {
- public:
-  static Status open(const VerbsLibrary& verbs, ibv_device* device, const std::string& name,
-                     std::shared_ptr<DeviceContext>* out);
-  ~DeviceContext();
-  DeviceContext(const DeviceContext&) = delete;
-  DeviceContext& operator=(const DeviceContext&) = delete;
-
-  const VerbsLibrary& verbs() const { return verbs_; }
-  ibv_context* context() const { return context_; }
-  ibv_pd* pd() const { return pd_; }
-  const std::string& name() const { return name_; }
-
- private:
-  DeviceContext(const VerbsLibrary& verbs, std::string name) : verbs_(verbs), name_(std::move(name)) {}
-  const VerbsLibrary& verbs_;
-  const std::string name_;
-  ibv_context* context_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-};
-
-// The registrations of one comm, looked up by address on every isend/irecv.
-class RegionTable;
 
 // Messages above this size per queue pair are split; the receiver's capacity decides the split so
 // both sides know how many immediates a message brings before its size is known.
@@ -156,7 +132,7 @@ class IbComm {
   ibv_qp* loopback_ = nullptr;  // receive comms: the queue pair connected to itself that flushes read through
   bool in_error_ = false;
   std::vector<uint32_t> psn_;
-  std::vector<uint8_t> control_;
+  PageBuffer control_;  // whole pages of its own: see ib_memory.h
   ibv_mr* control_mr_ = nullptr;
   Clock::time_point next_liveness_check_{};
   Clock::time_point peer_closed_at_{};

@@ -398,6 +398,32 @@ TEST_F(FakeHardwareTest, ANonBlockingAsyncFdSaysEagainWhenNothingHappened) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Fork safety
+
+// Once ibv_fork_init succeeded, every page a registration touches is "don't fork": a child loses
+// whatever else lives there, so registering part of a page is a bug the fake reports. Run in a
+// fresh process (the death-test child re-runs only this test): fork safety must come before any
+// registration, and earlier tests in this process have registered memory.
+TEST_F(FakeHardwareTest, WithForkSafetyOnlyWholePagesMayBeRegistered) {
+  report_mode();
+  EXPECT_EXIT(
+      {
+        if (verbs().fork_init() != 0) _exit(2);
+        Node node = open_node();
+        const long page = sysconf(_SC_PAGESIZE);
+        auto* pages = static_cast<uint8_t*>(
+            mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        const uint64_t before = verbs().violations();
+        errno = 0;
+        if (verbs().reg_mr(node.pd, pages + 64, 100, IBV_ACCESS_LOCAL_WRITE) != nullptr || errno != EINVAL) _exit(3);
+        if (verbs().violations() != before + 1) _exit(4);
+        if (verbs().reg_mr(node.pd, pages, 2 * page, IBV_ACCESS_LOCAL_WRITE) == nullptr) _exit(5);
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "not whole pages");
+}
+
+// ---------------------------------------------------------------------------------------------
 // What a test can ask the fake
 
 TEST_F(FakeHardwareTest, TestsSeeQueuePairAttributesRegistrationFlagsAndPostedWork) {

@@ -29,11 +29,26 @@ constexpr uint32_t kMaxInline = 256;
 constexpr int kMaxRdAtomic = 16;
 constexpr uint64_t kMaxMrSize = 1ull << 40;
 
+// With fork safety on, rdma-core marks every page a registration touches "don't fork": a forked
+// child (a DataLoader worker) gets no copy of them, so whatever else shares those pages (the heap
+// around a small buffer) is gone in the child on kernels before 5.13. Registering memory that does
+// not own its pages is a bug the hardware never reports.
+bool shares_pages(const uint8_t* host, size_t length) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  return reinterpret_cast<uintptr_t>(host) % page != 0 || length % page != 0;
+}
+
 ibv_mr* register_mr(ibv_pd* verbs_pd, uint8_t* host, size_t length, uint64_t iova, unsigned access,
                     void* mapping, size_t mapping_length) {
   g_registered_any = true;
   Pd* pd = impl_of<Pd>(verbs_pd);
   if (!usable(pd, "PD")) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (g_fork_initialized && mapping == nullptr && shares_pages(host, length)) {
+    violation("reg_mr of [%p, +%zu) with fork safety on: not whole pages, so a forked child loses the memory "
+              "sharing them (register page-aligned, page-rounded memory)", static_cast<void*>(host), length);
     errno = EINVAL;
     return nullptr;
   }
