@@ -21,7 +21,7 @@ using namespace ib_test;
 // NCCL's IB transport does the same: buffers registered later stay safe when the job forks
 // (DataLoader workers) on kernels that do not protect registered pages themselves.
 TEST_F(IbTransportTest, VerbsAreMadeForkSafeBeforeAnyBufferIsRegistered) {
-  connect();
+  ASSERT_NO_FATAL_FAILURE(connect());
   EXPECT_EQ(fake::fork_initialized(), 1);
   std::vector<unsigned char> buffer(4096);
   std::unique_ptr<MemoryRegion> region;
@@ -47,7 +47,7 @@ TEST_F(IbTransportTest, RegistrationsCoverWholePagesSoForkSafetyTakesNothingUnsa
 }
 
 TEST_F(IbTransportTest, SizesFromZeroTo64MiBArriveByteExactIntoLargerReceives) {
-  connect();
+  ASSERT_NO_FATAL_FAILURE(connect());
   const size_t sizes[] = {0, 1, 7, 4096, 65537, (1u << 20) + 3, 16u << 20, 64u << 20};
   uint32_t seed = 1;
   for (size_t size : sizes) {
@@ -57,7 +57,7 @@ TEST_F(IbTransportTest, SizesFromZeroTo64MiBArriveByteExactIntoLargerReceives) {
 }
 
 TEST_F(IbTransportTest, ThirtyTwoOutstandingEachWayAndTheThirtyThirdWaits) {
-  connect();
+  ASSERT_NO_FATAL_FAILURE(connect());
   constexpr int kCount = kMaxRequests;
   constexpr size_t kSize = 70000;
   std::vector<std::vector<unsigned char>> out(kCount), in(kCount);
@@ -93,7 +93,7 @@ TEST_F(IbTransportTest, ThirtyTwoOutstandingEachWayAndTheThirtyThirdWaits) {
 }
 
 TEST_F(IbTransportTest, SendLargerThanItsReceiveFailsBothSidesWithoutOverflowAndTheCommGoesOn) {
-  connect();
+  ASSERT_NO_FATAL_FAILURE(connect());
   std::vector<unsigned char> out = pattern(1 << 20, 5);
   std::vector<unsigned char> in((1 << 20) + 4096, kCanary);
   auto send_region = reg_send(out.data(), out.size());
@@ -114,7 +114,7 @@ TEST_F(IbTransportTest, SendLargerThanItsReceiveFailsBothSidesWithoutOverflowAnd
 }
 
 TEST_F(IbTransportTest, SeveralQueuePairsCarryLargeAndSmallMessagesInterleaved) {
-  connect(4);
+  ASSERT_NO_FATAL_FAILURE(connect(4));
   const size_t sizes[] = {4096, 8u << 20, 100, (1u << 20) + 5, 0, 3u << 20};
   std::vector<std::vector<unsigned char>> out, in;
   std::vector<std::unique_ptr<MemoryRegion>> regions;
@@ -146,7 +146,7 @@ TEST_F(IbTransportTest, SeveralQueuePairsCarryLargeAndSmallMessagesInterleaved) 
 }
 
 TEST_F(IbTransportTest, UnregisteredBuffersAreInvalidUsageNamingRegistration) {
-  connect();
+  ASSERT_NO_FATAL_FAILURE(connect());
   std::vector<unsigned char> buffer(8192);
   Request* r = nullptr;
   Status st = pair_.send->isend(buffer.data(), buffer.size(), &r);
@@ -165,7 +165,7 @@ TEST_F(IbTransportTest, UnregisteredBuffersAreInvalidUsageNamingRegistration) {
 }
 
 TEST_F(IbTransportTest, AnErrorCompletionFailsTheCommNamingThePeer) {
-  connect();
+  ASSERT_NO_FATAL_FAILURE(connect());
   std::vector<unsigned char> out = pattern(65536, 11);
   std::vector<unsigned char> in(65536, kCanary);
   auto send_region = reg_send(out.data(), out.size());
@@ -189,7 +189,7 @@ TEST_F(IbTransportTest, AnErrorCompletionFailsTheCommNamingThePeer) {
 }
 
 TEST_F(IbTransportTest, ClosingTheSenderGivesAWaitingReceiverAnErrorNamingThePeer) {
-  connect();
+  ASSERT_NO_FATAL_FAILURE(connect());
   std::vector<unsigned char> in(4096);
   auto recv_region = reg_recv(in.data(), in.size());
   Request* r = nullptr;
@@ -209,7 +209,7 @@ TEST_F(IbTransportTest, ClosingTheSenderGivesAWaitingReceiverAnErrorNamingThePee
 // dropped under a queued write), whichever side goes first.
 TEST_F(IbTransportTest, ClosingCommsWithRequestsInFlightIsClean) {
   for (const bool sender_first : {true, false}) {
-    connect();
+    ASSERT_NO_FATAL_FAILURE(connect());
     constexpr int kCount = 4;
     constexpr size_t kSize = 4u << 20;
     std::vector<std::vector<unsigned char>> out(kCount), in(kCount);
@@ -237,7 +237,7 @@ TEST_F(IbTransportTest, ClosingCommsWithRequestsInFlightIsClean) {
 }
 
 TEST_F(IbTransportTest, FlushReadsBackADmaBufRegionAndSkipsHostMemory) {
-  connect();
+  ASSERT_NO_FATAL_FAILURE(connect());
   const auto& device = transport_->devices()[0];
   if (!device.dmabuf) GTEST_SKIP() << "the fake port reports no dma-buf support";
   const size_t size = 1 << 20;
