@@ -50,7 +50,15 @@ struct TransportOptions {
   std::string ib_hca;   // SIEVE_IB_HCA, NCCL_IB_HCA's syntax; empty: every active port
   int ib_gid_index = -1;  // -1: chosen per port (ib::choose_gid)
   int ib_qps = 1;         // queue pairs per connection
+  // The class of service of a connection, chosen by the connecting side (the listener adopts it):
+  // -1 leaves it to the communicator's traffic class (connect's), else 0.
+  int ib_traffic_class = -1;  // 0-255: the GRH traffic class (RoCE: DSCP << 2 | ECN)
+  int ib_service_level = -1;  // 0-15; the communicator's traffic class serves only when it is 0-15
+  int ib_pkey_index = 0;      // P_Key table index of every queue pair; both sides' partitions must match
 };
+
+// NCCL's "no traffic class" (NCCL_NET_TRAFFIC_CLASS_UNDEF), for connect without a communicator's.
+constexpr int kTrafficClassUnset = -1;
 
 // How many data sockets and helper threads a connection gets. One TCP stream fills a link below
 // about 25 Gbit/s with the least CPU and no cross-stream stalls (measured on tbf-shaped 1 and
@@ -184,7 +192,12 @@ class Transport {
   virtual const std::vector<Device>& devices() const = 0;
   virtual Status listen(int dev, Handle* handle, std::unique_ptr<ListenComm>* comm) = 0;
   // Writes its in-progress state into *handle: NCCL calls again with the same handle until *comm is set.
-  virtual Status connect(int dev, Handle* handle, std::unique_ptr<SendComm>* comm) = 0;
+  // `traffic_class`: the communicator's (NCCL's ncclConfig_t trafficClass), kTrafficClassUnset when
+  // it set none; verbs use it where SIEVE_IB_TC / SIEVE_IB_SL leave the choice open, TCP ignores it.
+  virtual Status connect(int dev, int traffic_class, Handle* handle, std::unique_ptr<SendComm>* comm) = 0;
+  Status connect(int dev, Handle* handle, std::unique_ptr<SendComm>* comm) {
+    return connect(dev, kTrafficClassUnset, handle, comm);
+  }
 };
 
 }  // namespace sieve::net

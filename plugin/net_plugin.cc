@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include "net/log.h"
 #include "net/transport.h"
 #include "plugin/config.h"
+#include "plugin/nccl_fallbacks.h"
 #include "plugin/peer_traffic.h"
 #include "plugin/process_log.h"
 #include "plugin/proxy_probe.h"
@@ -136,6 +138,9 @@ net::TransportOptions options_from(const config::Settings& s) {
   o.ib_hca = s.ib_hca;
   o.ib_gid_index = static_cast<int>(s.ib_gid_index);
   o.ib_qps = static_cast<int>(s.ib_qps);
+  o.ib_traffic_class = static_cast<int>(sieve_or_nccl(s.ib_tc, "NCCL_IB_TC", 0, 255, -1, std::getenv));
+  o.ib_service_level = static_cast<int>(sieve_or_nccl(s.ib_sl, "NCCL_IB_SL", 0, 15, -1, std::getenv));
+  o.ib_pkey_index = static_cast<int>(sieve_or_nccl(s.ib_pkey, "NCCL_IB_PKEY", 0, 65535, 0, std::getenv));
   return o;
 }
 
@@ -341,14 +346,16 @@ ncclResult_t net_listen(void* ctx, int dev, void* handle, void** listen_comm) {
   });
 }
 
-ncclResult_t net_connect(void* ctx, int dev, void* handle, void** send_comm) {
+ncclResult_t net_connect(void* ctx, int dev, int traffic_class, void* handle, void** send_comm) {
   return guarded("connect", [&] {
     if (!handle || !send_comm) return ncclInvalidArgument;
     *send_comm = nullptr;
-    auto state = ctx ? static_cast<Context*>(ctx)->state : current_state();
+    auto* context = static_cast<Context*>(ctx);
+    auto state = context ? context->state : current_state();
     if (!state) return ncclInvalidUsage;
+    if (traffic_class == abi::NCCL_NET_TRAFFIC_CLASS_UNDEF && context) traffic_class = context->traffic_class;
     std::unique_ptr<net::SendComm> comm;
-    net::Status st = state->transport->connect(dev, static_cast<net::Handle*>(handle), &comm);
+    net::Status st = state->transport->connect(dev, traffic_class, static_cast<net::Handle*>(handle), &comm);
     if (!st.is_ok()) return report("connect", st);
     if (comm) *send_comm = wrap(state, std::move(comm), dev);
     return ncclSuccess;

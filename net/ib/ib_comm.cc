@@ -136,6 +136,8 @@ SetupInfo IbComm::local_setup() const {
   info.mtu = config_.port.mtu;
   info.lid = config_.port.lid;
   info.gid = config_.port.gid;
+  info.service = config_.service;
+  info.pkey = config_.port.pkey;
   for (size_t q = 0; q < qps_.size(); ++q) {
     info.qpn.push_back(qps_[q]->qp_num);
     info.psn.push_back(psn_[q]);
@@ -143,16 +145,30 @@ SetupInfo IbComm::local_setup() const {
   return info;
 }
 
-Status IbComm::connect(const SetupInfo& remote) {
+Status IbComm::check_peer(const SetupInfo& remote) const {
   if (remote.link_layer != config_.port.link_layer)
     return error(Code::InvalidUsage, "peer " + connection_.peer + "'s port is " +
                                          (remote.link_layer == LinkLayer::Ethernet ? "RoCE" : "InfiniBand") + ", " +
                                          config_.port.name + " is not: the two cannot be connected");
+  if (!same_partition(remote.pkey, config_.port.pkey)) {
+    char keys[96];
+    snprintf(keys, sizeof keys, "P_Key 0x%04x, %s uses 0x%04x at index %d", remote.pkey, config_.port.name.c_str(),
+             config_.port.pkey, config_.port.pkey_index);
+    return error(Code::InvalidUsage, "peer " + connection_.peer + " is in another InfiniBand partition (" + keys +
+                                         "): the switches drop every packet between them; set SIEVE_IB_PKEY (or "
+                                         "NCCL_IB_PKEY) to an index of the same partition on every node");
+  }
+  return Status::ok();
+}
+
+Status IbComm::connect(const SetupInfo& remote) {
+  Status checked = check_peer(remote);
+  if (!checked.is_ok()) return checked;
   if (remote.qpn.size() != qps_.size())
     return error(Code::RemoteError, "peer " + connection_.peer + " set up " + std::to_string(remote.qpn.size()) +
                                         " queue pairs, this side " + std::to_string(qps_.size()));
   for (size_t q = 0; q < qps_.size(); ++q) {
-    Status st = qp_to_rts(verbs(), qps_[q], config_.port, psn_[q], remote, remote.qpn[q], remote.psn[q]);
+    Status st = qp_to_rts(verbs(), qps_[q], config_.port, psn_[q], remote, remote.qpn[q], remote.psn[q], config_.service);
     if (!st.is_ok()) return error(st.code(), st.message() + " (queue pair to " + connection_.peer + ")");
   }
   return post_initial_receives();
@@ -622,7 +638,7 @@ Status IbRecvComm::create_loopback() {
   Status st = qp_to_init(verbs(), qp, config_.port);
   SetupInfo self = local_setup();
   const uint32_t psn = random_psn();
-  if (st.is_ok()) st = qp_to_rts(verbs(), qp, config_.port, psn, self, qp->qp_num, psn);
+  if (st.is_ok()) st = qp_to_rts(verbs(), qp, config_.port, psn, self, qp->qp_num, psn, config_.service);
   if (!st.is_ok()) {
     verbs().destroy_qp(qp);
     return error(st.code(), st.message() + " (flush loopback on " + config_.port.name + ")");

@@ -35,6 +35,7 @@ constexpr uint64_t kMaxMessageBytes = (uint64_t(1) << 31) - 1;
 struct IbCommConfig {
   std::shared_ptr<DeviceContext> device;
   PortAddress port;
+  ServiceClass service;  // a listener's becomes the connector's at set-up
   int nqps = 1;
   int peer_timeout_ms = 5000;
   int max_cqe = 0;  // the device's limit (0: unknown)
@@ -77,7 +78,9 @@ class IbComm {
   // Creates the completion queue, the queue pairs (in INIT) and the control buffers.
   Status create();
   SetupInfo local_setup() const;
-  // RTR and RTS towards the peer, then the receives this side keeps posted.
+  // Whether this side can reach the peer at all (link layer, partition): an error that names why.
+  Status check_peer(const SetupInfo& remote) const;
+  // RTR and RTS towards the peer (check_peer first), then the receives this side keeps posted.
   Status connect(const SetupInfo& remote);
   int nqps() const { return config_.nqps; }
   int socket() const { return connection_.control.get(); }

@@ -195,6 +195,7 @@ Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, s
       port.mtu_bytes = mtu_bytes(port_attr.active_mtu);
       port.lid = port_attr.lid;
       port.grh_required = (port_attr.flags & IBV_QPF_GRH_REQUIRED) != 0;
+      port.pkey_table_length = port_attr.pkey_tbl_len;
       port.guid = be64toh(attr.node_guid);
       port.max_qp = attr.max_qp;
       port.max_qp_wr = attr.max_qp_wr;

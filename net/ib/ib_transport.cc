@@ -21,6 +21,18 @@ namespace sieve::net {
 namespace ib {
 namespace {
 
+// The connector's class of service: SIEVE_IB_TC / SIEVE_IB_SL (or NCCL's NCCL_IB_TC / NCCL_IB_SL,
+// which the plugin put in the same options), else the communicator's traffic class, as NCCL's IB
+// transport uses it for both (the service level only where it fits its 4 bits), else 0.
+ServiceClass service_class(const TransportOptions& o, int traffic_class) {
+  ServiceClass c;
+  if (o.ib_traffic_class >= 0) c.traffic_class = static_cast<uint8_t>(o.ib_traffic_class);
+  else if (traffic_class >= 0 && traffic_class <= 255) c.traffic_class = static_cast<uint8_t>(traffic_class);
+  if (o.ib_service_level >= 0) c.service_level = static_cast<uint8_t>(o.ib_service_level);
+  else if (traffic_class >= 0 && traffic_class <= 15) c.service_level = static_cast<uint8_t>(traffic_class);
+  return c;
+}
+
 // A queue pair per SIEVE_IB_QPS and the flush loopback of each receive comm.
 int max_comms_of(const IbPort& port, int nqps) {
   if (port.max_qp <= 0) return 65536;
@@ -124,13 +136,16 @@ class IbTransport final : public Transport {
     return Status::ok();
   }
 
-  Status connect(int dev, Handle* handle, std::unique_ptr<SendComm>* comm) override {
+  using Transport::connect;
+  Status connect(int dev, int traffic_class, Handle* handle, std::unique_ptr<SendComm>* comm) override {
     comm->reset();
     wire::HandleFields fields;
     Status st = read_peer_handle(devices_, dev, *handle, &fields);
     if (!st.is_ok()) return st;
     const auto make = [&]() -> std::unique_ptr<ConnectAttempt> {
-      return std::make_unique<IbConnect>(options_, fields, config(dev));
+      IbCommConfig c = config(dev);
+      c.service = service_class(options_, traffic_class);
+      return std::make_unique<IbConnect>(options_, fields, std::move(c));
     };
     st = attempts_.progress(handle, fields, make, comm);
     if (*comm)
@@ -159,6 +174,12 @@ class IbTransport final : public Transport {
 Status check_options(const TransportOptions& o) {
   if (o.ib_qps < 1 || o.ib_qps > kMaxQps)
     return error(Code::InvalidArgument, "SIEVE_IB_QPS=" + std::to_string(o.ib_qps) + " is outside 1-16");
+  if (o.ib_traffic_class > 255)
+    return error(Code::InvalidArgument, "SIEVE_IB_TC=" + std::to_string(o.ib_traffic_class) + " is outside 0-255");
+  if (o.ib_service_level > 15)
+    return error(Code::InvalidArgument, "SIEVE_IB_SL=" + std::to_string(o.ib_service_level) + " is outside 0-15");
+  if (o.ib_pkey_index < 0 || o.ib_pkey_index > 0xffff)
+    return error(Code::InvalidArgument, "SIEVE_IB_PKEY=" + std::to_string(o.ib_pkey_index) + " is outside 0-65535");
   return check_common_options(o);
 }
 
@@ -167,6 +188,18 @@ std::string port_list(const std::vector<IbPort>& ports) {
   std::string text;
   for (const auto& p : ports) text += (text.empty() ? "" : ", ") + p.name() + (p.active ? " (active)" : " (down)");
   return text;
+}
+
+// The P_Key at SIEVE_IB_PKEY's index: what the peer's must match (exchanged at set-up).
+Status read_pkey(const VerbsLibrary& verbs, const DeviceContext& device, const IbPort& port, int index, PortAddress* a) {
+  __be16 pkey = 0;
+  if (verbs.query_pkey(device.context(), static_cast<uint8_t>(port.port), index, &pkey) != 0)
+    return error(Code::InvalidArgument, "SIEVE_IB_PKEY (or NCCL_IB_PKEY) index " + std::to_string(index) +
+                                            " is not in the P_Key table of " + port.name() + " (" +
+                                            std::to_string(port.pkey_table_length) + " entries)");
+  a->pkey_index = index;
+  a->pkey = be16toh(pkey);
+  return Status::ok();
 }
 
 // Opens each selected port's device once and resolves the GID a connection from it uses.
@@ -200,6 +233,8 @@ Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, co
     a.grh_required = port.grh_required;
     a.mtu = port.active_mtu;
     st = choose_gid(port, options.ib_gid_index, &a.gid_index);
+    if (!st.is_ok()) break;
+    st = read_pkey(verbs, *entry.device, port, options.ib_pkey_index, &a);
     if (!st.is_ok()) break;
     // Discovery read the table already (an InfiniBand port without a populated entry 0 keeps zeros).
     for (const GidEntry& g : port.gids)

@@ -42,6 +42,7 @@ Status load_once(VerbsLibrary* v) {
   bind(handle, "ibv_query_device", v->query_device, true, &missing);
   bind(handle, "ibv_query_port", v->query_port, true, &missing);
   bind(handle, "ibv_query_gid", v->query_gid, true, &missing);
+  bind(handle, "ibv_query_pkey", v->query_pkey, true, &missing);
   bind(handle, "_ibv_query_gid_ex", v->query_gid_ex, false, &missing);
   bind(handle, "ibv_alloc_pd", v->alloc_pd, true, &missing);
   bind(handle, "ibv_dealloc_pd", v->dealloc_pd, true, &missing);

@@ -27,6 +27,7 @@ struct VerbsLibrary {
   // The exported symbol behind the ibv_query_port macro; ibv_port_attr starts with its fields.
   int (*query_port)(ibv_context* context, uint8_t port, _compat_ibv_port_attr* attr);
   int (*query_gid)(ibv_context* context, uint8_t port, int index, ibv_gid* gid);
+  int (*query_pkey)(ibv_context* context, uint8_t port, int index, __be16* pkey);
   // Behind the inline ibv_query_gid_ex (rdma-core >= 32): GID type and paired netdev. Optional:
   // null on older libraries, where sysfs answers instead.
   int (*query_gid_ex)(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry, uint32_t flags,

@@ -40,5 +40,78 @@ TEST_F(IbTransportTest, InfinibandPeersInOneSubnetRouteByLidAlone) {
   for (const ibv_qp_attr& qp : qps) EXPECT_EQ(qp.ah_attr.is_global, 0);
 }
 
+// A lossless RoCE fabric carries one DSCP without drops: the connecting side's class (SIEVE_IB_TC,
+// SIEVE_IB_SL) goes to the listener in the set-up message, so acknowledgements travel in it too.
+TEST_F(IbTransportTest, TheConnectorsTrafficClassAndServiceLevelCarryBothDirections) {
+  TransportOptions connector = ib_options(2);
+  connector.ib_traffic_class = 106;  // DSCP 26
+  connector.ib_service_level = 3;
+  ASSERT_NO_FATAL_FAILURE(connect(ib_options(), connector));
+  roundtrip(300000, 300000, 4);
+  const auto qps = fake::connected_qps();
+  ASSERT_EQ(qps.size(), 4u) << "two queue pairs on each side";
+  for (const ibv_qp_attr& qp : qps) {
+    EXPECT_EQ(qp.ah_attr.grh.traffic_class, 106) << "qpn " << qp.dest_qp_num;
+    EXPECT_EQ(qp.ah_attr.sl, 3) << "qpn " << qp.dest_qp_num;
+  }
+}
+
+// NCCL passes each communicator's ncclConfig_t trafficClass to connect; it serves where Sieve's
+// variables (and NCCL_IB_TC / NCCL_IB_SL, which the plugin reads into the same options) are unset,
+// for the service level only where it fits in 4 bits, as NCCL's IB transport does.
+TEST_F(IbTransportTest, TheCommunicatorsTrafficClassServesWhereNoVariableChoseOne) {
+  ASSERT_NO_FATAL_FAILURE(connect(ib_options(), ib_options(), /*traffic_class=*/5));
+  for (const ibv_qp_attr& qp : fake::connected_qps()) {
+    EXPECT_EQ(qp.ah_attr.grh.traffic_class, 5);
+    EXPECT_EQ(qp.ah_attr.sl, 5);
+  }
+}
+
+TEST_F(IbTransportTest, WithoutAnyChoiceTheClassIsZero) {
+  ASSERT_NO_FATAL_FAILURE(connect());
+  for (const ibv_qp_attr& qp : fake::connected_qps()) {
+    EXPECT_EQ(qp.ah_attr.grh.traffic_class, 0);
+    EXPECT_EQ(qp.ah_attr.sl, 0);
+  }
+}
+
+TEST_F(IbTransportTest, QueuePairsJoinThePartitionSievePkeyNames) {
+  ScopedEnv devices("FAKE_VERBS_DEVICES", "part0:ib::100:pkey=ffff,pkey=8001,pkey=0001");
+  TransportOptions full = ib_options(), limited = ib_options();
+  full.ib_pkey_index = 1;
+  limited.ib_pkey_index = 2;  // a limited member talks to full members of its partition
+  ASSERT_NO_FATAL_FAILURE(connect(full, limited));
+  roundtrip(5000, 5000, 5);
+  const auto qps = fake::connected_qps();
+  ASSERT_EQ(qps.size(), 2u);
+  EXPECT_NE(qps[0].pkey_index, qps[1].pkey_index);
+  for (const ibv_qp_attr& qp : qps) EXPECT_TRUE(qp.pkey_index == 1 || qp.pkey_index == 2);
+}
+
+// Different partitions never exchange a packet: both sides refuse at set-up, naming the P_Keys and
+// the variable, instead of a retry-exceeded error seconds into the first message.
+TEST_F(IbTransportTest, PeersInDifferentPartitionsAreRefusedAtSetUpNamingSievePkey) {
+  ScopedEnv devices("FAKE_VERBS_DEVICES", "part1:ib::100:pkey=ffff,pkey=8001,pkey=8002");
+  TransportOptions one = ib_options(), two = ib_options();
+  one.ib_pkey_index = 1;
+  two.ib_pkey_index = 2;
+  const Status st = connect_failure(one, two);
+  EXPECT_EQ(st.code(), Code::InvalidUsage) << st.message();
+  EXPECT_NE(st.message().find("SIEVE_IB_PKEY"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("0x8001"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("0x8002"), std::string::npos) << st.message();
+}
+
+TEST(IbTransportOptions, APkeyIndexBeyondThePortsTableIsRefusedNamingTheVariable) {
+  ScopedEnv devices("FAKE_VERBS_DEVICES", "part2:ib::100:pkey=ffff,pkey=8001");
+  TransportOptions o = ib_options();
+  o.ib_pkey_index = 2;
+  std::unique_ptr<Transport> t;
+  const Status st = Transport::create_ib(o, &t);
+  EXPECT_EQ(st.code(), Code::InvalidArgument);
+  EXPECT_NE(st.message().find("SIEVE_IB_PKEY"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("part2:1 (2 entries)"), std::string::npos) << st.message();
+}
+
 }  // namespace
 }  // namespace sieve::net

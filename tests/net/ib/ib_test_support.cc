@@ -115,15 +115,26 @@ void IbTransportTest::connect(const TransportOptions& options) {
   ASSERT_TRUE(st.is_ok()) << st.message();
 }
 
-void IbTransportTest::connect(const TransportOptions& listener, const TransportOptions& connector) {
+void IbTransportTest::connect(const TransportOptions& listener, const TransportOptions& connector, int traffic_class) {
   Status st = Transport::create_ib(listener, &transport_);
   ASSERT_TRUE(st.is_ok()) << st.message();
   st = Transport::create_ib(connector, &connector_transport_);
   ASSERT_TRUE(st.is_ok()) << st.message();
   violations_before_ = fake::violations();
   ASSERT_NE(violations_before_, ~uint64_t(0)) << "the fake libibverbs is not the one loaded (LD_LIBRARY_PATH)";
-  st = testing::connect_pair(*transport_, *connector_transport_, &pair_);
+  st = testing::connect_pair(*transport_, *connector_transport_, &pair_, traffic_class);
   ASSERT_TRUE(st.is_ok()) << st.message();
+}
+
+Status IbTransportTest::connect_failure(const TransportOptions& listener, const TransportOptions& connector) {
+  Status st = Transport::create_ib(listener, &transport_);
+  if (st.is_ok()) st = Transport::create_ib(connector, &connector_transport_);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  if (!st.is_ok()) return st;
+  violations_before_ = fake::violations();
+  st = testing::connect_pair(*transport_, *connector_transport_, &pair_);
+  EXPECT_FALSE(st.is_ok()) << "connected";
+  return st;
 }
 
 void IbTransportTest::TearDown() {

@@ -62,8 +62,12 @@ class IbTransportTest : public ::testing::Test {
   // Both ends on one transport.
   void connect(int qps = 1) { connect(ib_options(qps)); }
   void connect(const TransportOptions& options);
-  // A listener and a connector on transports of their own (other ports, other settings).
-  void connect(const TransportOptions& listener, const TransportOptions& connector);
+  // A listener and a connector on transports of their own (other ports, other settings), the
+  // connector in the communicator's `traffic_class`.
+  void connect(const TransportOptions& listener, const TransportOptions& connector,
+               int traffic_class = kTrafficClassUnset);
+  // The same, expecting the connection to fail: its error.
+  Status connect_failure(const TransportOptions& listener, const TransportOptions& connector);
   void TearDown() override;
 
   std::unique_ptr<MemoryRegion> reg_send(const void* data, size_t size);
