@@ -55,6 +55,8 @@ struct TransportOptions {
   int ib_traffic_class = -1;  // 0-255: the GRH traffic class (RoCE: DSCP << 2 | ECN)
   int ib_service_level = -1;  // 0-15; the communicator's traffic class serves only when it is 0-15
   int ib_pkey_index = 0;      // P_Key table index of every queue pair; both sides' partitions must match
+  int ib_timeout = 20;        // queue-pair retry timeout, 4.096 us x 2^n per try (1-31)
+  int ib_retry_count = 7;     // tries after the first before "retry exceeded" (0-7)
 };
 
 // NCCL's "no traffic class" (NCCL_NET_TRAFFIC_CLASS_UNDEF), for connect without a communicator's.

@@ -141,6 +141,8 @@ net::TransportOptions options_from(const config::Settings& s) {
   o.ib_traffic_class = static_cast<int>(sieve_or_nccl(s.ib_tc, "NCCL_IB_TC", 0, 255, -1, std::getenv));
   o.ib_service_level = static_cast<int>(sieve_or_nccl(s.ib_sl, "NCCL_IB_SL", 0, 15, -1, std::getenv));
   o.ib_pkey_index = static_cast<int>(sieve_or_nccl(s.ib_pkey, "NCCL_IB_PKEY", 0, 65535, 0, std::getenv));
+  o.ib_timeout = static_cast<int>(s.ib_timeout);
+  o.ib_retry_count = static_cast<int>(s.ib_retry_cnt);
   return o;
 }
 

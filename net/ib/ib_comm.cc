@@ -168,7 +168,8 @@ Status IbComm::connect(const SetupInfo& remote) {
     return error(Code::RemoteError, "peer " + connection_.peer + " set up " + std::to_string(remote.qpn.size()) +
                                         " queue pairs, this side " + std::to_string(qps_.size()));
   for (size_t q = 0; q < qps_.size(); ++q) {
-    Status st = qp_to_rts(verbs(), qps_[q], config_.port, psn_[q], remote, remote.qpn[q], remote.psn[q], config_.service);
+    Status st = qp_to_rts(verbs(), qps_[q], config_.port, psn_[q], remote, remote.qpn[q], remote.psn[q], config_.service,
+                          config_.retry);
     if (!st.is_ok()) return error(st.code(), st.message() + " (queue pair to " + connection_.peer + ")");
   }
   return post_initial_receives();
@@ -638,7 +639,7 @@ Status IbRecvComm::create_loopback() {
   Status st = qp_to_init(verbs(), qp, config_.port);
   SetupInfo self = local_setup();
   const uint32_t psn = random_psn();
-  if (st.is_ok()) st = qp_to_rts(verbs(), qp, config_.port, psn, self, qp->qp_num, psn, config_.service);
+  if (st.is_ok()) st = qp_to_rts(verbs(), qp, config_.port, psn, self, qp->qp_num, psn, config_.service, config_.retry);
   if (!st.is_ok()) {
     verbs().destroy_qp(qp);
     return error(st.code(), st.message() + " (flush loopback on " + config_.port.name + ")");

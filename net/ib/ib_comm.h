@@ -36,6 +36,7 @@ struct IbCommConfig {
   std::shared_ptr<DeviceContext> device;
   PortAddress port;
   ServiceClass service;  // a listener's becomes the connector's at set-up
+  RetryBudget retry;
   int nqps = 1;
   int peer_timeout_ms = 5000;
   int max_cqe = 0;  // the device's limit (0: unknown)

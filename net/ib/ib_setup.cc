@@ -91,7 +91,8 @@ Status qp_to_init(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& loca
 }
 
 Status qp_to_rts(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local, uint32_t local_psn,
-                 const SetupInfo& remote, uint32_t remote_qpn, uint32_t remote_psn, const ServiceClass& service) {
+                 const SetupInfo& remote, uint32_t remote_qpn, uint32_t remote_psn, const ServiceClass& service,
+                 const RetryBudget& retry) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_RTR;
   attr.path_mtu = std::min(local.mtu, remote.mtu);
@@ -123,8 +124,8 @@ Status qp_to_rts(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local
   if (!st.is_ok()) return st;
   attr = ibv_qp_attr{};
   attr.qp_state = IBV_QPS_RTS;
-  attr.timeout = kQpTimeout;
-  attr.retry_cnt = kQpRetryCount;
+  attr.timeout = retry.timeout;
+  attr.retry_cnt = retry.retry_count;
   attr.rnr_retry = kQpRnrRetry;
   attr.sq_psn = local_psn;
   attr.max_rd_atomic = 1;

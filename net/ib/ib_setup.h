@@ -61,13 +61,18 @@ Status decode_setup(const uint8_t* in, SetupInfo* out);
 // full member (bit 15); two limited members never can.
 bool same_partition(uint16_t a, uint16_t b);
 
-// Attributes every queue pair of the transport uses, in one place. The timeout is 4.096 us x 2^18 =
-// about 1.07 s per try and 7 retries: a lost path fails the queue pair within about 9 s on its own;
-// the bootstrap socket (closed by the kernel when a process dies, keepalive for a vanished host)
-// reports a dead peer sooner. rnr_retry 7 (retry forever) is safe because receives are always
-// posted ahead of anything that consumes them.
-constexpr uint8_t kQpTimeout = 18;
-constexpr uint8_t kQpRetryCount = 7;
+// How long a queue pair retries a peer that does not acknowledge before its work completes with
+// "retry exceeded": retry_count + 1 tries of 4.096 us x 2^timeout each. NCCL's defaults (20 and 7:
+// about 4.3 s per try, 34 s in all) ride out a switch reboot or a link renegotiation; a dead peer
+// is reported sooner by the bootstrap socket (closed by the kernel when a process dies, keepalive
+// for a vanished host) and a port going down by the device's async event.
+struct RetryBudget {
+  uint8_t timeout = 20;     // SIEVE_IB_TIMEOUT, 1-31 (0, "forever", is not offered)
+  uint8_t retry_count = 7;  // SIEVE_IB_RETRY_CNT, 0-7
+};
+
+// Attributes every queue pair of the transport uses, in one place. rnr_retry 7 (retry forever) is
+// safe because receives are always posted ahead of anything that consumes them.
 constexpr uint8_t kQpRnrRetry = 7;
 constexpr uint8_t kQpMinRnrTimer = 12;
 constexpr uint8_t kHopLimit = 255;
@@ -78,8 +83,9 @@ Status qp_to_init(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& loca
 // INIT -> RTR -> RTS towards the remote queue pair (RoCE: global route from the local GID index;
 // InfiniBand: the remote LID, and a global route too where the local port requires one or the
 // peer is in another subnet), in the connection's service class. Path MTU is the smaller of both
-// ports'.
+// ports'; the retry budget is this side's.
 Status qp_to_rts(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local, uint32_t local_psn,
-                 const SetupInfo& remote, uint32_t remote_qpn, uint32_t remote_psn, const ServiceClass& service);
+                 const SetupInfo& remote, uint32_t remote_qpn, uint32_t remote_psn, const ServiceClass& service,
+                 const RetryBudget& retry);
 
 }  // namespace sieve::net::ib

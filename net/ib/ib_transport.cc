@@ -162,6 +162,8 @@ class IbTransport final : public Transport {
     c.nqps = options_.ib_qps;
     c.peer_timeout_ms = options_.peer_timeout_ms;
     c.max_cqe = ports_[dev].port.max_cqe;
+    c.retry.timeout = static_cast<uint8_t>(options_.ib_timeout);
+    c.retry.retry_count = static_cast<uint8_t>(options_.ib_retry_count);
     return c;
   }
 
@@ -178,6 +180,10 @@ Status check_options(const TransportOptions& o) {
     return error(Code::InvalidArgument, "SIEVE_IB_TC=" + std::to_string(o.ib_traffic_class) + " is outside 0-255");
   if (o.ib_service_level > 15)
     return error(Code::InvalidArgument, "SIEVE_IB_SL=" + std::to_string(o.ib_service_level) + " is outside 0-15");
+  if (o.ib_timeout < 1 || o.ib_timeout > 31)
+    return error(Code::InvalidArgument, "SIEVE_IB_TIMEOUT=" + std::to_string(o.ib_timeout) + " is outside 1-31");
+  if (o.ib_retry_count < 0 || o.ib_retry_count > 7)
+    return error(Code::InvalidArgument, "SIEVE_IB_RETRY_CNT=" + std::to_string(o.ib_retry_count) + " is outside 0-7");
   if (o.ib_pkey_index < 0 || o.ib_pkey_index > 0xffff)
     return error(Code::InvalidArgument, "SIEVE_IB_PKEY=" + std::to_string(o.ib_pkey_index) + " is outside 0-65535");
   return check_common_options(o);

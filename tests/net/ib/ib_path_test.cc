@@ -102,6 +102,37 @@ TEST_F(IbTransportTest, PeersInDifferentPartitionsAreRefusedAtSetUpNamingSievePk
   EXPECT_NE(st.message().find("0x8002"), std::string::npos) << st.message();
 }
 
+// NCCL's defaults since 2.x: about 4.3 s per try, 8 tries (the fake runs the same timer while a port
+// is down); each side's own settings, as timeouts are a requester's.
+TEST_F(IbTransportTest, QueuePairsRetryAsSievesTimeoutAndRetryCountSay) {
+  ASSERT_NO_FATAL_FAILURE(connect());
+  for (const ibv_qp_attr& qp : fake::connected_qps()) {
+    EXPECT_EQ(qp.timeout, 20);
+    EXPECT_EQ(qp.retry_cnt, 7);
+  }
+  pair_ = testing::Pair{};
+  TransportOptions impatient = ib_options();
+  impatient.ib_timeout = 14;
+  impatient.ib_retry_count = 3;
+  ASSERT_NO_FATAL_FAILURE(connect(impatient));
+  for (const ibv_qp_attr& qp : fake::connected_qps()) {
+    EXPECT_EQ(qp.timeout, 14);
+    EXPECT_EQ(qp.retry_cnt, 3);
+  }
+}
+
+TEST(IbTransportOptions, OutOfRangeRetrySettingsAreRefusedNamingTheVariable) {
+  std::unique_ptr<Transport> t;
+  TransportOptions o = ib_options();
+  o.ib_timeout = 0;
+  Status st = Transport::create_ib(o, &t);
+  EXPECT_NE(st.message().find("SIEVE_IB_TIMEOUT"), std::string::npos) << st.message();
+  o = ib_options();
+  o.ib_retry_count = 8;
+  st = Transport::create_ib(o, &t);
+  EXPECT_NE(st.message().find("SIEVE_IB_RETRY_CNT"), std::string::npos) << st.message();
+}
+
 TEST(IbTransportOptions, APkeyIndexBeyondThePortsTableIsRefusedNamingTheVariable) {
   ScopedEnv devices("FAKE_VERBS_DEVICES", "part2:ib::100:pkey=ffff,pkey=8001");
   TransportOptions o = ib_options();
