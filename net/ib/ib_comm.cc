@@ -92,6 +92,7 @@ IbComm::~IbComm() {
   if (loopback_) verbs().destroy_qp(loopback_);
   for (ibv_qp* qp : qps_) verbs().destroy_qp(qp);
   if (cq_) verbs().destroy_cq(cq_);
+  for (const void* object : device_objects_) config_.device->forget(object);
   if (control_mr_) verbs().dereg_mr(control_mr_);
 }
 
@@ -103,8 +104,10 @@ Status IbComm::create() {
     return error(Code::SystemError, dev + " allows " + std::to_string(config_.max_cqe) + " completions per queue, " +
                                         std::to_string(cqe) + " needed for " + std::to_string(config_.nqps) +
                                         " queue pairs (lower SIEVE_IB_QPS)");
+  port_downs_ = config_.device->port_downs(static_cast<uint8_t>(config_.port.port));
   cq_ = v.create_cq(config_.device->context(), cqe, nullptr, nullptr, 0);
   if (!cq_) return error(Code::SystemError, "ibv_create_cq(" + std::to_string(cqe) + ") on " + dev + " failed: " + errno_text(errno));
+  device_objects_.push_back(cq_);
   Status allocated = PageBuffer::allocate(kMaxRequests * kAnnounceBytes + 64, &control_);
   if (!allocated.is_ok()) return error(allocated.code(), "control buffer for a comm on " + dev + ": " + allocated.message());
   control_mr_ = v.reg_mr_iova2(config_.device->pd(), control_.data(), control_.size(),
@@ -123,6 +126,7 @@ Status IbComm::create() {
     ibv_qp* qp = v.create_qp(config_.device->pd(), &init);
     if (!qp) return error(Code::SystemError, "ibv_create_qp on " + dev + " failed: " + errno_text(errno));
     qps_.push_back(qp);
+    device_objects_.push_back(qp);
     psn_.push_back(random_psn());
     Status st = qp_to_init(v, qp, config_.port);
     if (!st.is_ok()) return error(st.code(), st.message() + " (" + config_.port.name + ")");
@@ -248,7 +252,18 @@ void IbComm::progress() {
     if (n < 16) break;
   }
   check_liveness();
+  check_device();
   if (failure_.failed()) enter_error();
+}
+
+void IbComm::check_device() {
+  const Clock::time_point now = Clock::now();
+  if (now < next_device_check_ || device_lost_) return;
+  next_device_check_ = now + DeviceContext::kEventInterval;
+  Status st = config_.device->health(static_cast<uint8_t>(config_.port.port), port_downs_, device_objects_);
+  if (st.is_ok()) return;
+  device_lost_ = config_.device->lost();
+  failure_.set(error(st.code(), st.message() + " (comm with " + connection_.peer + ")"));
 }
 
 IbRequest* IbComm::request_of(const ibv_wc& wc) {
@@ -469,7 +484,7 @@ Status IbSendComm::test(IbRequest* r, Completion* out) {
   }
   if (failure_.failed()) {
     // Writes still queued finish as flushed (the queue pairs are in error) before the buffer is let go.
-    if (r->posted && r->pending > 0 && in_error_) return Status::ok();
+    if (r->posted && r->pending > 0 && flushes_will_come()) return Status::ok();
     r->busy = false;
     return failure_.surface();
   }
@@ -604,7 +619,7 @@ Status IbRecvComm::test(IbRequest* r, Completion* out) {
   if (r->kind == IbRequest::Kind::Flush) {
     // Its read references the region: it ends (done or flushed) before the region may go.
     if (r->pending == 0 && !r->work_failed) return finish(r, out);
-    if (r->pending > 0 && (!failure_.failed() || in_error_)) return Status::ok();
+    if (r->pending > 0 && (!failure_.failed() || flushes_will_come())) return Status::ok();
     r->busy = false;
     return failure_.surface();
   }
@@ -645,6 +660,7 @@ Status IbRecvComm::create_loopback() {
     return error(st.code(), st.message() + " (flush loopback on " + config_.port.name + ")");
   }
   loopback_ = qp;
+  device_objects_.push_back(qp);
   return Status::ok();
 }
 

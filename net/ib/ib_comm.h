@@ -108,6 +108,12 @@ class IbComm {
   // Reads the liveness socket (at a bounded rate unless `now`): a close or error fails the comm
   // after kCloseGrace; a send comm also takes the receiver's goodbye there.
   void check_liveness(bool now = false);
+  // Asks the device whether its asynchronous events broke this comm (fatal device error, its port
+  // down, its queue pairs or completion queue failed), at a bounded rate.
+  void check_device();
+  // Whether work requests still queued will complete (flushed) after enter_error: not on a device
+  // that had a fatal error, which completes nothing more and writes nothing more either.
+  bool flushes_will_come() const { return in_error_ && !device_lost_; }
   // A failed work request the comm may ignore: a write whose message the peer reported as landed
   // before it closed (its acknowledgement went with the peer's queue pair).
   virtual bool landed_before_close(const ibv_wc& wc) { (void)wc; return false; }
@@ -135,6 +141,10 @@ class IbComm {
   std::vector<ibv_qp*> qps_;
   ibv_qp* loopback_ = nullptr;  // receive comms: the queue pair connected to itself that flushes read through
   bool in_error_ = false;
+  bool device_lost_ = false;
+  uint64_t port_downs_ = 0;                 // the port's down count when the comm was created
+  std::vector<const void*> device_objects_;  // the completion queue and queue pairs, for check_device
+  Clock::time_point next_device_check_{};
   std::vector<uint32_t> psn_;
   PageBuffer control_;  // whole pages of its own: see ib_memory.h
   ibv_mr* control_mr_ = nullptr;

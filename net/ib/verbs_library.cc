@@ -55,6 +55,9 @@ Status load_once(VerbsLibrary* v) {
   bind(handle, "ibv_modify_qp", v->modify_qp, true, &missing);
   bind(handle, "ibv_destroy_qp", v->destroy_qp, true, &missing);
   bind(handle, "ibv_wc_status_str", v->wc_status_str, true, &missing);
+  bind(handle, "ibv_get_async_event", v->get_async_event, true, &missing);
+  bind(handle, "ibv_ack_async_event", v->ack_async_event, true, &missing);
+  bind(handle, "ibv_event_type_str", v->event_type_str, true, &missing);
   bind(handle, "ibv_fork_init", v->fork_init, true, &missing);
 
   Dl_info info{};

@@ -44,6 +44,9 @@ struct VerbsLibrary {
   int (*modify_qp)(ibv_qp* qp, ibv_qp_attr* attr, int mask);
   int (*destroy_qp)(ibv_qp* qp);
   const char* (*wc_status_str)(ibv_wc_status status);
+  int (*get_async_event)(ibv_context* context, ibv_async_event* event);
+  void (*ack_async_event)(ibv_async_event* event);
+  const char* (*event_type_str)(ibv_event_type type);
   int (*fork_init)();
 
   std::string path;  // where the loaded library lives (dladdr), for sieve-info and log lines
