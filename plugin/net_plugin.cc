@@ -320,6 +320,7 @@ ncclResult_t net_properties(int dev, DeviceProperties* props) {
     props->name = intern(d.name);
     props->pci_path = d.pci_path.empty() ? nullptr : intern(d.pci_path);
     props->guid = d.guid;
+    props->port = d.port;
     props->ptr_support = abi::NCCL_PTR_HOST | (d.dmabuf ? abi::NCCL_PTR_DMABUF : 0);
     props->speed_mbps = d.speed_mbps;
     props->max_comms = d.max_comms > 0 ? d.max_comms : honest_max_comms(state->options, d);

@@ -23,6 +23,7 @@ struct DeviceProperties {
   const char* name = nullptr;
   const char* pci_path = nullptr;  // null for a virtual interface
   uint64_t guid = 0;
+  int port = 0;
   int ptr_support = abi::NCCL_PTR_HOST;
   int speed_mbps = 0;
   int max_comms = 0;

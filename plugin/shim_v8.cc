@@ -19,7 +19,7 @@ ncclResult_t get_properties(int dev, ncclNetProperties_v8_t* props) {
   props->ptrSupport = p.ptr_support;
   props->regIsGlobal = 0;
   props->speed = p.speed_mbps;
-  props->port = 0;
+  props->port = p.port;
   props->latency = 0;
   props->maxComms = p.max_comms;
   props->maxRecvs = p.max_recvs;

@@ -176,7 +176,7 @@ Status IbComm::connect(const SetupInfo& remote) {
                           config_.retry);
     if (!st.is_ok()) return error(st.code(), st.message() + " (queue pair to " + connection_.peer + ")");
   }
-  return post_initial_receives();
+  return prepare();
 }
 
 IbRequest* IbComm::free_request() {
@@ -347,7 +347,7 @@ Status IbComm::fail(const Status& status) {
 
 // ---------------------------------------------------------------- send
 
-Status IbSendComm::post_initial_receives() {
+Status IbSendComm::prepare() {
   for (uint32_t i = 0; i < kMaxRequests; ++i) {
     Status st = post_announce_receive(i);
     if (!st.is_ok()) return st;
@@ -368,10 +368,10 @@ Status IbSendComm::isend(const void* data, size_t size, Request** request) {
   *request = nullptr;
   if (failure_.failed()) return failure_.surface();
   if (size > 0 && !data) return error(Code::InvalidArgument, "isend of " + bytes_text(size) + " from a null buffer");
-  if (size > kMaxMessageBytes)
-    return error(Code::InvalidUsage, "isend of " + bytes_text(size) + " to " + connection_.peer +
-                                         ": the verbs transport carries at most " + bytes_text(kMaxMessageBytes) +
-                                         " per message (its maxP2pBytes)");
+  if (size > config_.max_message_bytes)
+    return error(Code::InvalidUsage, "isend of " + bytes_text(size) + " to " + connection_.peer + ": " +
+                                         config_.port.name + " carries at most " +
+                                         bytes_text(config_.max_message_bytes) + " per message (its maxP2pBytes)");
   uint32_t lkey = 0;
   if (size > 0) {
     Status st = find_region("isend", data, size, &lkey, nullptr);
@@ -513,7 +513,11 @@ void IbRecvComm::landed(uint64_t sequence) {
   }
 }
 
-Status IbRecvComm::post_initial_receives() {
+Status IbRecvComm::prepare() {
+  if (config_.gpu_flush) {
+    Status st = create_loopback();
+    if (!st.is_ok()) return st;
+  }
   expecting_.resize(nqps());
   for (int q = 0; q < nqps(); ++q) {
     for (int i = 0; i < kRecvDepth; ++i) {
@@ -672,10 +676,9 @@ Status IbRecvComm::flush(void* data, size_t size, MemoryRegion* region, Request*
   if (!ib_region || !ib_region->dmabuf() || size == 0) return Status::ok();
   if (!ib_region->covers(reinterpret_cast<uintptr_t>(data), size))
     return error(Code::InvalidUsage, "flush: the " + bytes_text(size) + " are not inside the region given");
-  if (!loopback_) {
-    Status st = create_loopback();
-    if (!st.is_ok()) return fail(st);
-  }
+  if (!loopback_)  // a dma-buf registered where the transport did not report dma-buf support
+    return error(Code::InvalidUsage, "flush on the comm from " + connection_.peer + ": " + config_.port.name +
+                                         " was not reported to take GPU memory, so the comm has no flush queue pair");
   IbRequest* r = free_request();
   if (!r)
     return error(Code::InternalError, "flush on the comm from " + connection_.peer + ": " +

@@ -29,7 +29,8 @@ namespace sieve::net::ib {
 // Messages above this size per queue pair are split; the receiver's capacity decides the split so
 // both sides know how many immediates a message brings before its size is known.
 constexpr size_t kSplitBytesPerQp = 128 * 1024;
-// Immediates carry the message size, so one message is below 2 GiB (reported as maxP2pBytes).
+// Immediates carry the message size, so one message is below 2 GiB; the port's max_msg_sz may say
+// less (mlx5: 1 GiB), and the lower is reported as maxP2pBytes.
 constexpr uint64_t kMaxMessageBytes = (uint64_t(1) << 31) - 1;
 
 struct IbCommConfig {
@@ -40,6 +41,8 @@ struct IbCommConfig {
   int nqps = 1;
   int peer_timeout_ms = 5000;
   int max_cqe = 0;  // the device's limit (0: unknown)
+  uint64_t max_message_bytes = kMaxMessageBytes;  // the port's limit, if lower (reported as maxP2pBytes)
+  bool gpu_flush = false;  // the device takes GPU memory: receive comms make their flush queue pair at set-up
 };
 
 class IbComm;
@@ -96,7 +99,9 @@ class IbComm {
   // Polls the completion queue and the liveness socket; records the first failure.
   void progress();
   virtual void on_completion(const ibv_wc& wc) = 0;
-  virtual Status post_initial_receives() = 0;
+  // What a side needs before the peer may send: the receives it keeps posted (and a receive comm's
+  // flush queue pair, where it has one).
+  virtual Status prepare() = 0;
   Status finish(IbRequest* request, Completion* out);
   // A request's own error (logged here, with the peer) or the comm's failure.
   Status report(IbRequest* request, const Status& status);
@@ -184,7 +189,7 @@ class IbSendComm final : public SendComm, public IbComm {
   };
   void on_completion(const ibv_wc& wc) override;
   bool landed_before_close(const ibv_wc& wc) override;
-  Status post_initial_receives() override;
+  Status prepare() override;
   Status post_announce_receive(uint32_t i);
   // Pairs waiting sends with announced slots, in order, and posts their writes.
   void match();
@@ -211,9 +216,10 @@ class IbRecvComm final : public RecvComm, public IbComm {
 
  private:
   void on_completion(const ibv_wc& wc) override;
-  Status post_initial_receives() override;
+  Status prepare() override;
   Status post_data_receive(int qp);
-  // The queue pair connected to itself that flushes read through (made on the first flush).
+  // The queue pair connected to itself that flushes read through: made at set-up where the device
+  // takes GPU memory, so the first flush does not create and connect a queue pair in the data path.
   Status create_loopback();
 
   void landed(uint64_t sequence);

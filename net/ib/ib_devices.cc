@@ -201,6 +201,7 @@ Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, s
       port.max_qp_wr = attr.max_qp_wr;
       port.max_sge = attr.max_sge;
       port.max_cqe = attr.max_cqe;
+      port.max_msg_sz = port_attr.max_msg_sz;
       port.dmabuf = dmabuf;
       port.placement = placement;
       port.near_gpus = near_gpus;

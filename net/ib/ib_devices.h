@@ -41,6 +41,7 @@ struct IbPort {
   std::vector<GidEntry> gids;   // populated (non-zero) entries only
   std::string netdev;           // paired netdev: of the GID a RoCE connection uses, else topology's pairing
   int max_qp = 0, max_qp_wr = 0, max_sge = 0, max_cqe = 0;
+  uint64_t max_msg_sz = 0;      // the largest single request the port carries (mlx5: 1 GiB); 0 when unknown
   int pkey_table_length = 0;
   bool dmabuf = false;          // ibv_reg_dmabuf_mr exists and the kernel accepts dma-bufs (probe)
   topology::Placement placement;  // from topology/ by device name; defaults when it does not know it

@@ -33,6 +33,12 @@ ServiceClass service_class(const TransportOptions& o, int traffic_class) {
   return c;
 }
 
+// The largest message a comm on `port` carries: what immediates can say, and what one work request
+// may carry on the port (a message on one queue pair is one write).
+uint64_t max_message_bytes(const IbPort& port) {
+  return port.max_msg_sz > 0 ? std::min<uint64_t>(kMaxMessageBytes, port.max_msg_sz) : kMaxMessageBytes;
+}
+
 // A queue pair per SIEVE_IB_QPS and the flush loopback of each receive comm.
 int max_comms_of(const IbPort& port, int nqps) {
   if (port.max_qp <= 0) return 65536;
@@ -162,6 +168,8 @@ class IbTransport final : public Transport {
     c.nqps = options_.ib_qps;
     c.peer_timeout_ms = options_.peer_timeout_ms;
     c.max_cqe = ports_[dev].port.max_cqe;
+    c.max_message_bytes = max_message_bytes(ports_[dev].port);
+    c.gpu_flush = devices_[dev].dmabuf;
     c.retry.timeout = static_cast<uint8_t>(options_.ib_timeout);
     c.retry.retry_count = static_cast<uint8_t>(options_.ib_retry_count);
     return c;
@@ -290,12 +298,13 @@ Status Transport::create_ib(const TransportOptions& options, std::unique_ptr<Tra
     d.pci_path = e.port.placement.pci_path;
     if (e.port.speed_mbps > 0) d.speed_mbps = e.port.speed_mbps;
     d.guid = e.port.guid;
+    d.port = e.port.port;
     d.numa_node = e.port.placement.numa_node;
     d.cpus = e.port.placement.cpus;
     d.pci_vendor = e.port.placement.vendor_id;
     d.dmabuf = e.port.dmabuf && verbs->reg_dmabuf_mr != nullptr;
     d.max_comms = ib::max_comms_of(e.port, options.ib_qps);
-    d.max_message_bytes = ib::kMaxMessageBytes;
+    d.max_message_bytes = ib::max_message_bytes(e.port);
     SIEVE_INFO("device %s %s speed %d Mbps numa %d gid index %d%s, set-up over %s", d.name.c_str(),
                e.address.link_layer == ib::LinkLayer::Ethernet ? "RoCE" : "InfiniBand", d.speed_mbps, d.numa_node,
                e.address.gid_index, d.dmabuf ? ", dma-buf" : "", interfaces.front().address.text().c_str());

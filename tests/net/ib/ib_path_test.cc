@@ -49,7 +49,7 @@ TEST_F(IbTransportTest, TheConnectorsTrafficClassAndServiceLevelCarryBothDirecti
   ASSERT_NO_FATAL_FAILURE(connect(ib_options(), connector));
   roundtrip(300000, 300000, 4);
   const auto qps = fake::connected_qps();
-  ASSERT_EQ(qps.size(), 4u) << "two queue pairs on each side";
+  ASSERT_EQ(qps.size(), 5u) << "two queue pairs on each side and the receiver's flush queue pair";
   for (const ibv_qp_attr& qp : qps) {
     EXPECT_EQ(qp.ah_attr.grh.traffic_class, 106) << "qpn " << qp.dest_qp_num;
     EXPECT_EQ(qp.ah_attr.sl, 3) << "qpn " << qp.dest_qp_num;
@@ -83,9 +83,14 @@ TEST_F(IbTransportTest, QueuePairsJoinThePartitionSievePkeyNames) {
   ASSERT_NO_FATAL_FAILURE(connect(full, limited));
   roundtrip(5000, 5000, 5);
   const auto qps = fake::connected_qps();
-  ASSERT_EQ(qps.size(), 2u);
-  EXPECT_NE(qps[0].pkey_index, qps[1].pkey_index);
-  for (const ibv_qp_attr& qp : qps) EXPECT_TRUE(qp.pkey_index == 1 || qp.pkey_index == 2);
+  ASSERT_EQ(qps.size(), 3u) << "a queue pair on each side and the receiver's flush queue pair";
+  int full_members = 0, limited_members = 0;
+  for (const ibv_qp_attr& qp : qps) {
+    full_members += qp.pkey_index == 1;
+    limited_members += qp.pkey_index == 2;
+  }
+  EXPECT_EQ(full_members, 2) << "the listener's queue pair and its flush queue pair";
+  EXPECT_EQ(limited_members, 1) << "the connector's queue pair";
 }
 
 // Different partitions never exchange a packet: both sides refuse at set-up, naming the P_Keys and

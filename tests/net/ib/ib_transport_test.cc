@@ -266,6 +266,7 @@ TEST_F(IbTransportTest, FlushReadsBackADmaBufRegionAndSkipsHostMemory) {
   st = testing::wait(flush, &cf);
   ASSERT_TRUE(st.is_ok()) << st.message();
   EXPECT_FALSE(cf.message) << "a flush is not a message";
+  EXPECT_EQ(fake::connected_qps().size(), 3u) << "the flush made no queue pair of its own";
   std::vector<unsigned char> host(4096);
   auto host_region = reg_recv(host.data(), host.size());
   flush = reinterpret_cast<Request*>(1);
@@ -274,6 +275,30 @@ TEST_F(IbTransportTest, FlushReadsBackADmaBufRegionAndSkipsHostMemory) {
   dmabuf.reset();
   munmap(mapped, size);
   close(fd);
+}
+
+// Creating and connecting a queue pair takes a round of firmware commands: where the device takes
+// GPU memory, the receive comm's flush queue pair is made with the connection, not by the first
+// flush inside NCCL's data path.
+TEST_F(IbTransportTest, TheFlushQueuePairIsConnectedAtSetUpNotByTheFirstFlush) {
+  ASSERT_NO_FATAL_FAILURE(connect());
+  if (!transport_->devices()[0].dmabuf) GTEST_SKIP() << "the fake port reports no dma-buf support";
+  const auto qps = fake::connected_qps();
+  ASSERT_EQ(qps.size(), 3u) << "the connection's two queue pairs and the receiver's flush queue pair";
+  roundtrip(1000, 1000, 22);
+}
+
+// One work request carries at most the port's max_msg_sz (mlx5: 1 GiB); a larger message is refused
+// at isend, naming the limit NCCL was given as maxP2pBytes, instead of failing on the wire.
+TEST_F(IbTransportTest, AMessageAboveThePortsLimitIsRefusedNamingIt) {
+  ASSERT_NO_FATAL_FAILURE(connect());
+  EXPECT_EQ(transport_->devices()[0].max_message_bytes, uint64_t(1) << 30);
+  static char byte;
+  Request* s = nullptr;
+  Status st = pair_.send->isend(&byte, (size_t(1) << 30) + 1, &s);
+  EXPECT_EQ(st.code(), Code::InvalidUsage) << st.message();
+  EXPECT_NE(st.message().find("carries at most 1073741824 bytes"), std::string::npos) << st.message();
+  EXPECT_EQ(s, nullptr);
 }
 
 // One side on verbs, the other on TCP: refused at once with the variable to fix, never a wait for
