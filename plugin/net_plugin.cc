@@ -141,6 +141,9 @@ net::TransportOptions options_from(const config::Settings& s) {
   o.ib_traffic_class = static_cast<int>(sieve_or_nccl(s.ib_tc, "NCCL_IB_TC", 0, 255, -1, std::getenv));
   o.ib_service_level = static_cast<int>(sieve_or_nccl(s.ib_sl, "NCCL_IB_SL", 0, 15, -1, std::getenv));
   o.ib_pkey_index = static_cast<int>(sieve_or_nccl(s.ib_pkey, "NCCL_IB_PKEY", 0, 65535, 0, std::getenv));
+  // NCCL's 2 is "where ibv_reg_mr_iova2 exists", which the verbs transport requires: on.
+  o.ib_relaxed_ordering =
+      sieve_or_nccl(s.ib_relaxed_ordering, "NCCL_IB_PCI_RELAXED_ORDERING", 0, 2, 1, std::getenv) != 0;
   o.ib_timeout = static_cast<int>(s.ib_timeout);
   o.ib_retry_count = static_cast<int>(s.ib_retry_cnt);
   return o;

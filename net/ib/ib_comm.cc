@@ -193,7 +193,12 @@ IbRequest* IbComm::free_request() {
 }
 
 Status IbComm::register_region(const MemoryDescriptor& memory, std::unique_ptr<MemoryRegion>* out) {
-  return ib::register_region(config_.device, regions_, memory, kRemoteAccess, out);
+  // Relaxed ordering lets the root complex reorder the NIC's writes into the buffer (GPUDirect
+  // bandwidth on VMs and some hosts depends on it); nothing reads a buffer before its immediate's
+  // completion, which PCIe orders after them, and a flush orders GPU memory. An optional access
+  // flag: devices that cannot do it ignore it.
+  const unsigned access = kRemoteAccess | (config_.relaxed_ordering ? unsigned(IBV_ACCESS_RELAXED_ORDERING) : 0u);
+  return ib::register_region(config_.device, regions_, memory, access, out);
 }
 
 Status IbComm::find_region(const char* call, const void* data, size_t size, uint32_t* lkey, uint32_t* rkey) const {

@@ -42,6 +42,7 @@ struct IbCommConfig {
   int peer_timeout_ms = 5000;
   int max_cqe = 0;  // the device's limit (0: unknown)
   uint64_t max_message_bytes = kMaxMessageBytes;  // the port's limit, if lower (reported as maxP2pBytes)
+  bool relaxed_ordering = true;  // NCCL's registrations may be written out of PCIe order
   bool gpu_flush = false;  // the device takes GPU memory: receive comms make their flush queue pair at set-up
 };
 

@@ -170,6 +170,7 @@ class IbTransport final : public Transport {
     c.max_cqe = ports_[dev].port.max_cqe;
     c.max_message_bytes = max_message_bytes(ports_[dev].port);
     c.gpu_flush = devices_[dev].dmabuf;
+    c.relaxed_ordering = options_.ib_relaxed_ordering;
     c.retry.timeout = static_cast<uint8_t>(options_.ib_timeout);
     c.retry.retry_count = static_cast<uint8_t>(options_.ib_retry_count);
     return c;

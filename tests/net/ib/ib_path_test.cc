@@ -126,6 +126,30 @@ TEST_F(IbTransportTest, QueuePairsRetryAsSievesTimeoutAndRetryCountSay) {
   }
 }
 
+// NCCL registers with relaxed ordering wherever ibv_reg_mr_iova2 exists (which Sieve requires):
+// GPUDirect write bandwidth on VMs and some AMD and Grace hosts depends on it. SIEVE_IB_RELAXED_ORDERING
+// (else NCCL_IB_PCI_RELAXED_ORDERING) turns it off; Sieve's own control buffers never need it.
+TEST_F(IbTransportTest, NcclsBuffersAreRegisteredWithRelaxedOrderingUnlessTurnedOff) {
+  ASSERT_NO_FATAL_FAILURE(connect());
+  std::vector<unsigned char> a(8192), b(8192);
+  auto send_region = reg_send(a.data(), a.size());
+  auto recv_region = reg_recv(b.data(), b.size());
+  EXPECT_NE(fake::mr_access(a.data()) & IBV_ACCESS_RELAXED_ORDERING, 0) << fake::mr_access(a.data());
+  EXPECT_NE(fake::mr_access(b.data()) & IBV_ACCESS_RELAXED_ORDERING, 0) << fake::mr_access(b.data());
+  roundtrip(8000, 8000, 7);
+  send_region.reset();
+  recv_region.reset();
+  pair_ = testing::Pair{};
+  TransportOptions strict = ib_options();
+  strict.ib_relaxed_ordering = false;
+  ASSERT_NO_FATAL_FAILURE(connect(strict));
+  send_region = reg_send(a.data(), a.size());
+  recv_region = reg_recv(b.data(), b.size());
+  EXPECT_EQ(fake::mr_access(a.data()) & IBV_ACCESS_RELAXED_ORDERING, 0);
+  EXPECT_EQ(fake::mr_access(b.data()) & IBV_ACCESS_RELAXED_ORDERING, 0);
+  EXPECT_NE(fake::mr_access(a.data()) & IBV_ACCESS_REMOTE_WRITE, 0);
+}
+
 TEST(IbTransportOptions, OutOfRangeRetrySettingsAreRefusedNamingTheVariable) {
   std::unique_ptr<Transport> t;
   TransportOptions o = ib_options();
