@@ -55,7 +55,8 @@ struct TransportOptions {
   int ib_traffic_class = -1;  // 0-255: the GRH traffic class (RoCE: DSCP << 2 | ECN)
   int ib_service_level = -1;  // 0-15; the communicator's traffic class serves only when it is 0-15
   int ib_pkey_index = 0;      // P_Key table index of every queue pair; both sides' partitions must match
-  bool ib_relaxed_ordering = true;  // IBV_ACCESS_RELAXED_ORDERING on NCCL's registrations
+  bool ib_relaxed_ordering = true;
+  int ib_adaptive_routing = -1;     // 1: immediates of large messages in writes of their own; -1: on InfiniBand only  // IBV_ACCESS_RELAXED_ORDERING on NCCL's registrations
   int ib_timeout = 20;        // queue-pair retry timeout, 4.096 us x 2^n per try (1-31)
   int ib_retry_count = 7;     // tries after the first before "retry exceeded" (0-7)
 };

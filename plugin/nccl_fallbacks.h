@@ -1,7 +1,8 @@
 // The few NCCL variables Sieve reads, never writes: where a SIEVE_IB_* variable of the same meaning
-// is unset, NCCL_IB_TC, NCCL_IB_SL, NCCL_IB_PKEY and NCCL_IB_PCI_RELAXED_ORDERING decide, so a
-// cluster already tuned for NCCL's own IB transport (its lossless class, its partition, relaxed
-// ordering off where a platform mishandles it) puts Sieve's verbs traffic there too.
+// is unset, NCCL_IB_TC, NCCL_IB_SL, NCCL_IB_PKEY, NCCL_IB_PCI_RELAXED_ORDERING and
+// NCCL_IB_ADAPTIVE_ROUTING decide, so a cluster already tuned for NCCL's own IB transport (its
+// lossless class, its partition, relaxed ordering or adaptive routing set for its platform and
+// fabric) puts Sieve's verbs traffic there too.
 #pragma once
 
 #include <cstdint>

@@ -144,6 +144,8 @@ net::TransportOptions options_from(const config::Settings& s) {
   // NCCL's 2 is "where ibv_reg_mr_iova2 exists", which the verbs transport requires: on.
   o.ib_relaxed_ordering =
       sieve_or_nccl(s.ib_relaxed_ordering, "NCCL_IB_PCI_RELAXED_ORDERING", 0, 2, 1, std::getenv) != 0;
+  o.ib_adaptive_routing =
+      static_cast<int>(sieve_or_nccl(s.ib_adaptive_routing, "NCCL_IB_ADAPTIVE_ROUTING", 0, 1, -1, std::getenv));
   o.ib_timeout = static_cast<int>(s.ib_timeout);
   o.ib_retry_count = static_cast<int>(s.ib_retry_cnt);
   return o;

@@ -16,7 +16,9 @@ namespace sieve::net::ib {
 namespace {
 
 // Work request ids: what completed, for which request slot, on which queue pair.
-enum class Work : uint64_t { AnnounceRecv = 1, Write = 2, DataRecv = 3, AnnounceSend = 4, FlushRead = 5 };
+// Write: a write with the immediate (signaled); WriteData: the data ahead of a zero-byte Write
+// under adaptive routing (unsignaled: it completes only in error).
+enum class Work : uint64_t { AnnounceRecv = 1, Write = 2, DataRecv = 3, AnnounceSend = 4, FlushRead = 5, WriteData = 6 };
 uint64_t work_id(Work kind, uint32_t index, int qp) {
   return (static_cast<uint64_t>(kind) << 56) | (uint64_t(index) << 8) | static_cast<uint64_t>(qp);
 }
@@ -27,6 +29,7 @@ const char* work_name(Work kind) {
   switch (kind) {
     case Work::AnnounceRecv: return "receive of a slot announcement";
     case Work::Write: return "RDMA write";
+    case Work::WriteData: return "RDMA write";
     case Work::DataRecv: return "receive of an RDMA write's immediate";
     case Work::AnnounceSend: return "send of a slot announcement";
     case Work::FlushRead: return "flush read";
@@ -247,7 +250,9 @@ void IbComm::progress() {
                                std::to_string(wc.vendor_err) + ")"));
         if (IbRequest* r = request_of(wc)) {
           r->work_failed = true;
-          if (r->pending > 0) --r->pending;
+          // An unsignaled data write is not pending: the write with its immediate, queued behind
+          // it on the queue pair now in error, completes (flushed) and ends the count.
+          if (r->pending > 0 && work_kind(wc.wr_id) != Work::WriteData) --r->pending;
         }
         continue;
       }
@@ -273,7 +278,7 @@ void IbComm::check_device() {
 
 IbRequest* IbComm::request_of(const ibv_wc& wc) {
   const Work kind = work_kind(wc.wr_id);
-  if (kind != Work::Write && kind != Work::FlushRead) return nullptr;
+  if (kind != Work::Write && kind != Work::WriteData && kind != Work::FlushRead) return nullptr;
   IbRequest& r = requests_[work_index(wc.wr_id) % kMaxRequests];
   return r.busy ? &r : nullptr;
 }
@@ -423,11 +428,13 @@ void IbSendComm::on_completion(const ibv_wc& wc) {
 }
 
 bool IbSendComm::landed_before_close(const ibv_wc& wc) {
-  if (work_kind(wc.wr_id) != Work::Write) return false;
+  const Work kind = work_kind(wc.wr_id);
+  if (kind != Work::Write && kind != Work::WriteData) return false;
   check_liveness(true);  // the goodbye, if the peer sent one, is on the socket already
   IbRequest& r = requests_[work_index(wc.wr_id) % kMaxRequests];
   if (!peer_said_goodbye_ || !r.busy || r.kind != IbRequest::Kind::Send || r.sequence >= peer_landed_) return false;
-  if (r.pending > 0) --r.pending;  // landed: the flush or retry error only ends its work request
+  // Landed: the flush or retry error only ends its work request (the data part counts for nothing).
+  if (kind == Work::Write && r.pending > 0) --r.pending;
   return true;
 }
 
@@ -451,24 +458,42 @@ Status IbSendComm::post_writes(IbRequest* r, const Slot& slot) {
     r->error = error(Code::InvalidUsage, "isend of " + bytes_text(r->size) + " to " + connection_.peer +
                                              " is larger than the receive it posted (" + bytes_text(slot.capacity) +
                                              "): a send larger than its receive is an error");
-  // Each queue pair used carries one write, its share of the message, with the immediate: the
-  // receiver counts immediates, so every used queue pair writes, even zero bytes.
+  // Each queue pair used carries its share of the message and one immediate: the receiver counts
+  // immediates, so every used queue pair writes, even zero bytes. Under adaptive routing the
+  // packets of one write may take different paths and arrive out of order, and a write's
+  // immediate could be delivered before all of its data is placed: above kAdaptiveRoutingBytes the
+  // data goes as a plain write and the immediate in a zero-byte write behind it, which the
+  // responder completes only after the earlier write (as NCCL's IB transport does).
   const uint32_t imm = r->too_large ? kImmTooLarge : static_cast<uint32_t>(r->size);
   const size_t share = r->too_large ? 0 : (((r->size + used - 1) / used + 63) / 64) * 64;
+  const bool split = config_.adaptive_routing && r->size > kAdaptiveRoutingBytes;
   for (int q = 0; q < used; ++q) {
     const size_t offset = std::min(r->size, q * share);
     const size_t length = std::min(share, r->size - offset);
     ibv_sge sge{reinterpret_cast<uintptr_t>(r->data + offset), static_cast<uint32_t>(length), r->lkey};
+    ibv_send_wr data{};
     ibv_send_wr wr{};
     wr.wr_id = work_id(Work::Write, r->index, q);
     wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wr.send_flags = IBV_SEND_SIGNALED;
     wr.imm_data = htobe32(imm);
-    wr.sg_list = length ? &sge : nullptr;
-    wr.num_sge = length ? 1 : 0;
     wr.wr.rdma.remote_addr = slot.address + offset;
     wr.wr.rdma.rkey = slot.rkey;
-    Status st = post_send(q, &wr);
+    ibv_send_wr* first = &wr;
+    if (split && length > 0) {
+      data.wr_id = work_id(Work::WriteData, r->index, q);
+      data.opcode = IBV_WR_RDMA_WRITE;
+      data.sg_list = &sge;
+      data.num_sge = 1;
+      data.wr.rdma.remote_addr = slot.address + offset;
+      data.wr.rdma.rkey = slot.rkey;
+      data.next = &wr;
+      first = &data;
+    } else if (length > 0) {
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+    }
+    Status st = post_send(q, first);
     if (!st.is_ok()) return st;
     ++r->pending;
   }

@@ -33,6 +33,10 @@ constexpr size_t kSplitBytesPerQp = 128 * 1024;
 // less (mlx5: 1 GiB), and the lower is reported as maxP2pBytes.
 constexpr uint64_t kMaxMessageBytes = (uint64_t(1) << 31) - 1;
 
+// Under adaptive routing, messages above this size send their immediate in a zero-byte write of its
+// own, behind the data (NCCL_IB_AR_THRESHOLD's default).
+constexpr size_t kAdaptiveRoutingBytes = 8192;
+
 struct IbCommConfig {
   std::shared_ptr<DeviceContext> device;
   PortAddress port;
@@ -42,7 +46,8 @@ struct IbCommConfig {
   int peer_timeout_ms = 5000;
   int max_cqe = 0;  // the device's limit (0: unknown)
   uint64_t max_message_bytes = kMaxMessageBytes;  // the port's limit, if lower (reported as maxP2pBytes)
-  bool relaxed_ordering = true;  // NCCL's registrations may be written out of PCIe order
+  bool relaxed_ordering = true;
+  bool adaptive_routing = false;  // the fabric may reorder one write's packets: see kAdaptiveRoutingBytes  // NCCL's registrations may be written out of PCIe order
   bool gpu_flush = false;  // the device takes GPU memory: receive comms make their flush queue pair at set-up
 };
 

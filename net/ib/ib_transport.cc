@@ -171,6 +171,10 @@ class IbTransport final : public Transport {
     c.max_message_bytes = max_message_bytes(ports_[dev].port);
     c.gpu_flush = devices_[dev].dmabuf;
     c.relaxed_ordering = options_.ib_relaxed_ordering;
+    // Adaptive routing is an InfiniBand switch feature (on by default in NCCL there); RoCE fabrics
+    // keep a flow on one path unless told otherwise.
+    c.adaptive_routing = options_.ib_adaptive_routing >= 0 ? options_.ib_adaptive_routing != 0
+                                                           : ports_[dev].address.link_layer == LinkLayer::InfiniBand;
     c.retry.timeout = static_cast<uint8_t>(options_.ib_timeout);
     c.retry.retry_count = static_cast<uint8_t>(options_.ib_retry_count);
     return c;

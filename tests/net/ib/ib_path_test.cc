@@ -150,6 +150,91 @@ TEST_F(IbTransportTest, NcclsBuffersAreRegisteredWithRelaxedOrderingUnlessTurned
   EXPECT_NE(fake::mr_access(a.data()) & IBV_ACCESS_REMOTE_WRITE, 0);
 }
 
+// How one message of `size` went out: plain RDMA writes and writes with immediate posted for it.
+struct WriteShape {
+  fake::Posted data, with_immediate;
+};
+
+class AdaptiveRoutingTest : public IbTransportTest {
+ protected:
+  WriteShape writes_of(size_t size, uint32_t seed);
+};
+
+WriteShape AdaptiveRoutingTest::writes_of(size_t size, uint32_t seed) {
+  const fake::Posted data = fake::posted(IBV_WR_RDMA_WRITE);
+  const fake::Posted imm = fake::posted(IBV_WR_RDMA_WRITE_WITH_IMM);
+  roundtrip(size, size, seed);
+  WriteShape shape;
+  shape.data.requests = fake::posted(IBV_WR_RDMA_WRITE).requests - data.requests;
+  shape.data.bytes = fake::posted(IBV_WR_RDMA_WRITE).bytes - data.bytes;
+  shape.with_immediate.requests = fake::posted(IBV_WR_RDMA_WRITE_WITH_IMM).requests - imm.requests;
+  shape.with_immediate.bytes = fake::posted(IBV_WR_RDMA_WRITE_WITH_IMM).bytes - imm.bytes;
+  return shape;
+}
+
+// InfiniBand switches with adaptive routing spread one message's packets over several paths; NCCL
+// then sends each message above 8 KiB as a write and its immediate in a zero-byte write behind it,
+// so the receiver never sees a message complete before all of it is placed.
+TEST_F(AdaptiveRoutingTest, OnInfinibandMessagesAbove8KiBSendTheirImmediateBehindTheirData) {
+  ScopedEnv devices("FAKE_VERBS_DEVICES", "ar0:ib::200");
+  ASSERT_NO_FATAL_FAILURE(connect(ib_options(2)));
+  WriteShape large = writes_of(300000, 8);  // two queue pairs, 150000 bytes each
+  EXPECT_EQ(large.data.requests, 2u);
+  EXPECT_EQ(large.data.bytes, 300000u);
+  EXPECT_EQ(large.with_immediate.requests, 2u);
+  EXPECT_EQ(large.with_immediate.bytes, 0u);
+  WriteShape small = writes_of(8192, 9);
+  EXPECT_EQ(small.data.requests, 0u);
+  EXPECT_EQ(small.with_immediate.requests, 1u);
+  EXPECT_EQ(small.with_immediate.bytes, 8192u);
+}
+
+// The data write is unsignaled: when it fails (here a key the receiver deregistered), its error
+// completion fails the comm, and the send ends once the write with the immediate queued behind it
+// is flushed, not before (the NIC may still read the buffer) and not never.
+TEST_F(AdaptiveRoutingTest, AFailedDataWriteFailsTheSendOnceNothingCanTouchItsBuffer) {
+  ScopedEnv devices("FAKE_VERBS_DEVICES", "ar2:ib::200");
+  ASSERT_NO_FATAL_FAILURE(connect());
+  std::vector<unsigned char> out = pattern(65536, 13);
+  std::vector<unsigned char> in(65536, kCanary);
+  auto send_region = reg_send(out.data(), out.size());
+  auto recv_region = reg_recv(in.data(), in.size());
+  Request *r = nullptr, *s = nullptr;
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).is_ok());
+  recv_region.reset();
+  const fake::Posted data = fake::posted(IBV_WR_RDMA_WRITE);
+  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok());
+  Completion cs;
+  Status st = testing::wait(s, &cs);
+  EXPECT_EQ(fake::posted(IBV_WR_RDMA_WRITE).requests, data.requests + 1) << "the data went as a plain write";
+  ASSERT_FALSE(st.is_ok()) << "a write with a deregistered key completed";
+  EXPECT_EQ(st.code(), Code::SystemError) << st.message();
+  EXPECT_NE(st.message().find("RDMA write on ar2:1"), std::string::npos) << st.message();
+  ++violations_before_;  // the one violation this test provokes on purpose
+}
+
+TEST_F(AdaptiveRoutingTest, AdaptiveRoutingIsOffOnRoceUnlessAskedAndCanBeTurnedOffOnInfiniband) {
+  ASSERT_NO_FATAL_FAILURE(connect());
+  WriteShape roce = writes_of(100000, 10);
+  EXPECT_EQ(roce.data.requests, 0u);
+  EXPECT_EQ(roce.with_immediate.bytes, 100000u);
+  pair_ = testing::Pair{};
+  TransportOptions asked = ib_options();
+  asked.ib_adaptive_routing = 1;
+  ASSERT_NO_FATAL_FAILURE(connect(asked));
+  WriteShape roce_asked = writes_of(100000, 11);
+  EXPECT_EQ(roce_asked.data.bytes, 100000u);
+  EXPECT_EQ(roce_asked.with_immediate.bytes, 0u);
+  pair_ = testing::Pair{};
+  ScopedEnv devices("FAKE_VERBS_DEVICES", "ar1:ib::200");
+  TransportOptions off = ib_options();
+  off.ib_adaptive_routing = 0;
+  ASSERT_NO_FATAL_FAILURE(connect(off));
+  WriteShape ib_off = writes_of(100000, 12);
+  EXPECT_EQ(ib_off.data.requests, 0u);
+  EXPECT_EQ(ib_off.with_immediate.bytes, 100000u);
+}
+
 TEST(IbTransportOptions, OutOfRangeRetrySettingsAreRefusedNamingTheVariable) {
   std::unique_ptr<Transport> t;
   TransportOptions o = ib_options();
