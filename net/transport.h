@@ -120,14 +120,17 @@ class MemoryRegion {
   virtual ~MemoryRegion() = default;
 };
 
-// What register_memory is asked to register: host memory by address, or memory exported as a
-// dma-buf (GPU memory), named by its fd and the offset of `data` within it.
+// What register_memory is asked to register: host memory by address, GPU memory by its device
+// address (where the transport reports Device::cuda_pointers: nvidia-peermem resolves it), or
+// memory exported as a dma-buf (GPU memory), named by its fd and the offset of `data` within it.
 struct MemoryDescriptor {
   void* data = nullptr;
   size_t size = 0;
-  int dmabuf_fd = -1;      // -1: host memory
+  int dmabuf_fd = -1;      // -1: not a dma-buf
   uint64_t dmabuf_offset = 0;
+  bool cuda = false;       // `data` is a CUDA device pointer (NCCL_PTR_CUDA)
   bool is_dmabuf() const { return dmabuf_fd >= 0; }
+  bool is_gpu() const { return cuda || is_dmabuf(); }
 };
 
 class Request {

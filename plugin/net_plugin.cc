@@ -60,6 +60,7 @@ struct ListenWrapper {
 // Send and receive comms share one wrapper type: regMr and deregMr take either.
 struct CommWrapper {
   std::shared_ptr<ProcessState> state;
+  int dev = 0;
   std::unique_ptr<net::SendComm> send;  // exactly one of send and recv is set
   std::unique_ptr<net::RecvComm> recv;
   std::shared_ptr<CommTraffic> traffic;
@@ -73,7 +74,7 @@ template <typename Comm>
 CommWrapper* wrap(std::shared_ptr<ProcessState> state, std::unique_ptr<Comm> comm, int dev) {
   auto traffic = register_comm_traffic(state->transport->devices()[dev].name, comm->peer());
   comm->set_tag(traffic.get());
-  auto wrapper = new CommWrapper{std::move(state), nullptr, nullptr, std::move(traffic)};
+  auto wrapper = new CommWrapper{std::move(state), dev, nullptr, nullptr, std::move(traffic)};
   if constexpr (std::is_same_v<Comm, net::SendComm>) wrapper->send = std::move(comm);
   else wrapper->recv = std::move(comm);
   return wrapper;
@@ -326,7 +327,8 @@ ncclResult_t net_properties(int dev, DeviceProperties* props) {
     props->pci_path = d.pci_path.empty() ? nullptr : intern(d.pci_path);
     props->guid = d.guid;
     props->port = d.port;
-    props->ptr_support = abi::NCCL_PTR_HOST | (d.dmabuf ? abi::NCCL_PTR_DMABUF : 0);
+    props->ptr_support = abi::NCCL_PTR_HOST | (d.cuda_pointers ? abi::NCCL_PTR_CUDA : 0) |
+                         (d.dmabuf ? abi::NCCL_PTR_DMABUF : 0);
     props->speed_mbps = d.speed_mbps;
     props->max_comms = d.max_comms > 0 ? d.max_comms : honest_max_comms(state->options, d);
     props->max_recvs = 1;
@@ -401,13 +403,17 @@ ncclResult_t register_memory(const char* call, void* comm, const net::MemoryDesc
 
 ncclResult_t net_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
   if (!comm || !mhandle) return ncclInvalidArgument;
-  if (type != abi::NCCL_PTR_HOST) {
+  auto* wrapper = static_cast<CommWrapper*>(comm);
+  const bool cuda = type == abi::NCCL_PTR_CUDA && wrapper->state->transport->devices()[wrapper->dev].cuda_pointers;
+  if (type != abi::NCCL_PTR_HOST && !cuda) {
     *mhandle = nullptr;
-    SIEVE_WARN("regMr: memory type %d is not supported (host memory here; device memory through regMrDmaBuf where "
-               "getProperties reports dma-buf support)", type);
+    SIEVE_WARN("regMr: memory type %d is not supported on this device (host memory here; device memory where "
+               "getProperties reports NCCL_PTR_CUDA, or through regMrDmaBuf where it reports dma-buf support)", type);
     return ncclInternalError;
   }
-  return register_memory("regMr", comm, net::MemoryDescriptor{data, size, -1, 0}, mhandle);
+  net::MemoryDescriptor memory{data, size, -1, 0};
+  memory.cuda = cuda;
+  return register_memory("regMr", comm, memory, mhandle);
 }
 
 ncclResult_t net_reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {

@@ -702,11 +702,11 @@ Status IbRecvComm::flush(void* data, size_t size, MemoryRegion* region, Request*
   *request = nullptr;
   if (failure_.failed()) return failure_.surface();
   auto* ib_region = dynamic_cast<IbRegion*>(region);
-  // Host memory is coherent with the NIC's writes: only device memory (a dma-buf) needs the read.
-  if (!ib_region || !ib_region->dmabuf() || size == 0) return Status::ok();
+  // Host memory is coherent with the NIC's writes: only GPU memory needs the read.
+  if (!ib_region || !ib_region->gpu() || size == 0) return Status::ok();
   if (!ib_region->covers(reinterpret_cast<uintptr_t>(data), size))
     return error(Code::InvalidUsage, "flush: the " + bytes_text(size) + " are not inside the region given");
-  if (!loopback_)  // a dma-buf registered where the transport did not report dma-buf support
+  if (!loopback_)  // GPU memory registered where the transport did not report taking it
     return error(Code::InvalidUsage, "flush on the comm from " + connection_.peer + ": " + config_.port.name +
                                          " was not reported to take GPU memory, so the comm has no flush queue pair");
   IbRequest* r = free_request();

@@ -48,7 +48,7 @@ struct IbCommConfig {
   uint64_t max_message_bytes = kMaxMessageBytes;  // the port's limit, if lower (reported as maxP2pBytes)
   bool relaxed_ordering = true;
   bool adaptive_routing = false;  // the fabric may reorder one write's packets: see kAdaptiveRoutingBytes  // NCCL's registrations may be written out of PCIe order
-  bool gpu_flush = false;  // the device takes GPU memory: receive comms make their flush queue pair at set-up
+  bool gpu_flush = false;  // the device takes GPU memory (dma-buf or peermem): receive comms make their flush queue pair at set-up
 };
 
 class IbComm;

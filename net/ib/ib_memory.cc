@@ -78,8 +78,8 @@ bool RegionTable::find(uint64_t begin, size_t size, uint32_t* lkey, uint32_t* rk
 }
 
 IbRegion::IbRegion(std::shared_ptr<RegionTable> table, std::shared_ptr<DeviceContext> device, ibv_mr* mr,
-                   uint64_t base, size_t length, bool dmabuf)
-    : table_(std::move(table)), device_(std::move(device)), mr_(mr), base_(base), length_(length), dmabuf_(dmabuf) {
+                   uint64_t base, size_t length, bool gpu)
+    : table_(std::move(table)), device_(std::move(device)), mr_(mr), base_(base), length_(length), gpu_(gpu) {
   table_->add(this);
 }
 
@@ -88,13 +88,28 @@ IbRegion::~IbRegion() {
   if (mr_) device_->verbs().dereg_mr(mr_);
 }
 
+bool peer_memory_loaded(const std::string& sysfs_root, std::string* which) {
+  // nv_peer_mem (Mellanox's, both flavours) registers with the kernel's peer-memory core; the
+  // in-driver nvidia-peermem (R470 and later) is a module of its own.
+  static const char* const kFiles[] = {"/kernel/mm/memory_peers/nv_mem/version",
+                                       "/kernel/mm/memory_peers/nv_mem_nc/version", "/module/nvidia_peermem/version"};
+  for (const char* file : kFiles) {
+    const std::string path = sysfs_root + file;
+    if (::access(path.c_str(), F_OK) == 0) {
+      if (which) *which = path;
+      return true;
+    }
+  }
+  return false;
+}
+
 Status register_region(const std::shared_ptr<DeviceContext>& device, const std::shared_ptr<RegionTable>& table,
                        const MemoryDescriptor& memory, unsigned access, std::unique_ptr<MemoryRegion>* out) {
   out->reset();
   const VerbsLibrary& v = device->verbs();
   const uint64_t base = reinterpret_cast<uintptr_t>(memory.data);
   if (memory.size == 0) {
-    *out = std::make_unique<IbRegion>(table, device, nullptr, base, 0, memory.is_dmabuf());
+    *out = std::make_unique<IbRegion>(table, device, nullptr, base, 0, memory.is_gpu());
     return Status::ok();
   }
   if (!memory.data) return error(Code::InvalidArgument, "register_memory of " + bytes_text(memory.size) + " at a null address");
@@ -116,10 +131,11 @@ Status register_region(const std::shared_ptr<DeviceContext>& device, const std::
     const uint64_t end = (base + memory.size + page_size() - 1) & ~(page_size() - 1);
     mr = v.reg_mr_iova2(device->pd(), reinterpret_cast<void*>(first), end - first, first, access);
     if (!mr)
-      return error(Code::SystemError, "ibv_reg_mr of " + bytes_text(memory.size) + " on " + device->name() +
-                                          " failed: " + errno_text(errno));
+      return error(Code::SystemError, "ibv_reg_mr of " + bytes_text(memory.size) +
+                                          (memory.cuda ? " of GPU memory (nvidia-peermem)" : "") + " on " +
+                                          device->name() + " failed: " + errno_text(errno));
   }
-  *out = std::make_unique<IbRegion>(table, device, mr, base, memory.size, memory.is_dmabuf());
+  *out = std::make_unique<IbRegion>(table, device, mr, base, memory.size, memory.is_gpu());
   return Status::ok();
 }
 

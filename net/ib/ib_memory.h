@@ -60,13 +60,15 @@ class RegionTable {
 class IbRegion final : public MemoryRegion {
  public:
   // `base`/`length`: the caller's buffer (what covers() answers for); `mr` may span more (whole pages).
+  // `gpu`: GPU memory (a dma-buf or a CUDA pointer), which the NIC's writes reach only in order
+  // with a flush.
   IbRegion(std::shared_ptr<RegionTable> table, std::shared_ptr<DeviceContext> device, ibv_mr* mr, uint64_t base,
-           size_t length, bool dmabuf);
+           size_t length, bool gpu);
   ~IbRegion() override;
   bool covers(uint64_t begin, size_t size) const { return mr_ && begin >= base_ && begin + size <= base_ + length_; }
   uint32_t lkey() const { return mr_ ? mr_->lkey : 0; }
   uint32_t rkey() const { return mr_ ? mr_->rkey : 0; }
-  bool dmabuf() const { return dmabuf_; }
+  bool gpu() const { return gpu_; }
 
  private:
   const std::shared_ptr<RegionTable> table_;
@@ -74,11 +76,17 @@ class IbRegion final : public MemoryRegion {
   ibv_mr* const mr_;                              // null for an empty registration
   const uint64_t base_;
   const size_t length_;
-  const bool dmabuf_;
+  const bool gpu_;
 };
 
-// Registers `memory` on `device` with `access` and adds it to `table`: host memory page-rounded at
-// its own addresses, a dma-buf at the buffer's device address. Zero bytes register nothing (a
+// Whether a GPU peer-memory client is loaded (nvidia-peermem, or the older nv_peer_mem), so that
+// ibv_reg_mr takes CUDA device pointers, as NCCL's IB transport checks it: the files the modules
+// create under `sysfs_root` (/sys). `which` names the file found.
+bool peer_memory_loaded(const std::string& sysfs_root, std::string* which);
+
+// Registers `memory` on `device` with `access` and adds it to `table`: host memory and CUDA
+// pointers page-rounded at their own addresses (the peer-memory client pins the GPU pages behind
+// them), a dma-buf at the buffer's device address. Zero bytes register nothing (a
 // zero-byte message needs no key). Errors name the call, the size and the device.
 Status register_region(const std::shared_ptr<DeviceContext>& device, const std::shared_ptr<RegionTable>& table,
                        const MemoryDescriptor& memory, unsigned access, std::unique_ptr<MemoryRegion>* out);

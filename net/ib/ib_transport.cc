@@ -169,7 +169,7 @@ class IbTransport final : public Transport {
     c.peer_timeout_ms = options_.peer_timeout_ms;
     c.max_cqe = ports_[dev].port.max_cqe;
     c.max_message_bytes = max_message_bytes(ports_[dev].port);
-    c.gpu_flush = devices_[dev].dmabuf;
+    c.gpu_flush = devices_[dev].dmabuf || devices_[dev].cuda_pointers;
     c.relaxed_ordering = options_.ib_relaxed_ordering;
     // Adaptive routing is an InfiniBand switch feature (on by default in NCCL there); RoCE fabrics
     // keep a flow on one path unless told otherwise.
@@ -295,6 +295,10 @@ Status Transport::create_ib(const TransportOptions& options, std::unique_ptr<Tra
   std::vector<ib::PortEntry> entries;
   st = ib::open_ports(*verbs, options, selected, &entries);
   if (!st.is_ok()) return st;
+  // GPUDirect RDMA by device pointer, where a peer-memory client is loaded (older kernels and
+  // drivers, where dma-buf is not offered); NCCL's IB transport reports NCCL_PTR_CUDA on the same test.
+  std::string peer_memory;
+  const bool cuda_pointers = ib::peer_memory_loaded(options.topology.sysfs_root, &peer_memory);
   std::vector<Device> devices;
   for (const auto& e : entries) {
     Device d;
@@ -308,11 +312,14 @@ Status Transport::create_ib(const TransportOptions& options, std::unique_ptr<Tra
     d.cpus = e.port.placement.cpus;
     d.pci_vendor = e.port.placement.vendor_id;
     d.dmabuf = e.port.dmabuf && verbs->reg_dmabuf_mr != nullptr;
+    d.cuda_pointers = cuda_pointers;
     d.max_comms = ib::max_comms_of(e.port, options.ib_qps);
     d.max_message_bytes = ib::max_message_bytes(e.port);
-    SIEVE_INFO("device %s %s speed %d Mbps numa %d gid index %d%s, set-up over %s", d.name.c_str(),
+    SIEVE_INFO("device %s %s speed %d Mbps numa %d gid index %d%s%s, set-up over %s", d.name.c_str(),
                e.address.link_layer == ib::LinkLayer::Ethernet ? "RoCE" : "InfiniBand", d.speed_mbps, d.numa_node,
-               e.address.gid_index, d.dmabuf ? ", dma-buf" : "", interfaces.front().address.text().c_str());
+               e.address.gid_index, d.dmabuf ? ", dma-buf" : "",
+               d.cuda_pointers ? (", GPU pointers (" + peer_memory + ")").c_str() : "",
+               interfaces.front().address.text().c_str());
     devices.push_back(std::move(d));
   }
   *out = std::make_unique<ib::IbTransport>(options, std::move(entries), std::move(devices));

@@ -4,7 +4,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -275,6 +278,73 @@ TEST_F(IbTransportTest, FlushReadsBackADmaBufRegionAndSkipsHostMemory) {
   dmabuf.reset();
   munmap(mapped, size);
   close(fd);
+}
+
+// A fake /sys holding what a GPU peer-memory client creates (or nothing), removed afterwards.
+class FakeSysfs {
+ public:
+  explicit FakeSysfs(const std::string& file) {
+    char path[] = "/tmp/sieve-sysfs-XXXXXX";
+    if (mkdtemp(path)) root_ = path;
+    if (file.empty() || root_.empty()) return;
+    std::filesystem::create_directories(std::filesystem::path(root_ + file).parent_path());
+    std::ofstream(root_ + file) << "1.0\n";
+  }
+  ~FakeSysfs() {
+    std::error_code ignored;
+    if (!root_.empty()) std::filesystem::remove_all(root_, ignored);
+  }
+  const std::string& root() const { return root_; }
+
+ private:
+  std::string root_;
+};
+
+// Without dma-buf (older kernels and drivers), GPUDirect RDMA goes through a peer-memory client
+// that lets ibv_reg_mr take a CUDA pointer. NCCL's IB transport then reports NCCL_PTR_CUDA; without
+// it NCCL stages every GPU byte through host memory (twice across the root complex).
+TEST_F(IbTransportTest, WithNvidiaPeermemLoadedCudaPointersAreRegisteredAndFlushed) {
+  for (const char* file : {"/module/nvidia_peermem/version", "/kernel/mm/memory_peers/nv_mem/version"}) {
+    FakeSysfs sysfs(file);
+    TransportOptions o = ib_options();
+    o.topology.sysfs_root = sysfs.root();
+    pair_ = testing::Pair{};
+    ASSERT_NO_FATAL_FAILURE(connect(o));
+    EXPECT_TRUE(transport_->devices()[0].cuda_pointers) << file;
+    // The fake has no GPU: page-aligned host memory stands in for the device buffer.
+    const size_t size = 1 << 20;
+    void* gpu = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(gpu, MAP_FAILED);
+    MemoryDescriptor device_memory{gpu, size, -1, 0};
+    device_memory.cuda = true;
+    std::unique_ptr<MemoryRegion> region;
+    Status st = pair_.recv->register_memory(device_memory, &region);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    std::vector<unsigned char> out = pattern(size / 4, 23);
+    auto send_region = reg_send(out.data(), out.size());
+    Request *r = nullptr, *s = nullptr;
+    ASSERT_TRUE(pair_.recv->irecv(gpu, size, &r).is_ok());
+    ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok());
+    Completion cs, cr;
+    st = testing::wait_both(s, &cs, r, &cr);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    EXPECT_EQ(std::memcmp(gpu, out.data(), out.size()), 0);
+    Request* flush = nullptr;
+    st = pair_.recv->flush(gpu, cr.size, region.get(), &flush);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_NE(flush, nullptr) << "GPU memory must be flushed";
+    Completion cf;
+    EXPECT_TRUE(testing::wait(flush, &cf).is_ok());
+    region.reset();
+    send_region.reset();
+    munmap(gpu, size);
+  }
+  FakeSysfs none("");
+  TransportOptions o = ib_options();
+  o.topology.sysfs_root = none.root();
+  std::unique_ptr<Transport> without;
+  ASSERT_TRUE(Transport::create_ib(o, &without).is_ok());
+  EXPECT_FALSE(without->devices()[0].cuda_pointers) << "no peer-memory client, no CUDA pointers";
 }
 
 // Creating and connecting a queue pair takes a round of firmware commands: where the device takes
