@@ -107,6 +107,7 @@ class TcpTransport final : public Transport {
   }
 
   const std::vector<Device>& devices() const override { return devices_; }
+  using Transport::connect;
 
   Status listen(int dev, Handle* handle, std::unique_ptr<ListenComm>* comm) override {
     comm->reset();
@@ -119,7 +120,8 @@ class TcpTransport final : public Transport {
     return Status::ok();
   }
 
-  Status connect(int dev, Handle* handle, std::unique_ptr<SendComm>* comm) override {
+  // The communicator's traffic class has no meaning for TCP here (no DSCP is set on its sockets).
+  Status connect(int dev, int /*traffic_class*/, Handle* handle, std::unique_ptr<SendComm>* comm) override {
     comm->reset();
     wire::HandleFields fields;
     Status st = read_peer_handle(devices_, dev, *handle, &fields);

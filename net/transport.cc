@@ -9,6 +9,8 @@ Status host_only_registration(const MemoryDescriptor& memory, std::unique_ptr<Me
   out->reset();
   if (memory.is_dmabuf())
     return error(Code::InternalError, "dma-buf registration is not supported by the TCP transport (host memory only)");
+  if (memory.cuda)
+    return error(Code::InternalError, "GPU memory cannot be registered with the TCP transport (host memory only)");
   // Host memory is read and written by the kernel's socket calls: nothing to pin, nothing to keep.
   *out = std::make_unique<MemoryRegion>();
   return Status::ok();

@@ -50,7 +50,19 @@ struct TransportOptions {
   std::string ib_hca;   // SIEVE_IB_HCA, NCCL_IB_HCA's syntax; empty: every active port
   int ib_gid_index = -1;  // -1: chosen per port (ib::choose_gid)
   int ib_qps = 1;         // queue pairs per connection
+  // The class of service of a connection, chosen by the connecting side (the listener adopts it):
+  // -1 leaves it to the communicator's traffic class (connect's), else 0.
+  int ib_traffic_class = -1;  // 0-255: the GRH traffic class (RoCE: DSCP << 2 | ECN)
+  int ib_service_level = -1;  // 0-15; the communicator's traffic class serves only when it is 0-15
+  int ib_pkey_index = 0;      // P_Key table index of every queue pair; both sides' partitions must match
+  bool ib_relaxed_ordering = true;
+  int ib_adaptive_routing = -1;     // 1: immediates of large messages in writes of their own; -1: on InfiniBand only  // IBV_ACCESS_RELAXED_ORDERING on NCCL's registrations
+  int ib_timeout = 20;        // queue-pair retry timeout, 4.096 us x 2^n per try (1-31)
+  int ib_retry_count = 7;     // tries after the first before "retry exceeded" (0-7)
 };
+
+// NCCL's "no traffic class" (NCCL_NET_TRAFFIC_CLASS_UNDEF), for connect without a communicator's.
+constexpr int kTrafficClassUnset = -1;
 
 // How many data sockets and helper threads a connection gets. One TCP stream fills a link below
 // about 25 Gbit/s with the least CPU and no cross-stream stalls (measured on tbf-shaped 1 and
@@ -108,14 +120,17 @@ class MemoryRegion {
   virtual ~MemoryRegion() = default;
 };
 
-// What register_memory is asked to register: host memory by address, or memory exported as a
-// dma-buf (GPU memory), named by its fd and the offset of `data` within it.
+// What register_memory is asked to register: host memory by address, GPU memory by its device
+// address (where the transport reports Device::cuda_pointers: nvidia-peermem resolves it), or
+// memory exported as a dma-buf (GPU memory), named by its fd and the offset of `data` within it.
 struct MemoryDescriptor {
   void* data = nullptr;
   size_t size = 0;
-  int dmabuf_fd = -1;      // -1: host memory
+  int dmabuf_fd = -1;      // -1: not a dma-buf
   uint64_t dmabuf_offset = 0;
+  bool cuda = false;       // `data` is a CUDA device pointer (NCCL_PTR_CUDA)
   bool is_dmabuf() const { return dmabuf_fd >= 0; }
+  bool is_gpu() const { return cuda || is_dmabuf(); }
 };
 
 class Request {
@@ -184,7 +199,12 @@ class Transport {
   virtual const std::vector<Device>& devices() const = 0;
   virtual Status listen(int dev, Handle* handle, std::unique_ptr<ListenComm>* comm) = 0;
   // Writes its in-progress state into *handle: NCCL calls again with the same handle until *comm is set.
-  virtual Status connect(int dev, Handle* handle, std::unique_ptr<SendComm>* comm) = 0;
+  // `traffic_class`: the communicator's (NCCL's ncclConfig_t trafficClass), kTrafficClassUnset when
+  // it set none; verbs use it where SIEVE_IB_TC / SIEVE_IB_SL leave the choice open, TCP ignores it.
+  virtual Status connect(int dev, int traffic_class, Handle* handle, std::unique_ptr<SendComm>* comm) = 0;
+  Status connect(int dev, Handle* handle, std::unique_ptr<SendComm>* comm) {
+    return connect(dev, kTrafficClassUnset, handle, comm);
+  }
 };
 
 }  // namespace sieve::net

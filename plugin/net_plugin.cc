@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include "net/log.h"
 #include "net/transport.h"
 #include "plugin/config.h"
+#include "plugin/nccl_fallbacks.h"
 #include "plugin/peer_traffic.h"
 #include "plugin/process_log.h"
 #include "plugin/proxy_probe.h"
@@ -67,6 +69,7 @@ struct ListenWrapper {
 // Send and receive comms share one wrapper type: regMr and deregMr take either.
 struct CommWrapper {
   std::shared_ptr<ProcessState> state;
+  int dev = 0;
   std::unique_ptr<net::SendComm> send;  // exactly one of send and recv is set
   std::unique_ptr<net::RecvComm> recv;
   std::shared_ptr<CommTraffic> traffic;
@@ -80,7 +83,7 @@ template <typename Comm>
 CommWrapper* wrap(std::shared_ptr<ProcessState> state, std::unique_ptr<Comm> comm, int dev) {
   auto traffic = register_comm_traffic(state->transport->devices()[dev].name, comm->peer());
   comm->set_tag(traffic.get());
-  auto wrapper = new CommWrapper{std::move(state), nullptr, nullptr, std::move(traffic)};
+  auto wrapper = new CommWrapper{std::move(state), dev, nullptr, nullptr, std::move(traffic)};
   g_open_comms.fetch_add(1);
   if constexpr (std::is_same_v<Comm, net::SendComm>) wrapper->send = std::move(comm);
   else wrapper->recv = std::move(comm);
@@ -146,6 +149,16 @@ net::TransportOptions options_from(const config::Settings& s) {
   o.ib_hca = s.ib_hca;
   o.ib_gid_index = static_cast<int>(s.ib_gid_index);
   o.ib_qps = static_cast<int>(s.ib_qps);
+  o.ib_traffic_class = static_cast<int>(sieve_or_nccl(s.ib_tc, "NCCL_IB_TC", 0, 255, -1, std::getenv));
+  o.ib_service_level = static_cast<int>(sieve_or_nccl(s.ib_sl, "NCCL_IB_SL", 0, 15, -1, std::getenv));
+  o.ib_pkey_index = static_cast<int>(sieve_or_nccl(s.ib_pkey, "NCCL_IB_PKEY", 0, 65535, 0, std::getenv));
+  // NCCL's 2 is "where ibv_reg_mr_iova2 exists", which the verbs transport requires: on.
+  o.ib_relaxed_ordering =
+      sieve_or_nccl(s.ib_relaxed_ordering, "NCCL_IB_PCI_RELAXED_ORDERING", 0, 2, 1, std::getenv) != 0;
+  o.ib_adaptive_routing =
+      static_cast<int>(sieve_or_nccl(s.ib_adaptive_routing, "NCCL_IB_ADAPTIVE_ROUTING", 0, 1, -1, std::getenv));
+  o.ib_timeout = static_cast<int>(s.ib_timeout);
+  o.ib_retry_count = static_cast<int>(s.ib_retry_cnt);
   return o;
 }
 
@@ -326,7 +339,9 @@ ncclResult_t net_properties(int dev, DeviceProperties* props) {
     props->name = intern(d.name);
     props->pci_path = d.pci_path.empty() ? nullptr : intern(d.pci_path);
     props->guid = d.guid;
-    props->ptr_support = abi::NCCL_PTR_HOST | (d.dmabuf ? abi::NCCL_PTR_DMABUF : 0);
+    props->port = d.port;
+    props->ptr_support = abi::NCCL_PTR_HOST | (d.cuda_pointers ? abi::NCCL_PTR_CUDA : 0) |
+                         (d.dmabuf ? abi::NCCL_PTR_DMABUF : 0);
     props->speed_mbps = d.speed_mbps;
     props->max_comms = d.max_comms > 0 ? d.max_comms : honest_max_comms(state->options, d);
     props->max_recvs = 1;
@@ -354,14 +369,16 @@ ncclResult_t net_listen(void* ctx, int dev, void* handle, void** listen_comm) {
   });
 }
 
-ncclResult_t net_connect(void* ctx, int dev, void* handle, void** send_comm) {
+ncclResult_t net_connect(void* ctx, int dev, int traffic_class, void* handle, void** send_comm) {
   return guarded("connect", [&] {
     if (!handle || !send_comm) return ncclInvalidArgument;
     *send_comm = nullptr;
-    auto state = ctx ? static_cast<Context*>(ctx)->state : current_state();
+    auto* context = static_cast<Context*>(ctx);
+    auto state = context ? context->state : current_state();
     if (!state) return ncclInvalidUsage;
+    if (traffic_class == abi::NCCL_NET_TRAFFIC_CLASS_UNDEF && context) traffic_class = context->traffic_class;
     std::unique_ptr<net::SendComm> comm;
-    net::Status st = state->transport->connect(dev, static_cast<net::Handle*>(handle), &comm);
+    net::Status st = state->transport->connect(dev, traffic_class, static_cast<net::Handle*>(handle), &comm);
     if (!st.is_ok()) return report("connect", st);
     if (comm) *send_comm = wrap(state, std::move(comm), dev);
     return ncclSuccess;
@@ -399,13 +416,17 @@ ncclResult_t register_memory(const char* call, void* comm, const net::MemoryDesc
 
 ncclResult_t net_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
   if (!comm || !mhandle) return ncclInvalidArgument;
-  if (type != abi::NCCL_PTR_HOST) {
+  auto* wrapper = static_cast<CommWrapper*>(comm);
+  const bool cuda = type == abi::NCCL_PTR_CUDA && wrapper->state->transport->devices()[wrapper->dev].cuda_pointers;
+  if (type != abi::NCCL_PTR_HOST && !cuda) {
     *mhandle = nullptr;
-    SIEVE_WARN("regMr: memory type %d is not supported (host memory here; device memory through regMrDmaBuf where "
-               "getProperties reports dma-buf support)", type);
+    SIEVE_WARN("regMr: memory type %d is not supported on this device (host memory here; device memory where "
+               "getProperties reports NCCL_PTR_CUDA, or through regMrDmaBuf where it reports dma-buf support)", type);
     return ncclInternalError;
   }
-  return register_memory("regMr", comm, net::MemoryDescriptor{data, size, -1, 0}, mhandle);
+  net::MemoryDescriptor memory{data, size, -1, 0};
+  memory.cuda = cuda;
+  return register_memory("regMr", comm, memory, mhandle);
 }
 
 ncclResult_t net_reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {

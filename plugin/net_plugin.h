@@ -23,6 +23,7 @@ struct DeviceProperties {
   const char* name = nullptr;
   const char* pci_path = nullptr;  // null for a virtual interface
   uint64_t guid = 0;
+  int port = 0;
   int ptr_support = abi::NCCL_PTR_HOST;
   int speed_mbps = 0;
   int max_comms = 0;
@@ -41,7 +42,9 @@ ncclResult_t net_finalize(void* ctx);
 ncclResult_t net_devices(int* ndev);
 ncclResult_t net_properties(int dev, DeviceProperties* props);
 ncclResult_t net_listen(void* ctx, int dev, void* handle, void** listen_comm);
-ncclResult_t net_connect(void* ctx, int dev, void* handle, void** send_comm);
+// `traffic_class`: the connection's (v10's per-connection config), or NCCL_NET_TRAFFIC_CLASS_UNDEF
+// to take the context's (v11 and later: per communicator, from init).
+ncclResult_t net_connect(void* ctx, int dev, int traffic_class, void* handle, void** send_comm);
 ncclResult_t net_accept(void* listen_comm, void** recv_comm);
 ncclResult_t net_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle);
 ncclResult_t net_reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);

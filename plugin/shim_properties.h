@@ -21,7 +21,7 @@ ncclResult_t fill_common_v9(int dev, Props* props) {
   props->regIsGlobal = 0;
   props->forceFlush = 0;
   props->speed = p.speed_mbps;
-  props->port = 0;
+  props->port = p.port;
   props->latency = 0;
   props->maxComms = p.max_comms;
   props->maxRecvs = p.max_recvs;

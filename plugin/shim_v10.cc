@@ -14,9 +14,9 @@ ncclResult_t get_properties(int dev, ncclNetProperties_v10_t* props) { return fi
 
 ncclResult_t listen(int dev, void* handle, void** listen_comm) { return net_listen(nullptr, dev, handle, listen_comm); }
 
-ncclResult_t connect(int dev, ncclNetCommConfig_v10_t* /*config*/, void* handle, void** send_comm,
+ncclResult_t connect(int dev, ncclNetCommConfig_v10_t* config, void* handle, void** send_comm,
                      ncclNetDeviceHandle_v7_t** /*dev_comm*/) {
-  return net_connect(nullptr, dev, handle, send_comm);
+  return net_connect(nullptr, dev, config ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF, handle, send_comm);
 }
 
 ncclResult_t accept(void* listen_comm, void** recv_comm, ncclNetDeviceHandle_v7_t** /*dev_comm*/) {

@@ -16,7 +16,7 @@ ncclResult_t init(void** ctx, uint64_t comm_id, ncclNetCommConfig_v11_t* config,
 ncclResult_t get_properties(int dev, ncclNetProperties_v11_t* props) { return fill_properties_v11(dev, props); }
 
 ncclResult_t connect(void* ctx, int dev, void* handle, void** send_comm, ncclNetDeviceHandle_v7_t** /*dev_comm*/) {
-  return net_connect(ctx, dev, handle, send_comm);
+  return net_connect(ctx, dev, NCCL_NET_TRAFFIC_CLASS_UNDEF, handle, send_comm);
 }
 
 ncclResult_t accept(void* listen_comm, void** recv_comm, ncclNetDeviceHandle_v7_t** /*dev_comm*/) {

@@ -19,7 +19,7 @@ ncclResult_t get_properties(int dev, ncclNetProperties_v8_t* props) {
   props->ptrSupport = p.ptr_support;
   props->regIsGlobal = 0;
   props->speed = p.speed_mbps;
-  props->port = 0;
+  props->port = p.port;
   props->latency = 0;
   props->maxComms = p.max_comms;
   props->maxRecvs = p.max_recvs;
@@ -31,7 +31,7 @@ ncclResult_t get_properties(int dev, ncclNetProperties_v8_t* props) {
 ncclResult_t listen(int dev, void* handle, void** listen_comm) { return net_listen(nullptr, dev, handle, listen_comm); }
 
 ncclResult_t connect(int dev, void* handle, void** send_comm, ncclNetDeviceHandle_v7_t** /*dev_comm*/) {
-  return net_connect(nullptr, dev, handle, send_comm);
+  return net_connect(nullptr, dev, NCCL_NET_TRAFFIC_CLASS_UNDEF, handle, send_comm);
 }
 
 ncclResult_t accept(void* listen_comm, void** recv_comm, ncclNetDeviceHandle_v7_t** /*dev_comm*/) {

@@ -13,7 +13,7 @@ ncclResult_t get_properties(int dev, ncclNetProperties_v9_t* props) { return fil
 ncclResult_t listen(int dev, void* handle, void** listen_comm) { return net_listen(nullptr, dev, handle, listen_comm); }
 
 ncclResult_t connect(int dev, void* handle, void** send_comm, ncclNetDeviceHandle_v7_t** /*dev_comm*/) {
-  return net_connect(nullptr, dev, handle, send_comm);
+  return net_connect(nullptr, dev, NCCL_NET_TRAFFIC_CLASS_UNDEF, handle, send_comm);
 }
 
 ncclResult_t accept(void* listen_comm, void** recv_comm, ncclNetDeviceHandle_v7_t** /*dev_comm*/) {

@@ -16,7 +16,9 @@ namespace sieve::net::ib {
 namespace {
 
 // Work request ids: what completed, for which request slot, on which queue pair.
-enum class Work : uint64_t { AnnounceRecv = 1, Write = 2, DataRecv = 3, AnnounceSend = 4, FlushRead = 5 };
+// Write: a write with the immediate (signaled); WriteData: the data ahead of a zero-byte Write
+// under adaptive routing (unsignaled: it completes only in error).
+enum class Work : uint64_t { AnnounceRecv = 1, Write = 2, DataRecv = 3, AnnounceSend = 4, FlushRead = 5, WriteData = 6 };
 uint64_t work_id(Work kind, uint32_t index, int qp) {
   return (static_cast<uint64_t>(kind) << 56) | (uint64_t(index) << 8) | static_cast<uint64_t>(qp);
 }
@@ -27,6 +29,7 @@ const char* work_name(Work kind) {
   switch (kind) {
     case Work::AnnounceRecv: return "receive of a slot announcement";
     case Work::Write: return "RDMA write";
+    case Work::WriteData: return "RDMA write";
     case Work::DataRecv: return "receive of an RDMA write's immediate";
     case Work::AnnounceSend: return "send of a slot announcement";
     case Work::FlushRead: return "flush read";
@@ -74,80 +77,6 @@ std::string bytes_text(uint64_t n) { return std::to_string(n) + " bytes"; }
 
 }  // namespace
 
-// ---------------------------------------------------------------- device and registrations
-
-Status DeviceContext::open(const VerbsLibrary& verbs, ibv_device* device, const std::string& name,
-                           std::shared_ptr<DeviceContext>* out) {
-  std::shared_ptr<DeviceContext> d(new DeviceContext(verbs, name));
-  d->context_ = verbs.open_device(device);
-  if (!d->context_) return error(Code::SystemError, "ibv_open_device(" + name + ") failed: " + errno_text(errno));
-  d->pd_ = verbs.alloc_pd(d->context_);
-  if (!d->pd_) return error(Code::SystemError, "ibv_alloc_pd on " + name + " failed: " + errno_text(errno));
-  *out = std::move(d);
-  return Status::ok();
-}
-
-DeviceContext::~DeviceContext() {
-  if (pd_) verbs_.dealloc_pd(pd_);
-  if (context_) verbs_.close_device(context_);
-}
-
-class IbRegion;
-
-class RegionTable {
- public:
-  void add(IbRegion* r) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    regions_.push_back(r);
-  }
-  void remove(IbRegion* r) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    regions_.erase(std::remove(regions_.begin(), regions_.end(), r), regions_.end());
-  }
-  // The keys of a registration covering [begin, begin+size); false when none does.
-  bool find(uint64_t begin, size_t size, uint32_t* lkey, uint32_t* rkey) const;
-
- private:
-  mutable std::mutex mutex_;
-  std::vector<IbRegion*> regions_;
-};
-
-class IbRegion final : public MemoryRegion {
- public:
-  IbRegion(std::shared_ptr<RegionTable> table, std::shared_ptr<DeviceContext> device, ibv_mr* mr, uint64_t base,
-           size_t length, bool dmabuf)
-      : table_(std::move(table)), device_(std::move(device)), mr_(mr), base_(base), length_(length), dmabuf_(dmabuf) {
-    table_->add(this);
-  }
-  ~IbRegion() override {
-    table_->remove(this);
-    if (mr_) device_->verbs().dereg_mr(mr_);
-  }
-  bool covers(uint64_t begin, size_t size) const { return mr_ && begin >= base_ && begin + size <= base_ + length_; }
-  uint32_t lkey() const { return mr_ ? mr_->lkey : 0; }
-  uint32_t rkey() const { return mr_ ? mr_->rkey : 0; }
-  bool dmabuf() const { return dmabuf_; }
-
- private:
-  const std::shared_ptr<RegionTable> table_;
-  const std::shared_ptr<DeviceContext> device_;  // the protection domain outlives the registration
-  ibv_mr* const mr_;                              // null for an empty registration
-  const uint64_t base_;
-  const size_t length_;
-  const bool dmabuf_;
-};
-
-bool RegionTable::find(uint64_t begin, size_t size, uint32_t* lkey, uint32_t* rkey) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const IbRegion* r : regions_) {
-    if (!r->covers(begin, size)) continue;
-    if (lkey) *lkey = r->lkey();
-    if (rkey) *rkey = r->rkey();
-    return true;
-  }
-  return false;
-}
-
 // ---------------------------------------------------------------- shared comm
 
 Status IbRequest::test(Completion* out) { return owner->test(this, out); }
@@ -166,6 +95,7 @@ IbComm::~IbComm() {
   if (loopback_) verbs().destroy_qp(loopback_);
   for (ibv_qp* qp : qps_) verbs().destroy_qp(qp);
   if (cq_) verbs().destroy_cq(cq_);
+  for (const void* object : device_objects_) config_.device->forget(object);
   if (control_mr_) verbs().dereg_mr(control_mr_);
 }
 
@@ -177,9 +107,12 @@ Status IbComm::create() {
     return error(Code::SystemError, dev + " allows " + std::to_string(config_.max_cqe) + " completions per queue, " +
                                         std::to_string(cqe) + " needed for " + std::to_string(config_.nqps) +
                                         " queue pairs (lower SIEVE_IB_QPS)");
+  port_downs_ = config_.device->port_downs(static_cast<uint8_t>(config_.port.port));
   cq_ = v.create_cq(config_.device->context(), cqe, nullptr, nullptr, 0);
   if (!cq_) return error(Code::SystemError, "ibv_create_cq(" + std::to_string(cqe) + ") on " + dev + " failed: " + errno_text(errno));
-  control_.assign(kMaxRequests * kAnnounceBytes + 64, 0);
+  device_objects_.push_back(cq_);
+  Status allocated = PageBuffer::allocate(kMaxRequests * kAnnounceBytes + 64, &control_);
+  if (!allocated.is_ok()) return error(allocated.code(), "control buffer for a comm on " + dev + ": " + allocated.message());
   control_mr_ = v.reg_mr_iova2(config_.device->pd(), control_.data(), control_.size(),
                                reinterpret_cast<uintptr_t>(control_.data()), IBV_ACCESS_LOCAL_WRITE);
   if (!control_mr_) return error(Code::SystemError, "ibv_reg_mr of the control buffer on " + dev + " failed: " + errno_text(errno));
@@ -196,6 +129,7 @@ Status IbComm::create() {
     ibv_qp* qp = v.create_qp(config_.device->pd(), &init);
     if (!qp) return error(Code::SystemError, "ibv_create_qp on " + dev + " failed: " + errno_text(errno));
     qps_.push_back(qp);
+    device_objects_.push_back(qp);
     psn_.push_back(random_psn());
     Status st = qp_to_init(v, qp, config_.port);
     if (!st.is_ok()) return error(st.code(), st.message() + " (" + config_.port.name + ")");
@@ -209,6 +143,8 @@ SetupInfo IbComm::local_setup() const {
   info.mtu = config_.port.mtu;
   info.lid = config_.port.lid;
   info.gid = config_.port.gid;
+  info.service = config_.service;
+  info.pkey = config_.port.pkey;
   for (size_t q = 0; q < qps_.size(); ++q) {
     info.qpn.push_back(qps_[q]->qp_num);
     info.psn.push_back(psn_[q]);
@@ -216,19 +152,34 @@ SetupInfo IbComm::local_setup() const {
   return info;
 }
 
-Status IbComm::connect(const SetupInfo& remote) {
+Status IbComm::check_peer(const SetupInfo& remote) const {
   if (remote.link_layer != config_.port.link_layer)
     return error(Code::InvalidUsage, "peer " + connection_.peer + "'s port is " +
                                          (remote.link_layer == LinkLayer::Ethernet ? "RoCE" : "InfiniBand") + ", " +
                                          config_.port.name + " is not: the two cannot be connected");
+  if (!same_partition(remote.pkey, config_.port.pkey)) {
+    char keys[96];
+    snprintf(keys, sizeof keys, "P_Key 0x%04x, %s uses 0x%04x at index %d", remote.pkey, config_.port.name.c_str(),
+             config_.port.pkey, config_.port.pkey_index);
+    return error(Code::InvalidUsage, "peer " + connection_.peer + " is in another InfiniBand partition (" + keys +
+                                         "): the switches drop every packet between them; set SIEVE_IB_PKEY (or "
+                                         "NCCL_IB_PKEY) to an index of the same partition on every node");
+  }
+  return Status::ok();
+}
+
+Status IbComm::connect(const SetupInfo& remote) {
+  Status checked = check_peer(remote);
+  if (!checked.is_ok()) return checked;
   if (remote.qpn.size() != qps_.size())
     return error(Code::RemoteError, "peer " + connection_.peer + " set up " + std::to_string(remote.qpn.size()) +
                                         " queue pairs, this side " + std::to_string(qps_.size()));
   for (size_t q = 0; q < qps_.size(); ++q) {
-    Status st = qp_to_rts(verbs(), qps_[q], config_.port, psn_[q], remote, remote.qpn[q], remote.psn[q]);
+    Status st = qp_to_rts(verbs(), qps_[q], config_.port, psn_[q], remote, remote.qpn[q], remote.psn[q], config_.service,
+                          config_.retry);
     if (!st.is_ok()) return error(st.code(), st.message() + " (queue pair to " + connection_.peer + ")");
   }
-  return post_initial_receives();
+  return prepare();
 }
 
 IbRequest* IbComm::free_request() {
@@ -245,35 +196,12 @@ IbRequest* IbComm::free_request() {
 }
 
 Status IbComm::register_region(const MemoryDescriptor& memory, std::unique_ptr<MemoryRegion>* out) {
-  out->reset();
-  const VerbsLibrary& v = verbs();
-  const uint64_t base = reinterpret_cast<uintptr_t>(memory.data);
-  if (memory.size == 0) {  // nothing to register; a zero-byte message needs no key
-    *out = std::make_unique<IbRegion>(regions_, config_.device, nullptr, base, 0, memory.is_dmabuf());
-    return Status::ok();
-  }
-  if (!memory.data) return error(Code::InvalidArgument, "register_memory of " + bytes_text(memory.size) + " at a null address");
-  ibv_mr* mr = nullptr;
-  if (memory.is_dmabuf()) {
-    if (!v.reg_dmabuf_mr)
-      return error(Code::InternalError, "dma-buf registration needs ibv_reg_dmabuf_mr, which " + v.path +
-                                            " does not have (rdma-core 34 or newer)");
-    // The address NCCL passes is the buffer's device address: it becomes the region's iova, so
-    // isend/irecv find it by that address and the peer writes to it.
-    mr = v.reg_dmabuf_mr(config_.device->pd(), memory.dmabuf_offset, memory.size, base, memory.dmabuf_fd,
-                         static_cast<int>(kRemoteAccess));
-    if (!mr)
-      return error(Code::SystemError, "ibv_reg_dmabuf_mr of " + bytes_text(memory.size) + " (fd " +
-                                          std::to_string(memory.dmabuf_fd) + ") on " + config_.device->name() +
-                                          " failed: " + errno_text(errno));
-  } else {
-    mr = v.reg_mr_iova2(config_.device->pd(), memory.data, memory.size, base, kRemoteAccess);
-    if (!mr)
-      return error(Code::SystemError, "ibv_reg_mr of " + bytes_text(memory.size) + " on " + config_.device->name() +
-                                          " failed: " + errno_text(errno));
-  }
-  *out = std::make_unique<IbRegion>(regions_, config_.device, mr, base, memory.size, memory.is_dmabuf());
-  return Status::ok();
+  // Relaxed ordering lets the root complex reorder the NIC's writes into the buffer (GPUDirect
+  // bandwidth on VMs and some hosts depends on it); nothing reads a buffer before its immediate's
+  // completion, which PCIe orders after them, and a flush orders GPU memory. An optional access
+  // flag: devices that cannot do it ignore it.
+  const unsigned access = kRemoteAccess | (config_.relaxed_ordering ? unsigned(IBV_ACCESS_RELAXED_ORDERING) : 0u);
+  return ib::register_region(config_.device, regions_, memory, access, out);
 }
 
 Status IbComm::find_region(const char* call, const void* data, size_t size, uint32_t* lkey, uint32_t* rkey) const {
@@ -322,7 +250,9 @@ void IbComm::progress() {
                                std::to_string(wc.vendor_err) + ")"));
         if (IbRequest* r = request_of(wc)) {
           r->work_failed = true;
-          if (r->pending > 0) --r->pending;
+          // An unsignaled data write is not pending: the write with its immediate, queued behind
+          // it on the queue pair now in error, completes (flushed) and ends the count.
+          if (r->pending > 0 && work_kind(wc.wr_id) != Work::WriteData) --r->pending;
         }
         continue;
       }
@@ -332,12 +262,23 @@ void IbComm::progress() {
     if (n < 16) break;
   }
   check_liveness();
+  check_device();
   if (failure_.failed()) enter_error();
+}
+
+void IbComm::check_device() {
+  const Clock::time_point now = Clock::now();
+  if (now < next_device_check_ || device_lost_) return;
+  next_device_check_ = now + DeviceContext::kEventInterval;
+  Status st = config_.device->health(static_cast<uint8_t>(config_.port.port), port_downs_, device_objects_);
+  if (st.is_ok()) return;
+  device_lost_ = config_.device->lost();
+  failure_.set(error(st.code(), st.message() + " (comm with " + connection_.peer + ")"));
 }
 
 IbRequest* IbComm::request_of(const ibv_wc& wc) {
   const Work kind = work_kind(wc.wr_id);
-  if (kind != Work::Write && kind != Work::FlushRead) return nullptr;
+  if (kind != Work::Write && kind != Work::WriteData && kind != Work::FlushRead) return nullptr;
   IbRequest& r = requests_[work_index(wc.wr_id) % kMaxRequests];
   return r.busy ? &r : nullptr;
 }
@@ -416,7 +357,7 @@ Status IbComm::fail(const Status& status) {
 
 // ---------------------------------------------------------------- send
 
-Status IbSendComm::post_initial_receives() {
+Status IbSendComm::prepare() {
   for (uint32_t i = 0; i < kMaxRequests; ++i) {
     Status st = post_announce_receive(i);
     if (!st.is_ok()) return st;
@@ -437,10 +378,10 @@ Status IbSendComm::isend(const void* data, size_t size, Request** request) {
   *request = nullptr;
   if (failure_.failed()) return failure_.surface();
   if (size > 0 && !data) return error(Code::InvalidArgument, "isend of " + bytes_text(size) + " from a null buffer");
-  if (size > kMaxMessageBytes)
-    return error(Code::InvalidUsage, "isend of " + bytes_text(size) + " to " + connection_.peer +
-                                         ": the verbs transport carries at most " + bytes_text(kMaxMessageBytes) +
-                                         " per message (its maxP2pBytes)");
+  if (size > config_.max_message_bytes)
+    return error(Code::InvalidUsage, "isend of " + bytes_text(size) + " to " + connection_.peer + ": " +
+                                         config_.port.name + " carries at most " +
+                                         bytes_text(config_.max_message_bytes) + " per message (its maxP2pBytes)");
   uint32_t lkey = 0;
   if (size > 0) {
     Status st = find_region("isend", data, size, &lkey, nullptr);
@@ -487,11 +428,13 @@ void IbSendComm::on_completion(const ibv_wc& wc) {
 }
 
 bool IbSendComm::landed_before_close(const ibv_wc& wc) {
-  if (work_kind(wc.wr_id) != Work::Write) return false;
+  const Work kind = work_kind(wc.wr_id);
+  if (kind != Work::Write && kind != Work::WriteData) return false;
   check_liveness(true);  // the goodbye, if the peer sent one, is on the socket already
   IbRequest& r = requests_[work_index(wc.wr_id) % kMaxRequests];
   if (!peer_said_goodbye_ || !r.busy || r.kind != IbRequest::Kind::Send || r.sequence >= peer_landed_) return false;
-  if (r.pending > 0) --r.pending;  // landed: the flush or retry error only ends its work request
+  // Landed: the flush or retry error only ends its work request (the data part counts for nothing).
+  if (kind == Work::Write && r.pending > 0) --r.pending;
   return true;
 }
 
@@ -515,24 +458,42 @@ Status IbSendComm::post_writes(IbRequest* r, const Slot& slot) {
     r->error = error(Code::InvalidUsage, "isend of " + bytes_text(r->size) + " to " + connection_.peer +
                                              " is larger than the receive it posted (" + bytes_text(slot.capacity) +
                                              "): a send larger than its receive is an error");
-  // Each queue pair used carries one write, its share of the message, with the immediate: the
-  // receiver counts immediates, so every used queue pair writes, even zero bytes.
+  // Each queue pair used carries its share of the message and one immediate: the receiver counts
+  // immediates, so every used queue pair writes, even zero bytes. Under adaptive routing the
+  // packets of one write may take different paths and arrive out of order, and a write's
+  // immediate could be delivered before all of its data is placed: above kAdaptiveRoutingBytes the
+  // data goes as a plain write and the immediate in a zero-byte write behind it, which the
+  // responder completes only after the earlier write (as NCCL's IB transport does).
   const uint32_t imm = r->too_large ? kImmTooLarge : static_cast<uint32_t>(r->size);
   const size_t share = r->too_large ? 0 : (((r->size + used - 1) / used + 63) / 64) * 64;
+  const bool split = config_.adaptive_routing && r->size > kAdaptiveRoutingBytes;
   for (int q = 0; q < used; ++q) {
     const size_t offset = std::min(r->size, q * share);
     const size_t length = std::min(share, r->size - offset);
     ibv_sge sge{reinterpret_cast<uintptr_t>(r->data + offset), static_cast<uint32_t>(length), r->lkey};
+    ibv_send_wr data{};
     ibv_send_wr wr{};
     wr.wr_id = work_id(Work::Write, r->index, q);
     wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wr.send_flags = IBV_SEND_SIGNALED;
     wr.imm_data = htobe32(imm);
-    wr.sg_list = length ? &sge : nullptr;
-    wr.num_sge = length ? 1 : 0;
     wr.wr.rdma.remote_addr = slot.address + offset;
     wr.wr.rdma.rkey = slot.rkey;
-    Status st = post_send(q, &wr);
+    ibv_send_wr* first = &wr;
+    if (split && length > 0) {
+      data.wr_id = work_id(Work::WriteData, r->index, q);
+      data.opcode = IBV_WR_RDMA_WRITE;
+      data.sg_list = &sge;
+      data.num_sge = 1;
+      data.wr.rdma.remote_addr = slot.address + offset;
+      data.wr.rdma.rkey = slot.rkey;
+      data.next = &wr;
+      first = &data;
+    } else if (length > 0) {
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+    }
+    Status st = post_send(q, first);
     if (!st.is_ok()) return st;
     ++r->pending;
   }
@@ -553,7 +514,7 @@ Status IbSendComm::test(IbRequest* r, Completion* out) {
   }
   if (failure_.failed()) {
     // Writes still queued finish as flushed (the queue pairs are in error) before the buffer is let go.
-    if (r->posted && r->pending > 0 && in_error_) return Status::ok();
+    if (r->posted && r->pending > 0 && flushes_will_come()) return Status::ok();
     r->busy = false;
     return failure_.surface();
   }
@@ -582,7 +543,11 @@ void IbRecvComm::landed(uint64_t sequence) {
   }
 }
 
-Status IbRecvComm::post_initial_receives() {
+Status IbRecvComm::prepare() {
+  if (config_.gpu_flush) {
+    Status st = create_loopback();
+    if (!st.is_ok()) return st;
+  }
   expecting_.resize(nqps());
   for (int q = 0; q < nqps(); ++q) {
     for (int i = 0; i < kRecvDepth; ++i) {
@@ -688,7 +653,7 @@ Status IbRecvComm::test(IbRequest* r, Completion* out) {
   if (r->kind == IbRequest::Kind::Flush) {
     // Its read references the region: it ends (done or flushed) before the region may go.
     if (r->pending == 0 && !r->work_failed) return finish(r, out);
-    if (r->pending > 0 && (!failure_.failed() || in_error_)) return Status::ok();
+    if (r->pending > 0 && (!failure_.failed() || flushes_will_come())) return Status::ok();
     r->busy = false;
     return failure_.surface();
   }
@@ -723,12 +688,13 @@ Status IbRecvComm::create_loopback() {
   Status st = qp_to_init(verbs(), qp, config_.port);
   SetupInfo self = local_setup();
   const uint32_t psn = random_psn();
-  if (st.is_ok()) st = qp_to_rts(verbs(), qp, config_.port, psn, self, qp->qp_num, psn);
+  if (st.is_ok()) st = qp_to_rts(verbs(), qp, config_.port, psn, self, qp->qp_num, psn, config_.service, config_.retry);
   if (!st.is_ok()) {
     verbs().destroy_qp(qp);
     return error(st.code(), st.message() + " (flush loopback on " + config_.port.name + ")");
   }
   loopback_ = qp;
+  device_objects_.push_back(qp);
   return Status::ok();
 }
 
@@ -736,14 +702,13 @@ Status IbRecvComm::flush(void* data, size_t size, MemoryRegion* region, Request*
   *request = nullptr;
   if (failure_.failed()) return failure_.surface();
   auto* ib_region = dynamic_cast<IbRegion*>(region);
-  // Host memory is coherent with the NIC's writes: only device memory (a dma-buf) needs the read.
-  if (!ib_region || !ib_region->dmabuf() || size == 0) return Status::ok();
+  // Host memory is coherent with the NIC's writes: only GPU memory needs the read.
+  if (!ib_region || !ib_region->gpu() || size == 0) return Status::ok();
   if (!ib_region->covers(reinterpret_cast<uintptr_t>(data), size))
     return error(Code::InvalidUsage, "flush: the " + bytes_text(size) + " are not inside the region given");
-  if (!loopback_) {
-    Status st = create_loopback();
-    if (!st.is_ok()) return fail(st);
-  }
+  if (!loopback_)  // GPU memory registered where the transport did not report taking it
+    return error(Code::InvalidUsage, "flush on the comm from " + connection_.peer + ": " + config_.port.name +
+                                         " was not reported to take GPU memory, so the comm has no flush queue pair");
   IbRequest* r = free_request();
   if (!r)
     return error(Code::InternalError, "flush on the comm from " + connection_.peer + ": " +

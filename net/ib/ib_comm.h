@@ -18,50 +18,37 @@
 #include <vector>
 
 #include "net/connection.h"
+#include "net/ib/device_context.h"
+#include "net/ib/ib_memory.h"
 #include "net/ib/ib_setup.h"
 #include "net/ib/verbs_library.h"
 #include "net/transport.h"
 
 namespace sieve::net::ib {
 
-// One opened device and its protection domain, shared by every comm and registration on it; the
-// last holder (the transport, a comm, or a registration outliving its comm) closes it.
-class DeviceContext {
- public:
-  static Status open(const VerbsLibrary& verbs, ibv_device* device, const std::string& name,
-                     std::shared_ptr<DeviceContext>* out);
-  ~DeviceContext();
-  DeviceContext(const DeviceContext&) = delete;
-  DeviceContext& operator=(const DeviceContext&) = delete;
-
-  const VerbsLibrary& verbs() const { return verbs_; }
-  ibv_context* context() const { return context_; }
-  ibv_pd* pd() const { return pd_; }
-  const std::string& name() const { return name_; }
-
- private:
-  DeviceContext(const VerbsLibrary& verbs, std::string name) : verbs_(verbs), name_(std::move(name)) {}
-  const VerbsLibrary& verbs_;
-  const std::string name_;
-  ibv_context* context_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-};
-
-// The registrations of one comm, looked up by address on every isend/irecv.
-class RegionTable;
-
 // Messages above this size per queue pair are split; the receiver's capacity decides the split so
 // both sides know how many immediates a message brings before its size is known.
 constexpr size_t kSplitBytesPerQp = 128 * 1024;
-// Immediates carry the message size, so one message is below 2 GiB (reported as maxP2pBytes).
+// Immediates carry the message size, so one message is below 2 GiB; the port's max_msg_sz may say
+// less (mlx5: 1 GiB), and the lower is reported as maxP2pBytes.
 constexpr uint64_t kMaxMessageBytes = (uint64_t(1) << 31) - 1;
+
+// Under adaptive routing, messages above this size send their immediate in a zero-byte write of its
+// own, behind the data (NCCL_IB_AR_THRESHOLD's default).
+constexpr size_t kAdaptiveRoutingBytes = 8192;
 
 struct IbCommConfig {
   std::shared_ptr<DeviceContext> device;
   PortAddress port;
+  ServiceClass service;  // a listener's becomes the connector's at set-up
+  RetryBudget retry;
   int nqps = 1;
   int peer_timeout_ms = 5000;
   int max_cqe = 0;  // the device's limit (0: unknown)
+  uint64_t max_message_bytes = kMaxMessageBytes;  // the port's limit, if lower (reported as maxP2pBytes)
+  bool relaxed_ordering = true;
+  bool adaptive_routing = false;  // the fabric may reorder one write's packets: see kAdaptiveRoutingBytes  // NCCL's registrations may be written out of PCIe order
+  bool gpu_flush = false;  // the device takes GPU memory (dma-buf or peermem): receive comms make their flush queue pair at set-up
 };
 
 class IbComm;
@@ -101,7 +88,9 @@ class IbComm {
   // Creates the completion queue, the queue pairs (in INIT) and the control buffers.
   Status create();
   SetupInfo local_setup() const;
-  // RTR and RTS towards the peer, then the receives this side keeps posted.
+  // Whether this side can reach the peer at all (link layer, partition): an error that names why.
+  Status check_peer(const SetupInfo& remote) const;
+  // RTR and RTS towards the peer (check_peer first), then the receives this side keeps posted.
   Status connect(const SetupInfo& remote);
   int nqps() const { return config_.nqps; }
   int socket() const { return connection_.control.get(); }
@@ -116,7 +105,9 @@ class IbComm {
   // Polls the completion queue and the liveness socket; records the first failure.
   void progress();
   virtual void on_completion(const ibv_wc& wc) = 0;
-  virtual Status post_initial_receives() = 0;
+  // What a side needs before the peer may send: the receives it keeps posted (and a receive comm's
+  // flush queue pair, where it has one).
+  virtual Status prepare() = 0;
   Status finish(IbRequest* request, Completion* out);
   // A request's own error (logged here, with the peer) or the comm's failure.
   Status report(IbRequest* request, const Status& status);
@@ -128,6 +119,12 @@ class IbComm {
   // Reads the liveness socket (at a bounded rate unless `now`): a close or error fails the comm
   // after kCloseGrace; a send comm also takes the receiver's goodbye there.
   void check_liveness(bool now = false);
+  // Asks the device whether its asynchronous events broke this comm (fatal device error, its port
+  // down, its queue pairs or completion queue failed), at a bounded rate.
+  void check_device();
+  // Whether work requests still queued will complete (flushed) after enter_error: not on a device
+  // that had a fatal error, which completes nothing more and writes nothing more either.
+  bool flushes_will_come() const { return in_error_ && !device_lost_; }
   // A failed work request the comm may ignore: a write whose message the peer reported as landed
   // before it closed (its acknowledgement went with the peer's queue pair).
   virtual bool landed_before_close(const ibv_wc& wc) { (void)wc; return false; }
@@ -155,8 +152,12 @@ class IbComm {
   std::vector<ibv_qp*> qps_;
   ibv_qp* loopback_ = nullptr;  // receive comms: the queue pair connected to itself that flushes read through
   bool in_error_ = false;
+  bool device_lost_ = false;
+  uint64_t port_downs_ = 0;                 // the port's down count when the comm was created
+  std::vector<const void*> device_objects_;  // the completion queue and queue pairs, for check_device
+  Clock::time_point next_device_check_{};
   std::vector<uint32_t> psn_;
-  std::vector<uint8_t> control_;
+  PageBuffer control_;  // whole pages of its own: see ib_memory.h
   ibv_mr* control_mr_ = nullptr;
   Clock::time_point next_liveness_check_{};
   Clock::time_point peer_closed_at_{};
@@ -194,7 +195,7 @@ class IbSendComm final : public SendComm, public IbComm {
   };
   void on_completion(const ibv_wc& wc) override;
   bool landed_before_close(const ibv_wc& wc) override;
-  Status post_initial_receives() override;
+  Status prepare() override;
   Status post_announce_receive(uint32_t i);
   // Pairs waiting sends with announced slots, in order, and posts their writes.
   void match();
@@ -221,9 +222,10 @@ class IbRecvComm final : public RecvComm, public IbComm {
 
  private:
   void on_completion(const ibv_wc& wc) override;
-  Status post_initial_receives() override;
+  Status prepare() override;
   Status post_data_receive(int qp);
-  // The queue pair connected to itself that flushes read through (made on the first flush).
+  // The queue pair connected to itself that flushes read through: made at set-up where the device
+  // takes GPU memory, so the first flush does not create and connect a queue pair in the data path.
   Status create_loopback();
 
   void landed(uint64_t sequence);

@@ -29,6 +29,17 @@ int port_speed_mbps(const ibv_port_attr& a) {
   return kLaneMbps[s] * kWidthLanes[w];
 }
 
+const char* transport_name(ibv_transport_type type) {
+  switch (type) {
+    case IBV_TRANSPORT_IB: return "InfiniBand";
+    case IBV_TRANSPORT_IWARP: return "iWARP";
+    case IBV_TRANSPORT_USNIC: return "usNIC";
+    case IBV_TRANSPORT_USNIC_UDP: return "usNIC UDP";
+    case IBV_TRANSPORT_UNSPECIFIED: return "unspecified (EFA?)";
+    default: return "unknown";
+  }
+}
+
 int mtu_bytes(ibv_mtu mtu) { return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128 << mtu : 0; }
 
 bool gid_is_zero(const ibv_gid& gid) {
@@ -139,6 +150,14 @@ Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, s
   for (int d = 0; d < devices->size(); ++d) {
     ibv_device* device = (*devices)[d];
     const std::string name = v.get_device_name(device);
+    // InfiniBand and RoCE both report the IB transport. iWARP (its RC queue pairs connect only
+    // through rdma_cm), usNIC and EFA (no RC queue pairs at all) would be selected and then fail at
+    // the first connect, instead of leaving the job to TCP.
+    if (device->transport_type != IBV_TRANSPORT_IB) {
+      notes->push_back(name + ": transport " + transport_name(device->transport_type) +
+                       ", not InfiniBand or RoCE (no RC queue pairs Sieve can connect), skipped");
+      continue;
+    }
     OpenContext context{v, v.open_device(device)};
     if (!context.ctx) {
       notes->push_back(name + ": ibv_open_device failed (" + std::strerror(errno) + "), skipped");
@@ -162,6 +181,10 @@ Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, s
         notes->push_back(name + ":" + std::to_string(p) + ": ibv_query_port failed (" + std::strerror(errno) + "), skipped");
         continue;
       }
+      if (port_attr.link_layer != IBV_LINK_LAYER_INFINIBAND && port_attr.link_layer != IBV_LINK_LAYER_ETHERNET) {
+        notes->push_back(name + ":" + std::to_string(p) + ": link layer unspecified, neither InfiniBand nor Ethernet, skipped");
+        continue;
+      }
       IbPort port;
       port.device = name;
       port.port = p;
@@ -171,11 +194,14 @@ Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, s
       port.active_mtu = port_attr.active_mtu;
       port.mtu_bytes = mtu_bytes(port_attr.active_mtu);
       port.lid = port_attr.lid;
+      port.grh_required = (port_attr.flags & IBV_QPF_GRH_REQUIRED) != 0;
+      port.pkey_table_length = port_attr.pkey_tbl_len;
       port.guid = be64toh(attr.node_guid);
       port.max_qp = attr.max_qp;
       port.max_qp_wr = attr.max_qp_wr;
       port.max_sge = attr.max_sge;
       port.max_cqe = attr.max_cqe;
+      port.max_msg_sz = port_attr.max_msg_sz;
       port.dmabuf = dmabuf;
       port.placement = placement;
       port.near_gpus = near_gpus;

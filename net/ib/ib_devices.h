@@ -36,18 +36,22 @@ struct IbPort {
   int mtu_bytes = 0;            // active MTU
   ibv_mtu active_mtu = IBV_MTU_1024;
   uint16_t lid = 0;             // InfiniBand only
+  bool grh_required = false;    // IBV_QPF_GRH_REQUIRED: every packet needs a GRH (SR-IOV functions, cloud IB)
   uint64_t guid = 0;            // node GUID, host byte order
   std::vector<GidEntry> gids;   // populated (non-zero) entries only
   std::string netdev;           // paired netdev: of the GID a RoCE connection uses, else topology's pairing
   int max_qp = 0, max_qp_wr = 0, max_sge = 0, max_cqe = 0;
+  uint64_t max_msg_sz = 0;      // the largest single request the port carries (mlx5: 1 GiB); 0 when unknown
+  int pkey_table_length = 0;
   bool dmabuf = false;          // ibv_reg_dmabuf_mr exists and the kernel accepts dma-bufs (probe)
   topology::Placement placement;  // from topology/ by device name; defaults when it does not know it
   std::vector<int> near_gpus;     // indices into the machine's GPUs at PIX/PXB distance
 };
 
-// Every port of every device the library lists, active or not (sieve-info shows them all).
-// Error only when the library cannot list devices at all; a device that fails to open is skipped
-// with a note in *notes.
+// Every InfiniBand and RoCE port of every device the library lists, active or not (sieve-info shows
+// them all). Error only when the library cannot list devices at all; a device that fails to open,
+// and devices and ports of other kinds (iWARP, EFA, usNIC: no RC queue pairs Sieve can connect), are
+// skipped with a note in *notes.
 Status discover_ports(const VerbsLibrary& verbs, const topology::Machine& machine, std::vector<IbPort>* out,
                       std::vector<std::string>* notes);
 

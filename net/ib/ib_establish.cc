@@ -87,6 +87,7 @@ Status Establishment::progress(bool* done) {
     }
     st = write_pending(&complete);
     if (!st.is_ok()) return st;
+    if (complete && !refusal_.is_ok()) return refusal_;
     if (complete) stage_ = role_ == Role::Connector ? Stage::ReadSetup : Stage::ReadReady;
   }
   if (stage_ == Stage::ReadSetup) {
@@ -97,10 +98,15 @@ Status Establishment::progress(bool* done) {
       st = decode_setup(in_.data(), &remote);
       if (!st.is_ok()) return error(st.code(), st.message() + " (from " + peer_ + ")");
       if (role_ == Role::Listener) {
-        st = create_comm(static_cast<int>(remote.qpn.size()));  // the connector chose SIEVE_IB_QPS
+        // The connector chose SIEVE_IB_QPS and the service class: one class both ways.
+        config_.service = remote.service;
+        st = create_comm(static_cast<int>(remote.qpn.size()));
         if (!st.is_ok()) return st;
+        // A peer this side cannot reach still gets the answer, so it can say why too; the
+        // queue pairs stay unconnected and the refusal follows the answer.
+        refusal_ = comm()->check_peer(remote);
       }
-      st = comm()->connect(remote);
+      if (refusal_.is_ok()) st = comm()->connect(remote);
       if (!st.is_ok()) return st;
       out_.clear();
       if (role_ == Role::Connector) {

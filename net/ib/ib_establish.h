@@ -45,6 +45,7 @@ class Establishment {
   size_t out_done_ = 0;
   std::vector<uint8_t> in_;
   size_t in_done_ = 0;
+  Status refusal_;  // listener: why this peer cannot be connected, reported after answering it
 };
 
 }  // namespace sieve::net::ib

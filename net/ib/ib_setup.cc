@@ -11,7 +11,8 @@ namespace sieve::net::ib {
 namespace {
 
 constexpr uint32_t kSetupMagic = 0x51564953;  // "SIVQ"
-constexpr uint16_t kSetupVersion = 1;
+constexpr uint16_t kSetupVersion = 2;  // 2: service class and P_Key
+constexpr size_t kQpsOffset = 32;
 
 void put16(uint8_t* p, uint16_t v) { for (int i = 0; i < 2; ++i) p[i] = uint8_t(v >> (8 * i)); }
 void put32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i)); }
@@ -42,9 +43,12 @@ void encode_setup(const SetupInfo& info, uint8_t* out) {
   put16(out + 8, info.lid);
   put16(out + 10, static_cast<uint16_t>(info.qpn.size()));
   std::memcpy(out + 12, info.gid.raw, 16);
+  out[28] = info.service.traffic_class;
+  out[29] = info.service.service_level;
+  put16(out + 30, info.pkey);
   for (size_t i = 0; i < info.qpn.size() && i < size_t(kMaxQps); ++i) {
-    put32(out + 28 + 8 * i, info.qpn[i]);
-    put32(out + 32 + 8 * i, info.psn[i]);
+    put32(out + kQpsOffset + 8 * i, info.qpn[i]);
+    put32(out + kQpsOffset + 4 + 8 * i, info.psn[i]);
   }
 }
 
@@ -58,30 +62,37 @@ Status decode_setup(const uint8_t* in, SetupInfo* out) {
   const uint16_t nqps = get16(in + 10);
   if (nqps < 1 || nqps > kMaxQps)
     return error(Code::RemoteError, "queue-pair set-up: " + std::to_string(nqps) + " queue pairs (1-16 allowed)");
+  if (in[29] > 15) return error(Code::RemoteError, "queue-pair set-up: service level " + std::to_string(in[29]) + " (0-15)");
   out->link_layer = in[6] ? LinkLayer::Ethernet : LinkLayer::InfiniBand;
   out->mtu = static_cast<ibv_mtu>(in[7]);
   out->lid = get16(in + 8);
   std::memcpy(out->gid.raw, in + 12, 16);
+  out->service.traffic_class = in[28];
+  out->service.service_level = in[29];
+  out->pkey = get16(in + 30);
   out->qpn.resize(nqps);
   out->psn.resize(nqps);
   for (size_t i = 0; i < nqps; ++i) {
-    out->qpn[i] = get32(in + 28 + 8 * i) & 0xffffff;
-    out->psn[i] = get32(in + 32 + 8 * i) & 0xffffff;
+    out->qpn[i] = get32(in + kQpsOffset + 8 * i) & 0xffffff;
+    out->psn[i] = get32(in + kQpsOffset + 4 + 8 * i) & 0xffffff;
   }
   return Status::ok();
 }
 
+bool same_partition(uint16_t a, uint16_t b) { return (a & 0x7fff) == (b & 0x7fff) && ((a | b) & 0x8000) != 0; }
+
 Status qp_to_init(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
-  attr.pkey_index = 0;
+  attr.pkey_index = static_cast<uint16_t>(local.pkey_index);
   attr.port_num = static_cast<uint8_t>(local.port);
   attr.qp_access_flags = kRemoteAccess;
   return modify(verbs, qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, "INIT");
 }
 
 Status qp_to_rts(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local, uint32_t local_psn,
-                 const SetupInfo& remote, uint32_t remote_qpn, uint32_t remote_psn) {
+                 const SetupInfo& remote, uint32_t remote_qpn, uint32_t remote_psn, const ServiceClass& service,
+                 const RetryBudget& retry) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_RTR;
   attr.path_mtu = std::min(local.mtu, remote.mtu);
@@ -90,19 +101,21 @@ Status qp_to_rts(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local
   attr.max_dest_rd_atomic = 1;  // the flush's RDMA read on the loopback queue pair
   attr.min_rnr_timer = kQpMinRnrTimer;
   attr.ah_attr.port_num = static_cast<uint8_t>(local.port);
-  attr.ah_attr.sl = 0;
+  attr.ah_attr.sl = service.service_level;
   attr.ah_attr.src_path_bits = 0;
-  if (local.link_layer == LinkLayer::Ethernet) {
-    // RoCE has no LIDs: every packet carries a global route header from the chosen GID.
+  attr.ah_attr.dlid = local.link_layer == LinkLayer::InfiniBand ? remote.lid : 0;
+  // RoCE has no LIDs: every packet carries a global route header from the chosen GID. InfiniBand
+  // routes by LID inside a subnet; a port that requires a GRH (an SR-IOV function, cloud IB) or a
+  // peer behind a router in another subnet needs the GRH as well, or RTR is refused or nothing
+  // arrives.
+  const bool other_subnet = local.gid.global.subnet_prefix != remote.gid.global.subnet_prefix;
+  if (local.link_layer == LinkLayer::Ethernet || local.grh_required || other_subnet) {
     attr.ah_attr.is_global = 1;
     attr.ah_attr.grh.dgid = remote.gid;
     attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(local.gid_index);
     attr.ah_attr.grh.hop_limit = kHopLimit;
     attr.ah_attr.grh.flow_label = 0;
-    attr.ah_attr.grh.traffic_class = 0;
-  } else {
-    attr.ah_attr.is_global = 0;
-    attr.ah_attr.dlid = remote.lid;
+    attr.ah_attr.grh.traffic_class = service.traffic_class;
   }
   Status st = modify(verbs, qp, &attr,
                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -111,8 +124,8 @@ Status qp_to_rts(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local
   if (!st.is_ok()) return st;
   attr = ibv_qp_attr{};
   attr.qp_state = IBV_QPS_RTS;
-  attr.timeout = kQpTimeout;
-  attr.retry_cnt = kQpRetryCount;
+  attr.timeout = retry.timeout;
+  attr.retry_cnt = retry.retry_count;
   attr.rnr_retry = kQpRnrRetry;
   attr.sq_psn = local_psn;
   attr.max_rd_atomic = 1;

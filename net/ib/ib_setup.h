@@ -26,9 +26,19 @@ struct PortAddress {
   int port = 1;
   LinkLayer link_layer = LinkLayer::InfiniBand;
   uint16_t lid = 0;
+  bool grh_required = false;  // InfiniBand: the port routes nothing without a GRH
   int gid_index = 0;
   ibv_gid gid{};
   ibv_mtu mtu = IBV_MTU_1024;
+  int pkey_index = 0;  // SIEVE_IB_PKEY
+  uint16_t pkey = 0xffff;  // the P_Key at that index
+};
+
+// The class of service of one connection: chosen by the connector, adopted by the listener (so both
+// directions, data and acknowledgements, travel in one class), sent in the set-up message.
+struct ServiceClass {
+  uint8_t traffic_class = 0;  // GRH traffic class: DSCP << 2 | ECN on RoCE
+  uint8_t service_level = 0;  // 0-15: the virtual lane (IB), the priority (RoCE without DSCP)
 };
 
 struct SetupInfo {
@@ -36,32 +46,46 @@ struct SetupInfo {
   ibv_mtu mtu = IBV_MTU_1024;
   uint16_t lid = 0;
   ibv_gid gid{};
+  ServiceClass service;  // the connector's choice; the listener answers with what it adopted
+  uint16_t pkey = 0xffff;
   std::vector<uint32_t> qpn;  // one per queue pair, 1..kMaxQps
   std::vector<uint32_t> psn;  // initial packet sequence number of each, 24 bits
 };
 
-constexpr size_t kSetupBytes = 4 + 2 + 1 + 1 + 2 + 2 + 16 + kMaxQps * 8;
+constexpr size_t kSetupBytes = 4 + 2 + 1 + 1 + 2 + 2 + 16 + 1 + 1 + 2 + kMaxQps * 8;
 void encode_setup(const SetupInfo& info, uint8_t* out);
-// Error names what is wrong (magic, version, queue-pair count, link layer, MTU).
+// Error names what is wrong (magic, version, queue-pair count, link layer, MTU, service level).
 Status decode_setup(const uint8_t* in, SetupInfo* out);
 
-// Attributes every queue pair of the transport uses, in one place. The timeout is 4.096 us x 2^18 =
-// about 1.07 s per try and 7 retries: a lost path fails the queue pair within about 9 s on its own;
-// the bootstrap socket (closed by the kernel when a process dies, keepalive for a vanished host)
-// reports a dead peer sooner. rnr_retry 7 (retry forever) is safe because receives are always
-// posted ahead of anything that consumes them.
-constexpr uint8_t kQpTimeout = 18;
-constexpr uint8_t kQpRetryCount = 7;
+// Whether two P_Keys let their queue pairs talk: the same partition (low 15 bits) and at least one
+// full member (bit 15); two limited members never can.
+bool same_partition(uint16_t a, uint16_t b);
+
+// How long a queue pair retries a peer that does not acknowledge before its work completes with
+// "retry exceeded": retry_count + 1 tries of 4.096 us x 2^timeout each. NCCL's defaults (20 and 7:
+// about 4.3 s per try, 34 s in all) ride out a switch reboot or a link renegotiation; a dead peer
+// is reported sooner by the bootstrap socket (closed by the kernel when a process dies, keepalive
+// for a vanished host) and a port going down by the device's async event.
+struct RetryBudget {
+  uint8_t timeout = 20;     // SIEVE_IB_TIMEOUT, 1-31 (0, "forever", is not offered)
+  uint8_t retry_count = 7;  // SIEVE_IB_RETRY_CNT, 0-7
+};
+
+// Attributes every queue pair of the transport uses, in one place. rnr_retry 7 (retry forever) is
+// safe because receives are always posted ahead of anything that consumes them.
 constexpr uint8_t kQpRnrRetry = 7;
 constexpr uint8_t kQpMinRnrTimer = 12;
 constexpr uint8_t kHopLimit = 255;
 constexpr unsigned kRemoteAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
-// RESET -> INIT on the local port.
+// RESET -> INIT on the local port, in its partition.
 Status qp_to_init(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local);
 // INIT -> RTR -> RTS towards the remote queue pair (RoCE: global route from the local GID index;
-// InfiniBand: the remote LID). Path MTU is the smaller of both ports'.
+// InfiniBand: the remote LID, and a global route too where the local port requires one or the
+// peer is in another subnet), in the connection's service class. Path MTU is the smaller of both
+// ports'; the retry budget is this side's.
 Status qp_to_rts(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local, uint32_t local_psn,
-                 const SetupInfo& remote, uint32_t remote_qpn, uint32_t remote_psn);
+                 const SetupInfo& remote, uint32_t remote_qpn, uint32_t remote_psn, const ServiceClass& service,
+                 const RetryBudget& retry);
 
 }  // namespace sieve::net::ib

@@ -21,6 +21,24 @@ namespace sieve::net {
 namespace ib {
 namespace {
 
+// The connector's class of service: SIEVE_IB_TC / SIEVE_IB_SL (or NCCL's NCCL_IB_TC / NCCL_IB_SL,
+// which the plugin put in the same options), else the communicator's traffic class, as NCCL's IB
+// transport uses it for both (the service level only where it fits its 4 bits), else 0.
+ServiceClass service_class(const TransportOptions& o, int traffic_class) {
+  ServiceClass c;
+  if (o.ib_traffic_class >= 0) c.traffic_class = static_cast<uint8_t>(o.ib_traffic_class);
+  else if (traffic_class >= 0 && traffic_class <= 255) c.traffic_class = static_cast<uint8_t>(traffic_class);
+  if (o.ib_service_level >= 0) c.service_level = static_cast<uint8_t>(o.ib_service_level);
+  else if (traffic_class >= 0 && traffic_class <= 15) c.service_level = static_cast<uint8_t>(traffic_class);
+  return c;
+}
+
+// The largest message a comm on `port` carries: what immediates can say, and what one work request
+// may carry on the port (a message on one queue pair is one write).
+uint64_t max_message_bytes(const IbPort& port) {
+  return port.max_msg_sz > 0 ? std::min<uint64_t>(kMaxMessageBytes, port.max_msg_sz) : kMaxMessageBytes;
+}
+
 // A queue pair per SIEVE_IB_QPS and the flush loopback of each receive comm.
 int max_comms_of(const IbPort& port, int nqps) {
   if (port.max_qp <= 0) return 65536;
@@ -124,13 +142,16 @@ class IbTransport final : public Transport {
     return Status::ok();
   }
 
-  Status connect(int dev, Handle* handle, std::unique_ptr<SendComm>* comm) override {
+  using Transport::connect;
+  Status connect(int dev, int traffic_class, Handle* handle, std::unique_ptr<SendComm>* comm) override {
     comm->reset();
     wire::HandleFields fields;
     Status st = read_peer_handle(devices_, dev, *handle, &fields);
     if (!st.is_ok()) return st;
     const auto make = [&]() -> std::unique_ptr<ConnectAttempt> {
-      return std::make_unique<IbConnect>(options_, fields, config(dev));
+      IbCommConfig c = config(dev);
+      c.service = service_class(options_, traffic_class);
+      return std::make_unique<IbConnect>(options_, fields, std::move(c));
     };
     st = attempts_.progress(handle, fields, make, comm);
     if (*comm)
@@ -147,6 +168,15 @@ class IbTransport final : public Transport {
     c.nqps = options_.ib_qps;
     c.peer_timeout_ms = options_.peer_timeout_ms;
     c.max_cqe = ports_[dev].port.max_cqe;
+    c.max_message_bytes = max_message_bytes(ports_[dev].port);
+    c.gpu_flush = devices_[dev].dmabuf || devices_[dev].cuda_pointers;
+    c.relaxed_ordering = options_.ib_relaxed_ordering;
+    // Adaptive routing is an InfiniBand switch feature (on by default in NCCL there); RoCE fabrics
+    // keep a flow on one path unless told otherwise.
+    c.adaptive_routing = options_.ib_adaptive_routing >= 0 ? options_.ib_adaptive_routing != 0
+                                                           : ports_[dev].address.link_layer == LinkLayer::InfiniBand;
+    c.retry.timeout = static_cast<uint8_t>(options_.ib_timeout);
+    c.retry.retry_count = static_cast<uint8_t>(options_.ib_retry_count);
     return c;
   }
 
@@ -159,6 +189,16 @@ class IbTransport final : public Transport {
 Status check_options(const TransportOptions& o) {
   if (o.ib_qps < 1 || o.ib_qps > kMaxQps)
     return error(Code::InvalidArgument, "SIEVE_IB_QPS=" + std::to_string(o.ib_qps) + " is outside 1-16");
+  if (o.ib_traffic_class > 255)
+    return error(Code::InvalidArgument, "SIEVE_IB_TC=" + std::to_string(o.ib_traffic_class) + " is outside 0-255");
+  if (o.ib_service_level > 15)
+    return error(Code::InvalidArgument, "SIEVE_IB_SL=" + std::to_string(o.ib_service_level) + " is outside 0-15");
+  if (o.ib_timeout < 1 || o.ib_timeout > 31)
+    return error(Code::InvalidArgument, "SIEVE_IB_TIMEOUT=" + std::to_string(o.ib_timeout) + " is outside 1-31");
+  if (o.ib_retry_count < 0 || o.ib_retry_count > 7)
+    return error(Code::InvalidArgument, "SIEVE_IB_RETRY_CNT=" + std::to_string(o.ib_retry_count) + " is outside 0-7");
+  if (o.ib_pkey_index < 0 || o.ib_pkey_index > 0xffff)
+    return error(Code::InvalidArgument, "SIEVE_IB_PKEY=" + std::to_string(o.ib_pkey_index) + " is outside 0-65535");
   return check_common_options(o);
 }
 
@@ -167,6 +207,18 @@ std::string port_list(const std::vector<IbPort>& ports) {
   std::string text;
   for (const auto& p : ports) text += (text.empty() ? "" : ", ") + p.name() + (p.active ? " (active)" : " (down)");
   return text;
+}
+
+// The P_Key at SIEVE_IB_PKEY's index: what the peer's must match (exchanged at set-up).
+Status read_pkey(const VerbsLibrary& verbs, const DeviceContext& device, const IbPort& port, int index, PortAddress* a) {
+  __be16 pkey = 0;
+  if (verbs.query_pkey(device.context(), static_cast<uint8_t>(port.port), index, &pkey) != 0)
+    return error(Code::InvalidArgument, "SIEVE_IB_PKEY (or NCCL_IB_PKEY) index " + std::to_string(index) +
+                                            " is not in the P_Key table of " + port.name() + " (" +
+                                            std::to_string(port.pkey_table_length) + " entries)");
+  a->pkey_index = index;
+  a->pkey = be16toh(pkey);
+  return Status::ok();
 }
 
 // Opens each selected port's device once and resolves the GID a connection from it uses.
@@ -197,8 +249,11 @@ Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, co
     a.port = port.port;
     a.link_layer = port.link_layer;
     a.lid = port.lid;
+    a.grh_required = port.grh_required;
     a.mtu = port.active_mtu;
     st = choose_gid(port, options.ib_gid_index, &a.gid_index);
+    if (!st.is_ok()) break;
+    st = read_pkey(verbs, *entry.device, port, options.ib_pkey_index, &a);
     if (!st.is_ok()) break;
     // Discovery read the table already (an InfiniBand port without a populated entry 0 keeps zeros).
     for (const GidEntry& g : port.gids)
@@ -240,6 +295,10 @@ Status Transport::create_ib(const TransportOptions& options, std::unique_ptr<Tra
   std::vector<ib::PortEntry> entries;
   st = ib::open_ports(*verbs, options, selected, &entries);
   if (!st.is_ok()) return st;
+  // GPUDirect RDMA by device pointer, where a peer-memory client is loaded (older kernels and
+  // drivers, where dma-buf is not offered); NCCL's IB transport reports NCCL_PTR_CUDA on the same test.
+  std::string peer_memory;
+  const bool cuda_pointers = ib::peer_memory_loaded(options.topology.sysfs_root, &peer_memory);
   std::vector<Device> devices;
   for (const auto& e : entries) {
     Device d;
@@ -248,15 +307,19 @@ Status Transport::create_ib(const TransportOptions& options, std::unique_ptr<Tra
     d.pci_path = e.port.placement.pci_path;
     if (e.port.speed_mbps > 0) d.speed_mbps = e.port.speed_mbps;
     d.guid = e.port.guid;
+    d.port = e.port.port;
     d.numa_node = e.port.placement.numa_node;
     d.cpus = e.port.placement.cpus;
     d.pci_vendor = e.port.placement.vendor_id;
     d.dmabuf = e.port.dmabuf && verbs->reg_dmabuf_mr != nullptr;
+    d.cuda_pointers = cuda_pointers;
     d.max_comms = ib::max_comms_of(e.port, options.ib_qps);
-    d.max_message_bytes = ib::kMaxMessageBytes;
-    SIEVE_INFO("device %s %s speed %d Mbps numa %d gid index %d%s, set-up over %s", d.name.c_str(),
+    d.max_message_bytes = ib::max_message_bytes(e.port);
+    SIEVE_INFO("device %s %s speed %d Mbps numa %d gid index %d%s%s, set-up over %s", d.name.c_str(),
                e.address.link_layer == ib::LinkLayer::Ethernet ? "RoCE" : "InfiniBand", d.speed_mbps, d.numa_node,
-               e.address.gid_index, d.dmabuf ? ", dma-buf" : "", interfaces.front().address.text().c_str());
+               e.address.gid_index, d.dmabuf ? ", dma-buf" : "",
+               d.cuda_pointers ? (", GPU pointers (" + peer_memory + ")").c_str() : "",
+               interfaces.front().address.text().c_str());
     devices.push_back(std::move(d));
   }
   *out = std::make_unique<ib::IbTransport>(options, std::move(entries), std::move(devices));

@@ -42,6 +42,7 @@ Status load_once(VerbsLibrary* v) {
   bind(handle, "ibv_query_device", v->query_device, true, &missing);
   bind(handle, "ibv_query_port", v->query_port, true, &missing);
   bind(handle, "ibv_query_gid", v->query_gid, true, &missing);
+  bind(handle, "ibv_query_pkey", v->query_pkey, true, &missing);
   bind(handle, "_ibv_query_gid_ex", v->query_gid_ex, false, &missing);
   bind(handle, "ibv_alloc_pd", v->alloc_pd, true, &missing);
   bind(handle, "ibv_dealloc_pd", v->dealloc_pd, true, &missing);
@@ -54,6 +55,9 @@ Status load_once(VerbsLibrary* v) {
   bind(handle, "ibv_modify_qp", v->modify_qp, true, &missing);
   bind(handle, "ibv_destroy_qp", v->destroy_qp, true, &missing);
   bind(handle, "ibv_wc_status_str", v->wc_status_str, true, &missing);
+  bind(handle, "ibv_get_async_event", v->get_async_event, true, &missing);
+  bind(handle, "ibv_ack_async_event", v->ack_async_event, true, &missing);
+  bind(handle, "ibv_event_type_str", v->event_type_str, true, &missing);
   bind(handle, "ibv_fork_init", v->fork_init, true, &missing);
 
   Dl_info info{};

@@ -27,6 +27,7 @@ struct VerbsLibrary {
   // The exported symbol behind the ibv_query_port macro; ibv_port_attr starts with its fields.
   int (*query_port)(ibv_context* context, uint8_t port, _compat_ibv_port_attr* attr);
   int (*query_gid)(ibv_context* context, uint8_t port, int index, ibv_gid* gid);
+  int (*query_pkey)(ibv_context* context, uint8_t port, int index, __be16* pkey);
   // Behind the inline ibv_query_gid_ex (rdma-core >= 32): GID type and paired netdev. Optional:
   // null on older libraries, where sysfs answers instead.
   int (*query_gid_ex)(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry, uint32_t flags,
@@ -43,6 +44,9 @@ struct VerbsLibrary {
   int (*modify_qp)(ibv_qp* qp, ibv_qp_attr* attr, int mask);
   int (*destroy_qp)(ibv_qp* qp);
   const char* (*wc_status_str)(ibv_wc_status status);
+  int (*get_async_event)(ibv_context* context, ibv_async_event* event);
+  void (*ack_async_event)(ibv_async_event* event);
+  const char* (*event_type_str)(ibv_event_type type);
   int (*fork_init)();
 
   std::string path;  // where the loaded library lives (dladdr), for sieve-info and log lines

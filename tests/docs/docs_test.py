@@ -53,7 +53,14 @@ OTHER_PROGRAMS_OPTIONS = {
 HARDWARE = {
     "collective proxy": "the collective proxy's lines need a GPU job under LD_PRELOAD",
     "RDMA port": "the verbs lines need RDMA ports, or tests/net/ib's fake libibverbs where it is built",
+    "RDMA device": "the verbs lines need RDMA ports, or tests/net/ib's fake libibverbs where it is built",
+    "went down": "the verbs lines need RDMA ports, or tests/net/ib's fake libibverbs where it is built",
+    "gid index": "the verbs lines need RDMA ports, or tests/net/ib's fake libibverbs where it is built",
+    "on QP to": "the verbs lines need RDMA ports, or tests/net/ib's fake libibverbs where it is built",
 }
+
+# ctest labels registered only where the hardware is, with the reason.
+HARDWARE_LABELS = {"rdma": "the rdma.* suites are registered only where /sys/class/infiniband lists a device"}
 
 
 class CheckFailed(Exception):
@@ -125,6 +132,7 @@ class Product:
             "sieve-info": "tools/sieve-info/sieve-info", "sieve-perf": "tools/perf/sieve-perf",
             "sieve-bench": "tools/bench/sieve-bench", "sieve-impair": "tools/impair/sieve-impair",
             "sieve-codec-bench": "compress/bench/sieve-codec-bench",
+            "sieve_conformance_peer": "tests/conformance/sieve_conformance_peer",
         }
         if name in SCRIPTS:
             return ["bash", os.path.join(self.source, SCRIPTS[name])]
@@ -360,7 +368,7 @@ def python(docs, product):
 # ---- commands ---------------------------------------------------------------------------------
 
 TOOL_NAMES = ("sieve-info", "sieve-perf", "sieve-bench", "sieve-impair", "netlab.sh", "build-nccl-socket-plugin.sh",
-              "sieve-codec-bench", "run.sh", "bundle.sh")
+              "sieve-codec-bench", "run.sh", "bundle.sh", "sieve_conformance_peer")
 # Scripts run from the source tree (the GPU kit's run.sh answers --help there too).
 SCRIPTS = {"netlab.sh": "tools/netlab.sh", "build-nccl-socket-plugin.sh": "tools/perf/build-nccl-socket-plugin.sh",
            "run.sh": "tools/gpu/run.sh", "bundle.sh": "tools/gpu/bundle.sh"}
@@ -418,7 +426,7 @@ def commands(docs, product):
             for j, word in enumerate(words):
                 if word == "ctest":
                     for k in range(j + 1, len(words) - 1):
-                        if words[k] == "-L" and words[k + 1] not in labels:
+                        if words[k] == "-L" and words[k + 1] not in labels and words[k + 1] not in HARDWARE_LABELS:
                             problems.append("%s: ctest has no label %r (labels: %s)" %
                                             (doc.where(number), words[k + 1], " ".join(sorted(labels))))
             # Paths into the source tree, and build-tree targets.
@@ -562,8 +570,8 @@ def troubleshooting(docs, product):
             first_cell = re.split(r"(?<!\\)\|", line)[1]
             span = re.search(r"`([^`]+)`", first_cell)
             text = span.group(1).replace("\\|", "|") if span else first_cell.strip()
-            if text.startswith("NCCL ") and "NET/Sieve" not in text:
-                continue  # NCCL's own line
+            if text.startswith("NCCL ") and not re.match(r"NCCL (INFO|WARN) NET/Sieve ", text):
+                continue  # NCCL's own line (its channel lines name the network, NET/Sieve/0, too)
             rows.append((number, re.sub(r"^NCCL (INFO|WARN) ", "", text)))
     check(rows, "docs/DEPLOY.md has no table of lines (a table whose header starts with | line)")
     library = os.path.join(product.build, "plugin", "libnccl-net-sieve.so")
@@ -603,7 +611,7 @@ def troubleshooting(docs, product):
                 problems.append("%s: %r is not in the product's sources (%s)" % (deploy.where(number), fragment, reason))
     check(not problems, "\n".join(problems))
     print("%d lines of docs/DEPLOY.md's tables: each printed by a tool here, or (%s) made of the sources' text" %
-          (len(rows), "; ".join(HARDWARE.values())))
+          (len(rows), "; ".join(sorted(set(HARDWARE.values())))))
 
 
 CHECKS = {f.__name__: f for f in (variables, metrics, c_api, python, commands, links, troubleshooting)}

@@ -80,7 +80,7 @@ TEST_F(Adapter, MessageThroughTheAdapterCountsTraffic) {
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while ((!send || !recv) && std::chrono::steady_clock::now() < end) {
     if (!send) {
-      ASSERT_EQ(net_connect(ctx, 0, handle, &send), ncclSuccess);
+      ASSERT_EQ(net_connect(ctx, 0, NCCL_NET_TRAFFIC_CLASS_UNDEF, handle, &send), ncclSuccess);
     }
     if (!recv) {
       ASSERT_EQ(net_accept(listen, &recv), ncclSuccess);

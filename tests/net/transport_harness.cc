@@ -22,7 +22,7 @@ std::unique_ptr<Transport> make_transport(const TransportOptions& options) {
   return st.is_ok() ? std::move(t) : nullptr;
 }
 
-Status connect_pair(Transport& listener_side, Transport& connector_side, Pair* pair) {
+Status connect_pair(Transport& listener_side, Transport& connector_side, Pair* pair, int traffic_class) {
   Handle handle;
   std::unique_ptr<ListenComm> listener;
   Status st = listener_side.listen(0, &handle, &listener);
@@ -30,7 +30,7 @@ Status connect_pair(Transport& listener_side, Transport& connector_side, Pair* p
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!pair->send || !pair->recv) {
     if (!pair->send) {
-      st = connector_side.connect(0, &handle, &pair->send);
+      st = connector_side.connect(0, traffic_class, &handle, &pair->send);
       if (!st.is_ok()) return st;
     }
     if (!pair->recv) {

@@ -17,8 +17,10 @@ struct Pair {
   std::unique_ptr<RecvComm> recv;
 };
 
-// Listens, connects and accepts until both comms exist (or a bounded deadline passes).
-Status connect_pair(Transport& listener_side, Transport& connector_side, Pair* pair);
+// Listens, connects (in the communicator's `traffic_class`) and accepts until both comms exist (or a
+// bounded deadline passes).
+Status connect_pair(Transport& listener_side, Transport& connector_side, Pair* pair,
+                    int traffic_class = kTrafficClassUnset);
 
 // Tests a request until done, an error, or the deadline.
 Status wait(Request* request, Completion* done, std::chrono::milliseconds deadline = std::chrono::seconds(20));

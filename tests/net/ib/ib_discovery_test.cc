@@ -19,14 +19,25 @@ const VerbsLibrary& fake_verbs() {
   return *verbs;
 }
 
-std::vector<IbPort> discover(const char* devices) {
+std::vector<IbPort> discover(const char* devices, std::vector<std::string>* notes) {
   setenv("FAKE_VERBS_DEVICES", devices, 1);
   std::vector<IbPort> ports;
-  std::vector<std::string> notes;
-  Status st = discover_ports(fake_verbs(), topology::Machine{}, &ports, &notes);
+  Status st = discover_ports(fake_verbs(), topology::Machine{}, &ports, notes);
   EXPECT_TRUE(st.is_ok()) << st.message();
+  return ports;
+}
+
+std::vector<IbPort> discover(const char* devices) {
+  std::vector<std::string> notes;
+  std::vector<IbPort> ports = discover(devices, &notes);
   EXPECT_TRUE(notes.empty()) << notes.front();
   return ports;
+}
+
+bool any_contains(const std::vector<std::string>& lines, const std::string& part) {
+  for (const std::string& line : lines)
+    if (line.find(part) != std::string::npos) return true;
+  return false;
 }
 
 TEST(IbDiscovery, RocePortWithItsGidsSpeedAndNetdev) {
@@ -66,6 +77,18 @@ TEST(IbDiscovery, InfinibandPortHasALidAndIbGids) {
   for (const GidEntry& e : p.gids) EXPECT_EQ(e.type, GidType::IB);
   EXPECT_TRUE(p.netdev.empty());
   EXPECT_NE(p.guid, ports[0].guid);
+}
+
+// An EFA port (link layer and transport unspecified, no RC queue pairs) or an iWARP one (Ethernet,
+// but connected only through rdma_cm) would be selected and fail the first connect instead of
+// leaving the job to TCP: both are skipped, each with a note saying why.
+TEST(IbDiscovery, DevicesWithoutInfinibandOrRoceRcQueuePairsAreSkippedWithANote) {
+  std::vector<std::string> notes;
+  std::vector<IbPort> ports = discover("efa0:efa::100;iw0:iwarp:lo:100;mlx5_0:roce:lo:100", &notes);
+  ASSERT_EQ(ports.size(), 1u);
+  EXPECT_EQ(ports[0].name(), "mlx5_0:1");
+  EXPECT_TRUE(any_contains(notes, "efa0: transport unspecified")) << ::testing::PrintToString(notes);
+  EXPECT_TRUE(any_contains(notes, "iw0: transport iWARP")) << ::testing::PrintToString(notes);
 }
 
 TEST(IbDiscovery, NoDevicesIsAnEmptyListNotAnError) { EXPECT_TRUE(discover("").empty()); }

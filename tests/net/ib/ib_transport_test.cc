@@ -1,139 +1,56 @@
 // The verbs transport through the internal interface, both ends in this process, over the fake
-// libibverbs (tests/net/ib/fake_verbs, first in LD_LIBRARY_PATH through ctest). The fake is strict:
-// it counts every violation (an access outside a registration, a wrong key, a post on a queue pair
-// not ready, a full completion queue); each test ends by checking the count is still zero. It runs
-// with FAKE_VERBS_VIOLATIONS=report so a violation the transport provokes on purpose (a wrong key)
-// becomes an error completion, as hardware would give, instead of an abort.
-#include <dlfcn.h>
+// libibverbs (see ib_test_support.h): the data path, its limits, its errors and closing.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "net/transport.h"
+#include "tests/net/ib/ib_test_support.h"
 #include "tests/net/transport_harness.h"
 
 namespace sieve::net {
 namespace {
 
-using testing::Pair;
-
-constexpr unsigned char kCanary = 0xC5;
-
-std::vector<unsigned char> pattern(size_t size, uint32_t seed) {
-  std::vector<unsigned char> v(size);
-  uint32_t x = seed * 2654435761u + 7;
-  for (size_t i = 0; i < size; ++i) {
-    x = x * 1664525u + 1013904223u;
-    v[i] = static_cast<unsigned char>(x >> 24);
-  }
-  return v;
-}
-
-// memcmp for buffers that may be empty (an empty vector's data() may be null, which memcmp may not get).
-bool same_bytes(const void* a, const void* b, size_t n) { return n == 0 || std::memcmp(a, b, n) == 0; }
-
-// The fake's own violation counter, read from the copy the transport loaded.
-uint64_t fake_violations() {
-  void* library = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (!library) return ~uint64_t(0);
-  auto counter = reinterpret_cast<uint64_t (*)()>(dlsym(library, "fake_verbs_violations"));
-  const uint64_t n = counter ? counter() : ~uint64_t(0);
-  dlclose(library);
-  return n;
-}
-
-// Whether the fake saw a successful ibv_fork_init in this process.
-int fake_fork_initialized() {
-  void* library = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (!library) return -1;
-  auto query = reinterpret_cast<int (*)()>(dlsym(library, "fake_verbs_fork_initialized"));
-  const int answer = query ? query() : -1;
-  dlclose(library);
-  return answer;
-}
-
-TransportOptions ib_options(int qps = 1) {
-  TransportOptions o = testing::loopback_options();
-  o.ib_qps = qps;
-  return o;
-}
-
-class IbTransportTest : public ::testing::Test {
- protected:
-  void connect(int qps = 1) {
-    Status st = Transport::create_ib(ib_options(qps), &transport_);
-    ASSERT_TRUE(st.is_ok()) << st.message();
-    violations_before_ = fake_violations();
-    ASSERT_NE(violations_before_, ~uint64_t(0)) << "the fake libibverbs is not the one loaded (LD_LIBRARY_PATH)";
-    st = testing::connect_pair(*transport_, *transport_, &pair_);
-    ASSERT_TRUE(st.is_ok()) << st.message();
-  }
-
-  void TearDown() override {
-    pair_ = Pair{};
-    if (transport_) {
-      EXPECT_EQ(fake_violations(), violations_before_) << "the transport broke a verbs rule";
-    }
-  }
-
-  std::unique_ptr<MemoryRegion> reg_send(const void* data, size_t size) {
-    std::unique_ptr<MemoryRegion> r;
-    Status st = pair_.send->register_memory({const_cast<void*>(data), size, -1, 0}, &r);
-    EXPECT_TRUE(st.is_ok()) << st.message();
-    return r;
-  }
-  std::unique_ptr<MemoryRegion> reg_recv(void* data, size_t size) {
-    std::unique_ptr<MemoryRegion> r;
-    Status st = pair_.recv->register_memory({data, size, -1, 0}, &r);
-    EXPECT_TRUE(st.is_ok()) << st.message();
-    return r;
-  }
-
-  // One message of `size` into a receive of `capacity`; checks the bytes, the sizes and the canary.
-  void roundtrip(size_t size, size_t capacity, uint32_t seed) {
-    std::vector<unsigned char> out = pattern(size, seed);
-    std::vector<unsigned char> in(capacity + 64, kCanary);
-    auto send_region = reg_send(out.data(), out.size());
-    auto recv_region = reg_recv(in.data(), capacity);
-    Request *r = nullptr, *s = nullptr;
-    ASSERT_TRUE(pair_.recv->irecv(in.data(), capacity, &r).is_ok());
-    ASSERT_TRUE(pair_.send->isend(out.data(), size, &s).is_ok());
-    ASSERT_TRUE(r && s);
-    Completion cr, cs;
-    Status st = testing::wait_both(s, &cs, r, &cr, std::chrono::seconds(60));
-    ASSERT_TRUE(st.is_ok()) << st.message();
-    EXPECT_EQ(cs.size, size);
-    EXPECT_EQ(cr.size, size);
-    EXPECT_TRUE(cs.sent);
-    EXPECT_FALSE(cr.sent);
-    ASSERT_TRUE(same_bytes(in.data(), out.data(), size)) << size << " bytes";
-    for (size_t i = size; i < in.size(); ++i) ASSERT_EQ(in[i], kCanary) << "wrote past " << size << " at " << i;
-  }
-
-  std::unique_ptr<Transport> transport_;
-  Pair pair_;
-  uint64_t violations_before_ = 0;
-};
+using namespace ib_test;
 
 // NCCL's IB transport does the same: buffers registered later stay safe when the job forks
 // (DataLoader workers) on kernels that do not protect registered pages themselves.
 TEST_F(IbTransportTest, VerbsAreMadeForkSafeBeforeAnyBufferIsRegistered) {
-  connect();
-  EXPECT_EQ(fake_fork_initialized(), 1);
+  ASSERT_NO_FATAL_FAILURE(connect());
+  EXPECT_EQ(fake::fork_initialized(), 1);
   std::vector<unsigned char> buffer(4096);
   std::unique_ptr<MemoryRegion> region;
   Status st = pair_.send->register_memory({buffer.data(), buffer.size(), -1, 0}, &region);
   ASSERT_TRUE(st.is_ok()) << st.message();
-  EXPECT_EQ(fake_fork_initialized(), 1);  // the registration did not come first
+  EXPECT_EQ(fake::fork_initialized(), 1);  // the registration did not come first
+}
+
+// Fork safety marks every page a registration touches "don't fork" (on kernels before 5.13 a forked
+// child then has no copy of them): the fake refuses registrations of part of a page. Sieve's own
+// control buffers own their pages, and a buffer NCCL hands in is registered page-rounded, as NCCL
+// does, so nothing is registered that the registration does not say it pins.
+TEST_F(IbTransportTest, RegistrationsCoverWholePagesSoForkSafetyTakesNothingUnsaid) {
+  ASSERT_NO_FATAL_FAILURE(connect());
+  ASSERT_EQ(fake::fork_initialized(), 1);
+  std::vector<unsigned char> heap(3 * 4096);
+  unsigned char* odd = heap.data() + 100;  // neither start nor end on a page boundary
+  auto region = reg_send(odd, 5000);
+  ASSERT_NE(region, nullptr);
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  EXPECT_NE(fake::mr_access(reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(odd) & ~(page - 1))), -1);
+  roundtrip(5000, 5000, 77);
 }
 
 TEST_F(IbTransportTest, SizesFromZeroTo64MiBArriveByteExactIntoLargerReceives) {
-  connect();
+  ASSERT_NO_FATAL_FAILURE(connect());
   const size_t sizes[] = {0, 1, 7, 4096, 65537, (1u << 20) + 3, 16u << 20, 64u << 20};
   uint32_t seed = 1;
   for (size_t size : sizes) {
@@ -143,7 +60,7 @@ TEST_F(IbTransportTest, SizesFromZeroTo64MiBArriveByteExactIntoLargerReceives) {
 }
 
 TEST_F(IbTransportTest, ThirtyTwoOutstandingEachWayAndTheThirtyThirdWaits) {
-  connect();
+  ASSERT_NO_FATAL_FAILURE(connect());
   constexpr int kCount = kMaxRequests;
   constexpr size_t kSize = 70000;
   std::vector<std::vector<unsigned char>> out(kCount), in(kCount);
@@ -179,7 +96,7 @@ TEST_F(IbTransportTest, ThirtyTwoOutstandingEachWayAndTheThirtyThirdWaits) {
 }
 
 TEST_F(IbTransportTest, SendLargerThanItsReceiveFailsBothSidesWithoutOverflowAndTheCommGoesOn) {
-  connect();
+  ASSERT_NO_FATAL_FAILURE(connect());
   std::vector<unsigned char> out = pattern(1 << 20, 5);
   std::vector<unsigned char> in((1 << 20) + 4096, kCanary);
   auto send_region = reg_send(out.data(), out.size());
@@ -200,7 +117,7 @@ TEST_F(IbTransportTest, SendLargerThanItsReceiveFailsBothSidesWithoutOverflowAnd
 }
 
 TEST_F(IbTransportTest, SeveralQueuePairsCarryLargeAndSmallMessagesInterleaved) {
-  connect(4);
+  ASSERT_NO_FATAL_FAILURE(connect(4));
   const size_t sizes[] = {4096, 8u << 20, 100, (1u << 20) + 5, 0, 3u << 20};
   std::vector<std::vector<unsigned char>> out, in;
   std::vector<std::unique_ptr<MemoryRegion>> regions;
@@ -232,7 +149,7 @@ TEST_F(IbTransportTest, SeveralQueuePairsCarryLargeAndSmallMessagesInterleaved) 
 }
 
 TEST_F(IbTransportTest, UnregisteredBuffersAreInvalidUsageNamingRegistration) {
-  connect();
+  ASSERT_NO_FATAL_FAILURE(connect());
   std::vector<unsigned char> buffer(8192);
   Request* r = nullptr;
   Status st = pair_.send->isend(buffer.data(), buffer.size(), &r);
@@ -251,7 +168,7 @@ TEST_F(IbTransportTest, UnregisteredBuffersAreInvalidUsageNamingRegistration) {
 }
 
 TEST_F(IbTransportTest, AnErrorCompletionFailsTheCommNamingThePeer) {
-  connect();
+  ASSERT_NO_FATAL_FAILURE(connect());
   std::vector<unsigned char> out = pattern(65536, 11);
   std::vector<unsigned char> in(65536, kCanary);
   auto send_region = reg_send(out.data(), out.size());
@@ -275,7 +192,7 @@ TEST_F(IbTransportTest, AnErrorCompletionFailsTheCommNamingThePeer) {
 }
 
 TEST_F(IbTransportTest, ClosingTheSenderGivesAWaitingReceiverAnErrorNamingThePeer) {
-  connect();
+  ASSERT_NO_FATAL_FAILURE(connect());
   std::vector<unsigned char> in(4096);
   auto recv_region = reg_recv(in.data(), in.size());
   Request* r = nullptr;
@@ -295,7 +212,7 @@ TEST_F(IbTransportTest, ClosingTheSenderGivesAWaitingReceiverAnErrorNamingThePee
 // dropped under a queued write), whichever side goes first.
 TEST_F(IbTransportTest, ClosingCommsWithRequestsInFlightIsClean) {
   for (const bool sender_first : {true, false}) {
-    connect();
+    ASSERT_NO_FATAL_FAILURE(connect());
     constexpr int kCount = 4;
     constexpr size_t kSize = 4u << 20;
     std::vector<std::vector<unsigned char>> out(kCount), in(kCount);
@@ -323,7 +240,7 @@ TEST_F(IbTransportTest, ClosingCommsWithRequestsInFlightIsClean) {
 }
 
 TEST_F(IbTransportTest, FlushReadsBackADmaBufRegionAndSkipsHostMemory) {
-  connect();
+  ASSERT_NO_FATAL_FAILURE(connect());
   const auto& device = transport_->devices()[0];
   if (!device.dmabuf) GTEST_SKIP() << "the fake port reports no dma-buf support";
   const size_t size = 1 << 20;
@@ -352,6 +269,7 @@ TEST_F(IbTransportTest, FlushReadsBackADmaBufRegionAndSkipsHostMemory) {
   st = testing::wait(flush, &cf);
   ASSERT_TRUE(st.is_ok()) << st.message();
   EXPECT_FALSE(cf.message) << "a flush is not a message";
+  EXPECT_EQ(fake::connected_qps().size(), 3u) << "the flush made no queue pair of its own";
   std::vector<unsigned char> host(4096);
   auto host_region = reg_recv(host.data(), host.size());
   flush = reinterpret_cast<Request*>(1);
@@ -360,6 +278,97 @@ TEST_F(IbTransportTest, FlushReadsBackADmaBufRegionAndSkipsHostMemory) {
   dmabuf.reset();
   munmap(mapped, size);
   close(fd);
+}
+
+// A fake /sys holding what a GPU peer-memory client creates (or nothing), removed afterwards.
+class FakeSysfs {
+ public:
+  explicit FakeSysfs(const std::string& file) {
+    char path[] = "/tmp/sieve-sysfs-XXXXXX";
+    if (mkdtemp(path)) root_ = path;
+    if (file.empty() || root_.empty()) return;
+    std::filesystem::create_directories(std::filesystem::path(root_ + file).parent_path());
+    std::ofstream(root_ + file) << "1.0\n";
+  }
+  ~FakeSysfs() {
+    std::error_code ignored;
+    if (!root_.empty()) std::filesystem::remove_all(root_, ignored);
+  }
+  const std::string& root() const { return root_; }
+
+ private:
+  std::string root_;
+};
+
+// Without dma-buf (older kernels and drivers), GPUDirect RDMA goes through a peer-memory client
+// that lets ibv_reg_mr take a CUDA pointer. NCCL's IB transport then reports NCCL_PTR_CUDA; without
+// it NCCL stages every GPU byte through host memory (twice across the root complex).
+TEST_F(IbTransportTest, WithNvidiaPeermemLoadedCudaPointersAreRegisteredAndFlushed) {
+  for (const char* file : {"/module/nvidia_peermem/version", "/kernel/mm/memory_peers/nv_mem/version"}) {
+    FakeSysfs sysfs(file);
+    TransportOptions o = ib_options();
+    o.topology.sysfs_root = sysfs.root();
+    pair_ = testing::Pair{};
+    ASSERT_NO_FATAL_FAILURE(connect(o));
+    EXPECT_TRUE(transport_->devices()[0].cuda_pointers) << file;
+    // The fake has no GPU: page-aligned host memory stands in for the device buffer.
+    const size_t size = 1 << 20;
+    void* gpu = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(gpu, MAP_FAILED);
+    MemoryDescriptor device_memory{gpu, size, -1, 0};
+    device_memory.cuda = true;
+    std::unique_ptr<MemoryRegion> region;
+    Status st = pair_.recv->register_memory(device_memory, &region);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    std::vector<unsigned char> out = pattern(size / 4, 23);
+    auto send_region = reg_send(out.data(), out.size());
+    Request *r = nullptr, *s = nullptr;
+    ASSERT_TRUE(pair_.recv->irecv(gpu, size, &r).is_ok());
+    ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok());
+    Completion cs, cr;
+    st = testing::wait_both(s, &cs, r, &cr);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    EXPECT_EQ(std::memcmp(gpu, out.data(), out.size()), 0);
+    Request* flush = nullptr;
+    st = pair_.recv->flush(gpu, cr.size, region.get(), &flush);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_NE(flush, nullptr) << "GPU memory must be flushed";
+    Completion cf;
+    EXPECT_TRUE(testing::wait(flush, &cf).is_ok());
+    region.reset();
+    send_region.reset();
+    munmap(gpu, size);
+  }
+  FakeSysfs none("");
+  TransportOptions o = ib_options();
+  o.topology.sysfs_root = none.root();
+  std::unique_ptr<Transport> without;
+  ASSERT_TRUE(Transport::create_ib(o, &without).is_ok());
+  EXPECT_FALSE(without->devices()[0].cuda_pointers) << "no peer-memory client, no CUDA pointers";
+}
+
+// Creating and connecting a queue pair takes a round of firmware commands: where the device takes
+// GPU memory, the receive comm's flush queue pair is made with the connection, not by the first
+// flush inside NCCL's data path.
+TEST_F(IbTransportTest, TheFlushQueuePairIsConnectedAtSetUpNotByTheFirstFlush) {
+  ASSERT_NO_FATAL_FAILURE(connect());
+  if (!transport_->devices()[0].dmabuf) GTEST_SKIP() << "the fake port reports no dma-buf support";
+  const auto qps = fake::connected_qps();
+  ASSERT_EQ(qps.size(), 3u) << "the connection's two queue pairs and the receiver's flush queue pair";
+  roundtrip(1000, 1000, 22);
+}
+
+// One work request carries at most the port's max_msg_sz (mlx5: 1 GiB); a larger message is refused
+// at isend, naming the limit NCCL was given as maxP2pBytes, instead of failing on the wire.
+TEST_F(IbTransportTest, AMessageAboveThePortsLimitIsRefusedNamingIt) {
+  ASSERT_NO_FATAL_FAILURE(connect());
+  EXPECT_EQ(transport_->devices()[0].max_message_bytes, uint64_t(1) << 30);
+  static char byte;
+  Request* s = nullptr;
+  Status st = pair_.send->isend(&byte, (size_t(1) << 30) + 1, &s);
+  EXPECT_EQ(st.code(), Code::InvalidUsage) << st.message();
+  EXPECT_NE(st.message().find("carries at most 1073741824 bytes"), std::string::npos) << st.message();
+  EXPECT_EQ(s, nullptr);
 }
 
 // One side on verbs, the other on TCP: refused at once with the variable to fix, never a wait for

@@ -3,7 +3,7 @@
 // plugin reads its configuration once per process). The plugin's log lines go to stdout too.
 //
 //   INIT <ncclResult>                       then, on success:
-//   DEVICE <name> PTR <ptrSupport> MAXP2P <maxP2pBytes>
+//   DEVICE <name> PTR <ptrSupport> MAXP2P <maxP2pBytes> PORT <port> GUID <guid, hex>
 #include <unistd.h>
 
 #include <cstdio>
@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
   for (int dev = 0; dev < ndev; ++dev) {
     sieve::tools::NetDeviceInfo info;
     if (net->properties(dev, &info) != sieve::tools::kNetSuccess) continue;
-    printf("DEVICE %s PTR %d MAXP2P %zu\n", info.name.c_str(), info.ptr_support, info.max_p2p_bytes);
+    printf("DEVICE %s PTR %d MAXP2P %zu PORT %d GUID %llx\n", info.name.c_str(), info.ptr_support, info.max_p2p_bytes,
+           info.port, static_cast<unsigned long long>(info.guid));
   }
   net->finalize();
   return 0;

@@ -66,6 +66,15 @@ TEST(TransportChoice, AutoWithoutAnyRdmaPortRunsTcpAndSaysWhy) {
   EXPECT_TRUE(contains(o.transcript, "transport tcp (SIEVE_TRANSPORT=auto: no active RDMA port")) << o.transcript;
 }
 
+TEST(TransportChoice, AutoWithOnlyAnEfaDeviceRunsTcp) {
+  const Outcome o = probe({"SIEVE_TRANSPORT=auto", "FAKE_VERBS_DEVICES=efa0:efa::100"});
+  ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
+  ASSERT_EQ(o.devices.size(), 1u) << o.transcript;
+  EXPECT_EQ(o.devices[0].rfind("lo ", 0), 0u) << o.devices[0];
+  EXPECT_TRUE(contains(o.transcript, "rdma: efa0: transport unspecified")) << o.transcript;
+  EXPECT_TRUE(contains(o.transcript, "transport tcp (SIEVE_TRANSPORT=auto: no active RDMA port")) << o.transcript;
+}
+
 TEST(TransportChoice, AutoWithAnActivePortRunsVerbsAndSaysWhy) {
   const Outcome o = probe({"SIEVE_TRANSPORT=auto", "FAKE_VERBS_DEVICES=fake0:roce:lo:100"});
   ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
@@ -143,14 +152,32 @@ TEST_F(NoVerbsLibrary, IbFailsInitSayingWhatToInstall) {
 
 // What getProperties tells NCCL about a verbs port: host memory always, dma-buf where the port's
 // probe accepted one (the fake's does), and the per-message limit the immediates allow.
+// maxP2pBytes is the lower of what an immediate can say (2 GiB - 1) and what one work request may
+// carry on the port (max_msg_sz: 1 GiB on mlx5, the fake's default).
 TEST(TransportChoice, VerbsPortsReportDmaBufAndTheirMessageLimit) {
-  const Outcome o = probe({"SIEVE_TRANSPORT=ib", "FAKE_VERBS_DEVICES=fake0:roce:lo:100;fake1:ib:lo:200"});
+  const Outcome o = probe({"SIEVE_TRANSPORT=ib",
+                           "FAKE_VERBS_DEVICES=fake0:roce:lo:100;fake1:ib:lo:200;fake2:ib::200:max_msg_sz=4294967295"});
+  ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
+  ASSERT_EQ(o.devices.size(), 3u) << o.transcript;
+  for (const auto& d : o.devices) EXPECT_TRUE(contains(d, " PTR 5 ")) << d << " (host | dma-buf)";
+  EXPECT_TRUE(contains(o.devices[0], " MAXP2P 1073741824 ")) << o.devices[0];
+  EXPECT_TRUE(contains(o.devices[1], " MAXP2P 1073741824 ")) << o.devices[1];
+  EXPECT_TRUE(contains(o.devices[2], " MAXP2P 2147483647 ")) << o.devices[2];
+}
+
+// NCCL tells the ports of one card apart by (GUID, port): with port 0 for both, the two ports of a
+// dual-port card would be taken for one NIC and half of its bandwidth left unused.
+TEST(TransportChoice, TheTwoPortsOfOneCardReportOneGuidAndTheirOwnPortNumbers) {
+  const Outcome o = probe({"SIEVE_TRANSPORT=ib", "FAKE_VERBS_DEVICES=dual0:ib::200:ports=2"});
   ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
   ASSERT_EQ(o.devices.size(), 2u) << o.transcript;
-  for (const auto& d : o.devices) {
-    EXPECT_TRUE(contains(d, " PTR 5 ")) << d << " (host | dma-buf)";
-    EXPECT_TRUE(contains(d, " MAXP2P 2147483647")) << d;
-  }
+  EXPECT_TRUE(contains(o.devices[0], "dual0:1 ")) << o.devices[0];
+  EXPECT_TRUE(contains(o.devices[0], " PORT 1 ")) << o.devices[0];
+  EXPECT_TRUE(contains(o.devices[1], "dual0:2 ")) << o.devices[1];
+  EXPECT_TRUE(contains(o.devices[1], " PORT 2 ")) << o.devices[1];
+  const auto guid = [](const std::string& d) { return d.substr(d.find(" GUID ")); };
+  EXPECT_EQ(guid(o.devices[0]), guid(o.devices[1])) << "one card, one node GUID";
+  EXPECT_NE(guid(o.devices[0]), " GUID 0");
 }
 
 }  // namespace

@@ -144,6 +144,7 @@ void Connection::reset_input() {
   scatter_offset = 0;
   payload_left = 0;
   small.clear();
+  rnr_since = {};
   has_recv = false;
   target_mr = nullptr;
   failure = IBV_WC_SUCCESS;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -30,7 +31,8 @@ struct Connection {
 
   Role role = Role::kRequester;
   int fd = -1;
-  Device* device = nullptr;  // responder: the endpoint that accepted it
+  Device* device = nullptr;  // responder: the device whose port accepted it
+  Port* port = nullptr;      // responder: that port
   Qp* qp = nullptr;          // requester: its owner; responder: the target, once Hello named it
   std::string endpoint;      // requester: the abstract socket it connects to
   bool connected = false;    // requester: connect() went through (it is retried while the backlog is full)
@@ -52,6 +54,7 @@ struct Connection {
   // Responder state.
   bool hello_checked = false;
   Hello hello;
+  std::chrono::steady_clock::time_point rnr_since{};  // first "receiver not ready" for this message
   bool has_recv = false;  // the receive this message consumes
   RecvWr recv;
   Mr* target_mr = nullptr;  // pinned while a write lands in it

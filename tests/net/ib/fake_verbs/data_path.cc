@@ -2,6 +2,8 @@
 
 #include <errno.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 
 #include "tests/net/ib/fake_verbs/engine.h"
@@ -9,8 +11,6 @@
 
 namespace sieve::fake_verbs {
 namespace {
-
-constexpr uint64_t kMaxMessage = 1ull << 31;  // the port's max_msg_sz
 
 bool usable_qp(Qp* qp, const char* verb) {
   if (!owned_here(qp->context->engine, "a QP")) return false;
@@ -83,9 +83,10 @@ int enqueue_send(Engine& engine, Qp* qp, const ibv_send_wr* wr) {
     work.rkey = wr->wr.rdma.rkey;
   }
   for (int i = 0; i < wr->num_sge; ++i) work.length += wr->sg_list[i].length;
-  if (work.length > kMaxMessage) {
-    violation("post_send on QP %u: %llu bytes exceed the port's max_msg_sz", qp->qpn(),
-              static_cast<unsigned long long>(work.length));
+  if (work.length > qp->device()->spec.max_msg_sz) {
+    violation("post_send on QP %u: %llu bytes exceed the port's max_msg_sz (%llu)", qp->qpn(),
+              static_cast<unsigned long long>(work.length),
+              static_cast<unsigned long long>(qp->device()->spec.max_msg_sz));
     return EINVAL;
   }
   if (wr->send_flags & IBV_SEND_INLINE) {
@@ -133,6 +134,8 @@ int enqueue_send(Engine& engine, Qp* qp, const ibv_send_wr* wr) {
   }
   for (Mr* mr : work.pinned) ++mr->in_flight;
   work.seq = qp->next_seq++;
+  work.posted_at = std::chrono::steady_clock::now();
+  count_posted(wr->opcode, work.length);
   bool failed = work.stage == SendWr::Stage::kDone;
   qp->sq.push_back(std::move(work));
   if (failed) engine.complete_sends(qp);
@@ -226,5 +229,23 @@ int poll_cq(ibv_cq* verbs_cq, int num_entries, ibv_wc* wc) {
 }
 
 int req_notify_cq(ibv_cq*, int) { return EOPNOTSUPP; }  // no completion channels: callers poll
+
+namespace {
+constexpr int kOpcodes = IBV_WR_DRIVER1 + 1;
+std::atomic<uint64_t> g_posted_requests[kOpcodes];
+std::atomic<uint64_t> g_posted_bytes[kOpcodes];
+}  // namespace
+
+void count_posted(ibv_wr_opcode opcode, uint64_t bytes) {
+  if (opcode < 0 || opcode >= kOpcodes) return;
+  g_posted_requests[opcode] += 1;
+  g_posted_bytes[opcode] += bytes;
+}
+
+void posted_so_far(ibv_wr_opcode opcode, uint64_t* requests, uint64_t* bytes) {
+  const bool known = opcode >= 0 && opcode < kOpcodes;
+  *requests = known ? g_posted_requests[opcode].load() : 0;
+  *bytes = known ? g_posted_bytes[opcode].load() : 0;
+}
 
 }  // namespace sieve::fake_verbs

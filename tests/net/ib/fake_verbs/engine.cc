@@ -67,8 +67,10 @@ Engine::Engine() {
 
 void Engine::abandon_in_child() {
   for (auto& device : devices_) {
-    if (device->listen_fd >= 0) ::close(device->listen_fd);
-    device->listen_fd = -1;
+    for (Port& port : device->ports) {
+      if (port.listen_fd >= 0) ::close(port.listen_fd);
+      port.listen_fd = -1;
+    }
   }
   for (auto& conn : connections_) {
     if (conn->fd >= 0) ::close(conn->fd);
@@ -88,50 +90,136 @@ Device* Engine::device_for(const DeviceSpec& spec, std::string* error) {
   for (auto& device : devices_) {
     if (device->spec.key() == spec.key()) return device.get();
   }
-  if (devices_.size() >= kMaxDevices) {
-    *error = "FAKE_VERBS_DEVICES: more than " + std::to_string(kMaxDevices) + " distinct devices in one process";
+  if (next_address_index_ + spec.ports > kMaxDevices) {
+    *error = "FAKE_VERBS_DEVICES: more than " + std::to_string(kMaxDevices) + " distinct ports in one process";
     return nullptr;
   }
   auto device = std::make_unique<Device>();
   device->engine = this;
   device->spec = spec;
-  device->node.pid = static_cast<uint32_t>(::getpid());
-  device->node.device_index = static_cast<uint32_t>(devices_.size());
+  for (int number = 1; number <= spec.ports; ++number) {
+    Port port;
+    port.number = static_cast<uint8_t>(number);
+    port.node.pid = static_cast<uint32_t>(::getpid());
+    port.node.device_index = next_address_index_ + static_cast<uint32_t>(number - 1);
+    port.active = !spec.port_down(number);
+    if (!port.active) port.down_since = std::chrono::steady_clock::now();
+    if (!open_port(spec, &port, error)) {
+      for (Port& opened : device->ports) ::close(opened.listen_fd);
+      return nullptr;
+    }
+    device->ports.push_back(port);
+  }
+  next_address_index_ += static_cast<uint32_t>(spec.ports);
+  ibv_device& verbs = device->shell.verbs;
+  switch (spec.link) {
+    case LinkLayer::kRoce:
+    case LinkLayer::kInfiniband:
+      verbs.node_type = IBV_NODE_CA;
+      verbs.transport_type = IBV_TRANSPORT_IB;
+      break;
+    case LinkLayer::kIwarp:
+      verbs.node_type = IBV_NODE_RNIC;
+      verbs.transport_type = IBV_TRANSPORT_IWARP;
+      break;
+    case LinkLayer::kEfa:
+      verbs.node_type = IBV_NODE_UNSPECIFIED;
+      verbs.transport_type = IBV_TRANSPORT_UNSPECIFIED;
+      break;
+  }
+  std::snprintf(verbs.name, sizeof(verbs.name), "%s", spec.name.c_str());
+  std::snprintf(verbs.dev_name, sizeof(verbs.dev_name), "uverbs-fake%u", device->node().device_index);
+  // dev_path and ibdev_path stay empty: there is no sysfs entry behind a fake device.
+  device->shell.impl = device.get();
+  devices_.push_back(std::move(device));
+  return devices_.back().get();
+}
+
+// A port's GID table and endpoint: RoCE has a v1 and a v2 GID and an endpoint named after its
+// address; InfiniBand one GID in its subnet and an endpoint named after the LID it claims; EFA and
+// iWARP a GID each and an endpoint nobody ever reaches (their QPs never connect here).
+bool Engine::open_port(const DeviceSpec& spec, Port* port, std::string* error) {
   if (spec.link == LinkLayer::kRoce) {
-    device->gids[0] = link_local_gid(device->node);
-    device->gid_types[0] = IBV_GID_TYPE_ROCE_V1;
-    device->gids[1] = ipv4_mapped_gid(device->node);
-    device->gid_types[1] = IBV_GID_TYPE_ROCE_V2;
-    device->gid_count = 2;
-    device->listen_fd = listen_endpoint(roce_endpoint_name(device->node));
-  } else {
-    device->gids[0] = link_local_gid(device->node);
-    device->gid_types[0] = IBV_GID_TYPE_IB;
-    device->gid_count = 1;
-    uint16_t lid = first_lid_candidate(device->node);
-    for (int tries = 0; tries < 0xbfff && device->listen_fd < 0; ++tries) {
-      device->listen_fd = listen_endpoint(ib_endpoint_name(lid));
-      if (device->listen_fd >= 0) {
-        device->lid = lid;
+    port->gids[0] = guid_gid(kLinkLocalPrefix, port->node);
+    port->gid_types[0] = IBV_GID_TYPE_ROCE_V1;
+    port->gids[1] = ipv4_mapped_gid(port->node);
+    port->gid_types[1] = IBV_GID_TYPE_ROCE_V2;
+    port->gid_count = 2;
+    port->listen_fd = listen_endpoint(roce_endpoint_name(port->node));
+  } else if (spec.link == LinkLayer::kInfiniband) {
+    port->gids[0] = guid_gid(spec.subnet_prefix, port->node);
+    port->gid_types[0] = IBV_GID_TYPE_IB;
+    port->gid_count = 1;
+    uint16_t lid = first_lid_candidate(port->node);
+    for (int tries = 0; tries < 0xbfff && port->listen_fd < 0; ++tries) {
+      port->listen_fd = listen_endpoint(ib_endpoint_name(lid));
+      if (port->listen_fd >= 0) {
+        port->lid = lid;
       } else if (errno != EADDRINUSE) {
         break;
       }
       lid = lid == 0xbfff ? 1 : lid + 1;
     }
+  } else {
+    port->gids[0] = guid_gid(kLinkLocalPrefix, port->node);
+    port->gid_types[0] = IBV_GID_TYPE_IB;
+    port->gid_count = 1;
+    port->listen_fd = listen_endpoint(roce_endpoint_name(port->node));
   }
-  if (device->listen_fd < 0) {
-    *error = "cannot open the endpoint of fake device '" + spec.name + "': " + std::strerror(errno);
-    return nullptr;
+  if (port->listen_fd < 0) {
+    *error = "cannot open the endpoint of port " + std::to_string(port->number) + " of fake device '" + spec.name +
+             "': " + std::strerror(errno);
+    return false;
   }
-  ibv_device& verbs = device->shell.verbs;
-  verbs.node_type = IBV_NODE_CA;
-  verbs.transport_type = IBV_TRANSPORT_IB;
-  std::snprintf(verbs.name, sizeof(verbs.name), "%s", spec.name.c_str());
-  std::snprintf(verbs.dev_name, sizeof(verbs.dev_name), "uverbs-fake%u", device->node.device_index);
-  // dev_path and ibdev_path stay empty: there is no sysfs entry behind a fake device.
-  device->shell.impl = device.get();
-  devices_.push_back(std::move(device));
-  return devices_.back().get();
+  return true;
+}
+
+Device* Engine::device_named(const std::string& name) {
+  for (auto& device : devices_) {
+    if (device->spec.name == name) return device.get();
+  }
+  return nullptr;
+}
+
+void Engine::set_port_state(Device* device, Port* port, bool active) {
+  if (port->active == active) return;
+  port->active = active;
+  if (!active) port->down_since = std::chrono::steady_clock::now();
+  ibv_async_event event{};
+  event.event_type = active ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR;
+  event.element.port_num = port->number;
+  for (Context* context : device->contexts) {
+    if (!context->destroyed) post_async(context, event);
+  }
+  wake();
+}
+
+void Engine::device_fatal(Device* device) {
+  if (device->fatal) return;
+  device->fatal = true;
+  ibv_async_event event{};
+  event.event_type = IBV_EVENT_DEVICE_FATAL;
+  for (Context* context : device->contexts) {
+    if (!context->destroyed) post_async(context, event);
+  }
+  wake();
+}
+
+std::vector<const Qp*> Engine::live_qps() const {
+  std::vector<const Qp*> qps;
+  for (const auto& device : devices_) {
+    for (const auto& entry : device->qps) qps.push_back(entry.second);
+  }
+  return qps;
+}
+
+const Mr* Engine::mr_covering(const void* address) const {
+  const auto* byte = static_cast<const uint8_t*>(address);
+  for (const auto& entry : mrs_by_lkey) {
+    const Mr* mr = entry.second;
+    if (!mr->destroyed && byte >= mr->host && byte < mr->host + mr->length) return mr;
+  }
+  return nullptr;
 }
 
 uint32_t Engine::new_key() {
@@ -162,8 +250,16 @@ void Engine::start_service() {
 }
 
 AsyncQueue::AsyncQueue() {
-  if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) pipe_fds[0] = pipe_fds[1] = -1;
+  // The read end is the context's async_fd: blocking, as rdma-core's, until the caller sets
+  // O_NONBLOCK; the write end never blocks the engine.
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    pipe_fds[0] = pipe_fds[1] = -1;
+    return;
+  }
+  ::fcntl(pipe_fds[1], F_SETFL, ::fcntl(pipe_fds[1], F_GETFL) | O_NONBLOCK);
 }
+
+bool AsyncQueue::non_blocking() const { return (::fcntl(pipe_fds[0], F_GETFL) & O_NONBLOCK) != 0; }
 
 AsyncQueue::~AsyncQueue() {
   for (int fd : pipe_fds) {

@@ -5,6 +5,7 @@
 // objects it inherited belong to the old one and using them is a violation.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,6 +41,14 @@ class Engine {
   void start_service();  // idempotent
   void wake();
 
+  // Hardware events (test_hooks.cc injects them), under mu: every context open on the device gets
+  // the async event (IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE, IBV_EVENT_DEVICE_FATAL).
+  Device* device_named(const std::string& name);
+  void set_port_state(Device* device, Port* port, bool active);
+  void device_fatal(Device* device);
+  std::vector<const Qp*> live_qps() const;
+  const Mr* mr_covering(const void* address) const;  // a live MR whose host bytes hold `address`
+
   // RC engine entry points (service.cc), under mu.
   void enter_error(Qp* qp);  // flushes both queues, drops its connections
   void reset_qp(Qp* qp);     // drops everything without completions
@@ -56,7 +65,7 @@ class Engine {
 
   void service_loop();
   void progress();
-  void accept_on(Device* device);
+  void accept_on(Device* device, Port* port);
   void open_requester(Qp* qp);
   void transmit(Qp* qp);
   void pump_requester(Connection* conn);
@@ -66,17 +75,24 @@ class Engine {
   bool check_hello(Connection* conn);
   void on_response(Connection* conn);
   void requester_lost(Connection* conn);
+  void retry_while_port_down(Qp* qp);
+  bool receiver_not_ready(Connection* conn);
+  bool cut_off(const Connection* conn) const;
+  void wake_at(std::chrono::steady_clock::time_point when);  // the loop runs again by then
   void fail_head(Qp* qp, ibv_wc_status status);
   void nak(Connection* conn, ibv_wc_status status, const std::string& text, bool responder_to_error);
   void close_connection(Connection* conn);
   void abandon_in_child();
+  bool open_port(const DeviceSpec& spec, Port* port, std::string* error);
 
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<std::unique_ptr<Connection>> connections_;
   std::vector<std::shared_ptr<void>> objects_;  // every Context/Pd/Mr/Cq/Qp ever made
   uint32_t key_counter_ = 0;
   uint32_t qpn_counter_ = 0;
+  uint32_t next_address_index_ = 0;  // ports take consecutive address indices
   int wake_fd_ = -1;
+  std::chrono::steady_clock::time_point next_deadline_ = std::chrono::steady_clock::time_point::max();
   bool service_started_ = false;
 };
 

@@ -19,9 +19,9 @@ uint64_t node_guid(NodeAddress node) {
          (uint64_t{node.device_index & 0xff} << 32) | node.pid;
 }
 
-ibv_gid link_local_gid(NodeAddress node) {
+ibv_gid guid_gid(uint64_t subnet_prefix, NodeAddress node) {
   ibv_gid gid{};
-  gid.global.subnet_prefix = htobe64(0xfe80000000000000ull);
+  gid.global.subnet_prefix = htobe64(subnet_prefix);
   gid.global.interface_id = htobe64(node_guid(node));
   return gid;
 }
@@ -47,10 +47,9 @@ bool decode_gid(const ibv_gid& gid, GidForm* form, NodeAddress* node) {
     node->pid = offset & ((1u << kPidBits) - 1);
     return true;
   }
-  if (be64toh(gid.global.subnet_prefix) != 0xfe80000000000000ull) return false;
   uint64_t guid = be64toh(gid.global.interface_id);
   if (guid >> 40 != ((uint64_t{kGuidTag[0]} << 16) | (uint64_t{kGuidTag[1]} << 8) | kGuidTag[2])) return false;
-  *form = GidForm::kLinkLocal;
+  *form = GidForm::kGuidBased;
   node->device_index = (guid >> 32) & 0xff;
   node->pid = static_cast<uint32_t>(guid);
   return node->device_index < kMaxDevices;

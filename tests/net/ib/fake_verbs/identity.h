@@ -1,11 +1,14 @@
 // Addresses of the fake devices. Two processes on one machine are two "nodes", so every address is
 // derived from the process id and the device's index in that process's registry:
 //   node GUID          02:66:76:<index>:<pid, 4 bytes big-endian>   ("fv" = fake verbs)
-//   link-local GID     fe80::<node GUID>        (RoCE v1 at index 0; the IB port GID at index 0)
+//   GUID-based GID     <subnet prefix>:<GUID>   (RoCE v1 at index 0, prefix fe80::; the IB port GID at
+//                                               index 0, prefix the port's subnet, fe80:: by default)
 //   RoCE v2 GID        ::ffff:a.b.c.d with a.b.c.d = 10.0.0.0 + (index << 22 | pid)
 //   IB LID             the first free value from a pid-derived start, claimed by binding the device
 //                      endpoint named after it (so no two live processes hold the same LID)
-// Decoding a GID gives back the (pid, index) that names the remote device's endpoint socket.
+// Each port of a device has its own address index (a two-port device takes two), so every port has
+// its own GIDs, LID and endpoint; the device's node GUID is its first port's.
+// Decoding a GID gives back the (pid, index) that names the remote port's endpoint socket.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -23,13 +26,14 @@ struct NodeAddress {
 // pid < 2^22 (Linux's PID_MAX_LIMIT) and index < kMaxDevices keep every GID distinct.
 constexpr uint32_t kMaxDevices = 64;
 
-enum class GidForm { kLinkLocal, kIpv4Mapped };
+enum class GidForm { kGuidBased, kIpv4Mapped };
 
 uint64_t node_guid(NodeAddress node);  // host order
-ibv_gid link_local_gid(NodeAddress node);
+constexpr uint64_t kLinkLocalPrefix = 0xfe80000000000000ull;
+ibv_gid guid_gid(uint64_t subnet_prefix, NodeAddress node);
 ibv_gid ipv4_mapped_gid(NodeAddress node);
 
-// False when `gid` is not one the fake hands out.
+// False when `gid` is not one the fake hands out (any subnet prefix: the GUID names the port).
 bool decode_gid(const ibv_gid& gid, GidForm* form, NodeAddress* node);
 
 std::string format_gid(const ibv_gid& gid);

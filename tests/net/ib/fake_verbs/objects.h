@@ -7,6 +7,7 @@
 #include <infiniband/verbs.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -36,19 +37,35 @@ Impl* impl_of(Verbs* verbs) {
 }
 
 struct Qp;
+struct Context;
 
-struct Device {
-  Shell<ibv_device, Device> shell{};
-  Engine* engine = nullptr;
-  DeviceSpec spec;
-  NodeAddress node;
+// One port of a device: its own addresses and endpoint (the socket its peers' packets arrive at).
+struct Port {
+  uint8_t number = 1;
+  NodeAddress node;  // this port's address index
   uint16_t lid = 0;  // IB only
   ibv_gid gids[2]{};
   ibv_gid_type gid_types[2]{};
   int gid_count = 0;
   int listen_fd = -1;
+  bool active = true;  // IBV_PORT_ACTIVE, else DOWN: nothing leaves or arrives through it
+  std::chrono::steady_clock::time_point down_since{};
+};
+
+struct Device {
+  Shell<ibv_device, Device> shell{};
+  Engine* engine = nullptr;
+  DeviceSpec spec;
+  std::vector<Port> ports;  // ports[p - 1] is port p
+  std::atomic<bool> fatal{false};  // IBV_EVENT_DEVICE_FATAL: nothing moves any more, nothing new is created
+  std::vector<Context*> contexts;  // every context opened on it (closed ones too: check `destroyed`)
   std::unordered_map<uint32_t, Qp*> qps;       // live QPs by QPN
   std::unordered_set<uint32_t> destroyed_qpns;  // a request to one of these is a dead peer, not a bug
+
+  NodeAddress node() const { return ports.front().node; }  // the node GUID is the first port's
+  Port* port(int number) { return number >= 1 && number <= static_cast<int>(ports.size()) ? &ports[number - 1] : nullptr; }
+  const Port* port(int number) const { return const_cast<Device*>(this)->port(number); }
+  bool rdma_capable() const { return spec.link == LinkLayer::kRoce || spec.link == LinkLayer::kInfiniband; }
 };
 
 // Async events of one context; shared with ibv_get_async_event callers so that closing the context
@@ -58,6 +75,7 @@ struct AsyncQueue {
   ~AsyncQueue();
   void push(const ibv_async_event& event);
   void close();
+  bool non_blocking() const;  // the caller made async_fd O_NONBLOCK
 
   std::mutex mu;
   std::deque<ibv_async_event> events;
@@ -65,8 +83,16 @@ struct AsyncQueue {
   int pipe_fds[2] = {-1, -1};  // one byte per event (and one on close): the context's async_fd
 };
 
+// A context is a verbs_context, as real rdma-core always opens: the caller's ibv_context is its last
+// member, and verbs.h's inline wrappers (ibv_query_port) take the extended ops in front of it.
+struct ContextShell {
+  verbs_context verbs;
+  Context* impl;
+};
+Context* context_of(ibv_context* verbs);
+
 struct Context {
-  Shell<ibv_context, Context> shell{};
+  ContextShell shell{};
   Engine* engine = nullptr;
   Device* device = nullptr;
   std::atomic<bool> destroyed{false};
@@ -131,6 +157,7 @@ struct SendWr {
   Stage stage = Stage::kQueued;
   ibv_wc_status status = IBV_WC_SUCCESS;
   uint64_t seq = 0;
+  std::chrono::steady_clock::time_point posted_at{};
 };
 
 struct RecvWr {
@@ -174,6 +201,8 @@ struct Qp {
   bool peer_gone = false;           // the remote end vanished while we had nothing outstanding
 
   Device* device() const { return context->device; }
+  // The port the QP was bound to at INIT (port 1 before that).
+  Port* port() const { return context->device->port(attrs.port_num == 0 ? 1 : attrs.port_num); }
   uint32_t qpn() const { return shell.verbs.qp_num; }
 };
 

@@ -1,28 +1,22 @@
-// The exported libibverbs entry points (unversioned, the real signatures from <infiniband/verbs.h>).
-// Calls real libibverbs rejects up front fail the same way here (errno values, with a note on
-// stderr saying why); calls real hardware would accept and then misbehave on are VIOLATIONs.
+// The exported entry points for protection domains, memory regions, completion queues and queue
+// pairs (unversioned, the real signatures from <infiniband/verbs.h>). Calls real libibverbs rejects
+// up front fail the same way here (errno values, with a note on stderr saying why); calls real
+// hardware would accept and then misbehave on are VIOLATIONs.
 #include <endian.h>
 #include <errno.h>
-#include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "tests/net/ib/fake_verbs/api_common.h"
 #include "tests/net/ib/fake_verbs/data_path.h"
-#include "tests/net/ib/fake_verbs/engine.h"
-#include "tests/net/ib/fake_verbs/violation.h"
 
 // verbs.h turns these into inline wrappers; the library exports the plain functions underneath.
-#undef ibv_query_port
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
-
-#define FAKE_VERBS_API extern "C" __attribute__((visibility("default")))
 
 using namespace sieve::fake_verbs;
 
@@ -35,50 +29,26 @@ constexpr uint32_t kMaxInline = 256;
 constexpr int kMaxRdAtomic = 16;
 constexpr uint64_t kMaxMrSize = 1ull << 40;
 
-// A call real libibverbs would reject: errno and a line saying why.
-void refuse(const char* format, ...) __attribute__((format(printf, 1, 2)));
-void refuse(const char* format, ...) {
-  char what[400];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(what, sizeof(what), format, args);
-  va_end(args);
-  std::fprintf(stderr, "fake-verbs: %s\n", what);
+// With fork safety on, rdma-core marks every page a registration touches "don't fork": a forked
+// child (a DataLoader worker) gets no copy of them, so whatever else shares those pages (the heap
+// around a small buffer) is gone in the child on kernels before 5.13. Registering memory that does
+// not own its pages is a bug the hardware never reports.
+bool shares_pages(const uint8_t* host, size_t length) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  return reinterpret_cast<uintptr_t>(host) % page != 0 || length % page != 0;
 }
-
-Engine* owner(const Context* context) { return context->engine; }
-template <typename T>
-Engine* owner(const T* object) {
-  return object->context->engine;
-}
-
-template <typename T>
-bool usable(T* object, const char* what) {
-  if (object == nullptr) {
-    violation("%s is NULL", what);
-    return false;
-  }
-  if (!owned_here(owner(object), what)) return false;
-  if (object->destroyed) {
-    violation("use of destroyed %s", what);
-    return false;
-  }
-  return true;
-}
-
-Engine& engine_of(Context* context) { return *context->engine; }
-
-uint32_t g_handles = 0;  // under the engine lock
-
-// ibv_fork_init as rdma-core keeps it: it must come before the first registration, or it fails.
-std::atomic<bool> g_fork_initialized{false};
-std::atomic<bool> g_registered_any{false};
 
 ibv_mr* register_mr(ibv_pd* verbs_pd, uint8_t* host, size_t length, uint64_t iova, unsigned access,
                     void* mapping, size_t mapping_length) {
   g_registered_any = true;
   Pd* pd = impl_of<Pd>(verbs_pd);
   if (!usable(pd, "PD")) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (g_fork_initialized && mapping == nullptr && shares_pages(host, length)) {
+    violation("reg_mr of [%p, +%zu) with fork safety on: not whole pages, so a forked child loses the memory "
+              "sharing them (register page-aligned, page-rounded memory)", static_cast<void*>(host), length);
     errno = EINVAL;
     return nullptr;
   }
@@ -107,11 +77,11 @@ ibv_mr* register_mr(ibv_pd* verbs_pd, uint8_t* host, size_t length, uint64_t iov
   mr->dmabuf_mapping = mapping;
   mr->dmabuf_mapping_length = mapping_length;
   ibv_mr& verbs = mr->shell.verbs;
-  verbs.context = &pd->context->shell.verbs;
+  verbs.context = &pd->context->shell.verbs.context;
   verbs.pd = verbs_pd;
   verbs.addr = mapping != nullptr ? reinterpret_cast<void*>(iova) : host;
   verbs.length = length;
-  verbs.handle = ++g_handles;
+  verbs.handle = next_handle();
   verbs.lkey = engine.new_key();
   engine.mrs_by_lkey[verbs.lkey] = mr;
   verbs.rkey = engine.new_key();
@@ -155,11 +125,24 @@ bool transition_masks(ibv_qp_state from, ibv_qp_state to, int* required, int* op
   return true;
 }
 
-// RTR's address vector must name a real remote port of the right kind. errno value (0 = fine).
+// RTR's address vector must name a real remote port of the right kind, from the QP's own port,
+// and carry a GRH where the port requires one. errno value (0 = fine).
 int check_address_vector(const Qp* qp, const ibv_ah_attr& ah) {
   const Device* device = qp->device();
-  if (ah.port_num != 1) {
-    refuse("modify_qp(RTR) of QP %u: ah_attr.port_num %u (the device has port 1 only)", qp->qpn(), ah.port_num);
+  const Port* port = qp->port();
+  if (ah.port_num != port->number) {
+    refuse("modify_qp(RTR) of QP %u: ah_attr.port_num %u, but the QP is on port %u", qp->qpn(), ah.port_num,
+           port->number);
+    return EINVAL;
+  }
+  if (device->spec.link == LinkLayer::kIwarp) {
+    refuse("modify_qp(RTR) of iWARP QP %u: iWARP connections are made through rdma_cm, not by address vector",
+           qp->qpn());
+    return EOPNOTSUPP;
+  }
+  if (ah.is_global && ah.grh.sgid_index >= port->gid_count) {
+    refuse("modify_qp(RTR) of QP %u: sgid_index %u beyond the GID table (%d entries)", qp->qpn(), ah.grh.sgid_index,
+           port->gid_count);
     return EINVAL;
   }
   GidForm form;
@@ -169,12 +152,7 @@ int check_address_vector(const Qp* qp, const ibv_ah_attr& ah) {
       violation("RTR of RoCE QP %u without a GRH (is_global 0): RoCE addresses peers by GID", qp->qpn());
       return EINVAL;
     }
-    if (ah.grh.sgid_index >= device->gid_count) {
-      refuse("modify_qp(RTR) of QP %u: sgid_index %u beyond the GID table (%d entries)", qp->qpn(),
-             ah.grh.sgid_index, device->gid_count);
-      return EINVAL;
-    }
-    bool v2 = device->gid_types[ah.grh.sgid_index] == IBV_GID_TYPE_ROCE_V2;
+    bool v2 = port->gid_types[ah.grh.sgid_index] == IBV_GID_TYPE_ROCE_V2;
     if (!decode_gid(ah.grh.dgid, &form, &node)) {
       violation("GID mismatch: RTR dgid %s of QP %u is no port GID of a fake device",
                 format_gid(ah.grh.dgid).c_str(), qp->qpn());
@@ -191,7 +169,13 @@ int check_address_vector(const Qp* qp, const ibv_ah_attr& ah) {
     violation("LID mismatch: RTR of IB QP %u with dlid %u (no unicast LID)", qp->qpn(), ah.dlid);
     return EINVAL;
   }
-  if (ah.is_global && (!decode_gid(ah.grh.dgid, &form, &node) || form != GidForm::kLinkLocal)) {
+  // As the kernel refuses it for an SR-IOV function or a cloud IB port: its packets need a GRH.
+  if (device->spec.grh_required && !ah.is_global) {
+    refuse("modify_qp(RTR) of IB QP %u: port %u requires a GRH (IBV_QPF_GRH_REQUIRED) and ah_attr.is_global is 0",
+           qp->qpn(), port->number);
+    return EINVAL;
+  }
+  if (ah.is_global && (!decode_gid(ah.grh.dgid, &form, &node) || form != GidForm::kGuidBased)) {
     violation("GID mismatch: RTR dgid %s of IB QP %u is no port GID of a fake device",
               format_gid(ah.grh.dgid).c_str(), qp->qpn());
     return EINVAL;
@@ -222,12 +206,15 @@ int modify_qp_locked(Engine& engine, Qp* qp, const ibv_qp_attr* attr, int mask) 
            qp_state_name(from), qp_state_name(to), mask, required & ~mask, mask & ~(required | optional));
     return EINVAL;
   }
-  if ((mask & IBV_QP_PORT) && attr->port_num != 1) {
-    refuse("modify_qp of QP %u: port_num %u (the device has port 1 only)", qp->qpn(), attr->port_num);
+  const Device* device = qp->device();
+  if ((mask & IBV_QP_PORT) && device->port(attr->port_num) == nullptr) {
+    refuse("modify_qp of QP %u: port_num %u (the device has %zu port(s))", qp->qpn(), attr->port_num,
+           device->ports.size());
     return EINVAL;
   }
-  if ((mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) {
-    refuse("modify_qp of QP %u: pkey_index %u (the P_Key table has one entry)", qp->qpn(), attr->pkey_index);
+  if ((mask & IBV_QP_PKEY_INDEX) && attr->pkey_index >= device->spec.pkeys.size()) {
+    refuse("modify_qp of QP %u: pkey_index %u beyond the P_Key table (%zu entries)", qp->qpn(), attr->pkey_index,
+           device->spec.pkeys.size());
     return EINVAL;
   }
   if ((mask & IBV_QP_ACCESS_FLAGS) &&
@@ -236,8 +223,11 @@ int modify_qp_locked(Engine& engine, Qp* qp, const ibv_qp_attr* attr, int mask) 
     refuse("modify_qp of QP %u: qp_access_flags 0x%x", qp->qpn(), attr->qp_access_flags);
     return EINVAL;
   }
-  if ((mask & IBV_QP_PATH_MTU) && (attr->path_mtu < IBV_MTU_256 || attr->path_mtu > IBV_MTU_4096)) {
-    refuse("modify_qp of QP %u: path_mtu %d beyond the port's active_mtu (4096)", qp->qpn(), attr->path_mtu);
+  const int active_mtu_bytes = device->spec.active_mtu;
+  if ((mask & IBV_QP_PATH_MTU) &&
+      (attr->path_mtu < IBV_MTU_256 || attr->path_mtu > IBV_MTU_4096 || (128 << attr->path_mtu) > active_mtu_bytes)) {
+    refuse("modify_qp of QP %u: path_mtu %d beyond the port's active_mtu (%d bytes)", qp->qpn(), attr->path_mtu,
+           active_mtu_bytes);
     return EINVAL;
   }
   if (((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && attr->max_dest_rd_atomic > kMaxRdAtomic) ||
@@ -284,180 +274,10 @@ int modify_qp_locked(Engine& engine, Qp* qp, const ibv_qp_attr* attr, int mask) 
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Devices
-
-FAKE_VERBS_API ibv_device** ibv_get_device_list(int* num_devices) {
-  std::vector<DeviceSpec> specs;
-  std::string error;
-  if (!parse_device_specs(std::getenv("FAKE_VERBS_DEVICES"), &specs, &error)) {
-    std::fprintf(stderr, "fake-verbs: %s\n", error.c_str());
-    errno = EINVAL;
-    return nullptr;
-  }
-  Engine& engine = Engine::current();
-  std::lock_guard<std::mutex> lock(engine.mu);
-  std::vector<Device*> devices;
-  for (const DeviceSpec& spec : specs) {
-    Device* device = engine.device_for(spec, &error);
-    if (device == nullptr) {
-      std::fprintf(stderr, "fake-verbs: %s\n", error.c_str());
-      errno = ENODEV;
-      return nullptr;
-    }
-    devices.push_back(device);
-  }
-  auto** list = static_cast<ibv_device**>(std::calloc(devices.size() + 1, sizeof(ibv_device*)));
-  if (list == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
-  for (size_t i = 0; i < devices.size(); ++i) list[i] = &devices[i]->shell.verbs;
-  if (num_devices != nullptr) *num_devices = static_cast<int>(devices.size());
-  return list;
-}
-
-FAKE_VERBS_API void ibv_free_device_list(ibv_device** list) { std::free(list); }
-
-FAKE_VERBS_API const char* ibv_get_device_name(ibv_device* device) { return device->name; }
-
-FAKE_VERBS_API __be64 ibv_get_device_guid(ibv_device* device) {
-  return htobe64(node_guid(impl_of<Device>(device)->node));
-}
-
-FAKE_VERBS_API ibv_context* ibv_open_device(ibv_device* verbs_device) {
-  Device* device = impl_of<Device>(verbs_device);
-  if (device == nullptr || !owned_here(device->engine, "a device")) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  Engine& engine = *device->engine;
-  std::lock_guard<std::mutex> lock(engine.mu);
-  Context* context = engine.keep(std::make_unique<Context>());
-  context->shell.impl = context;
-  context->engine = &engine;
-  context->device = device;
-  context->async = std::make_shared<AsyncQueue>();
-  ibv_context& verbs = context->shell.verbs;
-  verbs.device = verbs_device;
-  verbs.ops.poll_cq = poll_cq;
-  verbs.ops.req_notify_cq = req_notify_cq;
-  verbs.ops.post_send = post_send;
-  verbs.ops.post_recv = post_recv;
-  verbs.cmd_fd = -1;
-  verbs.async_fd = context->async->pipe_fds[0];
-  verbs.num_comp_vectors = 1;
-  pthread_mutex_init(&verbs.mutex, nullptr);
-  verbs.abi_compat = nullptr;  // not a verbs_context: inline wrappers take their legacy paths
-  engine.start_service();
-  return &verbs;
-}
-
-FAKE_VERBS_API int ibv_close_device(ibv_context* verbs_context) {
-  Context* context = impl_of<Context>(verbs_context);
-  if (!owned_here(context->engine, "a context")) return -1;
-  std::lock_guard<std::mutex> lock(context->engine->mu);
-  if (context->destroyed) {
-    violation("close of an already closed context");
-    errno = EINVAL;
-    return -1;
-  }
-  if (context->live_pds > 0 || context->live_cqs > 0) {
-    violation("context of %s closed with %d PDs and %d CQs still allocated", context->device->spec.name.c_str(),
-              context->live_pds, context->live_cqs);
-    errno = EBUSY;
-    return -1;
-  }
-  context->destroyed = true;
-  context->async->close();  // wakes waiters; they keep the queue alive until they return
-  context->async.reset();   // and its pipe closes with the last of them
-  return 0;
-}
-
-FAKE_VERBS_API int ibv_query_device(ibv_context* verbs_context, ibv_device_attr* attr) {
-  Context* context = impl_of<Context>(verbs_context);
-  if (!usable(context, "context")) return EINVAL;
-  std::memset(attr, 0, sizeof(*attr));
-  std::snprintf(attr->fw_ver, sizeof(attr->fw_ver), "fake-verbs 1.0");
-  attr->node_guid = htobe64(node_guid(context->device->node));
-  attr->sys_image_guid = attr->node_guid;
-  attr->max_mr_size = kMaxMrSize;
-  attr->page_size_cap = 0xfffff000;
-  attr->max_qp = 1 << 16;
-  attr->max_qp_wr = kMaxQpWr;
-  attr->max_sge = kMaxSge;
-  attr->max_sge_rd = kMaxSge;
-  attr->max_cq = 1 << 16;
-  attr->max_cqe = kMaxCqe;
-  attr->max_mr = 1 << 20;
-  attr->max_pd = 1 << 16;
-  attr->max_qp_rd_atom = kMaxRdAtomic;
-  attr->max_qp_init_rd_atom = kMaxRdAtomic;
-  attr->max_res_rd_atom = kMaxRdAtomic << 16;
-  attr->atomic_cap = IBV_ATOMIC_NONE;
-  attr->max_pkeys = 1;
-  attr->local_ca_ack_delay = 16;
-  attr->phys_port_cnt = 1;
-  return 0;
-}
-
-// Fills the prefix of ibv_port_attr that every ABI version has (up to link_layer): the caller's
-// struct may be the old, shorter one.
-FAKE_VERBS_API int ibv_query_port(ibv_context* verbs_context, uint8_t port_num, _compat_ibv_port_attr* out) {
-  Context* context = impl_of<Context>(verbs_context);
-  if (!usable(context, "context")) return EINVAL;
-  if (port_num != 1) return EINVAL;
-  const Device* device = context->device;
-  ibv_port_attr attr{};
-  attr.state = IBV_PORT_ACTIVE;
-  attr.max_mtu = IBV_MTU_4096;
-  attr.active_mtu = IBV_MTU_4096;
-  attr.gid_tbl_len = device->gid_count;
-  attr.port_cap_flags = device->spec.link == LinkLayer::kRoce ? IBV_PORT_IP_BASED_GIDS : 0;
-  attr.max_msg_sz = 1u << 31;
-  attr.pkey_tbl_len = 1;
-  attr.lid = device->lid;
-  attr.sm_lid = device->spec.link == LinkLayer::kInfiniband ? 1 : 0;
-  attr.max_vl_num = 1;
-  attr.active_width = device->spec.active_width;
-  attr.active_speed = device->spec.active_speed;
-  attr.phys_state = 5;  // LinkUp
-  attr.link_layer = device->spec.link == LinkLayer::kRoce ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
-  std::memcpy(out, &attr, offsetof(ibv_port_attr, flags));
-  return 0;
-}
-
-FAKE_VERBS_API int ibv_query_gid(ibv_context* verbs_context, uint8_t port_num, int index, ibv_gid* gid) {
-  Context* context = impl_of<Context>(verbs_context);
-  if (!usable(context, "context")) return -1;
-  if (port_num != 1 || index < 0 || index >= context->device->gid_count) {
-    errno = EINVAL;
-    return -1;
-  }
-  *gid = context->device->gids[index];
-  return 0;
-}
-
-FAKE_VERBS_API int _ibv_query_gid_ex(ibv_context* verbs_context, uint32_t port_num, uint32_t gid_index,
-                                     ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
-  Context* context = impl_of<Context>(verbs_context);
-  if (!usable(context, "context")) return EINVAL;
-  if (flags != 0 || entry_size < sizeof(ibv_gid_entry) || port_num != 1) return EINVAL;
-  const Device* device = context->device;
-  if (gid_index >= static_cast<uint32_t>(device->gid_count)) return ENODATA;
-  std::memset(entry, 0, entry_size);
-  entry->gid = device->gids[gid_index];
-  entry->gid_index = gid_index;
-  entry->port_num = port_num;
-  entry->gid_type = device->gid_types[gid_index];
-  entry->ndev_ifindex = device->spec.link == LinkLayer::kRoce ? device->spec.ifindex : 0;
-  return 0;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Protection domains and memory regions
 
 FAKE_VERBS_API ibv_pd* ibv_alloc_pd(ibv_context* verbs_context) {
-  Context* context = impl_of<Context>(verbs_context);
+  Context* context = context_of(verbs_context);
   if (!usable(context, "context")) {
     errno = EINVAL;
     return nullptr;
@@ -468,7 +288,7 @@ FAKE_VERBS_API ibv_pd* ibv_alloc_pd(ibv_context* verbs_context) {
   pd->shell.impl = pd;
   pd->context = context;
   pd->shell.verbs.context = verbs_context;
-  pd->shell.verbs.handle = ++g_handles;
+  pd->shell.verbs.handle = next_handle();
   ++context->live_pds;
   return &pd->shell.verbs;
 }
@@ -547,7 +367,7 @@ FAKE_VERBS_API int ibv_dereg_mr(ibv_mr* verbs_mr) {
 
 FAKE_VERBS_API ibv_cq* ibv_create_cq(ibv_context* verbs_context, int cqe, void* cq_context,
                                      ibv_comp_channel* channel, int comp_vector) {
-  Context* context = impl_of<Context>(verbs_context);
+  Context* context = context_of(verbs_context);
   if (!usable(context, "context")) {
     errno = EINVAL;
     return nullptr;
@@ -571,7 +391,7 @@ FAKE_VERBS_API ibv_cq* ibv_create_cq(ibv_context* verbs_context, int cqe, void* 
   ibv_cq& verbs = cq->shell.verbs;
   verbs.context = verbs_context;
   verbs.cq_context = cq_context;
-  verbs.handle = ++g_handles;
+  verbs.handle = next_handle();
   verbs.cqe = cqe;
   pthread_mutex_init(&verbs.mutex, nullptr);
   pthread_cond_init(&verbs.cond, nullptr);
@@ -598,6 +418,17 @@ FAKE_VERBS_API ibv_qp* ibv_create_qp(ibv_pd* verbs_pd, ibv_qp_init_attr* init) {
   if (init->qp_type != IBV_QPT_RC || init->srq != nullptr) {
     refuse("create_qp: only RC QPs without an SRQ are emulated (qp_type %d)", init->qp_type);
     errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (pd->context->device->spec.link == LinkLayer::kEfa) {
+    refuse("create_qp on %s: an EFA device has no RC queue pairs (SRD and UD only)",
+           pd->context->device->spec.name.c_str());
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (pd->context->device->fatal) {
+    refuse("create_qp on %s: the device had a fatal error", pd->context->device->spec.name.c_str());
+    errno = EIO;
     return nullptr;
   }
   Cq* send_cq = impl_of<Cq>(init->send_cq);
@@ -628,12 +459,12 @@ FAKE_VERBS_API ibv_qp* ibv_create_qp(ibv_pd* verbs_pd, ibv_qp_init_attr* init) {
   qp->cap = cap;  // exactly what was asked for: the fake never grants more, so overruns show
   qp->sq_sig_all = init->sq_sig_all != 0;
   ibv_qp& verbs = qp->shell.verbs;
-  verbs.context = &pd->context->shell.verbs;
+  verbs.context = &pd->context->shell.verbs.context;
   verbs.qp_context = init->qp_context;
   verbs.pd = verbs_pd;
   verbs.send_cq = init->send_cq;
   verbs.recv_cq = init->recv_cq;
-  verbs.handle = ++g_handles;
+  verbs.handle = next_handle();
   verbs.qp_num = engine.new_qpn(pd->context->device);
   verbs.state = IBV_QPS_RESET;
   verbs.qp_type = IBV_QPT_RC;
@@ -651,6 +482,10 @@ FAKE_VERBS_API int ibv_modify_qp(ibv_qp* verbs_qp, ibv_qp_attr* attr, int attr_m
   if (!usable(qp, "QP")) return EINVAL;
   Engine& engine = engine_of(qp->context);
   std::lock_guard<std::mutex> lock(engine.mu);
+  if (qp->device()->fatal && attr->qp_state != IBV_QPS_ERR && attr->qp_state != IBV_QPS_RESET) {
+    refuse("modify_qp of QP %u: the device had a fatal error", qp->qpn());
+    return EIO;
+  }
   return modify_qp_locked(engine, qp, attr, attr_mask);
 }
 
@@ -704,56 +539,3 @@ FAKE_VERBS_API int ibv_destroy_qp(ibv_qp* verbs_qp) {
   return 0;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Async events and the rest
-
-// rdma-core: EINVAL once memory has been registered without it (too late to protect that memory).
-FAKE_VERBS_API int ibv_fork_init(void) {
-  if (g_fork_initialized) return 0;
-  if (g_registered_any) {
-    refuse("ibv_fork_init after memory was registered");
-    return EINVAL;
-  }
-  g_fork_initialized = true;
-  return 0;
-}
-
-// Blocks until an event arrives or the context is closed (then -1).
-FAKE_VERBS_API int ibv_get_async_event(ibv_context* verbs_context, ibv_async_event* event) {
-  Context* context = impl_of<Context>(verbs_context);
-  std::shared_ptr<AsyncQueue> queue;
-  {
-    std::lock_guard<std::mutex> lock(context->engine->mu);
-    queue = context->async;
-  }
-  if (queue == nullptr) {
-    errno = ENODEV;  // already closed
-    return -1;
-  }
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(queue->mu);
-      if (!queue->events.empty()) {
-        *event = queue->events.front();
-        queue->events.pop_front();
-        char byte;
-        (void)!::read(queue->pipe_fds[0], &byte, 1);
-        return 0;
-      }
-      if (queue->closed) {
-        errno = ENODEV;
-        return -1;
-      }
-    }
-    pollfd ready{queue->pipe_fds[0], POLLIN, 0};
-    ::poll(&ready, 1, -1);
-  }
-}
-
-FAKE_VERBS_API void ibv_ack_async_event(ibv_async_event*) {}
-
-// Test-only: whether ibv_fork_init has succeeded in this process.
-FAKE_VERBS_API int fake_verbs_fork_initialized(void) { return g_fork_initialized ? 1 : 0; }
-
-// Test-only: how many VIOLATION lines this process printed.
-FAKE_VERBS_API uint64_t fake_verbs_violations(void) { return violation_count(); }

@@ -33,13 +33,18 @@ struct MsgHeader {
 
 struct Hello {
   uint32_t pid = 0;
-  uint32_t device_index = 0;
+  uint32_t device_index = 0;  // the requester port's address index
   uint32_t link = 0;      // LinkLayer
   uint32_t lid = 0;
   uint32_t gid_type = 0;  // the type of the requester's sgid_index (RoCE)
   uint32_t qpn = 0;
   uint32_t dest_qpn = 0;
   uint32_t sq_psn = 0;
+  uint64_t subnet_prefix = 0;  // the requester port's (IB)
+  uint32_t is_global = 0;      // the requester's packets carry a GRH
+  uint32_t pkey = 0;           // the P_Key at the requester QP's pkey_index
+  uint32_t rnr_retry = 0;      // the requester's: 7 retries forever
+  uint32_t reserved = 0;
 };
 
 constexpr uint64_t kMaxTextPayload = 1024;
