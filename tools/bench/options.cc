@@ -32,7 +32,8 @@ std::string usage_text() {
   const std::string models = model_list();
   return "usage: sieve-bench [options]\n"
          "N processes act as nodes: each loads the Sieve plugin as NCCL does and they run NCCL-style ring\n"
-         "all-reduce over a model's DDP gradient buckets, dense and pruned, and check every sum exactly.\n"
+         "all-reduce over a model's DDP gradient buckets (or, with --fsdp, FSDP's all-gathers and\n"
+         "reduce-scatters), dense and pruned, and check every value exactly.\n"
          "As root the nodes live in network namespaces on a tc-shaped virtual switch (tools/netlab.sh);\n"
          "otherwise (or with --loopback) they use loopback.\n\n"
          "  --nodes N             nodes (default 4)\n"
@@ -46,7 +47,7 @@ std::string usage_text() {
          "  --modes LIST          dense,compacted"
          ",codec"
          " (default dense,compacted)\n"
-         "  --iters N             measured all-reduces of the whole model per mode (default 5)\n"
+         "  --iters N             measured all-reduces of the whole model (--fsdp: steps) per mode (default 5)\n"
          "  --warmup N            unmeasured ones first (default 1)\n"
          "  --rate R              switch port rate, tc syntax: 100mbit, 1gbit, 10gbit; none = unshaped (default 1gbit)\n"
          "  --delay T             one-way delay on every port, e.g. 1ms, 250us (namespaces only)\n"
@@ -55,6 +56,10 @@ std::string usage_text() {
          "  --reorder P           share of packets sent ahead of delayed ones, e.g. 25% (needs --delay)\n"
          "  --loopback            loopback even as root (shaped by the plugin's own rate limit when it has one)\n"
          "  --gloo                also run PyTorch's Gloo all-reduce on the same lab and buckets (namespaces only)\n"
+         "  --fsdp                FSDP's traffic instead of DDP's: per parameter group (each block, then the rest),\n"
+         "                        an all-gather of parameters and a reduce-scatter of gradients in FSDP2's sharded\n"
+         "                        layout; compacted = each shard's kept elements, padded to the largest shard's,\n"
+         "                        as the proxy sends them\n"
          "  --plugin PATH         libnccl-net-sieve.so (default: the one installed beside it, else this build's)\n"
          "  --netlab PATH         tools/netlab.sh (default: the source tree's)\n"
          "  --gloo-script PATH    tools/gloo_allreduce.py (default: the source tree's)\n"
@@ -127,7 +132,7 @@ bool parse_modes(const std::string& text, std::vector<Mode>* modes, std::string*
   return !modes->empty();
 }
 
-const char* const kFlags[] = {"--json", "--quiet", "--loopback", "--gloo", "--version", "--help"};
+const char* const kFlags[] = {"--json", "--quiet", "--loopback", "--gloo", "--fsdp", "--version", "--help"};
 const char* const kValued[] = {"--nodes",   "--model", "--masks",  "--prune",   "--density", "--seed",
                                "--dtype",   "--modes", "--iters",  "--warmup",  "--rate",    "--delay",
                                "--jitter",  "--loss",  "--reorder", "--plugin", "--netlab",  "--gloo-script",
@@ -233,6 +238,8 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       o->loopback = true;
     } else if (arg == "--gloo") {
       o->gloo = true;
+    } else if (arg == "--fsdp") {
+      o->fsdp = true;
     } else if (!takes_value(arg)) {
       *message = "unknown option '" + arg + "' (--help lists them)";
       return false;

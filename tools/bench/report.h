@@ -15,7 +15,7 @@ struct ModeResult {
   std::string name;       // dense, compacted, codec, gloo
   bool ok = false;
   std::string error;      // what failed, naming the node
-  std::vector<double> seconds;  // per measured all-reduce of the whole model: the slowest node
+  std::vector<double> seconds;  // per measured all-reduce of the whole model (--fsdp: step): the slowest node
   std::vector<double> compaction_seconds;  // of which gather + scatter on the CPU (slowest node)
   double logical_bytes = 0;     // per node per all-reduce, handed to the transport
   bool has_plugin_wire = false;
@@ -42,6 +42,11 @@ struct RunReport {
   std::string prune;  // "unstructured, density 0.20"
   double kept_fraction = 1;
   int iterations = 0;
+  // --fsdp: a step's all-gathers and reduce-scatters per parameter group instead of DDP's buckets.
+  bool fsdp = false;
+  size_t groups = 0, groups_compacted = 0;
+  double padding_fraction = 0;  // of the groups' buffers: FSDP's padding of uneven dim-0 shards
+  double compacted_share = 1;   // of the dense elements, what the compacted rings carry
   std::vector<ModeResult> modes;
   bool wrong_values = false;  // some checked sum did not match
   std::string failure;
