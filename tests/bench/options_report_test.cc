@@ -211,6 +211,20 @@ TEST(Report, FsdpRunsSayStepsAndGroups) {
   EXPECT_NE(format_table(stopped).find("2 of 5 measured steps finished"), std::string::npos);
 }
 
+// How the Gloo peer ran an FSDP step is said under the table and in the JSON, not hidden.
+TEST(Report, AModesNoteIsShown) {
+  RunReport r = fsdp_sample();
+  ModeResult gloo;
+  gloo.name = "gloo";
+  gloo.ok = true;
+  gloo.seconds = {2.0, 2.0};
+  gloo.note = "Gloo in torch 1.13 has no reduce_scatter, so each group's gradients were all-reduced instead";
+  r.modes.push_back(gloo);
+  EXPECT_NE(format_table(r).find("\ngloo: Gloo in torch 1.13 has no reduce_scatter"), std::string::npos) << format_table(r);
+  EXPECT_NE(format_json(r).find("\"note\":\"Gloo in torch 1.13 has no reduce_scatter"), std::string::npos);
+  EXPECT_NE(format_json(sample()).find("\"note\":\"\""), std::string::npos);
+}
+
 TEST(Report, MedianIgnoresAStall) {
   ModeResult m;
   m.seconds = {0.3, 2.0, 0.31, 0.29, 0.3};

@@ -55,11 +55,11 @@ std::string usage_text() {
          "  --loss P              packet loss, e.g. 1%, 0.5%\n"
          "  --reorder P           share of packets sent ahead of delayed ones, e.g. 25% (needs --delay)\n"
          "  --loopback            loopback even as root (shaped by the plugin's own rate limit when it has one)\n"
-         "  --gloo                also run PyTorch's Gloo all-reduce on the same lab and buckets (namespaces only)\n"
+         "  --gloo                also run PyTorch's Gloo on the same lab and workload (namespaces only)\n"
          "  --fsdp                FSDP's traffic instead of DDP's: per parameter group (each block, then the rest),\n"
          "                        an all-gather of parameters and a reduce-scatter of gradients in FSDP2's sharded\n"
          "                        layout; compacted = each shard's kept elements, padded to the largest shard's,\n"
-         "                        as the proxy sends them\n"
+         "                        as the proxy sends them (where Gloo has no reduce_scatter, --gloo all-reduces)\n"
          "  --plugin PATH         libnccl-net-sieve.so (default: the one installed beside it, else this build's)\n"
          "  --netlab PATH         tools/netlab.sh (default: the source tree's)\n"
          "  --gloo-script PATH    tools/gloo_allreduce.py (default: the source tree's)\n"
@@ -83,7 +83,8 @@ int run_budget_seconds(const Options& o, double model_bytes, double kept_fractio
   const double per_dense = 2.0 * (o.nodes - 1) / o.nodes * model_bytes * 8 / rate;
   double share = 0;  // of a dense all-reduce's bytes, summed over the modes
   for (Mode mode : o.modes) share += mode == Mode::Dense ? 1.0 : mode == Mode::Compacted ? kept_fraction : kept_fraction + 1.0 / 16;
-  if (o.gloo) share += 1.0;
+  // An FSDP step on Gloo may all-reduce where it cannot reduce-scatter: half as much again.
+  if (o.gloo) share += o.fsdp ? 1.5 : 1.0;
   const double rounds = o.warmup + o.iterations;
   const double seconds = 120 + 3 * rounds * per_dense * share;  // 120 s: lab, processes, connections
   return static_cast<int>(std::min(86400.0, std::ceil(seconds)));

@@ -472,6 +472,7 @@ int run_bench(const Options& o, const std::string& self_path, RunReport* report)
       GlooJob job;
       job.script = gloo_script;
       for (const Bucket& b : work.buckets) job.bucket_elements.push_back(b.elements);
+      for (const FsdpGroup& g : work.fsdp.groups) job.shard_elements.push_back(g.shard_elements);
       job.nodes = o.nodes;
       for (int i = 0; i < o.nodes; ++i) job.namespaces.push_back(lab.ns(i));
       job.master_address = "10.77.0.1";

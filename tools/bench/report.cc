@@ -129,6 +129,7 @@ std::string format_table(const RunReport& r) {
         << pad(speedup_text(m.ideal_speedup), 8) << '\n';
   }
   for (const ModeResult& m : r.modes) {
+    if (m.ok && !m.note.empty()) out << "\n" << m.name << ": " << m.note;
     if (m.ok && m.mean_compaction_seconds() > 0) {
       out << "\n" << m.name << ": " << fixed(m.mean_compaction_seconds(), 3, " s") << " of each "
           << (r.fsdp ? "step" : "all-reduce")
@@ -223,6 +224,7 @@ std::string format_json(const RunReport& r) {
                    dense ? dense->median_seconds() / std::max(m.median_seconds(), 1e-300) : 0);
     number_or_null("ideal_speedup", m.ideal_speedup > 0 && std::isfinite(m.ideal_speedup), m.ideal_speedup);
     json.member("device", m.device);
+    json.member("note", m.note);
     json.end_object();
   }
   json.end_array();

@@ -24,6 +24,7 @@ struct ModeResult {
   double kernel_tx_bytes = 0;    // per node per all-reduce, the interface's tx counter
   double ideal_speedup = 0;      // 0 = not applicable
   std::string device;            // the plugin's device name on node 0
+  std::string note;              // what the table says under the rows, e.g. how the Gloo peer ran FSDP's step
   double mean_seconds() const;
   // The table and the speedups use the median: on shared cores one descheduled node stalls the
   // whole ring now and then, and the median is not moved by such an outlier.
