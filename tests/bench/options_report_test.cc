@@ -158,6 +158,73 @@ TEST(Report, TableJsonAndSummaryAgree) {
   EXPECT_NE(table.find("compacted: 0.020 s of each all-reduce is the gather and scatter"), std::string::npos) << table;
 }
 
+TEST(Options, FsdpIsAFlagOffByDefault) {
+  Options o;
+  std::string message;
+  ASSERT_TRUE(parse({}, &o, &message)) << message;
+  EXPECT_FALSE(o.fsdp);
+  ASSERT_TRUE(parse({"--fsdp", "--model", "vit_b_16", "--modes", "dense,compacted,codec", "--nodes", "3"}, &o, &message))
+      << message;
+  EXPECT_TRUE(o.fsdp);
+  EXPECT_EQ(o.nodes, 3);
+  EXPECT_NE(usage_text().find("--fsdp "), std::string::npos);
+  EXPECT_FALSE(parse({"--fsdp", "--gloo", "--loopback"}, &o, &message));  // Gloo still needs the lab
+  EXPECT_NE(message.find("--gloo"), std::string::npos) << message;
+}
+
+RunReport fsdp_sample() {
+  RunReport r = sample();
+  r.fsdp = true;
+  r.buckets = 0;
+  r.groups = 17;
+  r.groups_compacted = 16;
+  r.padding_fraction = 0.003;
+  r.compacted_share = 0.2025;
+  return r;
+}
+
+TEST(Report, FsdpRunsSayStepsAndGroups) {
+  const RunReport r = fsdp_sample();
+  const std::string table = format_table(r);
+  EXPECT_NE(table.find("in 17 FSDP groups, sharded on dim 0 with 0.3 % padding"), std::string::npos) << table;
+  EXPECT_NE(table.find("2 measured steps per mode"), std::string::npos) << table;
+  EXPECT_NE(table.find("compacted: 16 of 17 groups"), std::string::npos) << table;
+  EXPECT_NE(table.find("20.2 % of the dense elements"), std::string::npos) << table;
+  EXPECT_NE(table.find("0.020 s of each step is the gather and scatter"), std::string::npos) << table;
+  EXPECT_NE(table.find("every reduce-scattered shard was checked"), std::string::npos) << table;
+  EXPECT_EQ(table.find("DDP bucket"), std::string::npos) << table;
+  const std::string line = summary_line(r);
+  EXPECT_NE(line.find("FSDP traffic"), std::string::npos) << line;
+  EXPECT_NE(line.find("4.4x faster"), std::string::npos) << line;
+  EXPECT_NE(line.find("per node and step"), std::string::npos) << line;
+  const std::string json = format_json(r);
+  EXPECT_NE(json.find("\"collectives\":\"fsdp\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"groups\":17"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"groups_compacted\":16"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"compacted_share\":0.2025"), std::string::npos) << json;
+  EXPECT_EQ(json.find("\"buckets\""), std::string::npos) << json;
+  EXPECT_NE(format_json(sample()).find("\"collectives\":\"ddp\""), std::string::npos);
+  RunReport stopped = fsdp_sample();
+  stopped.iterations = 5;
+  stopped.modes[1].ok = false;
+  stopped.modes[1].error = "timed out";
+  EXPECT_NE(format_table(stopped).find("2 of 5 measured steps finished"), std::string::npos);
+}
+
+// How the Gloo peer ran an FSDP step is said under the table and in the JSON, not hidden.
+TEST(Report, AModesNoteIsShown) {
+  RunReport r = fsdp_sample();
+  ModeResult gloo;
+  gloo.name = "gloo";
+  gloo.ok = true;
+  gloo.seconds = {2.0, 2.0};
+  gloo.note = "Gloo in torch 1.13 has no reduce_scatter, so each group's gradients were all-reduced instead";
+  r.modes.push_back(gloo);
+  EXPECT_NE(format_table(r).find("\ngloo: Gloo in torch 1.13 has no reduce_scatter"), std::string::npos) << format_table(r);
+  EXPECT_NE(format_json(r).find("\"note\":\"Gloo in torch 1.13 has no reduce_scatter"), std::string::npos);
+  EXPECT_NE(format_json(sample()).find("\"note\":\"\""), std::string::npos);
+}
+
 TEST(Report, MedianIgnoresAStall) {
   ModeResult m;
   m.seconds = {0.3, 2.0, 0.31, 0.29, 0.3};

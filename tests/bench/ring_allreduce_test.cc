@@ -1,16 +1,12 @@
-// The ring schedule over in-process fake links: every node a thread, every ring edge a channel that
-// matches sends to receives in posting order, completes a send only once its receive took the data
-// (a rendezvous, the strictest transport), and now and then refuses a request or reports it late.
+// The ring schedule over in-process fake links (fake_ring_link.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
-#include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "tests/bench/fake_ring_link.h"
 #include "tools/bench/gradients.h"
 #include "tools/bench/pruning.h"
 #include "tools/bench/ring_allreduce.h"
@@ -18,86 +14,8 @@
 namespace sieve::bench {
 namespace {
 
-struct FakeRequest {
-  bool is_send;
-  const void* src = nullptr;
-  void* dst = nullptr;
-  size_t bytes = 0;
-  size_t received = 0;
-  bool done = false;
-};
-
-class FakeChannel {
- public:
-  void post_send(FakeRequest* r) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    sends_.push_back(r);
-    match();
-  }
-  void post_recv(FakeRequest* r) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    recvs_.push_back(r);
-    match();
-  }
-  bool done(FakeRequest* r) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return r->done;
-  }
-
- private:
-  void match() {
-    while (!sends_.empty() && !recvs_.empty()) {
-      FakeRequest* s = sends_.front();
-      FakeRequest* r = recvs_.front();
-      sends_.pop_front();
-      recvs_.pop_front();
-      ASSERT_LE(s->bytes, r->bytes) << "a send larger than its receive";
-      std::memcpy(r->dst, s->src, s->bytes);
-      r->received = s->bytes;
-      s->done = r->done = true;
-    }
-  }
-  std::mutex mutex_;
-  std::deque<FakeRequest*> sends_, recvs_;
-};
-
-class FakeLink : public RingLink {
- public:
-  FakeLink(FakeChannel& to_next, FakeChannel& from_prev, uint64_t seed) : next_(to_next), prev_(from_prev), rng_(seed) {}
-  std::string post_send(const void* data, size_t bytes, void** request) override {
-    if (busy()) return "";
-    auto* r = own(FakeRequest{true, data, nullptr, bytes});
-    next_.post_send(r);
-    *request = r;
-    return "";
-  }
-  std::string post_recv(void* data, size_t bytes, void** request) override {
-    if (busy()) return "";
-    auto* r = own(FakeRequest{false, nullptr, data, bytes});
-    prev_.post_recv(r);
-    *request = r;
-    return "";
-  }
-  std::string test(void* request, bool* done, size_t* bytes) override {
-    auto* r = static_cast<FakeRequest*>(request);
-    *done = !busy() && (r->is_send ? next_ : prev_).done(r);
-    if (*done) {
-      *bytes = r->is_send ? r->bytes : r->received;
-    }
-    return "";
-  }
-
- private:
-  bool busy() { return rng_.next() % 4 == 0; }  // a quarter of all calls: "not now"
-  FakeRequest* own(FakeRequest request) {
-    requests_.push_back(std::make_unique<FakeRequest>(request));
-    return requests_.back().get();
-  }
-  std::vector<std::unique_ptr<FakeRequest>> requests_;
-  FakeChannel& next_;
-  FakeChannel& prev_;
-  SplitMix64 rng_;
-};
+using fake_ring::FakeChannel;
+using fake_ring::FakeLink;
 
 void run_ring(int nranks, size_t count, DType type, const RingOptions& options) {
   const GradientPattern pattern(nranks, 1, type);
@@ -153,6 +71,86 @@ TEST(RingAllReduce, Bf16AndDeepPipelines) {
   run_ring(4, 100003, DType::BF16, small_chunks(1024, 8));
   run_ring(4, 100003, DType::F32, small_chunks(4096, 1));
   run_ring(8, 65536, DType::F32, small_chunks(512, 16));
+}
+
+// FSDP's halves: reduce-scatter leaves rank r the sum of shard r; all-gather gives every rank every
+// rank's shard; each sends (N-1) shards and nothing else.
+enum class Half { ReduceScatter, AllGather };
+
+void run_half(Half half, int nranks, size_t shard, DType type, const RingOptions& options) {
+  const GradientPattern pattern(nranks, 3, type);
+  const size_t count = shard * static_cast<size_t>(nranks), elem = dtype_bytes(type);
+  std::vector<FakeChannel> channels(nranks);
+  std::vector<std::vector<char>> buffers(nranks), scratch(nranks);
+  std::vector<RingResult> results(nranks);
+  for (int r = 0; r < nranks; ++r) {
+    buffers[r].assign(count * elem, 0x5a);  // what an all-gather must overwrite
+    scratch[r].resize(scratch_bytes(options));
+    if (half == Half::ReduceScatter) {
+      fill_gradients(pattern, r, 0, count, type, nullptr, buffers[r].data());
+    } else {
+      const size_t own = shard * static_cast<size_t>(r);
+      fill_gradients(pattern, r, own, shard, type, nullptr, buffers[r].data() + own * elem);
+    }
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < nranks; ++r) {
+    threads.emplace_back([&, r] {
+      FakeLink link(channels[r], channels[(r + nranks - 1) % nranks], 200 + r);
+      results[r] = half == Half::ReduceScatter
+                       ? ring_reduce_scatter(link, r, nranks, buffers[r].data(), count, type, scratch[r].data(), options)
+                       : ring_all_gather(link, r, nranks, buffers[r].data(), count, type, options);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < nranks; ++r) {
+    ASSERT_EQ(results[r].error, "") << "rank " << r;
+    EXPECT_EQ(results[r].bytes_sent, static_cast<size_t>(nranks - 1) * shard * elem) << "rank " << r;
+    if (half == Half::ReduceScatter) {
+      const size_t own = shard * static_cast<size_t>(r);
+      EXPECT_EQ(check_sums(pattern, own, shard, type, nullptr, buffers[r].data() + own * elem), "") << "rank " << r;
+    } else {
+      for (int owner = 0; owner < nranks; ++owner) {
+        const size_t at = shard * static_cast<size_t>(owner);
+        EXPECT_EQ(check_values(pattern, owner, at, shard, type, nullptr, buffers[r].data() + at * elem), "")
+            << "rank " << r << ", shard of rank " << owner;
+      }
+    }
+  }
+}
+
+TEST(RingReduceScatter, EachRankGetsTheSumOfItsOwnShard) {
+  for (int nranks : {1, 2, 3, 4, 5}) {
+    for (size_t shard : {size_t{1}, size_t{7}, size_t{1000}, size_t{4099}}) {
+      SCOPED_TRACE("nranks " + std::to_string(nranks) + " shard " + std::to_string(shard));
+      run_half(Half::ReduceScatter, nranks, shard, DType::F32, small_chunks(256, 3));
+    }
+  }
+  run_half(Half::ReduceScatter, 4, 25001, DType::BF16, small_chunks(1024, 8));
+  run_half(Half::ReduceScatter, 8, 8192, DType::F32, small_chunks(512, 1));
+}
+
+TEST(RingAllGather, EveryRankGetsEveryShard) {
+  for (int nranks : {1, 2, 3, 4, 5}) {
+    for (size_t shard : {size_t{1}, size_t{7}, size_t{1000}, size_t{4099}}) {
+      SCOPED_TRACE("nranks " + std::to_string(nranks) + " shard " + std::to_string(shard));
+      run_half(Half::AllGather, nranks, shard, DType::F32, small_chunks(256, 3));
+    }
+  }
+  run_half(Half::AllGather, 4, 25001, DType::BF16, small_chunks(1024, 8));
+  run_half(Half::AllGather, 8, 8192, DType::F32, small_chunks(512, 1));
+}
+
+TEST(RingReduceScatter, UnevenShardsAreRefused) {
+  FakeChannel a, b;
+  FakeLink link(a, b, 1);
+  std::vector<float> buffer(10);
+  RingOptions options = small_chunks(64, 2);
+  std::vector<char> scratch(scratch_bytes(options));
+  const RingResult scattered = ring_reduce_scatter(link, 0, 3, buffer.data(), 10, DType::F32, scratch.data(), options);
+  EXPECT_NE(scattered.error.find("equal shards"), std::string::npos) << scattered.error;
+  const RingResult gathered = ring_all_gather(link, 0, 3, buffer.data(), 10, DType::F32, options);
+  EXPECT_NE(gathered.error.find("equal shards"), std::string::npos) << gathered.error;
 }
 
 TEST(RingAllReduce, MissingPeerEndsAtTheDeadline) {

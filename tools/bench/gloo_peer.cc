@@ -48,6 +48,46 @@ std::vector<double> json_numbers(const std::string& text, const std::string& key
   return values;
 }
 
+std::string json_string(const std::string& text, const std::string& key) {
+  const size_t at = text.find("\"" + key + "\":\"");
+  if (at == std::string::npos) return "";
+  const size_t begin = at + key.size() + 4;
+  return text.substr(begin, text.find('"', begin) - begin);
+}
+
+std::string joined(const std::vector<size_t>& sizes) {
+  std::string text;
+  for (size_t n : sizes) text += (text.empty() ? "" : ",") + std::to_string(n);
+  return text;
+}
+
+std::string fixed(double value, int digits) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(digits);
+  out << value;
+  return out.str();
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// How the script ran FSDP's step: torch 1.13's Gloo cannot reduce-scatter, so it all-reduces.
+std::string fsdp_note(const std::string& text, const ModeResult& result) {
+  const std::string gathers = fixed(median(json_numbers(text, "all_gather_seconds")), 3);
+  const std::string step = fixed(result.median_seconds(), 3);
+  if (json_string(text, "reduce_scatter") == "reduce_scatter") {
+    return "its all-gathers take " + gathers + " s of the " + step + " s step, its reduce-scatters the rest.";
+  }
+  return "Gloo in torch " + json_string(text, "torch") +
+         " has no reduce_scatter, so each group's gradients were all-reduced instead (twice a reduce-scatter's "
+         "bytes); its all-gathers take " + gathers + " s of the " + step + " s step.";
+}
+
 }  // namespace
 
 bool gloo_supports(const std::string& script, DType dtype, std::string* error, const std::string& python) {
@@ -75,8 +115,7 @@ void run_gloo(const GlooJob& job, ModeResult* result) {
     result->error = "Gloo script not found at " + job.script;
     return;
   }
-  std::string buckets;
-  for (size_t n : job.bucket_elements) buckets += (buckets.empty() ? "" : ",") + std::to_string(n);
+  const bool fsdp = !job.shard_elements.empty();
   const long seconds_left = std::max<long>(
       5, std::chrono::duration_cast<std::chrono::seconds>(job.deadline - std::chrono::steady_clock::now()).count());
   std::vector<Runner> runners(job.nodes);
@@ -96,7 +135,8 @@ void run_gloo(const GlooJob& job, ModeResult* result) {
       dup2(pipe_fds[1], STDOUT_FILENO);
       const std::vector<std::string> args = {
           job.python, job.script, "--rank", std::to_string(rank), "--world", std::to_string(job.nodes),
-          "--master", job.master_address, "--ifname", job.ifname, "--buckets", buckets, "--dtype",
+          "--master", job.master_address, "--ifname", job.ifname, fsdp ? "--shards" : "--buckets",
+          joined(fsdp ? job.shard_elements : job.bucket_elements), "--dtype",
           dtype_name(job.dtype), "--iters", std::to_string(job.iterations), "--warmup", std::to_string(job.warmup),
           "--timeout", std::to_string(seconds_left)};
       std::vector<char*> argv;
@@ -168,6 +208,7 @@ void run_gloo(const GlooJob& job, ModeResult* result) {
   result->has_kernel = all_tx;
   result->kernel_tx_bytes = tx_total / static_cast<double>(runners.size());
   result->device = "gloo";
+  if (fsdp) result->note = fsdp_note(runners[0].text, *result);
   result->ok = true;
 }
 

@@ -15,6 +15,9 @@ struct GlooJob {
   std::string python = "/usr/bin/python3";  // the system one: Debian's torch lives there
   std::string script;
   std::vector<size_t> bucket_elements;
+  // --fsdp: an FSDP step instead of the buckets' all-reduces; one rank's shard per group (padding
+  // included), forward order.
+  std::vector<size_t> shard_elements;
   int nodes = 0;
   std::vector<std::string> namespaces;
   std::string master_address;
@@ -30,7 +33,8 @@ struct GlooJob {
 bool gloo_supports(const std::string& script, DType dtype, std::string* error,
                    const std::string& python = GlooJob().python);
 
-// Fills `result` (ok, seconds, kernel tx bytes per node) or its error.
+// Fills `result` (ok, seconds, kernel tx bytes per node; for an FSDP step, a note on how Gloo ran
+// its reduce-scatters and how long its all-gathers took) or its error.
 void run_gloo(const GlooJob& job, ModeResult* result);
 
 }  // namespace sieve::bench

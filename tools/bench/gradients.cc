@@ -52,14 +52,17 @@ void fill_gradients(const GradientPattern& pattern, int rank, uint64_t first, si
   }
 }
 
-std::string check_sums(const GradientPattern& pattern, uint64_t first, size_t count, DType type,
-                       const uint8_t* keep, const void* data) {
+namespace {
+
+// Bitwise: a masked position must be +0.0 exactly, and every kept value is exact.
+template <typename Expected>
+std::string compare(Expected expected_at, uint64_t first, size_t count, DType type, const uint8_t* keep,
+                    const void* data) {
   size_t mismatches = 0;
   std::string first_report;
   for (size_t i = 0; i < count; ++i) {
-    const float expected = (keep == nullptr || keep[i]) ? pattern.expected_sum(first + i) : 0.0f;
+    const float expected = (keep == nullptr || keep[i]) ? expected_at(first + i) : 0.0f;
     const float got = stored(type, data, i);
-    // Bitwise: a masked position must be +0.0 exactly, and every kept sum is exact.
     if (std::signbit(got) != std::signbit(expected) || got != expected) {
       if (mismatches++ == 0) {
         first_report = "element " + std::to_string(first + i) + ": got " + std::to_string(got) + ", expected " +
@@ -69,6 +72,18 @@ std::string check_sums(const GradientPattern& pattern, uint64_t first, size_t co
   }
   if (mismatches == 0) return "";
   return std::to_string(mismatches) + " wrong elements, first " + first_report;
+}
+
+}  // namespace
+
+std::string check_sums(const GradientPattern& pattern, uint64_t first, size_t count, DType type,
+                       const uint8_t* keep, const void* data) {
+  return compare([&](uint64_t index) { return pattern.expected_sum(index); }, first, count, type, keep, data);
+}
+
+std::string check_values(const GradientPattern& pattern, int owner, uint64_t first, size_t count, DType type,
+                         const uint8_t* keep, const void* data) {
+  return compare([&](uint64_t index) { return pattern.value(owner, index); }, first, count, type, keep, data);
 }
 
 }  // namespace sieve::bench

@@ -39,4 +39,9 @@ void fill_gradients(const GradientPattern& pattern, int rank, uint64_t first, si
 std::string check_sums(const GradientPattern& pattern, uint64_t first, size_t count, DType type,
                        const uint8_t* keep, const void* data);
 
+// Compares `data` with node `owner`'s own values (zero where keep[i] == 0): what an all-gather
+// delivers from the shard `owner` holds. Returns "" or a description as check_sums does.
+std::string check_values(const GradientPattern& pattern, int owner, uint64_t first, size_t count, DType type,
+                         const uint8_t* keep, const void* data);
+
 }  // namespace sieve::bench

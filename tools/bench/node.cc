@@ -15,6 +15,7 @@
 #include <memory>
 #include <sstream>
 
+#include "tools/bench/arena.h"
 #include "tools/bench/gradients.h"
 #include "tools/bench/plugin_link.h"
 #include "tools/bench/ring_allreduce.h"
@@ -71,19 +72,6 @@ KernelCounters read_kernel_counters(const std::string& ifname) {
   }
   return counters;
 }
-
-// Element buffers aligned for the reduction loops and page-aligned for the transport.
-struct Arena {
-  explicit Arena(size_t bytes) : size(bytes) {
-    void* p = nullptr;
-    if (posix_memalign(&p, 4096, bytes ? bytes : 1) == 0) data.reset(static_cast<char*>(p));
-  }
-  struct Free {
-    void operator()(char* p) const { std::free(p); }
-  };
-  std::unique_ptr<char, Free> data;
-  size_t size;
-};
 
 class Node {
  public:
@@ -162,6 +150,7 @@ class Node {
   }
 
   std::string prepare_buffers() {
+    if (job_.fsdp != nullptr) return prepare_fsdp();
     size_t total = 0;
     for (const Bucket& bucket : *job_.buckets) {
       bucket_first_.push_back(total);
@@ -189,14 +178,57 @@ class Node {
       ring_memory = compact_->data.get();
       ring_bytes = kept_total * elem_;
     }
+    std::string error = prepare_ring();
+    if (error.empty()) error = link_->register_region(ring_memory, ring_bytes);
+    return error;
+  }
+
+  // The ring's options and its scratch (registered: reduce-scatter chunks land there).
+  std::string prepare_ring() {
     options_.chunk_bytes = job_.chunk_bytes;
     options_.max_inflight = job_.inflight;
     options_.deadline = deadline_;
     scratch_ = std::make_unique<Arena>(scratch_bytes(options_));
     if (!scratch_->data) return "out of memory for the scratch buffer";
-    std::string error = link_->register_region(ring_memory, ring_bytes);
-    if (error.empty()) error = link_->register_region(scratch_->data.get(), scratch_->size);
+    return link_->register_region(scratch_->data.get(), scratch_->size);
+  }
+
+  // --fsdp: the step's parameter, gradient and compact buffers instead of DDP's buckets.
+  std::string prepare_fsdp() {
+    fsdp_ = std::make_unique<FsdpStep>(*job_.fsdp, job_.mode, job_.rank, job_.dtype);
+    std::string error = fsdp_->allocate();
+    if (error.empty()) error = prepare_ring();
+    for (const auto& [data, bytes] : fsdp_->ring_regions()) {
+      if (error.empty()) error = link_->register_region(data, bytes);
+    }
     return error;
+  }
+
+  // Every node starts its clock together, as Gloo's runs do after dist.barrier(): otherwise the
+  // slowest node's time would include how much later the others finished filling their buffers.
+  std::string start_together() {
+    if (!send_message(fd_, "filled")) return "orchestrator gone";
+    return expect("start").empty() ? error_ : "";
+  }
+
+  std::string report_done(int iter, Clock::duration elapsed, size_t bytes, Clock::duration compaction) {
+    std::ostringstream done;
+    done << "done " << iter << ' ' << std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count() << ' '
+         << bytes << ' ' << std::chrono::duration_cast<std::chrono::nanoseconds>(compaction).count();
+    return send_message(fd_, done.str()) ? "" : "orchestrator gone";
+  }
+
+  std::string fsdp_iteration(int iter) {
+    fsdp_->fill(static_cast<uint64_t>(iter));
+    std::string error = start_together();
+    if (!error.empty()) return error;
+    const auto start = Clock::now();
+    const FsdpStepResult result = fsdp_->run(*link_, scratch_->data.get(), options_);
+    const auto elapsed = Clock::now() - start;
+    if (!result.error.empty()) return result.error;
+    const std::string wrong = fsdp_->check(static_cast<uint64_t>(iter));
+    if (!wrong.empty()) return "WRONG RESULT in iteration " + std::to_string(iter) + ", " + wrong;
+    return report_done(iter, elapsed, result.bytes_sent, result.compaction);
   }
 
   const uint8_t* keep_of(size_t bucket) const {
@@ -222,16 +254,15 @@ class Node {
   }
 
   std::string iteration(int iter) {
+    if (fsdp_) return fsdp_iteration(iter);
     const GradientPattern pattern(job_.nranks, static_cast<uint64_t>(iter), job_.dtype);
     const auto& buckets = *job_.buckets;
     for (size_t b = 0; b < buckets.size(); ++b) {
       fill_gradients(pattern, job_.rank, bucket_first_[b], buckets[b].elements, job_.dtype, keep_of(b),
                      gradients_->data.get() + bucket_first_[b] * elem_);
     }
-    // Every node starts its clock together, as Gloo's runs do after dist.barrier(): otherwise the
-    // slowest node's time would include how much later the others finished filling their buffers.
-    if (!send_message(fd_, "filled")) return "orchestrator gone";
-    if (expect("start").empty()) return error_;
+    std::string error = start_together();
+    if (!error.empty()) return error;
     size_t bytes = 0;
     Clock::duration compaction{};  // gather + scatter: what the proxy's GPU kernels would do
     const auto start = Clock::now();
@@ -253,7 +284,7 @@ class Node {
       if (!result.error.empty()) return "bucket " + std::to_string(b) + ": " + result.error;
       bytes += result.bytes_sent;
     }
-    const auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+    const auto elapsed = Clock::now() - start;
     for (size_t b = 0; b < buckets.size(); ++b) {
       const std::string wrong = check_sums(pattern, bucket_first_[b], buckets[b].elements, job_.dtype, keep_of(b),
                                            gradients_->data.get() + bucket_first_[b] * elem_);
@@ -261,10 +292,7 @@ class Node {
         return "WRONG RESULT in iteration " + std::to_string(iter) + ", bucket " + std::to_string(b) + ": " + wrong;
       }
     }
-    std::ostringstream done;
-    done << "done " << iter << ' ' << elapsed << ' ' << bytes << ' '
-         << std::chrono::duration_cast<std::chrono::nanoseconds>(compaction).count();
-    return send_message(fd_, done.str()) ? "" : "orchestrator gone";
+    return report_done(iter, elapsed, bytes, compaction);
   }
 
   void snapshot(Snapshot* s) const {
@@ -279,6 +307,7 @@ class Node {
   std::string error_;
   std::unique_ptr<PluginLink> link_;
   std::unique_ptr<Arena> gradients_, compact_, scratch_;
+  std::unique_ptr<FsdpStep> fsdp_;  // --fsdp only
   std::vector<size_t> bucket_first_, compact_first_;
   std::vector<std::vector<uint32_t>> kept_index_;
   RingOptions options_;

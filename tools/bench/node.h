@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tools/bench/buckets.h"
+#include "tools/bench/fsdp_step.h"
 #include "tools/bench/options.h"
 #include "tools/bench/pruning.h"
 
@@ -22,6 +23,7 @@ struct NodeJob {
   DType dtype = DType::F32;
   const std::vector<Bucket>* buckets = nullptr;
   const std::vector<BucketMask>* masks = nullptr;  // null for the dense mode
+  const FsdpWorkload* fsdp = nullptr;  // --fsdp: FSDP's collectives on these groups instead of the buckets
   std::string netns;    // /var/run/netns/<netns> is entered before anything else; "" = stay
   std::string ifname;   // the interface whose kernel counters are read (eth0 in a lab, lo otherwise)
   std::string library;  // the plugin

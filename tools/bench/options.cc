@@ -33,7 +33,8 @@ std::string usage_text() {
   const std::string models = model_list();
   return "usage: sieve-bench [options]\n"
          "N processes act as nodes: each loads the Sieve plugin as NCCL does and they run NCCL-style ring\n"
-         "all-reduce over a model's DDP gradient buckets, dense and pruned, and check every sum exactly.\n"
+         "all-reduce over a model's DDP gradient buckets (or, with --fsdp, FSDP's all-gathers and\n"
+         "reduce-scatters), dense and pruned, and check every value exactly.\n"
          "As root the nodes live in network namespaces on a tc-shaped virtual switch (netlab.sh);\n"
          "otherwise (without root or CAP_NET_ADMIN, or with --loopback) they use loopback.\n\n"
          "  --nodes N             nodes (default 4)\n"
@@ -47,7 +48,7 @@ std::string usage_text() {
          "  --modes LIST          dense,compacted"
          ",codec"
          " (default dense,compacted)\n"
-         "  --iters N             measured all-reduces of the whole model per mode (default 5)\n"
+         "  --iters N             measured all-reduces of the whole model (--fsdp: steps) per mode (default 5)\n"
          "  --warmup N            unmeasured ones first (default 1)\n"
          "  --rate R              switch port rate, tc syntax: 100mbit, 1gbit, 10gbit; none = unshaped (default 1gbit)\n"
          "  --delay T             one-way delay on every port, e.g. 1ms, 250us (namespaces only)\n"
@@ -55,7 +56,11 @@ std::string usage_text() {
          "  --loss P              packet loss, e.g. 1%, 0.5%\n"
          "  --reorder P           share of packets sent ahead of delayed ones, e.g. 25% (needs --delay)\n"
          "  --loopback            loopback even as root (shaped by the plugin's own rate limit when it has one)\n"
-         "  --gloo                also run PyTorch's Gloo all-reduce on the same lab and buckets (namespaces only)\n"
+         "  --gloo                also run PyTorch's Gloo on the same lab and workload (namespaces only)\n"
+         "  --fsdp                FSDP's traffic instead of DDP's: per parameter group (each block, then the rest),\n"
+         "                        an all-gather of parameters and a reduce-scatter of gradients in FSDP2's sharded\n"
+         "                        layout; compacted = each shard's kept elements, padded to the largest shard's,\n"
+         "                        as the proxy sends them (where Gloo has no reduce_scatter, --gloo all-reduces)\n"
          "  --plugin PATH         libnccl-net-sieve.so to load (default: the installed one, see Files)\n"
          "  --netlab PATH         the namespace lab script (default: netlab.sh, see Files)\n"
          "  --gloo-script PATH    the Gloo peer (default: gloo_allreduce.py, see Files)\n"
@@ -90,7 +95,8 @@ int run_budget_seconds(const Options& o, double model_bytes, double kept_fractio
   const double per_dense = 2.0 * (o.nodes - 1) / o.nodes * model_bytes * 8 / rate;
   double share = 0;  // of a dense all-reduce's bytes, summed over the modes
   for (Mode mode : o.modes) share += mode == Mode::Dense ? 1.0 : mode == Mode::Compacted ? kept_fraction : kept_fraction + 1.0 / 16;
-  if (o.gloo) share += 1.0;
+  // An FSDP step on Gloo may all-reduce where it cannot reduce-scatter: half as much again.
+  if (o.gloo) share += o.fsdp ? 1.5 : 1.0;
   const double rounds = o.warmup + o.iterations;
   const double seconds = 120 + 3 * rounds * per_dense * share;  // 120 s: lab, processes, connections
   return static_cast<int>(std::min(86400.0, std::ceil(seconds)));
@@ -139,7 +145,7 @@ bool parse_modes(const std::string& text, std::vector<Mode>* modes, std::string*
   return !modes->empty();
 }
 
-const char* const kFlags[] = {"--json", "--quiet", "--loopback", "--gloo", "--version", "--help"};
+const char* const kFlags[] = {"--json", "--quiet", "--loopback", "--gloo", "--fsdp", "--version", "--help"};
 const char* const kValued[] = {"--nodes",   "--model", "--masks",  "--prune",   "--density", "--seed",
                                "--dtype",   "--modes", "--iters",  "--warmup",  "--rate",    "--delay",
                                "--jitter",  "--loss",  "--reorder", "--plugin", "--netlab",  "--gloo-script",
@@ -245,6 +251,8 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       o->loopback = true;
     } else if (arg == "--gloo") {
       o->gloo = true;
+    } else if (arg == "--fsdp") {
+      o->fsdp = true;
     } else if (!takes_value(arg)) {
       *message = "unknown option '" + arg + "' (--help lists them)";
       return false;

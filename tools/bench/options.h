@@ -37,6 +37,9 @@ struct Options {
   int timeout_s = 0;  // whole run; every node and every wait is bounded by it; 0 = run_budget_seconds()
   bool json = false;
   bool gloo = false;  // also run tools/gloo_allreduce.py on the same lab and buckets
+  // FSDP's collectives (all-gather of parameters, reduce-scatter of gradients, per parameter group)
+  // instead of DDP's all-reduce of gradient buckets.
+  bool fsdp = false;
   std::string gloo_script;
   bool quiet = false;
   bool version = false;  // --version: print the tool's name and version, run nothing

@@ -182,42 +182,55 @@ class Fleet {
   }
 };
 
-double ideal_speedup(Mode mode, double kept, DType dtype) {
-  switch (mode) {
-    case Mode::Dense: return 1.0;
-    case Mode::Compacted: return 1.0 / kept;
-    // The codec's bitmap costs one bit per element: 1/32 of fp32, 1/16 of bf16.
-    case Mode::Codec: return 1.0 / (kept + 1.0 / (8.0 * static_cast<double>(dtype_bytes(dtype))));
-  }
-  return 0;
-}
-
 struct Workload {
   std::string display_name;
   int64_t parameters = 0;
   std::vector<Bucket> buckets;
   std::vector<BucketMask> masks;
-  double kept = 1.0;
+  FsdpWorkload fsdp;  // --fsdp: the groups and their masks instead of the buckets
+  double kept = 1.0;  // of the model's elements
+  // Of the elements the dense mode moves (FSDP's padding included): what the compacted mode's rings
+  // carry, and how many of the codec mode's elements are nonzero.
+  double compacted_share = 1.0, nonzero_share = 1.0;
 };
+
+double ideal_speedup(Mode mode, const Workload& w, DType dtype) {
+  switch (mode) {
+    case Mode::Dense: return 1.0;
+    case Mode::Compacted: return 1.0 / w.compacted_share;
+    // The codec's bitmap costs one bit per element: 1/32 of fp32, 1/16 of bf16.
+    case Mode::Codec: return 1.0 / (w.nonzero_share + 1.0 / (8.0 * static_cast<double>(dtype_bytes(dtype))));
+  }
+  return 0;
+}
 
 bool build_workload(const Options& o, Workload* w, std::string* error) {
   const size_t elem = dtype_bytes(o.dtype);
+  Model model;
+  std::vector<std::vector<uint8_t>> keep;  // per parameter (FSDP cuts these up)
   if (!o.masks_file.empty()) {
     MaskedModel masked;
-    const std::optional<Model> model = o.model_given ? make_model(o.model) : std::nullopt;
-    if (!load_masked_model(o.masks_file, &masked, error, model ? &*model : nullptr)) return false;
-    w->display_name = masked.model.display_name;
-    w->parameters = masked.model.elements();
-    w->buckets = ddp_buckets(masked.model, elem);
-    w->masks = bucket_masks(w->buckets, masked.keep);
+    const std::optional<Model> known = o.model_given ? make_model(o.model) : std::nullopt;
+    if (!load_masked_model(o.masks_file, &masked, error, known ? &*known : nullptr)) return false;
+    model = std::move(masked.model);
+    keep = std::move(masked.keep);
   } else {
-    const Model model = *make_model(o.model);
-    w->display_name = model.display_name;
-    w->parameters = model.elements();
-    w->buckets = ddp_buckets(model, elem);
-    w->masks = prune(model, w->buckets, o.prune);
+    model = *make_model(o.model);
+    if (o.fsdp) keep = prune_parameters(model, o.prune);
   }
-  w->kept = kept_fraction(w->masks);
+  w->display_name = model.display_name;
+  w->parameters = model.elements();
+  if (o.fsdp) {
+    w->fsdp = make_fsdp_workload(model, o.nodes, keep);
+    const double buffer = static_cast<double>(w->fsdp.buffer_elements());
+    w->kept = w->parameters > 0 ? static_cast<double>(w->fsdp.kept_elements()) / static_cast<double>(w->parameters) : 1;
+    w->compacted_share = static_cast<double>(w->fsdp.compacted_elements()) / buffer;
+    w->nonzero_share = static_cast<double>(w->fsdp.kept_elements()) / buffer;
+    return true;
+  }
+  w->buckets = ddp_buckets(model, elem);
+  w->masks = keep.empty() ? prune(model, w->buckets, o.prune) : bucket_masks(w->buckets, keep);
+  w->kept = w->compacted_share = w->nonzero_share = kept_fraction(w->masks);
   return true;
 }
 
@@ -332,6 +345,7 @@ int run_bench(const Options& o, RunReport* report) {
   report->dtype = o.dtype;
   report->nodes = o.nodes;
   report->iterations = o.iterations;
+  report->fsdp = o.fsdp;
   const std::string conflict = tools::emulated_link_transport_conflict("sieve-bench");
   if (!conflict.empty()) {
     report->failure = conflict;
@@ -360,7 +374,15 @@ int run_bench(const Options& o, RunReport* report) {
   report->parameters = work.parameters;
   report->buckets = work.buckets.size();
   report->kept_fraction = work.kept;
-  const int budget_s = run_budget_seconds(o, report->model_bytes(), work.kept);
+  double moved_bytes = report->model_bytes();
+  if (o.fsdp) {
+    report->groups = work.fsdp.groups.size();
+    report->groups_compacted = work.fsdp.groups_compacted();
+    report->compacted_share = work.compacted_share;
+    moved_bytes = static_cast<double>(work.fsdp.buffer_elements() * dtype_bytes(o.dtype));
+    report->padding_fraction = 1.0 - static_cast<double>(work.parameters) / static_cast<double>(work.fsdp.buffer_elements());
+  }
+  const int budget_s = run_budget_seconds(o, moved_bytes, work.compacted_share);
   const auto deadline = started + std::chrono::seconds(budget_s);
 
   // The namespace lab as root, unless --loopback; where namespaces cannot be made (a container
@@ -424,13 +446,14 @@ int run_bench(const Options& o, RunReport* report) {
   for (Mode mode : o.modes) {
     ModeResult result;
     result.name = mode_name(mode);
-    result.ideal_speedup = ideal_speedup(mode, work.kept, o.dtype);
+    result.ideal_speedup = ideal_speedup(mode, work, o.dtype);
     NodeJob job;
     job.nranks = o.nodes;
     job.mode = mode;
     job.dtype = o.dtype;
     job.buckets = &work.buckets;
     job.masks = mode == Mode::Dense ? nullptr : &work.masks;
+    job.fsdp = o.fsdp ? &work.fsdp : nullptr;
     job.ifname = use_lab ? "eth0" : "lo";
     job.library = library;
     job.environment = environment;
@@ -468,6 +491,7 @@ int run_bench(const Options& o, RunReport* report) {
       GlooJob job;
       job.script = gloo_script;
       for (const Bucket& b : work.buckets) job.bucket_elements.push_back(b.elements);
+      for (const FsdpGroup& g : work.fsdp.groups) job.shard_elements.push_back(g.shard_elements);
       job.nodes = o.nodes;
       for (int i = 0; i < o.nodes; ++i) job.namespaces.push_back(lab.ns(i));
       job.master_address = "10.77.0.1";

@@ -53,6 +53,17 @@ std::vector<BucketMask> prune(const Model& model, const std::vector<Bucket>& buc
   return masks;
 }
 
+std::vector<std::vector<uint8_t>> prune_parameters(const Model& model, const PruneSpec& spec) {
+  std::vector<std::vector<uint8_t>> masks;
+  masks.reserve(model.params.size());
+  for (size_t i = 0; i < model.params.size(); ++i) {
+    std::vector<uint8_t> mask(static_cast<size_t>(model.params[i].elements()));
+    prune_param(model.params[i], spec, i, mask.data(), mask.size());
+    masks.push_back(std::move(mask));
+  }
+  return masks;
+}
+
 double kept_fraction(const std::vector<BucketMask>& masks) {
   size_t kept = 0, total = 0;
   for (const BucketMask& mask : masks) {

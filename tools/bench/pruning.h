@@ -28,6 +28,9 @@ struct PruneSpec {
 using BucketMask = std::vector<uint8_t>;
 
 std::vector<BucketMask> prune(const Model& model, const std::vector<Bucket>& buckets, const PruneSpec& spec);
+// The same masks per parameter (one byte per element, in the parameter's own layout): what FSDP's
+// sharding cuts up. Parameter i's mask equals its span in prune()'s buckets.
+std::vector<std::vector<uint8_t>> prune_parameters(const Model& model, const PruneSpec& spec);
 
 // Fraction of elements kept over all buckets.
 double kept_fraction(const std::vector<BucketMask>& masks);

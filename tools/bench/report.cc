@@ -89,10 +89,24 @@ const ModeResult* find(const RunReport& report, const std::string& name) {
 std::string format_table(const RunReport& r) {
   std::ostringstream out;
   out << "sieve-bench: " << r.model << " (" << r.parameters << " parameters, " << megabytes(r.model_bytes()) << ' '
-      << dtype_name(r.dtype) << " in " << count_of(static_cast<long>(r.buckets), "DDP bucket") << "), "
-      << count_of(r.nodes, "node") << ", " << r.link << '\n';
-  out << "pruning: " << r.prune << " (" << fixed(100.0 * r.kept_fraction, 1) << " % of all elements kept); "
-      << r.iterations << " measured all-reduces per mode (time: the slowest node's, median and best)\n\n";
+      << dtype_name(r.dtype) << " in ";
+  if (r.fsdp) {
+    out << count_of(static_cast<long>(r.groups), "FSDP group") << ", sharded on dim 0 with "
+        << fixed(100.0 * r.padding_fraction, 1) << " % padding";
+  } else {
+    out << count_of(static_cast<long>(r.buckets), "DDP bucket");
+  }
+  out << "), " << count_of(r.nodes, "node") << ", " << r.link << '\n';
+  out << "pruning: " << r.prune << " (" << fixed(100.0 * r.kept_fraction, 1) << " % of all elements kept); " << r.iterations;
+  if (r.fsdp) {
+    out << " measured steps per mode\n(a step: every group's all-gather of parameters, then every group's reduce-scatter of"
+           " gradients;\ntime: the slowest node's, median and best)\n";
+    out << "compacted: " << r.groups_compacted << " of " << r.groups << " groups (the proxy leaves a group dense below"
+        << " 16384 elements or above 90 % kept),\neach shard's kept elements padded to the largest shard's: "
+        << fixed(100.0 * r.compacted_share, 1) << " % of the dense elements\n\n";
+  } else {
+    out << " measured all-reduces per mode (time: the slowest node's, median and best)\n\n";
+  }
   const ModeResult* dense = find(r, "dense");
   out << pad("mode", 10, false) << pad("median time", 17) << pad("best", 9) << pad("logical/node", 14)
       << pad("plugin wire/node", 18) << pad("kernel tx/node", 16) << pad("speedup", 9) << pad("ideal", 8) << '\n';
@@ -101,7 +115,8 @@ std::string format_table(const RunReport& r) {
     if (!m.ok) {
       if (!m.seconds.empty()) {  // stopped part-way (a deadline): what finished is still a result
         out << pad(fixed(m.median_seconds(), 3, " s"), 17) << pad(fixed(m.min_seconds(), 3, " s"), 9) << "  ("
-            << m.seconds.size() << " of " << r.iterations << " measured all-reduces finished)";
+            << m.seconds.size() << " of " << r.iterations << " measured " << (r.fsdp ? "steps" : "all-reduces")
+            << " finished)";
       }
       out << "  FAILED: " << m.error << '\n';
       continue;
@@ -114,16 +129,20 @@ std::string format_table(const RunReport& r) {
         << pad(speedup_text(m.ideal_speedup), 8) << '\n';
   }
   for (const ModeResult& m : r.modes) {
+    if (m.ok && !m.note.empty()) out << "\n" << m.name << ": " << m.note;
     if (m.ok && m.mean_compaction_seconds() > 0) {
-      out << "\n" << m.name << ": " << fixed(m.mean_compaction_seconds(), 3, " s")
-          << " of each all-reduce is the gather and scatter, run on the CPU here (the proxy runs them on the GPU).";
+      out << "\n" << m.name << ": " << fixed(m.mean_compaction_seconds(), 3, " s") << " of each "
+          << (r.fsdp ? "step" : "all-reduce")
+          << " is the gather and scatter, run on the CPU here (the proxy runs them on the GPU).";
     }
   }
   out << '\n';
   if (!r.failure.empty()) {
     out << "FAILED: " << r.failure << '\n';
   } else if (r.all_checked_exact()) {
-    out << "Every element of every all-reduce was checked against the exact sum: all correct.\n";
+    out << (r.fsdp ? "Every all-gathered element and every reduce-scattered shard was checked against the exact value: "
+                     "all correct.\n"
+                   : "Every element of every all-reduce was checked against the exact sum: all correct.\n");
     const std::string line = summary_line(r);
     if (!line.empty()) out << line << '\n';
   }
@@ -139,24 +158,27 @@ std::string summary_line(const RunReport& r) {
   const std::string speedup = fixed(dense->median_seconds() / fast->median_seconds(), 1);
   std::ostringstream out;
   // The bytes are the table's logical/node column: what each node handed the transport.
+  const char* what = r.fsdp ? "the FSDP traffic (parameters and gradients) of " : "the gradients of ";
+  const char* unit = r.fsdp ? "step" : "all-reduce";
+  const char* checked = r.fsdp ? "value" : "sum";
   if (r.kept_fraction >= 1.0) {
     // Nothing pruned (--density 1): the modes move the same bytes, and any time difference is noise.
     out << "Nothing of " << r.model << " was pruned, so Sieve had nothing to leave out: "
-        << megabytes(fast->logical_bytes) << " per node and all-reduce either way, "
+        << megabytes(fast->logical_bytes) << " per node and " << unit << " either way, "
         << fixed(fast->median_seconds(), 2) << " s against " << fixed(dense->median_seconds(), 2)
-        << " s dense, every sum exact.";
+        << " s dense, every " << checked << " exact.";
   } else if (dense->median_seconds() <= fast->median_seconds() || speedup == "1.0") {
-    out << "Sieve moved the gradients of " << r.model << " (" << fixed(pruned, 0) << " % pruned) between "
+    out << "Sieve moved " << what << r.model << " (" << fixed(pruned, 0) << " % pruned) between "
         << count_of(r.nodes, "node") << " as " << megabytes(fast->logical_bytes) << " instead of "
-        << megabytes(dense->logical_bytes) << " per node and all-reduce, but no faster: "
+        << megabytes(dense->logical_bytes) << " per node and " << unit << ", but no faster: "
         << fixed(fast->median_seconds(), 2) << " s against " << fixed(dense->median_seconds(), 2)
-        << " s dense, every sum exact.";
+        << " s dense, every " << checked << " exact.";
   } else {
-    out << "Sieve moved the gradients of " << r.model << " (" << fixed(pruned, 0) << " % pruned) " << speedup
+    out << "Sieve moved " << what << r.model << " (" << fixed(pruned, 0) << " % pruned) " << speedup
         << "x faster between " << count_of(r.nodes, "node") << ": " << megabytes(fast->logical_bytes)
-        << " instead of " << megabytes(dense->logical_bytes) << " per node and all-reduce, "
+        << " instead of " << megabytes(dense->logical_bytes) << " per node and " << unit << ", "
         << fixed(fast->median_seconds(), 2) << " s instead of " << fixed(dense->median_seconds(), 2)
-        << " s, every sum exact.";
+        << " s, every " << checked << " exact.";
   }
   if (const ModeResult* gloo = find(r, "gloo")) {
     out << " PyTorch Gloo on the same link: " << fixed(gloo->median_seconds(), 2) << " s.";
@@ -170,7 +192,15 @@ std::string format_json(const RunReport& r) {
   json.begin_object();
   json.member("model", r.model);
   json.member("parameters", static_cast<int64_t>(r.parameters));
-  json.member("buckets", static_cast<uint64_t>(r.buckets));
+  json.member("collectives", r.fsdp ? "fsdp" : "ddp");
+  if (r.fsdp) {
+    json.member("groups", static_cast<uint64_t>(r.groups));
+    json.member("groups_compacted", static_cast<uint64_t>(r.groups_compacted));
+    json.member("padding_fraction", r.padding_fraction);
+    json.member("compacted_share", r.compacted_share);
+  } else {
+    json.member("buckets", static_cast<uint64_t>(r.buckets));
+  }
   json.member("dtype", dtype_name(r.dtype));
   json.member("nodes", r.nodes);
   json.member("link", r.link);
@@ -211,6 +241,7 @@ std::string format_json(const RunReport& r) {
                    dense ? dense->median_seconds() / std::max(m.median_seconds(), 1e-300) : 0);
     number_or_null("ideal_speedup", m.ideal_speedup > 0 && std::isfinite(m.ideal_speedup), m.ideal_speedup);
     json.member("device", m.device);
+    json.member("note", m.note);
     json.end_object();
   }
   json.end_array();

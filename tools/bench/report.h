@@ -15,7 +15,7 @@ struct ModeResult {
   std::string name;       // dense, compacted, codec, gloo
   bool ok = false;
   std::string error;      // what failed, naming the node
-  std::vector<double> seconds;  // per measured all-reduce of the whole model: the slowest node
+  std::vector<double> seconds;  // per measured all-reduce of the whole model (--fsdp: step): the slowest node
   std::vector<double> compaction_seconds;  // of which gather + scatter on the CPU (slowest node)
   double logical_bytes = 0;     // per node per all-reduce, handed to the transport
   bool has_plugin_wire = false;
@@ -24,6 +24,7 @@ struct ModeResult {
   double kernel_tx_bytes = 0;    // per node per all-reduce, the interface's tx counter
   double ideal_speedup = 0;      // 0 = not applicable
   std::string device;            // the plugin's device name on node 0
+  std::string note;              // what the table says under the rows, e.g. how the Gloo peer ran FSDP's step
   double mean_seconds() const;
   // The table and the speedups use the median: on shared cores one descheduled node stalls the
   // whole ring now and then, and the median is not moved by such an outlier.
@@ -42,6 +43,11 @@ struct RunReport {
   std::string prune;  // "unstructured, density 0.20"
   double kept_fraction = 1;
   int iterations = 0;
+  // --fsdp: a step's all-gathers and reduce-scatters per parameter group instead of DDP's buckets.
+  bool fsdp = false;
+  size_t groups = 0, groups_compacted = 0;
+  double padding_fraction = 0;  // of the groups' buffers: FSDP's padding of uneven dim-0 shards
+  double compacted_share = 1;   // of the dense elements, what the compacted rings carry
   std::vector<ModeResult> modes;
   bool wrong_values = false;  // some checked sum did not match
   std::string failure;
