@@ -67,6 +67,15 @@ int fail(const char* function, const compress::Status& s) {
   return fail(code_of(s), std::string(function) + ": " + s.message());
 }
 
+// A versioned struct whose size field is smaller than the field itself: older, shorter structs are
+// accepted, so this is the one size no header explains.
+int size_too_small(const char* function, const char* field, size_t size, const char* type) {
+  return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": " + field + " is " + std::to_string(size) +
+                                              ": set it to sizeof(" + type +
+                                              ") (an older, shorter struct is accepted, not one shorter than its "
+                                              "size field)");
+}
+
 // Runs body, turning any escaping exception into a code.
 template <typename Body> int guarded(const char* function, Body&& body) noexcept {
   try {
@@ -104,10 +113,7 @@ int check_commit(const char* function, uint32_t flags, const sieve_commit_result
     return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": unknown flags " + std::to_string(flags) +
                                                 " (the only flag is SIEVE_COMMIT_UNION = 1)");
   if (result && result->size < sizeof(result->size))
-    return fail(SIEVE_ERR_INVALID_ARGUMENT,
-                std::string(function) + ": result->size is " + std::to_string(result->size) +
-                    ": set it to sizeof(sieve_commit_result_t) (an older, shorter struct is accepted, not one "
-                    "shorter than its size field)");
+    return size_too_small(function, "result->size", result->size, "sieve_commit_result_t");
   return SIEVE_OK;
 }
 
@@ -124,6 +130,7 @@ int publish(const char* function, const void* base, compress::DType dtype, compr
 
 using sieve::plugin::fail;
 using sieve::plugin::guarded;
+using sieve::plugin::size_too_small;
 
 extern "C" {
 
@@ -304,9 +311,7 @@ int sieve_mask_query(const void* base, sieve_mask_info_t* info) {
   return guarded(kFn, [&]() -> int {
     if (!base || !info) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": base or info is NULL");
     if (info->size < sizeof(info->size))
-      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": info->size is " + std::to_string(info->size) +
-                                                     ": set it to sizeof(sieve_mask_info_t) (an older, shorter struct "
-                                                     "is accepted, not one shorter than its size field)");
+      return size_too_small(kFn, "info->size", info->size, "sieve_mask_info_t");
     std::shared_ptr<const sieve::compress::PublishedMask> entry = sieve::plugin::mask_registry().find(base);
     if (!entry) return fail(SIEVE_ERR_NOT_FOUND, std::string(kFn) + ": no mask is published at this address");
     sieve_mask_info_t full;
@@ -327,9 +332,7 @@ int sieve_stats_get(sieve_stats_t* out) {
   return guarded(kFn, [&]() -> int {
     if (!out) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": out is NULL");
     if (out->size < sizeof(out->size))
-      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": out->size is " + std::to_string(out->size) +
-                                                     ": set it to sizeof(sieve_stats_t) (an older, shorter struct is "
-                                                     "accepted, not one shorter than its size field)");
+      return size_too_small(kFn, "out->size", out->size, "sieve_stats_t");
     const sieve::plugin::ProcessStats& p = sieve::plugin::process_stats();
     auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
     sieve_stats_t full;
