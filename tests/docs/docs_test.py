@@ -48,15 +48,13 @@ OTHER_PROGRAMS_OPTIONS = {
     "--queue-bypass": "iptables' NFQUEUE target",
     "--collector.textfile.directory": "node_exporter",
 }
-# Lines of the docs' tables (troubleshooting, NCCL's log) that need what this machine may lack, with
-# the reason: when no situation below prints them, they must at least be made of the sources' text.
+# Lines of the docs' tables (troubleshooting, NCCL's log) that need what this machine may lack: the
+# reason, then words that mark such a line. When no situation below prints them, they must at least
+# be made of the sources' text.
 HARDWARE = {
-    "collective proxy": "the collective proxy's lines need a GPU job under LD_PRELOAD",
-    "RDMA port": "the verbs lines need RDMA ports, or tests/net/ib's fake libibverbs where it is built",
-    "RDMA device": "the verbs lines need RDMA ports, or tests/net/ib's fake libibverbs where it is built",
-    "went down": "the verbs lines need RDMA ports, or tests/net/ib's fake libibverbs where it is built",
-    "gid index": "the verbs lines need RDMA ports, or tests/net/ib's fake libibverbs where it is built",
-    "on QP to": "the verbs lines need RDMA ports, or tests/net/ib's fake libibverbs where it is built",
+    "the collective proxy's lines need a GPU job under LD_PRELOAD": ("collective proxy",),
+    "the verbs lines need RDMA ports, or tests/net/ib's fake libibverbs where it is built":
+        ("RDMA port", "RDMA device", "went down", "gid index", "on QP to"),
 }
 
 # ctest labels registered only where the hardware is, with the reason.
@@ -598,7 +596,7 @@ def troubleshooting(docs, product):
         pattern = pattern_of(line)
         if any(pattern.search(output) for _, output in outputs):
             continue
-        reason = next((why for key, why in HARDWARE.items() if key in line), None)
+        reason = next((why for why, keys in HARDWARE.items() if any(key in line for key in keys)), None)
         if reason is None:
             problems.append("%s: no tool prints this line in the situations of this test:\n    %s" %
                             (deploy.where(number), line))
@@ -611,7 +609,7 @@ def troubleshooting(docs, product):
                 problems.append("%s: %r is not in the product's sources (%s)" % (deploy.where(number), fragment, reason))
     check(not problems, "\n".join(problems))
     print("%d lines of docs/DEPLOY.md's tables: each printed by a tool here, or (%s) made of the sources' text" %
-          (len(rows), "; ".join(sorted(set(HARDWARE.values())))))
+          (len(rows), "; ".join(HARDWARE)))
 
 
 CHECKS = {f.__name__: f for f in (variables, metrics, c_api, python, commands, links, troubleshooting)}
