@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/gpu/check_status.h"
 #include "tools/gpu/unique_id_file.h"
 
 namespace {
@@ -36,17 +37,6 @@ int g_rank = 0;
   std::fprintf(stderr, "sieve-allreduce-perf rank %d: %s\n", g_rank, text);
   std::exit(1);
 }
-
-#define CHECK_CUDA(call)                                                                            \
-  do {                                                                                              \
-    cudaError_t e_ = (call);                                                                        \
-    if (e_ != cudaSuccess) fail("%s: %s", #call, cudaGetErrorString(e_));                           \
-  } while (0)
-#define CHECK_NCCL(call)                                                                            \
-  do {                                                                                              \
-    ncclResult_t r_ = (call);                                                                       \
-    if (r_ != ncclSuccess) fail("%s: %s", #call, ncclGetErrorString(r_));                           \
-  } while (0)
 
 // "1M", "256K", "1G", "4096" -> bytes.
 size_t parse_size(const std::string& text) {

@@ -25,20 +25,10 @@
 #include <vector>
 
 #include "plugin/sieve.h"
+#include "tools/gpu/check_status.h"
 #include "tools/gpu/unique_id_file.h"
 
 namespace {
-
-#define CHECK_CUDA(call)                                                                            \
-  do {                                                                                              \
-    cudaError_t e_ = (call);                                                                        \
-    if (e_ != cudaSuccess) fail("%s: %s", #call, cudaGetErrorString(e_));                           \
-  } while (0)
-#define CHECK_NCCL(call)                                                                            \
-  do {                                                                                              \
-    ncclResult_t r_ = (call);                                                                       \
-    if (r_ != ncclSuccess) fail("%s: %s", #call, ncclGetErrorString(r_));                           \
-  } while (0)
 
 int g_rank = 0;
 

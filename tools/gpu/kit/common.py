@@ -242,6 +242,31 @@ def torch_rank_env(tag, rank, nranks, port, library):
     return env
 
 
+def run_torch_ranks(step, name, host_tag, script, args, extra_env, timeout, nranks=2):
+    """Runs `nranks` ranks of a torch.distributed script on this GPU (torch_rank_env with host_tag, plus
+    extra_env, where the value "LIB" stands for the kit's library), each given --out with a JSON file
+    of its own (name-R.json; logs under name). Returns (exit statuses, each rank's parsed JSON or None
+    where it wrote none)."""
+    port = free_port()
+    outputs = [step.path("%s-%d.json" % (name, r)) for r in range(nranks)]
+
+    def env_of_rank(r):
+        env = torch_rank_env(host_tag, r, nranks, port, step.library)
+        env.update({k: step.library if v == "LIB" else v for k, v in extra_env.items()})
+        return env
+
+    statuses = run_ranks(lambda r: [sys.executable, script] + args + ["--out", outputs[r]], nranks, env_of_rank,
+                         timeout, step.path(name))
+
+    def parsed(path):
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+    return statuses, [parsed(p) for p in outputs]
+
+
 def losses_compared(reference, other):
     """Bit-for-bit comparison of two loss curves (JSON floats round-trip exactly)."""
     diffs = [i for i, (a, b) in enumerate(zip(reference, other)) if a != b]

@@ -3,11 +3,9 @@ plugin: dense (no proxy), published masks (LD_PRELOAD proxy, sieve.publish_prune
 masks (SIEVE_TRACK=on) and observed masks (SIEVE_TRACK=observe: learning without compacting). Losses
 compared with dense bit for bit; compacted collectives, wire bytes and time per step reported."""
 
-import json
 import os
-import sys
 
-from common import Step, free_port, losses_compared, run_ranks, statuses_text, torch_rank_env
+from common import Step, losses_compared, run_torch_ranks, statuses_text
 
 STEPS = 200
 # variant -> (extra environment, extra arguments of ddp_resnet18.py); dense first: the others compare with it.
@@ -19,14 +17,6 @@ VARIANTS = [
 ]
 
 
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def main():
     step = Step(__doc__)
     script = os.path.join(step.kit, "kit", "ddp_resnet18.py")
@@ -36,17 +26,8 @@ def main():
         if timeout < 45:
             step.could_not_run(variant, "no time left (%.0f s)" % step.left())
             continue
-        port = free_port()
-        outputs = [step.path("%s-%d.json" % (variant, r)) for r in range(2)]
-
-        def env_of_rank(r):
-            env = torch_rank_env("ddp-" + variant, r, 2, port, step.library)
-            env.update({k: step.library if v == "LIB" else v for k, v in extra_env.items()})
-            return env
-
-        statuses = run_ranks(lambda r: [sys.executable, script, "--steps", str(STEPS), "--out", outputs[r]] + extra_args,
-                             2, env_of_rank, timeout, step.path(variant))
-        ranks = [load(p) for p in outputs]
+        statuses, ranks = run_torch_ranks(step, variant, "ddp-" + variant, script, ["--steps", str(STEPS)] + extra_args,
+                                          extra_env, timeout)
         if not step.check(variant + ": both ranks finished", all(s == 0 for s in statuses) and all(ranks),
                           statuses_text(statuses)):
             continue

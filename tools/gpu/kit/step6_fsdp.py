@@ -3,23 +3,13 @@ fp32 and in bf16: dense (no proxy) against Sieve (LD_PRELOAD proxy, sieve.publis
 step), all traffic through the Sieve net plugin. Losses compared bit for bit. Where the proxy
 compacted nothing, the result says that FSDP ran dense through it."""
 
-import json
-import sys
 import os
 
-from common import Step, free_port, losses_compared, run_ranks, statuses_text, torch_rank_env
+from common import Step, losses_compared, run_torch_ranks, statuses_text
 
 STEPS = 60
 CONFIGS = ("fp32", "bf16")
 MODES = [("dense", {}, []), ("sieve", {"LD_PRELOAD": "LIB"}, ["--publish"])]
-
-
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def main():
@@ -31,17 +21,8 @@ def main():
         if timeout < 30:
             step.could_not_run(mode, "no time left (%.0f s)" % step.left())
             continue
-        port = free_port()
-        outputs = [step.path("%s-%d.json" % (mode, r)) for r in range(2)]
-
-        def env_of_rank(r):
-            env = torch_rank_env("fsdp-" + mode, r, 2, port, step.library)
-            env.update({k: step.library if v == "LIB" else v for k, v in extra_env.items()})
-            return env
-
-        statuses = run_ranks(lambda r: [sys.executable, script, "--steps", str(STEPS), "--out", outputs[r]] + extra_args, 2,
-                             env_of_rank, timeout, step.path(mode))
-        ranks = [load(p) for p in outputs]
+        statuses, ranks = run_torch_ranks(step, mode, "fsdp-" + mode, script, ["--steps", str(STEPS)] + extra_args,
+                                          extra_env, timeout)
         if step.check(mode + ": both ranks finished", all(s == 0 for s in statuses) and all(ranks),
                       statuses_text(statuses)):
             runs[mode] = ranks
