@@ -315,19 +315,19 @@ def commit(group=None, union=False):
     words = [_INT64_MIN] * _TOKEN_WORDS
     words[4] = _TOKEN_NO_PROXY
     token = torch.tensor(words, dtype=torch.int64, device=_token_device(group))
-    lib = None
+    lib, armed = None, False
     try:
         lib = library()
         _check(lib.sieve_commit_arm(ctypes.c_void_p(token.data_ptr()), flags))
+        armed = True
     except SieveError as error:  # no proxy here: the token still goes out, with its "no proxy" vote
         warnings.warn("sieve.commit: %s; every rank of the group refuses this commit" % error)
-        lib = None
     dist.all_reduce(token, op=dist.ReduceOp.MAX, group=group)
-    if lib is not None:
+    if lib is not None:  # without a proxy no table holds a retracted mask: its tensor goes at once
         _release_retired()
     result = _CommitResult(size=ctypes.sizeof(_CommitResult))
-    if lib is None or lib.sieve_commit_outcome(ctypes.c_void_p(token.data_ptr()), ctypes.byref(result)) != 0:
-        reason = lib.sieve_last_error().decode() if lib is not None else "no collective proxy in this process"
+    if not armed or lib.sieve_commit_outcome(ctypes.c_void_p(token.data_ptr()), ctypes.byref(result)) != 0:
+        reason = lib.sieve_last_error().decode() if armed else "no collective proxy in this process"
         warnings.warn("sieve.commit: " + reason)
         return {"state": "refused", "commit": 0, "masks": 0, "compacting": 0, "reason": reason}
     states = {_COMMIT_REFUSED: "refused", _COMMIT_ACTIVATED: "activated", _COMMIT_PENDING: "pending"}
