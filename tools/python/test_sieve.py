@@ -24,7 +24,7 @@ except ImportError:
 import sieve  # noqa: E402
 from sieve import _library, fsdp_masks, masks  # noqa: E402
 
-needs_torch = unittest.skipUnless(torch is not None, "needs torch (Debian: python3-torch)")
+needs_torch = unittest.skipUnless(torch is not None, "needs torch (tools/install-deps.sh: build/venv)")
 LIBRARY = os.environ.get("SIEVE_LIBRARY") or _library._loaded_path()
 
 
@@ -212,8 +212,45 @@ class Tensors(unittest.TestCase):
             sieve.publish_ranges(torch.zeros(100), [(95, 10)])
         with self.assertRaises(sieve.SieveError) as caught:
             sieve.publish_ranges(torch.zeros(100), [(0, 4), (-1, 2)])
-        self.assertIn("range 1 (-1, 2) is negative", str(caught.exception))
+        self.assertIn("range 1's start is -1", str(caught.exception))
         self.assertNotIn("18446744073709551615", str(caught.exception))
+        self.assertEqual(sieve.stats()["masks_published"], self.before)
+
+    def test_integers_past_uint64_are_refused_not_wrapped(self):
+        """Issue 34.8: ctypes wraps 2**70 to 0 (and 2**64 + 4 to 4), so (0, 2**70) became an empty
+        range and the mask pruned everything."""
+        grad = torch.zeros(100)
+        for ranges, said in (([(0, 2 ** 70)], "range 0's length is 1180591620717411303424"),
+                             ([(0, 4), (2 ** 64 + 4, 1)], "range 1's start is 18446744073709551620"),
+                             ([(0, 2 ** 64)], "range 0's length is 18446744073709551616"),
+                             ([(0.5, 3)], "range 0's start must be an integer"),
+                             ([(0, 4, 5)], "range 0 is (0, 4, 5), not a (start, length) pair"),
+                             (7, "ranges must be (start, length) pairs")):
+            with self.assertRaises(sieve.SieveError, msg=repr(ranges)) as caught:
+                sieve.publish_ranges(grad, ranges)
+            self.assertIn(said, str(caught.exception))
+        with self.assertRaises(sieve.SieveError):
+            sieve.retract_id(2 ** 64 + 1)
+        self.assertEqual(sieve.stats()["masks_published"], self.before)
+        # the largest representable count still reaches the library, which refuses it by its size
+        with self.assertRaises(sieve.SieveError) as caught:
+            sieve.publish_ranges(grad, [(0, 2 ** 64 - 1)])
+        self.assertNotIn("counts elements", str(caught.exception))
+        # a 0-d integer tensor and a NumPy-style integer are integers
+        mask_id = sieve.publish_ranges(grad, [(torch.tensor(2), 3)])
+        self.assertEqual(sieve.query(grad)["kept"], 3)
+        sieve.retract_id(mask_id)
+
+    def test_a_list_where_a_tensor_belongs_is_a_sieve_error(self):
+        """Issue 34.8: a plain list gave AttributeError ('list' object has no attribute ...)."""
+        grad = torch.zeros(8)
+        calls = [lambda: sieve.publish_mask([0.0] * 8, torch.ones(8)), lambda: sieve.publish_mask(grad, [1] * 8),
+                 lambda: sieve.publish_ranges([0.0] * 8, [(0, 2)]), lambda: sieve.retract([0.0] * 8),
+                 lambda: sieve.query([0.0] * 8), lambda: sieve.publish_collective("all_gather", [1, 0], torch.float32)]
+        for k, call in enumerate(calls):
+            with self.assertRaises(sieve.SieveError, msg="call %d" % k) as caught:
+                call()
+            self.assertRegex(str(caught.exception), "(must be a torch.Tensor, not list|must be a tensor)")
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
     def test_a_collective_mask_names_no_buffer_and_retracts_by_id(self):
