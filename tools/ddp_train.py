@@ -54,12 +54,8 @@ def import_sieve_ddp():
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python")
     if here not in sys.path:
         sys.path.insert(0, here)
-    try:
-        from sieve import ddp
-        return ddp
-    except ImportError:
-        import sieve_ddp
-        return sieve_ddp
+    from sieve import ddp
+    return ddp
 
 
 def probe():

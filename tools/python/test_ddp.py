@@ -45,7 +45,7 @@ def _train(rank, world, mode, rank_masks=None, bucket_cap_mb=0.01):
     """STEPS steps of SGD with momentum on rank's own synthetic batches; returns losses and the
     bits of every gradient and parameter after each step, and the hook's state."""
     from torch.nn.parallel import DistributedDataParallel as DDP
-    import sieve_ddp
+    from sieve import ddp as sieve_ddp
     model = _model(7)
     ddp = DDP(model, bucket_cap_mb=bucket_cap_mb)
     state = None
@@ -167,7 +167,7 @@ class CompactHookUnderRealDdp(unittest.TestCase):
 @needs_gloo
 class CompactStateChecks(unittest.TestCase):
     def test_refuses_a_wire_dtype_it_cannot_send_and_masks_of_unknown_parameters(self):
-        import sieve_ddp
+        from sieve import ddp as sieve_ddp
         with self.assertRaises(ValueError):
             sieve_ddp.CompactState(_model(1), wire_dtype=torch.int8)
         with self.assertRaises(ValueError):
