@@ -17,9 +17,14 @@ same initial model:
                  noise of the default itself
 
 Per mode and step: every rank's loss, this node's kernel tx bytes on --ifname (read between steps,
-so the barriers that line the ranks up are not counted), the step's seconds and its communication
-seconds (the time during which at least one bucket's hook had its collective in flight: from the
-hook's call to its future's completion, compaction included), the slowest rank's.
+so the barriers that line the ranks up are not counted), the step's seconds (the slowest rank's) and
+its communication seconds: the time during which at least one bucket was in flight, a bucket
+counting from the moment the last rank called its hook to the moment the last rank's hook future
+completed (compaction and expansion included; comm_seconds()).
+
+DDP runs with broadcast_buffers=False: the masks of torch.nn.utils.prune are module buffers, and DDP
+would otherwise broadcast them all from rank 0 before every forward (measured: 22 MB per node per
+step at 2 nodes, more than Sieve's whole gradient exchange).
 
 Rank 0 prints one JSON object (--json) or a table. --probe only checks the imports and exits.
 """
@@ -76,18 +81,19 @@ def probe():
 
 
 class Timer(object):
-    """Wraps a comm hook (self.hook, a function as DDP checks hooks): records each bucket's
-    [call, completion] interval."""
+    """Wraps a comm hook (self.hook, a function as DDP checks hooks): records each bucket's index,
+    the hook's call and its future's completion (time.monotonic: one clock for every process of the
+    machine, so the ranks' records can be lined up)."""
 
     def __init__(self, inner):
         self.spans = []
         spans = self.spans
 
         def timed_hook(state, bucket):
-            start = time.perf_counter()
+            start, index = time.monotonic(), bucket.index()
 
             def done(fut):
-                spans.append((start, time.perf_counter()))
+                spans.append((index, start, time.monotonic()))
                 return fut.value()
 
             return inner(state, bucket).then(done)
@@ -95,17 +101,29 @@ class Timer(object):
         self.hook = timed_hook
 
     def take(self):
-        """The union of the recorded intervals, in seconds; clears them."""
-        total, end = 0.0, None
-        for a, b in sorted(self.spans):
-            if end is None or a > end:
-                total += b - a
-                end = b
-            elif b > end:
-                total += b - end
-                end = b
+        """This step's records; clears them."""
+        taken = sorted(self.spans)
         del self.spans[:]
-        return total
+        return taken
+
+
+def comm_seconds(records):
+    """A step's communication time from every rank's records: each bucket counts from the moment the
+    last rank handed it to its hook (no collective can start earlier) to the moment the last rank had
+    it back, so a rank's compute running late is not counted as communication; the union of the
+    buckets' intervals."""
+    by_bucket = {}
+    for rank_records in records:
+        for index, start, end in rank_records:
+            s, e = by_bucket.get(index, (start, end))
+            by_bucket[index] = (max(s, start), max(e, end))
+    total, reach = 0.0, None
+    for a, b in sorted(by_bucket.values()):
+        if reach is None or a > reach:
+            total, reach = total + (b - a), b
+        elif b > reach:
+            total, reach = total + (b - reach), b
+    return total
 
 
 def in_bucket_order(inner):
@@ -150,7 +168,9 @@ def run_mode(args, mode, torch, dist, torchvision, prune):
     sieve_ddp = import_sieve_ddp()
     model = build_model(torch, torchvision, prune, args.density)
     bucket_mb = args.alt_bucket_mb if mode == "default_alt" else args.bucket_mb
-    ddp = DDP(model, bucket_cap_mb=bucket_mb)
+    # torch.nn.utils.prune keeps each mask as a module buffer: with broadcast_buffers=True DDP would
+    # broadcast every mask (a dense model's worth of bytes) from rank 0 before every forward.
+    ddp = DDP(model, bucket_cap_mb=bucket_mb, broadcast_buffers=False)
     if mode in ("default", "default_alt"):
         state, hook = None, default_hooks.allreduce_hook
     elif mode in ("sieve", "sieve_bf16"):
@@ -183,7 +203,7 @@ def run_mode(args, mode, torch, dist, torchvision, prune):
         comm.append(timer.take())
         tx.append(after - before if before is not None and after is not None else -1)
         losses.append(loss.item())
-    result = {"losses": losses, "seconds": seconds, "comm_seconds": comm, "tx_bytes": tx}
+    result = {"losses": losses, "seconds": seconds, "comm_spans": comm, "tx_bytes": tx}
     if state is not None and hasattr(state, "stats"):
         result["hook_stats"] = dict(state.stats)
     return result
@@ -208,7 +228,7 @@ def summarise(args, per_rank, kept, elements, torch_version):
             "bucket_cap_mb": args.alt_bucket_mb if mode == "default_alt" else args.bucket_mb,
             "losses": [r["losses"] for r in ranks],
             "step_seconds": [max(r["seconds"][s] for r in ranks) for s in range(args.steps)],
-            "comm_seconds": [max(r["comm_seconds"][s] for r in ranks) for s in range(args.steps)],
+            "comm_seconds": [comm_seconds([r["comm_spans"][s] for r in ranks]) for s in range(args.steps)],
             "tx_bytes": [sum(r["tx_bytes"][s] for r in ranks) / world for s in range(args.steps)],
         }
         if "hook_stats" in ranks[0]:
@@ -296,6 +316,7 @@ def main():
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--alt-bucket-mb", type=float, default=5.0)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--timeout", type=int, default=900)
     args = p.parse_args()
     if args.probe:
@@ -324,7 +345,8 @@ def main():
     mine = {}
     for mode in args.modes:
         mine[mode] = run_mode(args, mode, torch, dist, torchvision, prune)
-        print("ddp_train: rank %d: %s done" % (args.rank, mode), file=sys.stderr, flush=True)
+        if args.rank == 0 and not args.quiet:
+            print("ddp_train: %s done" % mode, file=sys.stderr, flush=True)
     gathered = [None] * args.world
     dist.all_gather_object(gathered, mine)  # after every measurement
     kept, elements = kept_fraction(build_model(torch, torchvision, prune, args.density))

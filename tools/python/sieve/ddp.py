@@ -39,8 +39,7 @@ import struct
 
 __all__ = ["CompactState", "compact_hook", "register"]
 
-# plugin/proxy/agreement.h: the vote's words and refusals.
-_VOTE_WORDS = 6
+# plugin/proxy/agreement.h: the refusals a vote carries in its fifth word.
 _REFUSAL_NONE, _REFUSAL_COULD_NOT_PREPARE = 0, 1
 _HOOK_VERSION = 1  # part of the settings: ranks running different hook logic never compact together
 
