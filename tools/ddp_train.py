@@ -10,10 +10,10 @@ same initial model:
 
   default        DDP's default hook (allreduce_hook: identical to registering none)
   sieve          sieve.ddp.compact_hook: each bucket's kept elements only, exact
-  sieve_bf16     sieve.ddp.compact_hook with a bf16 wire (lossy)
-  bf16_compress  PyTorch's bf16_compress_hook (dense, bf16 wire, lossy)
+  sieve-bf16     sieve.ddp.compact_hook with a bf16 wire (lossy)
+  bf16-compress  PyTorch's bf16_compress_hook (dense, bf16 wire, lossy)
   powersgd       PyTorch's PowerSGD hook, rank 4 (lossy; plain all-reduce in step 1)
-  default_alt    DDP's default hook under another bucket size (--alt-bucket-mb): the reduction-order
+  default-alt    DDP's default hook under another bucket size (--alt-bucket-mb): the reduction-order
                  noise of the default itself
 
 Per mode and step: every rank's loss, this node's kernel tx bytes on --ifname (read between steps,
@@ -36,7 +36,7 @@ import signal
 import sys
 import time
 
-MODES = ("default", "sieve", "sieve_bf16", "bf16_compress", "powersgd", "default_alt")
+MODES = ("default", "sieve", "sieve-bf16", "bf16-compress", "powersgd", "default-alt")
 
 
 def tx_bytes(ifname):
@@ -167,16 +167,16 @@ def run_mode(args, mode, torch, dist, torchvision, prune):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
     sieve_ddp = import_sieve_ddp()
     model = build_model(torch, torchvision, prune, args.density)
-    bucket_mb = args.alt_bucket_mb if mode == "default_alt" else args.bucket_mb
+    bucket_mb = args.alt_bucket_mb if mode == "default-alt" else args.bucket_mb
     # torch.nn.utils.prune keeps each mask as a module buffer: with broadcast_buffers=True DDP would
     # broadcast every mask (a dense model's worth of bytes) from rank 0 before every forward.
     ddp = DDP(model, bucket_cap_mb=bucket_mb, broadcast_buffers=False)
-    if mode in ("default", "default_alt"):
+    if mode in ("default", "default-alt"):
         state, hook = None, default_hooks.allreduce_hook
-    elif mode in ("sieve", "sieve_bf16"):
-        state = sieve_ddp.CompactState(ddp, wire_dtype=torch.bfloat16 if mode == "sieve_bf16" else None)
+    elif mode in ("sieve", "sieve-bf16"):
+        state = sieve_ddp.CompactState(ddp, wire_dtype=torch.bfloat16 if mode == "sieve-bf16" else None)
         hook = sieve_ddp.compact_hook
-    elif mode == "bf16_compress":
+    elif mode == "bf16-compress":
         state, hook = None, default_hooks.bf16_compress_hook
     else:
         state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=4, start_powerSGD_iter=2,
@@ -225,7 +225,7 @@ def summarise(args, per_rank, kept, elements, torch_version):
         ranks = [r[mode] for r in per_rank]
         entry = {
             "name": mode,
-            "bucket_cap_mb": args.alt_bucket_mb if mode == "default_alt" else args.bucket_mb,
+            "bucket_cap_mb": args.alt_bucket_mb if mode == "default-alt" else args.bucket_mb,
             "losses": [r["losses"] for r in ranks],
             "step_seconds": [max(r["seconds"][s] for r in ranks) for s in range(args.steps)],
             "comm_seconds": [comm_seconds([r["comm_spans"][s] for r in ranks]) for s in range(args.steps)],
@@ -260,8 +260,8 @@ def summarise(args, per_rank, kept, elements, torch_version):
                      "comm_at_most": 1.15 * kept, "comm": s.get("comm_vs_default"),
                      "losses_identical_to_default": s.get("losses_identical_to_default"),
                      "max_loss_difference": s.get("max_loss_difference")}
-            if "default_alt" in by_name:
-                goals["default_alt_max_loss_difference"] = by_name["default_alt"].get("max_loss_difference")
+            if "default-alt" in by_name:
+                goals["default_alt_max_loss_difference"] = by_name["default-alt"].get("max_loss_difference")
             report["goals"] = goals
     return report
 

@@ -46,7 +46,7 @@ struct Options {
   std::string train;
   int steps = 10;            // training steps per mode
   std::string train_modes;   // "" = the script's own list (every mode)
-  std::string python;        // the interpreter with PyTorch ("" = $SIEVE_PYTHON, else python3 on PATH)
+  std::string python;        // the interpreter with PyTorch ("" = python3 on PATH)
   std::string train_script;  // "" = ddp_train.py from share/sieve or the source tree
   bool quiet = false;
   bool version = false;  // --version: print the tool's name and version, run nothing

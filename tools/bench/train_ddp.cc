@@ -32,11 +32,8 @@ constexpr int kDefaultModes = 6;
 // ResNet-18's 11.7 M fp32 gradients: what a dense step all-reduces.
 constexpr double kResnet18Bytes = 11.69e6 * 4;
 
-std::string python_of(const Options& o) {
-  if (!o.python.empty()) return o.python;
-  const char* env = std::getenv("SIEVE_PYTHON");
-  return env != nullptr && *env != '\0' ? env : "python3";
-}
+// python3 on PATH: a virtual environment's, once activated.
+std::string python_of(const Options& o) { return o.python.empty() ? "python3" : o.python; }
 
 int mode_count(const Options& o) {
   if (o.train_modes.empty()) return kDefaultModes;
