@@ -270,8 +270,9 @@ def table(report):
     out = ["DDP training, ResNet-18 pruned to density %.2f (%.1f %% of %d gradient elements kept), %d nodes, "
            "Gloo, torch %s" % (report["density"], 100 * report["kept_fraction"], report["gradient_elements"],
                                report["nodes"], report["torch"]),
-           "%d steps of batch %d at %dx%d; medians from step %d on (after DDP's bucket rebuild)" % (
-               report["steps"], report["batch"], report["image"], report["image"], report["steady_from_step"]),
+           "%d steps of batch %d at %dx%d; medians from step %d on%s" % (
+               report["steps"], report["batch"], report["image"], report["image"], report["steady_from_step"],
+               " (after DDP's bucket rebuild)" if report["steady_from_step"] >= 3 else ""),
            "",
            "%-14s %10s %8s %9s %8s %9s %8s %10s %s" % ("mode", "wire MB", "x dflt", "comm s", "x dflt", "step s",
                                                         "loss 1", "loss last", "vs default")]
