@@ -36,7 +36,7 @@ fake_smi() {  # fake_smi EXIT_STATUS OUTPUT: an nvidia-smi on PATH that prints O
 # run.sh ARGS... with the fake tools first on PATH; sets $output and $status.
 run_kit() {
   set +e
-  output=$(cd "$tmp" && env PATH="$tmp/bin:$PATH" timeout 600 "$kit/run.sh" --out "$tmp/out" "$@" 2>&1)
+  output=$(cd "$tmp" && env PATH="$tmp/bin:$PATH" KIT_PYTHON="${PYTHON:-python3}" timeout 600 "$kit/run.sh" --out "$tmp/out" "$@" 2>&1)
   status=$?
   set -e
   echo "$output"
@@ -51,7 +51,7 @@ expect_nothing_ran() {
   ! grep -q "^== step" <<<"$output" || fail "a step ran"
   [[ $(ls "$tmp/out") == summary.json ]] || fail "results other than summary.json: $(ls "$tmp/out")"
 }
-summary() { python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$tmp/out/summary.json" "$1"; }
+summary() { "${PYTHON:-python3}" -c 'import json, sys; s = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$tmp/out/summary.json" "$1"; }
 
 case $scenario in
 no-driver)
@@ -60,7 +60,7 @@ no-driver)
   expect "no GPU: nvidia-smi not found, and the driver library libcuda.so.1 cannot be loaded"
   expect_nothing_ran
   [[ $(summary 's["status"]') == "no GPU" ]] || fail "summary.json does not say no GPU"
-  tables=$(python3 "$kit/kit/summary_tables.py" "$tmp/out/summary.json")
+  tables=$("${PYTHON:-python3}" "$kit/kit/summary_tables.py" "$tmp/out/summary.json")
   grep -q "^No step ran: no GPU: nvidia-smi not found" <<<"$tables" || fail "summary_tables.py does not render a run without a GPU"
   ;;
 smi-no-driver)

@@ -206,7 +206,8 @@ def contents(p):
     recommends = p.field("Recommends")
     for name in ("iperf3", "iproute2"):
         check(name in recommends, "Recommends %r lacks %s (sieve-perf, the namespace lab)" % (recommends, name))
-    check("python3-torch" in p.field("Suggests"), "Suggests %r lacks python3-torch (--gloo)" % p.field("Suggests"))
+    check("python3-venv" in p.field("Suggests"), "Suggests %r lacks python3-venv (--gloo's PyTorch from pip)" %
+          p.field("Suggests"))
     print("%d files, all accounted for; version %s; maintainer %s" % (len(files), p.args.version, maintainer))
 
 
