@@ -274,30 +274,6 @@ class Tensors(unittest.TestCase):
         masks._release_retired()
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
-    def test_one_mask_per_bucket_composed_from_its_pruned_gradients(self):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
-        prune.l1_unstructured(model[0], "weight", amount=0.8)
-        prune.l1_unstructured(model[2], "weight", amount=0.5)
-        with self.assertRaises(sieve.SieveError):
-            sieve.publish_pruned_model(model)  # no gradients yet
-        params = [model[0].weight_orig, model[0].bias, model[2].weight_orig, model[2].bias]
-        bucket = torch.zeros(sum(p.numel() for p in params))  # as DDP's gradient_as_bucket_view lays them out
-        offset = 0
-        for p in params:
-            p.grad = bucket[offset:offset + p.numel()].view_as(p)
-            offset += p.numel()
-        self.assertEqual(sieve.publish_pruned_model(model, commit_now=False), 1)
-        info = sieve.query(bucket)
-        pruned_away = int((model[0].weight_mask == 0).sum() + (model[2].weight_mask == 0).sum())
-        self.assertEqual((info["count"], info["kept"]), (bucket.numel(), bucket.numel() - pruned_away))
-        self.assertEqual(sieve.stats()["masks_published"], self.before + 1)
-        self.assertEqual(sieve.publish_pruned_model(model, commit_now=False), 1)  # replaces, never adds
-        self.assertEqual(sieve.stats()["masks_published"], self.before + 1)
-        del params, bucket, offset, p  # the binding holds the bucket: the gradients stay where they are
-        sieve.retract_all(model, commit_now=False)
-        self.assertEqual(sieve.stats()["masks_published"], self.before)
-
 
 # --- FSDP ---------------------------------------------------------------------------------------
 #
@@ -335,7 +311,7 @@ class CycleSim(object):
 
 
 def cxx_emulation_mask(numels, keeps, n):
-    """tests/proxy/fsdp_test.cc's Group::mask, element by element: shards of ceil(numel / n), rank-major,
+    """tests/plugin/proxy/fsdp_test.cc's Group::mask, element by element: shards of ceil(numel / n), rank-major,
     padding pruned (the C++ emulation flattens parameters, i.e. 1-D ones)."""
     shard = [(numel + n - 1) // n for numel in numels]
     width = sum(shard)
@@ -672,30 +648,6 @@ class PublishFsdp2(unittest.TestCase):
         states = [fake_fully_shard(block, n, **kwargs) for block in model.blocks]
         root = fake_fully_shard(model, n, root=True, **kwargs)
         return root, states
-
-    def test_every_call_of_three_steps_takes_its_own_exact_mask(self):
-        model = pruned_model()
-        root, blocks = self.shard(model, 4)
-        with Recorder() as published:
-            result = sieve.publish_fsdp(model, commit_now=False)
-        self.assertEqual((result["all_gather"], result["reduce_scatter"], result["skipped"]), (7, 4, []))
-        self.assertEqual(result["groups"], ["pg"])
-        self.assertEqual(sieve.stats()["masks_published"], self.before + 11)
-        # What FSDP2 issues in one step (FsdpIssueOrder), with the buffers it really moves.
-        buffers = {"R": fsdp2_group_buffers(root, 100)}
-        for i, state in enumerate(blocks):
-            buffers[str(i + 1)] = fsdp2_group_buffers(state, 10 * i)
-        step = ["AG R", "AG 1", "AG 2", "AG 3", "AG 3", "AG 2", "RS 3", "AG 1", "RS 2", "RS 1", "RS R"]
-        sim = CycleSim(published.entries)
-        for _ in range(3):
-            for call in step:
-                kind, group = call.split()
-                buffer = buffers[group][0 if kind == "AG" else 1]
-                got = sim.call("all_gather" if kind == "AG" else "reduce_scatter", buffer.numel(), F32)
-                self.assertIsNotNone(got, call)
-                self.assertEqual(got[3], buffer.ne(0).int().tolist(), "%s got another group's mask" % call)
-        # The blocks really differ: a block's mask on another block would drop values.
-        self.assertNotEqual(buffers["1"][1].ne(0).tolist(), buffers["2"][1].ne(0).tolist())
 
     def test_mixed_precision_gathers_in_param_dtype_and_reduces_in_reduce_dtype(self):
         model = pruned_model(blocks=1)
