@@ -346,6 +346,8 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       o->train_modes = v;
     } else if (arg == "--train-script") {
       o->train_script = v;
+    } else if (arg == "--python") {
+      o->python = v;
     } else if (arg == "--chunk") {
       if (!parse_int(v, 64, 64L << 20, &n)) return *message = "--chunk: bytes from 64 to 64M", false;
       o->chunk_bytes = static_cast<size_t>(n);
