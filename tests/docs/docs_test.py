@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The user documentation (README.md and docs/*.md) against the product, so that they cannot drift.
+"""The user documentation (README.md, CONTRIBUTING.md and docs/*.md) against the product, so that they cannot drift.
 
 Every name the docs show is looked up where the product defines it, never in a list kept here:
 
@@ -106,7 +106,8 @@ class Doc:
 
 
 def load_docs(source_dir):
-    paths = [os.path.join(source_dir, "README.md")] + sorted(glob.glob(os.path.join(source_dir, "docs", "*.md")))
+    paths = [os.path.join(source_dir, name) for name in ("README.md", "CONTRIBUTING.md")]
+    paths += sorted(glob.glob(os.path.join(source_dir, "docs", "*.md")))
     return [Doc(p, source_dir) for p in paths]
 
 
