@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -318,8 +319,14 @@ class Node {
 
 int run_node(const NodeJob& job, int control_fd) {
   // A node never outlives the orchestrator, nor its own deadline (plus a grace for the report).
+  // The death signal covers an orchestrator that dies from now on; one that died between fork and
+  // here has already left this node to another parent.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() == 1) return 3;
+  if (getppid() != job.coordinator) {
+    std::fprintf(stderr, "sieve-bench: node %d: the orchestrator (pid %d) exited before the node started; stopping\n",
+                 job.rank, static_cast<int>(job.coordinator));
+    return 3;
+  }
   alarm(static_cast<unsigned>(job.timeout_s + 10));
   Node node(job, control_fd);
   const std::string error = node.run();
