@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 
@@ -63,6 +64,7 @@ Snapshot current_snapshot() {
           .count());
   s.pid = static_cast<int>(getpid());
   s.host = host_name();
+  s.rank = launcher_rank([](const char* name) -> const char* { return std::getenv(name); });
   s.totals.bytes_logical_sent = load(stats.bytes_logical_sent);
   s.totals.bytes_wire_sent = load(stats.bytes_wire_sent);
   s.totals.bytes_logical_received = load(stats.bytes_logical_received);

@@ -38,6 +38,7 @@ struct Snapshot {
   uint64_t unix_ms = 0;
   int pid = 0;
   std::string host;
+  std::string rank;  // the process's rank in its job where the launcher says it, else ""
   TrafficCounters totals;
   uint64_t collectives_dense = 0;
   uint64_t collectives_compacted = 0;
@@ -66,7 +67,18 @@ extern const size_t kProcessCounterCount;
 std::vector<PeerTraffic> per_device(const Snapshot& snapshot);
 
 std::string to_json(const Snapshot& snapshot);
+// Labels stay bounded at any scale and across restarts: `host` and `rank` (where known) for the
+// process, the peer's host (its address, without the ephemeral port) and the local device for the
+// per-peer series, whose connections to one host are summed. No pid: each restart would start new
+// series. Per-connection detail (the port) is in the JSON only.
 std::string to_prometheus(const Snapshot& snapshot);
+
+// "10.0.1.2:4000" -> "10.0.1.2", "[fe80::1]:4000" -> "fe80::1"; anything else as it is.
+std::string peer_host(const std::string& peer);
+
+// The rank the job's launcher gives this process (torchrun's RANK, Slurm's SLURM_PROCID, Open MPI's
+// OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, in that order), "" when none says. `lookup` is getenv.
+std::string launcher_rank(const char* (*lookup)(const char*));
 
 enum class StatsFormat { Json, Prometheus };
 

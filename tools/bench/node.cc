@@ -84,6 +84,9 @@ class Node {
     std::string error = enter_namespace();
     if (!error.empty()) return error;
     for (const auto& [name, value] : job_.environment) setenv(name.c_str(), value.c_str(), 1);
+    // Each node is a rank of the emulated job, as a launcher would say (torchrun's RANK): its stats
+    // file's series carry rank="N", so the nodes of one host stay apart without a pid label.
+    setenv("RANK", std::to_string(job_.rank).c_str(), 1);
     link_ = PluginLink::open(job_.library, &error);
     if (!link_) return error;
     if (!send_message(fd_, "listen " + link_->handle().to_hex())) return "orchestrator gone";
