@@ -304,15 +304,22 @@ std::string with_pid(const std::string& path, int pid) {
 }  // namespace
 
 std::string choose_stats_path(const std::string& pattern, int pid, const std::string& host,
-                              std::unique_ptr<StatsFileClaim>* claim, std::string* note) {
+                              std::unique_ptr<StatsFileClaim>* claim, std::string* note, const std::string& previous) {
   const std::string path = expand_stats_path(pattern, pid, host);
   if (pattern.find("%p") != std::string::npos) return path;
   std::string error;
   *claim = StatsFileClaim::take(path, &error);
-  if (*claim) return path;
+  std::string why = error.empty() ? path + " is written by another live process" : error;
+  if (*claim) {
+    // Unclaimed, but a file there is a finished process's final totals (a scraper may not have read
+    // them yet): never written over, unless this process wrote it itself.
+    struct stat st {};
+    if (path == previous || ::lstat(path.c_str(), &st) != 0) return path;
+    claim->reset();
+    why = path + " holds the final totals of an earlier process";
+  }
   const std::string own = with_pid(path, pid);
-  *note = "SIEVE_STATS_FILE=" + pattern + ": " +
-          (error.empty() ? path + " is written by another live process" : error) + "; this process writes " + own +
+  *note = "SIEVE_STATS_FILE=" + pattern + ": " + why + "; this process writes " + own +
           " instead (put %p in the name to give every process its own file)";
   return own;
 }

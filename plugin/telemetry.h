@@ -1,8 +1,9 @@
 // Telemetry for ops: a snapshot of what this process moved (totals, per device, per peer) rendered
 // as JSON or Prometheus text, and a writer that puts it in SIEVE_STATS_FILE every
-// SIEVE_STATS_INTERVAL seconds and whenever its owner asks (plugin/stats_export.h says when). Each write goes to a temporary file of its own, renamed over
-// the target, so a scraper never reads half a file, even with several writers of one path; a path
-// without %p is claimed by one live process (StatsFileClaim), so processes never overwrite each other.
+// SIEVE_STATS_INTERVAL seconds and whenever its owner asks (plugin/stats_export.h says when). Each
+// write goes to a temporary file of its own, renamed over the target, so a scraper never reads half a
+// file, even with several writers of one path; a path without %p is written by one process only
+// (choose_stats_path), so processes never overwrite each other, together or in turn.
 #pragma once
 
 #include <condition_variable>
@@ -113,11 +114,15 @@ class StatsFileClaim {
 };
 
 // The file this process writes for SIEVE_STATS_FILE=`pattern`. With %p every process has its own.
-// Without, processes sharing the name would overwrite each other: the first live one claims it
-// (`*claim`, to hold while writing); any other writes the same name with ".<pid>" before its
-// extension, and `*note` says so (nothing is lost, nothing silently overwritten).
+// Without, the name is made unique rather than refused: the name as given goes to the first process
+// that finds it unclaimed and unwritten (`*claim`, to hold while writing); a process that finds it
+// claimed by a live process, or holding an earlier process's final totals, writes the same name with
+// ".<pid>" before its extension, and `*note` says so. Nothing is lost, nothing overwritten, whether
+// the processes sharing the name run together or one after another. `previous` is the file this
+// process wrote before (a second start after a stop): its own file, which it goes on writing.
 std::string choose_stats_path(const std::string& pattern, int pid, const std::string& host,
-                              std::unique_ptr<StatsFileClaim>* claim, std::string* note);
+                              std::unique_ptr<StatsFileClaim>* claim, std::string* note,
+                              const std::string& previous = "");
 
 // Writes snapshots from `source` to a file: when asked (write_now), every interval_s seconds when
 // interval_s > 0 (a thread started by the constructor), and once more at destruction. Never at

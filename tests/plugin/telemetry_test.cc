@@ -310,6 +310,31 @@ TEST(Telemetry, ASharedStatsPathIsWrittenByOneLiveProcess) {
   EXPECT_NE(access((pattern + ".lock").c_str(), F_OK), 0) << "the released claim left its lock file";
 }
 
+// One after another, too (issue 43): a process that finds the name unclaimed but holding a finished
+// process's final totals writes its own file instead of overwriting them; the process that wrote
+// the file goes on writing it after a stop and a new start.
+TEST(Telemetry, ASharedStatsPathNeverOverwritesAnEarlierProcesssTotals) {
+  const std::string dir = ::testing::TempDir();
+  const std::string tag = std::to_string(getpid());
+  const std::string pattern = dir + "sieve-turns-" + tag + ".json";
+  std::remove(pattern.c_str());
+  std::unique_ptr<StatsFileClaim> first, second, again;
+  std::string note;
+  ASSERT_EQ(choose_stats_path(pattern, 100, "h", &first, &note), pattern);
+  { StatsWriter writer(pattern, StatsFormat::Json, 0, [] { Snapshot s; s.pid = 100; return s; }); }
+  first.reset();  // the first process ends: its final totals are in the file, its claim is gone
+  EXPECT_EQ(choose_stats_path(pattern, 200, "h", &second, &note), dir + "sieve-turns-" + tag + ".200.json");
+  EXPECT_FALSE(second) << "holds a claim on a name it does not write";
+  EXPECT_NE(note.find("final totals of an earlier process"), std::string::npos) << note;
+  EXPECT_NE(read_file(pattern).find("\"pid\": 100"), std::string::npos) << "the first process's totals are gone";
+  note.clear();
+  EXPECT_EQ(choose_stats_path(pattern, 100, "h", &again, &note, pattern), pattern);
+  EXPECT_TRUE(again);
+  EXPECT_EQ(note, "");
+  again.reset();
+  std::remove(pattern.c_str());
+}
+
 // Releasing a claim removes its lock file: ordinary runs leave only the files asked for. A file
 // left by a killed holder is taken over by the next claimant and removed when it lets go.
 TEST(Telemetry, AReleasedClaimLeavesNoLockFile) {
