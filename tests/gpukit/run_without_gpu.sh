@@ -242,7 +242,9 @@ cut-short)
   until [[ -n $ranks ]] && tar -tzf "$tmp/out/logs.tar.gz" 2>/dev/null | grep -qx logs/step1-kernels.log; do
     ((SECONDS < end)) || { cat "$tmp/run.log"; fail "step 4's ranks never started"; }
     sleep 0.5
-    ranks=$(for p in $(kit_processes); do grep -qa sieve-allreduce-perf "/proc/$p/cmdline" 2>/dev/null && echo "$p"; done)
+    ranks=$(for p in $(kit_processes); do
+              if grep -qa sieve-allreduce-perf "/proc/$p/cmdline" 2>/dev/null; then echo "$p"; fi
+            done)
   done
   kill -KILL -- -"$runner"  # run.sh and its scheduler, as a device call's limit would; not the steps' sessions
   wait "$runner" 2>/dev/null || true
