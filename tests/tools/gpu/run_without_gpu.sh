@@ -36,7 +36,7 @@ fake_smi() {  # fake_smi EXIT_STATUS OUTPUT: an nvidia-smi on PATH that prints O
 # run.sh ARGS... with the fake tools first on PATH; sets $output and $status.
 run_kit() {
   set +e
-  output=$(cd "$tmp" && env PATH="$tmp/bin:$PATH" KIT_PYTHON="${PYTHON:-python3}" timeout 600 "$kit/run.sh" --out "$tmp/out" "$@" 2>&1)
+  output=$(cd "$tmp" && env PATH="$tmp/bin:$PATH" timeout 600 "$kit/run.sh" --out "$tmp/out" "$@" 2>&1)
   status=$?
   set -e
   echo "$output"
