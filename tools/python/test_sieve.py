@@ -649,18 +649,6 @@ class PublishFsdp2(unittest.TestCase):
         root = fake_fully_shard(model, n, root=True, **kwargs)
         return root, states
 
-    def test_mixed_precision_gathers_in_param_dtype_and_reduces_in_reduce_dtype(self):
-        model = pruned_model(blocks=1)
-        self.shard(model, 2, param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        with Recorder() as published:
-            sieve.publish_fsdp(model, commit_now=False)
-        kinds = [(kind, dtype) for kind, _, dtype, _ in published.entries]
-        self.assertEqual(kinds, [("all_gather", BF16)] * 3 + [("reduce_scatter", F32)] * 2)
-        with Recorder() as published:  # reduce_dtype = param_dtype: FSDP clamps it away, reduces in bf16
-            self.shard(model, 2, param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
-            sieve.publish_fsdp(model, commit_now=False)
-        self.assertEqual({dtype for _, _, dtype, _ in published.entries}, {BF16})
-
     def test_shard_dim_frozen_parameters_and_reshard_to_another_mesh(self):
         model = pruned_model(blocks=2, width=4)
         model.blocks[1].up.bias.requires_grad_(False)  # frozen: gathered, never reduced
