@@ -212,8 +212,11 @@ class Product:
         return self._cache["installed"]
 
     def python_module(self):
-        spec = importlib.util.spec_from_file_location("sieve", os.path.join(self.source, "tools/python/sieve.py"))
+        package = os.path.join(self.source, "tools/python/sieve")
+        spec = importlib.util.spec_from_file_location("sieve", os.path.join(package, "__init__.py"),
+                                                      submodule_search_locations=[package])
         module = importlib.util.module_from_spec(spec)
+        sys.modules["sieve"] = module  # its submodules import each other through the package
         spec.loader.exec_module(module)
         return module
 

@@ -12,7 +12,7 @@
 #   lib/                       libnccl-net-sieve.so and every shared library they need that is not
 #                              in image-provides.txt (hwloc's runtime and its dependencies)
 #   kit/                       the steps (Python), the training scripts, the summary-to-tables script
-#   python/sieve.py            the Python binding
+#   python/sieve/              the Python binding (the package; PYTHONPATH=python)
 #   licenses/                  the copyright files of the copied libraries
 #   image-provides.txt, BUILD.json (commit, toolkit, files with sizes and sha256)
 # DIR is replaced as a whole. Inside the source tree it must be ignored by git (under build*/), so it
@@ -109,7 +109,8 @@ install -m 755 "$root/tools/gpu/run.sh" "$stage/run.sh"
 install -m 644 "$root/tools/gpu/README.md" "$root/tools/gpu/image-provides.txt" "$stage/"
 install -m 644 "$root"/tools/gpu/kit/*.py "$root/tools/gpu/ddp_resnet18.py" "$root/tools/gpu/fsdp_pruned.py" \
   "$root/tools/gpu/summary_tables.py" "$stage/kit/"
-install -m 644 "$root/tools/python/sieve.py" "$stage/python/"
+mkdir -p "$stage/python/sieve"
+install -m 644 "$root"/tools/python/sieve/*.py "$stage/python/sieve/"
 
 # BUILD.json: what this kit is, reproducibly (the commit's time, not the build's).
 commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)

@@ -64,6 +64,8 @@ std::string usage_text() {
          "  --plugin PATH         libnccl-net-sieve.so to load (default: the installed one, see Files)\n"
          "  --netlab PATH         the namespace lab script (default: netlab.sh, see Files)\n"
          "  --gloo-script PATH    the Gloo peer (default: gloo_allreduce.py, see Files)\n"
+         "  --python PATH         the Python with PyTorch that runs the Gloo peer (default: python3 on PATH;\n"
+         "                        tools/install-deps.sh makes build/venv/bin/python)\n"
          "  --chunk BYTES         ring chunk, 64 to 64M (default 131072)\n"
          "  --inflight N          chunks in flight, 1 to 32 (default 16)\n"
          "  --timeout S           hard limit for the whole run (default: from the model's size, --rate and the\n"
@@ -80,7 +82,7 @@ std::string usage_text() {
          "Files (PREFIX is where sieve-bench is installed: /usr for /usr/bin/sieve-bench):\n"
          "  PREFIX/" + tools::installed_libdir() + "/libnccl-net-sieve.so   the plugin the nodes load\n"
          "  PREFIX/share/sieve/netlab.sh           the namespace lab\n"
-         "  PREFIX/share/sieve/gloo_allreduce.py   the Gloo peer (Debian's python3-torch, /usr/bin/python3)\n"
+         "  PREFIX/share/sieve/gloo_allreduce.py   the Gloo peer (run by --python)\n"
          "  PREFIX/bin/sieve-impair                impairments on kernels without netem\n"
          "Run from a build tree, sieve-bench uses that build's library and its source tree's scripts.\n";
 }
@@ -149,6 +151,7 @@ const char* const kFlags[] = {"--json", "--quiet", "--loopback", "--gloo", "--fs
 const char* const kValued[] = {"--nodes",   "--model", "--masks",  "--prune",   "--density", "--seed",
                                "--dtype",   "--modes", "--iters",  "--warmup",  "--rate",    "--delay",
                                "--jitter",  "--loss",  "--reorder", "--plugin", "--netlab",  "--gloo-script",
+                               "--python",
                                "--chunk",   "--inflight", "--timeout"};
 
 bool takes_value(const std::string& arg) {
@@ -316,6 +319,8 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       o->netlab = v;
     } else if (arg == "--gloo-script") {
       o->gloo_script = v;
+    } else if (arg == "--python") {
+      o->python = v;
     } else if (arg == "--chunk") {
       if (!parse_int(v, 64, 64L << 20, &n)) return *message = "--chunk: bytes from 64 to 64M", false;
       o->chunk_bytes = static_cast<size_t>(n);

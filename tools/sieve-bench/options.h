@@ -41,6 +41,7 @@ struct Options {
   // instead of DDP's all-reduce of gradient buckets.
   bool fsdp = false;
   std::string gloo_script;
+  std::string python;  // --python: the Gloo peer's interpreter (empty: python3 on PATH)
   bool quiet = false;
   bool version = false;  // --version: print the tool's name and version, run nothing
   // Set on the command line (not defaults): --masks refuses what it would silently override.

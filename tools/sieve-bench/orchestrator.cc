@@ -410,7 +410,8 @@ int run_bench(const Options& o, RunReport* report) {
     }
   }
   const std::string gloo_script = !o.gloo_script.empty() ? o.gloo_script : layout.script("gloo_allreduce.py");
-  if (o.gloo && !gloo_supports(gloo_script, o.dtype, &error)) {
+  const std::string python = gloo_python(o.python);
+  if (o.gloo && !gloo_supports(gloo_script, o.dtype, &error, python)) {
     report->failure = "--gloo: " + error;
     return 2;
   }
@@ -492,6 +493,7 @@ int run_bench(const Options& o, RunReport* report) {
     } else {
       GlooJob job;
       job.script = gloo_script;
+      job.python = python;
       for (const Bucket& b : work.buckets) job.bucket_elements.push_back(b.elements);
       for (const FsdpGroup& g : work.fsdp.groups) job.shard_elements.push_back(g.shard_elements);
       job.nodes = o.nodes;

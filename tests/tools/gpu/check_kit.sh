@@ -96,7 +96,7 @@ no-build-paths)
 python)
   mapfile -t files < <(find "$kit" -name '*.py' | sort)
   ((${#files[@]} > 0)) || fail "no Python file in the kit"
-  python3 -c '
+  "${PYTHON:-python3}" -c '
 import sys
 for path in sys.argv[1:]:
     with open(path) as f:
@@ -108,7 +108,7 @@ for path in sys.argv[1:]:
 
 device-code)
   mapfile -t files < <(elves)
-  listing=$(python3 "$here/fatbin_archs.py" --require-sm 90 "${files[@]}") || { echo "$listing"; fail "device code for sm_90 missing (above)"; }
+  listing=$("${PYTHON:-python3}" "$here/fatbin_archs.py" --require-sm 90 "${files[@]}") || { echo "$listing"; fail "device code for sm_90 missing (above)"; }
   echo "$listing"
   ! grep -q "libnccl-net-sieve.so: no device code" <<<"$listing" || fail "libnccl-net-sieve.so holds no device code"
   ;;

@@ -82,7 +82,7 @@ expect_nothing_ran() {
   ! grep -q "^== step" <<<"$output" || fail "a step ran"
   [[ $(ls "$tmp/out") == summary.json ]] || fail "results other than summary.json: $(ls "$tmp/out")"
 }
-summary() { python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$tmp/out/summary.json" "$1"; }
+summary() { "${PYTHON:-python3}" -c 'import json, sys; s = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$tmp/out/summary.json" "$1"; }
 step_field() {  # step_field N FIELD: that field of step N's result in summary.json
   summary "[t.get('$2') for t in s['steps'] if t['step'] == $1][0]"
 }
@@ -101,7 +101,7 @@ no-driver)
   expect "no GPU: nvidia-smi not found, and the driver library libcuda.so.1 cannot be loaded"
   expect_nothing_ran
   [[ $(summary 's["status"]') == "no GPU" ]] || fail "summary.json does not say no GPU"
-  tables=$(python3 "$kit/kit/summary_tables.py" "$tmp/out/summary.json")
+  tables=$("${PYTHON:-python3}" "$kit/kit/summary_tables.py" "$tmp/out/summary.json")
   grep -q "^No step ran: no GPU: nvidia-smi not found" <<<"$tables" || fail "summary_tables.py does not render a run without a GPU"
   ;;
 smi-no-driver)
