@@ -172,21 +172,24 @@ class Model(torch.nn.Module if torch else object):
         return self.head(x)
 
 
-def fsdp2_rank(rank, store_file, reshard_after_forward):
+def fsdp2_rank(rank, store_file, reshard_after_forward, param_dtype=None, reduce_dtype=None):
     import sieve
     from sieve import fsdp_masks
-    from sieve._constants import _DTYPE_F32
+    from sieve.masks import _dtype_code_of
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from test_sieve import CycleSim
     init(rank, store_file)
     mesh = init_device_mesh("cpu", (WORLD,))
     torch.manual_seed(0)
     model = Model()
     prune_every_layer(model, seed=2)
+    # FSDP2 gathers the parameters in param_dtype and reduces the gradients in reduce_dtype, which it
+    # drops when it equals param_dtype (the gradients are already in it)
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     for block in model.blocks:
-        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
 
     calls = []  # (kind, count, dtype, nonzero of the whole buffer the collective moves)
     capturing = [False]
@@ -229,10 +232,11 @@ def fsdp2_rank(rank, store_file, reshard_after_forward):
     problems = ["skipped: %s" % s for s in result["skipped"]]
     cycle = CycleSim([(kind, count, dtype, bits) for kind, count, dtype, bits in published])
     for k, (kind, count, dtype, nonzero) in enumerate(calls):
-        if dtype != torch.float32:
-            problems.append("call %d: %s in %s" % (k, kind, dtype))
+        expected = (param_dtype if kind == "all_gather" else reduce_dtype or param_dtype) or torch.float32
+        if dtype != expected:
+            problems.append("call %d: %s in %s, not %s" % (k, kind, dtype, expected))
             continue
-        entry = cycle.call(kind, count, _DTYPE_F32)
+        entry = cycle.call(kind, count, _dtype_code_of(dtype))
         if entry is None:
             problems.append("call %d: %s of %d elements has no mask (runs dense)" % (k, kind, count))
         elif not torch.equal(entry[3], nonzero):
@@ -249,7 +253,9 @@ def fsdp2_rank(rank, store_file, reshard_after_forward):
 
 CASES = {"ddp": lambda rank, store: ddp_rank(rank, store),
          "fsdp2": lambda rank, store: fsdp2_rank(rank, store, True),
-         "fsdp2_no_reshard": lambda rank, store: fsdp2_rank(rank, store, False)}
+         "fsdp2_no_reshard": lambda rank, store: fsdp2_rank(rank, store, False),
+         "fsdp2_bf16_params": lambda rank, store: fsdp2_rank(rank, store, True, torch.bfloat16, torch.float32),
+         "fsdp2_bf16": lambda rank, store: fsdp2_rank(rank, store, True, torch.bfloat16, torch.bfloat16)}
 
 
 def rank_main(rank, directory):
@@ -300,6 +306,12 @@ class RealStructures(unittest.TestCase):
             # per step: 4 groups gathered in forward and again in backward (the root too: it was given
             # reshard_after_forward=True), 4 reduce-scatters
             self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 8, 3 * 4))
+
+    def test_publish_fsdp_with_mixed_precision_gathers_in_param_dtype_and_reduces_in_reduce_dtype(self):
+        for case in ("fsdp2_bf16_params", "fsdp2_bf16"):  # reduce in float32; in bf16 (= param_dtype)
+            for rank, result in self.results(case):
+                self.assertEqual(result["problems"], [], "%s, rank %d" % (case, rank))
+                self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 8, 3 * 4))
 
     def test_publish_fsdp_without_reshard_after_forward(self):
         for rank, result in self.results("fsdp2_no_reshard"):
