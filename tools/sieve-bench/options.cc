@@ -71,7 +71,7 @@ std::string usage_text() {
          "  --netlab PATH         the namespace lab script (default: netlab.sh, see Files)\n"
          "  --gloo-script PATH    the Gloo peer (default: gloo_allreduce.py, see Files)\n"
          "  --python PATH         the Python with PyTorch that runs the Gloo peer and --train's ranks (default:\n"
-         "                        python3 on PATH; tools/install-deps.sh makes build/venv/bin/python)\n"
+         "                        python3 on PATH: an activated virtual environment's)\n"
          "  --chunk BYTES         ring chunk, 64 to 64M (default 131072)\n"
          "  --inflight N          chunks in flight, 1 to 32 (default 16)\n"
          "  --timeout S           hard limit for the whole run (default: from the model's size, --rate and the\n"
