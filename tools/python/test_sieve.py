@@ -65,7 +65,7 @@ class FindsTheRightLibrary(unittest.TestCase):
         # LD_LIBRARY_PATH), and names the preloaded copy when that copy was loaded under it.
         directory = os.path.dirname(os.path.realpath(LIBRARY))
         name = os.path.basename(LIBRARY)
-        done = run_python("import sieve; sieve.library(); print(sieve._loaded_path())", SIEVE_LIBRARY=name,
+        done = run_python("import sieve; sieve.library(); print(sieve._library._loaded_path())", SIEVE_LIBRARY=name,
                           LD_LIBRARY_PATH=directory)
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertEqual(os.path.realpath(done.stdout.strip()), os.path.realpath(LIBRARY))
