@@ -29,7 +29,7 @@ def run(*args):
 
 
 # 1. --help: every option the source accepts, and where Google Benchmark's own flags are.
-with open(os.path.join(source_dir, "compress", "bench", "codec_bench.cc")) as f:
+with open(os.path.join(source_dir, "compress", "codec_bench", "codec_bench.cc")) as f:
     accepted = set(re.findall(r'"(--[a-z_]+)[="]', f.read()))
 check({"--help", "--version", "--full", "--buffer_bytes"} <= accepted, f"options found in the source: {accepted}")
 rc, out, err = run("--help")
