@@ -15,7 +15,8 @@ published alive until a commit has released its mask, so no address is reused un
 the garbage collector decides nothing.
 
 The package, by concern: _library (finding and loading the library), _constants (sieve.h's values),
-masks (publish, retract, commit, counters, pruned models), fsdp_masks (FSDP's collectives), and
+masks (publish, retract, commit, counters, pruned models), fsdp_masks (FSDP's collectives for the
+preloaded proxy), fsdp (FSDP2's custom collectives, `import sieve.fsdp`: needs torch), and
 `python -m sieve` (__main__: what to set, and a launcher).
 """
 
