@@ -6,6 +6,7 @@
 #include "tools/bench/options.h"
 #include "tools/bench/orchestrator.h"
 #include "tools/bench/report.h"
+#include "tools/bench/train_fsdp2.h"
 
 int main(int argc, char** argv) {
   using namespace sieve::bench;
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
     if (!help) std::fputc('\n', stderr);
     return help ? 0 : 2;
   }
+  if (!options.train.empty()) return run_train_fsdp2(options);
   RunReport report;
   const int status = run_bench(options, &report);
   if (options.json) {

@@ -64,6 +64,11 @@ std::string usage_text() {
          "  --plugin PATH         libnccl-net-sieve.so to load (default: the installed one, see Files)\n"
          "  --netlab PATH         the namespace lab script (default: netlab.sh, see Files)\n"
          "  --gloo-script PATH    the Gloo peer (default: gloo_allreduce.py, see Files)\n"
+         "  --train fsdp2         instead: real FSDP2 training (fully_shard, Gloo) by Python ranks in the lab, FSDP2\n"
+         "                        as is against Sieve's custom collectives (sieve.fsdp); every step's loss, wire\n"
+         "                        bytes, step and communication time; --nodes, --rate, --iters (steps) apply\n"
+         "  --train-model NAME    transformer (50 % pruned) | resnet18 (torchvision, 80 % pruned) (default transformer)\n"
+         "  --python PATH         the training ranks' Python, with torch >= 2.11 (default /usr/bin/python3)\n"
          "  --chunk BYTES         ring chunk, 64 to 64M (default 131072)\n"
          "  --inflight N          chunks in flight, 1 to 32 (default 16)\n"
          "  --timeout S           hard limit for the whole run (default: from the model's size, --rate and the\n"
@@ -81,6 +86,7 @@ std::string usage_text() {
          "  PREFIX/" + tools::installed_libdir() + "/libnccl-net-sieve.so   the plugin the nodes load\n"
          "  PREFIX/share/sieve/netlab.sh           the namespace lab\n"
          "  PREFIX/share/sieve/gloo_allreduce.py   the Gloo peer (Debian's python3-torch, /usr/bin/python3)\n"
+         "  PREFIX/share/sieve/fsdp2_train.py      a rank of --train fsdp2\n"
          "  PREFIX/bin/sieve-impair                impairments on kernels without netem\n"
          "Run from a build tree, sieve-bench uses that build's library and its source tree's scripts.\n";
 }
@@ -149,7 +155,7 @@ const char* const kFlags[] = {"--json", "--quiet", "--loopback", "--gloo", "--fs
 const char* const kValued[] = {"--nodes",   "--model", "--masks",  "--prune",   "--density", "--seed",
                                "--dtype",   "--modes", "--iters",  "--warmup",  "--rate",    "--delay",
                                "--jitter",  "--loss",  "--reorder", "--plugin", "--netlab",  "--gloo-script",
-                               "--chunk",   "--inflight", "--timeout"};
+                               "--chunk",   "--inflight", "--timeout", "--train", "--train-model", "--python"};
 
 bool takes_value(const std::string& arg) {
   for (const char* name : kValued) {
@@ -316,6 +322,14 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       o->netlab = v;
     } else if (arg == "--gloo-script") {
       o->gloo_script = v;
+    } else if (arg == "--train") {
+      if (v != "fsdp2") return *message = "--train: fsdp2 (the only training run so far)", false;
+      o->train = v;
+    } else if (arg == "--train-model") {
+      if (v != "transformer" && v != "resnet18") return *message = "--train-model: transformer or resnet18", false;
+      o->train_model = v;
+    } else if (arg == "--python") {
+      o->python = v;
     } else if (arg == "--chunk") {
       if (!parse_int(v, 64, 64L << 20, &n)) return *message = "--chunk: bytes from 64 to 64M", false;
       o->chunk_bytes = static_cast<size_t>(n);

@@ -41,6 +41,10 @@ struct Options {
   // instead of DDP's all-reduce of gradient buckets.
   bool fsdp = false;
   std::string gloo_script;
+  // --train fsdp2: real FSDP2 training by Python ranks in the lab instead (tools/bench/train_fsdp2.h).
+  std::string train;
+  std::string train_model = "transformer";  // transformer | resnet18
+  std::string python = "/usr/bin/python3";  // the ranks' interpreter: it needs torch with FSDP2
   bool quiet = false;
   bool version = false;  // --version: print the tool's name and version, run nothing
   // Set on the command line (not defaults): --masks refuses what it would silently override.

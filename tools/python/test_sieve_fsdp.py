@@ -68,15 +68,15 @@ def build(mp=None, rank_mask_seed=None, masks=None):
             if masks is not None:
                 keep = lin.weight.abs() > lin.weight.abs().median()
                 with torch.no_grad():
-                    lin.weight.mul_(keep)
+                    lin.weight.masked_fill_(~keep, 0.0)
                 masks["blocks.%d.%s.weight" % (i, part)] = keep
                 continue
             prune.l1_unstructured(lin, "weight", amount=0.5)
             if rank_mask_seed is not None:  # a mask that differs between ranks: compact() must refuse
                 g = torch.Generator().manual_seed(rank_mask_seed)
                 lin.weight_mask.copy_((torch.rand(lin.weight_mask.shape, generator=g) > 0.5).float())
-            with torch.no_grad():
-                lin.weight_orig.mul_(lin.weight_mask)
+            with torch.no_grad():  # +0.0: the sign of a zero the compacted all-gather does not carry
+                lin.weight_orig.masked_fill_(lin.weight_mask == 0, 0.0)
     kwargs = {"mp_policy": mp} if mp is not None else {}
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for block in net.blocks:
@@ -91,8 +91,10 @@ def bits(t):
     return t.float().view(torch.int32).clone()
 
 
-def train(net, steps=STEPS):
-    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+def train(net, steps=STEPS, sgd=False):
+    # SGD with momentum keeps a gradient's sign of zero in its buffer; Adam's moments do not.
+    opt = (torch.optim.SGD(net.parameters(), lr=1e-2, momentum=0.9) if sgd else
+           torch.optim.Adam(net.parameters(), lr=1e-2))
     g = torch.Generator().manual_seed(100 + dist.get_rank())
     losses = []
     for step in range(steps):
@@ -114,13 +116,13 @@ def same(label, dense, sieve):
         assert torch.equal(a, b), "%s: parameter %d differs after training" % (label, i)
 
 
-def case_exact(mp=None, label="fp32"):
+def case_exact(mp=None, label="fp32", sgd=False):
     before = sieve_fsdp.stats()
-    dense = train(build(mp))
+    dense = train(build(mp), sgd=sgd)
     net = build(mp)
     outcome = sieve_fsdp.compact(net)
     assert all(v == "compacted" for k, v in outcome.items() if k.startswith("blocks.")), outcome
-    result = train(net)
+    result = train(net, sgd=sgd)
     same(label, dense, result)
     after = sieve_fsdp.stats()
     compacted = after["compacted"] - before["compacted"]
@@ -161,6 +163,7 @@ def worker(rank, world, port):
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world)
     try:
         case_exact()
+        case_exact(label="fp32 sgd", sgd=True)
         case_exact(MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32), "bf16/fp32 reduce")
         case_exact(MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16), "bf16 reduce")
         case_refused()
