@@ -7,8 +7,9 @@ bytes this node's interface sent; a digest of this rank's parameter shards at th
 
   fsdp2            FSDP2 as is (a block and the root per fully_shard)
   sieve            the same, after sieve.fsdp.compact(model): Sieve's custom collectives
-  fsdp2-regrouped  FSDP2 as is, two blocks per fully_shard: FSDP's own result under another
-                   configuration (other buffers, so another reduction order at more than 2 ranks)
+  fsdp2-regrouped  FSDP2 as is, every other block in a group of its own and the rest in the root's:
+                   FSDP's own result under another configuration (other buffers, so another
+                   reduction order at more than 2 ranks)
 
 Models: "transformer" (a decoder of torch.nn.Linear/LayerNorm/Embedding layers, its blocks' Linear
 weights pruned 50 %) and "resnet18" (torchvision, its convolutions pruned 80 %), both with
@@ -190,9 +191,9 @@ def main():
     torch.manual_seed(0)
     model, blocks, batch, loss_of = (transformer if args.model == "transformer" else resnet18)(torch, args)
     mesh = init_device_mesh("cpu", (args.world,))
-    step_of = 2 if args.mode == "fsdp2-regrouped" else 1
-    for i in range(0, len(blocks), step_of):
-        fully_shard(blocks[i:i + step_of] if step_of > 1 else blocks[i], mesh=mesh)
+    # Regrouped: every other block in a group of its own, the rest in the root's.
+    for block in blocks[::2] if args.mode == "fsdp2-regrouped" else blocks:
+        fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
     outcome = None
     if sieve_fsdp is not None:

@@ -16,7 +16,7 @@ the garbage collector decides nothing.
 
 The package, by concern: _library (finding and loading the library), _constants (sieve.h's values),
 masks (publish, retract, commit, counters, pruned models), fsdp_masks (FSDP's collectives for the
-preloaded proxy), fsdp (FSDP2's custom collectives, `import sieve.fsdp`: needs torch), and
+preloaded proxy), fsdp (FSDP2's custom collectives: sieve.fsdp.compact(model)), and
 `python -m sieve` (__main__: what to set, and a launcher).
 """
 
@@ -24,6 +24,7 @@ from ._library import SieveError, library, library_path
 from .masks import (commit, publish_collective, publish_mask, publish_pruned_model, publish_ranges, query, retract,
                     retract_all, retract_id, stats)
 from .fsdp_masks import fsdp1_layout, fsdp2_layout, publish_fsdp, semi_structured_masks
+from . import fsdp
 
 # The release, as CMakeLists.txt's project(VERSION) and sieve_version() say it (a test checks all three).
 __version__ = "0.1.0"
@@ -31,5 +32,5 @@ __version__ = "0.1.0"
 __all__ = [
     "SieveError", "library", "library_path", "publish_mask", "publish_ranges", "retract", "commit", "query", "stats",
     "publish_pruned_model", "retract_all", "publish_collective", "retract_id", "publish_fsdp", "fsdp2_layout",
-    "fsdp1_layout", "semi_structured_masks", "__version__",
+    "fsdp1_layout", "semi_structured_masks", "fsdp", "__version__",
 ]

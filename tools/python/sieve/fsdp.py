@@ -25,14 +25,11 @@ differ by the reduction order Gloo or NCCL picks for a different buffer size.
 import hashlib
 import warnings
 
-import torch
-import torch.distributed as dist
-
-try:  # PyTorch 2.11: the interfaces fully_shard's set_custom_* take (not exported from the package)
-    from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _AllGather
-    from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter as _ReduceScatter
-except ImportError:  # older PyTorch: no custom collectives; compact() refuses
-    _AllGather = _ReduceScatter = object
+try:  # the module imports without torch (the package does), compact() needs it
+    import torch
+    import torch.distributed as dist
+except ImportError:
+    torch = dist = None
 
 from . import fsdp_masks as _masks
 from ._constants import _ERR_INVALID
@@ -97,7 +94,10 @@ def _dense_sent(numel, world_size, kind):
     return numel * (world_size - 1) // world_size if kind == "reduce_scatter" else numel * (world_size - 1)
 
 
-class CompactReduceScatter(_ReduceScatter):
+# FSDP2's ReduceScatter and AllGather (torch.distributed.fsdp._fully_shard._fsdp_api) are interfaces
+# FSDP never checks with isinstance: these implement them (allocate, __call__) without importing them,
+# so the package imports where torch is missing.
+class CompactReduceScatter(object):
     """The reduce-scatter of one parameter group: compacts every destination rank's segment of the
     gradient buffer to that rank's kept elements (plus a flag), reduce-scatters equal segments padded
     to the largest, and expands this rank's segment into FSDP's output shard."""
@@ -141,7 +141,7 @@ class CompactReduceScatter(_ReduceScatter):
         return None  # done synchronously: FSDP waits only on a returned Work
 
 
-class CompactAllGather(_AllGather):
+class CompactAllGather(object):
     """The all-gather of one parameter group: every rank sends the kept elements of its shard (plus a
     flag), padded to the largest rank's count, and every rank expands all of them into FSDP's buffer."""
 
@@ -305,6 +305,9 @@ def compact(model, masks=None):
     parameter groups on one module, tensor-parallel DTensors, all-gather extensions), keeps FSDP's own
     collectives, with one warning line. The all-gather compacts only where every rank's pruned weights
     are exactly zero (torch.nn.utils.prune keeps them in weight_orig); zero them to compact it too."""
+    if torch is None or not hasattr(getattr(model, "set_custom_reduce_scatter", None), "__call__"):
+        raise SieveError(_ERR_INVALID, "sieve.fsdp.compact takes a model wrapped by fully_shard of PyTorch >= 2.11 "
+                                       "(its set_custom_reduce_scatter and set_custom_all_gather)")
     masks = dict(masks or {})
     _root_state(model)
     names = _masks._module_names(model)
