@@ -108,5 +108,10 @@ def main(argv):
     return 2
 
 
-if __name__ == "__main__":
+def entry():
+    """The `sieve` command a wheel installs."""
     sys.exit(main(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    entry()

@@ -9,6 +9,7 @@ _LIBRARY_NAME = "libnccl-net-sieve.so"
 
 class SieveError(RuntimeError):
     """A failed call: code is the negative SIEVE_ERR_* value."""
+    __module__ = "sieve"  # its public name, in tracebacks too: sieve.SieveError
 
     def __init__(self, code, message):
         super().__init__(message)

@@ -2,6 +2,7 @@
 models pruned with torch.nn.utils.prune (DDP's buckets)."""
 
 import ctypes
+import operator
 import warnings
 
 from ._constants import (_COLLECTIVES, _COMMIT_ACTIVATED, _COMMIT_PENDING, _COMMIT_REFUSED, _COMMIT_UNION,
@@ -50,7 +51,32 @@ def _dtype_code(tensor):
     return _dtype_code_of(tensor.dtype)
 
 
+def _tensor(value, what):
+    """value, which must be a torch.Tensor: anything else (a list, a NumPy array) is a SieveError that
+    says so, not an AttributeError from deep inside."""
+    import torch
+    if not isinstance(value, torch.Tensor):
+        raise SieveError(_ERR_INVALID, "%s must be a torch.Tensor, not %s" % (what, type(value).__name__))
+    return value
+
+
+_UINT64_LIMIT = 1 << 64
+
+
+def _count(value, what):
+    """value as a Python int that fits sieve.h's uint64_t/size_t: ctypes would wrap 2**64 + k to k, and
+    -1 to 2**64 - 1, silently, so both are refused, as are floats and other non-integers."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise SieveError(_ERR_INVALID, "%s must be an integer, not %r" % (what, value)) from None
+    if not 0 <= number < _UINT64_LIMIT:
+        raise SieveError(_ERR_INVALID, "%s is %d: it counts elements, from 0 to 2**64 - 1" % (what, number))
+    return number
+
+
 def _buffer(tensor):
+    tensor = _tensor(tensor, "the tensor")
     if not tensor.is_contiguous():
         raise SieveError(_ERR_INVALID, "the tensor must be contiguous (a mask describes consecutive elements)")
     if tensor.numel() == 0:
@@ -97,6 +123,7 @@ def publish_mask(tensor, keep):
     kept); commit() makes it take effect. Returns the mask id. The tensor is kept alive until a
     commit after its retraction. The address is what counts: publish the buffer NCCL will reduce."""
     address, count, dtype = _buffer(tensor)
+    keep = _tensor(keep, "keep")
     if keep.numel() != count:
         raise SieveError(_ERR_INVALID, "mask has %d elements, the tensor %d" % (keep.numel(), count))
     return _publish_bits(address, count, dtype, _packbits(keep), owner=tensor)
@@ -105,13 +132,19 @@ def publish_mask(tensor, keep):
 def publish_ranges(tensor, ranges):
     """Publishes kept elements as (start, length) pairs. Returns the mask id."""
     address, count, dtype = _buffer(tensor)
-    n = len(ranges)
-    for k, (start, length) in enumerate(ranges):
-        if int(start) < 0 or int(length) < 0:  # ctypes would wrap them to 2**64 - 1 and the like
-            raise SieveError(_ERR_INVALID, "publish_ranges: range %d (%d, %d) is negative: starts and lengths count elements "
-                             "from 0" % (k, int(start), int(length)))
-    starts = (ctypes.c_uint64 * max(n, 1))(*[int(s) for s, _ in ranges])
-    lengths = (ctypes.c_uint64 * max(n, 1))(*[int(l) for _, l in ranges])
+    try:
+        pairs = [tuple(pair) for pair in ranges]
+    except TypeError:
+        raise SieveError(_ERR_INVALID, "publish_ranges: ranges must be (start, length) pairs, not %r" % (ranges,)) from None
+    checked = []
+    for k, pair in enumerate(pairs):
+        if len(pair) != 2:
+            raise SieveError(_ERR_INVALID, "publish_ranges: range %d is %r, not a (start, length) pair" % (k, pair))
+        checked.append((_count(pair[0], "publish_ranges: range %d's start" % k),
+                        _count(pair[1], "publish_ranges: range %d's length" % k)))
+    n = len(checked)
+    starts = (ctypes.c_uint64 * max(n, 1))(*[s for s, _ in checked])
+    lengths = (ctypes.c_uint64 * max(n, 1))(*[l for _, l in checked])
     previous = _id_at(address)
     mask_id = ctypes.c_uint64(0)
     _check(library().sieve_mask_publish_ranges(ctypes.c_void_p(address), count, dtype, starts, lengths, n,
@@ -150,6 +183,7 @@ def retract_id(mask_id):
     """Unstages the mask with this id (as publish_mask, publish_ranges and publish_collective return
     it); like a publish, it takes effect at the next commit. A tensor published with it stays held
     until a commit releases the mask."""
+    mask_id = _count(mask_id, "retract_id: the mask id")
     _check(library().sieve_mask_retract_id(ctypes.c_uint64(mask_id)))
     _retiring.add(mask_id)
 
@@ -157,6 +191,7 @@ def retract_id(mask_id):
 def retract(tensor):
     """Unstages the mask published for `tensor` (its exact data address). Like a publish, it takes
     effect at the next commit on each group; the binding holds the tensor until then."""
+    tensor = _tensor(tensor, "the tensor")
     mask_id = _id_at(tensor.data_ptr())
     _check(library().sieve_mask_retract(ctypes.c_void_p(tensor.data_ptr())))
     _retiring.add(mask_id)
@@ -209,6 +244,7 @@ def commit(group=None, union=False):
 
 def query(tensor):
     """What is published for `tensor`: dict(mask_id, count, kept, hash, dtype)."""
+    tensor = _tensor(tensor, "the tensor")
     info = _MaskInfo(size=ctypes.sizeof(_MaskInfo))
     _check(library().sieve_mask_query(ctypes.c_void_p(tensor.data_ptr()), ctypes.byref(info)))
     return {name: getattr(info, name) for name in ("mask_id", "count", "kept", "hash", "dtype")}
