@@ -7,7 +7,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
-python=${PYTHON_VENV:-$build/venv}/bin/python  # PyTorch 2.11, from tools/install-deps.sh
+python=${PYTHON_VENV:-/opt/sieve/venv}/bin/python  # PyTorch 2.11, from tools/install-deps.sh
 
 bash "$root/tools/install-deps.sh"
 echo "demo: building (this takes a few minutes the first time)..."

@@ -5,14 +5,13 @@
 # 2. A Python virtual environment, made from Debian's /usr/bin/python3, holding PyTorch 2.11 and the
 #    torchvision that matches it from pip (the wheels bring CUDA's libraries and NCCL, and run on a
 #    CPU), plus scikit-build-core (pip install ./tools/python). It lives at $PYTHON_VENV, by default
-#    build/venv ($BUILD_DIR/venv); CMake's SIEVE_PYTHON points every Python test and tool at its
+#    /opt/sieve/venv, shared by every checkout and build tree of the machine (a new clone does not
+#    download 4.7 GiB again); CMake's SIEVE_PYTHON points every Python test and tool at its
 #    interpreter. Point PYTHON_VENV at an environment you already have to use that one (it gets
 #    what is missing). Nothing is reinstalled when the versions are already there.
 # (Not SIEVE_* names: those belong to the plugin's registry, which reports unknown ones.)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${BUILD_DIR:-$root/build}
-venv=${PYTHON_VENV:-$build/venv}
+venv=${PYTHON_VENV:-/opt/sieve/venv}
 # The PyTorch the GPU machines run (docs/DEPLOY.md); torchvision 0.26 is the one built against it.
 torch_spec=("torch==2.11.*" "torchvision==0.26.*")
 

@@ -117,9 +117,13 @@ commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
 changes=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null || true)
 commit_time=$(git -C "$root" log -1 --format=%cI 2>/dev/null || echo unknown)
 cuda=$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
-python3 - "$stage" "$commit" "${#changes}" "$commit_time" "$cuda" <<'PY'
+# The oldest glibc the kit runs on: the newest GLIBC_ symbol version any of its ELF files needs.
+glibc_needed=$(for f in "$stage"/bin/* "$stage"/lib/*; do objdump -T "$f" 2>/dev/null; done |
+               grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n 1)
+[[ -n $glibc_needed ]] || die "objdump found no GLIBC_ symbol version in the kit's programs"
+python3 - "$stage" "$commit" "${#changes}" "$commit_time" "$cuda" "$glibc_needed" <<'PY'
 import hashlib, json, os, sys
-stage, commit, dirty, commit_time, cuda = sys.argv[1:]
+stage, commit, dirty, commit_time, cuda, glibc_needed = sys.argv[1:]
 files = []
 for base, _, names in os.walk(stage):
     for name in sorted(names):
@@ -130,6 +134,7 @@ for base, _, names in os.walk(stage):
 files.sort(key=lambda f: f["path"])
 info = {"commit": commit, "modified": dirty != "0", "commit_time": commit_time, "cuda_toolkit": cuda,
         "build_type": "Release", "device_code": "sm_80, sm_90 machine code; compute_80, compute_90 PTX",
+        "glibc_needed": glibc_needed,
         "files": files}
 with open(os.path.join(stage, "BUILD.json"), "w") as out:
     json.dump(info, out, indent=1)

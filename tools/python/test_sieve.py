@@ -60,6 +60,21 @@ class FindsTheRightLibrary(unittest.TestCase):
         done = run_python("import sieve; sieve.stats()", SIEVE_LIBRARY="/nope/libnccl-net-sieve.so")
         self.assertIn("no such file", done.stderr)
 
+    def test_sieve_library_takes_a_name_as_ld_preload_does(self):
+        # Issue 43: a name without a slash is found by the dynamic loader (here through
+        # LD_LIBRARY_PATH), and names the preloaded copy when that copy was loaded under it.
+        directory = os.path.dirname(os.path.realpath(LIBRARY))
+        name = os.path.basename(LIBRARY)
+        done = run_python("import sieve; sieve.library(); print(sieve._loaded_path())", SIEVE_LIBRARY=name,
+                          LD_LIBRARY_PATH=directory)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(os.path.realpath(done.stdout.strip()), os.path.realpath(LIBRARY))
+        done = run_python("import sieve; sieve.library()", SIEVE_LIBRARY=name, LD_PRELOAD=LIBRARY)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        done = run_python("import sieve; sieve.library()", SIEVE_LIBRARY="libnccl-net-sieve-nowhere.so")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("the dynamic loader cannot load it", done.stderr)
+
 
 class HeaderConstants(unittest.TestCase):
     """sieve/_constants.py is written by hand from plugin/sieve.h: every value must be the header's."""

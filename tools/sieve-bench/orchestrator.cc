@@ -199,6 +199,7 @@ std::string run_mode(const NodeJob& base, const Options& o, const Lab* lab, Cloc
   const int rounds = o.warmup + o.iterations;
   Fleet fleet;
   std::string failure;
+  const pid_t coordinator = getpid();
   for (int rank = 0; rank < o.nodes && failure.empty(); ++rank) {
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
@@ -221,6 +222,7 @@ std::string run_mode(const NodeJob& base, const Options& o, const Lab* lab, Cloc
       signal(SIGHUP, SIG_DFL);
       NodeJob job = base;
       job.rank = rank;
+      job.coordinator = coordinator;
       job.netns = lab != nullptr ? lab->ns(rank) : "";
       _exit(run_node(job, pair[1]));
     }

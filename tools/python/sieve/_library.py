@@ -50,22 +50,33 @@ def _loaded_path():
 def _find_library():
     """The copy that LD_PRELOAD loaded always wins: masks published into any other copy would never
     reach the proxy, and the job would silently run dense. SIEVE_LIBRARY names a copy to load when
-    none is loaded (tools and tests that use the C API without the proxy)."""
+    none is loaded (tools and tests that use the C API without the proxy): a path, or, as LD_PRELOAD
+    takes, a name without a slash that the dynamic loader finds (LD_LIBRARY_PATH, ldconfig's cache)."""
     loaded = _loaded_path()
     wanted = os.environ.get("SIEVE_LIBRARY")
+    by_name = bool(wanted) and "/" not in wanted
     if loaded:
-        if wanted and os.path.realpath(wanted) != os.path.realpath(loaded):
+        # A name means what the loader would give for it, and the loader gives the copy already
+        # loaded under that name; a path must be that copy's file.
+        if by_name:
+            same = os.path.basename(loaded) == wanted
+        else:
+            same = not wanted or os.path.realpath(wanted) == os.path.realpath(loaded)
+        if not same:
             raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s, but another copy of Sieve is already loaded (%s): masks "
                                            "published there would never reach the proxy. Unset SIEVE_LIBRARY or "
                                            "point it at the loaded copy" % (wanted, loaded))
         return loaded
+    if by_name:
+        return wanted  # ctypes.CDLL hands a bare name to the loader's search, as LD_PRELOAD does
     if wanted:
         if not os.path.isfile(wanted):
             raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s: no such file" % wanted)
         return wanted
-    raise SieveError(_ERR_UNAVAILABLE, "%s is not loaded in this process: start the job with LD_PRELOAD=<path to "
-                                       "%s> (the collective proxy works only preloaded), or set SIEVE_LIBRARY to use "
-                                       "the C API alone" % (_LIBRARY_NAME, _LIBRARY_NAME))
+    raise SieveError(_ERR_UNAVAILABLE, "%s is not loaded in this process: start the job with LD_PRELOAD=%s "
+                                       "(or its path; the collective proxy works only preloaded), or set "
+                                       "SIEVE_LIBRARY (a path or a name) to use the C API alone"
+                     % (_LIBRARY_NAME, _LIBRARY_NAME))
 
 
 def library_path():
@@ -96,7 +107,12 @@ def library():
     """The C library (found once: the preloaded copy, else $SIEVE_LIBRARY)."""
     global _lib
     if _lib is None:
-        lib = ctypes.CDLL(_find_library())
+        found = _find_library()
+        try:
+            lib = ctypes.CDLL(found)
+        except OSError as e:
+            raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s: the dynamic loader cannot load it (%s); give its path, "
+                                           "or add its directory to LD_LIBRARY_PATH" % (found, e)) from None
         lib.sieve_version.restype = ctypes.c_char_p
         lib.sieve_strerror.restype = ctypes.c_char_p
         lib.sieve_strerror.argtypes = [ctypes.c_int]
