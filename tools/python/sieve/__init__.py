@@ -24,7 +24,6 @@ from ._library import SieveError, library, library_path
 from .masks import (commit, publish_collective, publish_mask, publish_pruned_model, publish_ranges, query, retract,
                     retract_all, retract_id, stats)
 from .fsdp_masks import fsdp1_layout, fsdp2_layout, publish_fsdp, semi_structured_masks
-from . import fsdp
 
 # The release, as CMakeLists.txt's project(VERSION) and sieve_version() say it (a test checks all three).
 __version__ = "0.1.0"
@@ -34,3 +33,11 @@ __all__ = [
     "publish_pruned_model", "retract_all", "publish_collective", "retract_id", "publish_fsdp", "fsdp2_layout",
     "fsdp1_layout", "semi_structured_masks", "fsdp", "__version__",
 ]
+
+
+def __getattr__(name):
+    # sieve.fsdp imports torch: only when asked for, so `import sieve` and `python -m sieve` stay quick.
+    if name == "fsdp":
+        import importlib
+        return importlib.import_module(".fsdp", __name__)
+    raise AttributeError("module 'sieve' has no attribute %r" % name)
