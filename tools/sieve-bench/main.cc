@@ -7,6 +7,7 @@
 #include "tools/sieve-bench/orchestrator.h"
 #include "tools/sieve-bench/report.h"
 #include "tools/sieve-bench/train_ddp.h"
+#include "tools/sieve-bench/train_fsdp2.h"
 #include "tools/common/stop_signal.h"
 
 int main(int argc, char** argv) {
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
     if (!help) std::fputc('\n', stderr);
     return help ? 0 : 2;
   }
+  if (options.train == "fsdp2") return run_train_fsdp2(options);
   if (!options.train.empty()) {  // real training: the ranks write the report, table or JSON
     sieve::tools::install_stop_handlers();
     std::string output, failure;

@@ -64,9 +64,13 @@ std::string usage_text() {
          "  --train ddp           real DDP training instead: torchvision's ResNet-18 pruned to --density, one\n"
          "                        PyTorch rank per node (Gloo, namespaces only), modes side by side: default,\n"
          "                        sieve, sieve-bf16, bf16-compress, powersgd, default-alt (ddp_train.py)\n"
+         "  --train fsdp2         real FSDP2 training instead (fully_shard, Gloo, one rank per node): FSDP2 as is\n"
+         "                        against Sieve's custom collectives (sieve.fsdp) (fsdp2_train.py)\n"
+         "  --train-model NAME    fsdp2: transformer (50 % pruned) | resnet18 (torchvision, 80 % pruned)\n"
+         "                        (default transformer)\n"
          "  --steps N             --train: training steps per mode (default 10)\n"
-         "  --train-modes LIST    --train: the modes to run, comma-separated (default all)\n"
-         "  --train-script PATH   --train: the training ranks (default: ddp_train.py, see Files)\n"
+         "  --train-modes LIST    --train ddp: the modes to run, comma-separated (default all)\n"
+         "  --train-script PATH   --train ddp: the training ranks (default: ddp_train.py, see Files)\n"
          "  --plugin PATH         libnccl-net-sieve.so to load (default: the installed one, see Files)\n"
          "  --netlab PATH         the namespace lab script (default: netlab.sh, see Files)\n"
          "  --gloo-script PATH    the Gloo peer (default: gloo_allreduce.py, see Files)\n"
@@ -89,7 +93,8 @@ std::string usage_text() {
          "  PREFIX/" + tools::installed_libdir() + "/libnccl-net-sieve.so   the plugin the nodes load\n"
          "  PREFIX/share/sieve/netlab.sh           the namespace lab\n"
          "  PREFIX/share/sieve/gloo_allreduce.py   the Gloo peer (run by --python)\n"
-         "  PREFIX/share/sieve/ddp_train.py       the training ranks of --train ddp (run by --python)\n"
+         "  PREFIX/share/sieve/ddp_train.py        the training ranks of --train ddp (run by --python)\n"
+         "  PREFIX/share/sieve/fsdp2_train.py      a rank of --train fsdp2 (run by --python)\n"
          "  PREFIX/bin/sieve-impair                impairments on kernels without netem\n"
          "Run from a build tree, sieve-bench uses that build's library and its source tree's scripts.\n";
 }
@@ -159,7 +164,7 @@ const char* const kValued[] = {"--nodes",   "--model", "--masks",  "--prune",   
                                "--dtype",   "--modes", "--iters",  "--warmup",  "--rate",    "--delay",
                                "--jitter",  "--loss",  "--reorder", "--plugin", "--netlab",  "--gloo-script",
                                "--chunk",   "--inflight", "--timeout", "--train", "--steps", "--train-modes",
-                               "--python",  "--train-script"};
+                               "--python",  "--train-script", "--train-model"};
 
 bool takes_value(const std::string& arg) {
   for (const char* name : kValued) {
@@ -336,7 +341,7 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
     } else if (arg == "--gloo-script") {
       o->gloo_script = v;
     } else if (arg == "--train") {
-      if (v != "ddp") return *message = "--train: ddp (the only training job so far)", false;
+      if (v != "ddp" && v != "fsdp2") return *message = "--train: ddp or fsdp2", false;
       o->train = v;
     } else if (arg == "--steps") {
       if (!parse_int(v, 1, 10000, &n)) return *message = "--steps: 1 to 10000", false;
@@ -346,6 +351,9 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       o->train_modes = v;
     } else if (arg == "--train-script") {
       o->train_script = v;
+    } else if (arg == "--train-model") {
+      if (v != "transformer" && v != "resnet18") return *message = "--train-model: transformer or resnet18", false;
+      o->train_model = v;
     } else if (arg == "--python") {
       o->python = v;
     } else if (arg == "--chunk") {

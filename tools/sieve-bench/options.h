@@ -41,13 +41,15 @@ struct Options {
   // instead of DDP's all-reduce of gradient buckets.
   bool fsdp = false;
   std::string gloo_script;
-  // --train ddp: real DDP training (tools/share/ddp_train.py: PyTorch, Gloo, one rank per node of the
-  // namespace lab) instead of the emulated rings; the ranks measure and rank 0 reports.
+  // --train ddp|fsdp2: real training by Python ranks (one per node of the namespace lab) instead of the
+  // emulated rings: DDP with Sieve's comm hook (train_ddp.h, tools/share/ddp_train.py) or FSDP2 with its
+  // custom collectives (train_fsdp2.h, tools/share/fsdp2_train.py); the ranks measure and report.
   std::string train;
-  int steps = 10;            // training steps per mode
-  std::string train_modes;   // "" = the script's own list (every mode)
+  int steps = 10;                           // training steps per mode
+  std::string train_modes;                  // ddp: "" = the script's own list (every mode)
+  std::string train_model = "transformer";  // fsdp2: transformer | resnet18
   std::string python;        // --python: the interpreter with PyTorch for --gloo and --train (empty: python3 on PATH)
-  std::string train_script;  // "" = ddp_train.py from share/sieve or the source tree
+  std::string train_script;  // ddp: "" = ddp_train.py from share/sieve or the source tree
   bool quiet = false;
   bool version = false;  // --version: print the tool's name and version, run nothing
   // Set on the command line (not defaults): --masks refuses what it would silently override.

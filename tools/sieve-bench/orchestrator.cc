@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "tools/sieve-bench/gloo_peer.h"
+#include "tools/sieve-bench/lab.h"
 #include "tools/sieve-bench/masks_file.h"
 #include "tools/sieve-bench/node.h"
 #include "tools/common/install_layout.h"
@@ -29,50 +30,6 @@ using Clock = std::chrono::steady_clock;
 
 
 bool file_exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
-
-// Runs a command, its output passed through; true when it exits 0.
-bool run_command(const std::string& command) { return std::system(command.c_str()) == 0; }
-
-std::string shell_quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// The namespace lab; `down` runs on every exit path through the destructor.
-class Lab {
- public:
-  // `impairer`: sieve-impair as this installation or build has it ("" = netlab.sh looks for it).
-  Lab(std::string script, std::string prefix, std::string impairer)
-      : script_(std::move(script)), prefix_(std::move(prefix)), impairer_(std::move(impairer)) {}
-  ~Lab() { down(); }
-  bool up(const Options& o, int nodes) {
-    // --owner: if this process is killed (SIGKILL, OOM) the next lab's `up`, or `netlab.sh down --all`,
-    // removes this lab and its sieve-impair daemons.
-    std::string command = "bash " + shell_quote(script_) + " --prefix " + prefix_ + " up " + std::to_string(nodes) +
-                          " --owner " + std::to_string(getpid());
-    if (!o.rate.empty()) command += " --rate " + shell_quote(o.rate);
-    if (!o.delay.empty()) command += " --delay " + shell_quote(o.delay);
-    if (!o.jitter.empty()) command += " --jitter " + shell_quote(o.jitter);
-    if (!o.loss.empty()) command += " --loss " + shell_quote(o.loss);
-    if (!o.reorder.empty()) command += " --reorder " + shell_quote(o.reorder);
-    if (impaired(o) && !impairer_.empty()) command += " --impair " + shell_quote(impairer_);
-    command += " >&2";
-    up_ = true;  // a half-built lab is removed too
-    return run_command(command);
-  }
-  void down() {
-    if (!up_) return;
-    up_ = false;
-    run_command("bash " + shell_quote(script_) + " --prefix " + prefix_ + " down >/dev/null 2>&1");
-  }
-  std::string ns(int node) const { return prefix_ + "-n" + std::to_string(node); }
-
- private:
-  static bool impaired(const Options& o) { return !(o.delay.empty() && o.loss.empty() && o.reorder.empty()); }
-  std::string script_, prefix_, impairer_;
-  bool up_ = false;
-};
 
 // What a node does before it sends the message starting with `prefix`, for a timeout's message.
 std::string step_name(const std::string& prefix) {

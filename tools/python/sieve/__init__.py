@@ -15,8 +15,9 @@ published alive until a commit has released its mask, so no address is reused un
 the garbage collector decides nothing.
 
 The package, by concern: _library (finding and loading the library), _constants (sieve.h's values),
-masks (publish, retract, commit, counters, pruned models), fsdp_masks (FSDP's collectives), ddp (a
-DDP communication hook that compacts buckets itself, on any backend, without LD_PRELOAD), and
+masks (publish, retract, commit, counters, pruned models), fsdp_masks (FSDP's collectives for the
+preloaded proxy), ddp (a DDP communication hook that compacts buckets itself, on any backend, without
+LD_PRELOAD), fsdp (FSDP2's custom collectives: sieve.fsdp.compact(model)), and
 `python -m sieve` (__main__: what to set, and a launcher).
 """
 
@@ -32,5 +33,13 @@ __version__ = "0.1.0"
 __all__ = [
     "SieveError", "library", "library_path", "publish_mask", "publish_ranges", "retract", "commit", "query", "stats",
     "publish_pruned_model", "retract_all", "publish_collective", "retract_id", "publish_fsdp", "fsdp2_layout",
-    "fsdp1_layout", "semi_structured_masks", "ddp", "__version__",
+    "fsdp1_layout", "semi_structured_masks", "ddp", "fsdp", "__version__",
 ]
+
+
+def __getattr__(name):
+    # sieve.fsdp imports torch: only when asked for, so `import sieve` and `python -m sieve` stay quick.
+    if name == "fsdp":
+        import importlib
+        return importlib.import_module(".fsdp", __name__)
+    raise AttributeError("module 'sieve' has no attribute %r" % name)

@@ -1,0 +1,390 @@
+"""sieve.fsdp: FSDP2's own custom-collective API (fully_shard's set_custom_reduce_scatter and
+set_custom_all_gather) compacting pruned parameter groups, exactly.
+
+    import sieve.fsdp
+    model = ...                              # fully_shard on the blocks and the root, pruned
+    sieve.fsdp.compact(model)                # every rank, same point, after pruning
+    ... train as before ...
+
+Every fully_shard module's parameter group gets its own reduce-scatter and all-gather object, bound to
+that group's masks: the layout of its flat buffer (parameter order, FSDP2's padding, every rank's
+shard) comes from the group itself (sieve.fsdp2_layout), so no cursor and no shape matching identifies
+a collective (the preloaded proxy's path, sieve.publish_fsdp, must find a collective by its kind, size
+and order; it stays for programs that cannot take a custom collective). The collectives move only the kept elements of every rank's shard, each rank's segment
+padded to the largest one, and expand them back where FSDP expects them.
+
+Exactness is checked, not assumed: every compacted buffer carries one flag per rank saying whether
+that rank holds anything nonzero (or NaN) where the mask prunes. The flag travels inside the same
+collective, so every rank sees the same flags and, where one is set, every rank runs FSDP's own
+collective on the original buffer instead. Elsewhere every kept element is reduced by the same
+elementwise operation as FSDP's own reduce-scatter, and every pruned one is zero on every rank: at 2
+ranks each output shard equals FSDP's bit for bit (a sum of two is commutative); at more ranks it may
+differ by the reduction order Gloo or NCCL picks for a different buffer size.
+"""
+
+import hashlib
+import warnings
+
+try:  # the module imports without torch (the package does), compact() needs it
+    import torch
+    import torch.distributed as dist
+except ImportError:
+    torch = dist = None
+
+from . import fsdp_masks as _masks
+from ._constants import _ERR_INVALID
+from ._library import SieveError
+
+__all__ = ["compact", "uncompact", "stats", "CompactReduceScatter", "CompactAllGather"]
+
+_counters = {"compacted": 0, "dense": 0, "fallback": 0, "elements_sent": 0, "elements_dense": 0}
+
+
+def stats():
+    """This process's counts: collectives run compacted, run dense (not agreed or not mappable),
+    fallen back to dense because a pruned element was nonzero; elements this rank sent in the
+    compacted collectives (flags and padding to the largest segment included) and what FSDP's own
+    collectives would have sent instead."""
+    return dict(_counters)
+
+
+class _Layout(object):
+    """One parameter group's flat layout: per parameter, a (world_size, padded shard numel) bool
+    tensor (row r: rank r's shard, True = kept), and for a set of parameters (FSDP leaves out those
+    without a gradient in a step) the index maps of its compacted buffer."""
+
+    def __init__(self, parts, world_size, rank):
+        self.parts, self.world_size, self.rank = parts, world_size, rank
+        self._maps = {}
+
+    def maps(self, members):
+        """For the parameters `members` (indices, group order): dict(segment S, kept K (the largest
+        rank's), src: indices into the flat world x S buffer, dst: their places in the world x (K+1)
+        compacted buffer, mine/mine_dst: this rank's, pruned_all/pruned_mine: the pruned places)."""
+        members = tuple(members)
+        found = self._maps.get(members)
+        if found is not None:
+            return found
+        w = self.world_size
+        bits = torch.cat([self.parts[i] for i in members], dim=1)  # (w, S)
+        segment = bits.shape[1]
+        kept = bits.sum(dim=1)
+        k = int(kept.max()) if w else 0
+        src, dst = [], []
+        for r in range(w):
+            idx = bits[r].nonzero().reshape(-1)
+            src.append(idx + r * segment)
+            dst.append(torch.arange(idx.numel()) + r * (k + 1))
+        pruned = (~bits).reshape(-1).nonzero().reshape(-1)
+        found = {
+            "segment": segment, "kept": k, "src": torch.cat(src), "dst": torch.cat(dst),
+            "mine": src[self.rank] - self.rank * segment, "mine_dst": dst[self.rank] - self.rank * (k + 1),
+            "pruned_all": pruned, "pruned_mine": (~bits[self.rank]).nonzero().reshape(-1),
+        }
+        self._maps[members] = found
+        return found
+
+
+def _on(tensor, index):
+    return index if index.device == tensor.device else index.to(tensor.device)
+
+
+def _dense_sent(numel, world_size, kind):
+    # What FSDP's own collective sends per rank (a ring's share): (w-1)/w of the buffer.
+    return numel * (world_size - 1) // world_size if kind == "reduce_scatter" else numel * (world_size - 1)
+
+
+# FSDP2's ReduceScatter and AllGather (torch.distributed.fsdp._fully_shard._fsdp_api) are interfaces
+# FSDP never checks with isinstance: these implement them (allocate, __call__) without importing them,
+# so the package imports where torch is missing.
+class CompactReduceScatter(object):
+    """The reduce-scatter of one parameter group: compacts every destination rank's segment of the
+    gradient buffer to that rank's kept elements (plus a flag), reduce-scatters equal segments padded
+    to the largest, and expands this rank's segment into FSDP's output shard."""
+
+    def __init__(self, label, layout, group, group_of_params):
+        self.label, self.layout, self.group = label, layout, group
+        self._params = group_of_params
+        self.with_grad = None  # set by the group's post_backward wrapper each step
+
+    def allocate(self, size, *, dtype, device):
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        layout = self.layout
+        members = self.with_grad
+        maps = layout.maps(members) if members else None
+        w = layout.world_size
+        if (maps is None or group is not self.group or input_tensor.dim() != 1 or output_tensor.dim() != 1
+                or input_tensor.numel() != w * maps["segment"] or output_tensor.numel() != maps["segment"]):
+            _counters["dense"] += 1
+            return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
+        k = maps["kept"]
+        flat = input_tensor
+        flag = bool(flat.index_select(0, _on(flat, maps["pruned_all"])).ne(0).any())
+        buffer = flat.new_zeros(w * (k + 1))
+        buffer.index_copy_(0, _on(flat, maps["dst"]), flat.index_select(0, _on(flat, maps["src"])))
+        # Every destination segment carries this rank's flag, so every rank receives the same reduced
+        # flag (the sum, or the average, of all ranks' flags) and decides alike.
+        buffer.view(w, k + 1)[:, k] = 1.0 if flag else 0.0
+        received = flat.new_empty(k + 1)
+        dist.reduce_scatter_tensor(received, buffer, op=op, group=group)
+        _counters["elements_sent"] += w * (k + 1) * (w - 1) // w
+        _counters["elements_dense"] += _dense_sent(input_tensor.numel(), w, "reduce_scatter")
+        if bool(received[k].ne(0)):
+            _counters["fallback"] += 1
+            _warn_fallback(self.label, "reduce-scatter", "a gradient")
+            return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
+        _counters["compacted"] += 1
+        output_tensor.zero_()
+        output_tensor.index_copy_(0, _on(flat, maps["mine"]), received.index_select(0, _on(flat, maps["mine_dst"])))
+        return None  # done synchronously: FSDP waits only on a returned Work
+
+
+class CompactAllGather(object):
+    """The all-gather of one parameter group: every rank sends the kept elements of its shard (plus a
+    flag), padded to the largest rank's count, and every rank expands all of them into FSDP's buffer."""
+
+    def __init__(self, label, layout, group, dtype):
+        self.label, self.layout, self.group, self.dtype = label, layout, group, dtype
+        self._members = tuple(range(len(layout.parts)))
+
+    def allocate(self, size, *, dtype, device):
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group, async_op=False):
+        layout = self.layout
+        maps = layout.maps(self._members)
+        w = layout.world_size
+        if (group is not self.group or input_tensor.dtype != self.dtype or input_tensor.numel() != maps["segment"]
+                or output_tensor.numel() != w * maps["segment"]):
+            # Another group (reshard_after_forward=int regathers on a smaller mesh) or another buffer.
+            _counters["dense"] += 1
+            return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
+        k = maps["kept"]
+        mine = input_tensor.reshape(-1)
+        flag = bool(mine.index_select(0, _on(mine, maps["pruned_mine"])).ne(0).any())
+        buffer = mine.new_zeros(k + 1)
+        buffer.index_copy_(0, _on(mine, maps["mine_dst"]), mine.index_select(0, _on(mine, maps["mine"])))
+        buffer[k] = 1 if flag else 0
+        received = mine.new_empty(w * (k + 1))
+        dist.all_gather_into_tensor(received, buffer, group=group)
+        _counters["elements_sent"] += (w - 1) * (k + 1)
+        _counters["elements_dense"] += _dense_sent(mine.numel(), w, "all_gather")
+        if bool(received.view(w, k + 1)[:, k].ne(0).any()):
+            _counters["fallback"] += 1
+            _warn_fallback(self.label, "all-gather", "a parameter")
+            return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
+        _counters["compacted"] += 1
+        out = output_tensor.reshape(-1)
+        out.zero_()
+        out.index_copy_(0, _on(out, maps["src"]), received.index_select(0, _on(out, maps["dst"])))
+        return None
+
+
+_warned = set()
+
+
+def _warn_fallback(label, kind, what):
+    if (label, kind) not in _warned:  # once per group and kind: a step loop would repeat it forever
+        _warned.add((label, kind))
+        warnings.warn("sieve.fsdp: %s's %s ran dense: %s is nonzero where its mask prunes" % (label, kind, what))
+
+
+def _refuse(label, reason):
+    warnings.warn("sieve.fsdp: %s runs FSDP's own collectives: %s" % (label, reason))
+
+
+def _root_state(model):
+    getter = getattr(model, "_get_fsdp_state", None)
+    if not callable(getter):
+        raise SieveError(_ERR_INVALID, "sieve.fsdp.compact takes the root module fully_shard wrapped")
+    state = getter()
+    if getattr(state, "_is_root", None) is None:
+        state._lazy_init()  # what the first forward does: decides the root and every group's dtypes
+    return state
+
+
+def _group_plan(state, module, label, names, masks, used):
+    """(layout, process group, gather dtype, gather ok, reduce ok) for one fully_shard state, or a
+    reason string where it cannot be mapped exactly."""
+    groups = _masks._state_groups(state)
+    if not groups:
+        return None
+    if len(groups) > 1:
+        return "several parameter groups on one module (per-parameter meshes)"
+    group = groups[0]
+    if type(group._all_gather_comm).__module__.split(".")[0] != "torch" or \
+            type(group._reduce_scatter_comm).__module__.split(".")[0] != "torch":
+        return "it already has a custom collective (%s)" % type(group._reduce_scatter_comm).__name__
+    mesh = group.mesh_info
+    comm = getattr(mesh, "shard_process_group", None)
+    if comm is None:
+        return "its mesh has no shard dimension (replicate): it all-reduces"
+    world_size, rank = int(mesh.shard_mesh_size), int(mesh.shard_mesh_rank)
+    parts, dtypes, pruned = [], set(), 0
+    for p in group.fsdp_params:
+        module_, param_name = p._module_info.module, p._module_info.param_name
+        name = _masks._param_name(names, module_, param_name)
+        if getattr(p, "is_dtensor", False):
+            return "%s is a DTensor on another mesh (tensor parallel)" % name
+        if hasattr(getattr(p, "_sharded_local_tensor", None), "fsdp_pre_all_gather"):
+            return "%s has an all-gather extension (fsdp_pre_all_gather)" % name
+        if getattr(p, "offload_to_cpu", False) and comm is not None and p.device.type != "cpu":
+            return "%s is offloaded to the CPU" % name
+        dim = getattr(getattr(p, "fsdp_placement", None), "dim", 0)
+        keep = _masks._mask_for(module_, param_name, name, masks, used)
+        shape = tuple(p._orig_size)
+        try:
+            bits = _masks.fsdp2_layout([shape], world_size, [_masks._keep_of(keep, shape, name)
+                                                             if keep is not None else None], [dim])
+        except SieveError as error:
+            return str(error)
+        bits = bits.view(world_size, -1)
+        if bits.shape[1] != torch.Size(p.padded_sharded_param_size).numel():
+            return "%s: FSDP pads its shard to %s elements, the layout has %d" % (
+                name, tuple(p.padded_sharded_param_size), bits.shape[1])
+        parts.append(bits)
+        pruned += _masks._pruned_count([keep])
+        dtypes.add(p.param_dtype or p.orig_dtype)
+    if not parts:
+        return None
+    layout = _Layout(parts, world_size, rank)
+    layout.pruned = pruned  # elements the masks prune, padding not counted
+    gather_dtype = dtypes.pop() if len(dtypes) == 1 else None
+    return layout, comm, gather_dtype
+
+
+def _local_zero(group, layout):
+    """Whether this rank's shards hold exact zeros wherever the masks prune (torch.nn.utils.prune keeps
+    the original values in weight_orig: those all-gather dense, their gradients still compact)."""
+    for p, bits in zip(group.fsdp_params, layout.parts):
+        local = p._sharded_param_data.reshape(-1)
+        pruned = ~bits[layout.rank]
+        if local.numel() != pruned.numel() or bool(local[pruned.to(local.device)].ne(0).any()):
+            return False
+    return True
+
+
+def _digest(layout, gather_dtype):
+    h = hashlib.sha256()
+    h.update(repr((layout.world_size, [tuple(b.shape) for b in layout.parts], str(gather_dtype))).encode())
+    for bits in layout.parts:
+        h.update(bits.to(torch.uint8).numpy().tobytes())
+    return int.from_bytes(h.digest()[:8], "little") >> 1  # 63 bits: a non-negative int64
+
+
+def _agree(comm, votes):
+    """The commit: one all-reduce of every group's digest and gather vote on the mesh's process group.
+    Returns, per group, (agreed, gather agreed), the same on every rank."""
+    count = torch.tensor([len(votes), -len(votes)], dtype=torch.int64)
+    dist.all_reduce(count, op=dist.ReduceOp.MAX, group=comm)
+    if int(count[0]) != len(votes) or -int(count[1]) != len(votes):
+        return [(False, False)] * len(votes), "the ranks wrap different numbers of modules"
+    if not votes:
+        return [], None
+    words = [d for d, _ in votes] + [-d for d, _ in votes] + [0 if ok else 1 for _, ok in votes]
+    token = torch.tensor(words, dtype=torch.int64)
+    dist.all_reduce(token, op=dist.ReduceOp.MAX, group=comm)
+    n = len(votes)
+    out = []
+    for i, (d, _) in enumerate(votes):
+        agreed = int(token[i]) == d and -int(token[n + i]) == d
+        out.append((agreed, agreed and int(token[2 * n + i]) == 0))
+    return out, None
+
+
+def compact(model, masks=None):
+    """Installs Sieve's reduce-scatter and all-gather on every fully_shard module of `model` (the root,
+    fully_shard wrapped), each bound to its parameter group's masks: torch.nn.utils.prune's
+    <name>_mask buffers, or masks[name] (model.named_parameters()'s names, a tensor of the parameter's
+    full shape, nonzero = kept). A collective: every rank calls it at the same point, after pruning.
+
+    Returns {module name: "compacted" | "gradients only" | "nothing pruned" | why it runs dense}, the same on every rank.
+    A group whose masks the ranks do not all agree on, or that cannot be mapped exactly (several
+    parameter groups on one module, tensor-parallel DTensors, all-gather extensions), keeps FSDP's own
+    collectives, with one warning line. The all-gather compacts only where every rank's pruned weights
+    are exactly zero (torch.nn.utils.prune keeps them in weight_orig); zero them to compact it too."""
+    if torch is None or not hasattr(getattr(model, "set_custom_reduce_scatter", None), "__call__"):
+        raise SieveError(_ERR_INVALID, "sieve.fsdp.compact takes a model wrapped by fully_shard of PyTorch >= 2.11 "
+                                       "(its set_custom_reduce_scatter and set_custom_all_gather)")
+    masks = dict(masks or {})
+    _root_state(model)
+    names = _masks._module_names(model)
+    used = set()
+    plans = []
+    for state, module in _masks._fsdp2_states(model):
+        label = names.get(id(module)) or "<root>"
+        plan = _group_plan(state, module, label, names, masks, used)
+        if plan is not None:
+            plans.append((label, state, module, plan))
+    unknown = sorted(set(masks) - used)
+    if unknown:
+        raise SieveError(_ERR_INVALID, "masks names %s, which no FSDP2 group of this model holds" % (
+            ", ".join(unknown)))
+    result = {}
+    by_comm = {}
+    for label, state, module, plan in plans:
+        if isinstance(plan, str):
+            _refuse(label, plan)
+            result[label] = plan
+            continue
+        layout, comm, gather_dtype = plan
+        group = _masks._state_groups(state)[0]
+        gather_ok = gather_dtype is not None and _local_zero(group, layout)
+        by_comm.setdefault(comm, []).append((label, module, group, layout, gather_dtype, gather_ok))
+    for comm, members in by_comm.items():
+        outcome, why = _agree(comm, [(_digest(m[3], m[4]), m[5]) for m in members])
+        for (label, module, group, layout, gather_dtype, _), (agreed, gather) in zip(members, outcome):
+            if not agreed:
+                reason = why or "the ranks' masks differ"
+                _refuse(label, reason)
+                result[label] = reason
+                continue
+            if not layout.pruned:  # the masks are agreed, so this is alike on every rank
+                result[label] = "nothing pruned"
+                continue
+            reduce_scatter = CompactReduceScatter(label, layout, comm, group)
+            _record_grads(group, reduce_scatter)
+            module.set_custom_reduce_scatter(reduce_scatter)
+            if gather:
+                module.set_custom_all_gather(CompactAllGather(label, layout, comm, gather_dtype))
+            result[label] = "compacted" if gather else "gradients only"
+    return result
+
+
+def _record_grads(group, reduce_scatter):
+    """Wraps the group's post_backward to note which parameters have a gradient this step: FSDP
+    reduce-scatters only those (a frozen or unused parameter leaves the buffer), so the layout of that
+    step's buffer is the masks of exactly those parameters. Same test as FSDP2 2.11's post_backward."""
+    original = group.post_backward
+    if getattr(original, "_sieve_reduce_scatter", None) is not None:
+        original = original._sieve_original
+
+    def post_backward(*unused):
+        members = []
+        for i, p in enumerate(group.fsdp_params):
+            if not hasattr(p, "_unsharded_param"):
+                continue
+            if p.unsharded_accumulated_grad is not None or p.unsharded_param.grad is not None:
+                members.append(i)
+        reduce_scatter.with_grad = tuple(members)
+        return original(*unused)
+
+    post_backward._sieve_reduce_scatter = reduce_scatter
+    post_backward._sieve_original = original
+    group.post_backward = post_backward
+
+
+def uncompact(model):
+    """Puts FSDP's own collectives back on every module compact() equipped."""
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
+    for state, module in _masks._fsdp2_states(model):
+        for group in _masks._state_groups(state):
+            wrapped = getattr(group.post_backward, "_sieve_original", None)
+            if wrapped is not None:
+                group.post_backward = wrapped
+            if isinstance(group._reduce_scatter_comm, CompactReduceScatter):
+                group._reduce_scatter_comm = DefaultReduceScatter()
+            if isinstance(group._all_gather_comm, CompactAllGather):
+                group._all_gather_comm = DefaultAllGather()
