@@ -1,10 +1,13 @@
 #include "topology/hwloc_reader.h"
 
+#include <fcntl.h>
 #include <hwloc.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -22,8 +25,9 @@ class HwlocTopology {
   HwlocTopology(const HwlocTopology&) = delete;
   HwlocTopology& operator=(const HwlocTopology&) = delete;
 
-  // Returns "" on success, else why it failed.
-  std::string load(const std::string& xml_file) {
+  // Returns "" on success, else why it failed. `xml` (with `xml_file` naming it) is a topology
+  // file's contents; both empty: the live machine.
+  std::string load(const std::string& xml_file, const std::string& xml) {
     if (hwloc_topology_init(&topology_) != 0) {
       topology_ = nullptr;
       return std::string("hwloc_topology_init failed: ") + std::strerror(errno);
@@ -31,20 +35,20 @@ class HwlocTopology {
     // Keeps PCI devices that matter (GPUs, NICs, storage), the bridges above them and their OS
     // devices (network interfaces, RDMA devices).
     hwloc_topology_set_io_types_filter(topology_, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-    if (xml_file.empty()) {
+    if (xml_file.empty() && xml.empty()) {
       // hwloc's Linux backend reads PCI devices from sysfs by itself. Left out: libpciaccess (it
       // leaks on every load and adds nothing here), and the OpenCL and GL backends, which would open
       // GPU driver stacks and X displays from inside a training job.
       for (const char* component : {"pci", "opencl", "gl"})
         hwloc_topology_set_components(topology_, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, component);
     } else {
-      if (access(xml_file.c_str(), R_OK) != 0)
-        return "cannot read topology file '" + xml_file + "': " + std::strerror(errno);
-      if (hwloc_topology_set_xml(topology_, xml_file.c_str()) != 0)
+      // From the bytes already read and checked, not the path: the file cannot change in between.
+      if (xml.size() >= static_cast<size_t>(INT32_MAX) ||
+          hwloc_topology_set_xmlbuffer(topology_, xml.c_str(), static_cast<int>(xml.size() + 1)) != 0)
         return "hwloc rejects topology file '" + xml_file + "': " + std::strerror(errno);
     }
     if (hwloc_topology_load(topology_) != 0) {
-      return xml_file.empty() ? std::string("hwloc cannot load this machine: ") + std::strerror(errno)
+      return xml_file.empty() && xml.empty() ? std::string("hwloc cannot load this machine: ") + std::strerror(errno)
                               : "hwloc cannot load topology file '" + xml_file + "' (not hwloc XML?)";
     }
     return "";
@@ -201,15 +205,58 @@ void read_numa(hwloc_topology_t topology, Machine& machine) {
 
 }  // namespace
 
-bool read_with_hwloc(const std::string& xml_file, Machine& machine, std::string& error) {
+std::string read_topology_file(const std::string& path, std::string* contents) {
+  // Non-blocking, so a FIFO cannot stall the job here; its type is checked before any read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "cannot read topology file '" + path + "': " + std::strerror(errno);
+  struct stat st {};
+  std::string why;
+  if (::fstat(fd, &st) != 0) {
+    why = "cannot stat topology file '" + path + "': " + std::strerror(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    why = "topology file '" + path + "' is not a regular file";
+  } else if (static_cast<uint64_t>(st.st_size) > kMaxTopologyFileBytes) {
+    why = "topology file '" + path + "' is " + std::to_string(st.st_size) + " bytes, more than the " +
+          std::to_string(kMaxTopologyFileBytes) + "-byte limit (an hwloc XML file is far smaller)";
+  } else {
+    contents->assign(static_cast<size_t>(st.st_size), '\0');
+    size_t done = 0;
+    while (done < contents->size()) {
+      const ssize_t n = ::read(fd, contents->data() + done, contents->size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    if (done != contents->size()) why = "cannot read topology file '" + path + "': it changed while read";
+  }
+  ::close(fd);
+  return why;
+}
+
+bool read_with_hwloc_xml(const std::string& name, const std::string& xml, Machine& machine, std::string& error) {
   HwlocTopology topology;
-  error = topology.load(xml_file);
+  error = topology.load(name, xml);
   if (!error.empty()) return false;
-  const bool live = xml_file.empty();
-  machine.source = live ? Source::LiveHwloc : Source::TopologyFile;
+  machine.source = Source::TopologyFile;
   read_numa(topology.get(), machine);
-  read_nics(topology.get(), live, machine.nics);
-  read_gpus(topology.get(), live, machine.gpus);
+  read_nics(topology.get(), false, machine.nics);
+  read_gpus(topology.get(), false, machine.gpus);
+  return true;
+}
+
+bool read_with_hwloc(const std::string& xml_file, Machine& machine, std::string& error) {
+  if (!xml_file.empty()) {
+    std::string xml;
+    error = read_topology_file(xml_file, &xml);
+    return error.empty() && read_with_hwloc_xml(xml_file, xml, machine, error);
+  }
+  HwlocTopology topology;
+  error = topology.load("", "");
+  if (!error.empty()) return false;
+  machine.source = Source::LiveHwloc;
+  read_numa(topology.get(), machine);
+  read_nics(topology.get(), true, machine.nics);
+  read_gpus(topology.get(), true, machine.gpus);
   return true;
 }
 

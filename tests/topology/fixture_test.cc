@@ -2,6 +2,9 @@
 // 4 NICs behind PCIe switches, a single-socket box with one dual-port NIC, a VM without PCI.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -183,6 +186,36 @@ TEST(TopologyFile, MissingOrInvalidFileIsAClearError) {
   EXPECT_FALSE(found.ok);
   EXPECT_NE(found.error.find(junk), std::string::npos) << found.error;
   std::remove(junk.c_str());
+}
+
+// SIEVE_TOPO_FILE is read whole: a file far larger than any topology (sparse here, nothing is
+// written), a device and a FIFO (which would block the job) are refused, by name and with the reason.
+TEST(TopologyFile, HugeOrSpecialFilesAreRefusedUnread) {
+  Options options;
+  const std::string huge = testing::TempDir() + "/sieve_huge_topology.xml";
+  {
+    std::ofstream(huge) << "<?xml";
+  }
+  ASSERT_EQ(::truncate(huge.c_str(), 64 << 20), 0);
+  options.xml_file = huge;
+  Discovery found = discover(options);
+  EXPECT_FALSE(found.ok);
+  EXPECT_NE(found.error.find("byte limit"), std::string::npos) << found.error;
+  std::remove(huge.c_str());
+
+  options.xml_file = "/dev/zero";
+  found = discover(options);
+  EXPECT_FALSE(found.ok);
+  EXPECT_NE(found.error.find("not a regular file"), std::string::npos) << found.error;
+
+  const std::string fifo = testing::TempDir() + "/sieve_topology_fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  options.xml_file = fifo;
+  found = discover(options);  // no writer: a blocking open would never return
+  EXPECT_FALSE(found.ok);
+  EXPECT_NE(found.error.find("not a regular file"), std::string::npos) << found.error;
+  std::remove(fifo.c_str());
 }
 
 }  // namespace
