@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "topology/discover.h"
 
@@ -216,6 +217,28 @@ TEST(TopologyFile, HugeOrSpecialFilesAreRefusedUnread) {
   EXPECT_FALSE(found.ok);
   EXPECT_NE(found.error.find("not a regular file"), std::string::npos) << found.error;
   std::remove(fifo.c_str());
+}
+
+// hwloc 2.9 crashes (a null bitmap) on an object with a cpuset and no complete_cpuset, as the
+// topology fuzzer found: such a file is refused with the reason before hwloc sees it.
+TEST(TopologyFile, AnObjectWithoutItsCompleteSetIsRefusedNotACrash) {
+  std::ifstream in(std::string(SIEVE_TOPOLOGY_FIXTURES) + "/single_socket_1nic.xml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string xml = text.str();
+  const size_t core = xml.find("<object type=\"Core\"");
+  ASSERT_NE(core, std::string::npos);
+  const size_t complete = xml.find(" complete_cpuset=", core);
+  ASSERT_NE(complete, std::string::npos);
+  xml.replace(complete, 17, " complete_uecpst=");
+  const std::string path = testing::TempDir() + "/sieve_incomplete_topology.xml";
+  std::ofstream(path) << xml;
+  Options options;
+  options.xml_file = path;
+  Discovery found = discover(options);
+  EXPECT_FALSE(found.ok);
+  EXPECT_NE(found.error.find("no complete_cpuset"), std::string::npos) << found.error;
+  std::remove(path.c_str());
 }
 
 }  // namespace
