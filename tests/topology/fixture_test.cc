@@ -238,6 +238,15 @@ TEST(TopologyFile, AnObjectWithoutItsCompleteSetIsRefusedNotACrash) {
   Discovery found = discover(options);
   EXPECT_FALSE(found.ok);
   EXPECT_NE(found.error.find("no complete_cpuset"), std::string::npos) << found.error;
+
+  xml = text.str();  // a set hwloc asserts on
+  const size_t nodeset = xml.find(" nodeset=\"0x");
+  ASSERT_NE(nodeset, std::string::npos);
+  xml.replace(nodeset, 12, " nodeset=\",x");
+  std::ofstream(path) << xml;
+  found = discover(options);
+  EXPECT_FALSE(found.ok);
+  EXPECT_NE(found.error.find("not a bitmap"), std::string::npos) << found.error;
   std::remove(path.c_str());
 }
 
