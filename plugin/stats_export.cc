@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "net/log.h"
-#include "plugin/peer_traffic.h"
+#include "plugin/net/peer_traffic.h"
 #include "plugin/stats.h"
 
 namespace sieve::plugin {

@@ -18,8 +18,8 @@ gloo_possible() {
   [[ $(id -u) -eq 0 ]] || return 1
   /usr/bin/python3 -c "import torch.distributed as d; assert d.is_gloo_available()" 2>/dev/null || return 1
   local probe=sdemo$$ status=0
-  bash "$root/tools/netlab.sh" --prefix "$probe" up 2 >/dev/null 2>&1 || status=$?
-  bash "$root/tools/netlab.sh" --prefix "$probe" down >/dev/null 2>&1
+  bash "$root/tools/share/netlab.sh" --prefix "$probe" up 2 >/dev/null 2>&1 || status=$?
+  bash "$root/tools/share/netlab.sh" --prefix "$probe" down >/dev/null 2>&1
   return "$status"
 }
 
@@ -31,4 +31,4 @@ elif [[ $(id -u) -eq 0 ]]; then
   echo "demo: no PyTorch Gloo comparison here (it needs PyTorch's Gloo and a network namespace lab)"
 fi
 echo "demo: 4 nodes, ResNet-50 with 80 % of its weights pruned, ring all-reduce through Sieve at 1 Gbit/s"
-exec "$build/tools/bench/sieve-bench" "${args[@]}" "$@"
+exec "$build/tools/sieve-bench/sieve-bench" "${args[@]}" "$@"

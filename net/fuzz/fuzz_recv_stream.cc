@@ -12,7 +12,7 @@
 #include <cstring>
 #include <vector>
 
-#include "net/comm.h"
+#include "net/tcp/comm.h"
 #include "net/log.h"
 
 using namespace sieve::net;

@@ -127,10 +127,10 @@ class Product:
 
     def tool(self, name):
         paths = {
-            "sieve-info": "tools/sieve-info/sieve-info", "sieve-perf": "tools/perf/sieve-perf",
-            "sieve-bench": "tools/bench/sieve-bench", "sieve-impair": "tools/impair/sieve-impair",
-            "sieve-codec-bench": "compress/bench/sieve-codec-bench",
-            "sieve_conformance_peer": "tests/conformance/sieve_conformance_peer",
+            "sieve-info": "tools/sieve-info/sieve-info", "sieve-perf": "tools/sieve-perf/sieve-perf",
+            "sieve-bench": "tools/sieve-bench/sieve-bench", "sieve-impair": "tools/sieve-impair/sieve-impair",
+            "sieve-codec-bench": "compress/codec_bench/sieve-codec-bench",
+            "sieve_conformance_peer": "tests/plugin/net/conformance/sieve_conformance_peer",
         }
         if name in SCRIPTS:
             return ["bash", os.path.join(self.source, SCRIPTS[name])]
@@ -368,7 +368,7 @@ def python(docs, product):
 TOOL_NAMES = ("sieve-info", "sieve-perf", "sieve-bench", "sieve-impair", "netlab.sh", "build-nccl-socket-plugin.sh",
               "sieve-codec-bench", "run.sh", "bundle.sh", "sieve_conformance_peer")
 # Scripts run from the source tree (the GPU kit's run.sh answers --help there too).
-SCRIPTS = {"netlab.sh": "tools/netlab.sh", "build-nccl-socket-plugin.sh": "tools/perf/build-nccl-socket-plugin.sh",
+SCRIPTS = {"netlab.sh": "tools/share/netlab.sh", "build-nccl-socket-plugin.sh": "tools/sieve-perf/build-nccl-socket-plugin.sh",
            "run.sh": "tools/gpu/run.sh", "bundle.sh": "tools/gpu/bundle.sh"}
 SEPARATORS = {"|", "||", "&&", ";", ">", ">>", "2>", "<", "<<<", "&", ")", "(", "\\"}
 

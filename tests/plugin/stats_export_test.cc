@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "plugin/peer_traffic.h"
+#include "plugin/net/peer_traffic.h"
 #include "plugin/stats.h"
 #include "tests/plugin/read_file.h"
 

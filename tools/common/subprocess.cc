@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "tools/common/plugin_loader.h"
+#include "tools/nccl_emulator/plugin_loader.h"
 #include "tools/common/stop_signal.h"
 
 extern char** environ;

@@ -67,8 +67,8 @@ stage="$dir.staging"
 rm -rf "$stage"
 mkdir -p "$stage"/{bin,lib,kit,python,licenses}
 for built in tools/gpu/sieve-proxy-rank tools/gpu/sieve-allreduce-perf tools/gpu/sieve-proxy-kernel-bench \
-             tools/gpu/sieve-gpu-probe tools/sieve-info/sieve-info tests/proxy/gpu/proxy_gpu_kernel_test \
-             tests/proxy/gpu/proxy_gpu_multiprocess_test; do
+             tools/gpu/sieve-gpu-probe tools/sieve-info/sieve-info tests/plugin/proxy/gpu/proxy_gpu_kernel_test \
+             tests/plugin/proxy/gpu/proxy_gpu_multiprocess_test; do
   [[ -x $build/$built ]] || die "the build produced no $built"
   install -m 755 "$build/$built" "$stage/bin/"
 done

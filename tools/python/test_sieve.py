@@ -251,7 +251,7 @@ class CycleSim(object):
 
 
 def cxx_emulation_mask(numels, keeps, n):
-    """tests/proxy/fsdp_test.cc's Group::mask, element by element: shards of ceil(numel / n), rank-major,
+    """tests/plugin/proxy/fsdp_test.cc's Group::mask, element by element: shards of ceil(numel / n), rank-major,
     padding pruned (the C++ emulation flattens parameters, i.e. 1-D ones)."""
     shard = [(numel + n - 1) // n for numel in numels]
     width = sum(shard)

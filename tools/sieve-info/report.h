@@ -10,7 +10,7 @@
 #include "net/ib/ib_devices.h"
 #include "net/transport.h"
 #include "plugin/config.h"
-#include "tools/common/plugin_loader.h"
+#include "tools/nccl_emulator/plugin_loader.h"
 #include "topology/discover.h"
 
 namespace sieve::info {
