@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 namespace sieve::topology {
 
@@ -95,8 +96,13 @@ void place_pci_device(hwloc_obj_t pci, bool live, Placement& where) {
   for (hwloc_obj_t parent = pci->parent; parent != nullptr && parent->type == HWLOC_OBJ_BRIDGE;
        parent = parent->parent) {
     const auto& bridge = parent->attr->bridge;
-    upstream.push_back(bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST ? host_bridge_text(bridge)
-                                                                      : bus_id_text(bridge.upstream.pci));
+    // hwloc copies a topology file's bridge_type number into the enum unchecked ("2-1" gives 2,
+    // which no enumerator has: UBSan's finding in topology/fuzz); read it as the number it is.
+    std::underlying_type_t<hwloc_obj_bridge_type_t> type;
+    std::memcpy(&type, &bridge.upstream_type, sizeof type);
+    if (type == HWLOC_OBJ_BRIDGE_HOST) upstream.push_back(host_bridge_text(bridge));
+    else if (type == HWLOC_OBJ_BRIDGE_PCI) upstream.push_back(bus_id_text(bridge.upstream.pci));
+    else break;  // an upstream hwloc does not know: the path stops at the devices above it
   }
   std::reverse(upstream.begin(), upstream.end());
   where.pci_upstream = upstream;
