@@ -243,7 +243,7 @@ namespace {
 
 // hwloc 2.9 crashes on some malformed objects (found by topology/fuzz): a null bitmap dereferenced
 // when an object has a set but not its complete_ twin, an assertion on a set that is not a
-// bitmap. Such files are refused here, with the reason, instead of killing the job inside hwloc.
+// bitmap. (Either twin alone crashes it.) Such files are refused here, with the reason, instead of killing the job inside hwloc.
 bool is_bitmap(const std::string& v) {  // hwloc's syntax: "0xf...f," then 0x<1-8 hex digits>, comma-separated
   std::string rest = v.rfind("0xf...f", 0) == 0 ? v.substr(7) : v;
   if (v.size() > 7 && rest.rfind(",", 0) == 0) rest = rest.substr(1);
@@ -268,7 +268,10 @@ std::string incomplete_object(const std::string& name, const std::string& xml) {
     for (const char* set : {"cpuset", "nodeset"}) {
       const bool has = tag.find(std::string(" ") + set + "=") != std::string::npos;
       const bool complete = tag.find(std::string(" complete_") + set + "=") != std::string::npos;
-      if (has && !complete) return where + " has a " + set + " but no complete_" + set + " (not a file lstopo wrote)";
+      if (has != complete)  // lstopo writes both or neither
+        return where + (has ? std::string(" has a ") + set + " but no complete_" + set
+                            : std::string(" has a complete_") + set + " but no " + set) +
+               " (not a file lstopo wrote)";
     }
     for (size_t eq = tag.find("set=\""); eq != std::string::npos; eq = tag.find("set=\"", eq + 1)) {
       const size_t open = eq + 5, close = tag.find('"', open);

@@ -247,6 +247,17 @@ TEST(TopologyFile, AnObjectWithoutItsCompleteSetIsRefusedNotACrash) {
   found = discover(options);
   EXPECT_FALSE(found.ok);
   EXPECT_NE(found.error.find("not a bitmap"), std::string::npos) << found.error;
+
+  xml = text.str();  // the other way round, as in a fuzzer input hwloc crashed on
+  const size_t pu = xml.find("<object type=\"PU\"");
+  ASSERT_NE(pu, std::string::npos);
+  const size_t plain = xml.find(" nodeset=", pu);
+  ASSERT_NE(plain, std::string::npos);
+  xml.replace(plain, 9, " nodese4=");
+  std::ofstream(path) << xml;
+  found = discover(options);
+  EXPECT_FALSE(found.ok);
+  EXPECT_NE(found.error.find("complete_nodeset but no nodeset"), std::string::npos) << found.error;
   std::remove(path.c_str());
 }
 
