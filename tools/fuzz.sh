@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets with clang in build-fuzz/ and runs each for a short fixed time (20 s)
 # under ctest: the codec decoder, codec round trip and safetensors reader (compress/fuzz), the wire
 # decoders, the handshake listener, the receive stream and the verbs set-up message (net/fuzz), the
-# topology file (topology/fuzz) and the SIEVE_* registry (plugin/fuzz). Skipped, saying so, without clang.
+# SIEVE_* registry (plugin/fuzz); the topology file's (topology/fuzz) replays its fixtures and past
+# crashes only (tests/topology/CMakeLists.txt says why). Skipped, saying so, without clang.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}

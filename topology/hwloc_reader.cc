@@ -266,8 +266,9 @@ std::string incomplete_object(const std::string& name, const std::string& xml) {
     const std::string tag = xml.substr(at, end == std::string::npos ? std::string::npos : end - at);
     const std::string where = "topology file '" + name + "': the object at byte " + std::to_string(at);
     for (const char* set : {"cpuset", "nodeset"}) {
-      const bool has = tag.find(std::string(" ") + set + "=") != std::string::npos;
-      const bool complete = tag.find(std::string(" complete_") + set + "=") != std::string::npos;
+      // Quoted, as lstopo writes them: hwloc's parser does not see an attribute without quotes.
+      const bool has = tag.find(std::string(" ") + set + "=\"") != std::string::npos;
+      const bool complete = tag.find(std::string(" complete_") + set + "=\"") != std::string::npos;
       if (has != complete)  // lstopo writes both or neither
         return where + (has ? std::string(" has a ") + set + " but no complete_" + set
                             : std::string(" has a complete_") + set + " but no " + set) +
