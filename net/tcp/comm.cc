@@ -191,7 +191,7 @@ Status TcpSendComm::progress_control() {
       return alive.is_ok() ? Status::ok() : fail(alive);
     }
     if (r.error) return fail(error(Code::RemoteError, "sending to " + connection_.peer + ": " + errno_text(r.error)));
-    control_acks_.reset();
+    control_acks_.wrote();
     s->control_moved += r.bytes;
     if (options_.rate_limiter) options_.rate_limiter->charge(r.bytes);  // paid for by the helpers' next stripes
     if (s->control_moved == total) {

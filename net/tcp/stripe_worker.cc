@@ -318,7 +318,7 @@ bool StripeWorker::pump(size_t socket, bool* progressed, size_t* budget) {
     }
     *budget -= std::min(*budget, r.bytes);
     *progressed = true;
-    if (direction_ == Direction::Send && r.bytes > 0) ack_watch_[socket].reset();
+    if (direction_ == Direction::Send && r.bytes > 0) ack_watch_[socket].wrote();
     if (direction_ == Direction::Receive) last_progress_[socket] = Clock::now();
     size_t left = r.bytes;
     for (size_t k = 0; k < stripes && left > 0; ++k) {
@@ -390,6 +390,11 @@ void StripeWorker::poll_sockets(int timeout_ms, bool compute_timeout) {
   if (!failed && watch_fd_ >= 0) {
     fds.push_back({watch_fd_, POLLIN | POLLRDHUP, 0});
     socket_of.push_back(-1);
+    // The control socket carries small messages whole: written, they may wait unacknowledged.
+    if (compute_timeout && unacknowledged_bytes(watch_fd_) > 0) {
+      const int every = std::min(std::clamp(peer_timeout_ms_ / 4, 10, 1000), watch_acks_.remaining_ms(peer_timeout_ms_) + 1);
+      timeout_ms = timeout_ms < 0 ? every : std::min(timeout_ms, every);
+    }
   }
   const Clock::time_point now = Clock::now();
   for (size_t i = 0; !failed && i < sockets_.size(); ++i) {
@@ -404,12 +409,21 @@ void StripeWorker::poll_sockets(int timeout_ms, bool compute_timeout) {
         int left = static_cast<int>(std::max<int64_t>(0, peer_timeout_ms_ - waited)) + 1;
         timeout_ms = timeout_ms < 0 ? left : std::min(timeout_ms, left);
       } else {
-        // A blocked send is checked for a vanished host every so often (AckWatch).
-        const int every = std::clamp(peer_timeout_ms_ / 4, 10, 1000);
+        // A blocked send is checked for a vanished host every so often (AckWatch), and at the
+        // moment it would be declared dead, so the bound is SIEVE_PEER_TIMEOUT_MS itself.
+        const int every = std::min(std::clamp(peer_timeout_ms_ / 4, 10, 1000),
+                                   ack_watch_[i].remaining_ms(peer_timeout_ms_) + 1);
         timeout_ms = timeout_ms < 0 ? every : std::min(timeout_ms, every);
       }
     } else if (direction_ == Direction::Send) {
       events = POLLIN | POLLRDHUP;  // a receiver never writes: readable means it hung up
+      // Written but unacknowledged (the sends completed into the kernel's buffer): a vanished host
+      // must still be noticed, so keep checking until the peer has acknowledged everything.
+      if (compute_timeout && unacknowledged_bytes(sockets_[i]) > 0) {
+        const int every = std::min(std::clamp(peer_timeout_ms_ / 4, 10, 1000),
+                                   ack_watch_[i].remaining_ms(peer_timeout_ms_) + 1);
+        timeout_ms = timeout_ms < 0 ? every : std::min(timeout_ms, every);
+      }
     } else {
       continue;
     }
@@ -434,10 +448,18 @@ void StripeWorker::poll_sockets(int timeout_ms, bool compute_timeout) {
       return;
     }
   }
+  if (direction_ == Direction::Send && watch_fd_ >= 0) {
+    Status st = watch_acks_.check(watch_fd_, peer_timeout_ms_, peer_);
+    if (!st.is_ok()) {
+      fail(st);
+      return;
+    }
+  }
   if (direction_ == Direction::Send) {
     for (size_t k = 0; k < fds.size(); ++k) {
       const int i = socket_of[k];
-      if (i < 0 || queues_[i].empty() || (fds[k].revents & POLLOUT)) continue;
+      if (i < 0 || (!queues_[i].empty() && (fds[k].revents & POLLOUT))) continue;
+      // Idle sockets too: check() passes unless written data waits unacknowledged.
       Status st = ack_watch_[i].check(sockets_[i], peer_timeout_ms_, peer_);
       if (!st.is_ok()) {
         fail(st);

@@ -130,6 +130,7 @@ class StripeWorker {
   std::vector<std::deque<Stripe>> queues_;  // per socket, touched by the worker thread only
   std::vector<Clock::time_point> last_progress_;
   std::vector<AckWatch> ack_watch_;  // send direction: is a blocked socket's host still there?
+  AckWatch watch_acks_;              // the same for the control socket (watch_fd_), read-only here
   std::vector<int> receive_lowat_;  // SO_RCVLOWAT in force per socket (receive direction)
   std::vector<ScratchBuffer> scratch_;  // per socket: the front stripe's encoded frame
   // Per socket: stripes enqueued and not yet done (inbox and queue). A helper with stripes for a

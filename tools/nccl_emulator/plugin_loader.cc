@@ -423,12 +423,6 @@ int NetPlugin::close_listen(void* listen_comm) { SIEVE_SAME_CALL(closeListen, li
 
 #undef SIEVE_SAME_CALL
 
-int64_t monotonic_ms() {
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1000000;
-}
-
 namespace {
 // NCCL's proxy spins on these calls; a short sleep keeps two test processes from starving each
 // other on a 2-core machine without changing what the plugin sees. Connection set-up is not on the

@@ -10,6 +10,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "tools/common/subprocess.h"
 #include <memory>
 #include <string>
 #include <vector>
@@ -160,8 +162,5 @@ int wait_until(NetPlugin& net, void* request, int* size, int timeout_ms);
 // Number of WARN lines the plugin logged since the process started, and the last one.
 uint64_t plugin_warning_count();
 std::string last_plugin_warning();
-
-// Milliseconds on CLOCK_MONOTONIC (comparable across processes on one machine).
-int64_t monotonic_ms();
 
 }  // namespace sieve::tools

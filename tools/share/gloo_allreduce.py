@@ -2,7 +2,7 @@
 """PyTorch's Gloo all-reduce of a model's gradient buckets: the real peer sieve-bench compares with.
 
 One process per node, each in its node's network namespace (sieve-bench --gloo starts them; by
-hand: tools/share/netlab.sh exec I /usr/bin/python3 tools/share/gloo_allreduce.py --rank I ...). Every bucket is
+hand: tools/share/netlab.sh exec I build/venv/bin/python tools/share/gloo_allreduce.py --rank I ...). Every bucket is
 all-reduced in DDP's order, one after the other, as sieve-bench's nodes do. Values are small
 integers times 2^-6, so every sum is exact in fp32 and bf16 whatever order Gloo adds in; each result
 is checked against the independently computed sum and any difference fails the run.
@@ -16,7 +16,7 @@ reduce-scatter's bytes; the JSON line says which ran ("reduce_scatter").
 Prints one JSON line: seconds per all-reduce of the whole model (--shards: per step; the slowest
 rank), kernel tx bytes per all-reduce (step) on this node's interface, and whether every element
 was exact.
-Needs the system python3 (Debian's python3-torch).
+Needs a Python with PyTorch (sieve-bench --python; tools/install-deps.sh makes build/venv).
 """
 import argparse
 import datetime
@@ -46,7 +46,7 @@ def probe(dtype_name):
         import torch
         import torch.distributed as dist
     except ImportError as e:
-        print(json.dumps({"error": f"{sys.executable} cannot import PyTorch ({e}); on Debian: apt install python3-torch"},
+        print(json.dumps({"error": f"{sys.executable} cannot import PyTorch ({e}); pass sieve-bench --python a Python that has it (tools/install-deps.sh makes build/venv)"},
                          separators=(",", ":")), flush=True)
         return 4
 

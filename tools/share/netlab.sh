@@ -19,7 +19,7 @@
 # wired by a veth pair to a bridge that lives in its own namespace P-sw, so nothing touches the host's
 # network; --p2p (N = 2 only) joins the two nodes by one veth pair instead. Shaping applies to each
 # node's egress: tbf for --rate, netem (under the tbf) for --delay/--jitter/--loss/--reorder. Kernels
-# without sch_netem get the same impairments from tools/sieve-impair's sieve-impair, one per node, fed by an
+# without sch_netem get the same impairments from sieve-impair (installed beside the tools), one per node, fed by an
 # iptables NFQUEUE rule on the node's eth0 egress (--queue-bypass: traffic flows if it dies); found by
 # --impair, $NETLAB_IMPAIR, beside an installed netlab.sh (PREFIX/bin), PATH, or the source tree's
 # build*/ folders; NETLAB_IMPAIRER=nfqueue forces it where netem exists. Every lab's record (its owner, sieve-impair pids and counters) lives in

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -90,8 +91,19 @@ std::string fsdp_note(const std::string& text, const ModeResult& result) {
 
 }  // namespace
 
+std::string gloo_python(const std::string& given) {
+  if (!given.empty()) return given;
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/python3";
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "/usr/bin/python3";
+}
+
 bool gloo_supports(const std::string& script, DType dtype, std::string* error, const std::string& python) {
-  if (access(python.c_str(), X_OK) != 0) return *error = python + " not found (install python3-torch)", false;
+  if (access(python.c_str(), X_OK) != 0) return *error = python + " not found (pass --python PATH)", false;
   if (access(script.c_str(), R_OK) != 0) return *error = "Gloo script not found at " + script, false;
   auto probe = tools::Child::spawn({python, script, "--probe", "--dtype", dtype_name(dtype)}, {}, error);
   if (!probe) return false;
@@ -108,7 +120,7 @@ bool gloo_supports(const std::string& script, DType dtype, std::string* error, c
 
 void run_gloo(const GlooJob& job, ModeResult* result) {
   if (access(job.python.c_str(), X_OK) != 0) {
-    result->error = job.python + " not found (install python3-torch)";
+    result->error = job.python + " not found (pass --python PATH)";
     return;
   }
   if (access(job.script.c_str(), R_OK) != 0) {

@@ -1,4 +1,4 @@
-// The real peer: PyTorch's Gloo all-reduce (tools/share/gloo_allreduce.py, Debian's python3-torch) run by
+// The real peer: PyTorch's Gloo all-reduce (tools/share/gloo_allreduce.py, under --python's PyTorch) run by
 // N processes in the same namespaces, over the same link, on the same bucket sizes.
 #pragma once
 
@@ -12,7 +12,7 @@
 namespace sieve::bench {
 
 struct GlooJob {
-  std::string python = "/usr/bin/python3";  // the system one: Debian's torch lives there
+  std::string python;  // the interpreter, by path (gloo_python())
   std::string script;
   std::vector<size_t> bucket_elements;
   // --fsdp: an FSDP step instead of the buckets' all-reduces; one rank's shard per group (padding
@@ -30,8 +30,11 @@ struct GlooJob {
 
 // Whether this machine's Gloo can sum `dtype` (torch 1.13's cannot sum bf16): a one-process group on
 // a file store, seconds, run before any lab exists. False with *error saying why.
-bool gloo_supports(const std::string& script, DType dtype, std::string* error,
-                   const std::string& python = GlooJob().python);
+bool gloo_supports(const std::string& script, DType dtype, std::string* error, const std::string& python);
+
+// The interpreter to run the peer with: `given` (--python) when set, else python3 found on PATH (an
+// activated virtual environment's), else /usr/bin/python3.
+std::string gloo_python(const std::string& given);
 
 // Fills `result` (ok, seconds, kernel tx bytes per node; for an FSDP step, a note on how Gloo ran
 // its reduce-scatters and how long its all-gathers took) or its error.

@@ -6,6 +6,8 @@
 #include "tools/sieve-bench/options.h"
 #include "tools/sieve-bench/orchestrator.h"
 #include "tools/sieve-bench/report.h"
+#include "tools/sieve-bench/train_ddp.h"
+#include "tools/common/stop_signal.h"
 
 int main(int argc, char** argv) {
   using namespace sieve::bench;
@@ -17,6 +19,14 @@ int main(int argc, char** argv) {
     std::fprintf(help ? stdout : stderr, "%s%s", help ? "" : "sieve-bench: ", message.c_str());
     if (!help) std::fputc('\n', stderr);
     return help ? 0 : 2;
+  }
+  if (!options.train.empty()) {  // real training: the ranks write the report, table or JSON
+    sieve::tools::install_stop_handlers();
+    std::string output, failure;
+    const int status = run_ddp_training(options, &output, &failure);
+    std::fputs(output.c_str(), stdout);
+    if (status != 0) std::fprintf(stderr, "sieve-bench: FAILED: %s\n", failure.c_str());
+    return status;
   }
   RunReport report;
   const int status = run_bench(options, &report);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -83,6 +84,9 @@ class Node {
     std::string error = enter_namespace();
     if (!error.empty()) return error;
     for (const auto& [name, value] : job_.environment) setenv(name.c_str(), value.c_str(), 1);
+    // Each node is a rank of the emulated job, as a launcher would say (torchrun's RANK): its stats
+    // file's series carry rank="N", so the nodes of one host stay apart without a pid label.
+    setenv("RANK", std::to_string(job_.rank).c_str(), 1);
     link_ = PluginLink::open(job_.library, &error);
     if (!link_) return error;
     if (!send_message(fd_, "listen " + link_->handle().to_hex())) return "orchestrator gone";
@@ -318,8 +322,14 @@ class Node {
 
 int run_node(const NodeJob& job, int control_fd) {
   // A node never outlives the orchestrator, nor its own deadline (plus a grace for the report).
+  // The death signal covers an orchestrator that dies from now on; one that died between fork and
+  // here has already left this node to another parent.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() == 1) return 3;
+  if (getppid() != job.coordinator) {
+    std::fprintf(stderr, "sieve-bench: node %d: the orchestrator (pid %d) exited before the node started; stopping\n",
+                 job.rank, static_cast<int>(job.coordinator));
+    return 3;
+  }
   alarm(static_cast<unsigned>(job.timeout_s + 10));
   Node node(job, control_fd);
   const std::string error = node.run();

@@ -6,6 +6,8 @@
 //   filled its buffers: the clock starts together everywhere), "close", "bye"
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -33,6 +35,10 @@ struct NodeJob {
   size_t chunk_bytes = 512 << 10;
   int inflight = 8;
   int timeout_s = 300;
+  // The orchestrator's pid, taken before fork: the node's parent must be this process. Not "parent
+  // is not 1": in a container (docker run, a Kubernetes Job, unshare --pid) the orchestrator itself
+  // is PID 1.
+  pid_t coordinator = 0;
 };
 
 // Runs in the child; returns its exit status. Never returns before the deadline has passed.

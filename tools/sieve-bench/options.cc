@@ -61,9 +61,17 @@ std::string usage_text() {
          "                        an all-gather of parameters and a reduce-scatter of gradients in FSDP2's sharded\n"
          "                        layout; compacted = each shard's kept elements, padded to the largest shard's,\n"
          "                        as the proxy sends them (where Gloo has no reduce_scatter, --gloo all-reduces)\n"
+         "  --train ddp           real DDP training instead: torchvision's ResNet-18 pruned to --density, one\n"
+         "                        PyTorch rank per node (Gloo, namespaces only), modes side by side: default,\n"
+         "                        sieve, sieve-bf16, bf16-compress, powersgd, default-alt (ddp_train.py)\n"
+         "  --steps N             --train: training steps per mode (default 10)\n"
+         "  --train-modes LIST    --train: the modes to run, comma-separated (default all)\n"
+         "  --train-script PATH   --train: the training ranks (default: ddp_train.py, see Files)\n"
          "  --plugin PATH         libnccl-net-sieve.so to load (default: the installed one, see Files)\n"
          "  --netlab PATH         the namespace lab script (default: netlab.sh, see Files)\n"
          "  --gloo-script PATH    the Gloo peer (default: gloo_allreduce.py, see Files)\n"
+         "  --python PATH         the Python with PyTorch that runs the Gloo peer and --train's ranks (default:\n"
+         "                        python3 on PATH: an activated virtual environment's)\n"
          "  --chunk BYTES         ring chunk, 64 to 64M (default 131072)\n"
          "  --inflight N          chunks in flight, 1 to 32 (default 16)\n"
          "  --timeout S           hard limit for the whole run (default: from the model's size, --rate and the\n"
@@ -80,7 +88,8 @@ std::string usage_text() {
          "Files (PREFIX is where sieve-bench is installed: /usr for /usr/bin/sieve-bench):\n"
          "  PREFIX/" + tools::installed_libdir() + "/libnccl-net-sieve.so   the plugin the nodes load\n"
          "  PREFIX/share/sieve/netlab.sh           the namespace lab\n"
-         "  PREFIX/share/sieve/gloo_allreduce.py   the Gloo peer (Debian's python3-torch, /usr/bin/python3)\n"
+         "  PREFIX/share/sieve/gloo_allreduce.py   the Gloo peer (run by --python)\n"
+         "  PREFIX/share/sieve/ddp_train.py       the training ranks of --train ddp (run by --python)\n"
          "  PREFIX/bin/sieve-impair                impairments on kernels without netem\n"
          "Run from a build tree, sieve-bench uses that build's library and its source tree's scripts.\n";
 }
@@ -149,7 +158,8 @@ const char* const kFlags[] = {"--json", "--quiet", "--loopback", "--gloo", "--fs
 const char* const kValued[] = {"--nodes",   "--model", "--masks",  "--prune",   "--density", "--seed",
                                "--dtype",   "--modes", "--iters",  "--warmup",  "--rate",    "--delay",
                                "--jitter",  "--loss",  "--reorder", "--plugin", "--netlab",  "--gloo-script",
-                               "--chunk",   "--inflight", "--timeout"};
+                               "--chunk",   "--inflight", "--timeout", "--train", "--steps", "--train-modes",
+                               "--python",  "--train-script"};
 
 bool takes_value(const std::string& arg) {
   for (const char* name : kValued) {
@@ -196,6 +206,15 @@ bool check_combinations(const Options& o, std::string* message) {
                  " does not apply with --masks: the mask file says what is kept";
       return false;
     }
+  }
+  if (!o.train.empty()) {
+    if (o.loopback) return *message = "--train runs in the namespace lab only; leave out --loopback", false;
+    if (o.gloo || o.fsdp || !o.masks_file.empty())
+      return *message = std::string(o.gloo ? "--gloo" : o.fsdp ? "--fsdp" : "--masks") +
+                        " does not apply with --train (it trains ResNet-18 with DDP)", false;
+  } else if (!o.train_modes.empty() || !o.train_script.empty()) {
+    return *message = std::string(!o.train_modes.empty() ? "--train-modes" : "--train-script") +
+                      " applies only with --train ddp", false;
   }
   if (!o.jitter.empty() && o.delay.empty()) return *message = "--jitter needs --delay (it varies the delay)", false;
   if (!o.jitter.empty() && duration_us(o.jitter) > duration_us(o.delay))
@@ -316,6 +335,19 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       o->netlab = v;
     } else if (arg == "--gloo-script") {
       o->gloo_script = v;
+    } else if (arg == "--train") {
+      if (v != "ddp") return *message = "--train: ddp (the only training job so far)", false;
+      o->train = v;
+    } else if (arg == "--steps") {
+      if (!parse_int(v, 1, 10000, &n)) return *message = "--steps: 1 to 10000", false;
+      o->steps = static_cast<int>(n);
+    } else if (arg == "--train-modes") {
+      if (v.empty()) return *message = "--train-modes: name at least one mode", false;
+      o->train_modes = v;
+    } else if (arg == "--train-script") {
+      o->train_script = v;
+    } else if (arg == "--python") {
+      o->python = v;
     } else if (arg == "--chunk") {
       if (!parse_int(v, 64, 64L << 20, &n)) return *message = "--chunk: bytes from 64 to 64M", false;
       o->chunk_bytes = static_cast<size_t>(n);

@@ -41,6 +41,13 @@ struct Options {
   // instead of DDP's all-reduce of gradient buckets.
   bool fsdp = false;
   std::string gloo_script;
+  // --train ddp: real DDP training (tools/share/ddp_train.py: PyTorch, Gloo, one rank per node of the
+  // namespace lab) instead of the emulated rings; the ranks measure and rank 0 reports.
+  std::string train;
+  int steps = 10;            // training steps per mode
+  std::string train_modes;   // "" = the script's own list (every mode)
+  std::string python;        // --python: the interpreter with PyTorch for --gloo and --train (empty: python3 on PATH)
+  std::string train_script;  // "" = ddp_train.py from share/sieve or the source tree
   bool quiet = false;
   bool version = false;  // --version: print the tool's name and version, run nothing
   // Set on the command line (not defaults): --masks refuses what it would silently override.

@@ -242,6 +242,7 @@ std::string run_mode(const NodeJob& base, const Options& o, const Lab* lab, Cloc
   const int rounds = o.warmup + o.iterations;
   Fleet fleet;
   std::string failure;
+  const pid_t coordinator = getpid();
   for (int rank = 0; rank < o.nodes && failure.empty(); ++rank) {
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
@@ -264,6 +265,7 @@ std::string run_mode(const NodeJob& base, const Options& o, const Lab* lab, Cloc
       signal(SIGHUP, SIG_DFL);
       NodeJob job = base;
       job.rank = rank;
+      job.coordinator = coordinator;
       job.netns = lab != nullptr ? lab->ns(rank) : "";
       _exit(run_node(job, pair[1]));
     }
@@ -408,7 +410,8 @@ int run_bench(const Options& o, RunReport* report) {
     }
   }
   const std::string gloo_script = !o.gloo_script.empty() ? o.gloo_script : layout.script("gloo_allreduce.py");
-  if (o.gloo && !gloo_supports(gloo_script, o.dtype, &error)) {
+  const std::string python = gloo_python(o.python);
+  if (o.gloo && !gloo_supports(gloo_script, o.dtype, &error, python)) {
     report->failure = "--gloo: " + error;
     return 2;
   }
@@ -490,6 +493,7 @@ int run_bench(const Options& o, RunReport* report) {
     } else {
       GlooJob job;
       job.script = gloo_script;
+      job.python = python;
       for (const Bucket& b : work.buckets) job.bucket_elements.push_back(b.elements);
       for (const FsdpGroup& g : work.fsdp.groups) job.shard_elements.push_back(g.shard_elements);
       job.nodes = o.nodes;

@@ -226,11 +226,18 @@ int main(int argc, char** argv) {
   State state;
   state.impairment = &impairment;
   nfq_handle* handle = nfq_open();
-  if (!handle) return fprintf(stderr, "sieve-impair: nfq_open: %s (root? nfnetlink_queue?)\n", strerror(errno)), 1;
+  // Binding a queue takes CAP_NET_ADMIN; without it the kernel says EPERM, which must not read as a
+  // queue some other program holds.
+  const bool privileged = geteuid() == 0;
+  if (!handle)
+    return fprintf(stderr, "sieve-impair: nfq_open: %s (%s)\n", strerror(errno),
+                   privileged ? "is the nfnetlink_queue module loaded?" : "it needs root, CAP_NET_ADMIN"), 1;
   state.queue = nfq_create_queue(handle, static_cast<uint16_t>(args.queue), on_packet, &state);
   if (!state.queue) {
-    fprintf(stderr, "sieve-impair: cannot bind queue %d: %s (another program bound to it?)\n", args.queue,
-            strerror(errno));
+    const int err = errno;
+    fprintf(stderr, "sieve-impair: cannot bind queue %d: %s (%s)\n", args.queue, strerror(err),
+            !privileged || err == EPERM || err == EACCES ? "it needs root, CAP_NET_ADMIN"
+                                                         : "another program bound to it?");
     nfq_close(handle);
     return 1;
   }

@@ -108,6 +108,7 @@ Proxy& process_proxy() {
 // problem warned once) before anything can warn, also in a job that preloads the proxy without
 // Sieve as its net plugin, whose init would otherwise do it.
 const RealNccl& nccl_for_call() {
+  note_nccl_in_use();
   start_process_log();
   return real_nccl();
 }
@@ -140,6 +141,7 @@ ncclResult_t unreachable() {
 // Run at the net plugin's init (NCCL is loaded by then): a proxy that was LD_PRELOADed but can never
 // see a collective says so once, naming the cause, instead of running silently dense.
 void probe() {
+  note_nccl_in_use();
   if (!preloaded()) return;
   if (!config::Registry::process().settings().proxy) return;
   if (!real_nccl_problem().empty()) warn_nccl_unreachable_once();

@@ -88,6 +88,15 @@ std::string real_nccl_problem() {
          "dynamically?)";
 }
 
+std::string nccl_version_text(decltype(&::ncclGetVersion) get_version) {
+  int code = 0;
+  if (!get_version || get_version(&code) != ncclSuccess || code <= 0) return "unknown";
+  // NCCL >= 2.9 encodes major * 10000 + minor * 100 + patch; older ones major * 1000 + minor * 100 + patch.
+  const int major = code >= 10000 ? code / 10000 : code / 1000;
+  const int rest = code >= 10000 ? code % 10000 : code % 1000;
+  return std::to_string(major) + "." + std::to_string(rest / 100) + "." + std::to_string(rest % 100);
+}
+
 const RealNccl& real_nccl() {
   static RealNccl real;
   static std::atomic<bool> found{false};
@@ -111,11 +120,12 @@ const RealNccl& real_nccl() {
   resolve(&real.comm_finalize, "ncclCommFinalize", &where);
   resolve(&real.red_op_create_pre_mul_sum, "ncclRedOpCreatePreMulSum", &where);
   resolve(&real.red_op_destroy, "ncclRedOpDestroy", &where);
+  resolve(&real.get_version, "ncclGetVersion", &where);
   // Not found is not warned here: the callers say it once, with its likely cause
   // (real_nccl_problem(): the interposed call that fails, or the probe at the plugin's init).
   if (real.complete()) {
     found.store(true, std::memory_order_release);
-    SIEVE_INFO("collective proxy: the real NCCL is %s", where.c_str());
+    SIEVE_INFO("collective proxy: the real NCCL is %s (NCCL %s)", where.c_str(), nccl_version_text(real.get_version).c_str());
   }
   return real;
 }

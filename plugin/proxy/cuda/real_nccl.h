@@ -26,6 +26,7 @@ struct RealNccl {
   decltype(&::ncclCommFinalize) comm_finalize = nullptr;
   decltype(&::ncclRedOpCreatePreMulSum) red_op_create_pre_mul_sum = nullptr;
   decltype(&::ncclRedOpDestroy) red_op_destroy = nullptr;
+  decltype(&::ncclGetVersion) get_version = nullptr;  // for the log: which NCCL the proxy interposes
   std::string found_in;  // the object they came from
   // Everything the proxy cannot work without.
   bool complete() const;
@@ -37,5 +38,10 @@ const RealNccl& real_nccl();
 // Why the real NCCL cannot be reached ("" when it can), naming the cause: no libnccl loaded, or a
 // PyTorch that links NCCL statically (its calls never reach an LD_PRELOADed library).
 std::string real_nccl_problem();
+// NCCL's version code (ncclGetVersion) as "2.28.9", or "unknown".
+std::string nccl_version_text(decltype(&::ncclGetVersion) get_version);
+
+// The process made an interposed NCCL call, or NCCL initialised the net plugin (preload_report.cc).
+void note_nccl_in_use();
 
 }  // namespace sieve::plugin::proxy

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The command-line contract every Sieve tool keeps: --help exits 0 and lists every option, --version
 # prints "<tool> <version>" and exits 0, and a bad value exits 2 with a message naming its option.
+# --help names no file of Sieve's source tree (tools/..., tests/...): an installed tool's user has none.
 #
 #   cli_contract_test.sh TOOL VERSION 'OPTION...' COMMAND... [-- BAD...]
 #
@@ -21,6 +22,8 @@ out=$("${command[@]}" --help 2>/tmp/cli_contract_err.$$); status=$?
 for option in $options; do
   grep -q -- "$option\b" <<<"$out" || fail "$tool --help does not list $option"
 done
+source_paths=$(grep -Eo '(^|[^[:alnum:]_/.-])(tools|tests)/[[:alnum:]_./-]+' <<<"$out")
+[[ -z $source_paths ]] || fail "$tool --help names files of the source tree: $source_paths"
 
 out=$("${command[@]}" --version 2>&1); status=$?
 [[ $status -eq 0 ]] || fail "$tool --version exits $status: $out"

@@ -5,7 +5,8 @@
 #   check_kit.sh size KIT               at most 60 MiB
 #   check_kit.sh elf-deps KIT           every ELF needs only the kit's lib/ and image-provides.txt
 #                                       (readelf), and resolves so (ldd with only the kit on
-#                                       LD_LIBRARY_PATH); no RPATH/RUNPATH
+#                                       LD_LIBRARY_PATH); no RPATH/RUNPATH; the glibc floor stated in
+#                                       image-provides.txt and BUILD.json is the newest GLIBC_ needed
 #   check_kit.sh no-build-paths KIT DIR...   no file names any of these directories
 #   check_kit.sh python KIT             every Python file compiles
 #   check_kit.sh device-code KIT        sm_90 machine code and PTX for later GPUs wherever device
@@ -69,6 +70,13 @@ elf-deps)
     echo "$name: kit ${from_kit[*]:-(none)}; image ${from_image[*]:-(none)}"
   done
   echo "newest symbol versions needed: ${glibc_max:-none}, ${glibcxx_max:-none}"
+  # The glibc floor the kit states (image-provides.txt, BUILD.json, which run.sh compares with the
+  # machine's) must be the one its programs need.
+  floor=${glibc_max#GLIBC_}
+  stated=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("glibc_needed", ""))' "$kit/BUILD.json")
+  [[ $stated == "$floor" ]] || { echo "BUILD.json states glibc ${stated:-nothing}, the programs need $floor"; problems=1; }
+  grep -q "^# glibc $floor or newer" "$kit/image-provides.txt" ||
+    { echo "image-provides.txt does not state the floor: '# glibc $floor or newer'"; problems=1; }
   ((problems == 0)) || fail "some ELF files of the kit need libraries the GPU machine may lack (above)"
   ;;
 
@@ -88,7 +96,7 @@ no-build-paths)
 python)
   mapfile -t files < <(find "$kit" -name '*.py' | sort)
   ((${#files[@]} > 0)) || fail "no Python file in the kit"
-  python3 -c '
+  "${PYTHON:-python3}" -c '
 import sys
 for path in sys.argv[1:]:
     with open(path) as f:
@@ -100,7 +108,7 @@ for path in sys.argv[1:]:
 
 device-code)
   mapfile -t files < <(elves)
-  listing=$(python3 "$here/fatbin_archs.py" --require-sm 90 "${files[@]}") || { echo "$listing"; fail "device code for sm_90 missing (above)"; }
+  listing=$("${PYTHON:-python3}" "$here/fatbin_archs.py" --require-sm 90 "${files[@]}") || { echo "$listing"; fail "device code for sm_90 missing (above)"; }
   echo "$listing"
   ! grep -q "libnccl-net-sieve.so: no device code" <<<"$listing" || fail "libnccl-net-sieve.so holds no device code"
   ;;

@@ -65,7 +65,13 @@ EXPECTED_FILES = {
     LIBDIR + "/cmake/Sieve/SieveConfig.cmake",
     LIBDIR + "/cmake/Sieve/SieveConfigVersion.cmake",
     LIBDIR + "/cmake/Sieve/SieveTargets.cmake",
-    PYTHONDIR + "/sieve.py",
+    PYTHONDIR + "/sieve/__init__.py",
+    PYTHONDIR + "/sieve/__main__.py",
+    PYTHONDIR + "/sieve/_constants.py",
+    PYTHONDIR + "/sieve/_library.py",
+    PYTHONDIR + "/sieve/_installed.py",
+    PYTHONDIR + "/sieve/masks.py",
+    PYTHONDIR + "/sieve/fsdp_masks.py",
     PREFIX + "/share/sieve/netlab.sh",
     PREFIX + "/share/sieve/gloo_allreduce.py",
     DOCDIR + "/README.md",
@@ -77,7 +83,9 @@ EXPECTED_FILES = {
     PREFIX + "/share/lintian/overrides/sieve",
 } | {PREFIX + "/bin/" + tool for tool in TOOLS} | {PREFIX + "/share/man/man1/%s.1.gz" % tool for tool in TOOLS}
 # The imported-target file CMake writes per build type (SieveTargets-relwithdebinfo.cmake, ...).
-OPTIONAL_FILE_PATTERNS = [re.compile(re.escape(LIBDIR) + r"/cmake/Sieve/SieveTargets-[a-z]+\.cmake")]
+OPTIONAL_FILE_PATTERNS = [re.compile(re.escape(LIBDIR) + r"/cmake/Sieve/SieveTargets-[a-z]+\.cmake"),
+                          # the Python package's other modules (sieve.ddp, sieve.fsdp, ...)
+                          re.compile(re.escape(PYTHONDIR) + r"/sieve/[a-z][a-z0-9_]*\.py")]
 
 
 class CheckFailed(Exception):
@@ -198,7 +206,8 @@ def contents(p):
     recommends = p.field("Recommends")
     for name in ("iperf3", "iproute2"):
         check(name in recommends, "Recommends %r lacks %s (sieve-perf, the namespace lab)" % (recommends, name))
-    check("python3-torch" in p.field("Suggests"), "Suggests %r lacks python3-torch (--gloo)" % p.field("Suggests"))
+    check("python3-venv" in p.field("Suggests"), "Suggests %r lacks python3-venv (--gloo's PyTorch from pip)" %
+          p.field("Suggests"))
     print("%d files, all accounted for; version %s; maintainer %s" % (len(files), p.args.version, maintainer))
 
 
@@ -248,7 +257,7 @@ def depends(p):
     for soname, users in needed.items():
         expected.setdefault(owning_package(soname), set()).add(soname)
     # Not ELF: the Python module and gloo_allreduce.py (#!/usr/bin/python3).
-    expected["python3"] = {"sieve.py", "gloo_allreduce.py"}
+    expected["python3"] = {"sieve/", "gloo_allreduce.py"}
     check(any(name.startswith("libhwloc") for name in declared), "Depends lacks hwloc's library: %r" % field)
     check(set(expected) == declared,
           "Depends %r names %s, but the packaged binaries load libraries of %s (%s)" %
@@ -405,15 +414,16 @@ def usr_local(p):
             return os.path.dirname(found[0])
         python_path = run(["/usr/bin/python3", "-c", "import sys; print('\\n'.join(sys.path))"],
                           env=clean_env()).stdout.splitlines()
-        check(where("sieve.py") in python_path, "sieve.py went to %s, not on /usr/bin/python3's sys.path %s" %
-              (where("sieve.py"), python_path))
+        package = os.path.dirname(where("_library.py"))
+        check(package in python_path, "the package sieve went to %s, not on /usr/bin/python3's sys.path %s" %
+              (package, python_path))
         searched = loader_directories("/etc/ld.so.conf")
         check(where(LIBRARY) in searched, "%s went to %s, which /etc/ld.so.conf does not name (%s)" %
               (LIBRARY, where(LIBRARY), searched))
         pc_path = run(["pkg-config", "--variable", "pc_path", "pkg-config"], env=clean_env()).stdout.strip().split(":")
         check(where("sieve.pc") in pc_path, "sieve.pc went to %s, not on pkg-config's path %s" %
               (where("sieve.pc"), pc_path))
-        print("/usr/local: module in %s, library in %s, sieve.pc in %s" % (where("sieve.py"), where(LIBRARY),
+        print("/usr/local: package in %s, library in %s, sieve.pc in %s" % (where("_library.py"), where(LIBRARY),
                                                                            where("sieve.pc")))
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -554,7 +564,7 @@ def python(p):
     search_path = run([interpreter, "-c", "import sys; print('\\n'.join(sys.path))"], env=clean_env()).stdout
     check("/" + PYTHONDIR in search_path.splitlines(), "/%s is not on %s's sys.path" % (PYTHONDIR, interpreter))
     env = clean_env(PYTHONPATH=p.path(PYTHONDIR))
-    module = os.path.realpath(p.path(PYTHONDIR + "/sieve.py"))
+    module = os.path.realpath(p.path(PYTHONDIR + "/sieve/__init__.py"))
     library = os.path.realpath(p.path(LIBDIR + "/" + LIBRARY))
 
     script = "import os, sieve; print(os.path.realpath(sieve.__file__)); sieve.stats()"
@@ -570,6 +580,15 @@ def python(p):
     lines = preloaded.stdout.split()
     check(lines[:2] == [module, library], "with LD_PRELOAD: module and library %s" % lines[:2])
     print("without LD_PRELOAD:", alone.stderr.strip().splitlines()[-1])
+
+    # library_path() and `python -m sieve` find the packaged library from the install record, wherever
+    # the tree is unpacked (the record is relative).
+    found = run([interpreter, "-c", "import os, sieve; print(os.path.realpath(sieve.library_path()))"], env=env, cwd=work)
+    check(found.stdout.strip() == library, "library_path() is %r, not the installed %s" % (found.stdout.strip(), library))
+    told = run([interpreter, "-m", "sieve"], env=env, cwd=work)
+    named = re.findall(r"(?m)^library: (/\S+)$", told.stdout)
+    check(named and os.path.realpath(named[0]) == library and "export LD_PRELOAD=" in told.stdout,
+          "python -m sieve does not name the installed library:\n" + told.stdout)
     print("with LD_PRELOAD:", lines)
 
 

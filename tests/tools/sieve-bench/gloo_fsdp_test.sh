@@ -2,12 +2,12 @@
 # The Gloo peer's FSDP step (tools/share/gloo_allreduce.py --shards) on loopback, 3 ranks: every rank
 # reports every all-gathered element and its reduced shard exact, how it reduced (reduce_scatter,
 # or all_reduce where this Gloo has none), and its all-gathers' share of the step. Skipped (77)
-# where the system python3 has no torch.
+# where PYTHON (CMake's SIEVE_PYTHON) has no torch.
 #
-#   gloo_fsdp_test.sh GLOO_ALLREDUCE_PY
+#   gloo_fsdp_test.sh GLOO_ALLREDUCE_PY PYTHON
 set -uo pipefail
 script=$1
-python=/usr/bin/python3
+python=$2
 "$python" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null || { echo "no torch with Gloo"; exit 77; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

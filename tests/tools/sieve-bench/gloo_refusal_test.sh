@@ -4,10 +4,11 @@
 # sum bf16). Nothing is built first: no namespace lab, no node. Stand-in `torch` packages on
 # PYTHONPATH play both machines, whatever PyTorch this one has. Needs root (--gloo runs in the lab).
 #
-#   gloo_refusal_test.sh SIEVE_BENCH
+#   gloo_refusal_test.sh SIEVE_BENCH PYTHON
 set -uo pipefail
 bench=$1
-[[ $(id -u) -eq 0 && -x /usr/bin/python3 ]] || { echo "skipped: needs root and /usr/bin/python3"; exit 77; }
+python=$2
+[[ $(id -u) -eq 0 && -x $python ]] || { echo "skipped: needs root and $python"; exit 77; }
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 work=$(mktemp -d)
@@ -35,10 +36,10 @@ echo 'from torch import distributed as _d; import sys; sys.modules[__name__].__d
   >"$work/old/torch/distributed.py"
 
 labs_before=$(ip netns list 2>/dev/null | grep -c '^sb')
-out=$(PYTHONPATH="$work/none" "$bench" --gloo --model resnet18 --quiet 2>&1); status=$?
-[[ $status -eq 2 && $out == *"--gloo: /usr/bin/python3 cannot import PyTorch (No module named torch); on Debian: apt install python3-torch"* ]] ||
+out=$(PYTHONPATH="$work/none" "$bench" --gloo --python "$python" --model resnet18 --quiet 2>&1); status=$?
+[[ $status -eq 2 && $out == *"--gloo: $python cannot import PyTorch (No module named torch); pass sieve-bench --python a Python that has it"* ]] ||
   fail "without PyTorch: exit $status: $out"
-out=$(PYTHONPATH="$work/old" "$bench" --gloo --rate 10gbit --dtype bf16 --model resnet18 --quiet 2>&1); status=$?
+out=$(PYTHONPATH="$work/old" "$bench" --gloo --python "$python" --rate 10gbit --dtype bf16 --model resnet18 --quiet 2>&1); status=$?
 [[ $status -eq 2 && $out == *"--gloo: Gloo in torch 1.13-standin cannot sum bf16: Invalid scalar type"* ]] ||
   fail "bf16 with a Gloo that cannot sum it: exit $status: $out"
 [[ $out == *netlab* ]] && fail "a lab was built before the refusal: $out"

@@ -1,0 +1,238 @@
+"""A DDP communication hook that all-reduces only the kept elements of each gradient bucket.
+
+    state = sieve.ddp.CompactState(ddp_model)              # every rank, after pruning
+    ddp_model.register_comm_hook(state, sieve.ddp.compact_hook)
+
+Needs no LD_PRELOAD and works on any backend (NCCL on GPUs, Gloo on CPUs): the hook itself gathers
+each bucket's kept elements into a compact buffer, all-reduces that on the bucket's process group and
+scatters the sums back, exact zero where the mask prunes. The masks are torch.nn.utils.prune's
+(<name>_orig parameters with their <name>_mask buffers) and any `masks` given, {parameter name:
+keep}, whose gradients the caller promises to be zero outside keep.
+
+Masks are found by bucket: DDP's bucket index and the names of its parameters, never an address, so
+they follow DDP's bucket rebuild after the first step. Before a bucket is compacted, its ranks agree
+on it with a vote shaped as the collective proxy's commit (plugin/proxy/agreement.h): six int64 words,
+the subject (a hash of the bucket's structure and mask) and its complement, the settings (world size,
+wire dtype) and their complement, the worst refusal, a reserved word, all-reduced with max on the
+bucket's process group. Every rank reads the same verdict from that one collective; a bucket whose
+ranks did not agree, or that has nothing pruned, runs exactly as DDP's default hook (divide by the
+world size, all-reduce), on every rank. A vote happens once per bucket per mask epoch: when DDP shows
+a bucket (index, parameters) not yet decided, which DDP makes equal on every rank, and again after
+update_masks(), which every rank calls at the same point.
+
+Exactness: the kept elements are summed by the same all-reduce as the dense bucket's; at 2 ranks every
+sum is bit-identical to the default hook's (a + b = b + a). Pruned elements come back as +0.0 where the
+default may give -0.0 (a pruned product's zero keeps the sign of its factor): equal values, and
+no parameter update can tell them apart. With more ranks the backend may sum in another order for a
+shorter buffer (the same reduction-order noise as another bucket size).
+
+wire_dtype=torch.bfloat16 (or torch.float16) is LOSSY: the compact buffer travels in 16 bits, as
+PyTorch's bf16_compress_hook sends dense buckets (cast, divide, all-reduce, cast back), so compaction
+and 16-bit stack. Buckets without an agreed mask still run the default, full-precision hook.
+
+On a GPU, gather and scatter are torch's index_select / index_copy_ on a cached index tensor
+(the library exposes no gather/scatter kernels through its C API yet).
+"""
+
+import hashlib
+import struct
+
+__all__ = ["CompactState", "compact_hook", "register"]
+
+# plugin/proxy/agreement.h: the refusals a vote carries in its fifth word.
+_REFUSAL_NONE, _REFUSAL_COULD_NOT_PREPARE = 0, 1
+_HOOK_VERSION = 1  # part of the settings: ranks running different hook logic never compact together
+
+
+def _int64(digest):
+    return struct.unpack("<q", digest[:8])[0]
+
+
+def _hash(*parts):
+    h = hashlib.blake2b(digest_size=8)
+    for part in parts:
+        data = part if isinstance(part, bytes) else repr(part).encode()
+        h.update(struct.pack("<Q", len(data)))
+        h.update(data)
+    return _int64(h.digest())
+
+
+def _vote_device(group):
+    import torch
+    import torch.distributed as dist
+    backend = str(dist.get_backend(group)).lower()
+    if "nccl" in backend and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _agree(group, subject, settings, refusal):
+    """The vote: one all-reduce (max) on the group. True when every rank voted the same subject and
+    settings and none refused; the same answer on every rank."""
+    import torch
+    import torch.distributed as dist
+    words = torch.tensor([subject, ~subject, settings, ~settings, refusal, 0], dtype=torch.int64,
+                         device=_vote_device(group))
+    dist.all_reduce(words, op=dist.ReduceOp.MAX, group=group)
+    got = words.tolist()
+    return got[0] == subject and got[1] == ~subject and got[2] == settings and got[3] == ~settings and got[4] == 0
+
+
+class _Plan(object):
+    """A bucket's agreed compaction: the kept positions, per device."""
+
+    def __init__(self, keep):
+        import torch
+        self.index_cpu = keep.nonzero().reshape(-1)
+        self.kept = int(self.index_cpu.numel())
+        self._by_device = {}
+        self._torch = torch
+
+    def index(self, device):
+        cached = self._by_device.get(device)
+        if cached is None:
+            cached = self.index_cpu.to(device)
+            self._by_device[device] = cached
+        return cached
+
+
+class CompactState(object):
+    """What compact_hook needs: the masks, the process group, the wire dtype and the agreed plans.
+
+    model: the DDP-wrapped model or its module (parameter names as module.named_parameters() gives
+    them). process_group: the group DDP reduces on (None: the default group). masks: {name: keep}
+    besides torch.nn.utils.prune's. wire_dtype: None (exact) or torch.bfloat16 / torch.float16
+    (lossy). stats counts what the hook did on this rank: buckets compacted and dense, elements sent
+    and the elements the default hook would have sent, and the votes."""
+
+    def __init__(self, model, process_group=None, masks=None, wire_dtype=None):
+        import torch
+        if wire_dtype not in (None, torch.bfloat16, torch.float16):
+            raise ValueError("wire_dtype must be None, torch.bfloat16 or torch.float16, not %r" % (wire_dtype,))
+        self.module = getattr(model, "module", model)
+        self.process_group = process_group
+        self.wire_dtype = wire_dtype
+        self._names = {}
+        for name, param in self.module.named_parameters():
+            self._names.setdefault(param, name)  # a shared parameter is DDP's once, by its first name
+        self._given = dict(masks or {})
+        unknown = sorted(set(self._given) - set(self._names.values()))
+        if unknown:
+            raise ValueError("masks names %s, which the model has no parameter of" % ", ".join(unknown))
+        self._plans = {}  # (bucket index, parameter names) -> _Plan, or None for dense
+        self.epoch = 0
+        self.stats = {"compacted": 0, "dense": 0, "elements_sent": 0, "elements_dense": 0, "votes": 0, "agreed": 0}
+
+    def update_masks(self, masks=None):
+        """Masks changed (pruned again, or new `masks`): every bucket votes again at its next step.
+        Call it on every rank at the same point, between steps."""
+        if masks is not None:
+            self._given = dict(masks)
+        self._plans.clear()
+        self.epoch += 1
+
+    def _keep_of(self, name, param):
+        """The flat bool keep of a parameter (None: nothing pruned)."""
+        keep = self._given.get(name)
+        if keep is None and name.endswith("_orig"):
+            owner_name, _, attr = name.rpartition(".")
+            owner = self.module.get_submodule(owner_name) if owner_name else self.module
+            keep = getattr(owner, attr[:-len("_orig")] + "_mask", None)
+        if keep is None:
+            return None
+        if keep.numel() != param.numel():
+            raise ValueError("the mask of %s has %d elements, the parameter %d" % (name, keep.numel(), param.numel()))
+        return keep.detach().reshape(-1).ne(0).cpu()
+
+    def _bucket_keep(self, names, params, buffer):
+        """The bucket's keep over its flat buffer: DDP lays the parameters out back to back in the
+        bucket's order."""
+        import torch
+        if sum(p.numel() for p in params) != buffer.numel():
+            raise ValueError("the bucket's parameters hold %d elements, its buffer %d" % (
+                sum(p.numel() for p in params), buffer.numel()))
+        if not buffer.is_floating_point():
+            raise ValueError("the bucket's buffer is %s, not floating point" % buffer.dtype)
+        keep = torch.ones(buffer.numel(), dtype=torch.bool)
+        offset = 0
+        for name, param in zip(names, params):
+            part = self._keep_of(name, param)
+            if part is not None:
+                keep[offset:offset + param.numel()] = part
+            offset += param.numel()
+        return keep
+
+    def _plan(self, bucket, buffer, group):
+        """The agreed plan of this bucket, voted on at its first sight in this epoch; None: dense."""
+        params = bucket.parameters()
+        names = tuple(self._names.get(p, "?%d" % i) for i, p in enumerate(params))
+        key = (bucket.index(), names)
+        if key in self._plans:
+            return self._plans[key]
+        keep, refusal = None, _REFUSAL_NONE
+        try:
+            if any(n.startswith("?") for n in names):
+                raise ValueError("a parameter of the bucket is not in the model given to CompactState")
+            keep = self._bucket_keep(names, params, buffer)
+            subject = _hash(key, buffer.numel(), str(buffer.dtype), bytes(keep.numpy().tobytes()))
+        except (ValueError, RuntimeError):  # refused on this rank; every rank still votes
+            refusal, subject = _REFUSAL_COULD_NOT_PREPARE, 0
+        settings = _hash(_HOOK_VERSION, group.size(), str(self.wire_dtype))
+        self.stats["votes"] += 1
+        plan = None
+        if _agree(group, subject, settings, refusal):
+            self.stats["agreed"] += 1
+            if not bool(keep.all()):
+                plan = _Plan(keep)
+        self._plans[key] = plan
+        return plan
+
+
+def _group_of(state):
+    import torch.distributed as dist
+    return state.process_group if state.process_group is not None else dist.group.WORLD
+
+
+def _default(group, buffer):
+    """DDP's default hook, exactly (default_hooks.allreduce_hook): divide, then all-reduce."""
+    import torch.distributed as dist
+    buffer.div_(group.size())
+    return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(lambda fut: fut.value()[0])
+
+
+def compact_hook(state, bucket):
+    """DDP communication hook (register_comm_hook(state, compact_hook)): the bucket's kept elements
+    are gathered, divided by the world size, all-reduced on state's process group and scattered
+    back; a bucket without an agreed mask runs as DDP's default hook."""
+    import torch.distributed as dist
+    group = _group_of(state)
+    buffer = bucket.buffer()
+    plan = state._plan(bucket, buffer, group)
+    if plan is None:
+        state.stats["dense"] += 1
+        state.stats["elements_sent"] += buffer.numel()
+        state.stats["elements_dense"] += buffer.numel()
+        return _default(group, buffer)
+    index = plan.index(buffer.device)
+    compact = buffer.index_select(0, index)
+    if state.wire_dtype is not None:
+        compact = compact.to(state.wire_dtype)  # bf16_compress_hook's order: cast, then divide
+    compact.div_(group.size())
+    state.stats["compacted"] += 1
+    state.stats["elements_sent"] += plan.kept
+    state.stats["elements_dense"] += buffer.numel()
+
+    def expand(fut):
+        reduced = fut.value()[0]
+        buffer.zero_()
+        buffer.index_copy_(0, index, reduced if reduced.dtype == buffer.dtype else reduced.to(buffer.dtype))
+        return buffer
+
+    return dist.all_reduce(compact, group=group, async_op=True).get_future().then(expand)
+
+
+def register(ddp_model, masks=None, wire_dtype=None, process_group=None):
+    """Registers compact_hook on a DistributedDataParallel model; returns its CompactState."""
+    state = CompactState(ddp_model, process_group=process_group, masks=masks, wire_dtype=wire_dtype)
+    ddp_model.register_comm_hook(state, compact_hook)
+    return state
