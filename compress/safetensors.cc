@@ -1,6 +1,8 @@
 #include "compress/safetensors.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -160,24 +162,38 @@ Status masks_from_safetensors(const uint8_t* bytes, size_t size, MaskFile* out) 
   return Status::ok_status();
 }
 
+uint64_t default_mask_file_limit() {
+  // Read whole, so bounded by what the host can spare: a quarter of its memory, at most 16 GiB
+  // (a one-byte-per-element mask of a 16-billion-element model).
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const uint64_t cap = uint64_t{16} << 30;
+  if (pages <= 0 || page <= 0) return cap;
+  return std::min(cap, uint64_t(pages) * uint64_t(page) / 4);
+}
+
 Status load_mask_file(const std::string& path, MaskFile* out, uint64_t max_bytes) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) return Status::error(Code::kIo, "cannot open " + path + ": " + std::strerror(errno));
-  // fopen succeeds on a directory (and a FIFO or device has no size); only a regular file is read.
+  if (max_bytes == 0) max_bytes = default_mask_file_limit();
+  // Non-blocking, so a FIFO cannot stall the caller; the type is checked before anything is read.
+  const int raw = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (raw < 0) return Status::error(Code::kIo, "cannot open " + path + ": " + std::strerror(errno));
+  std::unique_ptr<int, void (*)(int*)> fd(new int(raw), [](int* f) { ::close(*f); delete f; });
   struct stat info {};
-  if (fstat(fileno(f.get()), &info) != 0) return Status::error(Code::kIo, "cannot stat " + path + ": " + std::strerror(errno));
+  if (::fstat(raw, &info) != 0) return Status::error(Code::kIo, "cannot stat " + path + ": " + std::strerror(errno));
   if (S_ISDIR(info.st_mode)) return Status::error(Code::kInvalidArgument, path + " is a directory, not a mask file");
   if (!S_ISREG(info.st_mode)) return Status::error(Code::kInvalidArgument, path + " is not a regular file");
-  if (std::fseek(f.get(), 0, SEEK_END) != 0) return Status::error(Code::kIo, "cannot seek in " + path);
-  const long end = std::ftell(f.get());
-  if (end < 0) return Status::error(Code::kIo, "cannot tell the size of " + path);
-  if (uint64_t(end) > max_bytes)
-    return Status::error(Code::kInvalidArgument, path + " is " + std::to_string(end) + " bytes, more than the " +
+  const uint64_t size = static_cast<uint64_t>(info.st_size);
+  if (size > max_bytes)
+    return Status::error(Code::kInvalidArgument, path + " is " + std::to_string(size) + " bytes, more than the " +
                                                      std::to_string(max_bytes) + "-byte limit");
-  std::rewind(f.get());
-  std::vector<uint8_t> bytes(static_cast<size_t>(end));
-  if (!bytes.empty() && std::fread(bytes.data(), 1, bytes.size(), f.get()) != bytes.size())
-    return Status::error(Code::kIo, "cannot read " + path + ": " + std::strerror(errno));
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(raw, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::error(Code::kIo, "cannot read " + path + ": " + std::strerror(errno));
+    if (n == 0) return Status::error(Code::kIo, "cannot read " + path + ": it shrank while read");
+    done += static_cast<size_t>(n);
+  }
   Status s = masks_from_safetensors(bytes.data(), bytes.size(), out);
   if (!s.ok()) return Status::error(s.code(), path + ": " + s.message());
   return s;

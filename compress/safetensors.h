@@ -54,7 +54,9 @@ struct MaskFile {
 };
 
 Status masks_from_safetensors(const uint8_t* bytes, size_t size, MaskFile* out);
-// Reads the whole file first (refusing files larger than max_bytes).
-Status load_mask_file(const std::string& path, MaskFile* out, uint64_t max_bytes = uint64_t{1} << 36);
+// Reads the whole file first, so only a regular file of at most max_bytes (0: the default limit).
+Status load_mask_file(const std::string& path, MaskFile* out, uint64_t max_bytes = 0);
+// A quarter of physical memory, at most 16 GiB.
+uint64_t default_mask_file_limit();
 
 }  // namespace sieve::compress

@@ -4,13 +4,22 @@
 
 #include <algorithm>
 
+#include "net/job_token.h"
 #include "net/log.h"
 
 namespace sieve::net {
 
 namespace {
 
-constexpr size_t kMaxPending = 128;  // unauthenticated sockets held at once; beyond, the oldest goes
+// Bounds on what reaching the port can make a listener hold (see HandshakeListener).
+constexpr size_t kMaxUnproven = 128;          // sockets that have not shown the listener's nonce
+constexpr size_t kMaxUnprovenPerSource = 32;  // ... of them from one address
+constexpr size_t kMaxProven = 64;             // sockets that showed it, still handshaking
+constexpr size_t kMaxAcceptPerCall = 64;      // a flood waits in the backlog, pending sockets get read
+constexpr size_t kMaxGroups = 8;              // authenticated connections still missing sockets
+// Warnings about dropped sockets: this many per window, then one line with the count of the rest.
+constexpr int kWarnPerWindow = 8;
+constexpr auto kWarnWindow = std::chrono::seconds(10);
 // The listener answers only when NCCL calls accept on its side, which a slow rank may do late:
 // a connect waits at least this long for the welcome (a dead listener is refused or reset sooner).
 constexpr int kMinConnectWaitMs = 30000;
@@ -49,6 +58,11 @@ Status Connector::progress(Connection* out, bool* done) {
   *done = false;
   if (!started_) {
     started_ = true;
+    if (TokenlessWarning::process().should_warn(options_.job_token, handle_.address))
+      SIEVE_WARN("connecting to %s, another host, without SIEVE_JOB_TOKEN: any process that sees NCCL's handle "
+                 "(it crosses NCCL's bootstrap in clear) can join this job's connections; set one SIEVE_JOB_TOKEN of "
+                 "at least %d bits on every node, e.g. from `openssl rand -hex 16` (warned once per process)",
+                 peer_.c_str(), kMinJobTokenBits);
     const int nsocks = carrier_ == Carrier::Verbs ? 0 : options_.nsocks;
     sockets_.resize(nsocks + 1);
     for (size_t i = 0; i < sockets_.size(); ++i) {
@@ -155,31 +169,106 @@ uint64_t HandshakeListener::take_rejected() {
 
 void HandshakeListener::reject(const std::string& peer, const std::string& reason) {
   ++rejected_;
-  SIEVE_WARN("listener %s dropped a connection from %s: %s", address_.c_str(), peer.c_str(), reason.c_str());
+  warn(" dropped a connection from " + peer + ": " + reason);
 }
 
+void HandshakeListener::warn(const std::string& what) {
+  const Clock::time_point now = Clock::now();
+  if (now - warn_window_ >= kWarnWindow) {
+    if (unwarned_ > 0)
+      SIEVE_WARN("listener %s: %llu more warnings in the last %lld s not shown (rate-limited)",
+                 address_.c_str(), static_cast<unsigned long long>(unwarned_),
+                 static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(now - warn_window_).count()));
+    warn_window_ = now;
+    warned_in_window_ = 0;
+    unwarned_ = 0;
+  }
+  if (warned_in_window_ < kWarnPerWindow) {
+    ++warned_in_window_;
+    SIEVE_WARN("listener %s%s", address_.c_str(), what.c_str());
+  } else {
+    ++unwarned_;
+  }
+}
+
+namespace {
+
+// "10.0.0.1:1234" -> "10.0.0.1", "[fe80::1%eth0]:1234" -> "[fe80::1%eth0]".
+std::string source_of(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  return colon == std::string::npos || peer.back() == ']' ? peer : peer.substr(0, colon);
+}
+
+}  // namespace
+
 void HandshakeListener::accept_new() {
-  for (;;) {
+  for (size_t accepted = 0; accepted < kMaxAcceptPerCall; ++accepted) {
     Fd fd;
     SocketAddress peer;
     bool got = false;
     Status st = accept_one(listener_.get(), &fd, &peer, &got);
     if (!st.is_ok()) {
-      SIEVE_WARN("listener %s: %s", address_.c_str(), st.message().c_str());
+      warn(": " + st.message());  // out of descriptors, say: once per call would flood the log
       return;
     }
     if (!got) return;
-    if (pending_.size() >= kMaxPending) {
-      reject(pending_.front()->peer, "too many unauthenticated connections; dropping the oldest");
-      pending_.erase(pending_.begin());
-    }
     auto p = std::make_unique<Pending>();
     p->fd = std::move(fd);
     p->peer = peer.text();
+    p->source = source_of(p->peer);
     p->message.size = wire::kHelloBytes;
     p->deadline = Clock::now() + std::chrono::milliseconds(options_.peer_timeout_ms);
-    pending_.push_back(std::move(p));
+    // Read at once: a real connector sends its hello as soon as it is connected, so it shows the
+    // nonce here, before any later socket of a flood could take its place.
+    if (!step(*p)) continue;
+    if (make_room(*p)) pending_.push_back(std::move(p));
   }
+}
+
+bool HandshakeListener::make_room(const Pending& fresh) {
+  const bool fresh_proven = fresh.stage != Stage::ReadHello;
+  size_t proven = 0, unproven = 0;
+  std::map<std::string, size_t> by_source;
+  for (const auto& p : pending_) {
+    if (p->stage != Stage::ReadHello) {
+      ++proven;
+    } else {
+      ++unproven;
+      ++by_source[p->source];
+    }
+  }
+  // Which source loses its oldest socket that has shown nothing: the newcomer's own when it is at
+  // its share, else the one holding most when all places are taken.
+  std::string victim_source;
+  if (fresh_proven) {
+    if (proven >= kMaxProven) {  // showed the nonce, never finished: the oldest such goes
+      for (size_t i = 0; i < pending_.size(); ++i)
+        if (pending_[i]->stage != Stage::ReadHello) {
+          reject(pending_[i]->peer, "too many connections in the handshake; dropping the oldest");
+          pending_.erase(pending_.begin() + i);
+          break;
+        }
+    }
+    return true;
+  }
+  if (by_source[fresh.source] >= kMaxUnprovenPerSource) {
+    victim_source = fresh.source;
+  } else if (unproven >= kMaxUnproven) {
+    size_t most = 0;
+    for (const auto& [source, count] : by_source)
+      if (count > most) most = count, victim_source = source;
+  } else {
+    return true;
+  }
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (pending_[i]->stage == Stage::ReadHello && pending_[i]->source == victim_source) {
+      reject(pending_[i]->peer, "too many connections that sent nothing valid; dropping the oldest");
+      pending_.erase(pending_.begin() + i);
+      return true;
+    }
+  }
+  reject(fresh.peer, "too many connections that sent nothing valid");
+  return false;
 }
 
 bool HandshakeListener::step(Pending& p) {
@@ -229,18 +318,36 @@ bool HandshakeListener::step(Pending& p) {
   return true;
 }
 
+void HandshakeListener::drop_group(std::map<uint64_t, Group>::iterator it, const std::string& reason) {
+  reject(it->second.peer, reason);
+  groups_.erase(it);  // closes the sockets it holds
+}
+
 bool HandshakeListener::join_group(Pending& p) {
-  auto [it, inserted] = groups_.try_emplace(p.hello.connection_id);
-  Group& g = it->second;
-  if (inserted) {
+  auto it = groups_.find(p.hello.connection_id);
+  if (it == groups_.end()) {
+    if (groups_.size() >= kMaxGroups) {
+      auto oldest = groups_.begin();
+      for (auto g = groups_.begin(); g != groups_.end(); ++g)
+        if (g->second.deadline < oldest->second.deadline) oldest = g;
+      drop_group(oldest, "too many connections waiting for their other sockets; dropping the oldest (" +
+                             std::to_string(oldest->second.present) + " of " +
+                             std::to_string(oldest->second.sockets.size()) + " sockets there)");
+    }
+    it = groups_.try_emplace(p.hello.connection_id).first;
+    Group& g = it->second;
     g.sockets.resize(p.hello.nsocks + 1);
     g.first = p.hello;
     g.peer = p.peer;
     g.deadline = Clock::now() + std::chrono::milliseconds(options_.peer_timeout_ms);
   }
+  Group& g = it->second;
   if (p.hello.nsocks != g.first.nsocks || p.hello.chunk_size != g.first.chunk_size || p.hello.caps != g.first.caps ||
       g.sockets[p.hello.socket_index].valid()) {
+    // One socket that does not fit and the whole connection goes: its other sockets would only
+    // hold descriptors until the deadline.
     reject(p.peer, "socket " + std::to_string(p.hello.socket_index) + " does not fit its connection");
+    drop_group(it, "its connection had a socket that did not fit");
     return false;
   }
   g.sockets[p.hello.socket_index] = std::move(p.fd);

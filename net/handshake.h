@@ -57,6 +57,15 @@ class Connector {
 
 // The listening side's handshakes: authenticates incoming sockets, groups them by connection, drops
 // strays, garbage, wrong nonces or tokens and the too slow.
+//
+// Anyone who can reach the port can open sockets, so what they may hold is bounded, and bounded so
+// that a flood cannot push the real connector out: a socket is read as soon as it is accepted (the
+// real connector's hello is usually there by then), and one that has shown the listener's nonce
+// is never evicted for one that has shown nothing. Of those that have shown nothing, one source
+// address holds at most a share, and the oldest of the fullest source goes first. Connections
+// whose sockets authenticated but are not all there are bounded in number too (the oldest goes),
+// and one socket that does not fit drops its whole connection. Warnings about dropped sockets
+// are rate-limited: a port scanner must not flood the log either.
 class HandshakeListener {
  public:
   HandshakeListener(const TransportOptions& options, Fd listener, uint64_t nonce, std::string address,
@@ -72,6 +81,7 @@ class HandshakeListener {
   struct Pending {
     Fd fd;
     std::string peer;
+    std::string source;  // peer's address without the port
     Stage stage = Stage::ReadHello;
     PartialMessage message;
     wire::Hello hello{};
@@ -87,10 +97,14 @@ class HandshakeListener {
     Clock::time_point deadline;
   };
   void accept_new();
+  // Makes room for `fresh` (already stepped once) among the pending sockets; false: drop `fresh`.
+  bool make_room(const Pending& fresh);
   // False when the pending socket is finished (moved to a group or rejected).
   bool step(Pending& p);
   void reject(const std::string& peer, const std::string& reason);
+  void warn(const std::string& what);  // within the warning budget
   bool join_group(Pending& p);
+  void drop_group(std::map<uint64_t, Group>::iterator it, const std::string& reason);
 
   const TransportOptions options_;
   const Carrier carrier_;
@@ -100,6 +114,10 @@ class HandshakeListener {
   std::vector<std::unique_ptr<Pending>> pending_;
   std::map<uint64_t, Group> groups_;
   uint64_t rejected_ = 0;
+  // Warning budget: a few lines per window, then one line saying how many more were dropped.
+  Clock::time_point warn_window_{};
+  int warned_in_window_ = 0;
+  uint64_t unwarned_ = 0;
 };
 
 }  // namespace sieve::net

@@ -103,7 +103,8 @@ std::string start_stats_export(const config::Settings& settings) {
   }
   const StatsFormat format = settings.stats_format == "prometheus" ? StatsFormat::Prometheus : StatsFormat::Json;
   auto writer = problem.empty()
-                    ? std::make_unique<StatsWriter>(path, format, settings.stats_interval_s, current_snapshot)
+                    ? std::make_unique<StatsWriter>(path, format, settings.stats_interval_s, current_snapshot,
+                                                    static_cast<unsigned>(std::stoul(settings.stats_mode, nullptr, 8)))
                     : nullptr;
   if (writer && !stats_directory_writable(path, &problem)) writer.reset();
   if (!problem.empty()) {

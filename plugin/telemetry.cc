@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "compress/json.h"
+#include "net/own_file.h"
 
 namespace sieve::plugin {
 
@@ -249,7 +250,7 @@ std::string stats_path_problem(const std::string& path) {
 
 bool stats_directory_writable(const std::string& path, std::string* error) {
   std::string tmp = path + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) {
     if (error) *error = "cannot write stats file " + path + ": " + std::strerror(errno);
     return false;
@@ -264,11 +265,9 @@ std::unique_ptr<StatsFileClaim> StatsFileClaim::take(const std::string& path, st
   // A releasing holder removes the lock file: a lock taken on a file that is no longer (or not
   // yet again) at lock_path protects nothing, so take the lock on whatever is there now.
   for (int attempt = 0; attempt < 8; ++attempt) {
-    const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      if (error) *error = "cannot create " + lock_path + ": " + std::strerror(errno);
-      return nullptr;
-    }
+    // The directory may be shared: never through a planted symlink, never another user's file.
+    const int fd = net::open_own_file(lock_path, O_RDWR, 0600, error);
+    if (fd < 0) return nullptr;
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       if (error) *error = errno == EWOULDBLOCK ? "" : "cannot lock " + lock_path + ": " + std::strerror(errno);
       ::close(fd);
@@ -324,8 +323,8 @@ std::string choose_stats_path(const std::string& pattern, int pid, const std::st
   return own;
 }
 
-StatsWriter::StatsWriter(std::string path, StatsFormat format, int64_t interval_s, Source source)
-    : path_(std::move(path)), format_(format), source_(std::move(source)) {
+StatsWriter::StatsWriter(std::string path, StatsFormat format, int64_t interval_s, Source source, unsigned mode)
+    : path_(std::move(path)), format_(format), source_(std::move(source)), mode_(mode & 0644) {
   if (interval_s > 0) thread_ = std::thread([this, interval_s] { run(interval_s); });
 }
 
@@ -356,8 +355,10 @@ bool StatsWriter::write_now(std::string* error) {
   // writing the same path), renamed over the path: readers see a whole file, old or new. Its name
   // does not end in .prom, so a textfile collector never reads it half written.
   std::string tmp = path_ + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  if (fd >= 0) ::fchmod(fd, 0644);  // mkstemp makes it 0600; scrapers run as another user
+  // mkostemp creates it with O_EXCL, mode 0600; wider only as SIEVE_STATS_MODE asks (a scraper
+  // running as another user). rename replaces a symlink at path_, never writes through it.
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd >= 0 && mode_ != 0600) ::fchmod(fd, mode_);
   std::FILE* f = fd >= 0 ? ::fdopen(fd, "w") : nullptr;
   if (fd >= 0 && !f) ::close(fd);
   bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();

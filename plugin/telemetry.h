@@ -130,7 +130,8 @@ std::string choose_stats_path(const std::string& pattern, int pid, const std::st
 class StatsWriter {
  public:
   using Source = std::function<Snapshot()>;
-  StatsWriter(std::string path, StatsFormat format, int64_t interval_s, Source source);
+  // `mode`: the file's permissions (SIEVE_STATS_MODE); 0600 unless the operator asks for more.
+  StatsWriter(std::string path, StatsFormat format, int64_t interval_s, Source source, unsigned mode = 0600);
   ~StatsWriter();
   StatsWriter(const StatsWriter&) = delete;
   StatsWriter& operator=(const StatsWriter&) = delete;
@@ -146,6 +147,7 @@ class StatsWriter {
   std::string path_;
   StatsFormat format_;
   Source source_;
+  unsigned mode_;
   std::mutex write_mutex_;
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -1,12 +1,16 @@
 #include "topology/hwloc_reader.h"
 
+#include <fcntl.h>
 #include <hwloc.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 namespace sieve::topology {
 
@@ -22,8 +26,9 @@ class HwlocTopology {
   HwlocTopology(const HwlocTopology&) = delete;
   HwlocTopology& operator=(const HwlocTopology&) = delete;
 
-  // Returns "" on success, else why it failed.
-  std::string load(const std::string& xml_file) {
+  // Returns "" on success, else why it failed. `xml` (with `xml_file` naming it) is a topology
+  // file's contents; both empty: the live machine.
+  std::string load(const std::string& xml_file, const std::string& xml) {
     if (hwloc_topology_init(&topology_) != 0) {
       topology_ = nullptr;
       return std::string("hwloc_topology_init failed: ") + std::strerror(errno);
@@ -31,20 +36,20 @@ class HwlocTopology {
     // Keeps PCI devices that matter (GPUs, NICs, storage), the bridges above them and their OS
     // devices (network interfaces, RDMA devices).
     hwloc_topology_set_io_types_filter(topology_, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-    if (xml_file.empty()) {
+    if (xml_file.empty() && xml.empty()) {
       // hwloc's Linux backend reads PCI devices from sysfs by itself. Left out: libpciaccess (it
       // leaks on every load and adds nothing here), and the OpenCL and GL backends, which would open
       // GPU driver stacks and X displays from inside a training job.
       for (const char* component : {"pci", "opencl", "gl"})
         hwloc_topology_set_components(topology_, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, component);
     } else {
-      if (access(xml_file.c_str(), R_OK) != 0)
-        return "cannot read topology file '" + xml_file + "': " + std::strerror(errno);
-      if (hwloc_topology_set_xml(topology_, xml_file.c_str()) != 0)
+      // From the bytes already read and checked, not the path: the file cannot change in between.
+      if (xml.size() >= static_cast<size_t>(INT32_MAX) ||
+          hwloc_topology_set_xmlbuffer(topology_, xml.c_str(), static_cast<int>(xml.size() + 1)) != 0)
         return "hwloc rejects topology file '" + xml_file + "': " + std::strerror(errno);
     }
     if (hwloc_topology_load(topology_) != 0) {
-      return xml_file.empty() ? std::string("hwloc cannot load this machine: ") + std::strerror(errno)
+      return xml_file.empty() && xml.empty() ? std::string("hwloc cannot load this machine: ") + std::strerror(errno)
                               : "hwloc cannot load topology file '" + xml_file + "' (not hwloc XML?)";
     }
     return "";
@@ -91,8 +96,13 @@ void place_pci_device(hwloc_obj_t pci, bool live, Placement& where) {
   for (hwloc_obj_t parent = pci->parent; parent != nullptr && parent->type == HWLOC_OBJ_BRIDGE;
        parent = parent->parent) {
     const auto& bridge = parent->attr->bridge;
-    upstream.push_back(bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST ? host_bridge_text(bridge)
-                                                                      : bus_id_text(bridge.upstream.pci));
+    // hwloc copies a topology file's bridge_type number into the enum unchecked ("2-1" gives 2,
+    // which no enumerator has: UBSan's finding in topology/fuzz); read it as the number it is.
+    std::underlying_type_t<hwloc_obj_bridge_type_t> type;
+    std::memcpy(&type, &bridge.upstream_type, sizeof type);
+    if (type == HWLOC_OBJ_BRIDGE_HOST) upstream.push_back(host_bridge_text(bridge));
+    else if (type == HWLOC_OBJ_BRIDGE_PCI) upstream.push_back(bus_id_text(bridge.upstream.pci));
+    else break;  // an upstream hwloc does not know: the path stops at the devices above it
   }
   std::reverse(upstream.begin(), upstream.end());
   where.pci_upstream = upstream;
@@ -201,15 +211,106 @@ void read_numa(hwloc_topology_t topology, Machine& machine) {
 
 }  // namespace
 
-bool read_with_hwloc(const std::string& xml_file, Machine& machine, std::string& error) {
-  HwlocTopology topology;
-  error = topology.load(xml_file);
+std::string read_topology_file(const std::string& path, std::string* contents) {
+  // Non-blocking, so a FIFO cannot stall the job here; its type is checked before any read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "cannot read topology file '" + path + "': " + std::strerror(errno);
+  struct stat st {};
+  std::string why;
+  if (::fstat(fd, &st) != 0) {
+    why = "cannot stat topology file '" + path + "': " + std::strerror(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    why = "topology file '" + path + "' is not a regular file";
+  } else if (static_cast<uint64_t>(st.st_size) > kMaxTopologyFileBytes) {
+    why = "topology file '" + path + "' is " + std::to_string(st.st_size) + " bytes, more than the " +
+          std::to_string(kMaxTopologyFileBytes) + "-byte limit (an hwloc XML file is far smaller)";
+  } else {
+    contents->assign(static_cast<size_t>(st.st_size), '\0');
+    size_t done = 0;
+    while (done < contents->size()) {
+      const ssize_t n = ::read(fd, contents->data() + done, contents->size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    if (done != contents->size()) why = "cannot read topology file '" + path + "': it changed while read";
+  }
+  ::close(fd);
+  return why;
+}
+
+namespace {
+
+// hwloc 2.9 crashes on some malformed objects (found by topology/fuzz): a null bitmap dereferenced
+// when an object has a set but not its complete_ twin, an assertion on a set that is not a
+// bitmap. (Either twin alone crashes it.) Such files are refused here, with the reason, instead of killing the job inside hwloc.
+bool is_bitmap(const std::string& v) {  // hwloc's syntax: "0xf...f," then 0x<1-8 hex digits>, comma-separated
+  std::string rest = v.rfind("0xf...f", 0) == 0 ? v.substr(7) : v;
+  if (v.size() > 7 && rest.rfind(",", 0) == 0) rest = rest.substr(1);
+  if (rest.empty()) return v == "0xf...f";
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = rest.find(',', start);
+    const std::string part = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (part.size() < 3 || part.size() > 10 || part.compare(0, 2, "0x") != 0 ||
+        part.find_first_not_of("0123456789abcdefABCDEF", 2) != std::string::npos)
+      return false;
+    if (comma == std::string::npos) return true;
+    start = comma + 1;
+  }
+}
+
+std::string incomplete_object(const std::string& name, const std::string& xml) {
+  for (size_t at = xml.find("<object"); at != std::string::npos; at = xml.find("<object", at + 1)) {
+    const size_t end = xml.find('>', at);
+    const std::string tag = xml.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    const std::string where = "topology file '" + name + "': the object at byte " + std::to_string(at);
+    for (const char* set : {"cpuset", "nodeset"}) {
+      // Quoted, as lstopo writes them: hwloc's parser does not see an attribute without quotes.
+      const bool has = tag.find(std::string(" ") + set + "=\"") != std::string::npos;
+      const bool complete = tag.find(std::string(" complete_") + set + "=\"") != std::string::npos;
+      if (has != complete)  // lstopo writes both or neither
+        return where + (has ? std::string(" has a ") + set + " but no complete_" + set
+                            : std::string(" has a complete_") + set + " but no " + set) +
+               " (not a file lstopo wrote)";
+    }
+    for (size_t eq = tag.find("set=\""); eq != std::string::npos; eq = tag.find("set=\"", eq + 1)) {
+      const size_t open = eq + 5, close = tag.find('"', open);
+      const std::string value = tag.substr(open, close == std::string::npos ? std::string::npos : close - open);
+      if (!is_bitmap(value)) return where + " has a set that is not a bitmap: \"" + value.substr(0, 40) + "\"";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+bool read_with_hwloc_xml(const std::string& name, const std::string& xml, Machine& machine, std::string& error) {
+  error = incomplete_object(name, xml);
   if (!error.empty()) return false;
-  const bool live = xml_file.empty();
-  machine.source = live ? Source::LiveHwloc : Source::TopologyFile;
+  HwlocTopology topology;
+  error = topology.load(name, xml);
+  if (!error.empty()) return false;
+  machine.source = Source::TopologyFile;
   read_numa(topology.get(), machine);
-  read_nics(topology.get(), live, machine.nics);
-  read_gpus(topology.get(), live, machine.gpus);
+  read_nics(topology.get(), false, machine.nics);
+  read_gpus(topology.get(), false, machine.gpus);
+  return true;
+}
+
+bool read_with_hwloc(const std::string& xml_file, Machine& machine, std::string& error) {
+  if (!xml_file.empty()) {
+    std::string xml;
+    error = read_topology_file(xml_file, &xml);
+    return error.empty() && read_with_hwloc_xml(xml_file, xml, machine, error);
+  }
+  HwlocTopology topology;
+  error = topology.load("", "");
+  if (!error.empty()) return false;
+  machine.source = Source::LiveHwloc;
+  read_numa(topology.get(), machine);
+  read_nics(topology.get(), true, machine.nics);
+  read_gpus(topology.get(), true, machine.gpus);
   return true;
 }
 

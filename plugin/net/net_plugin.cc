@@ -13,6 +13,7 @@
 #include <string>
 #include <type_traits>
 
+#include "net/job_token.h"
 #include "net/log.h"
 #include "net/transport.h"
 #include "plugin/config.h"
@@ -193,6 +194,9 @@ ncclResult_t acquire_locked(abi::ncclDebugLogger_t logger, std::shared_ptr<Proce
     const config::Registry& registry = config::Registry::process();
     install_nccl_logger(logger);
     start_process_log();  // after the logger: NCCL's log is where a job's user looks
+    // A weak token gives a false sense of safety: one welcome lets a dictionary find it offline.
+    net::Status token = net::check_job_token(registry.settings().job_token);
+    if (!token.is_ok()) return report("init", token);
     auto state = std::make_shared<ProcessState>();
     state->options = options_from(registry.settings());
     std::string why;

@@ -8,9 +8,10 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <mutex>
 #include <thread>
+
+#include "net/own_file.h"
 
 namespace sieve::plugin::proxy {
 namespace {
@@ -81,14 +82,25 @@ std::string dump_path(const std::string& stats_file) {
   return dir + "sieve-proxy-state." + host + "." + std::to_string(getpid()) + ".txt";
 }
 
-bool append_report(const std::string& path, const std::string& report) {
-  std::ofstream out(path, std::ios::app);
-  if (!out) return false;
+bool append_report(const std::string& path, const std::string& report, std::string* why) {
+  // The name is predictable and its directory may be shared: never through a symlink or into a
+  // file that is not this user's own (net/own_file.h); readable by this user only.
+  const int fd = net::open_own_file(path, O_WRONLY | O_APPEND, 0600, why);
+  if (fd < 0) return false;
   const std::time_t now = std::time(nullptr);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  out << stamp << " " << report << "\n";
-  return static_cast<bool>(out);
+  const std::string line = std::string(stamp) + " " + report + "\n";
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (done != line.size() && why) *why = "cannot write " + path + ": " + std::strerror(errno);
+  return done == line.size();
 }
 
 }  // namespace sieve::plugin::proxy

@@ -17,7 +17,8 @@ bool install_dump_signal(int signo, std::function<void()> dump, std::string* why
 // Where a report also goes when SIEVE_STATS_FILE is set: a file in that file's directory (or in it,
 // when it names a directory), "sieve-proxy-state.<host>.<pid>.txt"; "" when it is not set.
 std::string dump_path(const std::string& stats_file);
-// Appends `report` to `path` with a timestamp; false when it could not.
-bool append_report(const std::string& path, const std::string& report);
+// Appends `report` to `path` with a timestamp, in a file of this user's own (mode 0600, never
+// through a symlink); false with *why when it could not.
+bool append_report(const std::string& path, const std::string& report, std::string* why = nullptr);
 
 }  // namespace sieve::plugin::proxy

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "compress/json.h"
@@ -158,6 +159,29 @@ TEST(Safetensors, LoadMaskFileReadsFromDiskAndNamesThePath) {
   EXPECT_NE(s.message().find(path), std::string::npos);
   std::remove(path.c_str());
   EXPECT_EQ(load_mask_file(path, &f).code(), Code::kIo);
+}
+
+// Read whole, so bounded: a FIFO (whose blocking open would stall the caller forever), a device and
+// a sparse file beyond the limit (nothing read or allocated) are refused with the reason.
+TEST(Safetensors, SpecialAndOversizedFilesAreRefusedUnread) {
+  MaskFile f;
+  const std::string fifo = ::testing::TempDir() + "sieve_mask_fifo_" + std::to_string(getpid());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Status s = load_mask_file(fifo, &f);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("not a regular file"), std::string::npos) << s.message();
+  std::remove(fifo.c_str());
+  s = load_mask_file("/dev/zero", &f);
+  EXPECT_NE(s.message().find("not a regular file"), std::string::npos) << s.message();
+
+  EXPECT_LE(default_mask_file_limit(), uint64_t{16} << 30);
+  const std::string huge = ::testing::TempDir() + "sieve_mask_huge_" + std::to_string(getpid()) + ".safetensors";
+  ASSERT_TRUE(testing::write_file(huge, {1, 2, 3}));
+  ASSERT_EQ(::truncate(huge.c_str(), static_cast<off_t>(default_mask_file_limit() + 1)), 0);
+  s = load_mask_file(huge, &f);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("-byte limit"), std::string::npos) << s.message();
+  std::remove(huge.c_str());
 }
 
 TEST(Json, StrictGrammarWithOffsets) {

@@ -354,6 +354,51 @@ TEST(Telemetry, AReleasedClaimLeavesNoLockFile) {
   EXPECT_NE(access(lock.c_str(), F_OK), 0);
 }
 
+// A metrics directory may be shared and group-writable: a dangling symlink planted at the .lock
+// name must not create a file wherever it points (an empty root-owned /etc/nologin, say), a lock
+// file of another user's is not taken, and the claim then falls back to a file of this process's.
+TEST(Telemetry, TheLockIsNeverCreatedThroughAPlantedLink) {
+  char dir[] = "/tmp/sieve-stats-dir-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/node.prom";
+  const std::string target = std::string(dir) + "/nologin";
+  ASSERT_EQ(symlink(target.c_str(), (path + ".lock").c_str()), 0);
+  std::string error;
+  EXPECT_FALSE(StatsFileClaim::take(path, &error));
+  EXPECT_NE(access(target.c_str(), F_OK), 0) << "a file was created through the planted link";
+  EXPECT_NE(error.find("symbolic link"), std::string::npos) << error;
+  std::unique_ptr<StatsFileClaim> claim;
+  std::string note;
+  EXPECT_EQ(choose_stats_path(path, 9, "h", &claim, &note), std::string(dir) + "/node.9.prom");
+  std::remove((path + ".lock").c_str());
+  if (geteuid() == 0) {  // only root can hand a file to another user
+    { FILE* theirs = std::fopen((path + ".lock").c_str(), "w"); ASSERT_TRUE(theirs); std::fclose(theirs); }
+    ASSERT_EQ(chown((path + ".lock").c_str(), 65534, 65534), 0);
+    EXPECT_FALSE(StatsFileClaim::take(path, &error));
+    EXPECT_NE(error.find("belongs to user 65534"), std::string::npos) << error;
+    std::remove((path + ".lock").c_str());
+  }
+  rmdir(dir);
+}
+
+// The stats file is this user's alone unless SIEVE_STATS_MODE asks for more (a scraper running as
+// another user).
+TEST(Telemetry, TheStatsFileIsPrivateUnlessAskedOtherwise) {
+  const std::string path = ::testing::TempDir() + "sieve-stats-mode-" + std::to_string(getpid()) + ".json";
+  struct stat st {};
+  {
+    StatsWriter w(path, StatsFormat::Json, 0, sample);
+  }
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  {
+    StatsWriter w(path, StatsFormat::Json, 0, sample, 0644);
+  }
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  std::remove(path.c_str());
+}
+
 // A SIEVE_STATS_FILE that cannot be a file is named as such before anything is created: a directory
 // (operators give the textfile collector's), or a file in a directory that does not exist.
 TEST(Telemetry, AStatsPathThatCannotBeAFileIsExplained) {

@@ -2,8 +2,12 @@
 // 4 NICs behind PCIe switches, a single-socket box with one dual-port NIC, a VM without PCI.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "topology/discover.h"
 
@@ -183,6 +187,78 @@ TEST(TopologyFile, MissingOrInvalidFileIsAClearError) {
   EXPECT_FALSE(found.ok);
   EXPECT_NE(found.error.find(junk), std::string::npos) << found.error;
   std::remove(junk.c_str());
+}
+
+// SIEVE_TOPO_FILE is read whole: a file far larger than any topology (sparse here, nothing is
+// written), a device and a FIFO (which would block the job) are refused, by name and with the reason.
+TEST(TopologyFile, HugeOrSpecialFilesAreRefusedUnread) {
+  Options options;
+  const std::string huge = testing::TempDir() + "/sieve_huge_topology.xml";
+  {
+    std::ofstream(huge) << "<?xml";
+  }
+  ASSERT_EQ(::truncate(huge.c_str(), 64 << 20), 0);
+  options.xml_file = huge;
+  Discovery found = discover(options);
+  EXPECT_FALSE(found.ok);
+  EXPECT_NE(found.error.find("byte limit"), std::string::npos) << found.error;
+  std::remove(huge.c_str());
+
+  options.xml_file = "/dev/zero";
+  found = discover(options);
+  EXPECT_FALSE(found.ok);
+  EXPECT_NE(found.error.find("not a regular file"), std::string::npos) << found.error;
+
+  const std::string fifo = testing::TempDir() + "/sieve_topology_fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  options.xml_file = fifo;
+  found = discover(options);  // no writer: a blocking open would never return
+  EXPECT_FALSE(found.ok);
+  EXPECT_NE(found.error.find("not a regular file"), std::string::npos) << found.error;
+  std::remove(fifo.c_str());
+}
+
+// hwloc 2.9 crashes (a null bitmap) on an object with a cpuset and no complete_cpuset, as the
+// topology fuzzer found: such a file is refused with the reason before hwloc sees it.
+TEST(TopologyFile, AnObjectWithoutItsCompleteSetIsRefusedNotACrash) {
+  std::ifstream in(std::string(SIEVE_TOPOLOGY_FIXTURES) + "/single_socket_1nic.xml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string xml = text.str();
+  const size_t core = xml.find("<object type=\"Core\"");
+  ASSERT_NE(core, std::string::npos);
+  const size_t complete = xml.find(" complete_cpuset=", core);
+  ASSERT_NE(complete, std::string::npos);
+  xml.replace(complete, 17, " complete_uecpst=");
+  const std::string path = testing::TempDir() + "/sieve_incomplete_topology.xml";
+  std::ofstream(path) << xml;
+  Options options;
+  options.xml_file = path;
+  Discovery found = discover(options);
+  EXPECT_FALSE(found.ok);
+  EXPECT_NE(found.error.find("no complete_cpuset"), std::string::npos) << found.error;
+
+  xml = text.str();  // a set hwloc asserts on
+  const size_t nodeset = xml.find(" nodeset=\"0x");
+  ASSERT_NE(nodeset, std::string::npos);
+  xml.replace(nodeset, 12, " nodeset=\",x");
+  std::ofstream(path) << xml;
+  found = discover(options);
+  EXPECT_FALSE(found.ok);
+  EXPECT_NE(found.error.find("not a bitmap"), std::string::npos) << found.error;
+
+  xml = text.str();  // the other way round, as in a fuzzer input hwloc crashed on
+  const size_t pu = xml.find("<object type=\"PU\"");
+  ASSERT_NE(pu, std::string::npos);
+  const size_t plain = xml.find(" nodeset=", pu);
+  ASSERT_NE(plain, std::string::npos);
+  xml.replace(plain, 9, " nodese4=");
+  std::ofstream(path) << xml;
+  found = discover(options);
+  EXPECT_FALSE(found.ok);
+  EXPECT_NE(found.error.find("complete_nodeset but no nodeset"), std::string::npos) << found.error;
+  std::remove(path.c_str());
 }
 
 }  // namespace

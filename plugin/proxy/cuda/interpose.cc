@@ -76,7 +76,8 @@ ProxyOptions options_from(const config::Settings& s) {
 void report(const std::string& text) {
   SIEVE_WARN("%s", text.c_str());
   const std::string path = dump_path(config::Registry::process().settings().stats_file);
-  if (!path.empty() && !append_report(path, text)) SIEVE_WARN("collective proxy: could not write %s", path.c_str());
+  std::string why;
+  if (!path.empty() && !append_report(path, text, &why)) SIEVE_WARN("collective proxy: %s", why.c_str());
 }
 
 // Built on first use: the library may be loaded long before CUDA or NCCL is.

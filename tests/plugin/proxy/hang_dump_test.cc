@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -52,6 +53,53 @@ TEST(HangDump, TheReportGoesBesideTheStatsFile) {
   EXPECT_NE(text.str().find("second\n"), std::string::npos);
   EXPECT_FALSE(append_report("/nonexistent/dir/x.txt", "lost"));
   std::remove(inside.c_str());
+  rmdir(dir);
+}
+
+std::string contents(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The dump's name is predictable and its directory may be shared: another user's symlink planted
+// at it must not be written through, nor a file that is not this user's; a new dump is 0600.
+TEST(HangDump, TheReportIsNeverWrittenThroughAPlantedLinkOrIntoAnotherUsersFile) {
+  char dir[] = "/tmp/sieve-dump-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = dump_path(dir);
+  const std::string victim = std::string(dir) + "/victim";
+  { std::ofstream(victim) << "precious\n"; }
+  ASSERT_EQ(symlink(victim.c_str(), path.c_str()), 0);
+  std::string why;
+  EXPECT_FALSE(append_report(path, "planted", &why));
+  EXPECT_NE(why.find("symbolic link"), std::string::npos) << why;
+  EXPECT_EQ(contents(victim), "precious\n");
+  std::remove(path.c_str());
+
+  const std::string dangling = std::string(dir) + "/created-through-link";
+  ASSERT_EQ(symlink(dangling.c_str(), path.c_str()), 0);
+  EXPECT_FALSE(append_report(path, "planted", &why));
+  struct stat st {};
+  EXPECT_NE(stat(dangling.c_str(), &st), 0) << "a file was created through a dangling link";
+  std::remove(path.c_str());
+
+  ASSERT_EQ(link(victim.c_str(), path.c_str()), 0);  // a hard link: the same file under the name
+  EXPECT_FALSE(append_report(path, "linked", &why));
+  EXPECT_EQ(contents(victim), "precious\n");
+  std::remove(path.c_str());
+
+  ASSERT_TRUE(append_report(path, "mine", &why)) << why;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  if (geteuid() == 0) {  // only root can hand a file to another user
+    ASSERT_EQ(chown(path.c_str(), 65534, 65534), 0);
+    EXPECT_FALSE(append_report(path, "theirs", &why));
+    EXPECT_NE(why.find("belongs to user 65534"), std::string::npos) << why;
+  }
+  std::remove(path.c_str());
+  std::remove(victim.c_str());
   rmdir(dir);
 }
 

@@ -233,9 +233,9 @@ TEST_P(TwoProcess, StrayAndGarbageClientsAreDroppedAndTheRealPeerStillConnects) 
 
 TEST_P(TwoProcess, WrongJobTokenIsRefused) {
   std::string handle;
-  auto receiver = start_receiver("token", &handle, {"SIEVE_JOB_TOKEN=bravo-secret"});
+  auto receiver = start_receiver("token", &handle, {"SIEVE_JOB_TOKEN=bravo-secret-5e0c41d9a7b3f26e8c"});
   ASSERT_TRUE(receiver);
-  auto sender = start("send", "token", handle, {"SIEVE_JOB_TOKEN=alpha-secret"});
+  auto sender = start("send", "token", handle, {"SIEVE_JOB_TOKEN=alpha-secret-9d27f1c4e06ab853d1"});
   ASSERT_TRUE(sender);
   const auto [received, sent] = verdicts(*receiver, *sender, 30000);
   EXPECT_EQ(received.rfind("OK refused", 0), 0u) << "receiver: " << received;
@@ -246,7 +246,7 @@ TEST_P(TwoProcess, WrongJobTokenIsRefused) {
 }
 
 TEST_P(TwoProcess, MatchingJobTokenConnects) {
-  transfer("small", {"SIEVE_JOB_TOKEN=same-secret"});
+  transfer("small", {"SIEVE_JOB_TOKEN=same-secret-3b8e6f0a2d5c7914e"});
 }
 
 std::string name_of(const ::testing::TestParamInfo<std::tuple<int, Link>>& param) {
