@@ -183,6 +183,7 @@ typedef struct {
   uint64_t learned_calls_observed; /* all-reduces SIEVE_TRACK watched (on or observe) */
   uint64_t learned_bytes_saved;    /* bytes learned masks kept off the wire (observe: would have) */
   uint64_t learned_pattern_changes;/* stable zero patterns that changed: a return to dense (observe: would have been) */
+  uint64_t learned_signatures_retired; /* learned masks that fell back too often: dense, no longer learned */
 } sieve_stats_t;
 SIEVE_API int sieve_stats_get(sieve_stats_t* out);
 

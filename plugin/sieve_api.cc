@@ -382,6 +382,7 @@ int sieve_stats_get(sieve_stats_t* out) {
     full.learned_calls_observed = get(p.learned_calls_observed);
     full.learned_bytes_saved = get(p.learned_bytes_saved);
     full.learned_pattern_changes = get(p.learned_pattern_changes);
+    full.learned_signatures_retired = get(p.learned_signatures_retired);
     std::memcpy(out, &full, full.size);
     return SIEVE_OK;
   });
