@@ -69,15 +69,21 @@ Mask Mask::from_nonzero(const void* data, uint64_t count, size_t element_size, b
 }
 
 Mask Mask::from_bitmap(const uint8_t* bits, uint64_t count) {
-  Mask m(count);
+  Mask m;
+  m.assign_bitmap(bits, count);
+  return m;
+}
+
+void Mask::assign_bitmap(const uint8_t* bits, uint64_t count) {
+  count_ = count;
+  words_.assign(word_count(count), 0);  // keeps the capacity it has
   const uint64_t full_bytes = count / 8;
-  if (full_bytes) std::memcpy(m.words_.data(), bits, full_bytes);  // little-endian words
+  if (full_bytes) std::memcpy(words_.data(), bits, full_bytes);  // little-endian words
   if (count % 8) {
     const uint8_t last = bits[full_bytes] & uint8_t(low_bits(count % 8));
-    m.words_[full_bytes / 8] |= uint64_t(last) << (8 * (full_bytes % 8));
+    words_[full_bytes / 8] |= uint64_t(last) << (8 * (full_bytes % 8));
   }
-  m.recount();
-  return m;
+  recount();
 }
 
 Status Mask::from_indices(uint64_t count, const uint64_t* indices, size_t n, Mask* out) {

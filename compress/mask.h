@@ -48,6 +48,9 @@ class Mask {
   static Mask from_nonzero(const void* data, uint64_t count, size_t element_size, bool ignore_sign_bit = false);
   // Bit i of `bits` (LSB first within each byte) keeps element i; bits past count are ignored.
   static Mask from_bitmap(const uint8_t* bits, uint64_t count);
+  // The same, into this mask's own storage: no allocation once it has held `count` elements (a
+  // learned-mask record read at every call).
+  void assign_bitmap(const uint8_t* bits, uint64_t count);
   // Kept elements listed by index (any order, repeats allowed); an index >= count is refused.
   static Status from_indices(uint64_t count, const uint64_t* indices, size_t n, Mask* out);
   // Kept elements as [start, start + length) ranges (any order); ranges past the end or overlapping

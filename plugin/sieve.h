@@ -75,6 +75,11 @@ SIEVE_API size_t sieve_dtype_size(int dtype);
  * on each communicator (sieve_comm_commit): until then a communicator keeps compacting with what its
  * last agreed commit activated. Free a published buffer only once sieve_mask_released() says so.
  * mask_id (optional) receives an id that is never 0 and never reused in this process. */
+SIEVE_API int sieve_mask_publish_bits(const void* base, size_t count, int dtype, const uint8_t* bits, size_t bits_bytes,
+                                      uint64_t* mask_id);
+/* bits_bytes is the size of the bits array: fewer than ceil(count / 8) bytes is refused (SIEVE_ERR_RANGE)
+ * instead of read past its end. sieve_mask_publish is the same without that length (it trusts the caller;
+ * kept for existing callers). */
 SIEVE_API int sieve_mask_publish(const void* base, size_t count, int dtype, const uint8_t* bits, uint64_t* mask_id);
 /* Same, with the kept elements given as nranges [starts[i], starts[i] + lengths[i]) ranges, in any
  * order; ranges past the end or overlapping each other are refused. */
@@ -92,6 +97,9 @@ enum { SIEVE_COLLECTIVE_REDUCE_SCATTER = 1, SIEVE_COLLECTIVE_ALL_GATHER = 2 };
  * layers): a communicator uses its committed ones in publish order, each call of a shape taking the
  * next mask of that shape, round and round (a step that skips a collective shifts its shape's masks
  * until the shape's first mask comes round again: publish in the order the job issues them). */
+SIEVE_API int sieve_collective_mask_publish_bits(int collective, size_t count, int dtype, const uint8_t* bits,
+                                                 size_t bits_bytes, uint64_t* mask_id);
+/* The same without the bits' length (trusts the caller; kept for existing callers). */
 SIEVE_API int sieve_collective_mask_publish(int collective, size_t count, int dtype, const uint8_t* bits,
                                             uint64_t* mask_id);
 /* Unstages the mask published at base (exactly the base given to a publish call). Like a publish, it
@@ -175,6 +183,7 @@ typedef struct {
   uint64_t learned_calls_observed; /* all-reduces SIEVE_TRACK watched (on or observe) */
   uint64_t learned_bytes_saved;    /* bytes learned masks kept off the wire (observe: would have) */
   uint64_t learned_pattern_changes;/* stable zero patterns that changed: a return to dense (observe: would have been) */
+  uint64_t learned_signatures_retired; /* learned masks that fell back too often: dense, no longer learned */
 } sieve_stats_t;
 SIEVE_API int sieve_stats_get(sieve_stats_t* out);
 

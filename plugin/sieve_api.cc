@@ -160,14 +160,33 @@ size_t sieve_dtype_size(int dtype) {
   return sieve::compress::dtype_size(sieve::compress::DType(dtype));
 }
 
-int sieve_mask_publish(const void* base, size_t count, int dtype, const uint8_t* bits, uint64_t* mask_id) {
-  static const char* const kFn = "sieve_mask_publish";
-  return guarded(kFn, [&]() -> int {
+namespace {
+
+constexpr size_t kUnknownLength = ~size_t{0};  // the entry points without a length trust the caller
+
+int publish_bits(const char* fn, const void* base, size_t count, int dtype, const uint8_t* bits, size_t bits_bytes,
+                 uint64_t* mask_id) {
+  return guarded(fn, [&]() -> int {
     sieve::compress::DType type;
-    if (int rc = sieve::plugin::check_buffer(kFn, base, count, dtype, &type)) return rc;
-    if (!bits) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": bits is NULL");
-    return sieve::plugin::publish(kFn, base, type, sieve::compress::Mask::from_bitmap(bits, count), mask_id);
+    if (int rc = sieve::plugin::check_buffer(fn, base, count, dtype, &type)) return rc;
+    if (!bits) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(fn) + ": bits is NULL");
+    if (bits_bytes < count / 8 + (count % 8 != 0))
+      return fail(SIEVE_ERR_RANGE, std::string(fn) + ": " + std::to_string(bits_bytes) + " bytes of bits for " +
+                                       std::to_string(count) + " elements (" + std::to_string(count / 8 + (count % 8 != 0)) +
+                                       " needed)");
+    return sieve::plugin::publish(fn, base, type, sieve::compress::Mask::from_bitmap(bits, count), mask_id);
   });
+}
+
+}  // namespace
+
+int sieve_mask_publish(const void* base, size_t count, int dtype, const uint8_t* bits, uint64_t* mask_id) {
+  return publish_bits("sieve_mask_publish", base, count, dtype, bits, kUnknownLength, mask_id);
+}
+
+int sieve_mask_publish_bits(const void* base, size_t count, int dtype, const uint8_t* bits, size_t bits_bytes,
+                            uint64_t* mask_id) {
+  return publish_bits("sieve_mask_publish_bits", base, count, dtype, bits, bits_bytes, mask_id);
 }
 
 int sieve_mask_publish_ranges(const void* base, size_t count, int dtype, const uint64_t* starts,
@@ -202,7 +221,13 @@ int sieve_mask_publish_file(const void* base, size_t count, int dtype, const cha
 }
 
 int sieve_collective_mask_publish(int collective, size_t count, int dtype, const uint8_t* bits, uint64_t* mask_id) {
-  static const char* const kFn = "sieve_collective_mask_publish";
+  return sieve_collective_mask_publish_bits(collective, count, dtype, bits, kUnknownLength, mask_id);
+}
+
+int sieve_collective_mask_publish_bits(int collective, size_t count, int dtype, const uint8_t* bits, size_t bits_bytes,
+                                       uint64_t* mask_id) {
+  const char* const kFn =
+      bits_bytes == kUnknownLength ? "sieve_collective_mask_publish" : "sieve_collective_mask_publish_bits";
   return guarded(kFn, [&]() -> int {
     using sieve::compress::MaskTarget;
     if (collective != SIEVE_COLLECTIVE_REDUCE_SCATTER && collective != SIEVE_COLLECTIVE_ALL_GATHER)
@@ -212,6 +237,9 @@ int sieve_collective_mask_publish(int collective, size_t count, int dtype, const
     if (dtype < 0 || dtype >= SIEVE_DTYPE_COUNT)
       return fail(SIEVE_ERR_UNKNOWN_DTYPE, std::string(kFn) + ": unknown dtype " + std::to_string(dtype));
     if (!bits) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": bits is NULL");
+    if (bits_bytes < count / 8 + (count % 8 != 0))
+      return fail(SIEVE_ERR_RANGE, std::string(kFn) + ": " + std::to_string(bits_bytes) + " bytes of bits for " +
+                                       std::to_string(count) + " elements");
     uint64_t bytes = 0;
     if (__builtin_mul_overflow(uint64_t(count), uint64_t(sieve_dtype_size(dtype)), &bytes) ||
         bytes > sieve::plugin::kAddressSpaceEnd)
@@ -354,6 +382,7 @@ int sieve_stats_get(sieve_stats_t* out) {
     full.learned_calls_observed = get(p.learned_calls_observed);
     full.learned_bytes_saved = get(p.learned_bytes_saved);
     full.learned_pattern_changes = get(p.learned_pattern_changes);
+    full.learned_signatures_retired = get(p.learned_signatures_retired);
     std::memcpy(out, &full, full.size);
     return SIEVE_OK;
   });

@@ -24,6 +24,7 @@ struct ProcessStats {
   std::atomic<uint64_t> learned_calls_observed{0};   // proxy: all-reduces SIEVE_TRACK watched
   std::atomic<uint64_t> learned_bytes_saved{0};      // proxy: bytes learned masks kept off the wire (observe: would have)
   std::atomic<uint64_t> learned_pattern_changes{0};  // proxy: stable patterns that changed
+  std::atomic<uint64_t> learned_signatures_retired{0};  // proxy: learned masks that kept falling back
 };
 
 ProcessStats& process_stats();

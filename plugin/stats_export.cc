@@ -81,6 +81,7 @@ Snapshot current_snapshot() {
   s.learned_calls_observed = load(stats.learned_calls_observed);
   s.learned_bytes_saved = load(stats.learned_bytes_saved);
   s.learned_pattern_changes = load(stats.learned_pattern_changes);
+  s.learned_signatures_retired = load(stats.learned_signatures_retired);
   s.peers = peer_traffic();
   for (const auto& p : s.peers) s.totals.busy_ns += p.counters.busy_ns;
   return s;

@@ -118,6 +118,8 @@ const ProcessCounter kProcessCounters[] = {
      "Bytes learned masks kept off the wire (SIEVE_TRACK=observe: would have)"},
     {"learned_pattern_changes", "learned_pattern_changes", &Snapshot::learned_pattern_changes,
      "Learned zero patterns that changed, each a return to dense"},
+    {"learned_signatures_retired", "learned_signatures_retired", &Snapshot::learned_signatures_retired,
+     "Learned masks that fell back too often and are no longer learned (that all-reduce runs dense)"},
 };
 const size_t kProcessCounterCount = sizeof(kProcessCounters) / sizeof(kProcessCounters[0]);
 

@@ -50,6 +50,7 @@ struct Snapshot {
   uint64_t learned_calls_observed = 0;
   uint64_t learned_bytes_saved = 0;
   uint64_t learned_pattern_changes = 0;
+  uint64_t learned_signatures_retired = 0;
   std::vector<PeerTraffic> peers;
 };
 

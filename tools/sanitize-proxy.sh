@@ -7,7 +7,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 targets=(proxy_proxy_test proxy_learned_test proxy_collectives_test proxy_fsdp_test proxy_consistency_test proxy_hang_dump_test
-         proxy_allocation_test)
+         proxy_allocation_test proxy_lifetime_test proxy_capture_test
+         proxy_violation_test)
 for sanitizer in thread address; do
   dir="$build-proxy-$sanitizer"
   echo "sanitize-proxy: $sanitizer build in $dir"

@@ -89,6 +89,15 @@ __global__ void check_kernel(DeviceLayout l, const T* __restrict__ src, T* flag,
   }
 }
 
+template <typename T>
+__global__ void count_kernel(DeviceLayout l, const T* __restrict__ src, unsigned long long* total) {
+  const uint64_t all = (l.count + 31) / 32 * 32, stride = uint64_t(gridDim.x) * blockDim.x;
+  for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < all; i += stride) {
+    const unsigned ballot = __ballot_sync(0xffffffffu, i < l.count && !kept_at(l, i) && is_nonzero(src[i]));
+    if (ballot && (threadIdx.x & 31) == 0) atomicAdd(total, (unsigned long long)__popc(ballot));
+  }
+}
+
 // One thread per element, one warp per 32-bit word (a ballot), so reads stay coalesced. The loop
 // runs to a multiple of 32 with a stride that is one too, so the lanes of a warp always vote together.
 template <typename T> __global__ void bitmap_kernel(const T* __restrict__ src, uint64_t count, uint32_t* bits) {
@@ -142,6 +151,17 @@ int check_pruned(const DeviceLayout& layout, size_t element_size, const void* sr
                  uint64_t bad_bits, unsigned long long* violations, void* stream) {
   return by_size(element_size, [&](auto t) {
     return check_as<decltype(t)>(layout, src, flag, ok_bits, bad_bits, violations, as_stream(stream));
+  });
+}
+
+int count_pruned(const DeviceLayout& layout, size_t element_size, const void* src, unsigned long long* total,
+                 void* stream) {
+  return by_size(element_size, [&](auto t) {
+    using T = decltype(t);
+    if (layout.count == 0 || layout.nnz == layout.count) return int(cudaSuccess);
+    count_kernel<T><<<blocks_for(layout.count, kThreads), kThreads, 0, as_stream(stream)>>>(layout, static_cast<const T*>(src),
+                                                                                         total);
+    return int(cudaGetLastError());
   });
 }
 

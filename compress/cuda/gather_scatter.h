@@ -30,6 +30,10 @@ int scatter(const DeviceLayout& layout, size_t element_size, const void* compact
 // sets *flag = bad_bits.
 int check_pruned(const DeviceLayout& layout, size_t element_size, const void* src, void* flag, uint64_t ok_bits,
                  uint64_t bad_bits, unsigned long long* violations, void* stream);
+// Published masks' honesty: adds to *total (device memory, never reset here) the nonzero elements of
+// src that the layout prunes (one atomic per warp). Nothing else is written.
+int count_pruned(const DeviceLayout& layout, size_t element_size, const void* src, unsigned long long* total,
+                 void* stream);
 // bits[w] bit b = element 32 w + b of src is nonzero; ceil(count / 32) words (little-endian words
 // read as bytes give the C API's LSB-first bitmap).
 int nonzero_bitmap(size_t element_size, const void* src, uint64_t count, uint32_t* bits, void* stream);

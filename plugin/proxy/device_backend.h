@@ -76,6 +76,14 @@ class LagSlot {
   virtual ~LagSlot() = default;
 };
 
+// A running count of nonzero values published masks pruned (SIEVE's mask_violations): kept on the
+// device, copied after each count to host memory the host reads without waiting (it lags).
+class ViolationCounter {
+ public:
+  virtual ~ViolationCounter() = default;
+  virtual uint64_t seen() const = 0;  // the total as last copied to the host
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -95,8 +103,17 @@ class DeviceBackend {
   // After a call on a non-blocking communicator returned kResultInProgress: waits until its work is
   // on its stream (the communicator's state leaves ncclInProgress), or returns the communicator's error.
   virtual int wait_enqueued(Comm comm, CommLiveness& live) = 0;
-  // ncclCommAbort. The handle is dead afterwards; the proxy never passes it to NCCL again.
+  // The proxy's own abort: ncclCommRevoke where NCCL has it (the handle stays valid until the job
+  // destroys it), else ncclCommAbort (the handle is dead; the proxy never passes it to NCCL again).
   virtual int abort_comm(Comm comm) = 0;
+  // True when abort_comm leaves the handle valid, so the job's own teardown must still reach NCCL.
+  virtual bool abort_keeps_handle() const { return false; }
+  // ncclCommGetAsyncError (the proxy calls it only while no abort of `comm` can free the handle).
+  virtual int comm_async_error(Comm comm, int* error) {
+    (void)comm;
+    *error = kResultSuccess;
+    return kResultSuccess;
+  }
   // True while `stream` is being captured into a CUDA graph: nothing may allocate or wait then.
   virtual int capture_status(Stream stream, bool* capturing) = 0;
 
@@ -124,6 +141,11 @@ class DeviceBackend {
   // ok_bits; the number of such elements goes to `counter` (8 bytes) for record_flag.
   virtual int check(const DeviceLayout& layout, size_t element_size, const void* src, void* flag,
                     const FlagEncoding& encoding, DeviceBuffer& counter, Stream stream) = 0;
+  virtual int create_counter(std::unique_ptr<ViolationCounter>* out) = 0;
+  // Adds the nonzero elements of src that the layout prunes to the counter, then (with `copy`) copies
+  // its total to the host, both on `stream` (legal during capture).
+  virtual int count_pruned(const DeviceLayout& layout, size_t element_size, const void* src, ViolationCounter& counter,
+                           bool copy, Stream stream) = 0;
   // Copies `bytes` of device memory to `host` once the stream has reached this point (SIEVE_PROXY_VERIFY).
   virtual int download(const void* device, void* host, uint64_t bytes, Stream stream, Comm comm, CommLiveness& live) = 0;
 
@@ -133,6 +155,7 @@ class DeviceBackend {
   // Records one element `flag` (a reduced violation flag) and the local violation count in `counter`.
   virtual int record_flag(LagSlot& slot, const void* flag, size_t element_size, DeviceBuffer& counter,
                           Stream stream) = 0;
+  // Fills *nonzero in its own storage (Mask::assign_bitmap): no allocation once it has the size.
   virtual int read_nonzero(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t count, compress::Mask* nonzero) = 0;
   virtual int read_flag(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t* flag_bits, uint64_t* local_violations) = 0;
 };

@@ -66,8 +66,11 @@ int EntryPlan::build(DeviceBackend& backend, std::shared_ptr<const compress::Mas
   const uint64_t elements = std::max<uint64_t>({1, whole ? nnz + (with_flag ? 1 : 0) : 0, sharded ? uint64_t(nranks) * width : 0});
   if (int rc = backend.create_buffer(elements * proxy::element_size(type), &plan->buffer_))
     return failed(rc, "its compact buffer");
-  if (with_flag)
+  if (with_flag) {
     if (int rc = backend.create_buffer(sizeof(uint64_t), &plan->violations_)) return failed(rc, "its violation counter");
+  } else if (int rc = backend.create_counter(&plan->pruned_)) {
+    return failed(rc, "its violation counter");
+  }
   if (spec.verify)
     if (int rc = backend.create_buffer(count * proxy::element_size(type), &plan->verify_))
       return failed(rc, "its SIEVE_PROXY_VERIFY buffer");

@@ -57,6 +57,10 @@ class EntryPlan {
   void* compact_at(uint64_t element) { return static_cast<char*>(buffer_->data()) + element * element_size(); }
   void* flag() { return compact_at(nnz()); }
   DeviceBuffer* violations() { return violations_.get(); }
+  // Published masks: nonzero values this plan's mask pruned, counted on the device (null for learned
+  // plans, whose flag counts them). `reported`: the part of it already added to the statistics.
+  ViolationCounter* pruned_nonzeros() { return pruned_.get(); }
+  uint64_t reported = 0;
   bool verifies() const { return static_cast<bool>(verify_); }
   void* verify_buffer() { return verify_ ? verify_->data() : nullptr; }
 
@@ -74,6 +78,7 @@ class EntryPlan {
   uint64_t shard_width_ = 0;
   std::unique_ptr<DeviceBuffer> buffer_;
   std::unique_ptr<DeviceBuffer> violations_;
+  std::unique_ptr<ViolationCounter> pruned_;
   std::unique_ptr<DeviceBuffer> verify_;
 };
 

@@ -1,12 +1,14 @@
 #include "plugin/proxy/hang_dump.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <ctime>
 #include <mutex>
 #include <thread>
@@ -18,6 +20,7 @@ namespace {
 
 int g_pipe_write = -1;
 struct sigaction g_previous {};
+std::function<void()>* g_dump = nullptr;  // set once, never freed: a forked child needs it too
 
 void on_signal(int signo, siginfo_t* info, void* context) {
   const int saved = errno;
@@ -31,32 +34,59 @@ void on_signal(int signo, siginfo_t* info, void* context) {
   }
 }
 
+// The pipe and the thread that reads it (and reports). False, with *why, when either failed.
+bool start_reader(std::string* why) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    *why = std::string("pipe: ") + std::strerror(errno);
+    return false;
+  }
+  // The reader blocks; only the writer, in the handler, must never block.
+  fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) & ~O_NONBLOCK);
+  try {
+    std::thread([fd = fds[0]] {
+      char buffer[64];
+      for (;;) {
+        const ssize_t n = read(fd, buffer, sizeof buffer);
+        if (n > 0) (*g_dump)();
+        else if (n == 0 || errno != EINTR) return;
+      }
+    }).detach();
+  } catch (const std::exception& e) {
+    close(fds[0]);
+    close(fds[1]);
+    *why = std::string("no helper thread: ") + e.what();
+    return false;
+  }
+  g_pipe_write = fds[1];
+  return true;
+}
+
+// A forked child has the handler but neither the helper thread (threads do not survive fork) nor a
+// pipe of its own (its writes would wake the parent's thread, which would report the parent's
+// state): it gets both, so that it reports its own.
+void after_fork_in_child() {
+  if (g_pipe_write < 0) return;
+  close(g_pipe_write);  // the parent's pipe
+  g_pipe_write = -1;
+  std::string why;
+  (void)start_reader(&why);  // without it the child's signal does nothing, and kills nothing
+}
+
 }  // namespace
 
 bool install_dump_signal(int signo, std::function<void()> dump, std::string* why) {
   static std::once_flag once;
   bool installed = false;
   std::call_once(once, [&] {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
-      *why = std::string("pipe: ") + std::strerror(errno);
-      return;
-    }
-    // The reader blocks; only the writer, in the handler, must never block.
-    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) & ~O_NONBLOCK);
-    g_pipe_write = fds[1];
-    std::thread([fd = fds[0], dump = std::move(dump)] {
-      char buffer[64];
-      for (;;) {
-        const ssize_t n = read(fd, buffer, sizeof buffer);
-        if (n > 0) dump();
-        else if (n == 0 || errno != EINTR) return;
-      }
-    }).detach();
+    g_dump = new std::function<void()>(std::move(dump));
+    if (!start_reader(why)) return;
+    pthread_atfork(nullptr, nullptr, &after_fork_in_child);
     struct sigaction action {};
     action.sa_sigaction = on_signal;
     action.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&action.sa_mask);
+    // The job's own handler, if it has one already, is kept and called after ours.
     if (sigaction(signo, &action, &g_previous) != 0) {
       *why = std::string("sigaction: ") + std::strerror(errno);
       return;

@@ -38,11 +38,19 @@ int LearnedSignature::consume(DeviceBackend& backend, Comm comm, CommLiveness& l
       bound_ = nullptr;
       tracker_.reset();
       decision->fell_back = true;
+      // A pattern that flips every few calls would cost a vote and up to `lag` calls of dropped
+      // values in every cycle: back off exponentially, and stop after kMaxFallbacks.
+      ++fallbacks_;
+      quiet_until_ = calls_ + ((uint64_t(rules_.stable) + ring_.size()) << std::min<uint32_t>(fallbacks_, 16));
+      if (fallbacks_ >= kMaxFallbacks) {
+        retired_ = true;
+        decision->retired = true;
+      }
     }
     record.plan.reset();
     return kResultSuccess;
   }
-  compress::Mask nonzero;
+  compress::Mask& nonzero = nonzero_;  // read in place: no allocation per call
   if (int rc = backend.read_nonzero(*record.slot, comm, live, count_, &nonzero)) return rc;
   if (rules_.observe) {
     observe_only(tracker_.observe(nonzero), decision);

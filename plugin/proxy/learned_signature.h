@@ -42,6 +42,7 @@ struct LearnedDecision {
   bool propose = false;          // a stable mask awaits a vote (prepare_proposal, then settle)
   bool fell_back = false;        // a reduced flag reported a violation: dense again, relearning
   bool pattern_changed = false;  // observe: a stable pattern changed (compaction would have fallen back)
+  bool retired = false;          // this fallback was one too many: the signature is never learned again
   uint64_t violations = 0;       // this rank's nonzeros dropped, read from an older call's record
   uint64_t would_save = 0;       // observe: bytes a compact call would not have sent
   size_t record = 0;             // where this call leaves its record
@@ -66,6 +67,9 @@ class LearnedSignature {
   void withdraw();
 
   const std::shared_ptr<EntryPlan>& plan() const { return plan_; }
+  // Fell back kMaxFallbacks times: its pattern does not hold, so it runs dense, unrecorded, for good.
+  bool retired() const { return retired_; }
+  static constexpr uint32_t kMaxFallbacks = 4;
   uint64_t count() const { return count_; }
   ElemType type() const { return type_; }
 
@@ -88,6 +92,7 @@ class LearnedSignature {
   const LearnedRules rules_;
   compress::MaskTracker tracker_;
   std::vector<Record> ring_;  // the records of the last `lag` calls
+  compress::Mask nonzero_;    // the record being read (its storage reused from call to call)
   std::shared_ptr<const compress::Mask> proposal_;
   std::shared_ptr<EntryPlan> prepared_;  // the proposal's plan, while the vote is pending
   std::shared_ptr<EntryPlan> plan_;      // non-null while compact
@@ -97,6 +102,11 @@ class LearnedSignature {
   uint64_t calls_ = 0;
   uint64_t quiet_until_ = 0;  // after a refused proposal, records before this call are not observed
   uint32_t refusals_ = 0;
+  // Fallbacks (a reduced flag reported a violation): each doubles the quiet time before the pattern
+  // is observed again, the last retires the signature. Read from the reduced flag and this
+  // signature's call count only, so every rank backs off and retires at the same call.
+  uint32_t fallbacks_ = 0;
+  bool retired_ = false;
 };
 
 }  // namespace sieve::plugin::proxy

@@ -120,11 +120,37 @@ bool Proxy::release(Comm comm, const char* why) {
     if (it == comms_.end()) return false;
     cs = it->second;
   }
-  // Whoever raises `aborting` first owns the real abort: the proxy's own fail_comm, or this caller.
-  const bool proxy_aborted = cs->live.aborting.exchange(true, std::memory_order_seq_cst);
-  // No wait touches the communicator from now on; let the one touching it now finish (microseconds).
+  // Whoever claims the abort first owns it: the proxy's own fail_comm, or this caller.
+  int owner = 0;
+  const bool proxy_aborted =
+      !cs->abort_owner.compare_exchange_strong(owner, 2, std::memory_order_seq_cst) && owner == 1;
+  cs->live.aborting.store(true, std::memory_order_seq_cst);
+  // No wait or poll touches the communicator from now on; let the one touching it now finish.
   while (cs->live.polling.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
-  return proxy_aborted;
+  if (!proxy_aborted) return false;
+  // The proxy's abort may still be inside NCCL on another thread: the job's teardown comes after it.
+  while (!cs->abort_done.load(std::memory_order_acquire)) std::this_thread::yield();
+  return !cs->handle_kept.load(std::memory_order_acquire);
+}
+
+int Proxy::async_error(Comm comm, int* error) {
+  std::shared_ptr<CommState> cs;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = comms_.find(comm);
+    if (it != comms_.end()) cs = it->second;
+  }
+  if (!cs) return backend_.comm_async_error(comm, error);
+  // Counted in `polling` before the flag is read: an abort raises the flag first and then waits for
+  // `polling` to drop, so either it sees this poll and waits, or this poll sees the flag and leaves.
+  cs->live.polling.fetch_add(1, std::memory_order_seq_cst);
+  int rc = kResultSuccess;
+  if (cs->failed.load(std::memory_order_acquire) || !cs->live.alive())
+    *error = kResultSystemError;  // aborted (the proxy logged why), or being aborted: never touched
+  else
+    rc = backend_.comm_async_error(comm, error);
+  cs->live.polling.fetch_sub(1, std::memory_order_seq_cst);
+  return rc;
 }
 
 void Proxy::forget(Comm comm) {
@@ -157,6 +183,24 @@ size_t Proxy::active_entries(Comm comm) const {
   return cs->active.size();
 }
 
+size_t Proxy::graph_plans(Comm comm) const {
+  std::shared_ptr<CommState> cs;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = comms_.find(comm);
+    if (it == comms_.end()) return 0;
+    cs = it->second;
+  }
+  std::lock_guard lock(cs->mutex);
+  return cs->graph_plans.size();
+}
+
+uint64_t Proxy::mask_violations(Comm comm) const {
+  std::lock_guard lock(mutex_);
+  auto it = comms_.find(comm);
+  return it == comms_.end() ? 0 : it->second->mask_violations.load(std::memory_order_relaxed);
+}
+
 uint64_t Proxy::commits(Comm comm) const {
   std::shared_ptr<CommState> cs;
   {
@@ -171,7 +215,10 @@ uint64_t Proxy::commits(Comm comm) const {
 
 int Proxy::fail_comm(CommState& cs, int rc, const std::string& what) {
   cs.failed.store(true, std::memory_order_release);
-  if (cs.live.aborting.exchange(true, std::memory_order_seq_cst)) {
+  int owner = 0;
+  const bool mine = cs.abort_owner.compare_exchange_strong(owner, 1, std::memory_order_seq_cst);
+  cs.live.aborting.store(true, std::memory_order_seq_cst);
+  if (!mine) {
     // Someone else (the job's watchdog) is aborting it: that is why the wait ended.
     SIEVE_INFO("collective proxy: communicator %p was aborted while the proxy %s", cs.comm, what.c_str());
     return rc ? rc : kResultSystemError;
@@ -180,7 +227,11 @@ int Proxy::fail_comm(CommState& cs, int rc, const std::string& what) {
              "waits for a collective this rank cannot run as agreed",
              what.c_str(), rc, cs.comm);
   report("the proxy aborted a communicator");
+  // A watchdog's ncclCommGetAsyncError may be inside NCCL on this handle: it leaves first.
+  while (cs.live.polling.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  cs.handle_kept.store(backend_.abort_keeps_handle(), std::memory_order_release);
   backend_.abort_comm(cs.comm);
+  cs.abort_done.store(true, std::memory_order_release);
   return rc ? rc : kResultSystemError;
 }
 
@@ -223,9 +274,11 @@ std::string Proxy::describe_state(const char* why) const {
   for (const auto& cs : comms) {
     char head[256];
     const char* waiting = cs->waiting_for.load(std::memory_order_relaxed);
-    std::snprintf(head, sizeof head, "\n  communicator %p rank %d of %d: %" PRIu64 " calls%s%s%s", cs->comm, cs->rank,
+    const uint64_t pruned = cs->mask_violations.load(std::memory_order_relaxed);
+    std::snprintf(head, sizeof head, "\n  communicator %p rank %d of %d: %" PRIu64 " calls%s%s%s%s", cs->comm, cs->rank,
                   cs->nranks, cs->history.last_seq(), cs->failed.load() ? ", aborted by the proxy" : "",
-                  waiting ? ", waiting for " : "", waiting ? waiting : "");
+                  waiting ? ", waiting for " : "", waiting ? waiting : "",
+                  pruned ? (", " + std::to_string(pruned) + " nonzero values its published masks pruned").c_str() : "");
     out += head;
     for (const CallRecord& r : cs->history.recent()) out += "\n    " + describe(r);
   }

@@ -118,8 +118,11 @@ class Proxy {
   bool release(Comm comm, const char* why);
   // After NCCL has torn it down: forgets it (NCCL may give a new communicator the same handle).
   void forget(Comm comm);
-  // True when the proxy aborted this communicator (every later call on it fails). Lock-free.
+  // True when the proxy aborted this communicator (every later call on it fails).
   bool aborted(Comm comm) const;
+  // The interposed ncclCommGetAsyncError (a watchdog thread's poll): never reaches a handle an abort
+  // may be freeing, whoever aborts it; a communicator the proxy aborted reports kResultSystemError.
+  int async_error(Comm comm, int* error);
 
   // Every communicator's recent collectives and what it waits for (hang forensics).
   std::string describe_state(const char* why) const;
@@ -129,6 +132,10 @@ class Proxy {
   // For tests and logs.
   size_t active_entries(Comm comm) const;
   uint64_t commits(Comm comm) const;
+  size_t graph_plans(Comm comm) const;  // plans kept only for captured graphs' replays
+  // Nonzero values its published masks pruned (dropped: the result is the trusted mask's), as far
+  // as the device's count has reached the host.
+  uint64_t mask_violations(Comm comm) const;
 
  private:
   struct CommState {
@@ -139,6 +146,10 @@ class Proxy {
     std::mutex mutex;
     CommLiveness live;
     std::atomic<bool> failed{false};              // the proxy aborted it itself
+    // Who owns the real abort: 0 nobody yet, 1 the proxy (fail_comm), 2 the job (release). Then
+    // `abort_done` once the proxy's abort returned, `handle_kept` when it left the handle valid.
+    std::atomic<int> abort_owner{0};
+    std::atomic<bool> abort_done{false}, handle_kept{false};
     std::atomic<bool> captured{false};            // a CUDA graph holds one of its plans
     std::atomic<bool> forgotten{false};           // torn down: a thread's cached handle is stale
     std::atomic<const char*> waiting_for{nullptr};  // what a host wait on it waits for, for dumps
@@ -161,7 +172,8 @@ class Proxy {
     std::map<std::pair<uint64_t, ElemType>, std::shared_ptr<LearnedSignature>> learned;
     std::unique_ptr<Exchange> vote;  // the commit's and learned votes' staging
     std::unordered_set<uintptr_t> warned;  // buffers already warned about (near misses, stale graphs)
-    bool warned_failed = false, warned_observe = false;
+    bool warned_failed = false, warned_observe = false, warned_violations = false;
+    std::atomic<uint64_t> mask_violations{0};  // published masks' pruned nonzeros seen so far
   };
   struct Call {
     std::shared_ptr<CommState> state;
@@ -237,6 +249,9 @@ class Proxy {
   int compact(Call& call, Compaction& c, Path* path);
   int compact_in(CommState& cs, const Compaction& c, Stream stream);
   int compact_out(CommState& cs, const Compaction& c, Stream stream);
+  // A published plan's pruned nonzeros: counted on the device; what reached the host is added here.
+  int count_pruned(CommState& cs, EntryPlan& plan, const DeviceLayout& layout, const void* src, bool last,
+                   Stream stream);
   int verify(CommState& cs, const Compaction& c, Stream stream);
   int learned_all_reduce(Call& call, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op,
                          Path* path);

@@ -170,6 +170,14 @@ int Proxy::all_reduce(const void* send, void* recv, uint64_t count, ElemType typ
     bool capture = false;
     if (int rc = capturing(call, &capture)) return rc;
     if (!capture) return learned_all_reduce(call, send, recv, count, type, op, path);
+    // A learned call reads a record on the host and may vote: neither can happen in a graph, and
+    // another rank may issue this very call eagerly (NCCL allows it) and compact it or vote. No
+    // captured call can be made to match that, so capture of a learned signature is refused, the
+    // same way on whichever rank captures it: loudly, by an abort, never by a silent dense run.
+    if (options_.track == TrackMode::kOn)
+      return fail_comm(cs, kResultInvalidUsage,
+                       "an all-reduce that SIEVE_TRACK=on learns was captured into a CUDA graph (a learned mask "
+                       "cannot be captured; capture with SIEVE_TRACK=off or publish the masks)");
   }
   if (eligible) warn_uncommitted(cs, count);
   note(cs, CallKind::kAllReduce, op, type, CallPath::kDense, count);
@@ -247,9 +255,12 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
     plan.captured = true;
     cs.captured.store(true, std::memory_order_release);
   }
-  // Verification waits for results: never in a graph (every rank captures the same calls).
-  c.verify = cs.agreed && options_.verify && !capture;
-  if (c.verify) {
+  // The dense twin is issued whether or not this rank captures (another rank may issue the same
+  // call eagerly, and both must issue the same collectives); only the comparison, which waits for
+  // results, is left out of a graph.
+  const bool twin = cs.agreed && options_.verify;
+  c.verify = twin && !capture;
+  if (twin) {
     const int rc = dense(c.coll, c.send, plan.verify_buffer(), c.coll == Coll::kAllReduce ? count : per_rank,
                          plan.type(), c.op, cs.comm, call.stream);
     if (!enqueued(rc)) return rc;
@@ -299,7 +310,7 @@ int Proxy::compact_in(CommState& cs, const Compaction& c, Stream stream) {
   switch (c.coll) {
     case Coll::kAllReduce: {
       if (int rc = backend_.gather(*plan.whole(), es, c.send, plan.compact(), stream)) return rc;
-      if (!c.learned) return kResultSuccess;
+      if (!c.learned) return count_pruned(cs, plan, *plan.whole(), c.send, true, stream);
       // A call on another buffer than the mask's own reports itself as a violation, whatever it holds.
       FlagEncoding flag = flag_encoding(plan.type());
       if (c.moved) flag.ok_bits = flag.bad_bits;
@@ -311,13 +322,41 @@ int Proxy::compact_in(CommState& cs, const Compaction& c, Stream stream) {
         const void* src = static_cast<const char*>(c.send) + uint64_t(s) * shard * es;
         if (int rc = backend_.gather(*plan.shards()[size_t(s)], es, src, plan.compact_at(uint64_t(s) * width), stream))
           return rc;
+        if (int rc = count_pruned(cs, plan, *plan.shards()[size_t(s)], src, s + 1 == cs.nranks, stream)) return rc;
       }
       return kResultSuccess;
     case Coll::kAllGather:
-      return backend_.gather(*plan.shards()[size_t(cs.rank)], es, c.send, plan.compact_at(uint64_t(cs.rank) * width),
-                             stream);
+      if (int rc = backend_.gather(*plan.shards()[size_t(cs.rank)], es, c.send,
+                                   plan.compact_at(uint64_t(cs.rank) * width), stream))
+        return rc;
+      return count_pruned(cs, plan, *plan.shards()[size_t(cs.rank)], c.send, true, stream);
   }
   return kResultInternalError;
+}
+
+// Issue 34, item 7: a published mask is trusted (its pruned values are dropped), but a dishonest
+// one is no longer silent. The count runs on the device after the gather; the host adds what the
+// last copy brought back (it lags by the calls still in flight) and warns once per communicator.
+int Proxy::count_pruned(CommState& cs, EntryPlan& plan, const DeviceLayout& layout, const void* src, bool last,
+                        Stream stream) {
+  ViolationCounter* counter = plan.pruned_nonzeros();
+  if (!counter) return kResultSuccess;
+  // One copy to the host per collective (after its last shard), not one per shard.
+  if (int rc = backend_.count_pruned(layout, plan.element_size(), src, *counter, last, stream)) return rc;
+  if (!last) return kResultSuccess;
+  const uint64_t seen = counter->seen();
+  if (seen <= plan.reported) return kResultSuccess;
+  const uint64_t fresh = seen - plan.reported;
+  plan.reported = seen;
+  cs.mask_violations.fetch_add(fresh, std::memory_order_relaxed);
+  add(stats_.mask_violations, fresh);
+  if (!cs.warned_violations) {
+    cs.warned_violations = true;
+    SIEVE_WARN("collective proxy: a published mask on communicator %p (%llu x %s) pruned %llu nonzero values; they "
+               "were dropped, as the mask says (mask_violations counts them; SIEVE_PROXY_VERIFY=1 names the first)",
+               cs.comm, (unsigned long long)plan.count(), elem_type_name(plan.type()), (unsigned long long)fresh);
+  }
+  return kResultSuccess;
 }
 
 int Proxy::compact_out(CommState& cs, const Compaction& c, Stream stream) {
@@ -393,6 +432,11 @@ int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t
   }
   const std::shared_ptr<LearnedSignature> held = slot;
   LearnedSignature& sig = *held;
+  if (sig.retired()) {  // its pattern kept failing: dense, nothing recorded, on every rank alike
+    *path = Path::kDense;
+    note(cs, CallKind::kAllReduce, op, type, CallPath::kDense, count);
+    return dense(Coll::kAllReduce, send, recv, count, type, op, cs.comm, call.stream);
+  }
   LearnedDecision d;
   if (int rc = sig.begin_call(backend_, cs.comm, cs.live, send, &d)) {
     if (!observe) return fail_comm(cs, rc, "could not read a learned-mask record");
@@ -407,7 +451,12 @@ int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t
   add(stats_.learned_bytes_saved, d.would_save);
   if (d.violations) add(stats_.mask_violations, d.violations);
   if (d.fell_back || d.pattern_changed) add(stats_.learned_pattern_changes, 1);
-  if (d.fell_back)
+  if (d.retired) {
+    add(stats_.learned_signatures_retired, 1);
+    SIEVE_WARN("collective proxy: the learned mask of %llu-element %s all-reduces on communicator %p fell back %u "
+               "times; that signature runs dense from now on and is no longer learned",
+               (unsigned long long)count, elem_type_name(type), cs.comm, LearnedSignature::kMaxFallbacks);
+  } else if (d.fell_back)
     SIEVE_INFO("collective proxy: a rank had nonzeros outside the learned mask of %llu-element %s all-reduces on "
                "communicator %p, or called them on another buffer; dense again, relearning",
                (unsigned long long)count, elem_type_name(type), cs.comm);

@@ -1,6 +1,8 @@
 // Commits and learned-mask votes: the only collectives the proxy issues of its own accord, each at
 // a point of the communicator's sequence that the trainer's program fixes (its commit call) or that
 // the outputs of earlier collectives fix (a learned mask's stability), never a process-wide state.
+#include <algorithm>
+
 #include "net/log.h"
 #include "plugin/proxy/proxy.h"
 
@@ -129,7 +131,10 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
   // Plans a captured graph uses stay alive for its replays; warn when such a plan's mask is gone.
   auto keep_captured = [&](const ActiveEntry& entry) {
     if (!entry.plan || !entry.plan->captured) return;
-    cs.graph_plans.push_back(entry.plan);
+    // Once each: a plan a commit keeps (reused from the last table) would otherwise be added again
+    // at every commit, for good.
+    if (std::find(cs.graph_plans.begin(), cs.graph_plans.end(), entry.plan) == cs.graph_plans.end())
+      cs.graph_plans.push_back(entry.plan);
     bool kept = false;
     for (const ActiveEntry& e : agreement.entries) kept = kept || e.plan == entry.plan;
     if (!kept)

@@ -66,6 +66,14 @@ int main(void) {
   expect_error(sieve_mask_publish(other, 0, SIEVE_DTYPE_F32, bits, &id), SIEVE_ERR_INVALID_ARGUMENT);
   expect_error(sieve_mask_publish(other, 64, 42, bits, &id), SIEVE_ERR_UNKNOWN_DTYPE);
   expect_error(sieve_mask_publish(other, 64, SIEVE_DTYPE_F32, NULL, &id), SIEVE_ERR_INVALID_ARGUMENT);
+  /* Issue 34, item 8: bits with a length; a short array is refused, never read past its end. */
+  expect_error(sieve_mask_publish_bits(other, 64, SIEVE_DTYPE_F32, bits, 7, &id), SIEVE_ERR_RANGE);
+  expect_error(sieve_mask_publish_bits(other, 57, SIEVE_DTYPE_F32, bits, 7, &id), SIEVE_ERR_RANGE);
+  expect_error(sieve_collective_mask_publish_bits(SIEVE_COLLECTIVE_ALL_GATHER, 64, SIEVE_DTYPE_F32, bits, 0, NULL),
+               SIEVE_ERR_RANGE);
+  CHECK(sieve_mask_query(other, &info) == SIEVE_ERR_NOT_FOUND); /* nothing stored */
+  CHECK(sieve_mask_publish_bits(other, 56, SIEVE_DTYPE_F32, bits, 7, &id) == SIEVE_OK);
+  CHECK(sieve_mask_retract(other) == SIEVE_OK);
   expect_error(sieve_mask_publish_ranges(other, 64, SIEVE_DTYPE_F32, starts, lengths, 2, &id), SIEVE_ERR_RANGE);
   expect_error(sieve_mask_publish_ranges(other, 1000, SIEVE_DTYPE_F32, overlap_starts, lengths, 2, &id),
                SIEVE_ERR_RANGE);

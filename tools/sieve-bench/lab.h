@@ -1,4 +1,4 @@
-// The namespace lab sieve-bench's runs share (tools/netlab.sh): brought up for a run, removed on every
+// The namespace lab sieve-bench's runs share (tools/share/netlab.sh): brought up for a run, removed on every
 // exit path through the destructor.
 #pragma once
 

@@ -133,6 +133,18 @@ struct CudaExchange : Exchange {
   cudaEvent_t event = nullptr;
 };
 
+struct CudaCounter : ViolationCounter {
+  ~CudaCounter() override {
+    free_device(device);
+    if (host) cudaFreeHost(host);
+  }
+  // Written by a copy on the stream, read by the host without waiting: a total, so a late read is
+  // only a lower one.
+  uint64_t seen() const override { return __atomic_load_n(host, __ATOMIC_RELAXED); }
+  unsigned long long* device = nullptr;
+  uint64_t* host = nullptr;
+};
+
 struct CudaSlot : LagSlot {
   ~CudaSlot() override {
     if (event) cudaEventDestroy(event);
@@ -238,7 +250,21 @@ int CudaBackend::wait_enqueued(Comm comm, CommLiveness& live) {
 
 int CudaBackend::abort_comm(Comm comm) {
   const RealNccl& real = real_nccl();
+  // Revoked, the handle stays valid until the job tears it down: a call Sieve does not interpose
+  // (send/recv, broadcast, split, a watchdog's poll) cannot reach freed memory.
+  if (real.comm_revoke) return int(real.comm_revoke(as_comm(comm), NCCL_REVOKE_DEFAULT));
   return real.comm_abort ? int(real.comm_abort(as_comm(comm))) : kResultSystemError;
+}
+
+bool CudaBackend::abort_keeps_handle() const { return real_nccl().comm_revoke != nullptr; }
+
+int CudaBackend::comm_async_error(Comm comm, int* error) {
+  const RealNccl& real = real_nccl();
+  if (!real.comm_get_async_error) return kResultSystemError;
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t rc = real.comm_get_async_error(as_comm(comm), &state);
+  *error = int(state);
+  return int(rc);
 }
 
 int CudaBackend::capture_status(Stream stream, bool* capturing) {
@@ -325,6 +351,30 @@ int CudaBackend::create_buffer(uint64_t bytes, std::unique_ptr<DeviceBuffer>* ou
   return kResultSuccess;
 }
 
+int CudaBackend::create_counter(std::unique_ptr<ViolationCounter>* out) {
+  auto counter = std::make_unique<CudaCounter>();
+  const char* what = "a mask violation counter";
+  if (int rc = cuda_fail(cudaMalloc(reinterpret_cast<void**>(&counter->device), sizeof(uint64_t)), what)) return rc;
+  if (int rc = cuda_fail(cudaMemset(counter->device, 0, sizeof(uint64_t)), what)) return rc;
+  if (int rc = cuda_fail(cudaHostAlloc(reinterpret_cast<void**>(&counter->host), sizeof(uint64_t), cudaHostAllocDefault),
+                         what))
+    return rc;
+  *counter->host = 0;
+  *out = std::move(counter);
+  return kResultSuccess;
+}
+
+int CudaBackend::count_pruned(const DeviceLayout& layout, size_t es, const void* src, ViolationCounter& counter,
+                              bool copy, Stream stream) {
+  auto& c = static_cast<CudaCounter&>(counter);
+  if (int rc = cuda_fail(cudaError_t(kernels::count_pruned(view_of(layout), es, src, c.device, stream)),
+                         "the mask violation count kernel"))
+    return rc;
+  if (!copy) return kResultSuccess;
+  return cuda_fail(cudaMemcpyAsync(c.host, c.device, sizeof(uint64_t), cudaMemcpyDeviceToHost, as_stream(stream)),
+                   "a mask violation count's copy");
+}
+
 int CudaBackend::gather(const DeviceLayout& layout, size_t es, const void* src, void* compact, Stream stream) {
   return cuda_fail(cudaError_t(kernels::gather(view_of(layout), es, src, compact, stream)), "the gather kernel");
 }
@@ -383,7 +433,7 @@ int CudaBackend::record_flag(LagSlot& slot, const void* flag, size_t es, DeviceB
 int CudaBackend::read_nonzero(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t count, compress::Mask* nonzero) {
   auto& s = static_cast<CudaSlot&>(slot);
   if (int rc = wait_until(comm, live, "a learned-mask record", [&s] { return cudaEventQuery(s.event); })) return rc;
-  *nonzero = compress::Mask::from_bitmap(reinterpret_cast<const uint8_t*>(s.host + 2), count);
+  nonzero->assign_bitmap(reinterpret_cast<const uint8_t*>(s.host + 2), count);
   return kResultSuccess;
 }
 

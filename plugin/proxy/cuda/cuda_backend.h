@@ -21,6 +21,11 @@ class CudaBackend : public DeviceBackend {
   int comm_shape(Comm comm, int* nranks, int* rank) override;
   int wait_enqueued(Comm comm, CommLiveness& live) override;
   int abort_comm(Comm comm) override;
+  int create_counter(std::unique_ptr<ViolationCounter>* out) override;
+  int count_pruned(const DeviceLayout& layout, size_t element_size, const void* src, ViolationCounter& counter,
+                   bool copy, Stream stream) override;
+  bool abort_keeps_handle() const override;
+  int comm_async_error(Comm comm, int* error) override;
   int capture_status(Stream stream, bool* capturing) override;
   int create_exchange(uint64_t bytes, std::unique_ptr<Exchange>* out) override;
   int exchange_in(Exchange& ex, void* device, uint64_t count, int width, Comm comm, Stream stream) override;

@@ -7,11 +7,14 @@
 #include <nccl.h>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "net/log.h"
 #include "plugin/config.h"
@@ -80,6 +83,9 @@ void report(const std::string& text) {
   if (!path.empty() && !append_report(path, text, &why)) SIEVE_WARN("collective proxy: %s", why.c_str());
 }
 
+// The process's proxy once built, for the dump signal's helper thread (which must not build it).
+std::atomic<Proxy*> g_proxy{nullptr};
+
 // Built on first use: the library may be loaded long before CUDA or NCCL is.
 Proxy& process_proxy() {
   static Proxy* proxy = [] {
@@ -91,18 +97,44 @@ Proxy& process_proxy() {
                s.proxy ? "active" : "off (calls pass through; this rank refuses every commit)", s.track.c_str(),
                (long long)s.track_lag, (long long)s.proxy_max_density, (long long)s.proxy_min_count,
                s.proxy_verify ? "on" : "off");
-    if (s.dump_signal != "off") {
-      std::string why;
-      const int signo = s.dump_signal == "usr2" ? SIGUSR2 : SIGUSR1;
-      if (!install_dump_signal(signo, [] { report(process_proxy().describe_state("SIEVE_DUMP_SIGNAL")); }, &why) &&
-          !why.empty())
-        SIEVE_WARN("collective proxy: no state report on SIG%s: %s", s.dump_signal == "usr2" ? "USR2" : "USR1",
-                   why.c_str());
-    }
+    g_proxy.store(&instance, std::memory_order_release);
     return &instance;
   }();
   return *proxy;
 }
+
+// SIEVE_DUMP_SIGNAL's report, on its helper thread: the proxy's state, or that it has none yet (a
+// rank hung in ncclCommInitRank). In a forked child, the child's own.
+void dump_on_signal() {
+  if (Proxy* proxy = g_proxy.load(std::memory_order_acquire)) {
+    report(proxy->describe_state("SIEVE_DUMP_SIGNAL"));
+    return;
+  }
+  report("collective proxy state (SIEVE_DUMP_SIGNAL): no NCCL call has reached the proxy in process " +
+         std::to_string(getpid()) + " yet");
+}
+
+// Installed when the library is loaded (preloaded: the proxy's face), not at the first NCCL call: a
+// signal sent to a rank hung in NCCL's init, before any collective, must report, not kill it (the
+// default action of SIGUSR1). A handler the process already has is kept and called after ours. The
+// variable is read through a registry of its own: the process's registry snapshots the environment
+// once, and a trainer may still set SIEVE_* variables after load, before its first NCCL call.
+bool install_dump_signal_at_load() {
+  if (!preloaded()) return false;
+  const char* value = getenv("SIEVE_DUMP_SIGNAL");
+  std::map<std::string, std::string> env;
+  if (value) env["SIEVE_DUMP_SIGNAL"] = value;
+  const std::string signal_name = config::Registry(env).settings().dump_signal;
+  if (signal_name == "off") return false;
+  std::string why;
+  const int signo = signal_name == "usr2" ? SIGUSR2 : SIGUSR1;
+  if (install_dump_signal(signo, &dump_on_signal, &why)) return true;
+  if (!why.empty())
+    SIEVE_WARN("collective proxy: no state report on SIG%s: %s", signo == SIGUSR2 ? "USR2" : "USR1", why.c_str());
+  return false;
+}
+
+const bool kDumpSignalInstalled = install_dump_signal_at_load();
 
 // Every interposed call starts here: the process's log is set up (SIEVE_LOG_LEVEL, each configuration
 // problem warned once) before anything can warn, also in a job that preloads the proxy without
@@ -123,6 +155,16 @@ template <typename Body> ncclResult_t guarded(Body&& body) noexcept {
     SIEVE_WARN("collective proxy: unexpected failure");
     return ncclInternalError;
   }
+}
+
+// A new communicator may get the address of one the proxy aborted (whose handle NCCL freed): the
+// proxy forgets whatever it knew at that address, so the new one is never taken for the dead one.
+template <typename Create> ncclResult_t created(ncclComm_t* out, Create&& create) {
+  return guarded([&]() -> ncclResult_t {
+    const ncclResult_t rc = create();
+    if ((rc == ncclSuccess || rc == ncclInProgress) && out && *out && !t_inside) process_proxy().forget(*out);
+    return rc;
+  });
 }
 
 // Once per process, whichever notices first (an interposed call, or the probe at the plugin's init).
@@ -326,16 +368,64 @@ SIEVE_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   });
 }
 
+// A watchdog thread polls this while another thread may be aborting the communicator (the proxy
+// after a local failure, or the job): the proxy answers for a handle an abort has begun on.
 SIEVE_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   return guarded([&]() -> ncclResult_t {
     const RealNccl& real = nccl_for_call();
     if (!real.complete()) return unreachable();
-    if (!t_inside && process_proxy().aborted(comm)) {
-      *asyncError = ncclSystemError;  // the proxy aborted it after a local failure (logged then)
-      return ncclSuccess;
-    }
-    return real.comm_get_async_error(comm, asyncError);
+    if (t_inside || !asyncError) return real.comm_get_async_error(comm, asyncError);
+    int error = ncclSuccess;
+    const int rc = process_proxy().async_error(comm, &error);
+    if (rc == ncclSuccess) *asyncError = ncclResult_t(error);
+    return ncclResult_t(rc);
   });
+}
+
+SIEVE_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  const RealNccl& real = nccl_for_call();
+  if (!real.comm_init_rank) return unreachable();
+  return created(comm, [&] { return real.comm_init_rank(comm, nranks, commId, rank); });
+}
+
+SIEVE_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                                 ncclConfig_t* config) {
+  const RealNccl& real = nccl_for_call();
+  if (!real.comm_init_rank_config) return unreachable();
+  return created(comm, [&] { return real.comm_init_rank_config(comm, nranks, commId, rank, config); });
+}
+
+SIEVE_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* comm, int nranks, int rank, int nId,
+                                                   ncclUniqueId* commIds, ncclConfig_t* config) {
+  const RealNccl& real = nccl_for_call();
+  if (!real.comm_init_rank_scalable) return unreachable();
+  return created(comm, [&] { return real.comm_init_rank_scalable(comm, nranks, rank, nId, commIds, config); });
+}
+
+SIEVE_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  const RealNccl& real = nccl_for_call();
+  if (!real.comm_init_all) return unreachable();
+  return guarded([&]() -> ncclResult_t {
+    const ncclResult_t rc = real.comm_init_all(comms, ndev, devlist);
+    if (rc == ncclSuccess && comms && !t_inside)
+      for (int i = 0; i < ndev; ++i)
+        if (comms[i]) process_proxy().forget(comms[i]);
+    return rc;
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                        ncclConfig_t* config) {
+  const RealNccl& real = nccl_for_call();
+  if (!real.comm_split) return unreachable();
+  return created(newcomm, [&] { return real.comm_split(comm, color, key, newcomm, config); });
+}
+
+SIEVE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int excludeCount, ncclComm_t* newcomm,
+                                         ncclConfig_t* config, int flags) {
+  const RealNccl& real = nccl_for_call();
+  if (!real.comm_shrink) return unreachable();
+  return created(newcomm, [&] { return real.comm_shrink(comm, exclude, excludeCount, newcomm, config, flags); });
 }
 
 // Pre-multiplied sums (FSDP's bf16 and averaged reduces): the proxy learns which handles are sums.
@@ -382,5 +472,13 @@ ncclResult_t pncclCommGetAsyncError(ncclComm_t, ncclResult_t*) SIEVE_ALIAS(ncclC
 ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t, ncclComm_t)
     SIEVE_ALIAS(ncclRedOpCreatePreMulSum);
 ncclResult_t pncclRedOpDestroy(ncclRedOp_t, ncclComm_t) SIEVE_ALIAS(ncclRedOpDestroy);
+ncclResult_t pncclCommInitRank(ncclComm_t*, int, ncclUniqueId, int) SIEVE_ALIAS(ncclCommInitRank);
+ncclResult_t pncclCommInitRankConfig(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*)
+    SIEVE_ALIAS(ncclCommInitRankConfig);
+ncclResult_t pncclCommInitRankScalable(ncclComm_t*, int, int, int, ncclUniqueId*, ncclConfig_t*)
+    SIEVE_ALIAS(ncclCommInitRankScalable);
+ncclResult_t pncclCommInitAll(ncclComm_t*, int, const int*) SIEVE_ALIAS(ncclCommInitAll);
+ncclResult_t pncclCommSplit(ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*) SIEVE_ALIAS(ncclCommSplit);
+ncclResult_t pncclCommShrink(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int) SIEVE_ALIAS(ncclCommShrink);
 
 }  // extern "C"

@@ -121,6 +121,13 @@ const RealNccl& real_nccl() {
   resolve(&real.red_op_create_pre_mul_sum, "ncclRedOpCreatePreMulSum", &where);
   resolve(&real.red_op_destroy, "ncclRedOpDestroy", &where);
   resolve(&real.get_version, "ncclGetVersion", &where);
+  resolve(&real.comm_revoke, "ncclCommRevoke", &where);
+  resolve(&real.comm_init_rank, "ncclCommInitRank", &where);
+  resolve(&real.comm_init_rank_config, "ncclCommInitRankConfig", &where);
+  resolve(&real.comm_init_all, "ncclCommInitAll", &where);
+  resolve(&real.comm_init_rank_scalable, "ncclCommInitRankScalable", &where);
+  resolve(&real.comm_split, "ncclCommSplit", &where);
+  resolve(&real.comm_shrink, "ncclCommShrink", &where);
   // Not found is not warned here: the callers say it once, with its likely cause
   // (real_nccl_problem(): the interposed call that fails, or the probe at the plugin's init).
   if (real.complete()) {

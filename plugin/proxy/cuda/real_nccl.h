@@ -27,6 +27,14 @@ struct RealNccl {
   decltype(&::ncclRedOpCreatePreMulSum) red_op_create_pre_mul_sum = nullptr;
   decltype(&::ncclRedOpDestroy) red_op_destroy = nullptr;
   decltype(&::ncclGetVersion) get_version = nullptr;  // for the log: which NCCL the proxy interposes
+  decltype(&::ncclCommRevoke) comm_revoke = nullptr;  // NCCL >= 2.28: the proxy's abort keeps the handle
+  // Communicator creation: a new handle may reuse a dead one's address, so the proxy forgets it.
+  decltype(&::ncclCommInitRank) comm_init_rank = nullptr;
+  decltype(&::ncclCommInitRankConfig) comm_init_rank_config = nullptr;
+  decltype(&::ncclCommInitAll) comm_init_all = nullptr;
+  decltype(&::ncclCommInitRankScalable) comm_init_rank_scalable = nullptr;
+  decltype(&::ncclCommSplit) comm_split = nullptr;
+  decltype(&::ncclCommShrink) comm_shrink = nullptr;
   std::string found_in;  // the object they came from
   // Everything the proxy cannot work without.
   bool complete() const;

@@ -84,5 +84,29 @@ TEST(AllocationTest, CompactedAndPassThroughCallsAllocateNothing) {
   EXPECT_EQ(stats.collectives_compacted.load(), 101u * 5);
 }
 
+// Issue 34, item 8: SIEVE_TRACK=observe read each record into a fresh mask, one allocation per
+// all-reduce. The record is read into the signature's own mask now.
+TEST(AllocationTest, ObservedAllReducesAllocateNothingAfterWarmUp) {
+  NullBackend backend;
+  compress::MaskRegistry registry;
+  ProcessStats stats;
+  ProxyOptions options;
+  options.rules.min_count = 1;
+  options.track = TrackMode::kObserve;
+  Proxy proxy(backend, registry, options, stats);
+  constexpr uint64_t kCount = 1 << 16;
+  std::vector<float> g(kCount);
+  auto call = [&] {
+    EXPECT_EQ(proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream), 0);
+  };
+  for (int i = 0; i < 10; ++i) call();  // warm-up: records, the tracker's pattern, this thread's state
+  EXPECT_EQ(allocations([&] {
+              for (int i = 0; i < 100; ++i) call();
+            }),
+            0u);
+  EXPECT_EQ(stats.learned_calls_observed.load(), 110u);
+  EXPECT_GT(stats.learned_bytes_saved.load(), 0u) << "the pattern was read and found stable";
+}
+
 }  // namespace
 }  // namespace sieve::plugin::proxy

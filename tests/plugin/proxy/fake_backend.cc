@@ -272,7 +272,11 @@ std::mutex& FakeLayout::live_mutex() {
 
 FakeBackend::FakeBackend(FakeWorld& world, int rank, Comm comm) { join(comm, world, rank); }
 
-void FakeBackend::join(Comm comm, FakeWorld& world, int rank) { members_[comm] = Member{&world, rank}; }
+void FakeBackend::join(Comm comm, FakeWorld& world, int rank) {
+  members_[comm] = Member{&world, rank};
+  std::lock_guard lock(mutex_);
+  freed_.erase(comm);
+}
 
 FakeBackend::Member* FakeBackend::member(Comm comm) {
   auto it = members_.find(comm);
@@ -318,12 +322,14 @@ int FakeBackend::issue(const Op& op) {
     log.push_back(entry);
     comm_log[op.comm].push_back(entry);
   }
-  if (me().capturing) {
-    me().graph.push_back([this, op] { return run(op); });
-    return kResultSuccess;
-  }
+  // A group's collectives wait for its end, captured or not (NCCL captures them there, after any
+  // stream work issued inside the group).
   if (me().depth > 0) {
     me().queued.push_back(op);
+    return kResultSuccess;
+  }
+  if (me().capturing) {
+    me().graph.push_back([this, op] { return run(op); });
     return kResultSuccess;
   }
   if (nonblocking) {
@@ -358,6 +364,10 @@ int FakeBackend::group_end() {
   if (--me().depth > 0) return kResultSuccess;
   std::vector<Op> queued;
   queued.swap(me().queued);
+  if (me().capturing) {
+    for (const Op& op : queued) me().graph.push_back([this, op] { return run(op); });
+    return kResultSuccess;
+  }
   if (nonblocking) {
     std::lock_guard lock(mutex_);
     pending_.insert(pending_.end(), queued.begin(), queued.end());
@@ -400,8 +410,27 @@ int FakeBackend::wait_enqueued(Comm comm, CommLiveness& live) {
   return kResultSuccess;
 }
 
+int FakeBackend::comm_async_error(Comm comm, int* state) {
+  bool freed = false;
+  {
+    std::lock_guard lock(mutex_);
+    freed = freed_.count(comm) != 0;
+  }
+  if (freed) set_error("ncclCommGetAsyncError on a communicator an abort freed");
+  ++polling_;
+  std::this_thread::sleep_for(std::chrono::microseconds(200));
+  --polling_;
+  *state = kResultSuccess;
+  return kResultSuccess;
+}
+
 int FakeBackend::abort_comm(Comm comm) {
   ++aborts;
+  if (polling_.load() != 0) set_error("an abort freed the communicator while ncclCommGetAsyncError was inside it");
+  if (!keeps_handle) {
+    std::lock_guard lock(mutex_);
+    freed_.insert(comm);
+  }
   if (Member* m = member(comm)) m->world->abort("rank " + std::to_string(m->rank) + " aborted it");
   return kResultSuccess;
 }
@@ -534,6 +563,31 @@ int FakeBackend::check(const DeviceLayout& layout, size_t es, const void* src, v
   return kResultSuccess;
 }
 
+int FakeBackend::create_counter(std::unique_ptr<ViolationCounter>* out) {
+  if (me().capturing) return kResultCudaError;
+  *out = std::make_unique<FakeCounter>();
+  return kResultSuccess;
+}
+
+int FakeBackend::count_pruned(const DeviceLayout& layout, size_t es, const void* src, ViolationCounter& counter,
+                              bool copy, Stream) {
+  const auto& l = static_cast<const FakeLayout&>(layout);
+  auto& c = static_cast<FakeCounter&>(counter);
+  device_work([&l, es, src, &c, copy] {
+    FakeLayout::expect_live(&l);
+    size_t k = 0;
+    for (uint64_t i = 0; i < l.span; ++i) {
+      if (k < l.kept.size() && l.kept[k] == i) {
+        ++k;
+        continue;
+      }
+      if (nonzero_at(src, es, i)) ++c.device;
+    }
+    if (copy) c.host = c.device;  // the copy to the host, after the count
+  });
+  return kResultSuccess;
+}
+
 int FakeBackend::create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) {
   if (me().capturing || fault(faults.create_buffer)) return kResultCudaError;
   auto slot = std::make_unique<FakeSlot>();
@@ -562,7 +616,7 @@ int FakeBackend::record_flag(LagSlot& slot, const void* flag, size_t es, DeviceB
 
 int FakeBackend::read_nonzero(LagSlot& slot, Comm, CommLiveness& live, uint64_t count, compress::Mask* nonzero) {
   if (!live.alive()) return kResultInvalidUsage;
-  *nonzero = compress::Mask::from_bitmap(static_cast<FakeSlot&>(slot).bitmap.data(), count);
+  nonzero->assign_bitmap(static_cast<FakeSlot&>(slot).bitmap.data(), count);
   return kResultSuccess;
 }
 

@@ -4,7 +4,8 @@
 // what would hang or corrupt NCCL) every rank's call fails at once, so consistency bugs show as errors,
 // not hangs. The fake is strict where NCCL and CUDA are: inside a group collectives run only at its
 // end; on a non-blocking communicator they run only when the caller waits for them; during capture
-// nothing runs (it is recorded and runs on replay); waiting for an exchange inside a group or a
+// nothing runs (it is recorded and runs on replay; a captured group's collectives are recorded at
+// the group's end, as NCCL captures them); waiting for an exchange inside a group or a
 // capture, an allocation during capture, or a staging buffer too small is an error. Reductions are
 // NCCL's: f16 and bf16 are widened to f32, reduced rank by rank and rounded back to nearest-even at
 // each step; an exchange is an all-reduce (max) of int64 or uint8 words, the same collective as a
@@ -101,6 +102,12 @@ struct FakeExchange : Exchange {
   std::vector<unsigned char> host_, device;
 };
 
+struct FakeCounter : ViolationCounter {
+  uint64_t device = 0;
+  std::atomic<uint64_t> host{0};
+  uint64_t seen() const override { return host.load(); }
+};
+
 struct FakeSlot : LagSlot {
   std::vector<uint8_t> bitmap;
   uint64_t flag = 0, violations = 0;
@@ -132,6 +139,10 @@ class FakeBackend : public DeviceBackend {
   int comm_shape(Comm comm, int* nranks, int* rank) override;
   int wait_enqueued(Comm comm, CommLiveness& live) override;
   int abort_comm(Comm comm) override;
+  bool abort_keeps_handle() const override { return keeps_handle; }
+  // A poll that takes a while inside "NCCL", as a real one may: an abort that frees the handle
+  // meanwhile, or a poll of a freed handle, is recorded as a use after free.
+  int comm_async_error(Comm comm, int* error) override;
   int capture_status(Stream stream, bool* capturing) override;
   int create_exchange(uint64_t bytes, std::unique_ptr<Exchange>* out) override;
   int exchange_in(Exchange& ex, void* device, uint64_t count, int width, Comm comm, Stream stream) override;
@@ -144,6 +155,9 @@ class FakeBackend : public DeviceBackend {
   int scatter(const DeviceLayout& layout, size_t element_size, const void* compact, void* dst, Stream stream) override;
   int check(const DeviceLayout& layout, size_t element_size, const void* src, void* flag, const FlagEncoding& encoding,
             DeviceBuffer& counter, Stream stream) override;
+  int create_counter(std::unique_ptr<ViolationCounter>* out) override;
+  int count_pruned(const DeviceLayout& layout, size_t element_size, const void* src, ViolationCounter& counter,
+                   bool copy, Stream stream) override;
   int create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) override;
   int record_nonzero(LagSlot& slot, const void* buf, uint64_t count, ElemType type, Stream stream) override;
   int record_flag(LagSlot& slot, const void* flag, size_t element_size, DeviceBuffer& counter, Stream stream) override;
@@ -157,6 +171,7 @@ class FakeBackend : public DeviceBackend {
   int replay();
 
   bool nonblocking = false;  // collectives return kResultInProgress and run at wait_enqueued()
+  bool keeps_handle = false;  // abort_comm revokes (NCCL >= 2.28) instead of freeing the handle
   FakeFaults faults;
   // What the proxy did, for tests: kinds and counts of real collectives, in order (read them once the
   // rank's threads are done); per communicator too, where several threads drive several.
@@ -201,6 +216,8 @@ class FakeBackend : public DeviceBackend {
   std::mutex mutex_;                // the rest may be used from a rank's several threads
   std::map<std::thread::id, ThreadState> threads_;
   std::vector<Op> pending_;  // launched on a non-blocking communicator, not yet enqueued
+  std::set<Comm> freed_;     // handles abort_comm freed (a rejoin is a new communicator there)
+  std::atomic<int> polling_{0};  // comm_async_error calls inside "NCCL" now
 };
 
 }  // namespace sieve::plugin::proxy::testing

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,9 +14,54 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 namespace sieve::plugin::proxy {
 namespace {
+
+// Issue 34, item 6: a forked child's signal woke the parent's helper thread (through the inherited
+// pipe), so the parent reported and the child did not. Each process reports for itself now. Runs in
+// a child of its own, so that this test binary's one installation stays for the next test.
+int g_report_fd = -1;
+void report_pid() {
+  const pid_t pid = getpid();
+  (void)!write(g_report_fd, &pid, sizeof pid);
+}
+
+TEST(HangDump, AForkedChildReportsItself) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer cannot start a thread in the child of a multi-threaded fork";
+#endif
+  int reports[2];
+  ASSERT_EQ(pipe(reports), 0);
+  const pid_t installer = fork();
+  ASSERT_GE(installer, 0);
+  if (installer == 0) {
+    g_report_fd = reports[1];
+    std::string why;
+    if (!install_dump_signal(SIGUSR1, &report_pid, &why)) _exit(10);
+    const pid_t child = fork();
+    if (child == 0) {
+      raise(SIGUSR1);  // handled: the default action would kill the child
+      std::this_thread::sleep_for(std::chrono::seconds(2));  // for its own helper thread to report
+      _exit(0);
+    }
+    int status = 0;
+    if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) _exit(11);
+    _exit(0);
+  }
+  close(reports[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(installer, &status, 0), installer);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "10: not installed, 11: the child died of the signal";
+  std::vector<pid_t> pids;
+  pid_t pid = 0;
+  while (read(reports[0], &pid, sizeof pid) == ssize_t(sizeof pid)) pids.push_back(pid);
+  close(reports[0]);
+  ASSERT_EQ(pids.size(), 1u) << "one report, from the child";
+  EXPECT_NE(pids[0], installer) << "the parent reported the child's signal";
+}
 
 std::atomic<int> g_previous_calls{0};
 void previous_handler(int) { ++g_previous_calls; }

@@ -80,6 +80,14 @@ class NullBackend : public DeviceBackend {
   int check(const DeviceLayout&, size_t, const void*, void*, const FlagEncoding&, DeviceBuffer&, Stream) override {
     return 0;
   }
+  struct Counter : ViolationCounter {
+    uint64_t seen() const override { return 0; }
+  };
+  int create_counter(std::unique_ptr<ViolationCounter>* out) override {
+    *out = std::make_unique<Counter>();
+    return 0;
+  }
+  int count_pruned(const DeviceLayout&, size_t, const void*, ViolationCounter&, bool, Stream) override { return 0; }
   int download(const void*, void*, uint64_t, Stream, Comm, CommLiveness&) override { return 0; }
   int create_slot(uint64_t, std::unique_ptr<LagSlot>* out) override {
     *out = std::make_unique<LagSlot>();
@@ -88,9 +96,16 @@ class NullBackend : public DeviceBackend {
   int record_nonzero(LagSlot&, const void*, uint64_t, ElemType, Stream) override { return 0; }
   int record_flag(LagSlot&, const void*, size_t, DeviceBuffer&, Stream) override { return 0; }
   int read_nonzero(LagSlot&, Comm, CommLiveness&, uint64_t count, compress::Mask* nonzero) override {
-    *nonzero = compress::Mask(count, false);
+    // A stable pattern: the first quarter nonzero (in the mask's own storage, as the CUDA backend).
+    std::vector<uint8_t>& bits = pattern_;
+    if (bits.size() != (count + 7) / 8) {
+      bits.assign((count + 7) / 8, 0);
+      for (uint64_t i = 0; i < count / 4; ++i) bits[i / 8] |= uint8_t(1u << (i % 8));
+    }
+    nonzero->assign_bitmap(bits.data(), count);
     return 0;
   }
+  std::vector<uint8_t> pattern_;
   int read_flag(LagSlot&, Comm, CommLiveness&, uint64_t* flag_bits, uint64_t* local_violations) override {
     *flag_bits = 0;
     *local_violations = 0;

@@ -7,7 +7,7 @@ Usage: passthrough_check.py LIBRARY {no-nccl | nccl-first | preload} [LIBNCCL]
 import ctypes
 import sys
 
-NCCL_SUCCESS, NCCL_SYSTEM_ERROR, NCCL_INVALID_ARGUMENT = 0, 2, 4
+NCCL_SUCCESS, NCCL_UNHANDLED_CUDA_ERROR, NCCL_SYSTEM_ERROR, NCCL_INVALID_ARGUMENT = 0, 1, 2, 4
 NCCL_FLOAT32, NCCL_INT32, NCCL_SUM = 7, 2, 0
 
 
@@ -60,6 +60,15 @@ def main():
            lib.ncclAllGather(None, None, ctypes.c_size_t(1 << 20), NCCL_FLOAT32, None, None), NCCL_INVALID_ARGUMENT)
     expect("pncclAllReduce(comm=NULL)",
            lib.pncclAllReduce(None, None, ctypes.c_size_t(16), NCCL_FLOAT32, NCCL_SUM, None, None),
+           NCCL_INVALID_ARGUMENT)
+    # Creation (the proxy forgets whatever it knew at a new handle's address) and the error poll (the
+    # proxy answers for a handle an abort has begun on) reach the real NCCL too.
+    # (ncclCommSplit checks for a CUDA device before its arguments: without one it says so.)
+    newcomm = ctypes.c_void_p(0)
+    rc = lib.ncclCommSplit(None, 0, 0, ctypes.byref(newcomm), None)
+    expect("ncclCommSplit(comm=NULL)", rc, rc if rc in (NCCL_UNHANDLED_CUDA_ERROR, NCCL_INVALID_ARGUMENT) else -1)
+    state = ctypes.c_int(0)
+    expect("ncclCommGetAsyncError(comm=NULL)", lib.ncclCommGetAsyncError(None, ctypes.byref(state)),
            NCCL_INVALID_ARGUMENT)
     sieve = ctypes.CDLL(library)
     base = stats(sieve)
