@@ -1,5 +1,5 @@
-// Fuzzes a TCP receive comm's stream (net/comm.cc, net/stripe_worker.cc, net/stripe_codec.cc): frame
-// headers on the control socket, stripe headers and codec frames on the data sockets, exactly as
+// Fuzzes a TCP receive comm's stream (net/tcp/comm.cc, net/tcp/stripe_worker.cc,
+// net/tcp/stripe_codec.cc): frame headers on the control socket, stripe headers and codec frames on the data sockets, exactly as
 // a peer would send them, over socket pairs. The input picks the connection's shape (data sockets,
 // codec negotiated or not, stripe size), two receive sizes, then records of (socket, bytes). The
 // senders then close, so every receive must end, done or failed, within a bounded number of tests:
