@@ -36,7 +36,8 @@ uint64_t ProxyOptions::fingerprint() const {
     h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
     h *= 0xff51afd7ed558ccdull;
   };
-  mix(2);  // the agreement's protocol: a library that votes differently is a different setting
+  mix(3);  // the agreement's protocol (3: SIEVE_PROXY_VERIFY's shared verdict): a library that votes
+          // differently is a different setting
   mix(track == TrackMode::kOn);
   mix(track_stable);
   mix(track_lag);
@@ -259,14 +260,20 @@ int Proxy::after(Call& call, int rc, Deferred&& work) {
 
 int Proxy::group_start() {
   const int rc = backend_.group_start();
-  if (rc == kResultSuccess) {
-    ThreadState& ts = thread_state();
-    if (ts.depth++ == 0) ++ts.group_serial;
-  }
+  if (rc == kResultSuccess) ++thread_state().depth;
   return rc;
 }
 
+void Proxy::close_groups(ThreadState& ts) {
+  for (const std::shared_ptr<CommState>& state : ts.grouped) {
+    std::lock_guard lock(state->mutex);
+    state->group_open = false;
+  }
+  ts.grouped.clear();  // keeps its capacity: no allocation on the next group
+}
+
 int Proxy::run_group_end(ThreadState& ts) {
+  close_groups(ts);
   // Before the launch: the gathers of the group's compacted collectives, so that they read their
   // inputs after every piece of stream work the trainer issued inside the group, as the dense
   // collectives (launched by the group's end) do.
@@ -321,6 +328,7 @@ int Proxy::group_simulate_end(void* sim_info) {
   if (ts.depth == 0 || --ts.depth > 0) return rc;
   // Nothing of the group was launched: what follows its collectives is dropped with them, on every
   // rank alike (the group is the trainer's program). A commit in it never happened.
+  close_groups(ts);
   for (Deferred& d : ts.deferred) {
     std::lock_guard lock(d.state->mutex);
     if (d.kind == Deferred::Kind::kLearnedVote) d.learned->withdraw();

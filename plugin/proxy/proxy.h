@@ -148,12 +148,11 @@ class Proxy {
     bool agreed = false;  // the last commit was agreed: settings compared, learning and verify allowed
     uint64_t table_hash = 0;
     std::unordered_map<uintptr_t, ActiveEntry> active;   // buffers' masks, by base
-    // Collectives' masks (FSDP's fresh buffers), in publish order, and where the next search starts:
-    // a reduce-scatter or all-gather no buffer mask matches takes the first entry of its shape at or
-    // after the cursor (else from the start), and the cursor moves past it. A function of the
-    // communicator's sequence only, so the same on every rank.
+    // Collectives' masks (FSDP's fresh buffers), in publish order. A reduce-scatter or all-gather no
+    // buffer mask matches compacts only with a mask its shape identifies for certain: the one mask of
+    // that shape, or several that are all equal. Nothing about the trainer's order decides which.
     std::vector<ActiveEntry> cycle;
-    size_t cursor = 0;
+    std::vector<bool> ambiguous;  // per cycle entry: another mask of its shape differs (it runs dense)
     std::unordered_set<int32_t> premul_sums;  // NCCL handles of pre-multiplied sums alive on it
     std::vector<std::shared_ptr<EntryPlan>> graph_plans;  // captured, no longer active: kept for replays
     // Shared with deferred work: a commit at a group's end may drop them while a record of the same
@@ -161,7 +160,12 @@ class Proxy {
     std::map<std::pair<uint64_t, ElemType>, std::shared_ptr<LearnedSignature>> learned;
     std::unique_ptr<Exchange> vote;  // the commit's and learned votes' staging
     std::unordered_set<uintptr_t> warned;  // buffers already warned about (near misses, stale graphs)
-    bool warned_failed = false, warned_observe = false;
+    bool warned_failed = false, warned_observe = false, warned_ambiguous = false;
+    // NCCL groups on this communicator: the number of the outermost group that last held one of its
+    // compacted collectives, and whether that group is still open. A function of the communicator's
+    // call order and of group nesting, never of which thread issued the calls.
+    uint64_t group_serial = 0;
+    bool group_open = false;
   };
   struct Call {
     std::shared_ptr<CommState> state;
@@ -196,8 +200,8 @@ class Proxy {
   };
   struct ThreadState {
     int depth = 0;
-    uint64_t group_serial = 0;  // the current outermost group, for EntryPlan::group_serial
     std::vector<Deferred> deferred;
+    std::vector<std::shared_ptr<CommState>> grouped;  // communicators whose group this thread's group opened
     std::vector<CommState*> waited;  // non-blocking communicators of that group already waited for
     const void* armed_token = nullptr;
     uint32_t armed_flags = 0;
@@ -244,6 +248,7 @@ class Proxy {
   int after(Call& call, int rc, Deferred&& work);
   int run_after(Deferred& work);
   int run_group_end(ThreadState& ts);
+  void close_groups(ThreadState& ts);
   void warn_uncommitted(CommState& cs, uint64_t count);
 
   const uint64_t id_;  // this instance, for the calling thread's cache of its state

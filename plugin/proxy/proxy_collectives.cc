@@ -55,15 +55,21 @@ const ActiveEntry* Proxy::match(CommState& cs, const void* base, uint64_t count,
 }
 
 const ActiveEntry* Proxy::match_cycle(CommState& cs, compress::MaskTarget target, uint64_t count, ElemType type) {
-  const size_t n = cs.cycle.size();
-  auto fits = [&](const ActiveEntry& e) {
-    return e.source->target() == target && e.source->count() == count && published_dtype(type) == e.source->dtype();
-  };
-  for (size_t k = 0; k < n; ++k) {  // from the cursor to the end, then from the start
-    const size_t i = (cs.cursor + k) % n;
-    if (!fits(cs.cycle[i])) continue;
-    cs.cursor = i + 1;
-    return &cs.cycle[i];
+  // Which of several masks of one shape a call belongs to cannot be known for certain (a step may
+  // skip a collective, or repeat one): such a call runs dense on every rank, never on a guess.
+  for (size_t i = 0; i < cs.cycle.size(); ++i) {
+    const ActiveEntry& e = cs.cycle[i];
+    if (e.source->target() != target || e.source->count() != count || published_dtype(type) != e.source->dtype())
+      continue;
+    if (!cs.ambiguous[i]) return &e;
+    if (!cs.warned_ambiguous) {
+      cs.warned_ambiguous = true;
+      SIEVE_WARN("collective proxy: communicator %p has several different %s masks of %llu x %s; a call of that "
+                 "shape cannot say which one is its own, so it runs dense (publish one mask per shape, or the "
+                 "same mask for every collective of a shape)",
+                 cs.comm, compress::mask_target_name(target), (unsigned long long)count, elem_type_name(type));
+    }
+    return nullptr;
   }
   return nullptr;
 }
@@ -228,7 +234,14 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
   bool capture = false;
   if (int rc = capturing(call, &capture)) return rc;
   if (ts.depth > 0) {
-    if (plan.group_serial == ts.group_serial) {
+    // The communicator's group, not the thread's: a rank whose trainer issues one step from another
+    // thread numbers its groups on this communicator as every other rank does.
+    if (!cs.group_open) {
+      cs.group_open = true;
+      ++cs.group_serial;
+      ts.grouped.push_back(call.state);
+    }
+    if (plan.group_serial == cs.group_serial) {
       // The plan's one compact buffer already serves a collective of this group (one send buffer
       // read twice): this one runs dense, on every rank alike.
       *path = Path::kDense;
@@ -241,7 +254,7 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
       d.output = c.recv;
       return after(call, rc, std::move(d));
     }
-    plan.group_serial = ts.group_serial;
+    plan.group_serial = cs.group_serial;
   }
   if (capture) {  // the graph keeps this plan for its replays
     plan.captured = true;
@@ -346,13 +359,18 @@ int Proxy::compact_out(CommState& cs, const Compaction& c, Stream stream) {
 
 // SIEVE_PROXY_VERIFY: the dense run's result against the compacted one's. Exact wherever NCCL's
 // order of reduction cannot differ between the two (max, min; two ranks; every masked position);
-// elsewhere within the rounding that reordering a sum of nranks terms may cause.
+// elsewhere within the rounding that reordering a sum of nranks terms may cause. Each rank checks
+// what it received (a reduce-scatter's shard differs per rank), then every rank learns whether any
+// rank found a difference, from one more collective that every rank issues after every verified
+// collective (SIEVE_PROXY_VERIFY is a job-wide setting): a difference aborts the communicator on
+// every rank, never only where it showed.
 int Proxy::verify(CommState& cs, const Compaction& c, Stream stream) {
   EntryPlan& plan = *c.plan;
   const size_t es = plan.element_size();
   const uint64_t shard = plan.count() / uint64_t(cs.nranks);
   const uint64_t n = c.coll == Coll::kReduceScatter ? shard : plan.count();
   const uint64_t first = c.coll == Coll::kReduceScatter ? uint64_t(cs.rank) * shard : 0;  // of the mask
+  const char* kind = c.coll == Coll::kAllReduce ? "all_reduce" : c.coll == Coll::kReduceScatter ? "reduce_scatter" : "all_gather";
   std::vector<unsigned char> got(n * es), want(n * es);
   Waiting waiting(cs, "SIEVE_PROXY_VERIFY's comparison");
   if (int rc = backend_.download(c.recv, got.data(), got.size(), stream, cs.comm, cs.live))
@@ -363,18 +381,35 @@ int Proxy::verify(CommState& cs, const Compaction& c, Stream stream) {
   double largest = 0;
   for (uint64_t i = 0; i < n && !exact; ++i) largest = std::max(largest, std::fabs(element_value(plan.type(), &want[i * es])));
   const double tolerance = exact ? 0 : 2.0 * (cs.nranks - 1) * unit_roundoff(plan.type()) * largest;
+  char what[320] = "";
   for (uint64_t i = 0; i < n; ++i) {
     const double g = element_value(plan.type(), &got[i * es]), w = element_value(plan.type(), &want[i * es]);
     const bool kept = plan.mask().test(first + i);
     const bool same = kept && !exact ? std::fabs(g - w) <= tolerance || (std::isnan(g) && std::isnan(w))
                                      : std::memcmp(&got[i * es], &want[i * es], es) == 0 || (g == 0 && w == 0);
     if (same) continue;
-    char what[320];
     std::snprintf(what, sizeof what,
                   "SIEVE_PROXY_VERIFY: call #%" PRIu64 " (%s %s, %" PRIu64 " elements) into buffer %p differs from "
                   "the dense result at element %" PRIu64 " (%s): compacted %.9g, dense %.9g",
-                  c.seq, c.coll == Coll::kAllReduce ? "all_reduce" : c.coll == Coll::kReduceScatter ? "reduce_scatter" : "all_gather",
-                  elem_type_name(plan.type()), n, c.recv, i, kept ? "kept by the mask" : "pruned by the mask", g, w);
+                  c.seq, kind, elem_type_name(plan.type()), n, c.recv, i, kept ? "kept by the mask" : "pruned by the mask",
+                  g, w);
+    break;
+  }
+  // The agreement: the worst refusal any rank voted says whether one of them found a difference.
+  const Vote mine{0, fingerprint_, what[0] ? Refusal::kCouldNotPrepare : Refusal::kNone};
+  write_vote(mine, cs.vote->host());
+  note(cs, CallKind::kVote, ReduceOp::kMax, ElemType::kI64, CallPath::kAgreement, kVoteWords);
+  int rc = backend_.exchange_in(*cs.vote, nullptr, kVoteWords, 8, cs.comm, stream);
+  if (rc == kResultInProgress) rc = backend_.wait_enqueued(cs.comm, cs.live);
+  if (!rc) rc = backend_.exchange_out(*cs.vote, nullptr, kVoteWords, 8, stream);
+  if (!rc) rc = backend_.wait_exchange(*cs.vote, cs.comm, cs.live);
+  if (rc) return fail_comm(cs, rc, what[0] ? what : "SIEVE_PROXY_VERIFY could not share its comparison");
+  if (what[0]) return fail_comm(cs, kResultInternalError, what);
+  if (read_verdict(mine, cs.vote->host()).worst != Refusal::kNone) {
+    std::snprintf(what, sizeof what,
+                  "SIEVE_PROXY_VERIFY: another rank's result of call #%" PRIu64 " (%s %s) differs from the dense "
+                  "result (its log names the element)",
+                  c.seq, kind, elem_type_name(plan.type()));
     return fail_comm(cs, kResultInternalError, what);
   }
   return kResultSuccess;

@@ -83,7 +83,7 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
   auto pending = std::make_shared<PendingCommit>();
   pending->token = token;
   int collective_rc = kResultSuccess;
-  if (int rc = TableCommit::begin(ctx, registry_.snapshot(), flags, *cs.vote, token, &pending->table, &collective_rc))
+  if (int rc = TableCommit::begin(ctx, registry_.snapshot(comm_scope(cs.comm)), flags, *cs.vote, token, &pending->table, &collective_rc))
     return fail_comm(cs, rc, "could not issue a commit's vote");
   note(cs, CallKind::kCommit, ReduceOp::kMax, ElemType::kI64, CallPath::kAgreement, kVoteWords);
   if (thread_state().depth > 0) {
@@ -142,7 +142,7 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
   for (const ActiveEntry& entry : cs.cycle) keep_captured(entry);
   cs.active.clear();
   cs.cycle.clear();
-  cs.cursor = 0;
+  cs.ambiguous.clear();
   cs.agreed = agreement.activated;
   cs.table_hash = agreement.activated ? agreement.hash : 0;
   *outcome = CommitOutcome();
@@ -163,6 +163,15 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
     if (e.source->target() == compress::MaskTarget::kBuffer) cs.active[e.source->base()] = std::move(e);
     else cs.cycle.push_back(std::move(e));
   }
+  // A collective's mask is certain when no other mask of its shape differs from it.
+  cs.ambiguous.assign(cs.cycle.size(), false);
+  for (size_t i = 0; i < cs.cycle.size(); ++i)
+    for (size_t j = 0; j < cs.cycle.size(); ++j) {
+      const compress::PublishedMask &a = *cs.cycle[i].source, &b = *cs.cycle[j].source;
+      if (i != j && a.target() == b.target() && a.count() == b.count() && a.dtype() == b.dtype() &&
+          !(*a.mask() == *b.mask()))
+        cs.ambiguous[i] = true;
+    }
   outcome->state = CommitOutcome::State::kActivated;
   add(stats_.tables_activated, 1);
   SIEVE_INFO("collective proxy: commit %llu is active on communicator %p (%d ranks): %llu masks, %llu of them "
