@@ -129,6 +129,28 @@ int main(void) {
     CHECK(sieve_mask_retract_id(collective_id + 1) == SIEVE_OK);
   }
 
+  /* Masks for one communicator (issue 34): a short bits array is refused, never read past; scopes
+   * never overlap; NULL is every communicator, as the unscoped entry points. */
+  {
+    static float scoped[64];
+    int comm_a = 0, comm_b = 0; /* stand-ins for two ncclComm_t handles: only compared */
+    uint64_t scoped_id = 0;
+    expect_error(sieve_mask_publish_for(&comm_a, scoped, 64, SIEVE_DTYPE_F32, bits, 7, NULL), SIEVE_ERR_RANGE);
+    CHECK(strstr(sieve_last_error(), "64 elements need 8 bytes of bits, 7 given") != NULL);
+    expect_error(sieve_collective_mask_publish_for(&comm_a, SIEVE_COLLECTIVE_REDUCE_SCATTER, 64, SIEVE_DTYPE_F32, bits,
+                                                   7, NULL),
+                 SIEVE_ERR_RANGE);
+    CHECK(sieve_mask_publish_for(&comm_a, scoped, 64, SIEVE_DTYPE_F32, bits, 8, &scoped_id) == SIEVE_OK);
+    expect_error(sieve_mask_publish_for(&comm_b, scoped + 8, 8, SIEVE_DTYPE_F32, bits, 1, NULL), SIEVE_ERR_RANGE);
+    expect_error(sieve_mask_publish(scoped, 64, SIEVE_DTYPE_F32, bits, NULL), SIEVE_ERR_RANGE);
+    CHECK(sieve_mask_query(scoped, &info) == SIEVE_OK && info.mask_id == scoped_id);
+    CHECK(sieve_mask_publish_ranges_for(&comm_a, scoped, 64, SIEVE_DTYPE_F32, starts, lengths, 1, &id) == SIEVE_OK);
+    CHECK(sieve_mask_retract_id(id) == SIEVE_OK);
+    CHECK(sieve_collective_mask_publish_for(NULL, SIEVE_COLLECTIVE_ALL_GATHER, 64, SIEVE_DTYPE_F32, bits, 8, &id) ==
+          SIEVE_OK);
+    CHECK(sieve_mask_retract_id(id) == SIEVE_OK);
+  }
+
   /* A retracted mask is released once no agreed table holds it (none here: no commit ran). */
   {
     static float staged[64];
