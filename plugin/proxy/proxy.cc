@@ -291,6 +291,7 @@ int Proxy::run_group_end(ThreadState& ts) {
   std::vector<CommState*>& waited = ts.waited;
   // By index: nothing run here defers work of its own (this thread's group depth is 0 again), but an
   // append would not invalidate the loop either.
+  ts.collecting_verdicts = true;
   for (size_t i = 0; i < ts.deferred.size(); ++i) {
     Deferred& d = ts.deferred[i];
     std::lock_guard lock(d.state->mutex);
@@ -309,6 +310,13 @@ int Proxy::run_group_end(ThreadState& ts) {
       }
     }
     if (int w = run_after(d); w && enqueued(rc)) rc = w;
+  }
+  ts.collecting_verdicts = false;
+  if (!ts.verdicts.empty()) {
+    // Each communicator's lock, as every step above took it (no other thread waits on this rank's).
+    std::vector<std::unique_lock<std::mutex>> locks;
+    for (const VerifyVerdict& v : ts.verdicts) locks.emplace_back(v.state->mutex);
+    if (int w = share_verdicts(ts.verdicts); w && enqueued(rc)) rc = w;
   }
   ts.deferred.clear();  // both keep their capacity: no allocation on the next group
   waited.clear();

@@ -198,10 +198,21 @@ class Proxy {
     const void* output = nullptr;        // kRecord
     std::shared_ptr<PendingCommit> commit;  // kCommit
   };
+  // SIEVE_PROXY_VERIFY's shared verdict: one 6-word all-reduce per communicator saying whether any
+  // rank found a difference (`what`: this rank's, empty when none).
+  struct VerifyVerdict {
+    CommState* state = nullptr;  // alive: the group's deferred work holds it until they are shared
+    Stream stream = nullptr;
+    std::string what;
+  };
   struct ThreadState {
     int depth = 0;
     std::vector<Deferred> deferred;
     std::vector<std::shared_ptr<CommState>> grouped;  // communicators whose group this thread's group opened
+    // At a group's end: SIEVE_PROXY_VERIFY's comparisons, one per communicator, shared together after
+    // every other deferred step (one thread may drive several ranks' communicators in one group).
+    bool collecting_verdicts = false;
+    std::vector<VerifyVerdict> verdicts;
     std::vector<CommState*> waited;  // non-blocking communicators of that group already waited for
     const void* armed_token = nullptr;
     uint32_t armed_flags = 0;
@@ -242,6 +253,7 @@ class Proxy {
   int compact_in(CommState& cs, const Compaction& c, Stream stream);
   int compact_out(CommState& cs, const Compaction& c, Stream stream);
   int verify(CommState& cs, const Compaction& c, Stream stream);
+  int share_verdicts(std::vector<VerifyVerdict>& verdicts);
   int learned_all_reduce(Call& call, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op,
                          Path* path);
   // What must follow a collective: now (after its kernel is on the stream), or after the group.

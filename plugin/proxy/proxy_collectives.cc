@@ -395,24 +395,60 @@ int Proxy::verify(CommState& cs, const Compaction& c, Stream stream) {
                   g, w);
     break;
   }
-  // The agreement: the worst refusal any rank voted says whether one of them found a difference.
-  const Vote mine{0, fingerprint_, what[0] ? Refusal::kCouldNotPrepare : Refusal::kNone};
-  write_vote(mine, cs.vote->host());
-  note(cs, CallKind::kVote, ReduceOp::kMax, ElemType::kI64, CallPath::kAgreement, kVoteWords);
-  int rc = backend_.exchange_in(*cs.vote, nullptr, kVoteWords, 8, cs.comm, stream);
-  if (rc == kResultInProgress) rc = backend_.wait_enqueued(cs.comm, cs.live);
-  if (!rc) rc = backend_.exchange_out(*cs.vote, nullptr, kVoteWords, 8, stream);
-  if (!rc) rc = backend_.wait_exchange(*cs.vote, cs.comm, cs.live);
-  if (rc) return fail_comm(cs, rc, what[0] ? what : "SIEVE_PROXY_VERIFY could not share its comparison");
-  if (what[0]) return fail_comm(cs, kResultInternalError, what);
-  if (read_verdict(mine, cs.vote->host()).worst != Refusal::kNone) {
-    std::snprintf(what, sizeof what,
-                  "SIEVE_PROXY_VERIFY: another rank's result of call #%" PRIu64 " (%s %s) differs from the dense "
-                  "result (its log names the element)",
-                  c.seq, kind, elem_type_name(plan.type()));
-    return fail_comm(cs, kResultInternalError, what);
+  ThreadState& ts = thread_state();
+  if (ts.collecting_verdicts) {  // a group's end: shared with its other communicators' verdicts
+    for (VerifyVerdict& v : ts.verdicts)
+      if (v.state == &cs) {
+        if (v.what.empty()) v.what = what;
+        return kResultSuccess;
+      }
+    ts.verdicts.push_back(VerifyVerdict{&cs, stream, what});
+    return kResultSuccess;
   }
-  return kResultSuccess;
+  std::vector<VerifyVerdict> one{VerifyVerdict{&cs, stream, what}};
+  return share_verdicts(one);
+}
+
+// Every rank issues one exchange per communicator that verified (in one group when there are
+// several: one thread may drive several ranks), then reads whether any rank found a difference.
+int Proxy::share_verdicts(std::vector<VerifyVerdict>& verdicts) {
+  bool grouped = verdicts.size() > 1;
+  if (grouped && backend_.group_start() != kResultSuccess) grouped = false;
+  std::vector<int> issued(verdicts.size(), kResultSuccess);
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    CommState& cs = *verdicts[i].state;
+    const Vote mine{0, fingerprint_, verdicts[i].what.empty() ? Refusal::kNone : Refusal::kCouldNotPrepare};
+    write_vote(mine, cs.vote->host());
+    note(cs, CallKind::kVerifyVerdict, ReduceOp::kMax, ElemType::kI64, CallPath::kAgreement, kVoteWords);
+    issued[i] = backend_.exchange_in(*cs.vote, nullptr, kVoteWords, 8, cs.comm, verdicts[i].stream);
+  }
+  int group_rc = grouped ? backend_.group_end() : kResultSuccess;
+  int result = kResultSuccess;
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    CommState& cs = *verdicts[i].state;
+    const std::string& what = verdicts[i].what;
+    Waiting waiting(cs, "SIEVE_PROXY_VERIFY's shared verdict");
+    int rc = enqueued(issued[i]) ? group_rc : issued[i];
+    if (rc == kResultSuccess || rc == kResultInProgress)
+      rc = issued[i] == kResultInProgress || rc == kResultInProgress ? backend_.wait_enqueued(cs.comm, cs.live) : 0;
+    if (!rc) rc = backend_.exchange_out(*cs.vote, nullptr, kVoteWords, 8, verdicts[i].stream);
+    if (!rc) rc = backend_.wait_exchange(*cs.vote, cs.comm, cs.live);
+    int failed = kResultSuccess;
+    if (rc) {
+      failed = fail_comm(cs, rc, what.empty() ? "SIEVE_PROXY_VERIFY could not share its comparison" : what);
+    } else if (!what.empty()) {
+      failed = fail_comm(cs, kResultInternalError, what);
+    } else {
+      const Vote mine{0, fingerprint_, Refusal::kNone};
+      if (read_verdict(mine, cs.vote->host()).worst != Refusal::kNone)
+        failed = fail_comm(cs, kResultInternalError,
+                           "SIEVE_PROXY_VERIFY: another rank's result of a compacted collective differs from the dense "
+                           "result (its log names the call and the element)");
+    }
+    if (failed && !result) result = failed;
+  }
+  verdicts.clear();
+  return result;
 }
 
 // --- learned masks ---------------------------------------------------------------------------

@@ -174,5 +174,35 @@ TEST(OrderingTest, AVerificationMismatchOnOneRankAbortsEveryRank) {
   }
 }
 
+// Item 5 inside a group over two communicators: the verdicts are shared at the group's end, together
+// (one exchange per communicator, in one group, so one thread driving several ranks can make
+// progress); the communicator where one rank's shard differs aborts on every rank, the other lives.
+TEST(OrderingTest, VerdictsOfAGroupAreSharedPerCommunicator) {
+  ProxyOptions o = test_options();
+  o.verify = true;
+  FakeWorld world(2), other(2);
+  auto ranks = make_ranks(world, o);
+  for (auto& r : ranks) r->backend.join(kOther, other, r->rank);
+  const compress::Mask m = thirds_mask(kCount);
+  run_ranks(ranks, [&](Rank& r) {
+    std::vector<float> a = gradient(m, r.rank), b = gradient(m, r.rank), mine(kCount / 2);
+    if (r.rank == 0) a[601] = 4.0f;  // in rank 1's shard, where the mask prunes
+    ASSERT_TRUE(r.registry.publish_collective(compress::MaskTarget::kReduceScatter, compress::DType::kF32,
+                                              std::make_shared<const compress::Mask>(m), nullptr).ok());
+    r.publish(b.data(), m);
+    r.commit(0, kComm);
+    r.commit(0, kOther);
+    ASSERT_EQ(r.proxy.group_start(), 0);
+    EXPECT_TRUE(enqueued(r.proxy.reduce_scatter(a.data(), mine.data(), kCount / 2, ElemType::kF32, ReduceOp::kSum,
+                                                kComm, kStream)));
+    EXPECT_TRUE(enqueued(r.proxy.all_reduce(b.data(), b.data(), kCount, ElemType::kF32, ReduceOp::kSum, kOther,
+                                            kStream)));
+    EXPECT_NE(r.proxy.group_end(), 0) << "rank " << r.rank;
+    EXPECT_TRUE(r.proxy.aborted(kComm)) << "rank " << r.rank;
+    EXPECT_FALSE(r.proxy.aborted(kOther)) << "rank " << r.rank;
+    expect_exact(b, dense_sum(m, 2));
+  });
+}
+
 }  // namespace
 }  // namespace sieve::plugin::proxy
