@@ -1,13 +1,18 @@
 #include "net/socket.h"
 
 #include <fcntl.h>
-#include <netinet/tcp.h>
+// linux/tcp.h rather than netinet/tcp.h: its tcp_info has tcpi_snd_wnd (Linux 6.2 and later fill it).
+#include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -94,27 +99,62 @@ void tune_connection(int fd, int peer_timeout_ms) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
 }
 
+namespace {
+
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+void AckWatch::wrote() {
+  last_write_ms_ = steady_ms();
+  unanswered_since_ms_ = -1;
+}
+
+int AckWatch::remaining_ms(int timeout_ms) const {
+  if (unanswered_since_ms_ < 0) return timeout_ms;
+  return static_cast<int>(std::max<int64_t>(0, unanswered_since_ms_ + timeout_ms - steady_ms()));
+}
+
 Status AckWatch::check(int fd, int timeout_ms, const std::string& peer) {
   tcp_info info{};
   socklen_t length = sizeof(info);
   if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return Status::ok();  // cannot tell: not dead
-  // Retransmissions of data, not window probes: Linux backs probes off (and, depending on the
-  // version, counts them unanswered) while a live receiver keeps its window closed.
-  const bool unanswered = info.tcpi_retransmits > 0;
+  // What tells a live receiver from a vanished one: a live receiver that stops reading closes its
+  // window; one that reads acknowledges. Data waiting behind an open window with no acknowledgement
+  // is a vanished host or a cut network, whichever side drops the packets: retransmissions are not
+  // required, because packets the sender's own host drops (a black-holed namespace, a qdisc) are
+  // never counted as retransmitted. Kernels that do not report the window (before 6.2) fall back to
+  // retransmissions, which exclude window probes.
+  const bool window_known = length >= offsetof(tcp_info, tcpi_snd_wnd) + sizeof(info.tcpi_snd_wnd);
+  const bool waiting = unacknowledged_bytes(fd) > 0;
+  const bool unanswered =
+      waiting && (window_known ? info.tcpi_snd_wnd > 0 : info.tcpi_retransmits > 0);
   if (!unanswered) {
     reset();
     return Status::ok();
   }
-  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch()).count();
-  if (unanswered_since_ms_ < 0) unanswered_since_ms_ = now;
-  // Both: unanswered for the whole time (not one probe in flight at the wrong moment), and no
-  // acknowledgement of anything for as long.
-  if (now - unanswered_since_ms_ >= timeout_ms && info.tcpi_last_ack_recv >= static_cast<uint32_t>(timeout_ms))
+  const int64_t now = steady_ms();
+  // Unanswered since the later of the last acknowledgement and the last write (or, where the caller
+  // does not say when it wrote, the last new data the kernel sent): not from when a check first saw
+  // it, which made a 5 s bound 7 s. Never before the last write: an idle connection's last
+  // acknowledgement may be old, its new data is not.
+  if (unanswered_since_ms_ < 0) {
+    const int64_t written = last_write_ms_ >= 0 ? last_write_ms_ : now - static_cast<int64_t>(info.tcpi_last_data_sent);
+    unanswered_since_ms_ = std::max(now - static_cast<int64_t>(info.tcpi_last_ack_recv), written);
+  }
+  if (now - unanswered_since_ms_ >= timeout_ms)
     return error(Code::RemoteError, "peer " + peer + " acknowledged nothing for " +
-                                        std::to_string(info.tcpi_last_ack_recv) +
+                                        std::to_string(now - unanswered_since_ms_) +
                                         " ms (its host is down or the network is cut; SIEVE_PEER_TIMEOUT_MS)");
   return Status::ok();
+}
+
+int unacknowledged_bytes(int fd) {
+  int bytes = 0;
+  return ::ioctl(fd, SIOCOUTQ, &bytes) == 0 ? bytes : 0;
 }
 
 IoResult write_some(int fd, const iovec* iov, int count) {

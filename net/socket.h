@@ -54,19 +54,29 @@ Status accept_one(int listen_fd, Fd* out, SocketAddress* peer, bool* got_one);
 // CPU, or not posting its receive yet) closes its window. AckWatch covers a vanished host instead.
 void tune_connection(int fd, int peer_timeout_ms);
 
-// Tells a vanished host from a slow receiver while data waits to be sent: a live receiver that stops
-// reading closes its window (the sender then only probes it), a vanished host leaves data in flight
-// unacknowledged and the sender retransmits. Check while a send is blocked; reset on progress.
+// Tells a vanished host from a slow receiver while data waits to be sent or acknowledged: a live
+// receiver that stops reading closes its window (the sender then only probes it), a vanished host
+// leaves data in flight unacknowledged and the sender retransmits. Check while a send is blocked, and
+// while written data is unacknowledged; mark every write (wrote). The peer is dead once data has gone
+// unanswered for timeout_ms, counted from the later of its last acknowledgement and the last write,
+// so the bound is timeout_ms (plus the caller's polling step), whenever the first retransmission came.
 // (A host that vanishes while its window is closed is left to the kernel's probe limit.)
 class AckWatch {
  public:
   // An error once the peer has left retransmitted data unacknowledged for timeout_ms.
   Status check(int fd, int timeout_ms, const std::string& peer);
+  // Milliseconds until check() would fail if nothing changes (timeout_ms while nothing is unanswered).
+  int remaining_ms(int timeout_ms) const;
+  void wrote();
   void reset() { unanswered_since_ms_ = -1; }
 
  private:
   int64_t unanswered_since_ms_ = -1;
+  int64_t last_write_ms_ = -1;
 };
+
+// Bytes written to `fd` and not yet acknowledged by the peer (SIOCOUTQ); 0 when it cannot tell.
+int unacknowledged_bytes(int fd);
 
 // Outcome of one non-blocking read or write.
 struct IoResult {

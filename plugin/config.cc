@@ -283,8 +283,10 @@ std::string without_effect_text(const std::vector<const ParamInfo*>& unused, Sco
 }
 
 const Registry& Registry::process() {
-  static const Registry registry(environment_snapshot());
-  return registry;
+  // Never destroyed: code that runs at exit (the proxy's preload report, late NCCL teardown calls) may
+  // still read the settings after static destructors have run.
+  static const Registry* registry = new Registry(environment_snapshot());
+  return *registry;
 }
 
 }  // namespace sieve::config

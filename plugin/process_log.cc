@@ -5,6 +5,7 @@
 
 #include "net/log.h"
 #include "plugin/config.h"
+#include "plugin/mapped_copies.h"
 
 namespace sieve::plugin {
 
@@ -25,6 +26,7 @@ void start_process_log() {
     const config::Registry& registry = config::Registry::process();
     log::set_stderr_level(level_from(registry.settings().log_level));
     for (const auto& problem : registry.diagnostics()) SIEVE_WARN("%s", problem.c_str());
+    warn_about_other_copies();
   });
 }
 

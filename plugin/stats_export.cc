@@ -3,11 +3,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 
 #include "net/log.h"
-#include "plugin/peer_traffic.h"
+#include "plugin/net/peer_traffic.h"
 #include "plugin/stats.h"
 
 namespace sieve::plugin {
@@ -32,6 +33,7 @@ struct Export {
   std::unique_ptr<StatsFileClaim> claim;
   std::unique_ptr<StatsWriter> writer;
   bool refused = false;  // a setting that cannot work is warned once, not at every start
+  std::string written;   // the file this process wrote, kept across a stop and a new start
 
   // Stopping at exit, too: a process that exits normally writes its final totals.
   ~Export() {
@@ -63,6 +65,7 @@ Snapshot current_snapshot() {
           .count());
   s.pid = static_cast<int>(getpid());
   s.host = host_name();
+  s.rank = launcher_rank([](const char* name) -> const char* { return std::getenv(name); });
   s.totals.bytes_logical_sent = load(stats.bytes_logical_sent);
   s.totals.bytes_wire_sent = load(stats.bytes_wire_sent);
   s.totals.bytes_logical_received = load(stats.bytes_logical_received);
@@ -95,7 +98,7 @@ std::string start_stats_export(const config::Settings& settings) {
   std::string path;
   if (problem.empty()) {
     std::string note;
-    path = choose_stats_path(settings.stats_file, pid, host, &claim, &note);
+    path = choose_stats_path(settings.stats_file, pid, host, &claim, &note, e.written);
     if (!note.empty() && !e.refused) SIEVE_WARN("%s", note.c_str());
   }
   const StatsFormat format = settings.stats_format == "prometheus" ? StatsFormat::Prometheus : StatsFormat::Json;
@@ -111,6 +114,7 @@ std::string start_stats_export(const config::Settings& settings) {
   }
   e.claim = std::move(claim);
   e.writer = std::move(writer);
+  e.written = path;
   SIEVE_INFO("traffic statistics go to %s (%s, %s)", path.c_str(), settings.stats_format.c_str(),
              settings.stats_interval_s > 0
                  ? ("every " + std::to_string(settings.stats_interval_s) + " s and when connections end").c_str()

@@ -143,15 +143,53 @@ std::string to_json(const Snapshot& s) {
   return out;
 }
 
+std::string peer_host(const std::string& peer) {
+  if (!peer.empty() && peer[0] == '[') {
+    const size_t close = peer.find(']');
+    return close == std::string::npos ? peer : peer.substr(1, close - 1);
+  }
+  const size_t colon = peer.rfind(':');
+  if (colon == std::string::npos || colon + 1 == peer.size() || peer.find(':') != colon) return peer;
+  for (size_t i = colon + 1; i < peer.size(); ++i)
+    if (peer[i] < '0' || peer[i] > '9') return peer;
+  return peer.substr(0, colon);
+}
+
+std::string launcher_rank(const char* (*lookup)(const char*)) {
+  for (const char* name : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
+    const char* value = lookup(name);
+    if (value == nullptr || *value == '\0') continue;
+    bool digits = true;
+    for (const char* c = value; *c; ++c) digits = digits && *c >= '0' && *c <= '9';
+    if (digits) return value;
+  }
+  return "";
+}
+
 // Prometheus text exposition. Process totals and per-peer series are different metrics
 // (sieve_X_total and sieve_peer_X_total), so sum() over either counts each byte once; every family
 // has its HELP and TYPE, then its samples, together.
 std::string to_prometheus(const Snapshot& s) {
   std::string out;
-  const std::string process_labels = "host=\"" + label_value(s.host) + "\",pid=\"" + std::to_string(s.pid) + "\"";
+  std::string process_labels = "host=\"" + label_value(s.host) + "\"";
+  if (!s.rank.empty()) process_labels += ",rank=\"" + label_value(s.rank) + "\"";
   auto family = [&](const std::string& name, const char* help) {
     out += "# HELP " + name + " " + help + "\n# TYPE " + name + " counter\n";
   };
+  // One series per (device, peer host): NCCL's many connections to a host, each from its own
+  // ephemeral port, are one series whose number does not grow with connections or restarts.
+  std::vector<PeerTraffic> hosts;
+  for (const auto& p : s.peers) {
+    const std::string host = peer_host(p.peer);
+    PeerTraffic* slot = nullptr;
+    for (auto& h : hosts)
+      if (h.device == p.device && h.peer == host) slot = &h;
+    if (!slot) {
+      hosts.push_back({p.device, host, {}});
+      slot = &hosts.back();
+    }
+    slot->counters += p.counters;
+  }
   for (const auto& f : kFields) {
     const std::string name = std::string("sieve_") + f.metric + "_total";
     family(name, f.help);
@@ -159,10 +197,10 @@ std::string to_prometheus(const Snapshot& s) {
   }
   for (const auto& f : kFields) {
     const std::string name = std::string("sieve_peer_") + f.metric + "_total";
-    family(name, (std::string(f.help) + ", per connection to a peer").c_str());
-    for (const auto& p : s.peers)
-      out += name + "{" + process_labels + ",device=\"" + label_value(p.device) + "\",peer=\"" + label_value(p.peer) +
-             "\"} " + metric_value(p.counters.*f.member, f.scale) + "\n";
+    family(name, (std::string(f.help) + ", per peer host").c_str());
+    for (const auto& h : hosts)
+      out += name + "{" + process_labels + ",device=\"" + label_value(h.device) + "\",peer_host=\"" +
+             label_value(h.peer) + "\"} " + metric_value(h.counters.*f.member, f.scale) + "\n";
   }
   for (size_t i = 0; i < kProcessCounterCount; ++i) {
     const ProcessCounter& c = kProcessCounters[i];
@@ -266,15 +304,22 @@ std::string with_pid(const std::string& path, int pid) {
 }  // namespace
 
 std::string choose_stats_path(const std::string& pattern, int pid, const std::string& host,
-                              std::unique_ptr<StatsFileClaim>* claim, std::string* note) {
+                              std::unique_ptr<StatsFileClaim>* claim, std::string* note, const std::string& previous) {
   const std::string path = expand_stats_path(pattern, pid, host);
   if (pattern.find("%p") != std::string::npos) return path;
   std::string error;
   *claim = StatsFileClaim::take(path, &error);
-  if (*claim) return path;
+  std::string why = error.empty() ? path + " is written by another live process" : error;
+  if (*claim) {
+    // Unclaimed, but a file there is a finished process's final totals (a scraper may not have read
+    // them yet): never written over, unless this process wrote it itself.
+    struct stat st {};
+    if (path == previous || ::lstat(path.c_str(), &st) != 0) return path;
+    claim->reset();
+    why = path + " holds the final totals of an earlier process";
+  }
   const std::string own = with_pid(path, pid);
-  *note = "SIEVE_STATS_FILE=" + pattern + ": " +
-          (error.empty() ? path + " is written by another live process" : error) + "; this process writes " + own +
+  *note = "SIEVE_STATS_FILE=" + pattern + ": " + why + "; this process writes " + own +
           " instead (put %p in the name to give every process its own file)";
   return own;
 }

@@ -1,8 +1,9 @@
 // Telemetry for ops: a snapshot of what this process moved (totals, per device, per peer) rendered
 // as JSON or Prometheus text, and a writer that puts it in SIEVE_STATS_FILE every
-// SIEVE_STATS_INTERVAL seconds and whenever its owner asks (plugin/stats_export.h says when). Each write goes to a temporary file of its own, renamed over
-// the target, so a scraper never reads half a file, even with several writers of one path; a path
-// without %p is claimed by one live process (StatsFileClaim), so processes never overwrite each other.
+// SIEVE_STATS_INTERVAL seconds and whenever its owner asks (plugin/stats_export.h says when). Each
+// write goes to a temporary file of its own, renamed over the target, so a scraper never reads half a
+// file, even with several writers of one path; a path without %p is written by one process only
+// (choose_stats_path), so processes never overwrite each other, together or in turn.
 #pragma once
 
 #include <condition_variable>
@@ -38,6 +39,7 @@ struct Snapshot {
   uint64_t unix_ms = 0;
   int pid = 0;
   std::string host;
+  std::string rank;  // the process's rank in its job where the launcher says it, else ""
   TrafficCounters totals;
   uint64_t collectives_dense = 0;
   uint64_t collectives_compacted = 0;
@@ -66,7 +68,18 @@ extern const size_t kProcessCounterCount;
 std::vector<PeerTraffic> per_device(const Snapshot& snapshot);
 
 std::string to_json(const Snapshot& snapshot);
+// Labels stay bounded at any scale and across restarts: `host` and `rank` (where known) for the
+// process, the peer's host (its address, without the ephemeral port) and the local device for the
+// per-peer series, whose connections to one host are summed. No pid: each restart would start new
+// series. Per-connection detail (the port) is in the JSON only.
 std::string to_prometheus(const Snapshot& snapshot);
+
+// "10.0.1.2:4000" -> "10.0.1.2", "[fe80::1]:4000" -> "fe80::1"; anything else as it is.
+std::string peer_host(const std::string& peer);
+
+// The rank the job's launcher gives this process (torchrun's RANK, Slurm's SLURM_PROCID, Open MPI's
+// OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, in that order), "" when none says. `lookup` is getenv.
+std::string launcher_rank(const char* (*lookup)(const char*));
 
 enum class StatsFormat { Json, Prometheus };
 
@@ -101,11 +114,15 @@ class StatsFileClaim {
 };
 
 // The file this process writes for SIEVE_STATS_FILE=`pattern`. With %p every process has its own.
-// Without, processes sharing the name would overwrite each other: the first live one claims it
-// (`*claim`, to hold while writing); any other writes the same name with ".<pid>" before its
-// extension, and `*note` says so (nothing is lost, nothing silently overwritten).
+// Without, the name is made unique rather than refused: the name as given goes to the first process
+// that finds it unclaimed and unwritten (`*claim`, to hold while writing); a process that finds it
+// claimed by a live process, or holding an earlier process's final totals, writes the same name with
+// ".<pid>" before its extension, and `*note` says so. Nothing is lost, nothing overwritten, whether
+// the processes sharing the name run together or one after another. `previous` is the file this
+// process wrote before (a second start after a stop): its own file, which it goes on writing.
 std::string choose_stats_path(const std::string& pattern, int pid, const std::string& host,
-                              std::unique_ptr<StatsFileClaim>* claim, std::string* note);
+                              std::unique_ptr<StatsFileClaim>* claim, std::string* note,
+                              const std::string& previous = "");
 
 // Writes snapshots from `source` to a file: when asked (write_now), every interval_s seconds when
 // interval_s > 0 (a thread started by the constructor), and once more at destruction. Never at

@@ -7,8 +7,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
+python=${PYTHON_VENV:-/opt/sieve/venv}/bin/python  # PyTorch 2.11, from tools/install-deps.sh
 
-bash "$root/tools/install-deps.sh" python3-torch
+bash "$root/tools/install-deps.sh"
 echo "demo: building (this takes a few minutes the first time)..."
 bash "$root/tools/build.sh" >/dev/null
 
@@ -16,19 +17,19 @@ bash "$root/tools/build.sh" >/dev/null
 # in a container without CAP_NET_ADMIN cannot; sieve-bench then says why and runs on loopback).
 gloo_possible() {
   [[ $(id -u) -eq 0 ]] || return 1
-  /usr/bin/python3 -c "import torch.distributed as d; assert d.is_gloo_available()" 2>/dev/null || return 1
+  "$python" -c "import torch.distributed as d; assert d.is_gloo_available()" 2>/dev/null || return 1
   local probe=sdemo$$ status=0
-  bash "$root/tools/netlab.sh" --prefix "$probe" up 2 >/dev/null 2>&1 || status=$?
-  bash "$root/tools/netlab.sh" --prefix "$probe" down >/dev/null 2>&1
+  bash "$root/tools/share/netlab.sh" --prefix "$probe" up 2 >/dev/null 2>&1 || status=$?
+  bash "$root/tools/share/netlab.sh" --prefix "$probe" down >/dev/null 2>&1
   return "$status"
 }
 
 # --prune unstructured --density 0.2 are the defaults, left unsaid so that --masks FILE can replace them.
 args=(--nodes 4 --model resnet50 --rate 1gbit --iters 3 --warmup 1)
 if gloo_possible; then
-  args+=(--gloo)
+  args+=(--gloo --python "$python")
 elif [[ $(id -u) -eq 0 ]]; then
   echo "demo: no PyTorch Gloo comparison here (it needs PyTorch's Gloo and a network namespace lab)"
 fi
 echo "demo: 4 nodes, ResNet-50 with 80 % of its weights pruned, ring all-reduce through Sieve at 1 Gbit/s"
-exec "$build/tools/bench/sieve-bench" "${args[@]}" "$@"
+exec "$build/tools/sieve-bench/sieve-bench" "${args[@]}" "$@"

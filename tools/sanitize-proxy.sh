@@ -3,7 +3,7 @@
 # backend, the allocation count, the GPU suites, which skip without a device) built and run under
 # ThreadSanitizer and under AddressSanitizer + UBSan, each in its own build tree beside the main one.
 # Only those targets are built (through ccache when it is installed). The Python-hosted proxy checks
-# cannot host a sanitizer runtime (tests/proxy/CMakeLists.txt) and run in the plain build. Any
+# cannot host a sanitizer runtime (tests/plugin/proxy/CMakeLists.txt) and run in the plain build. Any
 # report fails the run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

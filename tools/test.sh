@@ -7,7 +7,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
-"$root/tools/install-deps.sh" python3-torch
+"$root/tools/install-deps.sh"
 "$root/tools/build.sh"
 "$root/tools/fuzz.sh"
 kit_status=0

@@ -1,7 +1,7 @@
 // What the collective proxy needs from a GPU and from the real NCCL, behind one interface: the CUDA
 // backend (cuda_backend.cc) implements it with the compress/cuda kernels and the NCCL entry points
 // found among the loaded objects (real_nccl.h); tests implement it on host memory with ranks as
-// threads (tests/proxy/fake_backend.h). Every method returns 0 or an NCCL-style result code.
+// threads (tests/plugin/proxy/fake_backend.h). Every method returns 0 or an NCCL-style result code.
 //
 // Ordering: everything taking a Stream is enqueued on it, without host synchronisation. The waits
 // (wait_enqueued, wait_exchange, download, read_*) have no deadline of their own (a rank that gave up

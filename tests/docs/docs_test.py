@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The user documentation (README.md and docs/*.md) against the product, so that they cannot drift.
+"""The user documentation (README.md, CONTRIBUTING.md and docs/*.md) against the product, so that they cannot drift.
 
 Every name the docs show is looked up where the product defines it, never in a list kept here:
 
@@ -106,7 +106,8 @@ class Doc:
 
 
 def load_docs(source_dir):
-    paths = [os.path.join(source_dir, "README.md")] + sorted(glob.glob(os.path.join(source_dir, "docs", "*.md")))
+    paths = [os.path.join(source_dir, name) for name in ("README.md", "CONTRIBUTING.md")]
+    paths += sorted(glob.glob(os.path.join(source_dir, "docs", "*.md")))
     return [Doc(p, source_dir) for p in paths]
 
 
@@ -127,10 +128,10 @@ class Product:
 
     def tool(self, name):
         paths = {
-            "sieve-info": "tools/sieve-info/sieve-info", "sieve-perf": "tools/perf/sieve-perf",
-            "sieve-bench": "tools/bench/sieve-bench", "sieve-impair": "tools/impair/sieve-impair",
-            "sieve-codec-bench": "compress/bench/sieve-codec-bench",
-            "sieve_conformance_peer": "tests/conformance/sieve_conformance_peer",
+            "sieve-info": "tools/sieve-info/sieve-info", "sieve-perf": "tools/sieve-perf/sieve-perf",
+            "sieve-bench": "tools/sieve-bench/sieve-bench", "sieve-impair": "tools/sieve-impair/sieve-impair",
+            "sieve-codec-bench": "compress/codec_bench/sieve-codec-bench",
+            "sieve_conformance_peer": "tests/plugin/net/conformance/sieve_conformance_peer",
         }
         if name in SCRIPTS:
             return ["bash", os.path.join(self.source, SCRIPTS[name])]
@@ -211,8 +212,11 @@ class Product:
         return self._cache["installed"]
 
     def python_module(self):
-        spec = importlib.util.spec_from_file_location("sieve", os.path.join(self.source, "tools/python/sieve.py"))
+        package = os.path.join(self.source, "tools/python/sieve")
+        spec = importlib.util.spec_from_file_location("sieve", os.path.join(package, "__init__.py"),
+                                                      submodule_search_locations=[package])
         module = importlib.util.module_from_spec(spec)
+        sys.modules["sieve"] = module  # its submodules import each other through the package
         spec.loader.exec_module(module)
         return module
 
@@ -270,6 +274,25 @@ def variables(docs, product):
                 if not refused and was_refused:
                     said = [d for d in diagnostics if d.startswith(name + "=")]
                     problems.append("%s: %s=%s is refused by the registry: %s" % (doc.where(number), name, value, said))
+    # What a switch does when off, said in the README's table and by sieve-info (the registry's doc):
+    # the same words, so an operator reading either learns the same thing.
+    for doc, number, line in everything(docs):
+        row = re.match(r"\| `(SIEVE_[A-Z0-9_]+)` \|.*\((off: [^)]*)\) \|\s*$", line)
+        if row and row.group(1) in registry and row.group(2) not in registry[row.group(1)]["doc"]:
+            problems.append("%s: %s says '%s'; sieve-info says: %s" %
+                            (doc.where(number), row.group(1), row.group(2), registry[row.group(1)]["doc"]))
+    # LD_PRELOAD goes on the training command: in an image's ENV or a pod's env it reaches every
+    # process of the container, which the Containers section warns against.
+    for doc, number, line in everything(docs):
+        if re.search(r"name: LD_PRELOAD\b|^\s*ENV\b.*\bLD_PRELOAD=", line):
+            problems.append("%s: LD_PRELOAD set for a whole container: %s" % (doc.where(number), line.strip()))
+    # The hang report goes beside the stats file: a directory shown for it is one shown for that file.
+    stats_dirs = {os.path.dirname(v) for _, _, name, v in shown if name == "SIEVE_STATS_FILE" and "/" in v}
+    for doc, number, line in everything(docs):
+        for path in re.findall(r"(/[\w./-]+)/sieve-proxy-state\.", line):
+            if path not in stats_dirs:
+                problems.append("%s: the hang report shown in %s, where no SIEVE_STATS_FILE is shown (%s)" %
+                                (doc.where(number), path, ", ".join(sorted(stats_dirs))))
     check(not problems, "\n".join(problems))
     print("%d SIEVE_* names and %d values shown, all the product's" % (seen, len(assignments)))
 
@@ -368,7 +391,7 @@ def python(docs, product):
 TOOL_NAMES = ("sieve-info", "sieve-perf", "sieve-bench", "sieve-impair", "netlab.sh", "build-nccl-socket-plugin.sh",
               "sieve-codec-bench", "run.sh", "bundle.sh", "sieve_conformance_peer")
 # Scripts run from the source tree (the GPU kit's run.sh answers --help there too).
-SCRIPTS = {"netlab.sh": "tools/netlab.sh", "build-nccl-socket-plugin.sh": "tools/perf/build-nccl-socket-plugin.sh",
+SCRIPTS = {"netlab.sh": "tools/share/netlab.sh", "build-nccl-socket-plugin.sh": "tools/sieve-perf/build-nccl-socket-plugin.sh",
            "run.sh": "tools/gpu/run.sh", "bundle.sh": "tools/gpu/bundle.sh"}
 SEPARATORS = {"|", "||", "&&", ";", ">", ">>", "2>", "<", "<<<", "&", ")", "(", "\\"}
 

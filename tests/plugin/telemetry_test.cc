@@ -58,10 +58,59 @@ TEST(Telemetry, JsonCarriesTotalsDevicesPeersAndEscapes) {
 TEST(Telemetry, PrometheusHasTypedCountersWithLabels) {
   std::string p = to_prometheus(sample());
   EXPECT_NE(p.find("# TYPE sieve_wire_sent_bytes_total counter"), std::string::npos) << p;
-  EXPECT_NE(p.find("sieve_wire_sent_bytes_total{host=\"node\\\"1\",pid=\"42\"} 500"), std::string::npos) << p;
-  EXPECT_NE(p.find("sieve_peer_wire_sent_bytes_total{host=\"node\\\"1\",pid=\"42\",device=\"eth1\",peer=\"10.0.1.2:4000\"} 100"),
+  EXPECT_NE(p.find("sieve_wire_sent_bytes_total{host=\"node\\\"1\"} 500"), std::string::npos) << p;
+  EXPECT_NE(p.find("sieve_peer_wire_sent_bytes_total{host=\"node\\\"1\",device=\"eth1\",peer_host=\"10.0.1.2\"} 100"),
             std::string::npos) << p;
-  EXPECT_NE(p.find("sieve_collectives_compacted_total{host=\"node\\\"1\",pid=\"42\"} 7"), std::string::npos) << p;
+  EXPECT_NE(p.find("sieve_collectives_compacted_total{host=\"node\\\"1\"} 7"), std::string::npos) << p;
+}
+
+// Series stay bounded at 64 nodes x 8 ranks and across restarts: no pid, no ephemeral port; the
+// connections to one host (each from its own port) are one series, their sum; the rank where known.
+TEST(Telemetry, PrometheusLabelsPeersByHostAndProcessesByRank) {
+  Snapshot s = sample();
+  TrafficCounters c;
+  c.bytes_wire_sent = 11;
+  s.peers.push_back({"eth1", "10.0.1.2:4001", c});  // a second connection to 10.0.1.2
+  s.peers.push_back({"eth1", "[fe80::2]:4002", c});
+  s.rank = "17";
+  const std::string p = to_prometheus(s);
+  EXPECT_EQ(p.find("pid="), std::string::npos) << p;
+  EXPECT_EQ(p.find(":4000"), std::string::npos) << p;
+  EXPECT_NE(p.find("sieve_peer_wire_sent_bytes_total{host=\"node\\\"1\",rank=\"17\",device=\"eth1\",peer_host=\"10.0.1.2\"} 111\n"),
+            std::string::npos) << p;
+  EXPECT_NE(p.find("peer_host=\"fe80::2\"} 11\n"), std::string::npos) << p;
+  EXPECT_NE(p.find("sieve_wire_sent_bytes_total{host=\"node\\\"1\",rank=\"17\"} "), std::string::npos) << p;
+  size_t series = 0;
+  for (size_t at = p.find("sieve_peer_wire_sent_bytes_total{"); at != std::string::npos;
+       at = p.find("sieve_peer_wire_sent_bytes_total{", at + 1))
+    ++series;
+  EXPECT_EQ(series, 4u) << "eth0 x 2 hosts, eth1 x 2 hosts\n" << p;
+  // The JSON keeps every connection, port and pid included.
+  const std::string j = to_json(s);
+  EXPECT_NE(j.find("\"peer\": \"10.0.1.2:4001\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"pid\": 42"), std::string::npos) << j;
+}
+
+TEST(Telemetry, PeerHostDropsOnlyAPort) {
+  EXPECT_EQ(peer_host("10.0.0.2:4000"), "10.0.0.2");
+  EXPECT_EQ(peer_host("[::1]:59374"), "::1");
+  EXPECT_EQ(peer_host("fe80::1"), "fe80::1");  // no brackets: no port to drop
+  EXPECT_EQ(peer_host("node7"), "node7");
+  EXPECT_EQ(peer_host("node7:x"), "node7:x");
+}
+
+TEST(Telemetry, LauncherRankInOrderDigitsOnly) {
+  static std::map<std::string, std::string> env;
+  auto lookup = [](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  env = {};
+  EXPECT_EQ(launcher_rank(lookup), "");
+  env = {{"SLURM_PROCID", "5"}, {"OMPI_COMM_WORLD_RANK", "6"}};
+  EXPECT_EQ(launcher_rank(lookup), "5");
+  env = {{"RANK", "x1"}, {"PMI_RANK", "3"}};
+  EXPECT_EQ(launcher_rank(lookup), "3") << "a value that is no rank is skipped";
 }
 
 // Every process counter reaches both formats, each with its own value (a counter wired to the wrong
@@ -75,7 +124,7 @@ TEST(Telemetry, EveryProcessCounterIsInJsonAndPrometheus) {
     const std::string value = std::to_string(1000 + i);
     EXPECT_NE(j.find(std::string("\"") + c.json + "\": " + value + ","), std::string::npos) << c.json << "\n" << j;
     EXPECT_NE(p.find(std::string("# TYPE sieve_") + c.metric + "_total counter"), std::string::npos) << c.metric;
-    EXPECT_NE(p.find(std::string("sieve_") + c.metric + "_total{host=\"node\\\"1\",pid=\"42\"} " + value + "\n"),
+    EXPECT_NE(p.find(std::string("sieve_") + c.metric + "_total{host=\"node\\\"1\"} " + value + "\n"),
               std::string::npos)
         << c.metric << "\n" << p;
   }
@@ -259,6 +308,31 @@ TEST(Telemetry, ASharedStatsPathIsWrittenByOneLiveProcess) {
   third.reset();
   second.reset();
   EXPECT_NE(access((pattern + ".lock").c_str(), F_OK), 0) << "the released claim left its lock file";
+}
+
+// One after another, too (issue 43): a process that finds the name unclaimed but holding a finished
+// process's final totals writes its own file instead of overwriting them; the process that wrote
+// the file goes on writing it after a stop and a new start.
+TEST(Telemetry, ASharedStatsPathNeverOverwritesAnEarlierProcesssTotals) {
+  const std::string dir = ::testing::TempDir();
+  const std::string tag = std::to_string(getpid());
+  const std::string pattern = dir + "sieve-turns-" + tag + ".json";
+  std::remove(pattern.c_str());
+  std::unique_ptr<StatsFileClaim> first, second, again;
+  std::string note;
+  ASSERT_EQ(choose_stats_path(pattern, 100, "h", &first, &note), pattern);
+  { StatsWriter writer(pattern, StatsFormat::Json, 0, [] { Snapshot s; s.pid = 100; return s; }); }
+  first.reset();  // the first process ends: its final totals are in the file, its claim is gone
+  EXPECT_EQ(choose_stats_path(pattern, 200, "h", &second, &note), dir + "sieve-turns-" + tag + ".200.json");
+  EXPECT_FALSE(second) << "holds a claim on a name it does not write";
+  EXPECT_NE(note.find("final totals of an earlier process"), std::string::npos) << note;
+  EXPECT_NE(read_file(pattern).find("\"pid\": 100"), std::string::npos) << "the first process's totals are gone";
+  note.clear();
+  EXPECT_EQ(choose_stats_path(pattern, 100, "h", &again, &note, pattern), pattern);
+  EXPECT_TRUE(again);
+  EXPECT_EQ(note, "");
+  again.reset();
+  std::remove(pattern.c_str());
 }
 
 // Releasing a claim removes its lock file: ordinary runs leave only the files asked for. A file

@@ -64,9 +64,9 @@ InstallLayout InstallLayout::current() { return InstallLayout(executable_dir());
 
 InstallLayout::InstallLayout(const std::string& executable_dir) : executable_dir_(executable_dir) {
   if (executable_dir_.empty()) return;
-  // A build tree: this project's CMakeCache.txt a few levels up (tools/bench/, tests/net/ib/, ...).
+  // A build tree: this project's CMakeCache.txt a few levels up (tools/sieve-bench/, tests/net/ib/, ...).
   std::string dir = executable_dir_;
-  for (int level = 0; level < 4; ++level) {
+  for (int level = 0; level < 5; ++level) {
     const size_t slash = dir.rfind('/');
     if (slash == std::string::npos || slash == 0) break;
     dir = dir.substr(0, slash);
@@ -89,7 +89,7 @@ std::string InstallLayout::plugin() const {
 std::string InstallLayout::script(const std::string& name) const {
   const std::string installed = executable_dir_ + "/" SIEVE_BIN_TO_DATADIR "/" + name;
   if (readable(installed)) return canonical(installed);
-  const std::string in_source = source_dir_.empty() ? "" : source_dir_ + "/tools/" + name;
+  const std::string in_source = source_dir_.empty() ? "" : source_dir_ + "/tools/share/" + name;
   if (readable(in_source)) return in_source;
   return normal(installed);
 }
@@ -97,7 +97,7 @@ std::string InstallLayout::script(const std::string& name) const {
 std::string InstallLayout::impairer() const {
   const std::string installed = executable_dir_ + "/sieve-impair";
   if (access(installed.c_str(), X_OK) == 0) return installed;
-  const std::string built = build_dir_.empty() ? "" : build_dir_ + "/tools/impair/sieve-impair";
+  const std::string built = build_dir_.empty() ? "" : build_dir_ + "/tools/sieve-impair/sieve-impair";
   if (!built.empty() && access(built.c_str(), X_OK) == 0) return built;
   return "";
 }

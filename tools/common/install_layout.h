@@ -4,7 +4,7 @@
 //   installed  PREFIX/bin/TOOL with the library in PREFIX/LIBDIR and the scripts in PREFIX/share/sieve,
 //              as `cmake --install` and the Debian package lay them out;
 //   build tree BUILD/tools/X/TOOL (or deeper) under a CMakeCache.txt of this project, with the library
-//              in BUILD/plugin, sieve-impair in BUILD/tools/impair and the scripts in the source tree
+//              in BUILD/plugin, sieve-impair in BUILD/tools/sieve-impair and the scripts in the source tree
 //              the cache names.
 // When neither holds the file, the installed location is what the tool reports as missing.
 #pragma once
@@ -30,7 +30,7 @@ class InstallLayout {
   // libnccl-net-sieve.so: the installed one, else the build tree's, else the installed path (missing).
   std::string plugin() const;
   // A script shipped in share/sieve (netlab.sh, gloo_allreduce.py): installed, else the source
-  // tree's tools/NAME, else the installed path (missing).
+  // tree's tools/share/NAME, else the installed path (missing).
   std::string script(const std::string& name) const;
   // sieve-impair: beside the tool when installed, else the build tree's; "" when neither exists
   // (netlab.sh then looks on PATH itself).

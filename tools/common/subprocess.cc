@@ -10,13 +10,19 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
-#include "tools/common/plugin_loader.h"
 #include "tools/common/stop_signal.h"
 
 extern char** environ;
 
 namespace sieve::tools {
+
+int64_t monotonic_ms() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1000000;
+}
 namespace {
 constexpr int64_t kStopCheckMs = 100;
 }  // namespace

@@ -7,11 +7,16 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include <cstdint>
+
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace sieve::tools {
+
+// Milliseconds on CLOCK_MONOTONIC (comparable across processes on one machine).
+int64_t monotonic_ms();
 
 class Child {
  public:

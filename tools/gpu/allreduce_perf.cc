@@ -118,14 +118,16 @@ int main(int argc, char** argv) {
          "[--factor 4] [--time-limit SECONDS]");
   const auto start = std::chrono::steady_clock::now();
 
-  CHECK_CUDA(cudaSetDevice(0));
-  cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // The communicator first, on device 0 (the current device until one is set): when NCCL cannot
+  // work here, its own warning is what this program leaves (the GPU kit's NCCL canary reports it).
   ncclUniqueId id;
   const std::string error = sieve::tools::gpu::exchange_unique_id(g_rank, id_file, 120, &id);
   if (!error.empty()) fail("%s", error.c_str());
   ncclComm_t comm;
   CHECK_NCCL(ncclCommInitRank(&comm, nranks, id, g_rank));
+  CHECK_CUDA(cudaSetDevice(0));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int version = 0;
   CHECK_NCCL(ncclGetVersion(&version));
   if (g_rank == 0) {

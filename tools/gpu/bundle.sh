@@ -12,7 +12,7 @@
 #   lib/                       libnccl-net-sieve.so and every shared library they need that is not
 #                              in image-provides.txt (hwloc's runtime and its dependencies)
 #   kit/                       the steps (Python), the training scripts, the summary-to-tables script
-#   python/sieve.py            the Python binding
+#   python/sieve/              the Python binding (the package; PYTHONPATH=python)
 #   licenses/                  the copyright files of the copied libraries
 #   image-provides.txt, BUILD.json (commit, toolkit, files with sizes and sha256)
 # DIR is replaced as a whole. Inside the source tree it must be ignored by git (under build*/), so it
@@ -67,8 +67,8 @@ stage="$dir.staging"
 rm -rf "$stage"
 mkdir -p "$stage"/{bin,lib,kit,python,licenses}
 for built in tools/gpu/sieve-proxy-rank tools/gpu/sieve-allreduce-perf tools/gpu/sieve-proxy-kernel-bench \
-             tools/gpu/sieve-gpu-probe tools/sieve-info/sieve-info tests/proxy/gpu/proxy_gpu_kernel_test \
-             tests/proxy/gpu/proxy_gpu_multiprocess_test; do
+             tools/gpu/sieve-gpu-probe tools/sieve-info/sieve-info tests/plugin/proxy/gpu/proxy_gpu_kernel_test \
+             tests/plugin/proxy/gpu/proxy_gpu_multiprocess_test; do
   [[ -x $build/$built ]] || die "the build produced no $built"
   install -m 755 "$build/$built" "$stage/bin/"
 done
@@ -109,16 +109,21 @@ install -m 755 "$root/tools/gpu/run.sh" "$stage/run.sh"
 install -m 644 "$root/tools/gpu/README.md" "$root/tools/gpu/image-provides.txt" "$stage/"
 install -m 644 "$root"/tools/gpu/kit/*.py "$root/tools/gpu/ddp_resnet18.py" "$root/tools/gpu/fsdp_pruned.py" \
   "$root/tools/gpu/summary_tables.py" "$stage/kit/"
-install -m 644 "$root/tools/python/sieve.py" "$stage/python/"
+mkdir -p "$stage/python/sieve"
+install -m 644 "$root"/tools/python/sieve/*.py "$stage/python/sieve/"
 
 # BUILD.json: what this kit is, reproducibly (the commit's time, not the build's).
 commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
 changes=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null || true)
 commit_time=$(git -C "$root" log -1 --format=%cI 2>/dev/null || echo unknown)
 cuda=$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
-python3 - "$stage" "$commit" "${#changes}" "$commit_time" "$cuda" <<'PY'
+# The oldest glibc the kit runs on: the newest GLIBC_ symbol version any of its ELF files needs.
+glibc_needed=$(for f in "$stage"/bin/* "$stage"/lib/*; do objdump -T "$f" 2>/dev/null; done |
+               grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n 1)
+[[ -n $glibc_needed ]] || die "objdump found no GLIBC_ symbol version in the kit's programs"
+python3 - "$stage" "$commit" "${#changes}" "$commit_time" "$cuda" "$glibc_needed" <<'PY'
 import hashlib, json, os, sys
-stage, commit, dirty, commit_time, cuda = sys.argv[1:]
+stage, commit, dirty, commit_time, cuda, glibc_needed = sys.argv[1:]
 files = []
 for base, _, names in os.walk(stage):
     for name in sorted(names):
@@ -129,6 +134,7 @@ for base, _, names in os.walk(stage):
 files.sort(key=lambda f: f["path"])
 info = {"commit": commit, "modified": dirty != "0", "commit_time": commit_time, "cuda_toolkit": cuda,
         "build_type": "Release", "device_code": "sm_80, sm_90 machine code; compute_80, compute_90 PTX",
+        "glibc_needed": glibc_needed,
         "files": files}
 with open(os.path.join(stage, "BUILD.json"), "w") as out:
     json.dump(info, out, indent=1)

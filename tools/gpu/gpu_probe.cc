@@ -6,7 +6,8 @@
 //   sieve-gpu-probe [--json FILE]
 // Prints one line per fact. Exit status: 0 = a usable GPU; 77 = no GPU (no driver library, the
 // toolkit's stub library, or no device); 1 = a driver is there but unusable (cuInit fails otherwise,
-// or it is older than the kit's CUDA runtime).
+// or its CUDA major version is older than the kit's runtime's). A driver of the same major version but
+// an older minor one runs the kit (CUDA's minor version compatibility): a warning, not a failure.
 #include <cuda.h>
 #include <cuda_runtime_api.h>  // CUDART_VERSION: the runtime the kit's programs are linked with
 #include <dlfcn.h>
@@ -56,7 +57,7 @@ struct Report {
   std::vector<Device> devices;
   std::string nccl_library, nccl_version, nccl_error;
   int exit_code = 0;
-  std::string verdict;
+  std::string verdict, warning;
 };
 
 void probe_driver(Report* r) {
@@ -120,12 +121,15 @@ void probe_driver(Report* r) {
   if (r->devices.empty()) {
     r->exit_code = 77;
     r->verdict = "no GPU: the driver lists no device";
-  } else if (r->driver_version < CUDART_VERSION) {
+  } else if (r->driver_version / 1000 < CUDART_VERSION / 1000) {
     r->exit_code = 1;
     r->verdict = "driver too old: it supports CUDA " + cuda_version_text(r->driver_version) +
                  ", the kit's programs are built with CUDA " + cuda_version_text(CUDART_VERSION) +
-                 " (install a driver of that CUDA version or later)";
+                 " (install a driver of that CUDA major version or later)";
   } else {
+    if (r->driver_version < CUDART_VERSION)
+      r->warning = "the driver supports CUDA " + cuda_version_text(r->driver_version) + ", older than the kit's " +
+                   cuda_version_text(CUDART_VERSION) + ": minor version compatibility runs the kit's programs";
     r->verdict = "GPU ready";
   }
 }
@@ -159,6 +163,7 @@ void print_text(const Report& r) {
   }
   if (r.nccl_version.empty()) std::printf("NCCL: libnccl.so.2 not loadable: %s\n", r.nccl_error.c_str());
   else std::printf("NCCL: %s (%s)\n", r.nccl_version.c_str(), r.nccl_library.c_str());
+  if (!r.warning.empty()) std::printf("warning: %s\n", r.warning.c_str());
   std::printf("%s\n", r.verdict.c_str());
 }
 
@@ -179,7 +184,8 @@ bool write_json(const Report& r, const std::string& path) {
   std::fprintf(f, "],\n \"nccl_version\": %s, \"nccl_library\": %s, \"nccl_error\": %s,\n",
                json_string(r.nccl_version).c_str(), json_string(r.nccl_library).c_str(),
                json_string(r.nccl_error).c_str());
-  std::fprintf(f, " \"exit_code\": %d, \"verdict\": %s}\n", r.exit_code, json_string(r.verdict).c_str());
+  std::fprintf(f, " \"exit_code\": %d, \"verdict\": %s, \"warning\": %s}\n", r.exit_code, json_string(r.verdict).c_str(),
+               json_string(r.warning).c_str());
   return std::fclose(f) == 0;
 }
 

@@ -16,7 +16,7 @@
 
 #include "compress/mask.h"
 #include "compress/tile_layout.h"
-#include "plugin/proxy/cuda_backend.h"
+#include "plugin/proxy/cuda/cuda_backend.h"
 
 namespace {
 

@@ -1,24 +1,35 @@
 #!/usr/bin/env bash
 # Runs every GPU check of Sieve from a kit made by tools/gpu/bundle.sh, in one command:
 #
-#   DIR/run.sh [--out RESULTS] [--budget SECONDS] [STEPS]
+#   bash DIR/run.sh [--quick] [--limit SECONDS | --budget SECONDS] [--no-canary] [--out RESULTS] [STEPS]
 #
-# STEPS: "1-6" (the default), "1,2,5", "4". The steps, each with its own time budget:
-#   1 kernel tests, then compute-sanitizer memcheck and racecheck on them        300 s
-#   2 gather/scatter bandwidth vs a device-to-device copy                        120 s
-#   3 the proxy's multi-process tests under real NCCL (2 ranks on one GPU)       240 s
-#   4 NCCL all-reduce through the Sieve net plugin vs NCCL_NET=Socket            300 s
-#   5 DDP ResNet-18 pruned 80 %: dense vs published vs learned masks             360 s
-#   6 FSDP fully_shard, 2 ranks: dense vs Sieve                                  180 s
-# --budget (default 1500 s: 25 minutes) bounds the whole run; a step whose minimum no longer fits is
-# skipped, and a failing step does not stop the next. Results go to RESULTS (default $OUT when set,
-# else ./sieve-gpu-results): summary.json, summary.md (the README's "Measured on a GPU" tables) and
-# logs.tar.gz.
+# STEPS: "1-7" (the default), "4,1,5" (run in the order given). Each step has its own time budget
+# (full profile / --quick):
+#   0 NCCL canary: 2 ranks, 1 MiB, NCCL's Socket transport then Sieve      45 s /  45 s
+#   1 the proxy's kernel tests                                             120 s /  40 s
+#   2 gather/scatter bandwidth vs a device-to-device copy                   120 s /  40 s
+#   3 the proxy's multi-process tests under real NCCL (2 ranks on one GPU)  240 s /  70 s
+#   4 NCCL all-reduce through the Sieve net plugin vs NCCL_NET=Socket       300 s /  90 s (to 256 MiB)
+#   5 DDP ResNet-18 pruned 80 %: dense vs published vs learned masks        360 s / 140 s (60 steps)
+#   6 FSDP fully_shard, 2 ranks: dense vs Sieve                             180 s /  70 s (30 steps)
+#   7 the kernel tests under compute-sanitizer memcheck and racecheck       240 s / 120 s
+# The canary runs by itself before the first NCCL step (3-6): when NCCL's Socket transport fails it,
+# every NCCL step is skipped with NCCL's first warning as the reason; when only Sieve fails it, the
+# NCCL steps run their Socket halves only. --no-canary runs them regardless.
+# --quick fits every table in one 9-minute call. --limit: the call's time limit (the device tool's
+# timeout_s); the steps get it less 40 s, for the last step's kill and the packing. --budget: the
+# steps' total (default 1620 s, 27 minutes). A step whose minimum no longer fits is skipped, and a
+# failing step does not stop the next; a step out of time gets SIGUSR1 (the proxy's state dump), 2 s,
+# then the kill. After every step the results are packed into RESULTS (default $OUT when set, else
+# ./sieve-gpu-results): summary.json, summary.md (the README's "Measured on a GPU" tables) and
+# logs.tar.gz, so a run cut short still returns what it did.
 #
-# First it finds NCCL (KIT_NCCL_DIR, else the nvidia-nccl-cu13 wheel of python3's PyTorch, else the
-# system's), puts it and the kit's lib/ on LD_LIBRARY_PATH, and prints the machine. Exit status:
-# 0 = every step passed; 1 = a step failed or the GPU is unusable; 77 = no GPU (nothing else ran);
-# 2 = bad arguments. KIT_PYTHON chooses the python (default python3: the one with PyTorch).
+# First it ends what an earlier run of this kit left running, makes the kit's programs executable,
+# chooses the python (KIT_PYTHON, else python3 when it has PyTorch, else KIT_FALLBACK_PYTHON, default
+# /opt/torch/.venv/bin/python3), finds NCCL (KIT_NCCL_DIR, else the nvidia-nccl-cu13 wheel of that
+# python, else the system's), puts it and the kit's lib/ on LD_LIBRARY_PATH, and prints the machine.
+# Exit status: 0 = every step passed; 1 = a step failed or the GPU is unusable; 77 = no GPU (nothing
+# else ran); 2 = bad arguments.
 set -euo pipefail
 
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -26,30 +37,71 @@ die() { echo "run.sh: $*" >&2; exit 2; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 [[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }  # also from the source tree, before a kit exists
 
-kit=$(cd "$(dirname "$0")" && pwd)
-[[ -x $kit/bin/sieve-gpu-probe && -d $kit/kit ]] ||
+kit=$(cd "$(dirname "$0")" && pwd -P)
+[[ -f $kit/bin/sieve-gpu-probe && -d $kit/kit ]] ||
   die "$kit is not a GPU kit: make one with tools/gpu/bundle.sh DIR, then run DIR/run.sh"
 
+started=$(date +%s)
 out=${OUT:-$PWD/sieve-gpu-results}
-budget=1500
-steps=1-6
+budget="" limit="" profile=full canary=()
+steps=1-7
 while (($#)); do
   case $1 in
     --out) [[ $# -ge 2 ]] || die "--out needs a directory"; out=$2; shift 2;;
     --budget) [[ ${2:-} =~ ^[0-9]+$ ]] || die "--budget needs a number of seconds"; budget=$2; shift 2;;
+    --limit) [[ ${2:-} =~ ^[0-9]+$ ]] || die "--limit needs a number of seconds (the call's timeout_s)"; limit=$2; shift 2;;
+    --quick) profile=quick; shift;;
+    --no-canary) canary=(--no-canary); shift;;
     -h|--help) usage; exit 0;;
     -*) die "unknown option $1 (see --help)";;
     *) steps=$1; shift;;
   esac
 done
-[[ $steps =~ ^[1-6](-[1-6])?(,[1-6](-[1-6])?)*$ ]] || die "bad step list '$steps' (steps 1-6: '1-6', '1,2,5', '3')"
-python=${KIT_PYTHON:-python3}
-command -v "$python" >/dev/null || die "$python not found: the kit needs python3 (set KIT_PYTHON)"
-started=$(date +%s)
+[[ $steps =~ ^[0-7](-[0-7])?(,[0-7](-[0-7])?)*$ ]] || die "bad step list '$steps' (steps 0-7: '1-7', '4,1,5', '3')"
+[[ -z $budget || -z $limit ]] || die "--budget and --limit both given: --limit sets the budget (the limit less 40 s)"
+if [[ -n $limit ]]; then
+  ((limit > 60)) || die "--limit $limit leaves no time for any step (give the call's timeout_s, e.g. 600)"
+  budget=$((limit - 20))  # the deadline below is 20 s earlier still
+fi
+budget=${budget:-1620}
+
+# The kit may have travelled without its modes (a copy, an archive): its programs must be executable.
+chmod u+x "$kit"/bin/* "$kit/run.sh" 2>/dev/null || true
+for program in "$kit"/bin/*; do
+  [[ -x $program ]] || die "$program is not executable and cannot be made so (a read-only copy?)"
+done
+
+# The python: the one with PyTorch (the training steps need it; the others need python3 alone).
+has_torch() { timeout 120 "$1" -c 'import torch' >/dev/null 2>&1; }
+if [[ -n ${KIT_PYTHON:-} ]]; then
+  python=$KIT_PYTHON
+  command -v "$python" >/dev/null || die "KIT_PYTHON=$python not found"
+else
+  python=python3
+  fallback=${KIT_FALLBACK_PYTHON:-/opt/torch/.venv/bin/python3}
+  if ! command -v python3 >/dev/null; then
+    [[ -x $fallback ]] || die "no python3 on PATH nor $fallback: the kit needs python3 (set KIT_PYTHON)"
+    python=$fallback
+    echo "run.sh: no python3 on PATH: using $fallback"
+  elif ! has_torch python3; then
+    if [[ -x $fallback ]] && has_torch "$fallback"; then
+      echo "run.sh: $(command -v python3) has no PyTorch: using $fallback"
+      python=$fallback
+    else
+      echo "run.sh: $(command -v python3) has no PyTorch, nor has $fallback: the training steps will fail (set KIT_PYTHON)"
+    fi
+  fi
+fi
+python=$(command -v "$python")
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/sieve-gpu-kit.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+
+# Every process of this run carries the kit's path and the run's id: what an earlier run left (a call
+# cut short ends run.sh, not the steps' own sessions) is found by them and ended before anything starts.
+export SIEVE_GPU_KIT_DIR=$kit SIEVE_GPU_KIT_RUN="$$-$started"
+"$python" "$kit/kit/stale.py" "$kit" "$SIEVE_GPU_KIT_RUN" || true
 
 # NCCL: the one PyTorch uses on this machine, so the kit measures what training jobs run with.
 nccl_dir="" nccl_found_by=""
@@ -99,8 +151,8 @@ fi
 
 # The steps get the budget less what packing the results takes.
 set +e
-"$python" "$kit/kit/schedule.py" --kit "$kit" --work "$work" --steps "$steps" --deadline $((started + budget - 20)) \
-  --machine "$work/machine.json" --summary "$work/summary.json" --out "$out"
+"$python" "$kit/kit/schedule.py" --kit "$kit" --work "$work" --steps "$steps" --profile "$profile" "${canary[@]}" \
+  --deadline $((started + budget - 20)) --machine "$work/machine.json" --summary "$work/summary.json" --out "$out"
 status=$?
 set -e
 ((status == 0 || status == 1)) || { [[ -f $work/summary.json ]] || exit 2; status=1; }

@@ -25,8 +25,8 @@ set -e
 [[ $rc -ne 0 ]] && exit $rc
 
 prefix=sievegpu
-bash tools/netlab.sh --prefix $prefix up 2 --rate "$rate"
-trap 'bash tools/netlab.sh --prefix '$prefix' down' EXIT
+bash tools/share/netlab.sh --prefix $prefix up 2 --rate "$rate"
+trap 'bash tools/share/netlab.sh --prefix '$prefix' down' EXIT
 
 # bench TRANSPORT: 2 ranks, one per namespace
 bench() {
@@ -36,7 +36,7 @@ bench() {
     local envs=(NCCL_HOSTID=sieve-bench-$r NCCL_SOCKET_IFNAME=eth0 SIEVE_SOCKET_IFNAME=eth0 NCCL_NET=$transport
                 NCCL_MNNVL_ENABLE=0 NCCL_DEBUG=WARN)
     [[ $transport == Sieve ]] && envs+=(NCCL_NET_PLUGIN="$lib")
-    bash tools/netlab.sh --prefix $prefix exec $r env "${envs[@]}" timeout 900 \
+    bash tools/share/netlab.sh --prefix $prefix exec $r env "${envs[@]}" timeout 900 \
       "$rank" --rank $r --nranks 2 --id-file "$id" --library "$lib" bench --count "$count" --iters 5 &
     pids+=($!)
   done

@@ -113,7 +113,8 @@ def step_ddp(data):
         rows.append((name, "%.6f" % v["final_loss"], same, "/".join(str(c) for c in v["collectives_compacted"]),
                      fmt(v.get("wire_ratio"), "%.3f") if name != "dense" else "1", "%.1f" % v["step_ms"],
                      fmt(v.get("time_ratio"), "%.2f") if name != "dense" else "1"))
-    return ("%s steps, 2 ranks on one GPU, all traffic through the Sieve net plugin.\n\n" % data.get("steps", "?")
+    return ("%s steps, 2 ranks on one GPU, all traffic through %s.\n\n"
+            % (data.get("steps", "?"), data.get("net", "the Sieve net plugin"))
             + table(["masks", "final loss", "losses vs dense", "compacted (rank 0/1)", "wire bytes vs dense",
                      "ms per step", "time vs dense"], rows)) if rows else ""
 
@@ -134,7 +135,21 @@ def step_fsdp(data):
                      "ms per step, dense", "ms per step, Sieve", "note"], rows)) if rows else ""
 
 
-RENDERERS = {"kernels": step_kernels, "bandwidth": step_bandwidth, "multiprocess": step_tests,
+def step_canary(data):
+    rows = []
+    for net in ("Socket", "Sieve"):
+        half = data.get(net)
+        if half is None:
+            continue
+        row = next((r for r in half.get("rows", []) if r.get("busbw_GBps") is not None), None)
+        rows.append((net, "ok" if not half.get("why") else half["why"], fmt(row and row["busbw_GBps"])))
+    verdict = {"both": "every NCCL step runs", "socket-only": "the NCCL steps run their Socket halves only",
+               "none": "every NCCL step is skipped"}.get(data.get("verdict"), "")
+    return (table(["transport", "2 ranks, 1 MiB", "bus GB/s"], rows) + ("\n\nVerdict: %s." % verdict if verdict else "")
+            ) if rows else ""
+
+
+RENDERERS = {"canary": step_canary, "sanitizers": step_kernels, "kernels": step_kernels, "bandwidth": step_bandwidth, "multiprocess": step_tests,
              "allreduce": step_allreduce, "ddp": step_ddp, "fsdp": step_fsdp}
 
 

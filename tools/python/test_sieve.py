@@ -22,9 +22,10 @@ except ImportError:
     torch = None
 
 import sieve  # noqa: E402
+from sieve import _library, fsdp_masks, masks  # noqa: E402
 
-needs_torch = unittest.skipUnless(torch is not None, "needs torch (Debian: python3-torch)")
-LIBRARY = os.environ.get("SIEVE_LIBRARY") or sieve._loaded_path()
+needs_torch = unittest.skipUnless(torch is not None, "needs torch (tools/install-deps.sh: build/venv)")
+LIBRARY = os.environ.get("SIEVE_LIBRARY") or _library._loaded_path()
 
 
 def run_python(code, **env):
@@ -44,10 +45,10 @@ class FindsTheRightLibrary(unittest.TestCase):
             self.assertNotEqual(done.returncode, 0)
             self.assertIn("another copy of Sieve is already loaded", done.stderr)
             self.assertIn(other, done.stderr)
-            done = run_python("import sieve; sieve.library(); print(sieve._loaded_path())",
+            done = run_python("import sieve; sieve.library(); print(sieve._library._loaded_path())",
                               LD_PRELOAD=LIBRARY, SIEVE_LIBRARY=LIBRARY)
             self.assertEqual(done.returncode, 0, done.stderr)
-            done = run_python("import sieve; sieve.library(); print(sieve._loaded_path())", LD_PRELOAD=LIBRARY)
+            done = run_python("import sieve; sieve.library(); print(sieve._library._loaded_path())", LD_PRELOAD=LIBRARY)
             self.assertEqual(done.returncode, 0, done.stderr)
             self.assertEqual(os.path.realpath(done.stdout.strip()), os.path.realpath(LIBRARY))
 
@@ -58,6 +59,67 @@ class FindsTheRightLibrary(unittest.TestCase):
         self.assertIn("LD_PRELOAD", done.stderr)
         done = run_python("import sieve; sieve.stats()", SIEVE_LIBRARY="/nope/libnccl-net-sieve.so")
         self.assertIn("no such file", done.stderr)
+
+    def test_sieve_library_takes_a_name_as_ld_preload_does(self):
+        # Issue 43: a name without a slash is found by the dynamic loader (here through
+        # LD_LIBRARY_PATH), and names the preloaded copy when that copy was loaded under it.
+        directory = os.path.dirname(os.path.realpath(LIBRARY))
+        name = os.path.basename(LIBRARY)
+        done = run_python("import sieve; sieve.library(); print(sieve._loaded_path())", SIEVE_LIBRARY=name,
+                          LD_LIBRARY_PATH=directory)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(os.path.realpath(done.stdout.strip()), os.path.realpath(LIBRARY))
+        done = run_python("import sieve; sieve.library()", SIEVE_LIBRARY=name, LD_PRELOAD=LIBRARY)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        done = run_python("import sieve; sieve.library()", SIEVE_LIBRARY="libnccl-net-sieve-nowhere.so")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("the dynamic loader cannot load it", done.stderr)
+
+
+class HeaderConstants(unittest.TestCase):
+    """sieve/_constants.py is written by hand from plugin/sieve.h: every value must be the header's."""
+    SOURCE = os.path.normpath(os.path.join(HERE, "..", ".."))
+
+    def header(self):
+        import re
+        with open(os.path.join(self.SOURCE, "plugin", "sieve.h")) as f:
+            text = f.read()
+        values = {name: int(value) for name, value in re.findall(r"\b(SIEVE_[A-Z0-9_]+)\s*=\s*(-?\d+)", text)}
+        values.update({name: int(value) for name, value in re.findall(r"#define (SIEVE_[A-Z0-9_]+) (-?\d+)\b", text)})
+        return values
+
+    def test_every_constant_is_the_headers(self):
+        from sieve import _constants as c
+        h = self.header()
+        expected = {
+            "_ERR_INVALID": "SIEVE_ERR_INVALID_ARGUMENT", "_ERR_UNSUPPORTED": "SIEVE_ERR_UNKNOWN_DTYPE",
+            "_ERR_RANGE": "SIEVE_ERR_RANGE", "_ERR_NOT_FOUND": "SIEVE_ERR_NOT_FOUND",
+            "_ERR_INTERNAL": "SIEVE_ERR_INTERNAL", "_ERR_UNAVAILABLE": "SIEVE_ERR_UNAVAILABLE",
+            "_DTYPE_F32": "SIEVE_DTYPE_F32", "_DTYPE_F16": "SIEVE_DTYPE_F16", "_DTYPE_BF16": "SIEVE_DTYPE_BF16",
+            "_DTYPE_F64": "SIEVE_DTYPE_F64", "_DTYPE_I8": "SIEVE_DTYPE_I8", "_DTYPE_U8": "SIEVE_DTYPE_U8",
+            "_DTYPE_I32": "SIEVE_DTYPE_I32", "_DTYPE_I64": "SIEVE_DTYPE_I64", "_COMMIT_UNION": "SIEVE_COMMIT_UNION",
+            "_COMMIT_REFUSED": "SIEVE_COMMIT_REFUSED", "_COMMIT_ACTIVATED": "SIEVE_COMMIT_ACTIVATED",
+            "_COMMIT_PENDING": "SIEVE_COMMIT_PENDING", "_TOKEN_WORDS": "SIEVE_COMMIT_TOKEN_WORDS",
+            "_TOKEN_NO_PROXY": "SIEVE_COMMIT_TOKEN_NO_PROXY",
+        }
+        for ours, theirs in expected.items():
+            self.assertIn(theirs, h, "sieve.h lost %s" % theirs)
+            self.assertEqual(getattr(c, ours), h[theirs], "%s != sieve.h's %s" % (ours, theirs))
+        self.assertEqual(c._COLLECTIVES, {"reduce_scatter": h["SIEVE_COLLECTIVE_REDUCE_SCATTER"],
+                                          "all_gather": h["SIEVE_COLLECTIVE_ALL_GATHER"]})
+        # every other module takes them from _constants: no second copy of a number to drift
+        package = os.path.join(HERE, "sieve")
+        for name in os.listdir(package):
+            if name.endswith(".py") and name != "_constants.py":
+                with open(os.path.join(package, name)) as f:
+                    self.assertNotRegex(f.read(), r"(?m)^_(ERR|DTYPE|COMMIT|TOKEN)_\w* *[,=]", name)
+
+    def test_the_version_is_the_projects_and_the_librarys(self):
+        import re
+        with open(os.path.join(self.SOURCE, "CMakeLists.txt")) as f:
+            project = re.search(r"project\(sieve VERSION ([0-9.]+)", f.read()).group(1)
+        self.assertEqual(sieve.__version__, project)
+        self.assertEqual(sieve.library().sieve_version().decode().split()[0].split("-")[0], project)
 
 
 class CApiThroughCtypes(unittest.TestCase):
@@ -76,28 +138,28 @@ class CApiThroughCtypes(unittest.TestCase):
         address = ctypes.addressof(buffer)
         bits = bytes([0b00010001] * 2)
         for code in range(8):  # every dtype reads back as published (F16 vs BF16, I8 vs U8, ...)
-            mask_id = sieve._publish_bits(address, 16, code, bits)
-            info = sieve._MaskInfo(size=ctypes.sizeof(sieve._MaskInfo))
-            sieve._check(sieve.library().sieve_mask_query(ctypes.c_void_p(address), ctypes.byref(info)))
+            mask_id = masks._publish_bits(address, 16, code, bits)
+            info = _library._MaskInfo(size=ctypes.sizeof(_library._MaskInfo))
+            _library._check(sieve.library().sieve_mask_query(ctypes.c_void_p(address), ctypes.byref(info)))
             self.assertEqual((info.dtype, info.mask_id), (code, mask_id))
-        sieve._check(sieve.library().sieve_mask_retract(ctypes.c_void_p(address)))
+        _library._check(sieve.library().sieve_mask_retract(ctypes.c_void_p(address)))
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
     def test_a_retract_by_id_leaves_a_newer_mask_alone(self):
         buffer = (ctypes.c_float * 16)()
         address = ctypes.addressof(buffer)
-        old = sieve._publish_bits(address, 16, 0, b"\xff\xff")
-        new = sieve._publish_bits(address, 16, 0, b"\x0f\x00")  # replaces old
-        sieve._retract_id(old)
-        info = sieve._MaskInfo(size=ctypes.sizeof(sieve._MaskInfo))
-        sieve._check(sieve.library().sieve_mask_query(ctypes.c_void_p(address), ctypes.byref(info)))
+        old = masks._publish_bits(address, 16, 0, b"\xff\xff")
+        new = masks._publish_bits(address, 16, 0, b"\x0f\x00")  # replaces old
+        masks._retract_id(old)
+        info = _library._MaskInfo(size=ctypes.sizeof(_library._MaskInfo))
+        _library._check(sieve.library().sieve_mask_query(ctypes.c_void_p(address), ctypes.byref(info)))
         self.assertEqual((info.mask_id, info.kept), (new, 4))
-        sieve._retract_id(new)
+        masks._retract_id(new)
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
     def test_an_impossible_count_is_refused_not_a_crash(self):
         with self.assertRaises(sieve.SieveError) as caught:
-            sieve._publish_bits(0x1000, (1 << 64) - 1, 0, b"\x00")
+            masks._publish_bits(0x1000, (1 << 64) - 1, 0, b"\x00")
         self.assertEqual(caught.exception.code, -3)
 
 
@@ -143,13 +205,13 @@ class Tensors(unittest.TestCase):
             del junk
             if rng.random() < 0.5:
                 gc.collect()
-            info = sieve._MaskInfo(size=ctypes.sizeof(sieve._MaskInfo))
+            info = _library._MaskInfo(size=ctypes.sizeof(_library._MaskInfo))
             self.assertEqual(sieve.library().sieve_mask_query(ctypes.c_void_p(address), ctypes.byref(info)), 0)
             self.assertEqual(info.mask_id, mask_id)
-        self.assertIn(mask_id, sieve._held, "the binding keeps the tensor, so nothing reuses its address")
-        sieve._retract_id(mask_id)
-        sieve._release_retired()  # what every commit does: no table holds it here, so it is let go
-        self.assertNotIn(mask_id, sieve._held)
+        self.assertIn(mask_id, masks._held, "the binding keeps the tensor, so nothing reuses its address")
+        masks._retract_id(mask_id)
+        masks._release_retired()  # what every commit does: no table holds it here, so it is let go
+        self.assertNotIn(mask_id, masks._held)
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
     def test_bad_input_is_refused_with_a_clear_error(self):
@@ -165,8 +227,45 @@ class Tensors(unittest.TestCase):
             sieve.publish_ranges(torch.zeros(100), [(95, 10)])
         with self.assertRaises(sieve.SieveError) as caught:
             sieve.publish_ranges(torch.zeros(100), [(0, 4), (-1, 2)])
-        self.assertIn("range 1 (-1, 2) is negative", str(caught.exception))
+        self.assertIn("range 1's start is -1", str(caught.exception))
         self.assertNotIn("18446744073709551615", str(caught.exception))
+        self.assertEqual(sieve.stats()["masks_published"], self.before)
+
+    def test_integers_past_uint64_are_refused_not_wrapped(self):
+        """Issue 34.8: ctypes wraps 2**70 to 0 (and 2**64 + 4 to 4), so (0, 2**70) became an empty
+        range and the mask pruned everything."""
+        grad = torch.zeros(100)
+        for ranges, said in (([(0, 2 ** 70)], "range 0's length is 1180591620717411303424"),
+                             ([(0, 4), (2 ** 64 + 4, 1)], "range 1's start is 18446744073709551620"),
+                             ([(0, 2 ** 64)], "range 0's length is 18446744073709551616"),
+                             ([(0.5, 3)], "range 0's start must be an integer"),
+                             ([(0, 4, 5)], "range 0 is (0, 4, 5), not a (start, length) pair"),
+                             (7, "ranges must be (start, length) pairs")):
+            with self.assertRaises(sieve.SieveError, msg=repr(ranges)) as caught:
+                sieve.publish_ranges(grad, ranges)
+            self.assertIn(said, str(caught.exception))
+        with self.assertRaises(sieve.SieveError):
+            sieve.retract_id(2 ** 64 + 1)
+        self.assertEqual(sieve.stats()["masks_published"], self.before)
+        # the largest representable count still reaches the library, which refuses it by its size
+        with self.assertRaises(sieve.SieveError) as caught:
+            sieve.publish_ranges(grad, [(0, 2 ** 64 - 1)])
+        self.assertNotIn("counts elements", str(caught.exception))
+        # a 0-d integer tensor and a NumPy-style integer are integers
+        mask_id = sieve.publish_ranges(grad, [(torch.tensor(2), 3)])
+        self.assertEqual(sieve.query(grad)["kept"], 3)
+        sieve.retract_id(mask_id)
+
+    def test_a_list_where_a_tensor_belongs_is_a_sieve_error(self):
+        """Issue 34.8: a plain list gave AttributeError ('list' object has no attribute ...)."""
+        grad = torch.zeros(8)
+        calls = [lambda: sieve.publish_mask([0.0] * 8, torch.ones(8)), lambda: sieve.publish_mask(grad, [1] * 8),
+                 lambda: sieve.publish_ranges([0.0] * 8, [(0, 2)]), lambda: sieve.retract([0.0] * 8),
+                 lambda: sieve.query([0.0] * 8), lambda: sieve.publish_collective("all_gather", [1, 0], torch.float32)]
+        for k, call in enumerate(calls):
+            with self.assertRaises(sieve.SieveError, msg="call %d" % k) as caught:
+                call()
+            self.assertRegex(str(caught.exception), "(must be a torch.Tensor, not list|must be a tensor)")
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
     def test_a_collective_mask_names_no_buffer_and_retracts_by_id(self):
@@ -176,7 +275,7 @@ class Tensors(unittest.TestCase):
         second = sieve.publish_collective("all_gather", keep, torch.float32)  # a second shape, not a replacement
         self.assertNotEqual(first, second)
         self.assertEqual(sieve.stats()["masks_published"], self.before + 2)
-        self.assertNotIn(first, sieve._held, "a collective's mask holds no tensor")
+        self.assertNotIn(first, masks._held, "a collective's mask holds no tensor")
         for bad in (lambda: sieve.publish_collective("all_reduce", keep, torch.float32),
                     lambda: sieve.publish_collective("all_gather", keep, torch.complex64),
                     lambda: sieve.publish_collective("all_gather", torch.zeros(0), torch.float32)):
@@ -187,31 +286,7 @@ class Tensors(unittest.TestCase):
         with self.assertRaises(sieve.SieveError) as caught:
             sieve.retract_id(second)
         self.assertEqual(caught.exception.code, -4)
-        sieve._release_retired()
-        self.assertEqual(sieve.stats()["masks_published"], self.before)
-
-    def test_one_mask_per_bucket_composed_from_its_pruned_gradients(self):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
-        prune.l1_unstructured(model[0], "weight", amount=0.8)
-        prune.l1_unstructured(model[2], "weight", amount=0.5)
-        with self.assertRaises(sieve.SieveError):
-            sieve.publish_pruned_model(model)  # no gradients yet
-        params = [model[0].weight_orig, model[0].bias, model[2].weight_orig, model[2].bias]
-        bucket = torch.zeros(sum(p.numel() for p in params))  # as DDP's gradient_as_bucket_view lays them out
-        offset = 0
-        for p in params:
-            p.grad = bucket[offset:offset + p.numel()].view_as(p)
-            offset += p.numel()
-        self.assertEqual(sieve.publish_pruned_model(model, commit_now=False), 1)
-        info = sieve.query(bucket)
-        pruned_away = int((model[0].weight_mask == 0).sum() + (model[2].weight_mask == 0).sum())
-        self.assertEqual((info["count"], info["kept"]), (bucket.numel(), bucket.numel() - pruned_away))
-        self.assertEqual(sieve.stats()["masks_published"], self.before + 1)
-        self.assertEqual(sieve.publish_pruned_model(model, commit_now=False), 1)  # replaces, never adds
-        self.assertEqual(sieve.stats()["masks_published"], self.before + 1)
-        del params, bucket, offset, p  # the binding holds the bucket: the gradients stay where they are
-        sieve.retract_all(model, commit_now=False)
+        masks._release_retired()
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
 
@@ -251,7 +326,7 @@ class CycleSim(object):
 
 
 def cxx_emulation_mask(numels, keeps, n):
-    """tests/proxy/fsdp_test.cc's Group::mask, element by element: shards of ceil(numel / n), rank-major,
+    """tests/plugin/proxy/fsdp_test.cc's Group::mask, element by element: shards of ceil(numel / n), rank-major,
     padding pruned (the C++ emulation flattens parameters, i.e. 1-D ones)."""
     shard = [(numel + n - 1) // n for numel in numels]
     width = sum(shard)
@@ -380,13 +455,13 @@ def units_and_groups(spec):
     like its unit, with all-gathers and reduce-scatters)."""
     units = []
     for name, parent, regather in spec:
-        group = sieve._FsdpGroup(name, "same" if regather else None, True, all_gather=name, reduce_scatter=name)
-        units.append(sieve._FsdpUnit(name, [group], parent))
+        group = fsdp_masks._FsdpGroup(name, "same" if regather else None, True, all_gather=name, reduce_scatter=name)
+        units.append(fsdp_masks._FsdpUnit(name, [group], parent))
     return units
 
 
 def issued(units):
-    return " ".join(("AG " if kind == "all_gather" else "RS ") + group.name for kind, group, _ in sieve._issue_order(units))
+    return " ".join(("AG " if kind == "all_gather" else "RS ") + group.name for kind, group, _ in fsdp_masks._issue_order(units))
 
 
 @needs_torch
@@ -553,18 +628,18 @@ class Recorder(object):
         self.entries, self.ids = [], []
 
     def __enter__(self):
-        self.original = sieve._publish_collective_bits
+        self.original = fsdp_masks._publish_collective_bits  # what publish_fsdp calls
 
         def record(kind, count, dtype, bits):
             mask_id = self.original(kind, count, dtype, bits)
             self.entries.append((kind, count, dtype, unpack(bits, count)))
             self.ids.append(mask_id)
             return mask_id
-        sieve._publish_collective_bits = record
+        fsdp_masks._publish_collective_bits = record
         return self
 
     def __exit__(self, *exc):
-        sieve._publish_collective_bits = self.original
+        fsdp_masks._publish_collective_bits = self.original
 
 
 F32, BF16 = 0, 2
@@ -578,52 +653,16 @@ class PublishFsdp2(unittest.TestCase):
         self.before = sieve.stats()["masks_published"]
 
     def tearDown(self):
-        for model in list(sieve._fsdp_published):
-            for mask_id in sieve._fsdp_published.pop(model)["ids"]:
-                sieve._retract_id(mask_id)
-        sieve._release_retired()
+        for model in list(masks._fsdp_published):
+            for mask_id in masks._fsdp_published.pop(model)["ids"]:
+                masks._retract_id(mask_id)
+        masks._release_retired()
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
     def shard(self, model, n, **kwargs):
         states = [fake_fully_shard(block, n, **kwargs) for block in model.blocks]
         root = fake_fully_shard(model, n, root=True, **kwargs)
         return root, states
-
-    def test_every_call_of_three_steps_takes_its_own_exact_mask(self):
-        model = pruned_model()
-        root, blocks = self.shard(model, 4)
-        with Recorder() as published:
-            result = sieve.publish_fsdp(model, commit_now=False)
-        self.assertEqual((result["all_gather"], result["reduce_scatter"], result["skipped"]), (7, 4, []))
-        self.assertEqual(result["groups"], ["pg"])
-        self.assertEqual(sieve.stats()["masks_published"], self.before + 11)
-        # What FSDP2 issues in one step (FsdpIssueOrder), with the buffers it really moves.
-        buffers = {"R": fsdp2_group_buffers(root, 100)}
-        for i, state in enumerate(blocks):
-            buffers[str(i + 1)] = fsdp2_group_buffers(state, 10 * i)
-        step = ["AG R", "AG 1", "AG 2", "AG 3", "AG 3", "AG 2", "RS 3", "AG 1", "RS 2", "RS 1", "RS R"]
-        sim = CycleSim(published.entries)
-        for _ in range(3):
-            for call in step:
-                kind, group = call.split()
-                buffer = buffers[group][0 if kind == "AG" else 1]
-                got = sim.call("all_gather" if kind == "AG" else "reduce_scatter", buffer.numel(), F32)
-                self.assertIsNotNone(got, call)
-                self.assertEqual(got[3], buffer.ne(0).int().tolist(), "%s got another group's mask" % call)
-        # The blocks really differ: a block's mask on another block would drop values.
-        self.assertNotEqual(buffers["1"][1].ne(0).tolist(), buffers["2"][1].ne(0).tolist())
-
-    def test_mixed_precision_gathers_in_param_dtype_and_reduces_in_reduce_dtype(self):
-        model = pruned_model(blocks=1)
-        self.shard(model, 2, param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        with Recorder() as published:
-            sieve.publish_fsdp(model, commit_now=False)
-        kinds = [(kind, dtype) for kind, _, dtype, _ in published.entries]
-        self.assertEqual(kinds, [("all_gather", BF16)] * 3 + [("reduce_scatter", F32)] * 2)
-        with Recorder() as published:  # reduce_dtype = param_dtype: FSDP clamps it away, reduces in bf16
-            self.shard(model, 2, param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
-            sieve.publish_fsdp(model, commit_now=False)
-        self.assertEqual({dtype for _, _, dtype, _ in published.entries}, {BF16})
 
     def test_shard_dim_frozen_parameters_and_reshard_to_another_mesh(self):
         model = pruned_model(blocks=2, width=4)
@@ -747,12 +786,12 @@ class PublishFsdp2(unittest.TestCase):
         model = pruned_model(blocks=2)
         self.shard(model, 2)
         keep = torch.rand(5, 6, generator=torch.Generator().manual_seed(3)) < 0.5
-        plain = sieve._fsdp_plan(model)[0][0][1]
-        given = sieve._fsdp_plan(model, masks={"head.bias": torch.tensor([1, 0, 1, 0, 1])})[0][0][1]
+        plain = fsdp_masks._fsdp_plan(model)[0][0][1]
+        given = fsdp_masks._fsdp_plan(model, masks={"head.bias": torch.tensor([1, 0, 1, 0, 1])})[0][0][1]
         self.assertEqual(len(plain), len(given))
         self.assertLess(int(given[0].bits.sum()), int(plain[0].bits.sum()), "head.bias pruned in the root's gather")
         # forward_order: the blocks in reverse (a model whose forward runs them so).
-        swapped = sieve._fsdp_plan(model, forward_order=[model, model.blocks[1], model.blocks[0]])[0][0][1]
+        swapped = fsdp_masks._fsdp_plan(model, forward_order=[model, model.blocks[1], model.blocks[0]])[0][0][1]
         self.assertTrue(torch.equal(swapped[1].bits, plain[2].bits))
         for bad in (dict(masks={"head.weight_orig": keep}),  # pruned already
                     dict(masks={"nope.weight": keep}),
@@ -868,10 +907,10 @@ class PublishFsdp1(unittest.TestCase):
         self.before = sieve.stats()["masks_published"]
 
     def tearDown(self):
-        for model in list(sieve._fsdp_published):
-            for mask_id in sieve._fsdp_published.pop(model)["ids"]:
-                sieve._retract_id(mask_id)
-        sieve._release_retired()
+        for model in list(masks._fsdp_published):
+            for mask_id in masks._fsdp_published.pop(model)["ids"]:
+                masks._retract_id(mask_id)
+        masks._release_retired()
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
     def wrap(self, n, **kwargs):
@@ -907,7 +946,7 @@ class PublishFsdp1(unittest.TestCase):
     def test_names_lose_the_wrapper_prefix_and_the_recorded_order_wins(self):
         wrapped = self.wrap(2, strategy="SHARD_GRAD_OP", param_dtype=torch.bfloat16)
         inner = wrapped._fsdp_wrapped_module
-        plan = sieve._fsdp_plan(wrapped, masks={"head.bias": torch.tensor([1, 0, 0, 0, 1])})[0][0][1]
+        plan = fsdp_masks._fsdp_plan(wrapped, masks={"head.bias": torch.tensor([1, 0, 0, 0, 1])})[0][0][1]
         self.assertEqual([e.kind for e in plan], ["all_gather"] * 4 + ["reduce_scatter"] * 4,
                          "SHARD_GRAD_OP keeps parameters gathered for backward")
         self.assertEqual({e.dtype for e in plan if e.kind == "all_gather"}, {torch.bfloat16})
@@ -916,15 +955,15 @@ class PublishFsdp1(unittest.TestCase):
         # FSDP1 recorded blocks 3, 1, 2 in its first iteration: the table follows.
         handles = [inner.blocks[i]._handle for i in (2, 0, 1)]
         wrapped._exec_order_data.handles_pre_forward_order = [wrapped._handle] + handles
-        recorded = sieve._fsdp_plan(wrapped)[0][0][1]
+        recorded = fsdp_masks._fsdp_plan(wrapped)[0][0][1]
         self.assertEqual([e.label for e in recorded][:4], ["<root>", "blocks.2", "blocks.0", "blocks.1"])
-        self.assertEqual(sieve._fsdp_plan(wrapped, forward_order=[wrapped] + list(inner.blocks))[0][0][1][1].label,
+        self.assertEqual(fsdp_masks._fsdp_plan(wrapped, forward_order=[wrapped] + list(inner.blocks))[0][0][1][1].label,
                          "blocks.0")
 
     def test_forward_prefetch_reaches_as_far_as_its_limit(self):
         wrapped = self.wrap(2)
         inner = wrapped._fsdp_wrapped_module
-        labels = lambda: [e.label for e in sieve._fsdp_plan(wrapped)[0][0][1] if e.kind == "all_gather"][:4]
+        labels = lambda: [e.label for e in fsdp_masks._fsdp_plan(wrapped)[0][0][1] if e.kind == "all_gather"][:4]
         for instance in [wrapped] + list(inner.blocks):
             instance.forward_prefetch = True
         self.assertEqual(labels(), ["<root>", "blocks.0", "blocks.1", "blocks.2"])
@@ -935,7 +974,7 @@ class PublishFsdp1(unittest.TestCase):
 
     def test_no_shard_publishes_nothing_and_an_uninitialised_root_is_refused(self):
         wrapped = self.wrap(2, strategy="NO_SHARD")
-        self.assertEqual(sieve._fsdp_plan(wrapped)[0], [])
+        self.assertEqual(fsdp_masks._fsdp_plan(wrapped)[0], [])
         wrapped._is_root = None
         with self.assertRaises(sieve.SieveError):
             sieve.publish_fsdp(wrapped, commit_now=False)
@@ -978,12 +1017,12 @@ class CommitOnAProcessGroup(unittest.TestCase):
         self.assertIn(NO_PROXY_REASON, result["reason"])
         self.assertTrue(any(NO_PROXY_WARNING in str(w.message) for w in caught))
         sieve.retract(grad)
-        self.assertIn(mask_id, sieve._held)
+        self.assertIn(mask_id, masks._held)
         del grad
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             sieve.commit(union=True)
-        self.assertNotIn(mask_id, sieve._held, "released by the commit")
+        self.assertNotIn(mask_id, masks._held, "released by the commit")
 
     def test_publish_fsdp_commits_on_the_group_fsdp_runs_on(self):
         import torch.distributed as dist
@@ -1003,7 +1042,7 @@ class CommitOnAProcessGroup(unittest.TestCase):
             warnings.simplefilter("ignore")
             sieve.retract_all(model)  # retracts, and commits on FSDP's group
         self.assertEqual(sieve.stats()["masks_published"], before)
-        self.assertNotIn(id(model), sieve._fsdp_published)
+        self.assertNotIn(id(model), masks._fsdp_published)
 
 
 if __name__ == "__main__":

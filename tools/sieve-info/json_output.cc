@@ -221,6 +221,24 @@ void print_json(const Report& report, std::ostream& out) {
   json.member("tool", "sieve-info");
   json.member("version", report.version);
   write_plugin(json, report);
+  if (!report.plugin_skipped) {
+    json.key("copies");
+    json.begin_object();
+    json.member("name", report.copies.name);
+    json.member("by_name", report.copies.by_name);
+    json.member("by_name_error", report.copies.by_name_error);
+    json.key("found");
+    json.begin_array();
+    for (const auto& copy : report.copies.copies) {
+      json.begin_object();
+      json.member("path", copy.path);
+      json.member("found_by", copy.found_by);
+      json.member("loaded_by_name", !report.copies.by_name.empty() && same_file(copy.path, report.copies.by_name));
+      json.end_object();
+    }
+    json.end_array();
+    json.end_object();
+  }
   write_topology(json, report);
   write_rdma(json, report);
   json.key("transport");

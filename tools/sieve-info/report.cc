@@ -222,8 +222,13 @@ Report gather(const ReportOptions& options) {
     unsetenv("SIEVE_STATS_FILE");
   }
 
+  std::string copies_problem;
   report.plugin_skipped = options.skip_plugin;
   if (!options.skip_plugin) {
+    // Before the plugin is loaded here: once a copy is mapped, a load by name returns it.
+    const std::string libdir = tools::installed_libdir();
+    const std::string multiarch = libdir.rfind("lib/", 0) == 0 ? libdir.substr(4) : "";
+    report.copies = find_library_copies("libnccl-net-sieve.so", multiarch);
     report.plugin = inspect_plugin(options.plugin_path);
     report.plugin.topology_file = registry.settings().topo_file;
     // The plugin read SIEVE_TOPO_FILE or this machine; --topo may describe another one.
@@ -250,10 +255,23 @@ Report gather(const ReportOptions& options) {
     shape.nthreads = std::min(shape.nthreads, shape.nsocks);  // a helper drives at least one socket
     report.plugin.shapes.push_back(shape);
   }
+  if (!options.skip_plugin) {
+    // An installed sieve-info checking its own copy while jobs load another checks the wrong
+    // library: a prolog would pass a node whose jobs run something else. (A build tree's copy is
+    // expected to differ from the installed one; --plugin asks for that library on purpose.)
+    const std::string inspected =
+        report.plugin.library_file.empty() ? report.plugin.library : report.plugin.library_file;
+    if (options.plugin_path.empty() && tools::InstallLayout::current().build_dir().empty() &&
+        !report.copies.by_name.empty() && !same_file(report.copies.by_name, inspected))
+      copies_problem = "NCCL_NET_PLUGIN=sieve and LD_PRELOAD=libnccl-net-sieve.so load " + report.copies.by_name +
+                       ", not " + inspected + " checked here: run the sieve-info installed beside that copy, or "
+                       "remove one copy (" + std::to_string(report.copies.copies.size()) + " found, see Copies)";
+  }
   std::vector<std::string> rdma_problems;
   report.rdma = inspect_rdma(report.topology.machine, registry.settings(), &rdma_problems);
   choose_transport(registry.settings(), &report);
   report.problems = problems_of(report);
+  if (!copies_problem.empty()) report.problems.push_back(copies_problem);
   if (!stats_problem.empty()) report.problems.push_back(stats_problem + "; traffic statistics would not be exported");
   report.problems.insert(report.problems.end(), rdma_problems.begin(), rdma_problems.end());
   const config::Scope in_use = report.transport == "ib" ? config::Scope::Verbs : config::Scope::Tcp;

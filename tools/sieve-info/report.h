@@ -10,7 +10,8 @@
 #include "net/ib/ib_devices.h"
 #include "net/transport.h"
 #include "plugin/config.h"
-#include "tools/common/plugin_loader.h"
+#include "tools/nccl_emulator/plugin_loader.h"
+#include "tools/sieve-info/copies.h"
 #include "topology/discover.h"
 
 namespace sieve::info {
@@ -53,6 +54,9 @@ struct Report {
   topology::Discovery topology;
   std::map<std::string, std::vector<std::string>> addresses;  // interface -> IPv4/IPv6 addresses
   RdmaReport rdma;
+  // Every copy of the library the loader could find, and the one NCCL's by-name load and
+  // LD_PRELOAD would take (not gathered with --no-plugin).
+  CopiesReport copies;
   // The transport the plugin would carry data with, "ib" or "tcp", and why (SIEVE_TRANSPORT, and
   // for auto what the RDMA report found).
   std::string transport;

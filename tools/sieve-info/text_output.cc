@@ -228,11 +228,39 @@ void print_config(const Report& report, std::ostream& out) {
   for (const auto& line : report.config_diagnostics) out << "  problem: " << line << "\n";
 }
 
+// Which copy is which: a second install (the .deb and a cmake --install to /usr/local) is otherwise
+// silent, and NCCL, LD_PRELOAD and sieve-info may each take another one.
+void print_copies(const Report& report, std::ostream& out) {
+  if (report.plugin_skipped) return;
+  const CopiesReport& copies = report.copies;
+  const std::string inspected =
+      report.plugin.library_file.empty() ? report.plugin.library : report.plugin.library_file;
+  out << "Copies of " << copies.name << " the dynamic loader finds (in its order)\n";
+  if (copies.copies.empty()) out << "  none\n";
+  for (const auto& copy : copies.copies) {
+    std::vector<std::string> roles;
+    if (!copies.by_name.empty() && same_file(copy.path, copies.by_name))
+      roles.push_back("NCCL_NET_PLUGIN=sieve and LD_PRELOAD=" + copies.name + " load this one");
+    if (same_file(copy.path, inspected)) roles.push_back("inspected above");
+    out << "  " << copy.path << "  (" << copy.found_by << ")" << (roles.empty() ? "" : ": " + join(roles, "; "))
+        << "\n";
+  }
+  if (copies.by_name.empty())
+    out << "  by name: " << copies.name << " cannot be loaded (" << copies.by_name_error << ")\n";
+  if (!inspected.empty() && !copies.by_name.empty() && !same_file(inspected, copies.by_name))
+    out << "  note: the library inspected above is not the one a load by name takes\n";
+  if (copies.copies.size() > 1)
+    out << "  note: " << copies.copies.size()
+        << " copies: remove the one not wanted (a cmake --install: `cmake --build BUILD --target uninstall`)\n";
+  out << "\n";
+}
+
 }  // namespace
 
 void print_text(const Report& report, std::ostream& out) {
   out << "sieve-info " << report.version << "\n\n";
   print_plugin(report, out);
+  print_copies(report, out);
   print_machine(report, out);
   if (report.topology.ok) print_matrix(report.topology.machine, out);
   print_rdma(report, out);

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <string>
 
-#include "tools/common/plugin_loader.h"
+#include "tools/nccl_emulator/plugin_loader.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

@@ -2,9 +2,11 @@
 deadline (their whole process group killed when it passes), launching the ranks of a multi-process
 job, reading GoogleTest's JSON report, and writing the step's one result file.
 
-A step is a program: `python3 kit/stepN_NAME.py --kit KIT --out STEP_DIR --deadline EPOCH_SECONDS`.
-It writes STEP_DIR/result.json with
-    status   "pass", "fail" or "partial" (what ran passed, but some checks could not run)
+A step is a program: `python3 kit/stepN_NAME.py --kit KIT --out STEP_DIR --deadline EPOCH_SECONDS
+[--profile full|quick]`. It writes STEP_DIR/result.json as it goes (after every check, target and
+measured row: a step killed at its time limit still leaves what it measured) with
+    status   "pass", "fail" or "partial" (what ran passed, but some checks could not run); "running"
+             until the step finishes
     reason   one line when the status is not "pass"
     checks   [{"name", "ok", "detail"}]: correctness; any check that is not ok fails the step
     targets  [{"name", "met", "detail"}]: performance bars, reported, never a failure
@@ -30,6 +32,17 @@ NCCL_LOOPBACK_ENV = {
     "SIEVE_SOCKET_IFNAME": "lo",
 }
 
+# The NCCL transports the steps may use: the scheduler sets KIT_NCCL_NETS=Socket when the canary's
+# Sieve half failed, so the steps run their Socket halves only.
+SIEVE_NET_USABLE = os.environ.get("KIT_NCCL_NETS", "Socket,Sieve") != "Socket"
+
+DUMP_WAIT_S = 2.0  # after SIGUSR1 (the proxy's state dump), before a timed-out process is killed
+
+
+def _ignore_dump_signal(signum, frame):
+    """A step survives the SIGUSR1 its scheduler sends to the whole session at a timeout, so that its
+    ranks dump their state first (a Python handler, unlike SIG_IGN, is not inherited across exec)."""
+
 
 class Step:
     """One step's run: its arguments, its deadline, its checks, and its result file."""
@@ -39,12 +52,19 @@ class Step:
         parser.add_argument("--kit", required=True, help="the kit's directory (bin/, lib/, kit/, python/)")
         parser.add_argument("--out", required=True, help="this step's directory: result.json and files")
         parser.add_argument("--deadline", type=float, required=True, help="when to be done (seconds since the epoch)")
+        parser.add_argument("--profile", choices=("full", "quick"), default="full",
+                            help="quick: the shorter runs that fit every table in one 9-minute call")
         self.args = parser.parse_args()
+        self.quick = self.args.profile == "quick"
+        signal.signal(signal.SIGUSR1, _ignore_dump_signal)
         self.kit = os.path.abspath(self.args.kit)
         self.out = os.path.abspath(self.args.out)
         self.deadline = self.args.deadline
         os.makedirs(self.out, exist_ok=True)
         self.checks, self.targets, self.data, self.not_run = [], [], {}, []
+        # Whether a step that could run none of its parts (no tool, no time) is partial rather than failed.
+        self.partial_when_nothing_ran = False
+        self.save()
 
     def left(self):
         """Seconds left before the deadline."""
@@ -63,31 +83,42 @@ class Step:
     def check(self, name, ok, detail=""):
         self.checks.append({"name": name, "ok": bool(ok), "detail": detail})
         print("%s: %s%s" % ("ok" if ok else "FAILED", name, " (%s)" % detail if detail else ""), flush=True)
+        self.save()
         return ok
 
     def target(self, name, met, detail=""):
         self.targets.append({"name": name, "met": bool(met), "detail": detail})
+        self.save()
 
     def could_not_run(self, what, why):
         """Records a part that did not run (a tool missing, no time left): the step is then partial."""
         self.not_run.append("%s: %s" % (what, why))
         print("not run: %s: %s" % (what, why), flush=True)
+        self.save()
+
+    def save(self, status="running", reason=""):
+        """Writes result.json as it stands (atomically: a kill never leaves half a file). Steps call it
+        after adding measured rows to data, so a step killed at its limit keeps them."""
+        result = {"status": status, "reason": reason, "checks": self.checks, "targets": self.targets,
+                  "data": self.data, "not_run": self.not_run}
+        with open(self.path("result.json.tmp"), "w") as out:
+            json.dump(result, out, indent=1)
+        os.replace(self.path("result.json.tmp"), self.path("result.json"))
 
     def finish(self):
         """Writes result.json and exits: 0 when the step passed, 1 otherwise."""
         failed = [c["name"] for c in self.checks if not c["ok"]]
         if failed:
             status, reason = "fail", "; ".join(failed)
+        elif not self.checks and self.not_run and self.partial_when_nothing_ran:
+            status, reason = "partial", "not run: " + "; ".join(self.not_run)
         elif not self.checks:
             status, reason = "fail", "nothing was checked" + (" (%s)" % "; ".join(self.not_run) if self.not_run else "")
         elif self.not_run:
             status, reason = "partial", "not run: " + "; ".join(self.not_run)
         else:
             status, reason = "pass", ""
-        result = {"status": status, "reason": reason, "checks": self.checks, "targets": self.targets,
-                  "data": self.data}
-        with open(self.path("result.json"), "w") as out:
-            json.dump(result, out, indent=1)
+        self.save(status, reason)
         print("step result: %s%s" % (status, ": " + reason if reason else ""), flush=True)
         sys.exit(0 if status == "pass" else 1)
 
@@ -100,7 +131,15 @@ def _own_group():
     return {"preexec_fn": os.setpgrp}
 
 
-def _kill_group(process):
+def _kill_group(process, dump=True):
+    """At a timeout: SIGUSR1 to the whole group (the proxy logs its state: which collective each
+    rank waits in), DUMP_WAIT_S for the dump, then SIGTERM and SIGKILL."""
+    if dump:
+        try:
+            os.killpg(process.pid, signal.SIGUSR1)
+            process.wait(timeout=DUMP_WAIT_S)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
     try:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=5)
@@ -127,7 +166,8 @@ def run(argv, timeout, log_path, env=None, cwd=None):
             return process.wait(timeout=max(1.0, timeout))
         except subprocess.TimeoutExpired:
             _kill_group(process)
-            log.write(("\n[kit] killed after %.0f s\n" % timeout).encode())
+            log.write(("\n[kit] killed after %.0f s (SIGUSR1, %.0f s for a state dump, then SIGTERM/SIGKILL)\n"
+                       % (timeout, DUMP_WAIT_S)).encode())
             return None
 
 
@@ -153,6 +193,8 @@ def run_ranks(argv_of_rank, nranks, env_of_rank, timeout, log_prefix):
         log_path = "%s-%d.log" % (log_prefix, r)
         logs.append(log_path)
         with open(log_path, "wb") as log:
+            log.write(("$ %s\n" % " ".join(argv_of_rank(r))).encode())
+            log.flush()
             processes.append(subprocess.Popen(argv_of_rank(r), stdout=log, stderr=subprocess.STDOUT, env=env,
                                               **_own_group()))
     end = time.time() + max(1.0, timeout)
@@ -162,9 +204,17 @@ def run_ranks(argv_of_rank, nranks, env_of_rank, timeout, log_prefix):
             statuses.append(process.wait(timeout=max(0.1, end - time.time())))
         except subprocess.TimeoutExpired:
             statuses.append(None)
-    for process, status in zip(processes, statuses):
-        if status is None:
-            _kill_group(process)
+    # Every rank left gets SIGUSR1 at once (their dumps describe the same moment), then the kill.
+    late = [p for p, status in zip(processes, statuses) if status is None]
+    for process in late:
+        try:
+            os.killpg(process.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
+    if late:
+        time.sleep(DUMP_WAIT_S)
+    for process in late:
+        _kill_group(process, dump=False)
     for r, log_path in enumerate(logs):
         with open(log_path, errors="replace") as log:
             text = log.read()
@@ -230,16 +280,38 @@ def json_lines(path):
 
 def torch_rank_env(tag, rank, nranks, port, library):
     """The environment of one rank of a torch.distributed job on this GPU: its own NCCL "host" (all
-    traffic through the Sieve net plugin, never NCCL's socket fallback), deterministic cuBLAS, and
-    unbuffered output so a killed rank's log still holds its last lines."""
+    traffic through the Sieve net plugin, never NCCL's socket fallback; through NCCL's Socket
+    transport when the canary found the plugin failing), NCCL's INIT, NET and ENV logging,
+    deterministic cuBLAS, and unbuffered output so a killed rank's log still holds its last lines."""
     env = dict(NCCL_LOOPBACK_ENV)
     env.update({
         "RANK": str(rank), "WORLD_SIZE": str(nranks), "LOCAL_RANK": str(rank), "LOCAL_DEVICE": "0",
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         "NCCL_HOSTID": "sieve-kit-%s-%d" % (tag, rank), "NCCL_NET_PLUGIN": library, "NCCL_NET": "Sieve",
+        "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,ENV",
         "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
     })
+    if not SIEVE_NET_USABLE:
+        env.update(NCCL_NET="Socket", NCCL_NET_PLUGIN=None)
     return env
+
+
+def nccl_net_label():
+    """How the torch steps' NCCL traffic goes, for their tables."""
+    return "the Sieve net plugin" if SIEVE_NET_USABLE else "NCCL's Socket transport (the canary found the Sieve net plugin failing)"
+
+
+def first_nccl_warning(log_paths):
+    """The first "NCCL WARN" line of the logs (what NCCL itself said went wrong), or None."""
+    for path in log_paths:
+        try:
+            with open(path, errors="replace") as log:
+                for line in log:
+                    if "NCCL WARN" in line:
+                        return line.split("NCCL WARN", 1)[1].strip()
+        except OSError:
+            pass
+    return None
 
 
 def run_torch_ranks(step, name, host_tag, script, args, extra_env, timeout, nranks=2):

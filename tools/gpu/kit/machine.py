@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from step1_kernels import find_sanitizer  # noqa: E402 (the same search the step makes)
+from step7_sanitizers import find_sanitizer  # noqa: E402 (the same search the step makes)
 
 
 def command(argv, timeout=30):
@@ -29,8 +29,39 @@ def command(argv, timeout=30):
         return None, "no answer within %d s" % timeout
 
 
+def glibc_version():
+    """The C library's version here ("2.36"), or "" when it is not glibc."""
+    try:
+        name, version = os.confstr("CS_GNU_LIBC_VERSION").split()
+        return version if name == "glibc" else ""
+    except (ValueError, OSError, AttributeError):
+        return ""
+
+
+def version_tuple(text):
+    try:
+        return tuple(int(p) for p in text.split("."))
+    except (ValueError, AttributeError):
+        return ()
+
+
+def cuda_compatibility(driver, runtime):
+    """(usable, warning) for a driver of CUDA `driver` ("13.0") and programs built with CUDA `runtime`:
+    an older major version cannot run them; an older minor version of the same major runs them
+    (CUDA's minor version compatibility), but a feature new in the runtime's minor version would fail."""
+    d, r = version_tuple(driver), version_tuple(runtime)
+    if len(d) < 2 or len(r) < 2:
+        return True, ""
+    if d[0] < r[0]:
+        return False, ""
+    if d[0] == r[0] and d[1] < r[1]:
+        return True, ("the driver supports CUDA %s, older than the kit's %s: CUDA's minor version compatibility "
+                      "runs the kit's programs, but anything new in CUDA %s would fail" % (driver, runtime, runtime))
+    return True, ""
+
+
 def host_facts():
-    facts = {"hostname": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count()}
+    facts = {"hostname": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(), "glibc": glibc_version()}
     try:
         with open("/etc/os-release") as f:
             for line in f:
@@ -90,17 +121,21 @@ def kit_facts(kit):
     try:
         with open(os.path.join(kit, "BUILD.json")) as f:
             build = json.load(f)
-        return {k: build.get(k) for k in ("commit", "modified", "commit_time", "cuda_toolkit", "device_code")}
+        return {k: build.get(k) for k in ("commit", "modified", "commit_time", "cuda_toolkit", "device_code",
+                                          "glibc_needed")}
     except (OSError, ValueError):
         return {"error": "no BUILD.json in the kit"}
 
 
-def verdict(smi, probe_exit, probe):
-    """(exit status, one line) from what nvidia-smi and the driver said."""
+def verdict(smi, probe_exit, probe, glibc="", glibc_needed=""):
+    """(exit status, one line) from the C library's version and what nvidia-smi and the driver said."""
+    if glibc and glibc_needed and version_tuple(glibc) < version_tuple(glibc_needed):
+        return 1, "GPU unusable here: glibc %s, the kit's programs need glibc %s or newer" % (glibc, glibc_needed)
     reason = probe.get("verdict", "sieve-gpu-probe gave no answer")
     if probe_exit == 0:
         note = "" if smi["found"] else " (nvidia-smi is not installed; the driver answered)"
-        return 0, "GPU ready" + note
+        warning = cuda_compatibility(probe.get("driver_cuda", ""), probe.get("runtime_cuda", ""))[1]
+        return 0, "GPU ready" + note + (" (warning: %s)" % warning if warning else "")
     if probe_exit != 77:
         return 1, "GPU unusable: " + reason
     detail = reason[len("no GPU: "):] if reason.startswith("no GPU: ") else reason
@@ -139,13 +174,16 @@ def main():
     sanitizer = find_sanitizer()
     facts["compute_sanitizer"] = {"path": sanitizer or "",
                                   "version": command([sanitizer, "--version"])[1].splitlines()[-1] if sanitizer else ""}
-    status, line = verdict(facts["nvidia_smi"], probe_exit, facts["driver"])
+    status, line = verdict(facts["nvidia_smi"], probe_exit, facts["driver"], facts["host"]["glibc"],
+                           facts["kit"].get("glibc_needed") or "")
     facts["verdict"] = {"exit": status, "line": line}
 
     host, smi, driver, torch = facts["host"], facts["nvidia_smi"], facts["driver"], facts["torch"]
     print("== machine")
     print("host:    %s, %s, kernel %s" % (host.get("hostname"), host.get("os", "?"), host.get("kernel")))
     print("CPU:     %s x %s, %s GiB memory" % (host.get("cpus"), host.get("cpu", "?"), host.get("memory_GiB", "?")))
+    print("glibc:   %s (the kit's programs need %s or newer)" % (host.get("glibc") or "not glibc",
+                                                                facts["kit"].get("glibc_needed") or "?"))
     if not smi["found"]:
         print("nvidia-smi: not found")
     elif smi["exit"] != 0:
@@ -163,6 +201,7 @@ def main():
     nccl = facts["nccl"]
     print("NCCL:    %s" % ("%s, %s (found: %s)" % (nccl["version"], nccl["library"], nccl["found_by"]) if nccl["version"]
                           else "not found: %s" % (nccl["error"] or "no libnccl.so.2")))
+    print("python:  %s, %s" % (sys.executable, platform.python_version()))
     print("PyTorch: %s" % ("%s, CUDA %s, NCCL %s" % (torch["version"], torch.get("cuda"), torch.get("nccl", "?"))
                           if "version" in torch else "not importable: %s" % torch.get("error")))
     print("compute-sanitizer: %s" % ("%s (%s)" % (sanitizer, facts["compute_sanitizer"]["version"]) if sanitizer

@@ -1,7 +1,9 @@
 """Packs a kit run's results into OUT as three files, well inside what a remote run may bring back
 (at most 8 files of at most 16 MiB): summary.json (the machine and every step's result), summary.md
 (the README's "Measured on a GPU" tables, made by summary_tables.py) and logs.tar.gz (every log and
-per-step file). A log too large is cut to its head and tail, saying so, rather than lost.
+per-step file). A log too large is cut to its head and tail, saying so, rather than lost. The
+scheduler packs after every step (pack()), run.sh once more at the end. Each file is written beside
+its place and renamed into it, so OUT never holds half a file.
 
     pack.py --work DIR --summary summary.json --out OUT
 """
@@ -44,29 +46,39 @@ def write_archive(work, target, cap):
                     add_file(archive, path, os.path.join("logs", os.path.relpath(path, work)), cap)
 
 
+def pack(work, summary, out, quiet=False):
+    """Writes OUT's three files from the work directory; False when the tables could not be made."""
+    os.makedirs(out, exist_ok=True)
+    # Temporary names start with a dot: a run cut short leaves at most one, which the next pack replaces.
+    shutil.copyfile(summary, os.path.join(out, ".summary.json.tmp"))
+    os.replace(os.path.join(out, ".summary.json.tmp"), os.path.join(out, "summary.json"))
+    tables = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "summary_tables.py"),
+                             summary], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    with open(os.path.join(out, ".summary.md.tmp"), "wb") as f:
+        f.write(tables.stdout)
+    os.replace(os.path.join(out, ".summary.md.tmp"), os.path.join(out, "summary.md"))
+    archive = os.path.join(out, ".logs.tar.gz.tmp")
+    for cap in (8 * 2**20, 2 * 2**20, 256 * 2**10):  # smaller caps until the archive fits
+        write_archive(work, archive, cap)
+        if os.path.getsize(archive) <= ARCHIVE_LIMIT:
+            break
+    size = os.path.getsize(archive)
+    os.replace(archive, os.path.join(out, "logs.tar.gz"))
+    if not quiet:
+        print("results: %s (summary.json, summary.md, logs.tar.gz: %d KiB)" % (out, size // 1024))
+    if tables.returncode != 0:
+        print("summary_tables.py failed (its output is in summary.md)", file=sys.stderr)
+        return False
+    return True
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--work", required=True)
     parser.add_argument("--summary", required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-
-    shutil.copyfile(args.summary, os.path.join(args.out, "summary.json"))
-    tables = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "summary_tables.py"),
-                             args.summary], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
-    with open(os.path.join(args.out, "summary.md"), "wb") as f:
-        f.write(tables.stdout)
-    archive = os.path.join(args.out, "logs.tar.gz")
-    for cap in (8 * 2**20, 2 * 2**20, 256 * 2**10):  # smaller caps until the archive fits
-        write_archive(args.work, archive, cap)
-        if os.path.getsize(archive) <= ARCHIVE_LIMIT:
-            break
-    print("results: %s (summary.json, summary.md, logs.tar.gz: %d KiB)" % (args.out, os.path.getsize(archive) // 1024))
-    if tables.returncode != 0:
-        print("summary_tables.py failed (its output is in summary.md)", file=sys.stderr)
-        return 1
-    return 0
+    return 0 if pack(args.work, args.summary, args.out) else 1
 
 
 if __name__ == "__main__":

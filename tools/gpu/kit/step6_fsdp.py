@@ -1,33 +1,36 @@
 """Step 6: PyTorch FSDP2 (fully_shard), 2 ranks on one GPU, an MLP pruned 80 %, gradients reduced in
 fp32 and in bf16: dense (no proxy) against Sieve (LD_PRELOAD proxy, sieve.publish_fsdp after the first
 step), all traffic through the Sieve net plugin. Losses compared bit for bit. Where the proxy
-compacted nothing, the result says that FSDP ran dense through it."""
+compacted nothing, the result says that FSDP ran dense through it. 60 steps, 30 in the quick profile."""
 
 import os
 
-from common import Step, losses_compared, run_torch_ranks, statuses_text
+from common import Step, losses_compared, nccl_net_label, run_torch_ranks, statuses_text
 
-STEPS = 60
+STEPS = {"full": 60, "quick": 30}
+LEAST_PER_MODE_S = {"full": 30, "quick": 20}
 CONFIGS = ("fp32", "bf16")
 MODES = [("dense", {}, []), ("sieve", {"LD_PRELOAD": "LIB"}, ["--publish"])]
 
 
 def main():
     step = Step(__doc__)
+    steps = STEPS[step.args.profile]
     script = os.path.join(step.kit, "kit", "fsdp_pruned.py")
     runs = {}
+    step.data["net"] = nccl_net_label()
     for index, (mode, extra_env, extra_args) in enumerate(MODES):
         timeout = step.left() / (len(MODES) - index) - 5
-        if timeout < 30:
+        if timeout < LEAST_PER_MODE_S[step.args.profile]:
             step.could_not_run(mode, "no time left (%.0f s)" % step.left())
             continue
-        statuses, ranks = run_torch_ranks(step, mode, "fsdp-" + mode, script, ["--steps", str(STEPS)] + extra_args,
+        statuses, ranks = run_torch_ranks(step, mode, "fsdp-" + mode, script, ["--steps", str(steps)] + extra_args,
                                           extra_env, timeout)
         if step.check(mode + ": both ranks finished", all(s == 0 for s in statuses) and all(ranks),
                       statuses_text(statuses)):
             runs[mode] = ranks
 
-    step.data["steps"] = STEPS
+    step.data["steps"] = steps
     configs = {}
     for config in CONFIGS:
         entry = {}

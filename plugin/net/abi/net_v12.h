@@ -1,0 +1,76 @@
+// NCCL net plugin ABI v12 (NCCL 2.29 - 2.30): the v11 function table with wider virtual-NIC
+// properties (8 devices per NIC) and rail/plane ids in the device properties. NCCL 2.30's loader
+// tries v12 first.
+#pragma once
+
+#include "plugin/net/abi/net_v11.h"
+
+namespace sieve::abi {
+
+constexpr int NCCL_NET_MAX_DEVS_PER_NIC_V12 = 8;
+// railId / planeId when the plugin does not know them.
+constexpr int16_t NCCL_NET_ID_UNDEF = -1;
+
+struct ncclNetVDeviceProps_v12_t {
+  int ndevs;
+  int devs[NCCL_NET_MAX_DEVS_PER_NIC_V12];
+};
+
+using ncclNetCommConfig_v12_t = ncclNetCommConfig_v11_t;
+
+struct ncclNetProperties_v12_t {
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+  int regIsGlobal;
+  int forceFlush;
+  int speed;  // Mbps
+  int port;
+  float latency;
+  int maxComms;
+  int maxRecvs;
+  ncclNetDeviceType netDeviceType;
+  int netDeviceVersion;
+  ncclNetVDeviceProps_v12_t vProps;
+  size_t maxP2pBytes;
+  size_t maxCollBytes;
+  int maxMultiRequestSize;
+  int16_t railId;
+  int16_t planeId;
+};
+static_assert(sizeof(ncclNetProperties_v12_t) == 128, "v12 properties layout");
+
+using ncclNetCommAttr_v12_t = ncclNetCommAttr_v11_t;
+using ncclNetAttr_v12_t = ncclNetAttr_v11_t;
+
+struct ncclNet_v12_t {
+  const char* name;
+  ncclResult_t (*init)(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logFunction,
+                       ncclProfilerCallback_t profFunction);
+  ncclResult_t (*devices)(int* ndev);
+  ncclResult_t (*getProperties)(int dev, ncclNetProperties_v12_t* props);
+  ncclResult_t (*listen)(void* ctx, int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v7_t** sendDevComm);
+  ncclResult_t (*accept)(void* listenComm, void** recvComm, ncclNetDeviceHandle_v7_t** recvDevComm);
+  ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);
+  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle,
+                        void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                        void** phandles, void** request);
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
+  ncclResult_t (*test)(void* request, int* done, int* sizes);
+  ncclResult_t (*closeSend)(void* sendComm);
+  ncclResult_t (*closeRecv)(void* recvComm);
+  ncclResult_t (*closeListen)(void* listenComm);
+  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
+  ncclResult_t (*makeVDevice)(int* d, ncclNetVDeviceProps_v12_t* props);
+  ncclResult_t (*finalize)(void* ctx);
+  ncclResult_t (*setNetAttr)(void* ctx, ncclNetAttr_v12_t* netAttr);
+};
+static_assert(sizeof(ncclNet_v12_t) == 22 * sizeof(void*), "v12 function table layout");
+
+}  // namespace sieve::abi

@@ -1,0 +1,385 @@
+// The interposed NCCL entry points. Under LD_PRELOAD the dynamic linker binds a trainer's calls to
+// the collectives, the group calls and the communicator teardown calls here (and their pnccl*
+// aliases, which share NCCL's group state); when NCCL merely dlopens this library as its net plugin
+// nobody calls them. Each call goes through the process's Proxy or straight to the real NCCL; the
+// proxy's own collectives use the real symbols (real_nccl.h), and a thread already inside the proxy
+// passes straight through, so nothing re-enters. No exception leaves.
+#include <nccl.h>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "net/log.h"
+#include "plugin/config.h"
+#include "plugin/process_log.h"
+#include "plugin/proxy/cuda/cuda_backend.h"
+#include "plugin/proxy/hang_dump.h"
+#include "plugin/proxy/proxy.h"
+#include "plugin/proxy/cuda/real_nccl.h"
+#include "plugin/proxy_probe.h"
+#include "plugin/sieve_api.h"
+#include "plugin/stats.h"
+
+namespace sieve::plugin::proxy {
+namespace {
+
+thread_local bool t_inside = false;
+
+struct Inside {
+  Inside() { t_inside = true; }
+  ~Inside() { t_inside = false; }
+};
+
+ElemType elem_type(ncclDataType_t t) {
+  switch (t) {
+    case ncclFloat32: return ElemType::kF32;
+    case ncclFloat16: return ElemType::kF16;
+    case ncclBfloat16: return ElemType::kBF16;
+    case ncclFloat64: return ElemType::kF64;
+    case ncclInt64: return ElemType::kI64;  // a commit token; never compacted
+    default: return ElemType::kOther;
+  }
+}
+
+// NCCL's op as the proxy knows it: a pre-multiplied sum only once the proxy saw NCCL create it on
+// this communicator (the handle is the communicator's own).
+ReduceOp reduce_op(ncclRedOp_t op, ncclComm_t comm, Proxy* proxy) {
+  if (int(op) >= int(ncclNumOps))
+    return proxy->premul_sum_known(comm, int32_t(op)) ? premul_sum(int32_t(op)) : ReduceOp::kOther;
+  switch (op) {
+    case ncclSum: return ReduceOp::kSum;
+    case ncclProd: return ReduceOp::kProd;
+    case ncclMax: return ReduceOp::kMax;
+    case ncclMin: return ReduceOp::kMin;
+    case ncclAvg: return ReduceOp::kAvg;
+    default: return ReduceOp::kOther;
+  }
+}
+
+ProxyOptions options_from(const config::Settings& s) {
+  ProxyOptions o;
+  o.enabled = s.proxy;
+  o.track = s.track == "on" ? TrackMode::kOn : s.track == "observe" ? TrackMode::kObserve : TrackMode::kOff;
+  o.verify = s.proxy_verify;
+  o.track_stable = uint32_t(s.track_stable);
+  o.track_lag = uint32_t(s.track_lag);
+  o.rules.max_density = double(s.proxy_max_density) / 100.0;
+  o.rules.min_count = uint64_t(s.proxy_min_count);
+  return o;
+}
+
+// A report of every communicator's recent collectives: in the log, and beside SIEVE_STATS_FILE.
+void report(const std::string& text) {
+  SIEVE_WARN("%s", text.c_str());
+  const std::string path = dump_path(config::Registry::process().settings().stats_file);
+  if (!path.empty() && !append_report(path, text)) SIEVE_WARN("collective proxy: could not write %s", path.c_str());
+}
+
+// Built on first use: the library may be loaded long before CUDA or NCCL is.
+Proxy& process_proxy() {
+  static Proxy* proxy = [] {
+    const config::Settings& s = config::Registry::process().settings();
+    static CudaBackend backend;
+    static Proxy instance(backend, mask_registry(), options_from(s), process_stats());
+    instance.set_report_sink(&report);
+    SIEVE_INFO("collective proxy: %s (track %s, lag %lld, max density %lld%%, min count %lld, verify %s)",
+               s.proxy ? "active" : "off (calls pass through; this rank refuses every commit)", s.track.c_str(),
+               (long long)s.track_lag, (long long)s.proxy_max_density, (long long)s.proxy_min_count,
+               s.proxy_verify ? "on" : "off");
+    if (s.dump_signal != "off") {
+      std::string why;
+      const int signo = s.dump_signal == "usr2" ? SIGUSR2 : SIGUSR1;
+      if (!install_dump_signal(signo, [] { report(process_proxy().describe_state("SIEVE_DUMP_SIGNAL")); }, &why) &&
+          !why.empty())
+        SIEVE_WARN("collective proxy: no state report on SIG%s: %s", s.dump_signal == "usr2" ? "USR2" : "USR1",
+                   why.c_str());
+    }
+    return &instance;
+  }();
+  return *proxy;
+}
+
+// Every interposed call starts here: the process's log is set up (SIEVE_LOG_LEVEL, each configuration
+// problem warned once) before anything can warn, also in a job that preloads the proxy without
+// Sieve as its net plugin, whose init would otherwise do it.
+const RealNccl& nccl_for_call() {
+  note_nccl_in_use();
+  start_process_log();
+  return real_nccl();
+}
+
+// The proxy, or null when this call must go straight to NCCL (re-entry from the proxy itself).
+Proxy* proxy_for_call() { return t_inside ? nullptr : &process_proxy(); }
+
+template <typename Body> ncclResult_t guarded(Body&& body) noexcept {
+  try {
+    return body();
+  } catch (...) {
+    SIEVE_WARN("collective proxy: unexpected failure");
+    return ncclInternalError;
+  }
+}
+
+// Once per process, whichever notices first (an interposed call, or the probe at the plugin's init).
+void warn_nccl_unreachable_once() {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true))
+    SIEVE_WARN("collective proxy: inactive, the real NCCL cannot be reached (interposed NCCL calls fail with "
+               "ncclSystemError): %s", real_nccl_problem().c_str());
+}
+
+ncclResult_t unreachable() {
+  warn_nccl_unreachable_once();
+  return ncclSystemError;
+}
+
+// Run at the net plugin's init (NCCL is loaded by then): a proxy that was LD_PRELOADed but can never
+// see a collective says so once, naming the cause, instead of running silently dense.
+void probe() {
+  note_nccl_in_use();
+  if (!preloaded()) return;
+  if (!config::Registry::process().settings().proxy) return;
+  if (!real_nccl_problem().empty()) warn_nccl_unreachable_once();
+  const std::string cuda = cuda_problem();
+  if (!cuda.empty()) SIEVE_WARN("collective proxy: cannot compact anything: %s", cuda.c_str());
+}
+
+const bool kProbeRegistered = (register_proxy_probe(&probe), true);
+
+// --- the C API's commit (sieve.h), served here ---
+
+void fill(const CommitOutcome& o, sieve_commit_result_t* out) {
+  sieve_commit_result_t full;
+  std::memset(&full, 0, sizeof full);
+  full.size = std::min(out->size, sizeof full);
+  full.state = o.state == CommitOutcome::State::kActivated ? SIEVE_COMMIT_ACTIVATED
+               : o.state == CommitOutcome::State::kPending ? SIEVE_COMMIT_PENDING
+                                                           : SIEVE_COMMIT_REFUSED;
+  full.commit = o.commit;
+  full.masks = o.masks;
+  full.compacting = o.compacting;
+  std::snprintf(full.reason, sizeof full.reason, "%s", o.reason.c_str());
+  std::memcpy(out, &full, full.size);
+}
+
+int commit_api(void* comm, void* stream, uint32_t flags, sieve_commit_result_t* result) {
+  const RealNccl& real = nccl_for_call();
+  if (!real.complete()) {
+    warn_nccl_unreachable_once();
+    return kCommitUnreachable;
+  }
+  Proxy* proxy = proxy_for_call();
+  if (!proxy) return ncclInvalidUsage;  // called from inside the proxy itself
+  Inside inside;
+  CommitOutcome outcome;
+  const int rc = proxy->commit(comm, stream, flags, &outcome);
+  if (result) fill(outcome, result);
+  return rc;
+}
+
+void arm_api(const void* token, uint32_t flags) { process_proxy().arm_commit(token, flags); }
+
+bool outcome_api(const void* token, sieve_commit_result_t* result) {
+  CommitOutcome outcome;
+  if (!process_proxy().commit_outcome(token, &outcome)) return false;
+  fill(outcome, result);
+  return true;
+}
+
+const ProxyCommitApi kCommitApi{&commit_api, &arm_api, &outcome_api};
+const bool kCommitApiRegistered = (register_proxy_commit_api(&kCommitApi), true);
+
+}  // namespace
+}  // namespace sieve::plugin::proxy
+
+using namespace sieve::plugin::proxy;
+
+#define SIEVE_EXPORT __attribute__((visibility("default")))
+// NCCL exports every entry point twice, nccl* and pnccl* (its profiling aliases), with one group
+// state behind both: interposing one name only would let the proxy lose track of NCCL's groups.
+#define SIEVE_ALIAS(name) __attribute__((alias(#name), visibility("default")))
+
+extern "C" {
+
+SIEVE_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = nccl_for_call();
+    if (!real.complete()) return unreachable();
+    Proxy* proxy = proxy_for_call();
+    if (!proxy) return real.all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+    Inside inside;
+    const ReduceOp reduction = reduce_op(op, comm, proxy);
+    if (elem_type(datatype) == ElemType::kOther || reduction == ReduceOp::kOther) {
+      if (int rc = proxy->pass_through(comm, CallKind::kAllReduce, count)) return ncclResult_t(rc);
+      return real.all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+    }
+    return ncclResult_t(proxy->all_reduce(sendbuff, recvbuff, count, elem_type(datatype), reduction, comm, stream));
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                            cudaStream_t stream) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = nccl_for_call();
+    if (!real.complete()) return unreachable();
+    Proxy* proxy = proxy_for_call();
+    if (!proxy) return real.reduce_scatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+    Inside inside;
+    const ReduceOp reduction = reduce_op(op, comm, proxy);
+    if (elem_type(datatype) == ElemType::kOther || reduction == ReduceOp::kOther) {
+      if (int rc = proxy->pass_through(comm, CallKind::kReduceScatter, recvcount)) return ncclResult_t(rc);
+      return real.reduce_scatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+    }
+    return ncclResult_t(
+        proxy->reduce_scatter(sendbuff, recvbuff, recvcount, elem_type(datatype), reduction, comm, stream));
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                                        ncclComm_t comm, cudaStream_t stream) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = nccl_for_call();
+    if (!real.complete()) return unreachable();
+    Proxy* proxy = proxy_for_call();
+    if (!proxy) return real.all_gather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
+    Inside inside;
+    if (elem_type(datatype) == ElemType::kOther) {
+      if (int rc = proxy->pass_through(comm, CallKind::kAllGather, sendcount)) return ncclResult_t(rc);
+      return real.all_gather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
+    }
+    return ncclResult_t(proxy->all_gather(sendbuff, recvbuff, sendcount, elem_type(datatype), comm, stream));
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclGroupStart() {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = nccl_for_call();
+    if (!real.complete()) return unreachable();
+    Proxy* proxy = proxy_for_call();
+    if (!proxy) return real.group_start();
+    Inside inside;
+    return ncclResult_t(proxy->group_start());
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclGroupEnd() {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = nccl_for_call();
+    if (!real.complete()) return unreachable();
+    Proxy* proxy = proxy_for_call();
+    if (!proxy) return real.group_end();
+    Inside inside;
+    return ncclResult_t(proxy->group_end());
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = nccl_for_call();
+    if (!real.complete()) return unreachable();
+    Proxy* proxy = proxy_for_call();
+    if (!proxy) return real.group_simulate_end ? real.group_simulate_end(simInfo) : ncclInvalidUsage;
+    Inside inside;
+    return ncclResult_t(proxy->group_simulate_end(simInfo));
+  });
+}
+
+// Teardown: the proxy forgets the communicator first; a handle the proxy itself aborted is dead and
+// never reaches NCCL again.
+SIEVE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = nccl_for_call();
+    if (!real.complete()) return unreachable();
+    if (t_inside) return real.comm_destroy(comm);
+    Proxy& proxy = process_proxy();
+    const ncclResult_t rc = proxy.release(comm, nullptr) ? ncclSuccess : real.comm_destroy(comm);
+    proxy.forget(comm);
+    return rc;
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = nccl_for_call();
+    if (!real.complete()) return unreachable();
+    if (t_inside) return real.comm_abort(comm);
+    Proxy& proxy = process_proxy();
+    const ncclResult_t rc = proxy.release(comm, "ncclCommAbort") ? ncclSuccess : real.comm_abort(comm);
+    proxy.forget(comm);
+    return rc;
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = nccl_for_call();
+    if (!real.complete() || !real.comm_finalize) return unreachable();
+    if (!t_inside && process_proxy().aborted(comm)) return ncclSuccess;
+    return real.comm_finalize(comm);
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = nccl_for_call();
+    if (!real.complete()) return unreachable();
+    if (!t_inside && process_proxy().aborted(comm)) {
+      *asyncError = ncclSystemError;  // the proxy aborted it after a local failure (logged then)
+      return ncclSuccess;
+    }
+    return real.comm_get_async_error(comm, asyncError);
+  });
+}
+
+// Pre-multiplied sums (FSDP's bf16 and averaged reduces): the proxy learns which handles are sums.
+SIEVE_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                                                   ncclScalarResidence_t residence, ncclComm_t comm) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = nccl_for_call();
+    if (!real.complete() || !real.red_op_create_pre_mul_sum) return unreachable();
+    const ncclResult_t rc = real.red_op_create_pre_mul_sum(op, scalar, datatype, residence, comm);
+    Proxy* proxy = proxy_for_call();
+    if (rc == ncclSuccess && proxy && op) {
+      Inside inside;
+      proxy->premul_sum_created(comm, int32_t(*op));
+    }
+    return rc;
+  });
+}
+
+SIEVE_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  return guarded([&]() -> ncclResult_t {
+    const RealNccl& real = nccl_for_call();
+    if (!real.complete() || !real.red_op_destroy) return unreachable();
+    if (Proxy* proxy = proxy_for_call()) {
+      Inside inside;
+      proxy->premul_sum_destroyed(comm, int32_t(op));
+    }
+    return real.red_op_destroy(op, comm);
+  });
+}
+
+ncclResult_t pncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)
+    SIEVE_ALIAS(ncclAllReduce);
+ncclResult_t pncclReduceScatter(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)
+    SIEVE_ALIAS(ncclReduceScatter);
+ncclResult_t pncclAllGather(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t)
+    SIEVE_ALIAS(ncclAllGather);
+ncclResult_t pncclGroupStart() SIEVE_ALIAS(ncclGroupStart);
+ncclResult_t pncclGroupEnd() SIEVE_ALIAS(ncclGroupEnd);
+ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t*) SIEVE_ALIAS(ncclGroupSimulateEnd);
+ncclResult_t pncclCommDestroy(ncclComm_t) SIEVE_ALIAS(ncclCommDestroy);
+ncclResult_t pncclCommAbort(ncclComm_t) SIEVE_ALIAS(ncclCommAbort);
+ncclResult_t pncclCommFinalize(ncclComm_t) SIEVE_ALIAS(ncclCommFinalize);
+ncclResult_t pncclCommGetAsyncError(ncclComm_t, ncclResult_t*) SIEVE_ALIAS(ncclCommGetAsyncError);
+ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t, ncclComm_t)
+    SIEVE_ALIAS(ncclRedOpCreatePreMulSum);
+ncclResult_t pncclRedOpDestroy(ncclRedOp_t, ncclComm_t) SIEVE_ALIAS(ncclRedOpDestroy);
+
+}  // extern "C"

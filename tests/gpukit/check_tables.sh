@@ -1,9 +1,0 @@
-#!/usr/bin/env bash
-# tools/gpu/summary_tables.py on the sample summary gives exactly the tables recorded beside it.
-# (After a deliberate change of the tables: python3 tools/gpu/summary_tables.py
-# tests/gpukit/sample_summary.json > tests/gpukit/sample_tables.md, and read the diff.)
-set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-python3 "$here/../../tools/gpu/summary_tables.py" "$here/sample_summary.json" | diff -u "$here/sample_tables.md" - ||
-  { echo "FAIL: the tables differ from tests/gpukit/sample_tables.md (above)" >&2; exit 1; }
-echo "the tables of the sample summary are as recorded"

@@ -1,0 +1,143 @@
+"""Finding and loading libnccl-net-sieve.so, and the C API's structs (sieve.h)."""
+
+import ctypes
+import os
+
+from ._constants import _ERR_INVALID, _ERR_UNAVAILABLE
+
+_LIBRARY_NAME = "libnccl-net-sieve.so"
+
+class SieveError(RuntimeError):
+    """A failed call: code is the negative SIEVE_ERR_* value."""
+    __module__ = "sieve"  # its public name, in tracebacks too: sieve.SieveError
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+class _MaskInfo(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("mask_id", ctypes.c_uint64), ("count", ctypes.c_uint64),
+                ("kept", ctypes.c_uint64), ("hash", ctypes.c_uint64), ("dtype", ctypes.c_int)]
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t)] + [(name, ctypes.c_uint64) for name in (
+        "bytes_logical_sent", "bytes_wire_sent", "bytes_logical_received", "bytes_wire_received",
+        "messages_sent", "messages_received", "collectives_dense", "collectives_compacted",
+        "mask_violations", "connections_rejected", "masks_published", "tables_activated",
+        "tables_refused", "learned_calls_observed", "learned_bytes_saved", "learned_pattern_changes")]
+
+
+class _CommitResult(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("state", ctypes.c_int), ("commit", ctypes.c_uint64),
+                ("masks", ctypes.c_uint64), ("compacting", ctypes.c_uint64), ("reason", ctypes.c_char * 256)]
+
+
+def _loaded_path():
+    """The path of the Sieve library already mapped into this process (LD_PRELOAD), if any."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.rstrip("\n").split(None, 5)
+                if len(fields) == 6 and os.path.basename(fields[5]) == _LIBRARY_NAME:
+                    return fields[5]
+    except OSError:
+        pass
+    return None
+
+
+def _find_library():
+    """The copy that LD_PRELOAD loaded always wins: masks published into any other copy would never
+    reach the proxy, and the job would silently run dense. SIEVE_LIBRARY names a copy to load when
+    none is loaded (tools and tests that use the C API without the proxy): a path, or, as LD_PRELOAD
+    takes, a name without a slash that the dynamic loader finds (LD_LIBRARY_PATH, ldconfig's cache)."""
+    loaded = _loaded_path()
+    wanted = os.environ.get("SIEVE_LIBRARY")
+    by_name = bool(wanted) and "/" not in wanted
+    if loaded:
+        # A name means what the loader would give for it, and the loader gives the copy already
+        # loaded under that name; a path must be that copy's file.
+        if by_name:
+            same = os.path.basename(loaded) == wanted
+        else:
+            same = not wanted or os.path.realpath(wanted) == os.path.realpath(loaded)
+        if not same:
+            raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s, but another copy of Sieve is already loaded (%s): masks "
+                                           "published there would never reach the proxy. Unset SIEVE_LIBRARY or "
+                                           "point it at the loaded copy" % (wanted, loaded))
+        return loaded
+    if by_name:
+        return wanted  # ctypes.CDLL hands a bare name to the loader's search, as LD_PRELOAD does
+    if wanted:
+        if not os.path.isfile(wanted):
+            raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s: no such file" % wanted)
+        return wanted
+    raise SieveError(_ERR_UNAVAILABLE, "%s is not loaded in this process: start the job with LD_PRELOAD=%s "
+                                       "(or its path; the collective proxy works only preloaded), or set "
+                                       "SIEVE_LIBRARY (a path or a name) to use the C API alone"
+                     % (_LIBRARY_NAME, _LIBRARY_NAME))
+
+
+def library_path():
+    """The libnccl-net-sieve.so this installation of the package goes with, by absolute path: the copy a
+    wheel carries inside the package (pip install), else the one `cmake --install` or the .deb put beside
+    it (recorded, relative to the package, in _installed.py at install time), else $SIEVE_LIBRARY (a
+    build tree). It only finds the file; library() loads the copy that is preloaded, or $SIEVE_LIBRARY."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.path.join(here, _LIBRARY_NAME)]
+    try:
+        from . import _installed
+        candidates.append(os.path.normpath(os.path.join(here, _installed.LIBRARY)))
+    except ImportError:  # a source checkout or a wheel: no install record
+        pass
+    if os.environ.get("SIEVE_LIBRARY"):
+        candidates.append(os.path.abspath(os.environ["SIEVE_LIBRARY"]))
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            return candidate
+    raise SieveError(_ERR_UNAVAILABLE, "no %s goes with this sieve package (%s): install it with pip install "
+                                       "./tools/python, or set SIEVE_LIBRARY to a built copy" % (_LIBRARY_NAME, here))
+
+
+_lib = None
+
+
+def library():
+    """The C library (found once: the preloaded copy, else $SIEVE_LIBRARY)."""
+    global _lib
+    if _lib is None:
+        found = _find_library()
+        try:
+            lib = ctypes.CDLL(found)
+        except OSError as e:
+            raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s: the dynamic loader cannot load it (%s); give its path, "
+                                           "or add its directory to LD_LIBRARY_PATH" % (found, e)) from None
+        lib.sieve_version.restype = ctypes.c_char_p
+        lib.sieve_strerror.restype = ctypes.c_char_p
+        lib.sieve_strerror.argtypes = [ctypes.c_int]
+        lib.sieve_last_error.restype = ctypes.c_char_p
+        lib.sieve_mask_publish.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_char_p,
+                                           ctypes.POINTER(ctypes.c_uint64)]
+        lib.sieve_mask_publish_ranges.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                  ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
+                                                  ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]
+        lib.sieve_collective_mask_publish.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int, ctypes.c_char_p,
+                                                      ctypes.POINTER(ctypes.c_uint64)]
+        lib.sieve_mask_retract.argtypes = [ctypes.c_void_p]
+        lib.sieve_mask_retract_id.argtypes = [ctypes.c_uint64]
+        lib.sieve_mask_released.argtypes = [ctypes.c_uint64, ctypes.POINTER(ctypes.c_int)]
+        lib.sieve_commit_arm.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+        lib.sieve_commit_outcome.argtypes = [ctypes.c_void_p, ctypes.POINTER(_CommitResult)]
+        lib.sieve_mask_query.argtypes = [ctypes.c_void_p, ctypes.POINTER(_MaskInfo)]
+        lib.sieve_stats_get.argtypes = [ctypes.POINTER(_Stats)]
+        _lib = lib
+    return _lib
+
+
+def _check(code):
+    if code != 0:
+        lib = library()
+        raise SieveError(code, "%s: %s" % (lib.sieve_strerror(code).decode(), lib.sieve_last_error().decode()))
+
+

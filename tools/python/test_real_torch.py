@@ -1,0 +1,332 @@
+"""The mask helpers against the real structures of PyTorch 2.11, not stand-ins: two ranks as
+processes on loopback, Gloo on the CPU.
+
+- publish_pruned_model against DDP's real buckets after their rebuild: over several steps every
+  bucket DDP hands to its all-reduce has a mask at its address whose bits are exactly the bucket's
+  nonzeros.
+- publish_fsdp against FSDP2's (fully_shard) real collectives: every all-gather and reduce-scatter
+  of several steps is captured where FSDP2 calls torch.distributed, and the mask the proxy's rule
+  gives it (CycleSim: the next mask of its kind, count and dtype) covers exactly the zeros of the
+  buffer it moves (the reduce-scatter's input; the all-gather's whole buffer, every rank's input).
+
+Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so build/venv/bin/python tools/python/test_real_torch.py
+(exit 77: skipped, no library or no torch 2.x with FSDP2 and Gloo).
+"""
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+WORLD = 2
+STEP_TIMEOUT = 240  # seconds for the two ranks' whole run (mostly importing torch); a hang fails the test
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.fsdp as _fsdp
+    HAVE_TORCH = hasattr(_fsdp, "fully_shard")  # FSDP2: torch >= 2.6
+    HAVE_TORCH = HAVE_TORCH and dist.is_gloo_available()
+except ImportError:
+    torch = None
+    HAVE_TORCH = False
+
+
+def unpack(bits, count):
+    """sieve's LSB-first bitmap bytes -> bool tensor."""
+    flat = torch.tensor(list(bits), dtype=torch.uint8)
+    shifts = torch.arange(8, dtype=torch.uint8)
+    return ((flat.unsqueeze(1) >> shifts) & 1).reshape(-1)[:count].bool()
+
+
+def init(rank, store_file):
+    dist.init_process_group("gloo", init_method="file://" + store_file, rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=60))
+
+
+def prune_every_layer(model, seed):
+    """Random masks, the same on every rank (one seed), about half of every weight and a third of every
+    bias, through torch.nn.utils.prune; and the pruned elements of every weight_orig zero as well, so
+    that the parameters FSDP gathers are zero exactly where pruned. Every row and column of a weight
+    keeps an element: a fully pruned row or column would make gradients elsewhere zero (a dead unit),
+    zeros no mask names, and "the mask is the buffer's zeros" would not hold for a reason of the
+    model's, not of sieve's."""
+    import torch.nn.utils.prune as prune
+    generator = torch.Generator().manual_seed(seed)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            rows, cols = module.weight.shape
+            keep = torch.rand(rows, cols, generator=generator) < 0.5
+            for i in range(max(rows, cols)):
+                keep[i % rows, (i * 7) % cols] = True
+            prune.custom_from_mask(module, "weight", keep)
+            prune.custom_from_mask(module, "bias", torch.rand(rows, generator=generator) > 0.3)
+            with torch.no_grad():
+                module.weight_orig.mul_(module.weight_mask)
+                module.bias_orig.mul_(module.bias_mask)
+
+
+# --- DDP -------------------------------------------------------------------------------------------
+
+def ddp_rank(rank, store_file):
+    import sieve
+    from sieve import masks
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    init(rank, store_file)
+    # Tanh, not ReLU: no unit is dead for a whole batch, so every kept gradient element is nonzero.
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                                torch.nn.Linear(64, 8))
+    prune_every_layer(model, seed=1)
+    # Small buckets: several of them, and DDP rebuilds them in backward order after the first step.
+    ddp = DDP(model, gradient_as_bucket_view=True, bucket_cap_mb=0.01)
+    steps = []
+
+    def hook(state, bucket):  # sees what DDP all-reduces, then does exactly DDP's default
+        buffer = bucket.buffer()
+        steps[-1].append({"index": bucket.index(), "address": buffer.data_ptr(), "count": buffer.numel(),
+                          "nonzero": buffer.ne(0).clone()})
+        return default_hooks.allreduce_hook(state, bucket)
+    ddp.register_comm_hook(None, hook)
+    published = {}
+    original = masks._publish_bits
+
+    def record(address, count, dtype, bits, owner=None):
+        published[address] = (count, dtype, unpack(bits, count))
+        return original(address, count, dtype, bits, owner)
+    masks._publish_bits = record
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    generator = torch.Generator().manual_seed(100 + rank)
+    problems = []
+    try:
+        sieve.publish_pruned_model(model, commit_now=False)
+        problems.append("published before any gradient exists")
+    except sieve.SieveError:
+        pass
+    for step in range(5):
+        steps.append([])
+        optimizer.zero_grad()
+        ddp(torch.randn(16, 32, generator=generator)).square().sum().backward()
+        optimizer.step()
+        if step == 1:  # after the second backward: the buckets are rebuilt
+            count = sieve.publish_pruned_model(model, commit_now=False)
+            if count != len(steps[-1]):
+                problems.append("published %d masks for %d buckets" % (count, len(steps[-1])))
+            staged = sieve.stats()["masks_published"]
+            sieve.publish_pruned_model(model, commit_now=False)  # again: replaces, never adds
+            if sieve.stats()["masks_published"] != staged:
+                problems.append("publishing again added masks: %d -> %d" % (staged, sieve.stats()["masks_published"]))
+    for step in range(2, 5):
+        for bucket in steps[step]:
+            where = "step %d, bucket %d" % (step, bucket["index"])
+            mask = published.get(bucket["address"])
+            if mask is None:
+                problems.append("%s: no mask at the bucket's address" % where)
+                continue
+            if mask[0] != bucket["count"]:
+                problems.append("%s: mask of %d elements, bucket of %d" % (where, mask[0], bucket["count"]))
+            elif not torch.equal(mask[2], bucket["nonzero"]):
+                differ = int((mask[2] != bucket["nonzero"]).sum())
+                problems.append("%s: %d elements where the mask is not the bucket's nonzeros" % (where, differ))
+    signature = sorted((count, int(bits.sum())) for count, _, bits in published.values())
+    everyone = [None] * WORLD
+    dist.all_gather_object(everyone, signature)
+    if any(s != signature for s in everyone):
+        problems.append("the ranks published different masks: %s" % everyone)
+    sieve.retract_all(model, commit_now=False)
+    dist.destroy_process_group()
+    return {"problems": problems, "buckets": len(steps[-1]), "masks": len(published),
+            "checked": sum(len(s) for s in steps[2:])}
+
+
+# --- FSDP2 -----------------------------------------------------------------------------------------
+
+class Block(torch.nn.Module if torch else object):
+    def __init__(self, width):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(width, 2 * width), torch.nn.Linear(2 * width, width)
+
+    def forward(self, x):
+        return x + self.down(torch.tanh(self.up(x)))
+
+
+class Model(torch.nn.Module if torch else object):
+    """FSDP2's usual recipe: identical blocks, each its own fully_shard, and the root holding the
+    rest. Sizes chosen so that shards need padding (odd rows over 2 ranks)."""
+
+    def __init__(self, width=10, blocks=3):
+        super().__init__()
+        self.inp = torch.nn.Linear(7, width)
+        self.blocks = torch.nn.ModuleList([Block(width) for _ in range(blocks)])
+        self.head = torch.nn.Linear(width, 5)
+
+    def forward(self, x):
+        x = torch.tanh(self.inp(x))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def fsdp2_rank(rank, store_file, reshard_after_forward, param_dtype=None, reduce_dtype=None):
+    import sieve
+    from sieve import fsdp_masks
+    from sieve.masks import _dtype_code_of
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from test_sieve import CycleSim
+    init(rank, store_file)
+    mesh = init_device_mesh("cpu", (WORLD,))
+    torch.manual_seed(0)
+    model = Model()
+    prune_every_layer(model, seed=2)
+    # FSDP2 gathers the parameters in param_dtype and reduces the gradients in reduce_dtype, which it
+    # drops when it equals param_dtype (the gradients are already in it)
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+
+    calls = []  # (kind, count, dtype, nonzero of the whole buffer the collective moves)
+    capturing = [False]
+    real_all_gather, real_reduce_scatter = dist.all_gather_into_tensor, dist.reduce_scatter_tensor
+
+    def all_gather(output_tensor, input_tensor, group=None, async_op=False):
+        work = real_all_gather(output_tensor, input_tensor, group=group, async_op=async_op)
+        if capturing[0]:  # the whole buffer is every rank's input, rank 0's first: the output
+            if work is not None:
+                work.wait()
+            calls.append(("all_gather", output_tensor.numel(), output_tensor.dtype, output_tensor.ne(0).clone()))
+        return work
+
+    def reduce_scatter(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        if capturing[0]:
+            calls.append(("reduce_scatter", input.numel(), input.dtype, input.ne(0).clone()))
+        return real_reduce_scatter(output, input, op=op, group=group, async_op=async_op)
+    dist.all_gather_into_tensor, dist.reduce_scatter_tensor = all_gather, reduce_scatter
+
+    published = []
+    original = fsdp_masks._publish_collective_bits
+
+    def record(kind, count, dtype, bits):
+        published.append((kind, count, dtype, unpack(bits, count)))
+        return original(kind, count, dtype, bits)
+    fsdp_masks._publish_collective_bits = record
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    generator = torch.Generator().manual_seed(100 + rank)
+
+    def step():
+        optimizer.zero_grad()
+        model(torch.randn(6, 7, generator=generator)).square().sum().backward()
+        optimizer.step()
+    step()
+    result = sieve.publish_fsdp(model, commit_now=False)
+    capturing[0] = True
+    for _ in range(3):
+        step()
+    capturing[0] = False
+    problems = ["skipped: %s" % s for s in result["skipped"]]
+    cycle = CycleSim([(kind, count, dtype, bits) for kind, count, dtype, bits in published])
+    for k, (kind, count, dtype, nonzero) in enumerate(calls):
+        expected = (param_dtype if kind == "all_gather" else reduce_dtype or param_dtype) or torch.float32
+        if dtype != expected:
+            problems.append("call %d: %s in %s, not %s" % (k, kind, dtype, expected))
+            continue
+        entry = cycle.call(kind, count, _dtype_code_of(dtype))
+        if entry is None:
+            problems.append("call %d: %s of %d elements has no mask (runs dense)" % (k, kind, count))
+        elif not torch.equal(entry[3], nonzero):
+            lost = (~entry[3] & nonzero).nonzero().reshape(-1).tolist()
+            zero = (entry[3] & ~nonzero).nonzero().reshape(-1).tolist()
+            problems.append("call %d: %s of %d elements: the mask prunes %d nonzeros (at %s) and keeps %d zeros (at %s)"
+                            % (k, kind, count, len(lost), lost[:20], len(zero), zero[:20]))
+    kinds = [c[0] for c in calls]
+    sieve.retract_all(model, commit_now=False)
+    dist.destroy_process_group()
+    return {"problems": problems, "calls": len(calls), "all_gathers": kinds.count("all_gather"),
+            "reduce_scatters": kinds.count("reduce_scatter"), "masks": len(published)}
+
+
+CASES = {"ddp": lambda rank, store: ddp_rank(rank, store),
+         "fsdp2": lambda rank, store: fsdp2_rank(rank, store, True),
+         "fsdp2_no_reshard": lambda rank, store: fsdp2_rank(rank, store, False),
+         "fsdp2_bf16_params": lambda rank, store: fsdp2_rank(rank, store, True, torch.bfloat16, torch.float32),
+         "fsdp2_bf16": lambda rank, store: fsdp2_rank(rank, store, True, torch.bfloat16, torch.bfloat16)}
+
+
+def rank_main(rank, directory):
+    """Every case in turn, each on its own process group: {case: result}."""
+    return {case: run(rank, os.path.join(directory, case)) for case, run in CASES.items()}
+
+
+def run_ranks():
+    """Runs every case on WORLD processes; returns each rank's results (its JSON line)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank", str(rank), tmp], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(WORLD)]
+        results = []
+        try:
+            for rank, proc in enumerate(procs):
+                out, err = proc.communicate(timeout=STEP_TIMEOUT)
+                if proc.returncode != 0:
+                    raise AssertionError("rank %d exited %d:\n%s" % (rank, proc.returncode, err[-3000:]))
+                results.append(json.loads(out.strip().splitlines()[-1]))
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        return results
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs torch 2.x with FSDP2 and Gloo (tools/install-deps.sh: build/venv)")
+class RealStructures(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.ranks = run_ranks()
+
+    def results(self, case):
+        return [(rank, results[case]) for rank, results in enumerate(self.ranks)]
+
+    def test_publish_pruned_model_covers_ddps_real_buckets_after_the_rebuild(self):
+        for rank, result in self.results("ddp"):
+            self.assertEqual(result["problems"], [], "rank %d" % rank)
+            self.assertGreaterEqual(result["buckets"], 2, "small buckets: several per step")
+            self.assertEqual(result["masks"], result["buckets"])
+            self.assertEqual(result["checked"], 3 * result["buckets"])
+
+    def test_publish_fsdp_covers_fully_shards_real_collectives_in_their_order(self):
+        for rank, result in self.results("fsdp2"):
+            self.assertEqual(result["problems"], [], "rank %d" % rank)
+            # per step: 4 groups gathered in forward and again in backward (the root too: it was given
+            # reshard_after_forward=True), 4 reduce-scatters
+            self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 8, 3 * 4))
+
+    def test_publish_fsdp_with_mixed_precision_gathers_in_param_dtype_and_reduces_in_reduce_dtype(self):
+        for case in ("fsdp2_bf16_params", "fsdp2_bf16"):  # reduce in float32; in bf16 (= param_dtype)
+            for rank, result in self.results(case):
+                self.assertEqual(result["problems"], [], "%s, rank %d" % (case, rank))
+                self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 8, 3 * 4))
+
+    def test_publish_fsdp_without_reshard_after_forward(self):
+        for rank, result in self.results("fsdp2_no_reshard"):
+            self.assertEqual(result["problems"], [], "rank %d" % rank)
+            self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 4, 3 * 4))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--rank":
+        print(json.dumps(rank_main(int(sys.argv[2]), sys.argv[3])))
+        sys.exit(0)
+    if not (os.environ.get("SIEVE_LIBRARY") or os.environ.get("LD_PRELOAD")):
+        print("SKIP: set SIEVE_LIBRARY to the built libnccl-net-sieve.so, or LD_PRELOAD it")
+        sys.exit(77)
+    if not HAVE_TORCH:
+        print("SKIP: needs torch 2.x with FSDP2 and Gloo")
+        sys.exit(77)
+    unittest.main()

@@ -1,0 +1,341 @@
+#include "tools/sieve-bench/options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "tools/sieve-bench/models.h"
+#include "tools/common/install_layout.h"
+#include "tools/sieve-impair/impairment.h"
+
+namespace sieve::bench {
+
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::Dense: return "dense";
+    case Mode::Compacted: return "compacted";
+    case Mode::Codec: return "codec";
+  }
+  return "?";
+}
+
+namespace {
+std::string model_list() {
+  std::string models;
+  for (const std::string& name : model_names()) models += (models.empty() ? "" : ", ") + name;
+  return models;
+}
+}  // namespace
+
+std::string usage_text() {
+  const std::string models = model_list();
+  return "usage: sieve-bench [options]\n"
+         "N processes act as nodes: each loads the Sieve plugin as NCCL does and they run NCCL-style ring\n"
+         "all-reduce over a model's DDP gradient buckets (or, with --fsdp, FSDP's all-gathers and\n"
+         "reduce-scatters), dense and pruned, and check every value exactly.\n"
+         "As root the nodes live in network namespaces on a tc-shaped virtual switch (netlab.sh);\n"
+         "otherwise (without root or CAP_NET_ADMIN, or with --loopback) they use loopback.\n\n"
+         "  --nodes N             nodes (default 4)\n"
+         "  --model NAME          " + models + " (default resnet50)\n"
+         "  --masks FILE          your own model: one BOOL/U8 mask tensor per parameter (safetensors);\n"
+         "                        with --model, checked against that model's parameter shapes\n"
+         "  --prune KIND          unstructured | channel | none (default unstructured)\n"
+         "  --density D           fraction of weights kept, 0 < D <= 1 (default 0.2 = 80 % pruned)\n"
+         "  --seed S              pruning seed, the same on every node (default 1)\n"
+         "  --dtype T             fp32 | bf16 (default fp32)\n"
+         "  --modes LIST          dense,compacted"
+         ",codec"
+         " (default dense,compacted)\n"
+         "  --iters N             measured all-reduces of the whole model (--fsdp: steps) per mode (default 5)\n"
+         "  --warmup N            unmeasured ones first (default 1)\n"
+         "  --rate R              switch port rate, tc syntax: 100mbit, 1gbit, 10gbit; none = unshaped (default 1gbit)\n"
+         "  --delay T             one-way delay on every port, e.g. 1ms, 250us (namespaces only)\n"
+         "  --jitter T            uniform +-T around --delay, at most --delay\n"
+         "  --loss P              packet loss, e.g. 1%, 0.5%\n"
+         "  --reorder P           share of packets sent ahead of delayed ones, e.g. 25% (needs --delay)\n"
+         "  --loopback            loopback even as root (shaped by the plugin's own rate limit when it has one)\n"
+         "  --gloo                also run PyTorch's Gloo on the same lab and workload (namespaces only)\n"
+         "  --fsdp                FSDP's traffic instead of DDP's: per parameter group (each block, then the rest),\n"
+         "                        an all-gather of parameters and a reduce-scatter of gradients in FSDP2's sharded\n"
+         "                        layout; compacted = each shard's kept elements, padded to the largest shard's,\n"
+         "                        as the proxy sends them (where Gloo has no reduce_scatter, --gloo all-reduces)\n"
+         "  --plugin PATH         libnccl-net-sieve.so to load (default: the installed one, see Files)\n"
+         "  --netlab PATH         the namespace lab script (default: netlab.sh, see Files)\n"
+         "  --gloo-script PATH    the Gloo peer (default: gloo_allreduce.py, see Files)\n"
+         "  --python PATH         the Python with PyTorch that runs the Gloo peer (default: python3 on PATH;\n"
+         "                        tools/install-deps.sh makes build/venv/bin/python)\n"
+         "  --chunk BYTES         ring chunk, 64 to 64M (default 131072)\n"
+         "  --inflight N          chunks in flight, 1 to 32 (default 16)\n"
+         "  --timeout S           hard limit for the whole run (default: from the model's size, --rate and the\n"
+         "                        modes, with room to spare; a timed-out run still reports what finished)\n"
+         "  --json                one JSON object on stdout instead of the table\n"
+         "  --quiet               no progress bar\n"
+         "  --version             print the version and exit\n"
+         "  --help                print this and exit\n"
+         "\n"
+         "Ctrl-C or SIGTERM stops the run: its nodes are killed and its namespaces removed.\n"
+         "Exit status: 0 every sum exact; 1 a failure or a wrong sum; 2 a bad command line or setting;\n"
+         "128 + N when stopped by signal N.\n"
+         "\n"
+         "Files (PREFIX is where sieve-bench is installed: /usr for /usr/bin/sieve-bench):\n"
+         "  PREFIX/" + tools::installed_libdir() + "/libnccl-net-sieve.so   the plugin the nodes load\n"
+         "  PREFIX/share/sieve/netlab.sh           the namespace lab\n"
+         "  PREFIX/share/sieve/gloo_allreduce.py   the Gloo peer (run by --python)\n"
+         "  PREFIX/bin/sieve-impair                impairments on kernels without netem\n"
+         "Run from a build tree, sieve-bench uses that build's library and its source tree's scripts.\n";
+}
+
+int run_budget_seconds(const Options& o, double model_bytes, double kept_fraction) {
+  if (o.timeout_s > 0) return o.timeout_s;
+  // Unshaped links are bound by the CPU: assume 1 Gbit/s. Impairments (sieve-impair forwards in user
+  // space; TCP backs off under loss) are assumed to leave 50 Mbit/s at most.
+  double rate = rate_bits_per_second(o.rate);
+  if (rate <= 0) rate = 1e9;
+  if (!(o.delay.empty() && o.loss.empty() && o.reorder.empty())) rate = std::min(rate, 50e6);
+  const double per_dense = 2.0 * (o.nodes - 1) / o.nodes * model_bytes * 8 / rate;
+  double share = 0;  // of a dense all-reduce's bytes, summed over the modes
+  for (Mode mode : o.modes) share += mode == Mode::Dense ? 1.0 : mode == Mode::Compacted ? kept_fraction : kept_fraction + 1.0 / 16;
+  // An FSDP step on Gloo may all-reduce where it cannot reduce-scatter: half as much again.
+  if (o.gloo) share += o.fsdp ? 1.5 : 1.0;
+  const double rounds = o.warmup + o.iterations;
+  const double seconds = 120 + 3 * rounds * per_dense * share;  // 120 s: lab, processes, connections
+  return static_cast<int>(std::min(86400.0, std::ceil(seconds)));
+}
+
+double rate_bits_per_second(const std::string& rate) {
+  if (rate.empty()) return 0;
+  char* end = nullptr;
+  const double number = std::strtod(rate.c_str(), &end);
+  std::string unit(end);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (unit == "bit") return number;
+  if (unit == "kbit") return number * 1e3;
+  if (unit == "mbit") return number * 1e6;
+  if (unit == "gbit") return number * 1e9;
+  return 0;
+}
+
+namespace {
+
+bool parse_int(const std::string& text, long lo, long hi, long* out) {
+  char* end = nullptr;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || value < lo || value > hi) return false;
+  *out = value;
+  return true;
+}
+
+bool parse_modes(const std::string& text, std::vector<Mode>* modes, std::string* message) {
+  modes->clear();
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item == "dense") {
+      modes->push_back(Mode::Dense);
+    } else if (item == "compacted") {
+      modes->push_back(Mode::Compacted);
+    } else if (item == "codec") {
+      modes->push_back(Mode::Codec);
+    } else {
+      *message = "--modes: unknown mode '" + item + "' (dense, compacted, codec)";
+      return false;
+    }
+  }
+  if (modes->empty()) *message = "--modes: name at least one mode";
+  return !modes->empty();
+}
+
+const char* const kFlags[] = {"--json", "--quiet", "--loopback", "--gloo", "--fsdp", "--version", "--help"};
+const char* const kValued[] = {"--nodes",   "--model", "--masks",  "--prune",   "--density", "--seed",
+                               "--dtype",   "--modes", "--iters",  "--warmup",  "--rate",    "--delay",
+                               "--jitter",  "--loss",  "--reorder", "--plugin", "--netlab",  "--gloo-script",
+                               "--python",
+                               "--chunk",   "--inflight", "--timeout"};
+
+bool takes_value(const std::string& arg) {
+  for (const char* name : kValued) {
+    if (arg == name) return true;
+  }
+  return false;
+}
+
+// tc's time and percentage syntax, as netem and sieve-impair both read it; the unit is required
+// (a bare number means microseconds to tc and milliseconds to sieve-impair).
+bool check_duration(const std::string& option, const std::string& text, std::string* message) {
+  int64_t us = 0;
+  std::string why;
+  const bool has_unit = !text.empty() && std::isalpha(static_cast<unsigned char>(text.back()));
+  if (!has_unit || !impair::parse_duration_us(text, &us, &why)) {
+    *message = option + " '" + text + "': a duration from 0 to 60 s with its unit, like 1ms or 250us";
+    return false;
+  }
+  return true;
+}
+
+bool check_percentage(const std::string& option, const std::string& text, std::string* message) {
+  double p = 0;
+  std::string why;
+  if (text.empty() || text.back() != '%' || !impair::parse_probability(text, &p, &why)) {
+    *message = option + " '" + text + "': a percentage from 0% to 100%, like 1% or 0.5%";
+    return false;
+  }
+  return true;
+}
+
+int64_t duration_us(const std::string& text) {
+  int64_t us = 0;
+  std::string ignored;
+  impair::parse_duration_us(text, &us, &ignored);
+  return us;
+}
+
+// Combinations, checked once every option is known.
+bool check_combinations(const Options& o, std::string* message) {
+  if (!o.masks_file.empty()) {
+    if (o.prune_given || o.density_given) {
+      *message = std::string(o.prune_given ? "--prune" : "--density") +
+                 " does not apply with --masks: the mask file says what is kept";
+      return false;
+    }
+  }
+  if (!o.jitter.empty() && o.delay.empty()) return *message = "--jitter needs --delay (it varies the delay)", false;
+  if (!o.jitter.empty() && duration_us(o.jitter) > duration_us(o.delay))
+    return *message = "--jitter " + o.jitter + " exceeds --delay " + o.delay + " (a packet cannot leave before it arrived)", false;
+  if (!o.reorder.empty() && o.delay.empty())
+    return *message = "--reorder needs --delay (reordered packets overtake delayed ones)", false;
+  if (o.loopback) {
+    const char* impairment = !o.delay.empty() ? "--delay" : !o.jitter.empty() ? "--jitter"
+                           : !o.loss.empty()  ? "--loss"  : !o.reorder.empty() ? "--reorder" : nullptr;
+    if (impairment) {
+      *message = std::string(impairment) + " needs the namespace lab; --loopback has no netem (leave out one of them)";
+      return false;
+    }
+    if (o.gloo) return *message = "--gloo runs in the namespace lab only; leave out --loopback", false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::string> option_names() {
+  std::vector<std::string> names(std::begin(kFlags), std::end(kFlags));
+  names.insert(names.end(), std::begin(kValued), std::end(kValued));
+  return names;
+}
+
+bool parse_options(int argc, char** argv, Options* o, std::string* message, bool* help) {
+  *help = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](std::string* out) {
+      if (i + 1 >= argc) {
+        *message = arg + " needs a value";
+        return false;
+      }
+      *out = argv[++i];
+      return true;
+    };
+    std::string v;
+    long n = 0;
+    if (arg == "-h" || arg == "--help") {
+      *help = true;
+      *message = usage_text();
+      return false;
+    } else if (arg == "--version") {
+      o->version = true;
+      return false;
+    } else if (arg == "--json") {
+      o->json = true;
+    } else if (arg == "--quiet") {
+      o->quiet = true;
+    } else if (arg == "--loopback") {
+      o->loopback = true;
+    } else if (arg == "--gloo") {
+      o->gloo = true;
+    } else if (arg == "--fsdp") {
+      o->fsdp = true;
+    } else if (!takes_value(arg)) {
+      *message = "unknown option '" + arg + "' (--help lists them)";
+      return false;
+    } else if (!value(&v)) {
+      return false;
+    } else if (arg == "--nodes") {
+      if (!parse_int(v, 2, 64, &n)) return *message = "--nodes: a number from 2 to 64", false;
+      o->nodes = static_cast<int>(n);
+    } else if (arg == "--model") {
+      if (!make_model(v)) return *message = "--model: unknown model '" + v + "' (" + model_list() + ")", false;
+      o->model = v;
+      o->model_given = true;
+    } else if (arg == "--masks") {
+      o->masks_file = v;
+    } else if (arg == "--prune") {
+      if (v == "unstructured") o->prune.kind = PruneKind::Unstructured;
+      else if (v == "channel") o->prune.kind = PruneKind::Channel;
+      else if (v == "none") o->prune.kind = PruneKind::None;
+      else return *message = "--prune: unstructured, channel or none", false;
+      o->prune_given = true;
+    } else if (arg == "--density") {
+      char* end = nullptr;
+      const double d = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(d > 0 && d <= 1)) return *message = "--density: a fraction in (0, 1]", false;
+      o->prune.density = d;
+      o->density_given = true;
+    } else if (arg == "--seed") {
+      if (!parse_int(v, 0, 1L << 40, &n)) return *message = "--seed: a non-negative number", false;
+      o->prune.seed = static_cast<uint64_t>(n);
+    } else if (arg == "--dtype") {
+      auto type = parse_dtype(v);
+      if (!type) return *message = "--dtype: fp32 or bf16", false;
+      o->dtype = *type;
+    } else if (arg == "--modes") {
+      if (!parse_modes(v, &o->modes, message)) return false;
+    } else if (arg == "--iters") {
+      if (!parse_int(v, 1, 1000, &n)) return *message = "--iters: 1 to 1000", false;
+      o->iterations = static_cast<int>(n);
+    } else if (arg == "--warmup") {
+      if (!parse_int(v, 0, 100, &n)) return *message = "--warmup: 0 to 100", false;
+      o->warmup = static_cast<int>(n);
+    } else if (arg == "--rate") {
+      if (v == "none") v.clear();
+      if (!v.empty() && rate_bits_per_second(v) <= 0) return *message = "--rate: like 100mbit, 1gbit, 10gbit or none", false;
+      o->rate = v;
+    } else if (arg == "--delay") {
+      if (!check_duration(arg, v, message)) return false;
+      o->delay = v;
+    } else if (arg == "--jitter") {
+      if (!check_duration(arg, v, message)) return false;
+      o->jitter = v;
+    } else if (arg == "--loss") {
+      if (!check_percentage(arg, v, message)) return false;
+      o->loss = v;
+    } else if (arg == "--reorder") {
+      if (!check_percentage(arg, v, message)) return false;
+      o->reorder = v;
+    } else if (arg == "--plugin") {
+      o->plugin = v;
+    } else if (arg == "--netlab") {
+      o->netlab = v;
+    } else if (arg == "--gloo-script") {
+      o->gloo_script = v;
+    } else if (arg == "--python") {
+      o->python = v;
+    } else if (arg == "--chunk") {
+      if (!parse_int(v, 64, 64L << 20, &n)) return *message = "--chunk: bytes from 64 to 64M", false;
+      o->chunk_bytes = static_cast<size_t>(n);
+    } else if (arg == "--inflight") {
+      if (!parse_int(v, 1, 32, &n)) return *message = "--inflight: 1 to 32 (NCCL's requests per comm)", false;
+      o->inflight = static_cast<int>(n);
+    } else if (arg == "--timeout") {
+      if (!parse_int(v, 5, 86400, &n)) return *message = "--timeout: seconds, 5 to 86400", false;
+      o->timeout_s = static_cast<int>(n);
+    } else {
+      *message = "unknown option '" + arg + "' (--help lists them)";
+      return false;
+    }
+  }
+  return check_combinations(*o, message);
+}
+
+}  // namespace sieve::bench
