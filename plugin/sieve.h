@@ -101,7 +101,8 @@ SIEVE_API int sieve_collective_mask_publish(int collective, size_t count, int dt
  * communicator, from any thread at any moment, never changes what it votes on. A buffer carries
  * masks of one scope only: a publish overlapping a staged mask of another scope is refused
  * (SIEVE_ERR_RANGE). bits_bytes is the length of bits: shorter than ceil(count / 8) is refused
- * (SIEVE_ERR_RANGE). Present when SIEVE_HAS_PUBLISH_FOR is defined. */
+ * (SIEVE_ERR_RANGE). A communicator is known by its handle: retract its masks when it is destroyed
+ * (NCCL may give a new communicator the same handle). Present when SIEVE_HAS_PUBLISH_FOR is defined. */
 #define SIEVE_HAS_PUBLISH_FOR 1
 SIEVE_API int sieve_mask_publish_for(void* comm, const void* base, size_t count, int dtype, const uint8_t* bits,
                                      size_t bits_bytes, uint64_t* mask_id);
