@@ -10,9 +10,8 @@
 // returns within a second; and every result equals the dense reference exactly. Since issue 34 also:
 // each rank hands its communicator's steps between threads at its own random points (only the order
 // on the communicator may decide); masks may be published for one communicator (scoped), also from
-// the second communicator's thread; identical layers (two tensors of one shape) with different
-// collective masks, called, skipped and repeated in any order; and SIEVE_PROXY_VERIFY on every rank
-// with one rank holding a nonzero where its mask prunes (every rank must fail, together).
+// the second communicator's thread; and SIEVE_PROXY_VERIFY on every rank with one rank holding a
+// nonzero where its mask prunes (every rank must fail, together).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -58,7 +57,7 @@ struct Program {
   bool nonblocking = false;
   bool track = false;
   bool merge = false;  // SIEVE_COMMIT_UNION: ranks' masks differ
-  bool collective_masks = false;  // some publishes name collectives (then tensors 1 and 2 share a shape)
+  bool collective_masks = false;  // some publishes name collectives (then every tensor has its own shape)
   bool scoped = false;            // publishes name their communicator
   bool verify = false;            // SIEVE_PROXY_VERIFY on every rank ...
   int liar_rank = -1;             // ... and this rank's values break its mask at one element
@@ -204,11 +203,12 @@ Program generate(uint64_t seed) {
     // Multiples of the rank count (reduce-scatter and all-gather); distinct when learning, so that
     // every learned signature belongs to one tensor (learning is exact only on stable patterns).
     // With collective masks too: a collective's shape then names one tensor.
-    // Identical layers: tensors 1 and 2 share a shape, so several collective masks of one shape
-    // differ and no call of it may compact on a guess (a skipped or repeated call must shift nothing).
+    // Shapes stay distinct with collective masks: a mask of a shape is a promise about every call of
+    // that shape, which tensors sharing one would break whenever only one of them has published.
+    // Identical layers (several different masks of one shape, skipped and repeated calls) are
+    // tests/plugin/proxy/fsdp_test.cc's.
     const bool distinct = p.track || p.collective_masks;
-    const uint64_t base = p.collective_masks && t == 2 ? 40 + 13 : 40 + 13 * uint64_t(t);
-    const uint64_t count = uint64_t(p.nranks) * (distinct ? base : (rng() % 2 ? 60 : 96));
+    const uint64_t count = uint64_t(p.nranks) * (distinct ? 40 + 13 * uint64_t(t) : (rng() % 2 ? 60 : 96));
     p.counts.push_back(count);
     p.masks.push_back(random_mask(rng, count));
   }
