@@ -23,7 +23,8 @@ void MaskRegistry::unstage(const std::shared_ptr<const PublishedMask>& entry) {
 
 void MaskRegistry::count_entries() { size_.store(entries_.size() + collectives_.size(), std::memory_order_release); }
 
-Status MaskRegistry::publish(const void* base, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id) {
+Status MaskRegistry::publish(const void* base, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id,
+                             uint64_t scope) {
   if (!base) return Status::error(Code::kInvalidArgument, "buffer address is null");
   if (!mask || mask->count() == 0) return Status::error(Code::kInvalidArgument, "mask has no elements");
   const uintptr_t start = reinterpret_cast<uintptr_t>(base);
@@ -42,24 +43,30 @@ Status MaskRegistry::publish(const void* base, DType dtype, std::shared_ptr<cons
     auto previous = std::prev(it);
     if (previous->first + previous->second->bytes() > start) it = previous;
   }
+  for (auto o = it; o != entries_.end() && o->first < end; ++o)
+    if (o->second->scope() != scope)
+      return Status::error(Code::kOutOfRange, "the buffer overlaps a mask staged for another communicator (or for "
+                                              "every communicator); retract that one first");
   while (it != entries_.end() && it->first < end) {
     unstage(it->second);
     it = entries_.erase(it);
   }
   const uint64_t new_id = next_id_++;
-  entries_.emplace(start, std::make_shared<const PublishedMask>(start, dtype, new_id, std::move(mask)));
+  entries_.emplace(start, std::make_shared<const PublishedMask>(start, dtype, new_id, std::move(mask),
+                                                                MaskTarget::kBuffer, scope));
   count_entries();
   if (id) *id = new_id;
   ++generation_;
   return Status::ok_status();
 }
 
-Status MaskRegistry::publish_collective(MaskTarget target, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id) {
+Status MaskRegistry::publish_collective(MaskTarget target, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id,
+                                        uint64_t scope) {
   if (target == MaskTarget::kBuffer) return Status::error(Code::kInvalidArgument, "a collective's mask needs a collective");
   if (!mask || mask->count() == 0) return Status::error(Code::kInvalidArgument, "mask has no elements");
   std::unique_lock lock(mutex_);
   const uint64_t new_id = next_id_++;
-  collectives_.push_back(std::make_shared<const PublishedMask>(0, dtype, new_id, std::move(mask), target));
+  collectives_.push_back(std::make_shared<const PublishedMask>(0, dtype, new_id, std::move(mask), target, scope));
   count_entries();
   if (id) *id = new_id;
   ++generation_;
@@ -113,12 +120,15 @@ void MaskRegistry::clear() {
   ++generation_;
 }
 
-StagedEntries MaskRegistry::snapshot() const {
+StagedEntries MaskRegistry::snapshot(uint64_t scope) const {
   std::shared_lock lock(mutex_);
   StagedEntries out;
   out.reserve(entries_.size() + collectives_.size());
-  for (const auto& [base, entry] : entries_) out.push_back(entry);
-  for (const auto& entry : collectives_) out.push_back(entry);
+  const auto mine = [scope](const std::shared_ptr<const PublishedMask>& e) { return e->scope() == 0 || e->scope() == scope; };
+  for (const auto& [base, entry] : entries_)
+    if (mine(entry)) out.push_back(entry);
+  for (const auto& entry : collectives_)
+    if (mine(entry)) out.push_back(entry);
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a->id() < b->id(); });
   return out;
 }

@@ -6,6 +6,12 @@
 // snapshot of what is staged and activates it only when every rank of that communicator agrees. So
 // a publish or retract on one rank can never make that rank's collectives differ from its peers'.
 //
+// A publish may name a scope (the collective proxy: the communicator it is for); scope 0, an
+// unscoped publish, is for every communicator. A commit takes the unscoped entries and those of its
+// own scope only, so a publish for another communicator, from any thread at any moment, never
+// changes what a commit votes on. Entries of different scopes never overlap: such a publish is
+// refused (it would replace, and so change, another scope's staged entry).
+//
 // Entries are ordered by publish id (a process-wide sequence): a snapshot lists them in that order,
 // which is the same on every rank that publishes the same tensors in the same order, whatever
 // addresses its allocator gave them. Entries are immutable and shared, so readers never see half of
@@ -35,8 +41,9 @@ const char* mask_target_name(MaskTarget target);
 class PublishedMask {
  public:
   PublishedMask(uintptr_t base, DType dtype, uint64_t id, std::shared_ptr<const Mask> mask,
-                MaskTarget target = MaskTarget::kBuffer)
-      : base_(base), dtype_(dtype), id_(id), mask_(std::move(mask)), target_(target) {}
+                MaskTarget target = MaskTarget::kBuffer, uint64_t scope = 0)
+      : base_(base), dtype_(dtype), id_(id), mask_(std::move(mask)), target_(target), scope_(scope) {}
+  uint64_t scope() const { return scope_; }  // 0: every communicator
   MaskTarget target() const { return target_; }
   uintptr_t base() const { return base_; }  // 0 for a collective's mask
   DType dtype() const { return dtype_; }
@@ -51,6 +58,7 @@ class PublishedMask {
   const uint64_t id_;
   const std::shared_ptr<const Mask> mask_;
   const MaskTarget target_;
+  const uint64_t scope_;
 };
 
 using StagedEntries = std::vector<std::shared_ptr<const PublishedMask>>;
@@ -60,12 +68,14 @@ class MaskRegistry {
   // Stages `mask` for the buffer at `base` holding mask->count() elements of `dtype`; *id (optional)
   // receives its id (never 0, never reused). Refuses a null base, an empty mask, or a buffer whose
   // end does not fit in the address space.
-  Status publish(const void* base, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id);
+  // end does not fit in the address space, or one overlapping an entry of another scope.
+  Status publish(const void* base, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id, uint64_t scope = 0);
   // Stages `mask` for every `target` collective (reduce-scatter or all-gather) moving mask->count()
   // elements of `dtype` across all ranks, whatever its buffers: the collective's whole buffer, rank
   // 0's part first. Several may share a shape: a communicator uses them in publish order, cyclically
   // (plugin/proxy). Replaces nothing.
-  Status publish_collective(MaskTarget target, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id);
+  Status publish_collective(MaskTarget target, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id,
+                            uint64_t scope = 0);
   // Unstages the entry that starts at `base` ...
   Status retract(const void* base);
   // ... or the entry with this id (a caller that must not remove a newer mask at the same address).
@@ -75,8 +85,8 @@ class MaskRegistry {
   size_t size() const;
   void clear();
 
-  // What a commit takes: the staged entries in publish order.
-  StagedEntries snapshot() const;
+  // What a commit of `scope` takes: the staged unscoped entries and those of `scope`, in publish order.
+  StagedEntries snapshot(uint64_t scope = 0) const;
   // True when mask `id` is neither staged nor held by any agreed table (what held it has been
   // replaced by a later commit, or its communicator is gone): its buffer may be freed. false while
   // it is; kNotFound for an id this registry never gave out.

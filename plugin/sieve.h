@@ -75,11 +75,8 @@ SIEVE_API size_t sieve_dtype_size(int dtype);
  * on each communicator (sieve_comm_commit): until then a communicator keeps compacting with what its
  * last agreed commit activated. Free a published buffer only once sieve_mask_released() says so.
  * mask_id (optional) receives an id that is never 0 and never reused in this process. */
-SIEVE_API int sieve_mask_publish_bits(const void* base, size_t count, int dtype, const uint8_t* bits, size_t bits_bytes,
-                                      uint64_t* mask_id);
-/* bits_bytes is the size of the bits array: fewer than ceil(count / 8) bytes is refused (SIEVE_ERR_RANGE)
- * instead of read past its end. sieve_mask_publish is the same without that length (it trusts the caller;
- * kept for existing callers). */
+/* It reads ceil(count / 8) bytes of bits and cannot check their length: sieve_mask_publish_for (below,
+ * with comm NULL) takes the length and refuses a short array. */
 SIEVE_API int sieve_mask_publish(const void* base, size_t count, int dtype, const uint8_t* bits, uint64_t* mask_id);
 /* Same, with the kept elements given as nranges [starts[i], starts[i] + lengths[i]) ranges, in any
  * order; ranges past the end or overlapping each other are refused. */
@@ -93,15 +90,29 @@ SIEVE_API int sieve_mask_publish_file(const void* base, size_t count, int dtype,
 enum { SIEVE_COLLECTIVE_REDUCE_SCATTER = 1, SIEVE_COLLECTIVE_ALL_GATHER = 2 };
 /* Publishes (stages) the mask of every reduce-scatter or all-gather that moves count elements of dtype
  * across all ranks (the whole buffer: nranks x the per-rank count, rank 0's part first), whatever
- * buffers it is given. Bits as for sieve_mask_publish. Several masks may share a shape (identical
- * layers): a communicator uses its committed ones in publish order, each call of a shape taking the
- * next mask of that shape, round and round (a step that skips a collective shifts its shape's masks
- * until the shape's first mask comes round again: publish in the order the job issues them). */
-SIEVE_API int sieve_collective_mask_publish_bits(int collective, size_t count, int dtype, const uint8_t* bits,
-                                                 size_t bits_bytes, uint64_t* mask_id);
-/* The same without the bits' length (trusts the caller; kept for existing callers). */
+ * buffers it is given. Bits as for sieve_mask_publish. A call compacts only with a mask its shape
+ * identifies for certain: the one committed mask of that shape, or several that are all equal. Where
+ * a communicator's committed masks of one shape differ (identical layers pruned differently), no
+ * call can say which is its own (a step may skip or repeat a collective), so calls of that shape
+ * run dense, on every rank. */
 SIEVE_API int sieve_collective_mask_publish(int collective, size_t count, int dtype, const uint8_t* bits,
                                             uint64_t* mask_id);
+/* Publishes for one communicator. The functions above publish for every communicator (unscoped);
+ * these publish for comm only (an ncclComm_t; NULL: every communicator, as above). A commit on a
+ * communicator takes the unscoped masks and those published for it, so a publish for another
+ * communicator, from any thread at any moment, never changes what it votes on. A buffer carries
+ * masks of one scope only: a publish overlapping a staged mask of another scope is refused
+ * (SIEVE_ERR_RANGE). bits_bytes is the length of bits: shorter than ceil(count / 8) is refused
+ * (SIEVE_ERR_RANGE) instead of read past its end. A communicator is known by its handle: retract its masks when it is destroyed
+ * (NCCL may give a new communicator the same handle). Present when SIEVE_HAS_PUBLISH_FOR is defined. */
+#define SIEVE_HAS_PUBLISH_FOR 1
+SIEVE_API int sieve_mask_publish_for(void* comm, const void* base, size_t count, int dtype, const uint8_t* bits,
+                                     size_t bits_bytes, uint64_t* mask_id);
+SIEVE_API int sieve_mask_publish_ranges_for(void* comm, const void* base, size_t count, int dtype,
+                                            const uint64_t* starts, const uint64_t* lengths, size_t nranges,
+                                            uint64_t* mask_id);
+SIEVE_API int sieve_collective_mask_publish_for(void* comm, int collective, size_t count, int dtype,
+                                                const uint8_t* bits, size_t bits_bytes, uint64_t* mask_id);
 /* Unstages the mask published at base (exactly the base given to a publish call). Like a publish, it
  * takes effect on each communicator at its next commit. */
 SIEVE_API int sieve_mask_retract(const void* base);

@@ -117,9 +117,45 @@ int check_commit(const char* function, uint32_t flags, const sieve_commit_result
   return SIEVE_OK;
 }
 
-int publish(const char* function, const void* base, compress::DType dtype, compress::Mask&& mask, uint64_t* mask_id) {
+int publish(const char* function, const void* base, compress::DType dtype, compress::Mask&& mask, uint64_t* mask_id,
+            const void* comm = nullptr) {
   uint64_t id = 0;
-  compress::Status s = mask_registry().publish(base, dtype, std::make_shared<const compress::Mask>(std::move(mask)), &id);
+  compress::Status s = mask_registry().publish(base, dtype, std::make_shared<const compress::Mask>(std::move(mask)), &id,
+                                               uint64_t(reinterpret_cast<uintptr_t>(comm)));
+  if (!s.ok()) return fail(function, s);
+  if (mask_id) *mask_id = id;
+  return SIEVE_OK;
+}
+
+// A bits array given with its length: shorter than the mask needs is refused, never read past.
+int check_bits(const char* function, const uint8_t* bits, size_t bits_bytes, size_t count) {
+  if (!bits) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": bits is NULL");
+  if (bits_bytes < count / 8 + (count % 8 != 0))
+    return fail(SIEVE_ERR_RANGE, std::string(function) + ": " + std::to_string(count) + " elements need " +
+                                     std::to_string(count / 8 + (count % 8 != 0)) + " bytes of bits, " +
+                                     std::to_string(bits_bytes) + " given");
+  return SIEVE_OK;
+}
+
+int publish_collective(const char* function, const void* comm, int collective, size_t count, int dtype,
+                       const uint8_t* bits, uint64_t* mask_id) {
+  using compress::MaskTarget;
+  if (collective != SIEVE_COLLECTIVE_REDUCE_SCATTER && collective != SIEVE_COLLECTIVE_ALL_GATHER)
+    return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": unknown collective " + std::to_string(collective) +
+                                                " (SIEVE_COLLECTIVE_REDUCE_SCATTER = 1, SIEVE_COLLECTIVE_ALL_GATHER = 2)");
+  if (count == 0) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": count is 0");
+  if (dtype < 0 || dtype >= SIEVE_DTYPE_COUNT)
+    return fail(SIEVE_ERR_UNKNOWN_DTYPE, std::string(function) + ": unknown dtype " + std::to_string(dtype));
+  if (!bits) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": bits is NULL");
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(uint64_t(count), uint64_t(sieve_dtype_size(dtype)), &bytes) || bytes > kAddressSpaceEnd)
+    return fail(SIEVE_ERR_RANGE, std::string(function) + ": " + std::to_string(count) + " elements cannot be one buffer");
+  uint64_t id = 0;
+  const MaskTarget target =
+      collective == SIEVE_COLLECTIVE_REDUCE_SCATTER ? MaskTarget::kReduceScatter : MaskTarget::kAllGather;
+  compress::Status s = mask_registry().publish_collective(
+      target, compress::DType(dtype), std::make_shared<const compress::Mask>(compress::Mask::from_bitmap(bits, count)),
+      &id, uint64_t(reinterpret_cast<uintptr_t>(comm)));
   if (!s.ok()) return fail(function, s);
   if (mask_id) *mask_id = id;
   return SIEVE_OK;
@@ -160,33 +196,14 @@ size_t sieve_dtype_size(int dtype) {
   return sieve::compress::dtype_size(sieve::compress::DType(dtype));
 }
 
-namespace {
-
-constexpr size_t kUnknownLength = ~size_t{0};  // the entry points without a length trust the caller
-
-int publish_bits(const char* fn, const void* base, size_t count, int dtype, const uint8_t* bits, size_t bits_bytes,
-                 uint64_t* mask_id) {
-  return guarded(fn, [&]() -> int {
-    sieve::compress::DType type;
-    if (int rc = sieve::plugin::check_buffer(fn, base, count, dtype, &type)) return rc;
-    if (!bits) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(fn) + ": bits is NULL");
-    if (bits_bytes < count / 8 + (count % 8 != 0))
-      return fail(SIEVE_ERR_RANGE, std::string(fn) + ": " + std::to_string(bits_bytes) + " bytes of bits for " +
-                                       std::to_string(count) + " elements (" + std::to_string(count / 8 + (count % 8 != 0)) +
-                                       " needed)");
-    return sieve::plugin::publish(fn, base, type, sieve::compress::Mask::from_bitmap(bits, count), mask_id);
-  });
-}
-
-}  // namespace
-
 int sieve_mask_publish(const void* base, size_t count, int dtype, const uint8_t* bits, uint64_t* mask_id) {
-  return publish_bits("sieve_mask_publish", base, count, dtype, bits, kUnknownLength, mask_id);
-}
-
-int sieve_mask_publish_bits(const void* base, size_t count, int dtype, const uint8_t* bits, size_t bits_bytes,
-                            uint64_t* mask_id) {
-  return publish_bits("sieve_mask_publish_bits", base, count, dtype, bits, bits_bytes, mask_id);
+  static const char* const kFn = "sieve_mask_publish";
+  return guarded(kFn, [&]() -> int {
+    sieve::compress::DType type;
+    if (int rc = sieve::plugin::check_buffer(kFn, base, count, dtype, &type)) return rc;
+    if (!bits) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": bits is NULL");
+    return sieve::plugin::publish(kFn, base, type, sieve::compress::Mask::from_bitmap(bits, count), mask_id);
+  });
 }
 
 int sieve_mask_publish_ranges(const void* base, size_t count, int dtype, const uint64_t* starts,
@@ -221,38 +238,44 @@ int sieve_mask_publish_file(const void* base, size_t count, int dtype, const cha
 }
 
 int sieve_collective_mask_publish(int collective, size_t count, int dtype, const uint8_t* bits, uint64_t* mask_id) {
-  return sieve_collective_mask_publish_bits(collective, count, dtype, bits, kUnknownLength, mask_id);
+  static const char* const kFn = "sieve_collective_mask_publish";
+  return guarded(kFn, [&]() -> int {
+    return sieve::plugin::publish_collective(kFn, nullptr, collective, count, dtype, bits, mask_id);
+  });
 }
 
-int sieve_collective_mask_publish_bits(int collective, size_t count, int dtype, const uint8_t* bits, size_t bits_bytes,
-                                       uint64_t* mask_id) {
-  const char* const kFn =
-      bits_bytes == kUnknownLength ? "sieve_collective_mask_publish" : "sieve_collective_mask_publish_bits";
+int sieve_mask_publish_for(void* comm, const void* base, size_t count, int dtype, const uint8_t* bits,
+                           size_t bits_bytes, uint64_t* mask_id) {
+  static const char* const kFn = "sieve_mask_publish_for";
   return guarded(kFn, [&]() -> int {
-    using sieve::compress::MaskTarget;
-    if (collective != SIEVE_COLLECTIVE_REDUCE_SCATTER && collective != SIEVE_COLLECTIVE_ALL_GATHER)
-      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": unknown collective " + std::to_string(collective) +
-                                                  " (SIEVE_COLLECTIVE_REDUCE_SCATTER = 1, SIEVE_COLLECTIVE_ALL_GATHER = 2)");
-    if (count == 0) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": count is 0");
-    if (dtype < 0 || dtype >= SIEVE_DTYPE_COUNT)
-      return fail(SIEVE_ERR_UNKNOWN_DTYPE, std::string(kFn) + ": unknown dtype " + std::to_string(dtype));
-    if (!bits) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": bits is NULL");
-    if (bits_bytes < count / 8 + (count % 8 != 0))
-      return fail(SIEVE_ERR_RANGE, std::string(kFn) + ": " + std::to_string(bits_bytes) + " bytes of bits for " +
-                                       std::to_string(count) + " elements");
-    uint64_t bytes = 0;
-    if (__builtin_mul_overflow(uint64_t(count), uint64_t(sieve_dtype_size(dtype)), &bytes) ||
-        bytes > sieve::plugin::kAddressSpaceEnd)
-      return fail(SIEVE_ERR_RANGE, std::string(kFn) + ": " + std::to_string(count) + " elements cannot be one buffer");
-    uint64_t id = 0;
-    const MaskTarget target =
-        collective == SIEVE_COLLECTIVE_REDUCE_SCATTER ? MaskTarget::kReduceScatter : MaskTarget::kAllGather;
-    sieve::compress::Status s = sieve::plugin::mask_registry().publish_collective(
-        target, sieve::compress::DType(dtype),
-        std::make_shared<const sieve::compress::Mask>(sieve::compress::Mask::from_bitmap(bits, count)), &id);
+    sieve::compress::DType type;
+    if (int rc = sieve::plugin::check_buffer(kFn, base, count, dtype, &type)) return rc;
+    if (int rc = sieve::plugin::check_bits(kFn, bits, bits_bytes, count)) return rc;
+    return sieve::plugin::publish(kFn, base, type, sieve::compress::Mask::from_bitmap(bits, count), mask_id, comm);
+  });
+}
+
+int sieve_mask_publish_ranges_for(void* comm, const void* base, size_t count, int dtype, const uint64_t* starts,
+                                  const uint64_t* lengths, size_t nranges, uint64_t* mask_id) {
+  static const char* const kFn = "sieve_mask_publish_ranges_for";
+  return guarded(kFn, [&]() -> int {
+    sieve::compress::DType type;
+    if (int rc = sieve::plugin::check_buffer(kFn, base, count, dtype, &type)) return rc;
+    if (nranges && (!starts || !lengths))
+      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": starts or lengths is NULL");
+    sieve::compress::Mask mask;
+    sieve::compress::Status s = sieve::compress::Mask::from_ranges(count, starts, lengths, nranges, &mask);
     if (!s.ok()) return sieve::plugin::fail(kFn, s);
-    if (mask_id) *mask_id = id;
-    return SIEVE_OK;
+    return sieve::plugin::publish(kFn, base, type, std::move(mask), mask_id, comm);
+  });
+}
+
+int sieve_collective_mask_publish_for(void* comm, int collective, size_t count, int dtype, const uint8_t* bits,
+                                      size_t bits_bytes, uint64_t* mask_id) {
+  static const char* const kFn = "sieve_collective_mask_publish_for";
+  return guarded(kFn, [&]() -> int {
+    if (int rc = sieve::plugin::check_bits(kFn, bits, bits_bytes, count)) return rc;
+    return sieve::plugin::publish_collective(kFn, comm, collective, count, dtype, bits, mask_id);
   });
 }
 

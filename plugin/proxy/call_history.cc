@@ -20,6 +20,7 @@ const char* kind_name(CallKind kind) {
     case CallKind::kAllGather: return "all_gather";
     case CallKind::kCommit: return "commit";
     case CallKind::kVote: return "learned-mask vote";
+    case CallKind::kVerifyVerdict: return "SIEVE_PROXY_VERIFY verdict";
   }
   return "?";
 }

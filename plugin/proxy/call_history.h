@@ -18,7 +18,7 @@
 namespace sieve::plugin::proxy {
 
 // What a call did, as the dump names it.
-enum class CallKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kCommit, kVote };
+enum class CallKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kCommit, kVote, kVerifyVerdict };
 enum class CallPath : uint8_t { kDense, kCompactPublished, kCompactLearned, kAgreement };
 
 struct CallRecord {

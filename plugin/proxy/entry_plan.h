@@ -66,8 +66,9 @@ class EntryPlan {
 
   // A CUDA graph captured a collective on this plan: its memory must outlive every replay.
   bool captured = false;
-  // The outermost NCCL group that last used the compact buffer: a second use in the same group runs
-  // dense (its collective would reduce the first one's data in the one buffer).
+  // The communicator's outermost NCCL group that last used the compact buffer (CommState's
+  // group_serial): a second use in the same group runs dense (its collective would reduce the first
+  // one's data in the one buffer).
   uint64_t group_serial = 0;
 
  private:

@@ -36,7 +36,8 @@ uint64_t ProxyOptions::fingerprint() const {
     h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
     h *= 0xff51afd7ed558ccdull;
   };
-  mix(2);  // the agreement's protocol: a library that votes differently is a different setting
+  mix(3);  // the agreement's protocol (3: SIEVE_PROXY_VERIFY's shared verdict): a library that votes
+          // differently is a different setting
   mix(track == TrackMode::kOn);
   mix(track_stable);
   mix(track_lag);
@@ -312,14 +313,20 @@ int Proxy::after(Call& call, int rc, Deferred&& work) {
 
 int Proxy::group_start() {
   const int rc = backend_.group_start();
-  if (rc == kResultSuccess) {
-    ThreadState& ts = thread_state();
-    if (ts.depth++ == 0) ++ts.group_serial;
-  }
+  if (rc == kResultSuccess) ++thread_state().depth;
   return rc;
 }
 
+void Proxy::close_groups(ThreadState& ts) {
+  for (const std::shared_ptr<CommState>& state : ts.grouped) {
+    std::lock_guard lock(state->mutex);
+    state->group_open = false;
+  }
+  ts.grouped.clear();  // keeps its capacity: no allocation on the next group
+}
+
 int Proxy::run_group_end(ThreadState& ts) {
+  close_groups(ts);
   // Before the launch: the gathers of the group's compacted collectives, so that they read their
   // inputs after every piece of stream work the trainer issued inside the group, as the dense
   // collectives (launched by the group's end) do.
@@ -337,6 +344,7 @@ int Proxy::run_group_end(ThreadState& ts) {
   std::vector<CommState*>& waited = ts.waited;
   // By index: nothing run here defers work of its own (this thread's group depth is 0 again), but an
   // append would not invalidate the loop either.
+  ts.collecting_verdicts = true;
   for (size_t i = 0; i < ts.deferred.size(); ++i) {
     Deferred& d = ts.deferred[i];
     std::lock_guard lock(d.state->mutex);
@@ -356,6 +364,13 @@ int Proxy::run_group_end(ThreadState& ts) {
     }
     if (int w = run_after(d); w && enqueued(rc)) rc = w;
   }
+  ts.collecting_verdicts = false;
+  if (!ts.verdicts.empty()) {
+    // Each communicator's lock, as every step above took it (no other thread waits on this rank's).
+    std::vector<std::unique_lock<std::mutex>> locks;
+    for (const VerifyVerdict& v : ts.verdicts) locks.emplace_back(v.state->mutex);
+    if (int w = share_verdicts(ts.verdicts); w && enqueued(rc)) rc = w;
+  }
   ts.deferred.clear();  // both keep their capacity: no allocation on the next group
   waited.clear();
   return rc;
@@ -374,6 +389,7 @@ int Proxy::group_simulate_end(void* sim_info) {
   if (ts.depth == 0 || --ts.depth > 0) return rc;
   // Nothing of the group was launched: what follows its collectives is dropped with them, on every
   // rank alike (the group is the trainer's program). A commit in it never happened.
+  close_groups(ts);
   for (Deferred& d : ts.deferred) {
     std::lock_guard lock(d.state->mutex);
     if (d.kind == Deferred::Kind::kLearnedVote) d.learned->withdraw();

@@ -159,21 +159,29 @@ class Proxy {
     bool agreed = false;  // the last commit was agreed: settings compared, learning and verify allowed
     uint64_t table_hash = 0;
     std::unordered_map<uintptr_t, ActiveEntry> active;   // buffers' masks, by base
-    // Collectives' masks (FSDP's fresh buffers), in publish order, and where the next search starts:
-    // a reduce-scatter or all-gather no buffer mask matches takes the first entry of its shape at or
-    // after the cursor (else from the start), and the cursor moves past it. A function of the
-    // communicator's sequence only, so the same on every rank.
+    // Collectives' masks (FSDP's fresh buffers), in publish order. A reduce-scatter or all-gather no
+    // buffer mask matches compacts only with a mask its shape identifies for certain: the one mask of
+    // that shape, or several that are all equal. Nothing about the trainer's order decides which.
     std::vector<ActiveEntry> cycle;
-    size_t cursor = 0;
+    std::vector<bool> ambiguous;  // per cycle entry: another mask of its shape differs (it runs dense)
     std::unordered_set<int32_t> premul_sums;  // NCCL handles of pre-multiplied sums alive on it
     std::vector<std::shared_ptr<EntryPlan>> graph_plans;  // captured, no longer active: kept for replays
     // Shared with deferred work: a commit at a group's end may drop them while a record of the same
     // group still waits to run.
     std::map<std::pair<uint64_t, ElemType>, std::shared_ptr<LearnedSignature>> learned;
     std::unique_ptr<Exchange> vote;  // the commit's and learned votes' staging
+    // SIEVE_PROXY_VERIFY inside a CUDA graph: a fixed "no difference" vote, never rewritten, so that a
+    // captured call issues the same shared verdict as an eager one on another rank (a graph cannot
+    // wait for a comparison, and its replays re-read this staging).
+    std::unique_ptr<Exchange> captured_verdict;
     std::unordered_set<uintptr_t> warned;  // buffers already warned about (near misses, stale graphs)
-    bool warned_failed = false, warned_observe = false, warned_violations = false;
+    bool warned_failed = false, warned_observe = false, warned_violations = false, warned_ambiguous = false;
     std::atomic<uint64_t> mask_violations{0};  // published masks' pruned nonzeros seen so far
+    // NCCL groups on this communicator: the number of the outermost group that last held one of its
+    // compacted collectives, and whether that group is still open. A function of the communicator's
+    // call order and of group nesting, never of which thread issued the calls.
+    uint64_t group_serial = 0;
+    bool group_open = false;
   };
   struct Call {
     std::shared_ptr<CommState> state;
@@ -193,6 +201,7 @@ class Proxy {
     size_t record = 0;
     bool moved = false;
     bool verify = false;  // SIEVE_PROXY_VERIFY: the dense result is in plan->verify_buffer()
+    bool verify_captured = false;  // SIEVE_PROXY_VERIFY in a graph: the verdict only, with the fixed vote
     uint64_t seq = 0;
   };
   // Work that waits for the outermost ncclGroupEnd.
@@ -206,10 +215,22 @@ class Proxy {
     const void* output = nullptr;        // kRecord
     std::shared_ptr<PendingCommit> commit;  // kCommit
   };
+  // SIEVE_PROXY_VERIFY's shared verdict: one 6-word all-reduce per communicator saying whether any
+  // rank found a difference (`what`: this rank's, empty when none).
+  struct VerifyVerdict {
+    CommState* state = nullptr;  // alive: the group's deferred work holds it until they are shared
+    Stream stream = nullptr;
+    std::string what;
+    bool captured = false;  // in a graph: the fixed vote is shared and nothing is read back
+  };
   struct ThreadState {
     int depth = 0;
-    uint64_t group_serial = 0;  // the current outermost group, for EntryPlan::group_serial
     std::vector<Deferred> deferred;
+    std::vector<std::shared_ptr<CommState>> grouped;  // communicators whose group this thread's group opened
+    // At a group's end: SIEVE_PROXY_VERIFY's comparisons, one per communicator, shared together after
+    // every other deferred step (one thread may drive several ranks' communicators in one group).
+    bool collecting_verdicts = false;
+    std::vector<VerifyVerdict> verdicts;
     std::vector<CommState*> waited;  // non-blocking communicators of that group already waited for
     const void* armed_token = nullptr;
     uint32_t armed_flags = 0;
@@ -253,12 +274,16 @@ class Proxy {
   int count_pruned(CommState& cs, EntryPlan& plan, const DeviceLayout& layout, const void* src, bool last,
                    Stream stream);
   int verify(CommState& cs, const Compaction& c, Stream stream);
+  // This rank's verdict (empty `what`: no difference): shared now, or at the group's end.
+  int verdict(CommState& cs, Stream stream, const std::string& what, bool captured);
+  int share_verdicts(std::vector<VerifyVerdict>& verdicts);
   int learned_all_reduce(Call& call, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op,
                          Path* path);
   // What must follow a collective: now (after its kernel is on the stream), or after the group.
   int after(Call& call, int rc, Deferred&& work);
   int run_after(Deferred& work);
   int run_group_end(ThreadState& ts);
+  void close_groups(ThreadState& ts);
   void warn_uncommitted(CommState& cs, uint64_t count);
 
   const uint64_t id_;  // this instance, for the calling thread's cache of its state

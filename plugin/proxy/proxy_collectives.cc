@@ -55,15 +55,21 @@ const ActiveEntry* Proxy::match(CommState& cs, const void* base, uint64_t count,
 }
 
 const ActiveEntry* Proxy::match_cycle(CommState& cs, compress::MaskTarget target, uint64_t count, ElemType type) {
-  const size_t n = cs.cycle.size();
-  auto fits = [&](const ActiveEntry& e) {
-    return e.source->target() == target && e.source->count() == count && published_dtype(type) == e.source->dtype();
-  };
-  for (size_t k = 0; k < n; ++k) {  // from the cursor to the end, then from the start
-    const size_t i = (cs.cursor + k) % n;
-    if (!fits(cs.cycle[i])) continue;
-    cs.cursor = i + 1;
-    return &cs.cycle[i];
+  // Which of several masks of one shape a call belongs to cannot be known for certain (a step may
+  // skip a collective, or repeat one): such a call runs dense on every rank, never on a guess.
+  for (size_t i = 0; i < cs.cycle.size(); ++i) {
+    const ActiveEntry& e = cs.cycle[i];
+    if (e.source->target() != target || e.source->count() != count || published_dtype(type) != e.source->dtype())
+      continue;
+    if (!cs.ambiguous[i]) return &e;
+    if (!cs.warned_ambiguous) {
+      cs.warned_ambiguous = true;
+      SIEVE_WARN("collective proxy: communicator %p has several different %s masks of %llu x %s; a call of that "
+                 "shape cannot say which one is its own, so it runs dense (publish one mask per shape, or the "
+                 "same mask for every collective of a shape)",
+                 cs.comm, compress::mask_target_name(target), (unsigned long long)count, elem_type_name(type));
+    }
+    return nullptr;
   }
   return nullptr;
 }
@@ -236,7 +242,14 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
   bool capture = false;
   if (int rc = capturing(call, &capture)) return rc;
   if (ts.depth > 0) {
-    if (plan.group_serial == ts.group_serial) {
+    // The communicator's group, not the thread's: a rank whose trainer issues one step from another
+    // thread numbers its groups on this communicator as every other rank does.
+    if (!cs.group_open) {
+      cs.group_open = true;
+      ++cs.group_serial;
+      ts.grouped.push_back(call.state);
+    }
+    if (plan.group_serial == cs.group_serial) {
       // The plan's one compact buffer already serves a collective of this group (one send buffer
       // read twice): this one runs dense, on every rank alike.
       *path = Path::kDense;
@@ -249,7 +262,7 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
       d.output = c.recv;
       return after(call, rc, std::move(d));
     }
-    plan.group_serial = ts.group_serial;
+    plan.group_serial = cs.group_serial;
   }
   if (capture) {  // the graph keeps this plan for its replays
     plan.captured = true;
@@ -260,6 +273,7 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
   // results, is left out of a graph.
   const bool twin = cs.agreed && options_.verify;
   c.verify = twin && !capture;
+  c.verify_captured = twin && capture;
   if (twin) {
     const int rc = dense(c.coll, c.send, plan.verify_buffer(), c.coll == Coll::kAllReduce ? count : per_rank,
                          plan.type(), c.op, cs.comm, call.stream);
@@ -380,18 +394,24 @@ int Proxy::compact_out(CommState& cs, const Compaction& c, Stream stream) {
       break;
   }
   if (rc) return fail_comm(cs, rc, "expanding the result of a compacted collective failed");
-  return c.verify ? verify(cs, c, stream) : kResultSuccess;
+  if (c.verify) return verify(cs, c, stream);
+  return c.verify_captured ? verdict(cs, stream, "", true) : kResultSuccess;
 }
 
 // SIEVE_PROXY_VERIFY: the dense run's result against the compacted one's. Exact wherever NCCL's
 // order of reduction cannot differ between the two (max, min; two ranks; every masked position);
-// elsewhere within the rounding that reordering a sum of nranks terms may cause.
+// elsewhere within the rounding that reordering a sum of nranks terms may cause. Each rank checks
+// what it received (a reduce-scatter's shard differs per rank), then every rank learns whether any
+// rank found a difference, from one more collective that every rank issues after every verified
+// collective (SIEVE_PROXY_VERIFY is a job-wide setting): a difference aborts the communicator on
+// every rank, never only where it showed.
 int Proxy::verify(CommState& cs, const Compaction& c, Stream stream) {
   EntryPlan& plan = *c.plan;
   const size_t es = plan.element_size();
   const uint64_t shard = plan.count() / uint64_t(cs.nranks);
   const uint64_t n = c.coll == Coll::kReduceScatter ? shard : plan.count();
   const uint64_t first = c.coll == Coll::kReduceScatter ? uint64_t(cs.rank) * shard : 0;  // of the mask
+  const char* kind = c.coll == Coll::kAllReduce ? "all_reduce" : c.coll == Coll::kReduceScatter ? "reduce_scatter" : "all_gather";
   std::vector<unsigned char> got(n * es), want(n * es);
   Waiting waiting(cs, "SIEVE_PROXY_VERIFY's comparison");
   if (int rc = backend_.download(c.recv, got.data(), got.size(), stream, cs.comm, cs.live))
@@ -402,21 +422,93 @@ int Proxy::verify(CommState& cs, const Compaction& c, Stream stream) {
   double largest = 0;
   for (uint64_t i = 0; i < n && !exact; ++i) largest = std::max(largest, std::fabs(element_value(plan.type(), &want[i * es])));
   const double tolerance = exact ? 0 : 2.0 * (cs.nranks - 1) * unit_roundoff(plan.type()) * largest;
+  char what[320] = "";
   for (uint64_t i = 0; i < n; ++i) {
     const double g = element_value(plan.type(), &got[i * es]), w = element_value(plan.type(), &want[i * es]);
     const bool kept = plan.mask().test(first + i);
     const bool same = kept && !exact ? std::fabs(g - w) <= tolerance || (std::isnan(g) && std::isnan(w))
                                      : std::memcmp(&got[i * es], &want[i * es], es) == 0 || (g == 0 && w == 0);
     if (same) continue;
-    char what[320];
     std::snprintf(what, sizeof what,
                   "SIEVE_PROXY_VERIFY: call #%" PRIu64 " (%s %s, %" PRIu64 " elements) into buffer %p differs from "
                   "the dense result at element %" PRIu64 " (%s): compacted %.9g, dense %.9g",
-                  c.seq, c.coll == Coll::kAllReduce ? "all_reduce" : c.coll == Coll::kReduceScatter ? "reduce_scatter" : "all_gather",
-                  elem_type_name(plan.type()), n, c.recv, i, kept ? "kept by the mask" : "pruned by the mask", g, w);
-    return fail_comm(cs, kResultInternalError, what);
+                  c.seq, kind, elem_type_name(plan.type()), n, c.recv, i, kept ? "kept by the mask" : "pruned by the mask",
+                  g, w);
+    break;
   }
-  return kResultSuccess;
+  return verdict(cs, stream, what, false);
+}
+
+int Proxy::verdict(CommState& cs, Stream stream, const std::string& what, bool captured) {
+  ThreadState& ts = thread_state();
+  if (ts.collecting_verdicts) {  // a group's end: shared with its other communicators' verdicts
+    for (VerifyVerdict& v : ts.verdicts)
+      if (v.state == &cs) {
+        if (v.what.empty()) v.what = what;
+        v.captured = v.captured || captured;
+        return kResultSuccess;
+      }
+    ts.verdicts.push_back(VerifyVerdict{&cs, stream, what, captured});
+    return kResultSuccess;
+  }
+  std::vector<VerifyVerdict> one{VerifyVerdict{&cs, stream, what, captured}};
+  return share_verdicts(one);
+}
+
+// Every rank issues one exchange per communicator that verified (in one group when there are
+// several: one thread may drive several ranks), then reads whether any rank found a difference.
+int Proxy::share_verdicts(std::vector<VerifyVerdict>& verdicts) {
+  bool grouped = verdicts.size() > 1;
+  if (grouped && backend_.group_start() != kResultSuccess) grouped = false;
+  std::vector<int> issued(verdicts.size(), kResultSuccess);
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    CommState& cs = *verdicts[i].state;
+    note(cs, CallKind::kVerifyVerdict, ReduceOp::kMax, ElemType::kI64, CallPath::kAgreement, kVoteWords);
+    if (verdicts[i].captured) {  // the fixed vote, staged once (a difference here is reported below)
+      issued[i] = cs.captured_verdict
+                      ? backend_.exchange_in(*cs.captured_verdict, nullptr, kVoteWords, 8, cs.comm, verdicts[i].stream)
+                      : kResultInternalError;
+      continue;
+    }
+    const Vote mine{0, fingerprint_, verdicts[i].what.empty() ? Refusal::kNone : Refusal::kCouldNotPrepare};
+    write_vote(mine, cs.vote->host());
+    issued[i] = backend_.exchange_in(*cs.vote, nullptr, kVoteWords, 8, cs.comm, verdicts[i].stream);
+  }
+  int group_rc = grouped ? backend_.group_end() : kResultSuccess;
+  int result = kResultSuccess;
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    CommState& cs = *verdicts[i].state;
+    const std::string& what = verdicts[i].what;
+    if (verdicts[i].captured) {  // nothing to read inside a graph: an eager difference fails here
+      int failed = enqueued(issued[i]) ? group_rc : issued[i];
+      if (failed == kResultInProgress) failed = kResultSuccess;
+      if (failed) failed = fail_comm(cs, failed, "SIEVE_PROXY_VERIFY could not share its verdict in a graph");
+      else if (!what.empty()) failed = fail_comm(cs, kResultInternalError, what);
+      if (failed && !result) result = failed;
+      continue;
+    }
+    Waiting waiting(cs, "SIEVE_PROXY_VERIFY's shared verdict");
+    int rc = enqueued(issued[i]) ? group_rc : issued[i];
+    if (rc == kResultSuccess || rc == kResultInProgress)
+      rc = issued[i] == kResultInProgress || rc == kResultInProgress ? backend_.wait_enqueued(cs.comm, cs.live) : 0;
+    if (!rc) rc = backend_.exchange_out(*cs.vote, nullptr, kVoteWords, 8, verdicts[i].stream);
+    if (!rc) rc = backend_.wait_exchange(*cs.vote, cs.comm, cs.live);
+    int failed = kResultSuccess;
+    if (rc) {
+      failed = fail_comm(cs, rc, what.empty() ? "SIEVE_PROXY_VERIFY could not share its comparison" : what);
+    } else if (!what.empty()) {
+      failed = fail_comm(cs, kResultInternalError, what);
+    } else {
+      const Vote mine{0, fingerprint_, Refusal::kNone};
+      if (read_verdict(mine, cs.vote->host()).worst != Refusal::kNone)
+        failed = fail_comm(cs, kResultInternalError,
+                           "SIEVE_PROXY_VERIFY: another rank's result of a compacted collective differs from the dense "
+                           "result (its log names the call and the element)");
+    }
+    if (failed && !result) result = failed;
+  }
+  verdicts.clear();
+  return result;
 }
 
 // --- learned masks ---------------------------------------------------------------------------

@@ -77,6 +77,13 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
     if (token) return backend_.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, cs.comm, call.stream);
     return fail_comm(cs, kResultCudaError, "no device memory for a commit's vote");
   }
+  if (options_.verify && !cs.captured_verdict) {  // made here: a graph may not allocate
+    if (backend_.create_exchange(kVoteBytes, &cs.captured_verdict)) {
+      if (token) return backend_.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, cs.comm, call.stream);
+      return fail_comm(cs, kResultCudaError, "no device memory for SIEVE_PROXY_VERIFY's vote");
+    }
+    write_vote(Vote{0, fingerprint_, Refusal::kNone}, cs.captured_verdict->host());
+  }
   auto reusable = reusable_plans(cs.active);
   reuse_cycle(cs.cycle, &reusable);
   const Refusal veto = options_.enabled ? Refusal::kNone : Refusal::kProxyOff;
@@ -85,7 +92,7 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
   auto pending = std::make_shared<PendingCommit>();
   pending->token = token;
   int collective_rc = kResultSuccess;
-  if (int rc = TableCommit::begin(ctx, registry_.snapshot(), flags, *cs.vote, token, &pending->table, &collective_rc))
+  if (int rc = TableCommit::begin(ctx, registry_.snapshot(comm_scope(cs.comm)), flags, *cs.vote, token, &pending->table, &collective_rc))
     return fail_comm(cs, rc, "could not issue a commit's vote");
   note(cs, CallKind::kCommit, ReduceOp::kMax, ElemType::kI64, CallPath::kAgreement, kVoteWords);
   if (thread_state().depth > 0) {
@@ -147,7 +154,7 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
   for (const ActiveEntry& entry : cs.cycle) keep_captured(entry);
   cs.active.clear();
   cs.cycle.clear();
-  cs.cursor = 0;
+  cs.ambiguous.clear();
   cs.agreed = agreement.activated;
   cs.table_hash = agreement.activated ? agreement.hash : 0;
   *outcome = CommitOutcome();
@@ -168,6 +175,15 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
     if (e.source->target() == compress::MaskTarget::kBuffer) cs.active[e.source->base()] = std::move(e);
     else cs.cycle.push_back(std::move(e));
   }
+  // A collective's mask is certain when no other mask of its shape differs from it.
+  cs.ambiguous.assign(cs.cycle.size(), false);
+  for (size_t i = 0; i < cs.cycle.size(); ++i)
+    for (size_t j = 0; j < cs.cycle.size(); ++j) {
+      const compress::PublishedMask &a = *cs.cycle[i].source, &b = *cs.cycle[j].source;
+      if (i != j && a.target() == b.target() && a.count() == b.count() && a.dtype() == b.dtype() &&
+          !(*a.mask() == *b.mask()))
+        cs.ambiguous[i] = true;
+    }
   outcome->state = CommitOutcome::State::kActivated;
   add(stats_.tables_activated, 1);
   SIEVE_INFO("collective proxy: commit %llu is active on communicator %p (%d ranks): %llu masks, %llu of them "

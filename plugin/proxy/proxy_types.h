@@ -37,6 +37,8 @@ std::optional<compress::DType> published_dtype(ElemType type);
 // Opaque handles the proxy only compares and hands back to the backend.
 using Comm = const void*;
 using Stream = void*;
+// The registry scope of masks published for one communicator (sieve_mask_publish_for): its handle.
+inline uint64_t comm_scope(Comm comm) { return uint64_t(reinterpret_cast<uintptr_t>(comm)); }
 
 // The violation flag that travels as one extra element of a learned-mask compact buffer. Learned
 // masks serve sum and avg only (for max, min and prod a zero output does not mean zero inputs), so

@@ -67,12 +67,12 @@ int main(void) {
   expect_error(sieve_mask_publish(other, 64, 42, bits, &id), SIEVE_ERR_UNKNOWN_DTYPE);
   expect_error(sieve_mask_publish(other, 64, SIEVE_DTYPE_F32, NULL, &id), SIEVE_ERR_INVALID_ARGUMENT);
   /* Issue 34, item 8: bits with a length; a short array is refused, never read past its end. */
-  expect_error(sieve_mask_publish_bits(other, 64, SIEVE_DTYPE_F32, bits, 7, &id), SIEVE_ERR_RANGE);
-  expect_error(sieve_mask_publish_bits(other, 57, SIEVE_DTYPE_F32, bits, 7, &id), SIEVE_ERR_RANGE);
-  expect_error(sieve_collective_mask_publish_bits(SIEVE_COLLECTIVE_ALL_GATHER, 64, SIEVE_DTYPE_F32, bits, 0, NULL),
+  expect_error(sieve_mask_publish_for(NULL, other, 64, SIEVE_DTYPE_F32, bits, 7, &id), SIEVE_ERR_RANGE);
+  expect_error(sieve_mask_publish_for(NULL, other, 57, SIEVE_DTYPE_F32, bits, 7, &id), SIEVE_ERR_RANGE);
+  expect_error(sieve_collective_mask_publish_for(NULL, SIEVE_COLLECTIVE_ALL_GATHER, 64, SIEVE_DTYPE_F32, bits, 0, NULL),
                SIEVE_ERR_RANGE);
   CHECK(sieve_mask_query(other, &info) == SIEVE_ERR_NOT_FOUND); /* nothing stored */
-  CHECK(sieve_mask_publish_bits(other, 56, SIEVE_DTYPE_F32, bits, 7, &id) == SIEVE_OK);
+  CHECK(sieve_mask_publish_for(NULL, other, 56, SIEVE_DTYPE_F32, bits, 7, &id) == SIEVE_OK);
   CHECK(sieve_mask_retract(other) == SIEVE_OK);
   expect_error(sieve_mask_publish_ranges(other, 64, SIEVE_DTYPE_F32, starts, lengths, 2, &id), SIEVE_ERR_RANGE);
   expect_error(sieve_mask_publish_ranges(other, 1000, SIEVE_DTYPE_F32, overlap_starts, lengths, 2, &id),
@@ -135,6 +135,28 @@ int main(void) {
     CHECK(sieve_stats_get(&stats) == SIEVE_OK && stats.masks_published == 3);
     CHECK(sieve_mask_retract_id(collective_id) == SIEVE_OK);
     CHECK(sieve_mask_retract_id(collective_id + 1) == SIEVE_OK);
+  }
+
+  /* Masks for one communicator (issue 34): a short bits array is refused, never read past; scopes
+   * never overlap; NULL is every communicator, as the unscoped entry points. */
+  {
+    static float scoped[64];
+    int comm_a = 0, comm_b = 0; /* stand-ins for two ncclComm_t handles: only compared */
+    uint64_t scoped_id = 0;
+    expect_error(sieve_mask_publish_for(&comm_a, scoped, 64, SIEVE_DTYPE_F32, bits, 7, NULL), SIEVE_ERR_RANGE);
+    CHECK(strstr(sieve_last_error(), "64 elements need 8 bytes of bits, 7 given") != NULL);
+    expect_error(sieve_collective_mask_publish_for(&comm_a, SIEVE_COLLECTIVE_REDUCE_SCATTER, 64, SIEVE_DTYPE_F32, bits,
+                                                   7, NULL),
+                 SIEVE_ERR_RANGE);
+    CHECK(sieve_mask_publish_for(&comm_a, scoped, 64, SIEVE_DTYPE_F32, bits, 8, &scoped_id) == SIEVE_OK);
+    expect_error(sieve_mask_publish_for(&comm_b, scoped + 8, 8, SIEVE_DTYPE_F32, bits, 1, NULL), SIEVE_ERR_RANGE);
+    expect_error(sieve_mask_publish(scoped, 64, SIEVE_DTYPE_F32, bits, NULL), SIEVE_ERR_RANGE);
+    CHECK(sieve_mask_query(scoped, &info) == SIEVE_OK && info.mask_id == scoped_id);
+    CHECK(sieve_mask_publish_ranges_for(&comm_a, scoped, 64, SIEVE_DTYPE_F32, starts, lengths, 1, &id) == SIEVE_OK);
+    CHECK(sieve_mask_retract_id(id) == SIEVE_OK);
+    CHECK(sieve_collective_mask_publish_for(NULL, SIEVE_COLLECTIVE_ALL_GATHER, 64, SIEVE_DTYPE_F32, bits, 8, &id) ==
+          SIEVE_OK);
+    CHECK(sieve_mask_retract_id(id) == SIEVE_OK);
   }
 
   /* A retracted mask is released once no agreed table holds it (none here: no commit ran). */

@@ -855,7 +855,7 @@ TEST(ProxyTest, VerifyComparesEveryCompactedCollectiveWithItsDenseRun) {
       Path path;
       const int rc = r.all_reduce(g.data(), kCount, &path);
       EXPECT_EQ(path, Path::kCompactPublished);
-      EXPECT_EQ(r.backend.collectives, collectives + 2) << "the dense run and the compacted one";
+      EXPECT_EQ(r.backend.collectives, collectives + 3) << "the dense run, the compacted one and the shared verdict";
       if (!wrong_mask) {
         EXPECT_EQ(rc, 0) << r.backend.error;
         expect_exact(g, dense_sum(m, 3));
