@@ -1,6 +1,6 @@
 // Fuzzes a TCP receive comm's stream (net/tcp/comm.cc, net/tcp/stripe_worker.cc,
-// net/tcp/stripe_codec.cc): frame headers on the control socket, stripe headers and codec frames on the data sockets, exactly as
-// a peer would send them, over socket pairs. The input picks the connection's shape (data sockets,
+// net/tcp/stripe_codec.cc): frame headers on the control socket, stripe headers and codec frames on
+// the data sockets, exactly as a peer would send them, over socket pairs. The input picks the connection's shape (data sockets,
 // codec negotiated or not, stripe size), two receive sizes, then records of (socket, bytes). The
 // senders then close, so every receive must end, done or failed, within a bounded number of tests:
 // nothing a peer sends may hang a job. A receive that completes reports no more than it posted.
