@@ -172,12 +172,11 @@ def _clean_name(name):
 
 # --- FSDP: the order of its collectives --------------------------------------------------------
 #
-# A communicator takes the masks of one shape in publish order (Proxy::match_cycle: one cursor over
-# the whole cycle, the first entry of the call's shape at or after it). Identical groups (transformer
-# blocks) share a shape, and an all-gather's search passes over reduce-scatter entries and back, so
-# the table must follow the job's interleaving of all-gathers and reduce-scatters exactly, not just
-# "all-gathers, then reduce-scatters": published that way, a block's reduce-scatter takes the mask of
-# the block after it.
+# A communicator uses a collective mask only where the call's shape (kind, count, dtype) names it for
+# certain: one committed mask of that shape, or several that are all equal. Identical groups
+# (transformer blocks) pruned differently share a shape with different masks, so those calls run
+# dense on every rank (no order can say which mask is whose); sieve.fsdp.compact is the exact way
+# for them. Masks are still published in issue order, which keeps the table readable and stable.
 
 
 class _FsdpGroup(object):
@@ -792,31 +791,15 @@ def publish_fsdp(model, group=None, commit_now=True, union=False, masks=None, fo
     The layouts are fsdp2_layout's and fsdp1_layout's (their docstrings say what they assume);
     padding is pruned, except FSDP1's alignment padding in all-gathers (it holds a filler value).
 
-    Order. A communicator gives a call the next mask of its shape (kind, count, dtype), so masks are
-    published in the order one step issues the collectives (_issue_order says how it follows FSDP's
-    hooks): all-gathers in forward order; in backward, each group's re-gather (when it was resharded
-    after forward: FSDP2 reshard_after_forward, FSDP1 FULL_SHARD; never the root's) and the next
-    group's prefetch before that group's reduce-scatter, from the last group to the root. Assumed:
-    groups run forward in module order (else pass forward_order, the FSDP modules in the order their
-    forward runs; FSDP1 uses the order it recorded), each once per step, with default or
-    set_modules_to_*_prefetch prefetching, and each group's reduce-scatter comes when its backward
-    ends (its forward input requires grad). Groups of distinct shapes match whatever the order; the
-    order matters only among identical groups. SIEVE_PROXY_VERIFY=1 reports a mask that does not
-    fit its data.
-
-    A step that differs. A call that no mask matches runs dense and leaves the cursor where it is.
-    So a step that skips a parameter (no gradient: FSDP2 leaves it out of the reduce-scatter) runs
-    that group's reduce-scatter dense, its count being new; but when identical groups share the
-    group's usual shape, its unused mask stays at the cursor, and the next call of that shape takes it
-    instead of its own, unless a call of another shape moves the cursor past it first (a re-gather
-    does, under reshard_after_forward). That is the communicator's rule, which no publish order can
-    change, and a step that leaves out or adds a collective of a shared shape does the same: a group
-    that does not run, an eval forward, FSDP1's summon_full_params or full state_dict gathers (its
-    forward all-gathers' shape), gradient accumulation without reduce-scatters
-    (set_requires_gradient_sync(False), no_sync). Calls of a shared shape may then run with another
-    group's mask until a call of unique shape puts the cursor back: the root's all-gather does, first
-    thing every step, when the root holds parameters. SIEVE_PROXY_VERIFY=1 shows it; retracting
-    around such steps avoids it.
+    Which mask a call gets. A communicator uses a collective mask only where the call's shape (kind,
+    count, dtype) names it for certain: the one committed mask of that shape, or several that are all
+    equal. Shapes shared by groups pruned differently (identical transformer blocks) run dense on
+    every rank, since a step may skip or repeat a collective and no order can say which mask is
+    whose; use sieve.fsdp.compact(model) (FSDP2's custom collectives) to compact those exactly. So a
+    step that skips a parameter, a group that does not run, an eval forward or gradient
+    accumulation never makes a call take another group's mask: a call whose shape no mask names runs
+    dense. The masks are published in the order one step issues the collectives (_issue_order).
+    SIEVE_PROXY_VERIFY=1 reports a mask that does not fit its data.
 
     Withheld, and said so once (a wrong mask silently drops gradients or parameters): a shape with
     any collective whose layout is not mapped exactly (tensor-parallel DTensor parameters; all-gather
