@@ -13,5 +13,7 @@ build=${BUILD_DIR:-$root/build}
 kit_status=0
 GPU_KIT_BUILD_DIR="$build/gpu-kit-build" "$root/tools/gpu/bundle.sh" "$build/gpu-kit" || kit_status=$?
 ((kit_status == 0 || kit_status == 77)) || exit "$kit_status"  # 77: no CUDA toolkit, no kit
-(cd "$build" && ctest --output-on-failure --timeout 300 -j 2)
+# Label flaky: tests known to hang intermittently for a reason outside Sieve (each says why); run
+# them with `ctest -L flaky`.
+(cd "$build" && ctest --output-on-failure --timeout 300 -j 2 -LE flaky)
 "$root/tools/sanitize-proxy.sh"
