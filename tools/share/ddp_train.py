@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Real DDP training on Gloo, one process per node: the ranks sieve-bench --train ddp starts.
 
 Each node runs in its own network namespace (by hand: tools/share/netlab.sh exec I python3

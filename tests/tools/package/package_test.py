@@ -74,6 +74,8 @@ EXPECTED_FILES = {
     PYTHONDIR + "/sieve/fsdp_masks.py",
     PREFIX + "/share/sieve/netlab.sh",
     PREFIX + "/share/sieve/gloo_allreduce.py",
+    PREFIX + "/share/sieve/ddp_train.py",
+    PREFIX + "/share/sieve/fsdp2_train.py",
     DOCDIR + "/README.md",
     DOCDIR + "/DEPLOY.md",
     DOCDIR + "/DESIGN.md",
