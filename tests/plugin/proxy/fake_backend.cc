@@ -1,5 +1,7 @@
 #include "tests/plugin/proxy/fake_backend.h"
 
+#include <atomic>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -294,8 +296,10 @@ void FakeBackend::set_error(const std::string& why) {
 }
 
 FakeBackend::ThreadState& FakeBackend::me() {
+  static std::atomic<uint64_t> next_thread{1};
+  thread_local const uint64_t self = next_thread.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(mutex_);
-  return threads_[std::this_thread::get_id()];  // std::map references stay valid on insert
+  return threads_[self];  // std::map references stay valid on insert
 }
 
 int FakeBackend::run(const Op& op) {

@@ -214,7 +214,9 @@ class FakeBackend : public DeviceBackend {
 
   std::map<Comm, Member> members_;  // fixed before the ranks run
   std::mutex mutex_;                // the rest may be used from a rank's several threads
-  std::map<std::thread::id, ThreadState> threads_;
+  // Keyed by a number each thread draws once, never by std::thread::id: an id is reused once its
+  // thread ends, and a new thread must not inherit a dead one's state (capture, group depth).
+  std::map<uint64_t, ThreadState> threads_;
   std::vector<Op> pending_;  // launched on a non-blocking communicator, not yet enqueued
   std::set<Comm> freed_;     // handles abort_comm freed (a rejoin is a new communicator there)
   std::atomic<int> polling_{0};  // comm_async_error calls inside "NCCL" now
