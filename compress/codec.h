@@ -42,8 +42,8 @@ inline size_t encode_bound(size_t n) { return kFrameHeaderSize + n; }
 // What the sample-based heuristic expects for a buffer: the better word size and the frame size.
 struct Estimate {
   WordSize word_size = WordSize::kFour;  // kAuto when a raw frame is expected to be smaller
-  size_t frame_bytes = 0;                 // estimated size of the frame encode() would write
-  bool pays = false;                      // zero-eliding is expected to beat the raw frame
+  size_t frame_bytes = 0;                // estimated size of the frame encode() would write
+  bool pays = false;                     // zero-eliding is expected to beat the raw frame
 };
 Estimate estimate(const void* src, size_t n, const CodecOptions& options = {});
 
@@ -53,7 +53,7 @@ size_t encode(const void* src, size_t n, void* dst, size_t cap, const CodecOptio
 
 enum class DecodeStatus {
   kOk = 0,
-  kTruncated,       // fewer bytes than the header or the frame it announces
+  kTruncated,  // fewer bytes than the header or the frame it announces
   kBadMagic,
   kBadVersion,
   kBadHeader,       // unknown kind, word size or nonzero reserved byte, impossible counts

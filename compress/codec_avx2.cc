@@ -106,10 +106,8 @@ SIEVE_AVX2 void decode16(DecodeCursor& c) {
 bool encode_avx2(EncodeCursor& c, unsigned word_size) { return word_size == 4 ? encode32(c) : encode16(c); }
 
 void decode_avx2(DecodeCursor& c, unsigned word_size) {
-  if (word_size == 4)
-    decode32(c);
-  else
-    decode16(c);
+  if (word_size == 4) decode32(c);
+  else decode16(c);
 }
 
 __attribute__((target("popcnt"))) uint64_t popcount_fast(const uint8_t* bytes, size_t n) {

@@ -86,10 +86,8 @@ void decode_avx512(DecodeCursor& c, unsigned word_size) {
   // 39 vs 29 GB/s for 1 MiB), but streaming a large frame from DRAM it halves (10 vs 19 GB/s for
   // 64 MiB), so large frames take the vpermd loop.
   constexpr size_t kCacheResidentWords = (4u << 20) / 4;
-  if (word_size == 4 && c.words <= kCacheResidentWords)
-    decode32(c);
-  else
-    decode_avx2(c, word_size);
+  if (word_size == 4 && c.words <= kCacheResidentWords) decode32(c);
+  else decode_avx2(c, word_size);
 }
 
 }  // namespace sieve::compress::detail

@@ -9,21 +9,21 @@
 namespace sieve::compress::detail {
 
 struct EncodeCursor {
-  const uint8_t* src;      // word 0
-  size_t words;            // words to encode
-  uint8_t* bitmap;         // ceil(words / 8) bytes
-  uint8_t* payload;        // packed nonzero words start here
-  uint8_t* out;            // next payload byte to write
-  const uint8_t* limit;    // writes must stay below this (the destination's end)
-  size_t budget;           // payload bytes allowed before the frame stops paying
-  size_t done;             // words encoded so far
+  const uint8_t* src;    // word 0
+  size_t words;          // words to encode
+  uint8_t* bitmap;       // ceil(words / 8) bytes
+  uint8_t* payload;      // packed nonzero words start here
+  uint8_t* out;          // next payload byte to write
+  const uint8_t* limit;  // writes must stay below this (the destination's end)
+  size_t budget;         // payload bytes allowed before the frame stops paying
+  size_t done;           // words encoded so far
 };
 
 struct DecodeCursor {
   const uint8_t* bitmap;
-  const uint8_t* in;       // next packed word
-  const uint8_t* in_end;   // reads must stay below this (the input's end)
-  uint8_t* dst;            // word 0
+  const uint8_t* in;      // next packed word
+  const uint8_t* in_end;  // reads must stay below this (the input's end)
+  uint8_t* dst;           // word 0
   size_t words;
   size_t done;
 };

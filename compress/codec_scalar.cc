@@ -70,10 +70,8 @@ bool encode_scalar(EncodeCursor& c, unsigned word_size) {
 }
 
 void decode_scalar(DecodeCursor& c, unsigned word_size) {
-  if (word_size == 4)
-    decode_words<uint32_t>(c);
-  else
-    decode_words<uint16_t>(c);
+  if (word_size == 4) decode_words<uint32_t>(c);
+  else decode_words<uint16_t>(c);
 }
 
 uint64_t popcount_scalar(const uint8_t* bytes, size_t n) {

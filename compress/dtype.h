@@ -13,10 +13,14 @@ constexpr int kDTypeCount = 8;
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: case DType::kI32: return 4;
-    case DType::kF16: case DType::kBF16: return 2;
-    case DType::kF64: case DType::kI64: return 8;
-    case DType::kI8: case DType::kU8: return 1;
+    case DType::kF32:
+    case DType::kI32: return 4;
+    case DType::kF16:
+    case DType::kBF16: return 2;
+    case DType::kF64:
+    case DType::kI64: return 8;
+    case DType::kI8:
+    case DType::kU8: return 1;
   }
   return 0;
 }

@@ -17,7 +17,7 @@ struct Value {
   enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
   Type type = Type::kNull;
   bool boolean = false;
-  std::string text;  // kString: the decoded string; kNumber: the number as written
+  std::string text;                                    // kString: the decoded string; kNumber: the number as written
   std::vector<Value> items;                            // kArray
   std::vector<std::pair<std::string, Value>> members;  // kObject, in file order
 

@@ -14,9 +14,7 @@ uint64_t word_count(uint64_t bits) { return bits / 64 + (bits % 64 != 0); }
 // Mask of the low `n` bits (n in 0..64).
 uint64_t low_bits(unsigned n) { return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1; }
 
-bool mul_overflows(uint64_t a, uint64_t b, uint64_t* product) {
-  return __builtin_mul_overflow(a, b, product);
-}
+bool mul_overflows(uint64_t a, uint64_t b, uint64_t* product) { return __builtin_mul_overflow(a, b, product); }
 
 Status conv_elements(const ConvShape& shape, const uint8_t* keep, uint64_t* total) {
   uint64_t per_filter = 0;
@@ -91,9 +89,8 @@ Status Mask::from_indices(uint64_t count, const uint64_t* indices, size_t n, Mas
   Mask m(count);
   for (size_t k = 0; k < n; ++k) {
     if (indices[k] >= count)
-      return Status::error(Code::kOutOfRange, "index " + std::to_string(indices[k]) + " (entry " +
-                                                  std::to_string(k) + ") is past the end (" +
-                                                  std::to_string(count) + " elements)");
+      return Status::error(Code::kOutOfRange, "index " + std::to_string(indices[k]) + " (entry " + std::to_string(k) +
+                                                  ") is past the end (" + std::to_string(count) + " elements)");
     m.words_[indices[k] >> 6] |= uint64_t{1} << (indices[k] & 63);
   }
   m.recount();
@@ -101,13 +98,12 @@ Status Mask::from_indices(uint64_t count, const uint64_t* indices, size_t n, Mas
   return Status::ok_status();
 }
 
-Status Mask::from_ranges(uint64_t count, const uint64_t* starts, const uint64_t* lengths, size_t n,
-                         Mask* out) {
+Status Mask::from_ranges(uint64_t count, const uint64_t* starts, const uint64_t* lengths, size_t n, Mask* out) {
   if (n && (!starts || !lengths)) return Status::error(Code::kInvalidArgument, "range list is null");
   for (size_t k = 0; k < n; ++k) {
     if (starts[k] > count || lengths[k] > count - starts[k])
-      return Status::error(Code::kOutOfRange, "range " + std::to_string(k) + " [" + std::to_string(starts[k]) +
-                                                  ", +" + std::to_string(lengths[k]) + ") is past the end (" +
+      return Status::error(Code::kOutOfRange, "range " + std::to_string(k) + " [" + std::to_string(starts[k]) + ", +" +
+                                                  std::to_string(lengths[k]) + ") is past the end (" +
                                                   std::to_string(count) + " elements)");
   }
   std::vector<size_t> order(n);
@@ -118,8 +114,8 @@ Status Mask::from_ranges(uint64_t count, const uint64_t* starts, const uint64_t*
   for (size_t k : order) {
     if (lengths[k] == 0) continue;
     if (previous != n && starts[k] < previous_end)
-      return Status::error(Code::kOutOfRange, "range " + std::to_string(k) + " overlaps range " +
-                                                  std::to_string(previous));
+      return Status::error(Code::kOutOfRange,
+                           "range " + std::to_string(k) + " overlaps range " + std::to_string(previous));
     previous_end = starts[k] + lengths[k];
     previous = k;
   }

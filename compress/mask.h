@@ -55,8 +55,7 @@ class Mask {
   static Status from_indices(uint64_t count, const uint64_t* indices, size_t n, Mask* out);
   // Kept elements as [start, start + length) ranges (any order); ranges past the end or overlapping
   // each other are refused. Empty ranges are allowed and keep nothing.
-  static Status from_ranges(uint64_t count, const uint64_t* starts, const uint64_t* lengths, size_t n,
-                            Mask* out);
+  static Status from_ranges(uint64_t count, const uint64_t* starts, const uint64_t* lengths, size_t n, Mask* out);
   // Structured pruning: keep whole output filters (keep[o] != 0 for o < out_channels) ...
   static Status from_conv_filters(const ConvShape& shape, const uint8_t* keep, Mask* out);
   // ... or whole input channels (keep[i] != 0 for i < in_channels), in every filter.

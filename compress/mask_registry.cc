@@ -32,8 +32,8 @@ Status MaskRegistry::publish(const void* base, DType dtype, std::shared_ptr<cons
   uintptr_t end = 0;
   if (__builtin_mul_overflow(mask->count(), uint64_t(dtype_size(dtype)), &bytes) ||
       __builtin_add_overflow(start, bytes, &end))
-    return Status::error(Code::kOutOfRange, "a buffer of " + std::to_string(mask->count()) + " " +
-                                                dtype_name(dtype) + " elements at this address wraps around the address space");
+    return Status::error(Code::kOutOfRange, "a buffer of " + std::to_string(mask->count()) + " " + dtype_name(dtype) +
+                                                " elements at this address wraps around the address space");
 
   std::unique_lock lock(mutex_);
   // Unstage every entry overlapping [start, end): the one starting before `start` (if it reaches
@@ -45,15 +45,16 @@ Status MaskRegistry::publish(const void* base, DType dtype, std::shared_ptr<cons
   }
   for (auto o = it; o != entries_.end() && o->first < end; ++o)
     if (o->second->scope() != scope)
-      return Status::error(Code::kOutOfRange, "the buffer overlaps a mask staged for another communicator (or for "
-                                              "every communicator); retract that one first");
+      return Status::error(Code::kOutOfRange,
+                           "the buffer overlaps a mask staged for another communicator (or for "
+                           "every communicator); retract that one first");
   while (it != entries_.end() && it->first < end) {
     unstage(it->second);
     it = entries_.erase(it);
   }
   const uint64_t new_id = next_id_++;
-  entries_.emplace(start, std::make_shared<const PublishedMask>(start, dtype, new_id, std::move(mask),
-                                                                MaskTarget::kBuffer, scope));
+  entries_.emplace(
+      start, std::make_shared<const PublishedMask>(start, dtype, new_id, std::move(mask), MaskTarget::kBuffer, scope));
   count_entries();
   if (id) *id = new_id;
   ++generation_;
@@ -62,7 +63,8 @@ Status MaskRegistry::publish(const void* base, DType dtype, std::shared_ptr<cons
 
 Status MaskRegistry::publish_collective(MaskTarget target, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id,
                                         uint64_t scope) {
-  if (target == MaskTarget::kBuffer) return Status::error(Code::kInvalidArgument, "a collective's mask needs a collective");
+  if (target == MaskTarget::kBuffer)
+    return Status::error(Code::kInvalidArgument, "a collective's mask needs a collective");
   if (!mask || mask->count() == 0) return Status::error(Code::kInvalidArgument, "mask has no elements");
   std::unique_lock lock(mutex_);
   const uint64_t new_id = next_id_++;
@@ -124,7 +126,9 @@ StagedEntries MaskRegistry::snapshot(uint64_t scope) const {
   std::shared_lock lock(mutex_);
   StagedEntries out;
   out.reserve(entries_.size() + collectives_.size());
-  const auto mine = [scope](const std::shared_ptr<const PublishedMask>& e) { return e->scope() == 0 || e->scope() == scope; };
+  const auto mine = [scope](const std::shared_ptr<const PublishedMask>& e) {
+    return e->scope() == 0 || e->scope() == scope;
+  };
   for (const auto& [base, entry] : entries_)
     if (mine(entry)) out.push_back(entry);
   for (const auto& entry : collectives_)
@@ -135,7 +139,8 @@ StagedEntries MaskRegistry::snapshot(uint64_t scope) const {
 
 Status MaskRegistry::released(uint64_t id, bool* out) const {
   std::unique_lock lock(mutex_);  // prunes unstaged_
-  if (id == 0 || id >= next_id_) return Status::error(Code::kNotFound, "no mask was ever published with id " + std::to_string(id));
+  if (id == 0 || id >= next_id_)
+    return Status::error(Code::kNotFound, "no mask was ever published with id " + std::to_string(id));
   const auto staged = [id](const std::shared_ptr<const PublishedMask>& e) { return e->id() == id; };
   if (std::any_of(collectives_.begin(), collectives_.end(), staged) ||
       std::any_of(entries_.begin(), entries_.end(), [&](const auto& e) { return staged(e.second); })) {

@@ -100,7 +100,7 @@ class MaskRegistry {
   void count_entries();
 
   mutable std::shared_mutex mutex_;
-  Entries entries_;  // by base; ranges disjoint
+  Entries entries_;                                                // by base; ranges disjoint
   std::vector<std::shared_ptr<const PublishedMask>> collectives_;  // collectives' masks, in publish order
   // Unstaged entries an agreed table may still hold, by id; pruned as they expire.
   mutable std::map<uint64_t, std::weak_ptr<const PublishedMask>> unstaged_;

@@ -23,11 +23,11 @@ const char* track_state_name(TrackState state);
 
 struct TrackUpdate {
   TrackState state = TrackState::kLearning;
-  bool became_stable = false;    // this observation completed K identical ones
-  bool drifted = false;          // this observation broke a stable mask
-  uint64_t newly_nonzero = 0;    // nonzero here, pruned by the stable mask (drift when > 0)
-  uint64_t newly_zero = 0;       // zero here, kept by the stable mask (harmless)
-  bool size_changed = false;     // the buffer's element count changed: learning restarted
+  bool became_stable = false;  // this observation completed K identical ones
+  bool drifted = false;        // this observation broke a stable mask
+  uint64_t newly_nonzero = 0;  // nonzero here, pruned by the stable mask (drift when > 0)
+  uint64_t newly_zero = 0;     // zero here, kept by the stable mask (harmless)
+  bool size_changed = false;   // the buffer's element count changed: learning restarted
 };
 
 class MaskTracker {

@@ -52,8 +52,8 @@ Status read_tensor(const std::string& name, const json::Value& v, uint64_t data_
                      std::to_string(data_size) + "-byte data section");
   uint64_t bytes = 0;
   if (__builtin_mul_overflow(t->elements, uint64_t(element_size), &bytes) || bytes != t->end - t->begin)
-    return malformed(quoted(name) + ": shape and dtype need " + std::to_string(bytes) + " bytes but data_offsets span " +
-                     std::to_string(t->end - t->begin));
+    return malformed(quoted(name) + ": shape and dtype need " + std::to_string(bytes) +
+                     " bytes but data_offsets span " + std::to_string(t->end - t->begin));
   return Status::ok_status();
 }
 
@@ -70,7 +70,8 @@ size_t safetensors_dtype_size(const std::string& dtype) {
 
 Status parse_safetensors(const uint8_t* bytes, size_t size, SafetensorsView* out) {
   if (!bytes && size) return Status::error(Code::kInvalidArgument, "no file contents");
-  if (size < 8) return malformed("file of " + std::to_string(size) + " bytes is too short for the 8-byte header length");
+  if (size < 8)
+    return malformed("file of " + std::to_string(size) + " bytes is too short for the 8-byte header length");
   uint64_t header = 0;
   std::memcpy(&header, bytes, 8);  // little-endian, like the host (see codec.cc)
   // A file of another format (XML, text, a checkpoint) turns its first 8 bytes into a huge length or
@@ -122,8 +123,7 @@ Status parse_safetensors(const uint8_t* bytes, size_t size, SafetensorsView* out
     previous = &t;
   }
   if (expected != view.data_size)
-    return malformed("data section has " + std::to_string(view.data_size - expected) +
-                     " bytes no tensor describes");
+    return malformed("data section has " + std::to_string(view.data_size - expected) + " bytes no tensor describes");
   *out = std::move(view);
   return Status::ok_status();
 }
@@ -176,7 +176,10 @@ Status load_mask_file(const std::string& path, MaskFile* out, uint64_t max_bytes
   // Non-blocking, so a FIFO cannot stall the caller; the type is checked before anything is read.
   const int raw = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (raw < 0) return Status::error(Code::kIo, "cannot open " + path + ": " + std::strerror(errno));
-  std::unique_ptr<int, void (*)(int*)> fd(new int(raw), [](int* f) { ::close(*f); delete f; });
+  std::unique_ptr<int, void (*)(int*)> fd(new int(raw), [](int* f) {
+    ::close(*f);
+    delete f;
+  });
   struct stat info {};
   if (::fstat(raw, &info) != 0) return Status::error(Code::kIo, "cannot stat " + path + ": " + std::strerror(errno));
   if (S_ISDIR(info.st_mode)) return Status::error(Code::kInvalidArgument, path + " is a directory, not a mask file");

@@ -26,7 +26,7 @@ struct Connection {
 
 struct CommOptions {
   std::vector<int> helper_cpus;  // empty: helper threads float; else pinned there (the NIC's CPUs)
-  int nthreads = 0;  // 0: auto_nthreads of the connection's socket count
+  int nthreads = 0;              // 0: auto_nthreads of the connection's socket count
   TransportOptions::Progress progress = TransportOptions::Progress::Auto;  // resolved by socket count
   size_t inline_threshold = 64 * 1024;
   int peer_timeout_ms = 5000;

@@ -46,8 +46,14 @@ void SocketAddress::set_port(uint16_t p) {
 IfnameSpec parse_ifname_spec(const std::string& text) {
   IfnameSpec spec;
   size_t pos = 0;
-  if (pos < text.size() && text[pos] == '^') { spec.exclude = true; ++pos; }
-  if (pos < text.size() && text[pos] == '=') { spec.exact = true; ++pos; }
+  if (pos < text.size() && text[pos] == '^') {
+    spec.exclude = true;
+    ++pos;
+  }
+  if (pos < text.size() && text[pos] == '=') {
+    spec.exact = true;
+    ++pos;
+  }
   while (pos <= text.size()) {
     size_t comma = text.find(',', pos);
     std::string name = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
@@ -63,7 +69,10 @@ IfnameSpec parse_ifname_spec(const std::string& text) {
 bool ifname_matches(const IfnameSpec& spec, const std::string& name) {
   bool listed = false;
   for (const auto& n : spec.names) {
-    if (spec.exact ? name == n : name.compare(0, n.size(), n) == 0) { listed = true; break; }
+    if (spec.exact ? name == n : name.compare(0, n.size(), n) == 0) {
+      listed = true;
+      break;
+    }
   }
   return spec.exclude ? !listed : listed;
 }
@@ -167,8 +176,9 @@ Status discover_devices(const DeviceFilter& filter, const topology::Machine& mac
   freeifaddrs(list);
   *out = select_devices(candidates, filter);
   if (out->empty()) {
-    return error(Code::SystemError, "no usable network interface" +
-                                        (filter.ifname.empty() ? std::string() : " matches SIEVE_SOCKET_IFNAME=" + filter.ifname));
+    return error(Code::SystemError,
+                 "no usable network interface" +
+                     (filter.ifname.empty() ? std::string() : " matches SIEVE_SOCKET_IFNAME=" + filter.ifname));
   }
   place_devices(machine, *out);
   return Status::ok();

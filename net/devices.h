@@ -32,21 +32,21 @@ struct SocketAddress {
 };
 
 struct Device {
-  std::string name;      // interface name
-  SocketAddress address; // port 0
+  std::string name;       // interface name
+  SocketAddress address;  // port 0
   // From topology/: sysfs path of the PCI function (its last component is the bus id, as NCCL's
   // topology search expects); empty for virtual interfaces, which NCCL then attaches to a CPU.
   std::string pci_path;
   int speed_mbps = kUnknownSpeedMbps;
-  uint64_t guid = 0;      // equal for the ports of one multi-function card
-  int port = 0;           // verbs: the device's port number, so two ports of one card are two NICs to NCCL
+  uint64_t guid = 0;  // equal for the ports of one multi-function card
+  int port = 0;       // verbs: the device's port number, so two ports of one card are two NICs to NCCL
   int numa_node = -1;
-  std::vector<int> cpus;  // CPUs local to the NIC: where its helper threads run when pinning
+  std::vector<int> cpus;    // CPUs local to the NIC: where its helper threads run when pinning
   uint16_t pci_vendor = 0;  // 0 when not on PCI or unknown (picks cloud NICs' stripe shapes)
   // What the transport, not the interface, decides (the plugin reports them to NCCL):
-  bool dmabuf = false;        // register_memory accepts dma-bufs (verbs, where the port's probe says so)
-  bool cuda_pointers = false; // register_memory accepts CUDA device pointers (verbs, with nvidia-peermem loaded)
-  int max_comms = 0;          // 0: bounded by file descriptors only (TCP); verbs: by queue pairs
+  bool dmabuf = false;             // register_memory accepts dma-bufs (verbs, where the port's probe says so)
+  bool cuda_pointers = false;      // register_memory accepts CUDA device pointers (verbs, with nvidia-peermem loaded)
+  int max_comms = 0;               // 0: bounded by file descriptors only (TCP); verbs: by queue pairs
   uint64_t max_message_bytes = 0;  // 0: no limit of the transport's own; verbs: the port's max_msg_sz too
   static constexpr int kUnknownSpeedMbps = 10000;  // virtio and down links report none
 };

@@ -59,10 +59,11 @@ Status Connector::progress(Connection* out, bool* done) {
   if (!started_) {
     started_ = true;
     if (TokenlessWarning::process().should_warn(options_.job_token, handle_.address))
-      SIEVE_WARN("connecting to %s, another host, without SIEVE_JOB_TOKEN: any process that sees NCCL's handle "
-                 "(it crosses NCCL's bootstrap in clear) can join this job's connections; set one SIEVE_JOB_TOKEN of "
-                 "at least %d bits on every node, e.g. from `openssl rand -hex 16` (warned once per process)",
-                 peer_.c_str(), kMinJobTokenBits);
+      SIEVE_WARN(
+          "connecting to %s, another host, without SIEVE_JOB_TOKEN: any process that sees NCCL's handle "
+          "(it crosses NCCL's bootstrap in clear) can join this job's connections; set one SIEVE_JOB_TOKEN of "
+          "at least %d bits on every node, e.g. from `openssl rand -hex 16` (warned once per process)",
+          peer_.c_str(), kMinJobTokenBits);
     const int nsocks = carrier_ == Carrier::Verbs ? 0 : options_.nsocks;
     sockets_.resize(nsocks + 1);
     for (size_t i = 0; i < sockets_.size(); ++i) {
@@ -87,7 +88,8 @@ Status Connector::progress(Connection* out, bool* done) {
   if (!all_done) {
     if (Clock::now() > deadline_)
       return error(Code::RemoteError, "connecting to " + peer_ + ": no complete handshake within " +
-                                          std::to_string(std::max(options_.peer_timeout_ms, kMinConnectWaitMs)) + " ms");
+                                          std::to_string(std::max(options_.peer_timeout_ms, kMinConnectWaitMs)) +
+                                          " ms");
     return Status::ok();
   }
   Connection& c = *out;
@@ -131,7 +133,9 @@ Status Connector::step(Socket& s) {
     if (!st.is_ok()) return handshake_error(peer_, st);
     Digest expected = wire::handshake_mac(options_.job_token, wire::Role::Listener, s.hello, w.server_nonce);
     if (!digest_equal(expected.data(), w.mac.data(), expected.size()))
-      return error(Code::RemoteError, "listener " + peer_ + " did not prove the job token (SIEVE_JOB_TOKEN differs or is set on one side only)");
+      return error(
+          Code::RemoteError,
+          "listener " + peer_ + " did not prove the job token (SIEVE_JOB_TOKEN differs or is set on one side only)");
     if ((w.caps & wire::kCapVerbs) != (s.hello.caps & wire::kCapVerbs))
       return error(Code::InvalidUsage, "listener " + peer_ + " uses the " + carrier_name(w.caps) +
                                            " transport, this side " + carrier_name(s.hello.caps) +
@@ -176,8 +180,8 @@ void HandshakeListener::warn(const std::string& what) {
   const Clock::time_point now = Clock::now();
   if (now - warn_window_ >= kWarnWindow) {
     if (unwarned_ > 0)
-      SIEVE_WARN("listener %s: %llu more warnings in the last %lld s not shown (rate-limited)",
-                 address_.c_str(), static_cast<unsigned long long>(unwarned_),
+      SIEVE_WARN("listener %s: %llu more warnings in the last %lld s not shown (rate-limited)", address_.c_str(),
+                 static_cast<unsigned long long>(unwarned_),
                  static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(now - warn_window_).count()));
     warn_window_ = now;
     warned_in_window_ = 0;
@@ -275,11 +279,20 @@ bool HandshakeListener::step(Pending& p) {
   const int fd = p.fd.get();
   if (p.stage == Stage::ReadHello) {
     Status st = read_message(fd, &p.message, p.peer);
-    if (!st.is_ok()) { reject(p.peer, st.message()); return false; }
+    if (!st.is_ok()) {
+      reject(p.peer, st.message());
+      return false;
+    }
     if (!p.message.complete()) return true;
     st = wire::decode_hello(p.message.data, &p.hello);
-    if (!st.is_ok()) { reject(p.peer, st.message()); return false; }
-    if (p.hello.listener_nonce != nonce_) { reject(p.peer, "wrong listener nonce (a stale or stray peer)"); return false; }
+    if (!st.is_ok()) {
+      reject(p.peer, st.message());
+      return false;
+    }
+    if (p.hello.listener_nonce != nonce_) {
+      reject(p.peer, "wrong listener nonce (a stale or stray peer)");
+      return false;
+    }
     const uint32_t offered = caps_offered(options_, carrier_);
     if ((p.hello.caps & wire::kCapVerbs) != (offered & wire::kCapVerbs))
       p.refusal = std::string("it uses the ") + carrier_name(p.hello.caps) + " transport, this listener " +
@@ -294,20 +307,32 @@ bool HandshakeListener::step(Pending& p) {
   }
   if (p.stage == Stage::SendWelcome) {
     Status st = write_message(fd, &p.message, p.peer);
-    if (!st.is_ok()) { reject(p.peer, st.message()); return false; }
+    if (!st.is_ok()) {
+      reject(p.peer, st.message());
+      return false;
+    }
     if (!p.message.complete()) return true;
-    if (!p.refusal.empty()) { reject(p.peer, p.refusal); return false; }
+    if (!p.refusal.empty()) {
+      reject(p.peer, p.refusal);
+      return false;
+    }
     p.stage = Stage::ReadProof;
     p.message = PartialMessage{};
     p.message.size = wire::kProofBytes;
   }
   if (p.stage == Stage::ReadProof) {
     Status st = read_message(fd, &p.message, p.peer);
-    if (!st.is_ok()) { reject(p.peer, st.message()); return false; }
+    if (!st.is_ok()) {
+      reject(p.peer, st.message());
+      return false;
+    }
     if (!p.message.complete()) return true;
     wire::Proof proof;
     st = wire::decode_proof(p.message.data, &proof);
-    if (!st.is_ok()) { reject(p.peer, st.message()); return false; }
+    if (!st.is_ok()) {
+      reject(p.peer, st.message());
+      return false;
+    }
     Digest expected = wire::handshake_mac(options_.job_token, wire::Role::Connector, p.hello, p.server_nonce);
     if (!digest_equal(expected.data(), proof.mac.data(), expected.size())) {
       reject(p.peer, "it did not prove the job token (SIEVE_JOB_TOKEN differs or is set on one side only)");

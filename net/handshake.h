@@ -68,8 +68,7 @@ class Connector {
 // are rate-limited: a port scanner must not flood the log either.
 class HandshakeListener {
  public:
-  HandshakeListener(const TransportOptions& options, Fd listener, uint64_t nonce, std::string address,
-                    Carrier carrier);
+  HandshakeListener(const TransportOptions& options, Fd listener, uint64_t nonce, std::string address, Carrier carrier);
   // *got turns true when a peer completed its handshake; *out is then its connection.
   void accept(Connection* out, bool* got);
   // Connections dropped since the last call.

@@ -22,7 +22,8 @@ int open_own_file(const std::string& path, int flags, mode_t mode, std::string* 
   fd = ::open(path.c_str(), base | O_NONBLOCK);
   if (fd < 0) {
     if (error)
-      *error = "cannot open " + path + ": " + (errno == ELOOP ? std::string("it is a symbolic link") : std::strerror(errno));
+      *error =
+          "cannot open " + path + ": " + (errno == ELOOP ? std::string("it is a symbolic link") : std::strerror(errno));
     return -1;
   }
   struct stat st {};

@@ -44,7 +44,8 @@ void TokenBucket::charge(size_t bytes, Clock::time_point now) {
 void TokenBucket::refund(size_t bytes) { tokens_ = std::min(burst_, tokens_ + static_cast<double>(bytes)); }
 
 RateLimiter::RateLimiter(int64_t mbps, size_t burst_bytes)
-    : mbps_(mbps), bucket_(static_cast<double>(mbps) * 1e6 / 8.0, static_cast<double>(burst_bytes), TokenBucket::Clock::now()) {}
+    : mbps_(mbps),
+      bucket_(static_cast<double>(mbps) * 1e6 / 8.0, static_cast<double>(burst_bytes), TokenBucket::Clock::now()) {}
 
 size_t RateLimiter::acquire(size_t want, size_t min_grant, std::chrono::milliseconds max_wait) {
   TokenBucket::Grant g;

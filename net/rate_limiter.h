@@ -19,8 +19,8 @@ class TokenBucket {
   TokenBucket(double bytes_per_second, double burst_bytes, Clock::time_point now);
 
   struct Grant {
-    size_t bytes = 0;                               // may be sent now
-    std::chrono::nanoseconds wait{0};               // when bytes == 0: how long until enough tokens
+    size_t bytes = 0;                  // may be sent now
+    std::chrono::nanoseconds wait{0};  // when bytes == 0: how long until enough tokens
   };
   // Grants up to `want` bytes, and never fewer than min(want, min_grant) (no tiny writes).
   Grant take(size_t want, size_t min_grant, Clock::time_point now);

@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstddef>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <random>
 
@@ -28,9 +28,7 @@ std::string errno_text(int err) { return std::strerror(err); }
 
 namespace {
 
-Status sys_error(const std::string& what, int err) {
-  return error(Code::SystemError, what + ": " + errno_text(err));
-}
+Status sys_error(const std::string& what, int err) { return error(Code::SystemError, what + ": " + errno_text(err)); }
 
 }  // namespace
 
@@ -75,11 +73,13 @@ int connect_error(int fd) {
 Status accept_one(int listen_fd, Fd* out, SocketAddress* peer, bool* got_one) {
   *got_one = false;
   peer->length = sizeof(peer->storage);
-  int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer->storage), &peer->length, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  int fd =
+      ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer->storage), &peer->length, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd < 0) {
     int err = errno;
     // A client that vanished between SYN and accept is its own problem, not the listener's.
-    if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED || err == EPROTO) return Status::ok();
+    if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED || err == EPROTO)
+      return Status::ok();
     return sys_error("accept", err);
   }
   *got_one = true;
@@ -130,8 +130,7 @@ Status AckWatch::check(int fd, int timeout_ms, const std::string& peer) {
   // retransmissions, which exclude window probes.
   const bool window_known = length >= offsetof(tcp_info, tcpi_snd_wnd) + sizeof(info.tcpi_snd_wnd);
   const bool waiting = unacknowledged_bytes(fd) > 0;
-  const bool unanswered =
-      waiting && (window_known ? info.tcpi_snd_wnd > 0 : info.tcpi_retransmits > 0);
+  const bool unanswered = waiting && (window_known ? info.tcpi_snd_wnd > 0 : info.tcpi_retransmits > 0);
   if (!unanswered) {
     reset();
     return Status::ok();

@@ -20,14 +20,14 @@
 
 namespace sieve::net {
 
-constexpr int kMaxRequests = 32;   // outstanding requests per comm (NCCL_NET_MAX_REQUESTS)
+constexpr int kMaxRequests = 32;     // outstanding requests per comm (NCCL_NET_MAX_REQUESTS)
 constexpr size_t kHandleSize = 128;  // NCCL_NET_HANDLE_MAXSIZE
 constexpr int kMaxSockets = 16;
 
 struct TransportOptions {
   DeviceFilter devices;
-  int nsocks = 0;                       // data sockets per connection; 0: by link speed (stripe_shape)
-  int nthreads = 0;                     // helper threads per connection (<= nsocks); 0: half the sockets
+  int nsocks = 0;    // data sockets per connection; 0: by link speed (stripe_shape)
+  int nthreads = 0;  // helper threads per connection (<= nsocks); 0: half the sockets
   // Who moves the data sockets' bytes. Inline: the caller's thread, inside isend/irecv/test (NCCL's
   // proxy thread), in bounded steps; no helper thread to hand off to or to compete with for a core.
   // Helpers: helper threads. Auto: helpers (see inline_progress for the measurements).
@@ -47,7 +47,7 @@ struct TransportOptions {
   bool offer_codec = true;      // false: behave as a peer that predates the codec (tests)
   int64_t rate_limit_mbps = 0;  // per device, shared by all connections of this transport; 0 = off
   // Verbs transport (net/ib/) only.
-  std::string ib_hca;   // SIEVE_IB_HCA, NCCL_IB_HCA's syntax; empty: every active port
+  std::string ib_hca;     // SIEVE_IB_HCA, NCCL_IB_HCA's syntax; empty: every active port
   int ib_gid_index = -1;  // -1: chosen per port (ib::choose_gid)
   int ib_qps = 1;         // queue pairs per connection
   // The class of service of a connection, chosen by the connecting side (the listener adopts it):
@@ -56,9 +56,10 @@ struct TransportOptions {
   int ib_service_level = -1;  // 0-15; the communicator's traffic class serves only when it is 0-15
   int ib_pkey_index = 0;      // P_Key table index of every queue pair; both sides' partitions must match
   bool ib_relaxed_ordering = true;
-  int ib_adaptive_routing = -1;     // 1: immediates of large messages in writes of their own; -1: on InfiniBand only  // IBV_ACCESS_RELAXED_ORDERING on NCCL's registrations
-  int ib_timeout = 20;        // queue-pair retry timeout, 4.096 us x 2^n per try (1-31)
-  int ib_retry_count = 7;     // tries after the first before "retry exceeded" (0-7)
+  int ib_adaptive_routing = -1;  // 1: immediates of large messages in writes of their own; -1: on InfiniBand only  //
+                                 // IBV_ACCESS_RELAXED_ORDERING on NCCL's registrations
+  int ib_timeout = 20;           // queue-pair retry timeout, 4.096 us x 2^n per try (1-31)
+  int ib_retry_count = 7;        // tries after the first before "retry exceeded" (0-7)
 };
 
 // NCCL's "no traffic class" (NCCL_NET_TRAFFIC_CLASS_UNDEF), for connect without a communicator's.
@@ -76,7 +77,7 @@ constexpr uint16_t kPciVendorAws = 0x1d0f;  // Elastic Network Adapter
 constexpr uint16_t kPciVendorGcp = 0x1ae0;  // gVNIC
 struct StripeShape {
   int nsocks;
-  int nthreads;              // helper threads when not inline
+  int nthreads;  // helper threads when not inline
   bool inline_progress = false;
 };
 inline int auto_nthreads(int nsocks) { return (nsocks + 1) / 2; }
@@ -126,9 +127,9 @@ class MemoryRegion {
 struct MemoryDescriptor {
   void* data = nullptr;
   size_t size = 0;
-  int dmabuf_fd = -1;      // -1: not a dma-buf
+  int dmabuf_fd = -1;  // -1: not a dma-buf
   uint64_t dmabuf_offset = 0;
-  bool cuda = false;       // `data` is a CUDA device pointer (NCCL_PTR_CUDA)
+  bool cuda = false;  // `data` is a CUDA device pointer (NCCL_PTR_CUDA)
   bool is_dmabuf() const { return dmabuf_fd >= 0; }
   bool is_gpu() const { return cuda || is_dmabuf(); }
 };

@@ -16,9 +16,15 @@ constexpr uint32_t kFrameMagic = 0x4d564953;    // "SIVM"
 constexpr uint32_t kChunkMagic = 0x43564953;    // "SIVC"
 constexpr size_t kPendingOffset = 120;
 
-void put16(uint8_t* p, uint16_t v) { for (int i = 0; i < 2; ++i) p[i] = uint8_t(v >> (8 * i)); }
-void put32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i)); }
-void put64(uint8_t* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i)); }
+void put16(uint8_t* p, uint16_t v) {
+  for (int i = 0; i < 2; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+void put32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+void put64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i));
+}
 uint16_t get16(const uint8_t* p) { return uint16_t(p[0] | p[1] << 8); }
 uint32_t get32(const uint8_t* p) {
   uint32_t v = 0;
@@ -106,7 +112,8 @@ void encode_hello(const Hello& h, uint8_t* out) {
 
 Status decode_hello(const uint8_t* in, Hello* h) {
   if (get32(in) != kHelloMagic) return bad("hello", get32(in));
-  if (get16(in + 4) != kVersion) return error(Code::RemoteError, "peer speaks protocol version " + std::to_string(get16(in + 4)));
+  if (get16(in + 4) != kVersion)
+    return error(Code::RemoteError, "peer speaks protocol version " + std::to_string(get16(in + 4)));
   h->socket_index = get16(in + 6);
   h->nsocks = get16(in + 8);
   h->caps = get32(in + 12);
@@ -117,7 +124,8 @@ Status decode_hello(const uint8_t* in, Hello* h) {
   // A verbs connection is its bootstrap socket alone; a TCP one has 1-16 data sockets besides.
   const bool verbs = (h->caps & kCapVerbs) != 0;
   if ((verbs ? h->nsocks != 0 : h->nsocks < 1) || h->nsocks > 16 || h->socket_index > h->nsocks)
-    return error(Code::RemoteError, "hello with socket " + std::to_string(h->socket_index) + " of " + std::to_string(h->nsocks));
+    return error(Code::RemoteError,
+                 "hello with socket " + std::to_string(h->socket_index) + " of " + std::to_string(h->nsocks));
   if (h->chunk_size < 4096 || h->chunk_size > (1ull << 30))
     return error(Code::RemoteError, "hello with chunk size " + std::to_string(h->chunk_size));
   return Status::ok();
@@ -134,7 +142,8 @@ void encode_welcome(const Welcome& w, uint8_t* out) {
 
 Status decode_welcome(const uint8_t* in, Welcome* w) {
   if (get32(in) != kWelcomeMagic) return bad("welcome", get32(in));
-  if (get16(in + 4) != kVersion) return error(Code::RemoteError, "peer speaks protocol version " + std::to_string(get16(in + 4)));
+  if (get16(in + 4) != kVersion)
+    return error(Code::RemoteError, "peer speaks protocol version " + std::to_string(get16(in + 4)));
   w->caps = get32(in + 8);
   w->server_nonce = get64(in + 16);
   std::memcpy(w->mac.data(), in + 24, w->mac.size());
@@ -174,8 +183,8 @@ Status decode_frame(const uint8_t* in, uint64_t expected_sequence, uint32_t allo
   f->sequence = get64(in + 8);
   f->length = get64(in + 16);
   if (f->sequence != expected_sequence)
-    return error(Code::RemoteError, "frame sequence " + std::to_string(f->sequence) + ", expected " +
-                                        std::to_string(expected_sequence));
+    return error(Code::RemoteError,
+                 "frame sequence " + std::to_string(f->sequence) + ", expected " + std::to_string(expected_sequence));
   if (f->flags & ~allowed_flags) {
     char text[64];
     std::snprintf(text, sizeof(text), "frame with unexpected flags 0x%x", f->flags);
@@ -194,9 +203,10 @@ void encode_chunk(const ChunkHeader& c, uint8_t* out) {
 Status check_chunk(const uint8_t* in, const ChunkHeader& expected) {
   if (get32(in) != kChunkMagic) return bad("chunk", get32(in));
   if (get32(in + 4) != expected.length || get64(in + 8) != expected.sequence || get64(in + 16) != expected.offset)
-    return error(Code::RemoteError, "chunk header out of step with the stream (message " + std::to_string(get64(in + 8)) +
-                                        " offset " + std::to_string(get64(in + 16)) + ", expected message " +
-                                        std::to_string(expected.sequence) + " offset " + std::to_string(expected.offset) + ")");
+    return error(Code::RemoteError, "chunk header out of step with the stream (message " +
+                                        std::to_string(get64(in + 8)) + " offset " + std::to_string(get64(in + 16)) +
+                                        ", expected message " + std::to_string(expected.sequence) + " offset " +
+                                        std::to_string(expected.offset) + ")");
   return Status::ok();
 }
 

@@ -27,9 +27,9 @@ constexpr uint32_t kFlagCodec = 1u << 1;   // payload is codec-encoded (needs kC
 
 // ---- handle: 128 bytes, written by listen, read (and annotated) by connect ----
 struct HandleFields {
-  SocketAddress address;        // listener's address and port
-  uint64_t listener_nonce = 0;  // a connection must present it, so strays and stale peers are refused
-  uint64_t pending_connect = 0; // connector-local: id of the in-progress connect (0: none)
+  SocketAddress address;         // listener's address and port
+  uint64_t listener_nonce = 0;   // a connection must present it, so strays and stale peers are refused
+  uint64_t pending_connect = 0;  // connector-local: id of the in-progress connect (0: none)
 };
 constexpr size_t kHandleBytes = 128;
 void encode_handle(const HandleFields& h, uint8_t* out);
@@ -46,7 +46,7 @@ struct Hello {            // connector -> listener
   uint64_t listener_nonce;
   uint64_t connection_id;  // groups the sockets of one connection
   uint64_t client_nonce;
-  uint64_t chunk_size;     // the sender's stripe size: the receiver plans chunks the same way
+  uint64_t chunk_size;  // the sender's stripe size: the receiver plans chunks the same way
 };
 constexpr size_t kHelloBytes = 48;
 void encode_hello(const Hello& h, uint8_t* out);

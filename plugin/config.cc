@@ -69,9 +69,15 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 // Overloads so the X-macro can parse every kind with one call shape.
-[[maybe_unused]] bool parse_value(Kind, const ParamInfo&, const std::string& t, bool& out) { return parse_bool(t, out); }
-[[maybe_unused]] bool parse_value(Kind, const ParamInfo&, const std::string& t, int64_t& out) { return parse_int(t, out); }
-[[maybe_unused]] bool parse_value(Kind, const ParamInfo&, const std::string& t, uint64_t& out) { return parse_size(t, out); }
+[[maybe_unused]] bool parse_value(Kind, const ParamInfo&, const std::string& t, bool& out) {
+  return parse_bool(t, out);
+}
+[[maybe_unused]] bool parse_value(Kind, const ParamInfo&, const std::string& t, int64_t& out) {
+  return parse_int(t, out);
+}
+[[maybe_unused]] bool parse_value(Kind, const ParamInfo&, const std::string& t, uint64_t& out) {
+  return parse_size(t, out);
+}
 [[maybe_unused]] bool parse_value(Kind kind, const ParamInfo& info, const std::string& t, std::string& out) {
   if (kind == Kind::Choice) return parse_choice(t, info.choices, out);
   out = t;
@@ -150,8 +156,14 @@ bool in_range(const ParamInfo& info, const std::string& value) {
 
 bool parse_bool(const std::string& text, bool& out) {
   std::string t = lower(trim(text));
-  if (t == "1" || t == "true" || t == "on" || t == "yes") { out = true; return true; }
-  if (t == "0" || t == "false" || t == "off" || t == "no") { out = false; return true; }
+  if (t == "1" || t == "true" || t == "on" || t == "yes") {
+    out = true;
+    return true;
+  }
+  if (t == "0" || t == "false" || t == "off" || t == "no") {
+    out = false;
+    return true;
+  }
   return false;
 }
 
@@ -200,7 +212,10 @@ bool parse_choice(const std::string& text, const char* choices, std::string& out
   while (start <= all.size()) {
     size_t bar = all.find('|', start);
     std::string choice = all.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
-    if (t == choice) { out = choice; return true; }
+    if (t == choice) {
+      out = choice;
+      return true;
+    }
     if (bar == std::string::npos) break;
     start = bar + 1;
   }
@@ -212,7 +227,10 @@ std::string closest_param_name(const std::string& name) {
   size_t best_d = SIZE_MAX;
   for (const auto& p : params()) {
     size_t d = edit_distance(name, p.name);
-    if (d < best_d) { best_d = d; best = p.name; }
+    if (d < best_d) {
+      best_d = d;
+      best = p.name;
+    }
   }
   // Suggest only when the typo is plausible: a few edits, relative to the name's own length.
   size_t limit = std::max<size_t>(3, name.size() / 4);
@@ -248,7 +266,8 @@ Registry::Registry(const std::map<std::string, std::string>& env) {
     const std::string keep_default = std::string("; using the default '") + info.default_text + "'";
     if (!parse_value(info.kind, info, it->second, parsed)) {
       std::string expected = info.kind == Kind::Choice ? std::string("one of ") + info.choices : kind_name(info.kind);
-      diagnostics_.push_back(std::string(info.name) + "='" + it->second + "' is not a valid " + expected + keep_default);
+      diagnostics_.push_back(std::string(info.name) + "='" + it->second + "' is not a valid " + expected +
+                             keep_default);
       effective_.push_back({&info, info.default_text, Source::Default});
     } else if (!admits(info, parsed)) {
       diagnostics_.push_back(std::string(info.name) + "=" + trim(it->second) + " is outside " + range_text(info) +

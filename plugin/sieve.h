@@ -36,14 +36,14 @@ enum {
   SIEVE_OK = 0,
   SIEVE_ERR_INVALID_ARGUMENT = -1, /* null pointer, zero count, bad struct size */
   SIEVE_ERR_UNKNOWN_DTYPE = -2,
-  SIEVE_ERR_RANGE = -3,            /* ranges past the end or overlapping; a count whose buffer does not fit in memory */
-  SIEVE_ERR_NOT_FOUND = -4,        /* no mask published at that address */
-  SIEVE_ERR_MALFORMED = -5,        /* a mask file that does not follow its format */
-  SIEVE_ERR_IO = -6,               /* a file could not be opened or read */
+  SIEVE_ERR_RANGE = -3,     /* ranges past the end or overlapping; a count whose buffer does not fit in memory */
+  SIEVE_ERR_NOT_FOUND = -4, /* no mask published at that address */
+  SIEVE_ERR_MALFORMED = -5, /* a mask file that does not follow its format */
+  SIEVE_ERR_IO = -6,        /* a file could not be opened or read */
   SIEVE_ERR_NO_MEMORY = -7,
   SIEVE_ERR_INTERNAL = -8,
-  SIEVE_ERR_UNAVAILABLE = -9,      /* the collective proxy cannot run here (no CUDA build, or no NCCL to reach) */
-  SIEVE_ERR_NCCL = -10             /* NCCL failed the commit's collective (the communicator is aborted) */
+  SIEVE_ERR_UNAVAILABLE = -9, /* the collective proxy cannot run here (no CUDA build, or no NCCL to reach) */
+  SIEVE_ERR_NCCL = -10        /* NCCL failed the commit's collective (the communicator is aborted) */
 };
 
 /* Element types of published buffers (they set the element size). */
@@ -103,8 +103,8 @@ SIEVE_API int sieve_collective_mask_publish(int collective, size_t count, int dt
  * communicator, from any thread at any moment, never changes what it votes on. A buffer carries
  * masks of one scope only: a publish overlapping a staged mask of another scope is refused
  * (SIEVE_ERR_RANGE). bits_bytes is the length of bits: shorter than ceil(count / 8) is refused
- * (SIEVE_ERR_RANGE) instead of read past its end. A communicator is known by its handle: retract its masks when it is destroyed
- * (NCCL may give a new communicator the same handle). Present when SIEVE_HAS_PUBLISH_FOR is defined. */
+ * (SIEVE_ERR_RANGE) instead of read past its end. A communicator is known by its handle: retract its masks when it is
+ * destroyed (NCCL may give a new communicator the same handle). Present when SIEVE_HAS_PUBLISH_FOR is defined. */
 #define SIEVE_HAS_PUBLISH_FOR 1
 SIEVE_API int sieve_mask_publish_for(void* comm, const void* base, size_t count, int dtype, const uint8_t* bits,
                                      size_t bits_bytes, uint64_t* mask_id);
@@ -133,12 +133,12 @@ enum {
 enum { SIEVE_COMMIT_REFUSED = 0, SIEVE_COMMIT_ACTIVATED = 1, SIEVE_COMMIT_PENDING = 2 };
 typedef struct {
   size_t size;
-  int state;            /* SIEVE_COMMIT_*: PENDING when issued inside ncclGroupStart/End (decided, and
-                           logged, at the group's end) */
-  uint64_t commit;      /* this communicator's commit number: 1, 2, ... */
-  uint64_t masks;       /* entries in the agreed table */
-  uint64_t compacting;  /* of them, entries that compact (the rest are too dense, too small or not float) */
-  char reason[256];     /* why not, when REFUSED; the same text on every rank */
+  int state;           /* SIEVE_COMMIT_*: PENDING when issued inside ncclGroupStart/End (decided, and
+                          logged, at the group's end) */
+  uint64_t commit;     /* this communicator's commit number: 1, 2, ... */
+  uint64_t masks;      /* entries in the agreed table */
+  uint64_t compacting; /* of them, entries that compact (the rest are too dense, too small or not float) */
+  char reason[256];    /* why not, when REFUSED; the same text on every rank */
 } sieve_commit_result_t;
 /* Commits what is staged on one NCCL communicator (an ncclComm_t) on one CUDA stream (a cudaStream_t):
  * a collective, issued by every rank of comm at the same point of comm's sequence. It exchanges one
@@ -178,8 +178,8 @@ SIEVE_API int sieve_mask_query(const void* base, sieve_mask_info_t* info);
  * that fit in size bytes, so programs built against an older, shorter struct keep working. */
 typedef struct {
   size_t size;
-  uint64_t bytes_logical_sent;     /* bytes NCCL handed to the net plugin to send */
-  uint64_t bytes_wire_sent;        /* bytes that left through the sockets, headers included */
+  uint64_t bytes_logical_sent; /* bytes NCCL handed to the net plugin to send */
+  uint64_t bytes_wire_sent;    /* bytes that left through the sockets, headers included */
   uint64_t bytes_logical_received;
   uint64_t bytes_wire_received;
   uint64_t messages_sent;
@@ -193,7 +193,8 @@ typedef struct {
   uint64_t tables_refused;         /* committed tables the ranks of a communicator did not agree on */
   uint64_t learned_calls_observed; /* all-reduces SIEVE_TRACK watched (on or observe) */
   uint64_t learned_bytes_saved;    /* bytes learned masks kept off the wire (observe: would have) */
-  uint64_t learned_pattern_changes;/* stable zero patterns that changed: a return to dense (observe: would have been) */
+  uint64_t
+      learned_pattern_changes; /* stable zero patterns that changed: a return to dense (observe: would have been) */
   uint64_t learned_signatures_retired; /* learned masks that fell back too often: dense, no longer learned */
 } sieve_stats_t;
 SIEVE_API int sieve_stats_get(sieve_stats_t* out);

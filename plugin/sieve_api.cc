@@ -38,7 +38,6 @@ std::string hex_address(const void* p) {
   return text;
 }
 
-
 // No buffer a process can hold reaches past this: x86-64 and AArch64 user space ends at 2^47..2^52,
 // CUDA's unified addresses inside it. Refusing larger ends turns a wild count into a clear error
 // before anything is allocated or read.
@@ -86,9 +85,7 @@ template <typename Body> int guarded(const char* function, Body&& body) noexcept
     return fail(SIEVE_ERR_NO_MEMORY, std::string(function) + ": out of memory");
   } catch (const std::exception& e) {
     return fail(SIEVE_ERR_INTERNAL, std::string(function) + ": " + e.what());
-  } catch (...) {
-    return fail(SIEVE_ERR_INTERNAL, std::string(function) + ": unexpected failure");
-  }
+  } catch (...) { return fail(SIEVE_ERR_INTERNAL, std::string(function) + ": unexpected failure"); }
 }
 
 // The checks every publish shares, made before anything is sized from the caller's count.
@@ -120,8 +117,8 @@ int check_commit(const char* function, uint32_t flags, const sieve_commit_result
 int publish(const char* function, const void* base, compress::DType dtype, compress::Mask&& mask, uint64_t* mask_id,
             const void* comm = nullptr) {
   uint64_t id = 0;
-  compress::Status s = mask_registry().publish(base, dtype, std::make_shared<const compress::Mask>(std::move(mask)), &id,
-                                               uint64_t(reinterpret_cast<uintptr_t>(comm)));
+  compress::Status s = mask_registry().publish(base, dtype, std::make_shared<const compress::Mask>(std::move(mask)),
+                                               &id, uint64_t(reinterpret_cast<uintptr_t>(comm)));
   if (!s.ok()) return fail(function, s);
   if (mask_id) *mask_id = id;
   return SIEVE_OK;
@@ -141,15 +138,17 @@ int publish_collective(const char* function, const void* comm, int collective, s
                        const uint8_t* bits, uint64_t* mask_id) {
   using compress::MaskTarget;
   if (collective != SIEVE_COLLECTIVE_REDUCE_SCATTER && collective != SIEVE_COLLECTIVE_ALL_GATHER)
-    return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": unknown collective " + std::to_string(collective) +
-                                                " (SIEVE_COLLECTIVE_REDUCE_SCATTER = 1, SIEVE_COLLECTIVE_ALL_GATHER = 2)");
+    return fail(SIEVE_ERR_INVALID_ARGUMENT,
+                std::string(function) + ": unknown collective " + std::to_string(collective) +
+                    " (SIEVE_COLLECTIVE_REDUCE_SCATTER = 1, SIEVE_COLLECTIVE_ALL_GATHER = 2)");
   if (count == 0) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": count is 0");
   if (dtype < 0 || dtype >= SIEVE_DTYPE_COUNT)
     return fail(SIEVE_ERR_UNKNOWN_DTYPE, std::string(function) + ": unknown dtype " + std::to_string(dtype));
   if (!bits) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": bits is NULL");
   uint64_t bytes = 0;
   if (__builtin_mul_overflow(uint64_t(count), uint64_t(sieve_dtype_size(dtype)), &bytes) || bytes > kAddressSpaceEnd)
-    return fail(SIEVE_ERR_RANGE, std::string(function) + ": " + std::to_string(count) + " elements cannot be one buffer");
+    return fail(SIEVE_ERR_RANGE,
+                std::string(function) + ": " + std::to_string(count) + " elements cannot be one buffer");
   uint64_t id = 0;
   const MaskTarget target =
       collective == SIEVE_COLLECTIVE_REDUCE_SCATTER ? MaskTarget::kReduceScatter : MaskTarget::kAllGather;
@@ -316,15 +315,17 @@ int sieve_comm_commit(void* comm, void* stream, uint32_t flags, sieve_commit_res
     if (int rc = sieve::plugin::check_commit(kFn, flags, result)) return rc;
     const sieve::plugin::ProxyCommitApi* api = sieve::plugin::proxy_commit_api();
     if (!api)
-      return fail(SIEVE_ERR_UNAVAILABLE, std::string(kFn) + ": this library was built without the collective proxy "
-                                                             "(no CUDA toolkit at build time)");
+      return fail(SIEVE_ERR_UNAVAILABLE, std::string(kFn) +
+                                             ": this library was built without the collective proxy "
+                                             "(no CUDA toolkit at build time)");
     const int rc = api->commit(comm, stream, flags, result);
     if (rc == sieve::plugin::kCommitUnreachable)
-      return fail(SIEVE_ERR_UNAVAILABLE, std::string(kFn) + ": no NCCL can be reached from this process (is the "
-                                                             "library LD_PRELOADed into a job that loads libnccl?)");
+      return fail(SIEVE_ERR_UNAVAILABLE, std::string(kFn) +
+                                             ": no NCCL can be reached from this process (is the "
+                                             "library LD_PRELOADed into a job that loads libnccl?)");
     if (rc)
       return fail(SIEVE_ERR_NCCL, std::string(kFn) + ": the commit's collective failed with NCCL error " +
-                                             std::to_string(rc) + " (the NET/Sieve log says why)");
+                                      std::to_string(rc) + " (the NET/Sieve log says why)");
     return SIEVE_OK;
   });
 }
@@ -336,8 +337,9 @@ int sieve_commit_arm(const void* token, uint32_t flags) {
     if (int rc = sieve::plugin::check_commit(kFn, flags, nullptr)) return rc;
     const sieve::plugin::ProxyCommitApi* api = sieve::plugin::proxy_commit_api();
     if (!api)
-      return fail(SIEVE_ERR_UNAVAILABLE, std::string(kFn) + ": this library was built without the collective proxy "
-                                                             "(no CUDA toolkit at build time)");
+      return fail(SIEVE_ERR_UNAVAILABLE, std::string(kFn) +
+                                             ": this library was built without the collective proxy "
+                                             "(no CUDA toolkit at build time)");
     api->arm(token, flags);
     return SIEVE_OK;
   });
@@ -350,9 +352,10 @@ int sieve_commit_outcome(const void* token, sieve_commit_result_t* result) {
     if (int rc = sieve::plugin::check_commit(kFn, 0, result)) return rc;
     const sieve::plugin::ProxyCommitApi* api = sieve::plugin::proxy_commit_api();
     if (!api || !api->outcome(token, result))
-      return fail(SIEVE_ERR_NOT_FOUND, std::string(kFn) + ": the commit's all-reduce never reached the collective "
-                                                          "proxy (is the library LD_PRELOADed, in a CUDA build, and "
-                                                          "does the process group use NCCL?); every rank refused it");
+      return fail(SIEVE_ERR_NOT_FOUND, std::string(kFn) +
+                                           ": the commit's all-reduce never reached the collective "
+                                           "proxy (is the library LD_PRELOADed, in a CUDA build, and "
+                                           "does the process group use NCCL?); every rank refused it");
     return SIEVE_OK;
   });
 }
@@ -361,8 +364,7 @@ int sieve_mask_query(const void* base, sieve_mask_info_t* info) {
   static const char* const kFn = "sieve_mask_query";
   return guarded(kFn, [&]() -> int {
     if (!base || !info) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": base or info is NULL");
-    if (info->size < sizeof(info->size))
-      return size_too_small(kFn, "info->size", info->size, "sieve_mask_info_t");
+    if (info->size < sizeof(info->size)) return size_too_small(kFn, "info->size", info->size, "sieve_mask_info_t");
     std::shared_ptr<const sieve::compress::PublishedMask> entry = sieve::plugin::mask_registry().find(base);
     if (!entry) return fail(SIEVE_ERR_NOT_FOUND, std::string(kFn) + ": no mask is published at this address");
     sieve_mask_info_t full;
@@ -382,8 +384,7 @@ int sieve_stats_get(sieve_stats_t* out) {
   static const char* const kFn = "sieve_stats_get";
   return guarded(kFn, [&]() -> int {
     if (!out) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": out is NULL");
-    if (out->size < sizeof(out->size))
-      return size_too_small(kFn, "out->size", out->size, "sieve_stats_t");
+    if (out->size < sizeof(out->size)) return size_too_small(kFn, "out->size", out->size, "sieve_stats_t");
     const sieve::plugin::ProcessStats& p = sieve::plugin::process_stats();
     auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
     sieve_stats_t full;

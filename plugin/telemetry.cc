@@ -62,7 +62,7 @@ struct Field {
   const char* name;    // JSON member
   const char* metric;  // Prometheus name, before _total: what, then the unit in base units
   uint64_t TrafficCounters::*member;
-  double scale;        // to the metric's unit
+  double scale;  // to the metric's unit
   const char* help;
 };
 
@@ -72,7 +72,8 @@ const Field kFields[] = {
      "Bytes written to the sockets, framing included"},
     {"bytes_logical_received", "logical_received_bytes", &TrafficCounters::bytes_logical_received, 1,
      "Bytes delivered to NCCL"},
-    {"bytes_wire_received", "wire_received_bytes", &TrafficCounters::bytes_wire_received, 1, "Bytes read from the sockets"},
+    {"bytes_wire_received", "wire_received_bytes", &TrafficCounters::bytes_wire_received, 1,
+     "Bytes read from the sockets"},
     {"messages_sent", "messages_sent", &TrafficCounters::messages_sent, 1, "Messages sent"},
     {"messages_received", "messages_received", &TrafficCounters::messages_received, 1, "Messages received"},
     {"busy_ns", "busy_seconds", &TrafficCounters::busy_ns, 1e-9, "Seconds with at least one request in flight"},
@@ -129,8 +130,8 @@ std::string to_json(const Snapshot& s) {
                 s.pid, compress::json::quote(s.host).c_str());
   std::string out = head;
   for (size_t i = 0; i < kProcessCounterCount; ++i)
-    out += std::string("  \"") + kProcessCounters[i].json + "\": " + std::to_string(s.*kProcessCounters[i].member) +
-           ",\n";
+    out +=
+        std::string("  \"") + kProcessCounters[i].json + "\": " + std::to_string(s.*kProcessCounters[i].member) + ",\n";
   out += "  \"totals\": " + counters_json(s.totals) + ",\n  \"devices\": [";
   auto devices = per_device(s);
   for (size_t i = 0; i < devices.size(); ++i)
@@ -140,8 +141,8 @@ std::string to_json(const Snapshot& s) {
   out += "  \"peers\": [";
   for (size_t i = 0; i < s.peers.size(); ++i)
     out += std::string(i ? ",\n" : "\n") + "    {\"device\": " + compress::json::quote(s.peers[i].device) +
-           ", \"peer\": " + compress::json::quote(s.peers[i].peer) + ", \"counters\": " + counters_json(s.peers[i].counters) +
-           "}";
+           ", \"peer\": " + compress::json::quote(s.peers[i].peer) +
+           ", \"counters\": " + counters_json(s.peers[i].counters) + "}";
   out += s.peers.empty() ? "]\n}\n" : "\n  ]\n}\n";
   return out;
 }
@@ -219,9 +220,21 @@ std::string expand_stats_path(const std::string& pattern, int pid, const std::st
   for (size_t i = 0; i < pattern.size(); ++i) {
     if (pattern[i] == '%' && i + 1 < pattern.size()) {
       char k = pattern[i + 1];
-      if (k == 'p') { out += std::to_string(pid); ++i; continue; }
-      if (k == 'h') { out += host; ++i; continue; }
-      if (k == '%') { out += '%'; ++i; continue; }
+      if (k == 'p') {
+        out += std::to_string(pid);
+        ++i;
+        continue;
+      }
+      if (k == 'h') {
+        out += host;
+        ++i;
+        continue;
+      }
+      if (k == '%') {
+        out += '%';
+        ++i;
+        continue;
+      }
     }
     out += pattern[i];
   }
@@ -275,7 +288,8 @@ std::unique_ptr<StatsFileClaim> StatsFileClaim::take(const std::string& path, st
       ::close(fd);
       return nullptr;
     }
-    struct stat held {}, named {};
+    struct stat held {
+    }, named{};
     if (::fstat(fd, &held) == 0 && ::stat(lock_path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
         held.st_ino == named.st_ino)
       return std::unique_ptr<StatsFileClaim>(new StatsFileClaim(fd, lock_path));

@@ -34,8 +34,7 @@ void merge_sysfs_nics(std::vector<Nic>& nics, const std::vector<Nic>& from_sysfs
 
 // A device whose NUMA node is unknown on a one-node machine is on that node; a device without
 // local CPUs may use its node's CPUs, or the machine's.
-template <typename Device>
-void resolve_locality(const Machine& machine, Device& device) {
+template <typename Device> void resolve_locality(const Machine& machine, Device& device) {
   if (device.numa_node < 0 && machine.numa_nodes.size() == 1) device.numa_node = machine.numa_nodes[0].os_index;
   if (!device.cpus.empty()) return;
   for (const auto& node : machine.numa_nodes)

@@ -50,7 +50,7 @@ class HwlocTopology {
     }
     if (hwloc_topology_load(topology_) != 0) {
       return xml_file.empty() && xml.empty() ? std::string("hwloc cannot load this machine: ") + std::strerror(errno)
-                              : "hwloc cannot load topology file '" + xml_file + "' (not hwloc XML?)";
+                                             : "hwloc cannot load topology file '" + xml_file + "' (not hwloc XML?)";
     }
     return "";
   }
@@ -133,8 +133,7 @@ void place_by_ancestor(hwloc_topology_t topology, hwloc_obj_t obj, bool live, Pl
   std::FILE* file = std::fopen(("/sys/bus/pci/devices/" + where.pci_bus_id + "/numa_node").c_str(), "r");
   if (file == nullptr) return;
   int node = -1;
-  if (std::fscanf(file, "%d", &node) == 1 && node >= 0 &&
-      std::find(nodes.begin(), nodes.end(), node) != nodes.end()) {
+  if (std::fscanf(file, "%d", &node) == 1 && node >= 0 && std::find(nodes.begin(), nodes.end(), node) != nodes.end()) {
     where.numa_node = node;
     if (hwloc_obj_t numa = hwloc_get_numanode_obj_by_os_index(topology, static_cast<unsigned>(node)))
       where.cpus = bitmap_to_list(numa->cpuset);
@@ -164,7 +163,7 @@ void read_nics(hwloc_topology_t topology, bool live, std::vector<Nic>& nics) {
         if (sibling == osdev || sibling->type != HWLOC_OBJ_OS_DEVICE || sibling->name == nullptr) continue;
         const auto sibling_type = sibling->attr->osdev.type;
         const bool other_kind = nic.kind == NicKind::Netdev ? sibling_type == HWLOC_OBJ_OSDEV_OPENFABRICS
-                                                             : sibling_type == HWLOC_OBJ_OSDEV_NETWORK;
+                                                            : sibling_type == HWLOC_OBJ_OSDEV_NETWORK;
         if (other_kind && nic.paired.empty()) nic.paired = sibling->name;
       }
     }
@@ -243,7 +242,8 @@ namespace {
 
 // hwloc 2.9 crashes on some malformed objects (found by topology/fuzz): a null bitmap dereferenced
 // when an object has a set but not its complete_ twin, an assertion on a set that is not a
-// bitmap. (Either twin alone crashes it.) Such files are refused here, with the reason, instead of killing the job inside hwloc.
+// bitmap. (Either twin alone crashes it.) Such files are refused here, with the reason, instead of killing the job
+// inside hwloc.
 bool is_bitmap(const std::string& v) {  // hwloc's syntax: "0xf...f," then 0x<1-8 hex digits>, comma-separated
   std::string rest = v.rfind("0xf...f", 0) == 0 ? v.substr(7) : v;
   if (v.size() > 7 && rest.rfind(",", 0) == 0) rest = rest.substr(1);
@@ -270,8 +270,9 @@ std::string incomplete_object(const std::string& name, const std::string& xml) {
       const bool has = tag.find(std::string(" ") + set + "=\"") != std::string::npos;
       const bool complete = tag.find(std::string(" complete_") + set + "=\"") != std::string::npos;
       if (has != complete)  // lstopo writes both or neither
-        return where + (has ? std::string(" has a ") + set + " but no complete_" + set
-                            : std::string(" has a complete_") + set + " but no " + set) +
+        return where +
+               (has ? std::string(" has a ") + set + " but no complete_" + set
+                    : std::string(" has a complete_") + set + " but no " + set) +
                " (not a file lstopo wrote)";
     }
     for (size_t eq = tag.find("set=\""); eq != std::string::npos; eq = tag.find("set=\"", eq + 1)) {

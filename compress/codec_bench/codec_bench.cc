@@ -39,7 +39,8 @@ std::vector<uint8_t> sparse_data(size_t bytes, size_t element_size, double densi
   for (size_t i = 0; i + element_size <= bytes; i += element_size) {
     if (!keep(rng)) continue;
     uint64_t v;
-    do v = rng(); while ((v & ((uint64_t{1} << (8 * element_size)) - 1)) == 0);
+    do v = rng();
+    while ((v & ((uint64_t{1} << (8 * element_size)) - 1)) == 0);
     std::memcpy(&data[i], &v, element_size);
   }
   return data;
@@ -159,10 +160,10 @@ bool parse_bytes(const std::string& text, size_t* out) {
 struct Options {
   size_t buffer_bytes = size_t{1} << 20;
   bool full = false;
-  std::string filter;         // --benchmark_filter, to announce what will run
-  double min_time = -1;       // --benchmark_min_time when given
-  bool console_output = true; // no --benchmark_format other than console
-  bool list_only = false;     // --benchmark_list_tests=true
+  std::string filter;          // --benchmark_filter, to announce what will run
+  double min_time = -1;        // --benchmark_min_time when given
+  bool console_output = true;  // no --benchmark_format other than console
+  bool list_only = false;      // --benchmark_list_tests=true
   // What the library's own console reporter would use: colour on a terminal, tables when asked.
   benchmark::ConsoleReporter::OutputOptions console_options =
       isatty(STDOUT_FILENO) ? benchmark::ConsoleReporter::OO_Color : benchmark::ConsoleReporter::OO_None;
@@ -193,13 +194,14 @@ int parse_options(int argc, char** argv, Options* o, std::vector<char*>* library
       }
     } else if (arg.rfind("--benchmark_", 0) == 0) {
       if (arg.rfind("--benchmark_filter=", 0) == 0) o->filter = value_of("--benchmark_filter=");
-      if (arg.rfind("--benchmark_min_time=", 0) == 0) o->min_time = std::atof(value_of("--benchmark_min_time=").c_str());
+      if (arg.rfind("--benchmark_min_time=", 0) == 0)
+        o->min_time = std::atof(value_of("--benchmark_min_time=").c_str());
       if (arg.rfind("--benchmark_format=", 0) == 0) o->console_output = value_of("--benchmark_format=") == "console";
       if (arg == "--benchmark_list_tests=true" || arg == "--benchmark_list_tests") o->list_only = true;
       if (arg == "--benchmark_color=false") o->console_options = benchmark::ConsoleReporter::OO_None;
       if (arg == "--benchmark_counters_tabular=true")
-        o->console_options = benchmark::ConsoleReporter::OutputOptions(o->console_options |
-                                                                       benchmark::ConsoleReporter::OO_Tabular);
+        o->console_options =
+            benchmark::ConsoleReporter::OutputOptions(o->console_options | benchmark::ConsoleReporter::OO_Tabular);
       library_args->push_back(argv[i]);
     } else {
       std::fprintf(stderr, "sieve-codec-bench: unknown option '%s' (--help lists them)\n", argv[i]);
@@ -242,10 +244,8 @@ int main(int argc, char** argv) {
         for (const char* op : {"encode", "decode"}) {
           char name[96];
           std::snprintf(name, sizeof name, "%s/%s/%s/d=%.2f", op, sieve::compress::simd_level_name(level), type, *d);
-          if (std::strcmp(op, "encode") == 0)
-            benchmark::RegisterBenchmark(name, bench_encode, level, element, *d);
-          else
-            benchmark::RegisterBenchmark(name, bench_decode, level, element, *d);
+          if (std::strcmp(op, "encode") == 0) benchmark::RegisterBenchmark(name, bench_encode, level, element, *d);
+          else benchmark::RegisterBenchmark(name, bench_decode, level, element, *d);
           if (selected(name, options.filter)) ++count_selected;
         }
       }
@@ -262,18 +262,17 @@ int main(int argc, char** argv) {
     // The library counts CPU time, so on a busy machine the wall-clock time is longer.
     const double seconds = double(count_selected) * (2 * min_time + 0.05);
     std::printf("sieve-codec-bench: %zu benchmarks (%s sweep), %.1f s each: about %.0f s on an idle core%s\n",
-                count_selected,
-                options.full ? "full" : "short", min_time, seconds < 1 ? 1.0 : seconds,
+                count_selected, options.full ? "full" : "short", min_time, seconds < 1 ? 1.0 : seconds,
                 options.full ? "" : "; --full runs every density (about two minutes)");
-    std::printf("buffer: %zu bytes; one thread; raw = decimal bytes per second of uncompressed data; "
-                "ratio = frame bytes / raw bytes\n", g_buffer_bytes);
+    std::printf(
+        "buffer: %zu bytes; one thread; raw = decimal bytes per second of uncompressed data; "
+        "ratio = frame bytes / raw bytes\n",
+        g_buffer_bytes);
     std::fflush(stdout);
   }
   ExplainingReporter reporter(options.console_options);
-  if (options.console_output)
-    benchmark::RunSpecifiedBenchmarks(&reporter);
-  else
-    benchmark::RunSpecifiedBenchmarks();
+  if (options.console_output) benchmark::RunSpecifiedBenchmarks(&reporter);
+  else benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
 }

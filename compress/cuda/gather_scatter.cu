@@ -39,8 +39,8 @@ __device__ __forceinline__ bool kept_at(const DeviceLayout& l, uint64_t i) {
 }
 
 // kGather: compact[pos] = data[i] for kept i. Otherwise (scatter): data[i] = kept ? compact[pos] : 0.
-template <typename T, bool kGather>
-__global__ void __launch_bounds__(kThreads) tile_kernel(DeviceLayout l, const T* __restrict__ in, T* __restrict__ out) {
+template <typename T, bool kGather> __global__ void __launch_bounds__(kThreads)
+    tile_kernel(DeviceLayout l, const T* __restrict__ in, T* __restrict__ out) {
   __shared__ unsigned s_counts[kWarps];
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned below = (1u << lane) - 1u;
@@ -76,8 +76,8 @@ template <typename T> __global__ void init_flag_kernel(T* flag, T ok, unsigned l
   *violations = 0;
 }
 
-template <typename T>
-__global__ void check_kernel(DeviceLayout l, const T* __restrict__ src, T* flag, T bad, unsigned long long* violations) {
+template <typename T> __global__ void check_kernel(DeviceLayout l, const T* __restrict__ src, T* flag, T bad,
+                                                   unsigned long long* violations) {
   const uint64_t total = (l.count + 31) / 32 * 32, stride = uint64_t(gridDim.x) * blockDim.x;
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const bool violation = i < l.count && !kept_at(l, i) && is_nonzero(src[i]);
@@ -112,18 +112,18 @@ template <typename T> __global__ void copy_element_kernel(const T* src, uint64_t
 
 template <typename T, bool kGather> int tiles(const DeviceLayout& l, const void* in, void* out, cudaStream_t s) {
   if (l.count == 0 || (kGather && l.nnz == 0)) return cudaSuccess;
-  tile_kernel<T, kGather><<<blocks_for(l.count, kTile), kThreads, 0, s>>>(l, static_cast<const T*>(in), static_cast<T*>(out));
+  tile_kernel<T, kGather>
+      <<<blocks_for(l.count, kTile), kThreads, 0, s>>>(l, static_cast<const T*>(in), static_cast<T*>(out));
   return cudaGetLastError();
 }
 
-template <typename T>
-int check_as(const DeviceLayout& l, const void* src, void* flag, uint64_t ok, uint64_t bad, unsigned long long* v,
-             cudaStream_t s) {
+template <typename T> int check_as(const DeviceLayout& l, const void* src, void* flag, uint64_t ok, uint64_t bad,
+                                   unsigned long long* v, cudaStream_t s) {
   init_flag_kernel<T><<<1, 1, 0, s>>>(static_cast<T*>(flag), T(ok), v);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   if (l.count == 0) return cudaSuccess;
-  check_kernel<T><<<blocks_for(l.count, kThreads), kThreads, 0, s>>>(l, static_cast<const T*>(src), static_cast<T*>(flag),
-                                                                     T(bad), v);
+  check_kernel<T><<<blocks_for(l.count, kThreads), kThreads, 0, s>>>(l, static_cast<const T*>(src),
+                                                                     static_cast<T*>(flag), T(bad), v);
   return cudaGetLastError();
 }
 
@@ -140,11 +140,13 @@ template <typename Body> int by_size(size_t element_size, Body&& body) {
 }  // namespace
 
 int gather(const DeviceLayout& layout, size_t element_size, const void* src, void* compact, void* stream) {
-  return by_size(element_size, [&](auto t) { return tiles<decltype(t), true>(layout, src, compact, as_stream(stream)); });
+  return by_size(element_size,
+                 [&](auto t) { return tiles<decltype(t), true>(layout, src, compact, as_stream(stream)); });
 }
 
 int scatter(const DeviceLayout& layout, size_t element_size, const void* compact, void* dst, void* stream) {
-  return by_size(element_size, [&](auto t) { return tiles<decltype(t), false>(layout, compact, dst, as_stream(stream)); });
+  return by_size(element_size,
+                 [&](auto t) { return tiles<decltype(t), false>(layout, compact, dst, as_stream(stream)); });
 }
 
 int check_pruned(const DeviceLayout& layout, size_t element_size, const void* src, void* flag, uint64_t ok_bits,
@@ -159,8 +161,8 @@ int count_pruned(const DeviceLayout& layout, size_t element_size, const void* sr
   return by_size(element_size, [&](auto t) {
     using T = decltype(t);
     if (layout.count == 0 || layout.nnz == layout.count) return int(cudaSuccess);
-    count_kernel<T><<<blocks_for(layout.count, kThreads), kThreads, 0, as_stream(stream)>>>(layout, static_cast<const T*>(src),
-                                                                                         total);
+    count_kernel<T><<<blocks_for(layout.count, kThreads), kThreads, 0, as_stream(stream)>>>(
+        layout, static_cast<const T*>(src), total);
     return int(cudaGetLastError());
   });
 }
@@ -169,7 +171,8 @@ int nonzero_bitmap(size_t element_size, const void* src, uint64_t count, uint32_
   return by_size(element_size, [&](auto t) {
     using T = decltype(t);
     if (count == 0) return int(cudaSuccess);
-    bitmap_kernel<T><<<blocks_for(count, kThreads), kThreads, 0, as_stream(stream)>>>(static_cast<const T*>(src), count, bits);
+    bitmap_kernel<T>
+        <<<blocks_for(count, kThreads), kThreads, 0, as_stream(stream)>>>(static_cast<const T*>(src), count, bits);
     return int(cudaGetLastError());
   });
 }

@@ -14,9 +14,9 @@ namespace sieve::compress::cuda {
 
 // Device copy of a compress::TileLayout (device pointers).
 struct DeviceLayout {
-  uint64_t count = 0;                 // elements spanned
-  uint64_t nnz = 0;                   // kept elements
-  const uint32_t* bits = nullptr;     // bit i = element i kept
+  uint64_t count = 0;                   // elements spanned
+  uint64_t nnz = 0;                     // kept elements
+  const uint32_t* bits = nullptr;       // bit i = element i kept
   const uint64_t* tile_base = nullptr;  // kept elements before each tile of compress::kTileElements
 };
 

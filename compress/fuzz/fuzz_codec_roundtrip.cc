@@ -27,13 +27,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const size_t written = encode(src, n, frame.data(), frame.size(), o);
     if (written < kFrameHeaderSize || written > frame.size()) std::abort();
     frame.resize(written);
-    if (reference.empty())
-      reference = frame;
-    else if (frame != reference)
-      std::abort();
+    if (reference.empty()) reference = frame;
+    else if (frame != reference) std::abort();
     std::vector<uint8_t> out(n);
     size_t len = 0;
-    if (decode(frame.data(), frame.size(), out.empty() ? nullptr : out.data(), n, &len, level) != DecodeStatus::kOk) std::abort();
+    if (decode(frame.data(), frame.size(), out.empty() ? nullptr : out.data(), n, &len, level) != DecodeStatus::kOk)
+      std::abort();
     if (len != n || (n && std::memcmp(out.data(), src, n) != 0)) std::abort();
   }
   return 0;

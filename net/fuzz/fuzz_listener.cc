@@ -131,8 +131,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 4:
         if (c) c->fd.reset();
         break;
-      default:
-        break;
+      default: break;
     }
     Connection out;
     bool got = false;

@@ -1,9 +1,9 @@
 // Fuzzes a TCP receive comm's stream (net/tcp/comm.cc, net/tcp/stripe_worker.cc,
 // net/tcp/stripe_codec.cc): frame headers on the control socket, stripe headers and codec frames on
-// the data sockets, exactly as a peer would send them, over socket pairs. The input picks the connection's shape (data sockets,
-// codec negotiated or not, stripe size), two receive sizes, then records of (socket, bytes). The
-// senders then close, so every receive must end, done or failed, within a bounded number of tests:
-// nothing a peer sends may hang a job. A receive that completes reports no more than it posted.
+// the data sockets, exactly as a peer would send them, over socket pairs. The input picks the connection's shape (data
+// sockets, codec negotiated or not, stripe size), two receive sizes, then records of (socket, bytes). The senders then
+// close, so every receive must end, done or failed, within a bounded number of tests: nothing a peer sends may hang a
+// job. A receive that completes reports no more than it posted.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,8 +12,8 @@
 #include <cstring>
 #include <vector>
 
-#include "net/tcp/comm.h"
 #include "net/log.h"
+#include "net/tcp/comm.h"
 
 using namespace sieve::net;
 

@@ -19,8 +19,8 @@ Status DeviceContext::open(const VerbsLibrary& verbs, ibv_device* device, const 
   const int fd = d->context_->async_fd;
   const int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
-    return error(Code::SystemError, "making the async event descriptor of " + name + " non-blocking failed: " +
-                                        errno_text(errno));
+    return error(Code::SystemError,
+                 "making the async event descriptor of " + name + " non-blocking failed: " + errno_text(errno));
   d->pd_ = verbs.alloc_pd(d->context_);
   if (!d->pd_) return error(Code::SystemError, "ibv_alloc_pd on " + name + " failed: " + errno_text(errno));
   *out = std::move(d);
@@ -102,8 +102,8 @@ void DeviceContext::handle(const ibv_async_event& event) {
     case IBV_EVENT_QP_REQ_ERR:
     case IBV_EVENT_QP_ACCESS_ERR:
       if (event.element.qp) {
-        broken_[event.element.qp] = "queue pair " + std::to_string(event.element.qp->qp_num) + " on " + name_ +
-                                    " failed (" + what + ")";
+        broken_[event.element.qp] =
+            "queue pair " + std::to_string(event.element.qp->qp_num) + " on " + name_ + " failed (" + what + ")";
         SIEVE_WARN("%s", broken_[event.element.qp].c_str());
       }
       return;

@@ -64,9 +64,9 @@ class DeviceContext {
 
   std::mutex mutex_;
   std::chrono::steady_clock::time_point next_read_{};
-  std::string fatal_;                           // why the device is lost; empty while it is not
-  std::map<uint8_t, uint64_t> port_downs_;      // per port: IBV_EVENT_PORT_ERR count
-  std::map<const void*, std::string> broken_;   // queue pairs and completion queues an event broke
+  std::string fatal_;                          // why the device is lost; empty while it is not
+  std::map<uint8_t, uint64_t> port_downs_;     // per port: IBV_EVENT_PORT_ERR count
+  std::map<const void*, std::string> broken_;  // queue pairs and completion queues an event broke
 };
 
 }  // namespace sieve::net::ib

@@ -18,7 +18,14 @@ namespace {
 // Work request ids: what completed, for which request slot, on which queue pair.
 // Write: a write with the immediate (signaled); WriteData: the data ahead of a zero-byte Write
 // under adaptive routing (unsignaled: it completes only in error).
-enum class Work : uint64_t { AnnounceRecv = 1, Write = 2, DataRecv = 3, AnnounceSend = 4, FlushRead = 5, WriteData = 6 };
+enum class Work : uint64_t {
+  AnnounceRecv = 1,
+  Write = 2,
+  DataRecv = 3,
+  AnnounceSend = 4,
+  FlushRead = 5,
+  WriteData = 6
+};
 uint64_t work_id(Work kind, uint32_t index, int qp) {
   return (static_cast<uint64_t>(kind) << 56) | (uint64_t(index) << 8) | static_cast<uint64_t>(qp);
 }
@@ -60,8 +67,12 @@ int qps_for(size_t capacity, int nqps) {
 
 uint32_t random_psn() { return static_cast<uint32_t>(random64() & 0xffffff); }
 
-void put32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i)); }
-void put64(uint8_t* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i)); }
+void put32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+void put64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i));
+}
 uint32_t get32(const uint8_t* p) {
   uint32_t v = 0;
   for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
@@ -109,13 +120,17 @@ Status IbComm::create() {
                                         " queue pairs (lower SIEVE_IB_QPS)");
   port_downs_ = config_.device->port_downs(static_cast<uint8_t>(config_.port.port));
   cq_ = v.create_cq(config_.device->context(), cqe, nullptr, nullptr, 0);
-  if (!cq_) return error(Code::SystemError, "ibv_create_cq(" + std::to_string(cqe) + ") on " + dev + " failed: " + errno_text(errno));
+  if (!cq_)
+    return error(Code::SystemError,
+                 "ibv_create_cq(" + std::to_string(cqe) + ") on " + dev + " failed: " + errno_text(errno));
   device_objects_.push_back(cq_);
   Status allocated = PageBuffer::allocate(kMaxRequests * kAnnounceBytes + 64, &control_);
-  if (!allocated.is_ok()) return error(allocated.code(), "control buffer for a comm on " + dev + ": " + allocated.message());
+  if (!allocated.is_ok())
+    return error(allocated.code(), "control buffer for a comm on " + dev + ": " + allocated.message());
   control_mr_ = v.reg_mr_iova2(config_.device->pd(), control_.data(), control_.size(),
                                reinterpret_cast<uintptr_t>(control_.data()), IBV_ACCESS_LOCAL_WRITE);
-  if (!control_mr_) return error(Code::SystemError, "ibv_reg_mr of the control buffer on " + dev + " failed: " + errno_text(errno));
+  if (!control_mr_)
+    return error(Code::SystemError, "ibv_reg_mr of the control buffer on " + dev + " failed: " + errno_text(errno));
   for (int q = 0; q < config_.nqps; ++q) {
     ibv_qp_init_attr init{};
     init.send_cq = cq_;
@@ -175,8 +190,8 @@ Status IbComm::connect(const SetupInfo& remote) {
     return error(Code::RemoteError, "peer " + connection_.peer + " set up " + std::to_string(remote.qpn.size()) +
                                         " queue pairs, this side " + std::to_string(qps_.size()));
   for (size_t q = 0; q < qps_.size(); ++q) {
-    Status st = qp_to_rts(verbs(), qps_[q], config_.port, psn_[q], remote, remote.qpn[q], remote.psn[q], config_.service,
-                          config_.retry);
+    Status st = qp_to_rts(verbs(), qps_[q], config_.port, psn_[q], remote, remote.qpn[q], remote.psn[q],
+                          config_.service, config_.retry);
     if (!st.is_ok()) return error(st.code(), st.message() + " (queue pair to " + connection_.peer + ")");
   }
   return prepare();
@@ -244,10 +259,10 @@ void IbComm::progress() {
       if (wc.status != IBV_WC_SUCCESS) {
         if (landed_before_close(wc)) continue;
         // The first error completion fails the comm; the ones it flushes after it add nothing.
-        failure_.set(error(Code::SystemError,
-                           std::string(verbs().wc_status_str(wc.status)) + " on QP to " + connection_.peer + " (" +
-                               work_name(work_kind(wc.wr_id)) + " on " + config_.port.name + ", vendor error " +
-                               std::to_string(wc.vendor_err) + ")"));
+        failure_.set(error(Code::SystemError, std::string(verbs().wc_status_str(wc.status)) + " on QP to " +
+                                                  connection_.peer + " (" + work_name(work_kind(wc.wr_id)) + " on " +
+                                                  config_.port.name + ", vendor error " +
+                                                  std::to_string(wc.vendor_err) + ")"));
         if (IbRequest* r = request_of(wc)) {
           r->work_failed = true;
           // An unsignaled data write is not pending: the write with its immediate, queued behind
@@ -318,8 +333,9 @@ void IbComm::check_liveness(bool now_please) {
       char byte = 0;
       n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
       if (n > 0) {
-        failure_.set(error(Code::RemoteError, "peer " + connection_.peer +
-                                                  " sent bytes on the verbs liveness socket, which carries none after set-up"));
+        failure_.set(error(
+            Code::RemoteError,
+            "peer " + connection_.peer + " sent bytes on the verbs liveness socket, which carries none after set-up"));
         return;
       }
     }
@@ -408,9 +424,11 @@ void IbSendComm::on_completion(const ibv_wc& wc) {
     const uint8_t* m = announce(i);
     Slot slot{get64(m + 8), get64(m + 16), get64(m + 24), get32(m + 4)};
     if (get32(m) != kAnnounceMagic || wc.byte_len != kAnnounceBytes || slot.sequence != next_slot_sequence_) {
-      failure_.set(error(Code::RemoteError, "peer " + connection_.peer + " announced a receive out of order or malformed "
-                                            "(sequence " + std::to_string(slot.sequence) + ", expected " +
-                                            std::to_string(next_slot_sequence_) + ")"));
+      failure_.set(error(Code::RemoteError, "peer " + connection_.peer +
+                                                " announced a receive out of order or malformed "
+                                                "(sequence " +
+                                                std::to_string(slot.sequence) + ", expected " +
+                                                std::to_string(next_slot_sequence_) + ")"));
       return;
     }
     ++next_slot_sequence_;
@@ -570,7 +588,8 @@ Status IbRecvComm::post_data_receive(int qp) {
 Status IbRecvComm::irecv(void* data, size_t capacity, Request** request) {
   *request = nullptr;
   if (failure_.failed()) return failure_.surface();
-  if (capacity > 0 && !data) return error(Code::InvalidArgument, "irecv of " + bytes_text(capacity) + " into a null buffer");
+  if (capacity > 0 && !data)
+    return error(Code::InvalidArgument, "irecv of " + bytes_text(capacity) + " into a null buffer");
   uint32_t rkey = 0;
   if (capacity > 0) {
     Status st = find_region("irecv", data, capacity, nullptr, &rkey);
@@ -659,12 +678,12 @@ Status IbRecvComm::test(IbRequest* r, Completion* out) {
   }
   if (r->pending == 0) {
     if (r->too_large)
-      return report(r, error(Code::InvalidUsage, "peer " + connection_.peer + " sent a message larger than the " +
-                                                     bytes_text(r->capacity) +
-                                                     " receive posted for it: a send larger than its receive is an error"));
+      return report(r, error(Code::InvalidUsage,
+                             "peer " + connection_.peer + " sent a message larger than the " + bytes_text(r->capacity) +
+                                 " receive posted for it: a send larger than its receive is an error"));
     if (r->kind == IbRequest::Kind::Recv && r->size > r->capacity)
-      return report(r, error(Code::RemoteError, "peer " + connection_.peer + " wrote " + bytes_text(r->size) + " into a " +
-                                                    bytes_text(r->capacity) + " receive"));
+      return report(r, error(Code::RemoteError, "peer " + connection_.peer + " wrote " + bytes_text(r->size) +
+                                                    " into a " + bytes_text(r->capacity) + " receive"));
     return finish(r, out);
   }
   if (failure_.failed()) {
@@ -684,7 +703,9 @@ Status IbRecvComm::create_loopback() {
   init.cap.max_send_sge = 1;
   init.cap.max_recv_sge = 1;
   ibv_qp* qp = verbs().create_qp(config_.device->pd(), &init);
-  if (!qp) return error(Code::SystemError, "ibv_create_qp (flush loopback) on " + config_.device->name() + " failed: " + errno_text(errno));
+  if (!qp)
+    return error(Code::SystemError,
+                 "ibv_create_qp (flush loopback) on " + config_.device->name() + " failed: " + errno_text(errno));
   Status st = qp_to_init(verbs(), qp, config_.port);
   SetupInfo self = local_setup();
   const uint32_t psn = random_psn();
@@ -731,7 +752,8 @@ Status IbRecvComm::flush(void* data, size_t size, MemoryRegion* region, Request*
   const int rc = ibv_post_send(loopback_, &wr, &bad);
   if (rc != 0) {
     r->busy = false;
-    return fail(error(Code::SystemError, "ibv_post_send (flush read) on " + config_.port.name + " failed: " + errno_text(rc)));
+    return fail(
+        error(Code::SystemError, "ibv_post_send (flush read) on " + config_.port.name + " failed: " + errno_text(rc)));
   }
   *request = r;
   return Status::ok();

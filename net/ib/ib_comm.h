@@ -44,11 +44,13 @@ struct IbCommConfig {
   RetryBudget retry;
   int nqps = 1;
   int peer_timeout_ms = 5000;
-  int max_cqe = 0;  // the device's limit (0: unknown)
+  int max_cqe = 0;                                // the device's limit (0: unknown)
   uint64_t max_message_bytes = kMaxMessageBytes;  // the port's limit, if lower (reported as maxP2pBytes)
   bool relaxed_ordering = true;
-  bool adaptive_routing = false;  // the fabric may reorder one write's packets: see kAdaptiveRoutingBytes  // NCCL's registrations may be written out of PCIe order
-  bool gpu_flush = false;  // the device takes GPU memory (dma-buf or peermem): receive comms make their flush queue pair at set-up
+  bool adaptive_routing = false;  // the fabric may reorder one write's packets: see kAdaptiveRoutingBytes  // NCCL's
+                                  // registrations may be written out of PCIe order
+  bool gpu_flush =
+      false;  // the device takes GPU memory (dma-buf or peermem): receive comms make their flush queue pair at set-up
 };
 
 class IbComm;
@@ -68,12 +70,12 @@ struct IbRequest final : Request {
   size_t capacity = 0;  // receive: the posted size
   uint64_t sequence = 0;
   uint32_t lkey = 0, rkey = 0;
-  int used_qps = 0;      // queue pairs this message travels on
-  int pending = 0;       // completions still expected (writes, immediates, the flush read)
-  bool posted = false;   // send: writes posted
+  int used_qps = 0;     // queue pairs this message travels on
+  int pending = 0;      // completions still expected (writes, immediates, the flush read)
+  bool posted = false;  // send: writes posted
   bool too_large = false;
   bool work_failed = false;  // one of its work requests completed in error
-  Status error;          // this request's own failure (a send larger than the receive)
+  Status error;              // this request's own failure (a send larger than the receive)
 };
 
 // What send and receive comms share: the queue pairs, the completion queue, the control buffers,
@@ -127,7 +129,10 @@ class IbComm {
   bool flushes_will_come() const { return in_error_ && !device_lost_; }
   // A failed work request the comm may ignore: a write whose message the peer reported as landed
   // before it closed (its acknowledgement went with the peer's queue pair).
-  virtual bool landed_before_close(const ibv_wc& wc) { (void)wc; return false; }
+  virtual bool landed_before_close(const ibv_wc& wc) {
+    (void)wc;
+    return false;
+  }
   // Once failed, every queue pair goes to the error state, so the hardware flushes whatever is
   // still queued (each with its completion) and writes nothing more into registered memory. A
   // request is reported failed only when none of its work requests can still touch its buffer.
@@ -153,7 +158,7 @@ class IbComm {
   ibv_qp* loopback_ = nullptr;  // receive comms: the queue pair connected to itself that flushes read through
   bool in_error_ = false;
   bool device_lost_ = false;
-  uint64_t port_downs_ = 0;                 // the port's down count when the comm was created
+  uint64_t port_downs_ = 0;                  // the port's down count when the comm was created
   std::vector<const void*> device_objects_;  // the completion queue and queue pairs, for check_device
   Clock::time_point next_device_check_{};
   std::vector<uint32_t> psn_;
@@ -231,10 +236,10 @@ class IbRecvComm final : public RecvComm, public IbComm {
   void landed(uint64_t sequence);
 
   uint64_t next_sequence_ = 0;
-  uint64_t landed_ = 0;                 // every message below this one has all its immediates
-  std::set<uint64_t> landed_ahead_;     // landed past a message still arriving (several queue pairs)
+  uint64_t landed_ = 0;                            // every message below this one has all its immediates
+  std::set<uint64_t> landed_ahead_;                // landed past a message still arriving (several queue pairs)
   std::vector<std::deque<IbRequest*>> expecting_;  // per queue pair: receives awaiting its immediate, in order
-  int sends_in_flight_ = 0;  // announcements not yet completed (bounded by the send queue)
+  int sends_in_flight_ = 0;                        // announcements not yet completed (bounded by the send queue)
 };
 
 }  // namespace sieve::net::ib

@@ -15,7 +15,8 @@ namespace sieve::net::ib {
 namespace {
 
 // Per-lane rate of each bit of ibv_port_attr::active_speed (SDR .. NDR; XDR needs active_speed_ex,
-// which Debian 12's rdma-core predates), in Mbit/s, and lanes of each bit of active_width; what `ibstat` prints as Rate is their product.
+// which Debian 12's rdma-core predates), in Mbit/s, and lanes of each bit of active_width; what `ibstat` prints as Rate
+// is their product.
 constexpr int kLaneMbps[] = {2500, 5000, 10000, 10000, 14000, 25000, 50000, 100000};
 constexpr int kWidthLanes[] = {1, 4, 8, 12, 2};
 
@@ -178,11 +179,13 @@ Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, s
     for (int p = 1; p <= attr.phys_port_cnt; ++p) {
       ibv_port_attr port_attr{};
       if (v.port_attributes(context.ctx, static_cast<uint8_t>(p), &port_attr) != 0) {
-        notes->push_back(name + ":" + std::to_string(p) + ": ibv_query_port failed (" + std::strerror(errno) + "), skipped");
+        notes->push_back(name + ":" + std::to_string(p) + ": ibv_query_port failed (" + std::strerror(errno) +
+                         "), skipped");
         continue;
       }
       if (port_attr.link_layer != IBV_LINK_LAYER_INFINIBAND && port_attr.link_layer != IBV_LINK_LAYER_ETHERNET) {
-        notes->push_back(name + ":" + std::to_string(p) + ": link layer unspecified, neither InfiniBand nor Ethernet, skipped");
+        notes->push_back(name + ":" + std::to_string(p) +
+                         ": link layer unspecified, neither InfiniBand nor Ethernet, skipped");
         continue;
       }
       IbPort port;
@@ -221,8 +224,14 @@ Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, s
 Status parse_hca_spec(const std::string& text, HcaSpec* out) {
   *out = HcaSpec{};
   size_t pos = 0;
-  if (pos < text.size() && text[pos] == '^') { out->exclude = true; ++pos; }
-  if (pos < text.size() && text[pos] == '=') { out->exact = true; ++pos; }
+  if (pos < text.size() && text[pos] == '^') {
+    out->exclude = true;
+    ++pos;
+  }
+  if (pos < text.size() && text[pos] == '=') {
+    out->exact = true;
+    ++pos;
+  }
   while (pos <= text.size()) {
     const size_t comma = text.find(',', pos);
     std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
@@ -279,8 +288,9 @@ Status choose_gid(const IbPort& port, int configured, int* index) {
         *index = configured;
         return Status::ok();
       }
-    return error(Code::InvalidArgument, "SIEVE_IB_GID_INDEX=" + std::to_string(configured) + " names an empty GID entry of " +
-                                            port.name() + " (populated: " + std::to_string(port.gids.size()) + " entries)");
+    return error(Code::InvalidArgument, "SIEVE_IB_GID_INDEX=" + std::to_string(configured) +
+                                            " names an empty GID entry of " + port.name() +
+                                            " (populated: " + std::to_string(port.gids.size()) + " entries)");
   }
   if (port.link_layer == LinkLayer::InfiniBand) {
     *index = 0;
@@ -297,7 +307,8 @@ Status choose_gid(const IbPort& port, int configured, int* index) {
   const GidEntry* best = nullptr;
   for (const GidEntry& e : port.gids)
     if (!best || rank(e) < rank(*best)) best = &e;
-  if (!best) return error(Code::SystemError, port.name() + " has no populated GID entry (is its netdev up with an address?)");
+  if (!best)
+    return error(Code::SystemError, port.name() + " has no populated GID entry (is its netdev up with an address?)");
   *index = best->index;
   return Status::ok();
 }

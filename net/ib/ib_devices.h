@@ -22,7 +22,7 @@ struct GidEntry {
   int index = 0;
   ibv_gid gid{};
   GidType type = GidType::IB;
-  std::string netdev;  // the netdev this GID belongs to (RoCE), "" for InfiniBand
+  std::string netdev;        // the netdev this GID belongs to (RoCE), "" for InfiniBand
   std::string text() const;  // "fe80::1" / "::ffff:10.0.0.1"
 };
 
@@ -31,19 +31,19 @@ struct IbPort {
   int port = 1;        // 1-based, as verbs numbers them
   std::string name() const { return device + ":" + std::to_string(port); }
   LinkLayer link_layer = LinkLayer::InfiniBand;
-  bool active = false;          // IBV_PORT_ACTIVE
-  int speed_mbps = 0;           // active_speed x active_width; 0 when unknown
-  int mtu_bytes = 0;            // active MTU
+  bool active = false;  // IBV_PORT_ACTIVE
+  int speed_mbps = 0;   // active_speed x active_width; 0 when unknown
+  int mtu_bytes = 0;    // active MTU
   ibv_mtu active_mtu = IBV_MTU_1024;
-  uint16_t lid = 0;             // InfiniBand only
-  bool grh_required = false;    // IBV_QPF_GRH_REQUIRED: every packet needs a GRH (SR-IOV functions, cloud IB)
-  uint64_t guid = 0;            // node GUID, host byte order
-  std::vector<GidEntry> gids;   // populated (non-zero) entries only
-  std::string netdev;           // paired netdev: of the GID a RoCE connection uses, else topology's pairing
+  uint16_t lid = 0;            // InfiniBand only
+  bool grh_required = false;   // IBV_QPF_GRH_REQUIRED: every packet needs a GRH (SR-IOV functions, cloud IB)
+  uint64_t guid = 0;           // node GUID, host byte order
+  std::vector<GidEntry> gids;  // populated (non-zero) entries only
+  std::string netdev;          // paired netdev: of the GID a RoCE connection uses, else topology's pairing
   int max_qp = 0, max_qp_wr = 0, max_sge = 0, max_cqe = 0;
-  uint64_t max_msg_sz = 0;      // the largest single request the port carries (mlx5: 1 GiB); 0 when unknown
+  uint64_t max_msg_sz = 0;  // the largest single request the port carries (mlx5: 1 GiB); 0 when unknown
   int pkey_table_length = 0;
-  bool dmabuf = false;          // ibv_reg_dmabuf_mr exists and the kernel accepts dma-bufs (probe)
+  bool dmabuf = false;            // ibv_reg_dmabuf_mr exists and the kernel accepts dma-bufs (probe)
   topology::Placement placement;  // from topology/ by device name; defaults when it does not know it
   std::vector<int> near_gpus;     // indices into the machine's GPUs at PIX/PXB distance
 };

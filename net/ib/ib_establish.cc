@@ -128,7 +128,8 @@ Status Establishment::progress(bool* done) {
     st = read_into(1, &complete);
     if (!st.is_ok()) return st;
     if (complete) {
-      if (in_[0] != kReady) return error(Code::RemoteError, "peer " + peer_ + " broke the queue-pair set-up (no ready mark)");
+      if (in_[0] != kReady)
+        return error(Code::RemoteError, "peer " + peer_ + " broke the queue-pair set-up (no ready mark)");
       stage_ = Stage::Done;
     }
   }

@@ -47,7 +47,8 @@ PageBuffer& PageBuffer::operator=(PageBuffer&& other) noexcept {
 Status PageBuffer::allocate(size_t bytes, PageBuffer* out) {
   const size_t size = (std::max<size_t>(bytes, 1) + page_size() - 1) / page_size() * page_size();
   void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (data == MAP_FAILED) return error(Code::SystemError, "mmap of " + bytes_text(size) + " failed: " + errno_text(errno));
+  if (data == MAP_FAILED)
+    return error(Code::SystemError, "mmap of " + bytes_text(size) + " failed: " + errno_text(errno));
   *out = PageBuffer();
   out->data_ = static_cast<uint8_t*>(data);
   out->size_ = size;
@@ -77,8 +78,8 @@ bool RegionTable::find(uint64_t begin, size_t size, uint32_t* lkey, uint32_t* rk
   return false;
 }
 
-IbRegion::IbRegion(std::shared_ptr<RegionTable> table, std::shared_ptr<DeviceContext> device, ibv_mr* mr,
-                   uint64_t base, size_t length, bool gpu)
+IbRegion::IbRegion(std::shared_ptr<RegionTable> table, std::shared_ptr<DeviceContext> device, ibv_mr* mr, uint64_t base,
+                   size_t length, bool gpu)
     : table_(std::move(table)), device_(std::move(device)), mr_(mr), base_(base), length_(length), gpu_(gpu) {
   table_->add(this);
 }
@@ -112,7 +113,8 @@ Status register_region(const std::shared_ptr<DeviceContext>& device, const std::
     *out = std::make_unique<IbRegion>(table, device, nullptr, base, 0, memory.is_gpu());
     return Status::ok();
   }
-  if (!memory.data) return error(Code::InvalidArgument, "register_memory of " + bytes_text(memory.size) + " at a null address");
+  if (!memory.data)
+    return error(Code::InvalidArgument, "register_memory of " + bytes_text(memory.size) + " at a null address");
   ibv_mr* mr = nullptr;
   if (memory.is_dmabuf()) {
     if (!v.reg_dmabuf_mr)

@@ -73,7 +73,7 @@ class IbRegion final : public MemoryRegion {
  private:
   const std::shared_ptr<RegionTable> table_;
   const std::shared_ptr<DeviceContext> device_;  // the protection domain outlives the registration
-  ibv_mr* const mr_;                              // null for an empty registration
+  ibv_mr* const mr_;                             // null for an empty registration
   const uint64_t base_;
   const size_t length_;
   const bool gpu_;

@@ -11,11 +11,15 @@ namespace sieve::net::ib {
 namespace {
 
 constexpr uint32_t kSetupMagic = 0x51564953;  // "SIVQ"
-constexpr uint16_t kSetupVersion = 2;  // 2: service class and P_Key
+constexpr uint16_t kSetupVersion = 2;         // 2: service class and P_Key
 constexpr size_t kQpsOffset = 32;
 
-void put16(uint8_t* p, uint16_t v) { for (int i = 0; i < 2; ++i) p[i] = uint8_t(v >> (8 * i)); }
-void put32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i)); }
+void put16(uint8_t* p, uint16_t v) {
+  for (int i = 0; i < 2; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+void put32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
+}
 uint16_t get16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
 uint32_t get32(const uint8_t* p) {
   uint32_t v = 0;
@@ -28,7 +32,8 @@ bool known_mtu(int mtu) { return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096; }
 Status modify(const VerbsLibrary& verbs, ibv_qp* qp, ibv_qp_attr* attr, int mask, const char* step) {
   int rc = verbs.modify_qp(qp, attr, mask);
   if (rc != 0)
-    return error(Code::SystemError, std::string("ibv_modify_qp to ") + step + " failed: " + errno_text(rc > 0 ? rc : errno));
+    return error(Code::SystemError,
+                 std::string("ibv_modify_qp to ") + step + " failed: " + errno_text(rc > 0 ? rc : errno));
   return Status::ok();
 }
 
@@ -53,16 +58,19 @@ void encode_setup(const SetupInfo& info, uint8_t* out) {
 }
 
 Status decode_setup(const uint8_t* in, SetupInfo* out) {
-  if (get32(in) != kSetupMagic) return error(Code::RemoteError, "queue-pair set-up: bad magic (not a Sieve verbs peer)");
+  if (get32(in) != kSetupMagic)
+    return error(Code::RemoteError, "queue-pair set-up: bad magic (not a Sieve verbs peer)");
   if (get16(in + 4) != kSetupVersion)
     return error(Code::RemoteError, "queue-pair set-up: version " + std::to_string(get16(in + 4)) + ", expected " +
                                         std::to_string(kSetupVersion));
   if (in[6] > 1) return error(Code::RemoteError, "queue-pair set-up: unknown link layer " + std::to_string(in[6]));
-  if (!known_mtu(in[7])) return error(Code::RemoteError, "queue-pair set-up: unknown MTU code " + std::to_string(in[7]));
+  if (!known_mtu(in[7]))
+    return error(Code::RemoteError, "queue-pair set-up: unknown MTU code " + std::to_string(in[7]));
   const uint16_t nqps = get16(in + 10);
   if (nqps < 1 || nqps > kMaxQps)
     return error(Code::RemoteError, "queue-pair set-up: " + std::to_string(nqps) + " queue pairs (1-16 allowed)");
-  if (in[29] > 15) return error(Code::RemoteError, "queue-pair set-up: service level " + std::to_string(in[29]) + " (0-15)");
+  if (in[29] > 15)
+    return error(Code::RemoteError, "queue-pair set-up: service level " + std::to_string(in[29]) + " (0-15)");
   out->link_layer = in[6] ? LinkLayer::Ethernet : LinkLayer::InfiniBand;
   out->mtu = static_cast<ibv_mtu>(in[7]);
   out->lid = get16(in + 8);
@@ -129,10 +137,10 @@ Status qp_to_rts(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local
   attr.rnr_retry = kQpRnrRetry;
   attr.sq_psn = local_psn;
   attr.max_rd_atomic = 1;
-  return modify(verbs, qp, &attr,
-                IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                    IBV_QP_MAX_QP_RD_ATOMIC,
-                "RTS");
+  return modify(
+      verbs, qp, &attr,
+      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
+      "RTS");
 }
 
 }  // namespace sieve::net::ib

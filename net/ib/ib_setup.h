@@ -30,7 +30,7 @@ struct PortAddress {
   int gid_index = 0;
   ibv_gid gid{};
   ibv_mtu mtu = IBV_MTU_1024;
-  int pkey_index = 0;  // SIEVE_IB_PKEY
+  int pkey_index = 0;      // SIEVE_IB_PKEY
   uint16_t pkey = 0xffff;  // the P_Key at that index
 };
 

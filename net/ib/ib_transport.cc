@@ -56,7 +56,8 @@ class IbListenComm final : public ListenComm {
     Connection c;
     bool got = false;
     handshakes_.accept(&c, &got);
-    if (got) establishing_.push_back(std::make_unique<Establishment>(Establishment::Role::Listener, config_, std::move(c)));
+    if (got)
+      establishing_.push_back(std::make_unique<Establishment>(Establishment::Role::Listener, config_, std::move(c)));
     for (size_t i = 0; i < establishing_.size();) {
       bool done = false;
       Status st = establishing_[i]->progress(&done);
@@ -137,8 +138,8 @@ class IbTransport final : public Transport {
     Status st = open_bootstrap_listener(devices_, dev, handle, &listener);
     if (!st.is_ok()) return st;
     SIEVE_INFO("listening on %s for verbs connections on %s", listener.address.c_str(), devices_[dev].name.c_str());
-    *comm = std::make_unique<IbListenComm>(options_, std::move(listener.fd), listener.nonce, std::move(listener.address),
-                                           config(dev));
+    *comm = std::make_unique<IbListenComm>(options_, std::move(listener.fd), listener.nonce,
+                                           std::move(listener.address), config(dev));
     return Status::ok();
   }
 
@@ -210,7 +211,8 @@ std::string port_list(const std::vector<IbPort>& ports) {
 }
 
 // The P_Key at SIEVE_IB_PKEY's index: what the peer's must match (exchanged at set-up).
-Status read_pkey(const VerbsLibrary& verbs, const DeviceContext& device, const IbPort& port, int index, PortAddress* a) {
+Status read_pkey(const VerbsLibrary& verbs, const DeviceContext& device, const IbPort& port, int index,
+                 PortAddress* a) {
   __be16 pkey = 0;
   if (verbs.query_pkey(device.context(), static_cast<uint8_t>(port.port), index, &pkey) != 0)
     return error(Code::InvalidArgument, "SIEVE_IB_PKEY (or NCCL_IB_PKEY) index " + std::to_string(index) +
@@ -283,15 +285,16 @@ Status Transport::create_ib(const TransportOptions& options, std::unique_ptr<Tra
   if (!st.is_ok()) return st;
   const std::vector<ib::IbPort> selected = ib::select_ports(ports, spec);
   if (selected.empty())
-    return error(Code::SystemError, "no active RDMA port" +
-                                        (options.ib_hca.empty() ? std::string() : " matches SIEVE_IB_HCA=" + options.ib_hca) +
-                                        " (ports found: " + ib::port_list(ports) + ", libibverbs " + verbs->path + ")");
+    return error(Code::SystemError,
+                 "no active RDMA port" +
+                     (options.ib_hca.empty() ? std::string() : " matches SIEVE_IB_HCA=" + options.ib_hca) +
+                     " (ports found: " + ib::port_list(ports) + ", libibverbs " + verbs->path + ")");
   // Queue pairs are set up over a TCP connection: an IP interface SIEVE_SOCKET_IFNAME selects.
   std::vector<Device> interfaces;
   st = discover_devices(options.devices, machine, &interfaces);
   if (!st.is_ok())
-    return error(st.code(), "the verbs transport sets up its connections over TCP and found no interface for it: " +
-                                st.message());
+    return error(st.code(),
+                 "the verbs transport sets up its connections over TCP and found no interface for it: " + st.message());
   std::vector<ib::PortEntry> entries;
   st = ib::open_ports(*verbs, options, selected, &entries);
   if (!st.is_ok()) return st;

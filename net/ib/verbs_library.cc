@@ -15,8 +15,7 @@ namespace {
 constexpr const char* kLibrary = "libibverbs.so.1";
 
 // Resolves `name` into `slot`; required symbols missing make the whole table unusable.
-template <typename Fn>
-bool bind(void* handle, const char* name, Fn*& slot, bool required, std::string* missing) {
+template <typename Fn> bool bind(void* handle, const char* name, Fn*& slot, bool required, std::string* missing) {
   slot = reinterpret_cast<Fn*>(dlsym(handle, name));
   if (!slot && required && missing->empty()) *missing = name;
   return slot != nullptr;
@@ -63,8 +62,7 @@ Status load_once(VerbsLibrary* v) {
   Dl_info info{};
   if (v->get_device_list && dladdr(reinterpret_cast<void*>(v->get_device_list), &info) && info.dli_fname)
     v->path = info.dli_fname;
-  else
-    v->path = kLibrary;
+  else v->path = kLibrary;
   if (!missing.empty())
     return error(Code::SystemError, v->path + " lacks " + missing + " (rdma-core older than 29?); verbs unavailable");
   // Before any buffer is registered, as NCCL's IB transport does: on kernels that do not keep
@@ -72,9 +70,10 @@ Status load_once(VerbsLibrary* v) {
   // registered (a PyTorch DataLoader worker) would leave the parent's RDMA writing into pages the
   // child now owns. Where the kernel handles it, this is a no-op.
   if (const int rc = v->fork_init())
-    SIEVE_WARN("ibv_fork_init failed (%s): a process that forks while verbs buffers are registered may corrupt "
-               "them; start the job with RDMAV_FORK_SAFE=1, or keep workers from forking after NCCL starts",
-               std::strerror(rc > 0 ? rc : errno));
+    SIEVE_WARN(
+        "ibv_fork_init failed (%s): a process that forks while verbs buffers are registered may corrupt "
+        "them; start the job with RDMAV_FORK_SAFE=1, or keep workers from forking after NCCL starts",
+        std::strerror(rc > 0 ? rc : errno));
   return Status::ok();
 }
 
@@ -102,10 +101,12 @@ Status DeviceList::get(const VerbsLibrary& verbs, std::unique_ptr<DeviceList>* o
   errno = 0;
   ibv_device** list = verbs.get_device_list(&count);
   if (!list && errno == ENOSYS)
-    return error(Code::SystemError, "the kernel offers no RDMA devices (no InfiniBand/RoCE driver loaded: "
-                                    "ibv_get_device_list says \"Function not implemented\")");
+    return error(Code::SystemError,
+                 "the kernel offers no RDMA devices (no InfiniBand/RoCE driver loaded: "
+                 "ibv_get_device_list says \"Function not implemented\")");
   if (!list)
-    return error(Code::SystemError, std::string("ibv_get_device_list failed: ") + std::strerror(errno ? errno : ENODEV));
+    return error(Code::SystemError,
+                 std::string("ibv_get_device_list failed: ") + std::strerror(errno ? errno : ENODEV));
   out->reset(new DeviceList(verbs, list, count));
   return Status::ok();
 }

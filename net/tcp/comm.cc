@@ -46,7 +46,8 @@ Status TcpComm::start(StripeWorker::Direction direction) {
     if (!options_.helper_cpus.empty()) {
       // Placement is an optimisation: a refusal (a cgroup without those CPUs) leaves the thread floating.
       std::string refused = topology::pin_thread_to(workers_.back()->thread().native_handle(), options_.helper_cpus);
-      if (!refused.empty()) SIEVE_WARN("helper thread for %s not pinned: %s", connection_.peer.c_str(), refused.c_str());
+      if (!refused.empty())
+        SIEVE_WARN("helper thread for %s not pinned: %s", connection_.peer.c_str(), refused.c_str());
     }
   }
   return Status::ok();
@@ -143,7 +144,8 @@ Status TcpComm::test(Slot* slot, Completion* out) {
 namespace {
 // What is known before the stripes move: codec stripes add their frames' sizes as they complete.
 uint64_t wire_bytes_of(uint64_t size, bool inline_payload, bool codec, uint32_t stripes) {
-  return wire::kFrameHeaderBytes + (codec ? 0 : size) + (inline_payload ? 0 : uint64_t(stripes) * wire::kChunkHeaderBytes);
+  return wire::kFrameHeaderBytes + (codec ? 0 : size) +
+         (inline_payload ? 0 : uint64_t(stripes) * wire::kChunkHeaderBytes);
 }
 }  // namespace
 
@@ -152,7 +154,8 @@ uint64_t wire_bytes_of(uint64_t size, bool inline_payload, bool codec, uint32_t 
 Status TcpSendComm::isend(const void* data, size_t size, Request** request) {
   *request = nullptr;
   if (failure_.failed()) return failure_.surface();
-  if (size > 0 && !data) return error(Code::InvalidArgument, "isend of " + std::to_string(size) + " bytes from a null buffer");
+  if (size > 0 && !data)
+    return error(Code::InvalidArgument, "isend of " + std::to_string(size) + " bytes from a null buffer");
   Slot* slot = free_slot();
   if (!slot) return Status::ok();  // kMaxRequests outstanding: NCCL retries
   slot->data = static_cast<char*>(const_cast<void*>(data));
@@ -241,8 +244,11 @@ Status TcpRecvComm::progress_control() {
       iovec v{s->data + s->control_moved, s->size - s->control_moved};
       IoResult r = read_some(connection_.control.get(), &v, 1);
       if (r.would_block) break;
-      if (r.closed) return fail(error(Code::RemoteError, "peer " + connection_.peer + " closed the connection in the middle of a message"));
-      if (r.error) return fail(error(Code::RemoteError, "receiving from " + connection_.peer + ": " + errno_text(r.error)));
+      if (r.closed)
+        return fail(
+            error(Code::RemoteError, "peer " + connection_.peer + " closed the connection in the middle of a message"));
+      if (r.error)
+        return fail(error(Code::RemoteError, "receiving from " + connection_.peer + ": " + errno_text(r.error)));
       s->control_moved += r.bytes;
       last_control_progress_ = Clock::now();
       if (s->control_moved == s->size) {
@@ -261,16 +267,19 @@ Status TcpRecvComm::progress_control() {
     awaiting_header_.pop_front();
     wire::FrameHeader frame;
     st = wire::decode_frame(header_, s->sequence, allowed, &frame);
-    if (!st.is_ok()) return fail(error(Code::RemoteError, "corrupt stream from " + connection_.peer + ": " + st.message()));
+    if (!st.is_ok())
+      return fail(error(Code::RemoteError, "corrupt stream from " + connection_.peer + ": " + st.message()));
     if (frame.length > s->capacity)
-      return fail(error(Code::InvalidUsage, "peer " + connection_.peer + " sent a message of " + std::to_string(frame.length) +
-                                                " bytes but the posted receive holds only " + std::to_string(s->capacity) +
-                                                " (a send larger than its receive is not allowed)"));
+      return fail(
+          error(Code::InvalidUsage, "peer " + connection_.peer + " sent a message of " + std::to_string(frame.length) +
+                                        " bytes but the posted receive holds only " + std::to_string(s->capacity) +
+                                        " (a send larger than its receive is not allowed)"));
     s->size = frame.length;
     s->inline_payload = frame.flags & wire::kFlagInline;
     s->codec = frame.flags & wire::kFlagCodec;
     if (s->inline_payload && s->codec)
-      return fail(error(Code::RemoteError, "corrupt stream from " + connection_.peer + ": an inline frame flagged as codec"));
+      return fail(
+          error(Code::RemoteError, "corrupt stream from " + connection_.peer + ": an inline frame flagged as codec"));
     uint32_t stripes = 0;
     if (s->inline_payload) {
       if (s->size == 0) s->control_done = true;

@@ -31,8 +31,8 @@ struct Slot final : Request {
   uint64_t sequence = 0;
   bool inline_payload = false;
   uint8_t header[wire::kFrameHeaderBytes];
-  size_t control_moved = 0;  // send: header + inline payload bytes written
-  bool control_done = false; // frame header (and inline payload) fully moved
+  size_t control_moved = 0;   // send: header + inline payload bytes written
+  bool control_done = false;  // frame header (and inline payload) fully moved
   std::atomic<uint32_t> stripes_left{0};
   uint64_t wire_bytes = 0;  // headers, plus the payload unless its stripes are codec frames
   bool codec = false;       // stripes are codec frames: their helpers add each frame's size below

@@ -298,7 +298,8 @@ bool StripeWorker::pump(size_t socket, bool* progressed, size_t* budget) {
     if (direction_ == Direction::Send && rate_limiter_) {
       const size_t want = iov_bytes(iov, count);
       // Inline, the caller's thread never sleeps: no tokens means come back on the next call.
-      const size_t granted = rate_limiter_->acquire(want, kMinPacedWrite, inline_ ? std::chrono::milliseconds(0) : kMaxPaceWait);
+      const size_t granted =
+          rate_limiter_->acquire(want, kMinPacedWrite, inline_ ? std::chrono::milliseconds(0) : kMaxPaceWait);
       if (granted == 0) return true;  // (helper thread: slept; the loop comes back)
       truncate_iov(iov, &count, granted);
     }
@@ -392,7 +393,8 @@ void StripeWorker::poll_sockets(int timeout_ms, bool compute_timeout) {
     socket_of.push_back(-1);
     // The control socket carries small messages whole: written, they may wait unacknowledged.
     if (compute_timeout && unacknowledged_bytes(watch_fd_) > 0) {
-      const int every = std::min(std::clamp(peer_timeout_ms_ / 4, 10, 1000), watch_acks_.remaining_ms(peer_timeout_ms_) + 1);
+      const int every =
+          std::min(std::clamp(peer_timeout_ms_ / 4, 10, 1000), watch_acks_.remaining_ms(peer_timeout_ms_) + 1);
       timeout_ms = timeout_ms < 0 ? every : std::min(timeout_ms, every);
     }
   }
@@ -411,8 +413,8 @@ void StripeWorker::poll_sockets(int timeout_ms, bool compute_timeout) {
       } else {
         // A blocked send is checked for a vanished host every so often (AckWatch), and at the
         // moment it would be declared dead, so the bound is SIEVE_PEER_TIMEOUT_MS itself.
-        const int every = std::min(std::clamp(peer_timeout_ms_ / 4, 10, 1000),
-                                   ack_watch_[i].remaining_ms(peer_timeout_ms_) + 1);
+        const int every =
+            std::min(std::clamp(peer_timeout_ms_ / 4, 10, 1000), ack_watch_[i].remaining_ms(peer_timeout_ms_) + 1);
         timeout_ms = timeout_ms < 0 ? every : std::min(timeout_ms, every);
       }
     } else if (direction_ == Direction::Send) {
@@ -420,8 +422,8 @@ void StripeWorker::poll_sockets(int timeout_ms, bool compute_timeout) {
       // Written but unacknowledged (the sends completed into the kernel's buffer): a vanished host
       // must still be noticed, so keep checking until the peer has acknowledged everything.
       if (compute_timeout && unacknowledged_bytes(sockets_[i]) > 0) {
-        const int every = std::min(std::clamp(peer_timeout_ms_ / 4, 10, 1000),
-                                   ack_watch_[i].remaining_ms(peer_timeout_ms_) + 1);
+        const int every =
+            std::min(std::clamp(peer_timeout_ms_ / 4, 10, 1000), ack_watch_[i].remaining_ms(peer_timeout_ms_) + 1);
         timeout_ms = timeout_ms < 0 ? every : std::min(timeout_ms, every);
       }
     } else {

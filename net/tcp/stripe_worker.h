@@ -25,22 +25,22 @@
 namespace sieve::net {
 
 struct Stripe {
-  int socket = 0;                 // index into the worker's sockets
+  int socket = 0;  // index into the worker's sockets
   uint8_t header[wire::kChunkHeaderBytes];
-  wire::ChunkHeader expected{};   // receiver: what the header must say
+  wire::ChunkHeader expected{};  // receiver: what the header must say
   char* data = nullptr;
   size_t length = 0;
-  size_t moved = 0;               // bytes of headers + payload transferred so far
+  size_t moved = 0;                               // bytes of headers + payload transferred so far
   std::atomic<uint32_t>* stripes_left = nullptr;  // the request's counter, decremented when done
   // Codec stripes (message flagged wire::kFlagCodec): the chunk header is followed by one codec
   // frame. Either a raw frame (codec_header, then the user's bytes in place) or a zero-elided frame
   // built in (send) or read into (receive) the helper's scratch buffer.
   bool codec = false;
-  bool prepared = false;          // send: frame chosen; receive: codec header checked
-  bool in_scratch = false;        // zero-elided: the frame lives in the socket's scratch buffer
+  bool prepared = false;    // send: frame chosen; receive: codec header checked
+  bool in_scratch = false;  // zero-elided: the frame lives in the socket's scratch buffer
   uint8_t codec_header[kCodecHeaderBytes];
-  size_t codec_header_length = 0; // codec_header's bytes on the wire (0: the frame is all in body)
-  const char* body = nullptr;     // what follows the headers on the wire
+  size_t codec_header_length = 0;  // codec_header's bytes on the wire (0: the frame is all in body)
+  const char* body = nullptr;      // what follows the headers on the wire
   size_t body_length = 0;
   std::atomic<uint64_t>* wire_bytes = nullptr;  // codec stripes add their frame's size here when done
 };
@@ -129,9 +129,9 @@ class StripeWorker {
   Clock::time_point last_inline_check_{};
   std::vector<std::deque<Stripe>> queues_;  // per socket, touched by the worker thread only
   std::vector<Clock::time_point> last_progress_;
-  std::vector<AckWatch> ack_watch_;  // send direction: is a blocked socket's host still there?
-  AckWatch watch_acks_;              // the same for the control socket (watch_fd_), read-only here
-  std::vector<int> receive_lowat_;  // SO_RCVLOWAT in force per socket (receive direction)
+  std::vector<AckWatch> ack_watch_;     // send direction: is a blocked socket's host still there?
+  AckWatch watch_acks_;                 // the same for the control socket (watch_fd_), read-only here
+  std::vector<int> receive_lowat_;      // SO_RCVLOWAT in force per socket (receive direction)
   std::vector<ScratchBuffer> scratch_;  // per socket: the front stripe's encoded frame
   // Per socket: stripes enqueued and not yet done (inbox and queue). A helper with stripes for a
   // socket waits on that socket, so only a socket's first stripe needs to wake it.

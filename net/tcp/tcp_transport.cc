@@ -5,9 +5,9 @@
 #include <mutex>
 
 #include "net/bootstrap.h"
-#include "net/tcp/comm.h"
 #include "net/handshake.h"
 #include "net/log.h"
+#include "net/tcp/comm.h"
 #include "net/transport.h"
 #include "net/wire.h"
 #include "topology/machine.h"
@@ -76,7 +76,10 @@ class TcpListenComm final : public ListenComm {
 struct TcpConnect final : ConnectAttempt {
   TcpConnect(const TransportOptions& o, const wire::HandleFields& handle, std::vector<int> cpus,
              std::shared_ptr<RateLimiter> limiter)
-      : options(o), connector(o, handle, Carrier::Tcp), helper_cpus(std::move(cpus)), rate_limiter(std::move(limiter)) {}
+      : options(o),
+        connector(o, handle, Carrier::Tcp),
+        helper_cpus(std::move(cpus)),
+        rate_limiter(std::move(limiter)) {}
 
   Status progress(std::unique_ptr<SendComm>* comm) override {
     Connection c;
@@ -103,7 +106,8 @@ class TcpTransport final : public Transport {
     // One bucket per device, shared by every connection of it: the emulated link is the device's.
     if (options.rate_limit_mbps > 0)
       for (size_t i = 0; i < devices_.size(); ++i)
-        rate_limiters_.push_back(std::make_shared<RateLimiter>(options.rate_limit_mbps, kRateBurstChunks * options.chunk_size));
+        rate_limiters_.push_back(
+            std::make_shared<RateLimiter>(options.rate_limit_mbps, kRateBurstChunks * options.chunk_size));
   }
 
   const std::vector<Device>& devices() const override { return devices_; }
@@ -132,7 +136,8 @@ class TcpTransport final : public Transport {
       const StripeShape shape = stripe_shape(options_, devices_[dev].speed_mbps, devices_[dev].pci_vendor);
       shaped.nsocks = shape.nsocks;
       shaped.nthreads = shape.nthreads;
-      shaped.progress = shape.inline_progress ? TransportOptions::Progress::Inline : TransportOptions::Progress::Helpers;
+      shaped.progress =
+          shape.inline_progress ? TransportOptions::Progress::Inline : TransportOptions::Progress::Helpers;
       return std::make_unique<TcpConnect>(shaped, fields, helper_cpus(dev),
                                           rate_limiters_.empty() ? nullptr : rate_limiters_[dev]);
     };

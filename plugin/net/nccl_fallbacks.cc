@@ -16,8 +16,10 @@ int64_t sieve_or_nccl(int64_t sieve_value, const char* nccl_name, int64_t lo, in
   errno = 0;
   const long long value = std::strtoll(text, &end, 0);
   if (errno != 0 || *end != '\0' || value < lo || value > hi) {
-    SIEVE_WARN("%s=%s is not an integer in %lld-%lld: Sieve ignores it (set the SIEVE_ variable of the same "
-               "name to choose)", nccl_name, text, static_cast<long long>(lo), static_cast<long long>(hi));
+    SIEVE_WARN(
+        "%s=%s is not an integer in %lld-%lld: Sieve ignores it (set the SIEVE_ variable of the same "
+        "name to choose)",
+        nccl_name, text, static_cast<long long>(lo), static_cast<long long>(hi));
     return fallback;
   }
   return value;

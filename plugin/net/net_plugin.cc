@@ -80,8 +80,7 @@ struct CommWrapper {
   }
 };
 
-template <typename Comm>
-CommWrapper* wrap(std::shared_ptr<ProcessState> state, std::unique_ptr<Comm> comm, int dev) {
+template <typename Comm> CommWrapper* wrap(std::shared_ptr<ProcessState> state, std::unique_ptr<Comm> comm, int dev) {
   auto traffic = register_comm_traffic(state->transport->devices()[dev].name, comm->peer());
   comm->set_tag(traffic.get());
   auto wrapper = new CommWrapper{std::move(state), dev, nullptr, nullptr, std::move(traffic)};
@@ -110,8 +109,7 @@ ncclResult_t report(const char* call, const net::Status& st) {
 }
 
 // Runs an entry point body; no exception may cross NCCL's C boundary.
-template <typename Body>
-ncclResult_t guarded(const char* call, Body&& body) {
+template <typename Body> ncclResult_t guarded(const char* call, Body&& body) {
   try {
     return body();
   } catch (const std::bad_alloc&) {
@@ -129,7 +127,7 @@ ncclResult_t guarded(const char* call, Body&& body) {
 net::TransportOptions options_from(const config::Settings& s) {
   net::TransportOptions o;
   o.devices.ifname = s.socket_ifname;
-  o.devices.family = s.socket_family == "ipv4" ? net::Family::IPv4
+  o.devices.family = s.socket_family == "ipv4"   ? net::Family::IPv4
                      : s.socket_family == "ipv6" ? net::Family::IPv6
                                                  : net::Family::Any;
   o.nsocks = static_cast<int>(s.nsocks);
@@ -143,7 +141,7 @@ net::TransportOptions options_from(const config::Settings& s) {
   o.progress = s.progress == "inline"    ? net::TransportOptions::Progress::Inline
                : s.progress == "helpers" ? net::TransportOptions::Progress::Helpers
                                          : net::TransportOptions::Progress::Auto;
-  o.codec = s.wire_codec == "off" ? net::TransportOptions::Codec::Off
+  o.codec = s.wire_codec == "off"  ? net::TransportOptions::Codec::Off
             : s.wire_codec == "on" ? net::TransportOptions::Codec::On
                                    : net::TransportOptions::Codec::Auto;
   o.rate_limit_mbps = s.rate_limit_mbps;
@@ -208,17 +206,17 @@ ncclResult_t acquire_locked(abi::ncclDebugLogger_t logger, std::shared_ptr<Proce
     const net::TransportOptions& o = g_state->options;
     const auto shape_text = [](int n) { return n > 0 ? std::to_string(n) : std::string("auto"); };
     if (g_state->verbs)
-      SIEVE_INFO("initialised: %zu RDMA port(s), %d queue pair(s) per connection%s", g_state->transport->devices().size(),
-                 o.ib_qps, o.job_token.empty() ? "" : ", job token required");
+      SIEVE_INFO("initialised: %zu RDMA port(s), %d queue pair(s) per connection%s",
+                 g_state->transport->devices().size(), o.ib_qps, o.job_token.empty() ? "" : ", job token required");
     else
-      SIEVE_INFO("initialised: %zu device(s), %s sockets x %s threads per connection, progress %s, chunk %zu, "
-                 "inline <= %zu, wire codec %s%s%s%s",
-                 g_state->transport->devices().size(), shape_text(o.nsocks).c_str(), shape_text(o.nthreads).c_str(),
-                 registry.settings().progress.c_str(), o.chunk_size, o.inline_threshold,
-                 registry.settings().wire_codec.c_str(),
-                 o.rate_limit_mbps > 0 ? ", rate limit " : "",
-                 o.rate_limit_mbps > 0 ? (std::to_string(o.rate_limit_mbps) + " Mbit/s per device").c_str() : "",
-                 o.job_token.empty() ? "" : ", job token required");
+      SIEVE_INFO(
+          "initialised: %zu device(s), %s sockets x %s threads per connection, progress %s, chunk %zu, "
+          "inline <= %zu, wire codec %s%s%s%s",
+          g_state->transport->devices().size(), shape_text(o.nsocks).c_str(), shape_text(o.nthreads).c_str(),
+          registry.settings().progress.c_str(), o.chunk_size, o.inline_threshold,
+          registry.settings().wire_codec.c_str(), o.rate_limit_mbps > 0 ? ", rate limit " : "",
+          o.rate_limit_mbps > 0 ? (std::to_string(o.rate_limit_mbps) + " Mbit/s per device").c_str() : "",
+          o.job_token.empty() ? "" : ", job token required");
     run_proxy_probe();  // NCCL is loaded now: a preloaded proxy can tell whether it will see collectives
   } else if (logger) {
     install_nccl_logger(logger);
@@ -344,13 +342,13 @@ ncclResult_t net_properties(int dev, DeviceProperties* props) {
     props->pci_path = d.pci_path.empty() ? nullptr : intern(d.pci_path);
     props->guid = d.guid;
     props->port = d.port;
-    props->ptr_support = abi::NCCL_PTR_HOST | (d.cuda_pointers ? abi::NCCL_PTR_CUDA : 0) |
-                         (d.dmabuf ? abi::NCCL_PTR_DMABUF : 0);
+    props->ptr_support =
+        abi::NCCL_PTR_HOST | (d.cuda_pointers ? abi::NCCL_PTR_CUDA : 0) | (d.dmabuf ? abi::NCCL_PTR_DMABUF : 0);
     props->speed_mbps = d.speed_mbps;
     props->max_comms = d.max_comms > 0 ? d.max_comms : honest_max_comms(state->options, d);
     props->max_recvs = 1;
-    const size_t max_bytes = d.max_message_bytes > 0 ? std::min<size_t>(kMaxNetSizeBytes, d.max_message_bytes)
-                                                     : kMaxNetSizeBytes;
+    const size_t max_bytes =
+        d.max_message_bytes > 0 ? std::min<size_t>(kMaxNetSizeBytes, d.max_message_bytes) : kMaxNetSizeBytes;
     props->max_p2p_bytes = max_bytes;
     props->max_coll_bytes = max_bytes;
     return ncclSuccess;
@@ -424,8 +422,10 @@ ncclResult_t net_reg_mr(void* comm, void* data, size_t size, int type, void** mh
   const bool cuda = type == abi::NCCL_PTR_CUDA && wrapper->state->transport->devices()[wrapper->dev].cuda_pointers;
   if (type != abi::NCCL_PTR_HOST && !cuda) {
     *mhandle = nullptr;
-    SIEVE_WARN("regMr: memory type %d is not supported on this device (host memory here; device memory where "
-               "getProperties reports NCCL_PTR_CUDA, or through regMrDmaBuf where it reports dma-buf support)", type);
+    SIEVE_WARN(
+        "regMr: memory type %d is not supported on this device (host memory here; device memory where "
+        "getProperties reports NCCL_PTR_CUDA, or through regMrDmaBuf where it reports dma-buf support)",
+        type);
     return ncclInternalError;
   }
   net::MemoryDescriptor memory{data, size, -1, 0};
@@ -494,8 +494,8 @@ ncclResult_t net_iflush(void* recv_comm, int n, void** data, int* sizes, void** 
     if (n < 1 || !data || !sizes || !mhandles || sizes[0] <= 0) return ncclSuccess;
     net::Request* r = nullptr;
     auto* wrapper = static_cast<CommWrapper*>(recv_comm);
-    net::Status st = wrapper->recv->flush(data[0], static_cast<size_t>(sizes[0]),
-                                          static_cast<net::MemoryRegion*>(mhandles[0]), &r);
+    net::Status st =
+        wrapper->recv->flush(data[0], static_cast<size_t>(sizes[0]), static_cast<net::MemoryRegion*>(mhandles[0]), &r);
     *request = r;
     return st.is_ok() ? ncclSuccess : report("iflush", st);
   });

@@ -8,8 +8,7 @@
 
 namespace sieve::plugin {
 
-template <typename Props>
-ncclResult_t fill_common_v9(int dev, Props* props) {
+template <typename Props> ncclResult_t fill_common_v9(int dev, Props* props) {
   DeviceProperties p;
   ncclResult_t r = net_properties(dev, &p);
   if (r != abi::ncclSuccess) return r;
@@ -34,7 +33,9 @@ ncclResult_t fill_common_v9(int dev, Props* props) {
   return abi::ncclSuccess;
 }
 
-inline ncclResult_t fill_properties_v9(int dev, abi::ncclNetProperties_v9_t* props) { return fill_common_v9(dev, props); }
+inline ncclResult_t fill_properties_v9(int dev, abi::ncclNetProperties_v9_t* props) {
+  return fill_common_v9(dev, props);
+}
 
 inline ncclResult_t fill_properties_v11(int dev, abi::ncclNetProperties_v11_t* props) {
   ncclResult_t r = fill_common_v9(dev, props);

@@ -23,7 +23,8 @@ ncclResult_t accept(void* listen_comm, void** recv_comm, ncclNetDeviceHandle_v7_
   return net_accept(listen_comm, recv_comm);
 }
 
-ncclResult_t isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void* /*phandle*/, void** request) {
+ncclResult_t isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void* /*phandle*/,
+                   void** request) {
   return net_isend(send_comm, data, size, tag, mhandle, request);
 }
 

@@ -32,8 +32,8 @@ std::optional<ElemType> elem_type_of(compress::DType dtype) {
 }
 
 // Address-free: what a rank published, in publish order, never where its allocator put it.
-uint64_t table_hash(const compress::StagedEntries& entries, const std::vector<std::shared_ptr<const compress::Mask>>* masks,
-                    uint32_t flags) {
+uint64_t table_hash(const compress::StagedEntries& entries,
+                    const std::vector<std::shared_ptr<const compress::Mask>>* masks, uint32_t flags) {
   uint64_t h = mix(0x5349455645544142ull, flags);
   h = mix(h, entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -85,8 +85,8 @@ int run_exchange(const AgreementContext& ctx, Exchange& ex, uint64_t count, int 
 }  // namespace
 
 void write_vote(const Vote& v, void* words) {
-  const int64_t w[kVoteWords] = {int64_t(v.subject), int64_t(~v.subject), int64_t(v.settings), int64_t(~v.settings),
-                                 int64_t(v.refusal), 0};
+  const int64_t w[kVoteWords] = {int64_t(v.subject),   int64_t(~v.subject), int64_t(v.settings),
+                                 int64_t(~v.settings), int64_t(v.refusal),  0};
   std::memcpy(words, w, sizeof w);
 }
 

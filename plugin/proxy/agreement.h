@@ -76,7 +76,7 @@ struct AgreementContext {
   PlanRules rules;
   uint64_t settings = 0;  // fingerprint of the job-wide settings
   int nranks = 1;
-  bool verify = false;    // plans carry a buffer for SIEVE_PROXY_VERIFY's dense run
+  bool verify = false;  // plans carry a buffer for SIEVE_PROXY_VERIFY's dense run
   // Plans of the active table, by mask id: an entry still staged is not prepared twice.
   const std::unordered_map<uint64_t, std::shared_ptr<EntryPlan>>* reusable = nullptr;
   // This rank takes part but refuses (SIEVE_PROXY=off): it prepares nothing and votes so.

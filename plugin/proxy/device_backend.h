@@ -91,8 +91,8 @@ class DeviceBackend {
   // --- the real NCCL (never the interposed symbols) ---
   virtual int all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
                          Stream stream) = 0;
-  virtual int reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op,
-                             Comm comm, Stream stream) = 0;
+  virtual int reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op, Comm comm,
+                             Stream stream) = 0;
   virtual int all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm,
                          Stream stream) = 0;
   virtual int group_start() = 0;
@@ -134,9 +134,11 @@ class DeviceBackend {
                             std::unique_ptr<DeviceLayout>* out) = 0;
   virtual int create_buffer(uint64_t bytes, std::unique_ptr<DeviceBuffer>* out) = 0;
   // compact[j] = the j-th kept element of src.
-  virtual int gather(const DeviceLayout& layout, size_t element_size, const void* src, void* compact, Stream stream) = 0;
+  virtual int gather(const DeviceLayout& layout, size_t element_size, const void* src, void* compact,
+                     Stream stream) = 0;
   // dst = the kept elements from compact at their positions, exact zero everywhere else (one pass).
-  virtual int scatter(const DeviceLayout& layout, size_t element_size, const void* compact, void* dst, Stream stream) = 0;
+  virtual int scatter(const DeviceLayout& layout, size_t element_size, const void* compact, void* dst,
+                      Stream stream) = 0;
   // *flag (one element) = encoding.bad_bits if src is nonzero anywhere the layout prunes, else
   // ok_bits; the number of such elements goes to `counter` (8 bytes) for record_flag.
   virtual int check(const DeviceLayout& layout, size_t element_size, const void* src, void* flag,
@@ -147,7 +149,8 @@ class DeviceBackend {
   virtual int count_pruned(const DeviceLayout& layout, size_t element_size, const void* src, ViolationCounter& counter,
                            bool copy, Stream stream) = 0;
   // Copies `bytes` of device memory to `host` once the stream has reached this point (SIEVE_PROXY_VERIFY).
-  virtual int download(const void* device, void* host, uint64_t bytes, Stream stream, Comm comm, CommLiveness& live) = 0;
+  virtual int download(const void* device, void* host, uint64_t bytes, Stream stream, Comm comm,
+                       CommLiveness& live) = 0;
 
   // --- learned masks: records read a fixed number of calls later ---
   virtual int create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) = 0;
@@ -157,7 +160,8 @@ class DeviceBackend {
                           Stream stream) = 0;
   // Fills *nonzero in its own storage (Mask::assign_bitmap): no allocation once it has the size.
   virtual int read_nonzero(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t count, compress::Mask* nonzero) = 0;
-  virtual int read_flag(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t* flag_bits, uint64_t* local_violations) = 0;
+  virtual int read_flag(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t* flag_bits,
+                        uint64_t* local_violations) = 0;
 };
 
 }  // namespace sieve::plugin::proxy

@@ -63,11 +63,13 @@ int EntryPlan::build(DeviceBackend& backend, std::shared_ptr<const compress::Mas
       plan->shards_.push_back(std::move(layout));
     }
   }
-  const uint64_t elements = std::max<uint64_t>({1, whole ? nnz + (with_flag ? 1 : 0) : 0, sharded ? uint64_t(nranks) * width : 0});
+  const uint64_t elements =
+      std::max<uint64_t>({1, whole ? nnz + (with_flag ? 1 : 0) : 0, sharded ? uint64_t(nranks) * width : 0});
   if (int rc = backend.create_buffer(elements * proxy::element_size(type), &plan->buffer_))
     return failed(rc, "its compact buffer");
   if (with_flag) {
-    if (int rc = backend.create_buffer(sizeof(uint64_t), &plan->violations_)) return failed(rc, "its violation counter");
+    if (int rc = backend.create_buffer(sizeof(uint64_t), &plan->violations_))
+      return failed(rc, "its violation counter");
   } else if (int rc = backend.create_counter(&plan->pruned_)) {
     return failed(rc, "its violation counter");
   }

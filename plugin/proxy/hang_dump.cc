@@ -8,8 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
-#include <exception>
 #include <ctime>
+#include <exception>
 #include <mutex>
 #include <thread>
 

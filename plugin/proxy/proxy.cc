@@ -37,7 +37,7 @@ uint64_t ProxyOptions::fingerprint() const {
     h *= 0xff51afd7ed558ccdull;
   };
   mix(3);  // the agreement's protocol (3: SIEVE_PROXY_VERIFY's shared verdict): a library that votes
-          // differently is a different setting
+           // differently is a different setting
   mix(track == TrackMode::kOn);
   mix(track_stable);
   mix(track_lag);
@@ -64,12 +64,16 @@ thread_local ThreadCache t_cache;
 }  // namespace
 
 Proxy::Proxy(DeviceBackend& backend, const compress::MaskRegistry& registry, ProxyOptions options, ProcessStats& stats)
-    : id_(g_next_proxy_id.fetch_add(1)), backend_(backend), registry_(registry), options_([&] {
+    : id_(g_next_proxy_id.fetch_add(1)),
+      backend_(backend),
+      registry_(registry),
+      options_([&] {
         if (options.track_lag == 0) options.track_lag = 1;
         if (options.track_stable == 0) options.track_stable = 1;
         return options;
       }()),
-      fingerprint_(options_.fingerprint()), stats_(stats) {}
+      fingerprint_(options_.fingerprint()),
+      stats_(stats) {}
 
 // --- communicators ---------------------------------------------------------------------------
 
@@ -148,8 +152,7 @@ int Proxy::async_error(Comm comm, int* error) {
   int rc = kResultSuccess;
   if (cs->failed.load(std::memory_order_acquire) || !cs->live.alive())
     *error = kResultSystemError;  // aborted (the proxy logged why), or being aborted: never touched
-  else
-    rc = backend_.comm_async_error(comm, error);
+  else rc = backend_.comm_async_error(comm, error);
   cs->live.polling.fetch_sub(1, std::memory_order_seq_cst);
   return rc;
 }
@@ -224,9 +227,10 @@ int Proxy::fail_comm(CommState& cs, int rc, const std::string& what) {
     SIEVE_INFO("collective proxy: communicator %p was aborted while the proxy %s", cs.comm, what.c_str());
     return rc ? rc : kResultSystemError;
   }
-  SIEVE_WARN("collective proxy: %s (error %d) on communicator %p; aborting the communicator, so that no rank "
-             "waits for a collective this rank cannot run as agreed",
-             what.c_str(), rc, cs.comm);
+  SIEVE_WARN(
+      "collective proxy: %s (error %d) on communicator %p; aborting the communicator, so that no rank "
+      "waits for a collective this rank cannot run as agreed",
+      what.c_str(), rc, cs.comm);
   report("the proxy aborted a communicator");
   // A watchdog's ncclCommGetAsyncError may be inside NCCL on this handle: it leaves first.
   while (cs.live.polling.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
@@ -270,8 +274,8 @@ std::string Proxy::describe_state(const char* why) const {
     std::lock_guard lock(mutex_);
     for (const auto& [comm, cs] : comms_) comms.push_back(cs);
   }
-  std::string out = std::string("collective proxy state (") + why + "): " + std::to_string(comms.size()) +
-                    " communicator(s)";
+  std::string out =
+      std::string("collective proxy state (") + why + "): " + std::to_string(comms.size()) + " communicator(s)";
   for (const auto& cs : comms) {
     char head[256];
     const char* waiting = cs->waiting_for.load(std::memory_order_relaxed);

@@ -50,12 +50,12 @@ const char* track_mode_name(TrackMode mode);
 // Job-wide settings: they must be the same on every rank (as NCCL's own variables must). Every
 // commit compares their fingerprint, so a difference shows as a refused commit, never as a hang.
 struct ProxyOptions {
-  bool enabled = true;              // SIEVE_PROXY (off: take part in commits, refuse them, never compact)
+  bool enabled = true;                // SIEVE_PROXY (off: take part in commits, refuse them, never compact)
   TrackMode track = TrackMode::kOff;  // SIEVE_TRACK
-  uint32_t track_stable = 3;        // SIEVE_TRACK_STABLE
-  uint32_t track_lag = 2;           // SIEVE_TRACK_LAG (>= 1)
-  PlanRules rules;                  // SIEVE_PROXY_MAX_DENSITY / 100, SIEVE_PROXY_MIN_COUNT
-  bool verify = false;              // SIEVE_PROXY_VERIFY
+  uint32_t track_stable = 3;          // SIEVE_TRACK_STABLE
+  uint32_t track_lag = 2;             // SIEVE_TRACK_LAG (>= 1)
+  PlanRules rules;                    // SIEVE_PROXY_MAX_DENSITY / 100, SIEVE_PROXY_MIN_COUNT
+  bool verify = false;                // SIEVE_PROXY_VERIFY
   // What every rank must share: everything above but SIEVE_PROXY (a rank with the proxy off refuses
   // in its own words) and the difference between off and observe (observe issues nothing).
   uint64_t fingerprint() const;
@@ -67,7 +67,7 @@ enum class Path {
   kDense,        // eligible, but no agreed plan matches it
   kCompactPublished,
   kCompactLearned,
-  kCommit,       // the binding's commit token
+  kCommit,  // the binding's commit token
 };
 const char* path_name(Path path);
 
@@ -145,25 +145,25 @@ class Proxy {
     // One call on a communicator at a time, as NCCL requires of its callers. Never taken by an abort.
     std::mutex mutex;
     CommLiveness live;
-    std::atomic<bool> failed{false};              // the proxy aborted it itself
+    std::atomic<bool> failed{false};  // the proxy aborted it itself
     // Who owns the real abort: 0 nobody yet, 1 the proxy (fail_comm), 2 the job (release). Then
     // `abort_done` once the proxy's abort returned, `handle_kept` when it left the handle valid.
     std::atomic<int> abort_owner{0};
     std::atomic<bool> abort_done{false}, handle_kept{false};
-    std::atomic<bool> captured{false};            // a CUDA graph holds one of its plans
-    std::atomic<bool> forgotten{false};           // torn down: a thread's cached handle is stale
+    std::atomic<bool> captured{false};              // a CUDA graph holds one of its plans
+    std::atomic<bool> forgotten{false};             // torn down: a thread's cached handle is stale
     std::atomic<const char*> waiting_for{nullptr};  // what a host wait on it waits for, for dumps
     CallHistory history;
     // The agreed state; changes only at commits (and learned votes), identically on every rank.
     uint64_t commits = 0;
     bool agreed = false;  // the last commit was agreed: settings compared, learning and verify allowed
     uint64_t table_hash = 0;
-    std::unordered_map<uintptr_t, ActiveEntry> active;   // buffers' masks, by base
+    std::unordered_map<uintptr_t, ActiveEntry> active;  // buffers' masks, by base
     // Collectives' masks (FSDP's fresh buffers), in publish order. A reduce-scatter or all-gather no
     // buffer mask matches compacts only with a mask its shape identifies for certain: the one mask of
     // that shape, or several that are all equal. Nothing about the trainer's order decides which.
     std::vector<ActiveEntry> cycle;
-    std::vector<bool> ambiguous;  // per cycle entry: another mask of its shape differs (it runs dense)
+    std::vector<bool> ambiguous;              // per cycle entry: another mask of its shape differs (it runs dense)
     std::unordered_set<int32_t> premul_sums;  // NCCL handles of pre-multiplied sums alive on it
     std::vector<std::shared_ptr<EntryPlan>> graph_plans;  // captured, no longer active: kept for replays
     // Shared with deferred work: a commit at a group's end may drop them while a record of the same
@@ -200,7 +200,7 @@ class Proxy {
     std::shared_ptr<LearnedSignature> learned;  // a learned-mask call: flag and record
     size_t record = 0;
     bool moved = false;
-    bool verify = false;  // SIEVE_PROXY_VERIFY: the dense result is in plan->verify_buffer()
+    bool verify = false;           // SIEVE_PROXY_VERIFY: the dense result is in plan->verify_buffer()
     bool verify_captured = false;  // SIEVE_PROXY_VERIFY in a graph: the verdict only, with the fixed vote
     uint64_t seq = 0;
   };
@@ -209,11 +209,11 @@ class Proxy {
     enum class Kind { kCompaction, kRecord, kCommit, kLearnedVote } kind;
     std::shared_ptr<CommState> state;
     Stream stream = nullptr;
-    Compaction compaction;               // kCompaction
+    Compaction compaction;                      // kCompaction
     std::shared_ptr<LearnedSignature> learned;  // kRecord, kLearnedVote
-    size_t record = 0;                   // kRecord
-    const void* output = nullptr;        // kRecord
-    std::shared_ptr<PendingCommit> commit;  // kCommit
+    size_t record = 0;                          // kRecord
+    const void* output = nullptr;               // kRecord
+    std::shared_ptr<PendingCommit> commit;      // kCommit
   };
   // SIEVE_PROXY_VERIFY's shared verdict: one 6-word all-reduce per communicator saying whether any
   // rank found a difference (`what`: this rank's, empty when none).

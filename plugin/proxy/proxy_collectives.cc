@@ -45,10 +45,11 @@ const ActiveEntry* Proxy::match(CommState& cs, const void* base, uint64_t count,
   const ActiveEntry& e = it->second;
   if (e.source->count() != count || published_dtype(type) != e.source->dtype()) {
     if (cs.warned.insert(it->first).second)
-      SIEVE_WARN("collective proxy: a collective on %p (%llu x %s) does not match the mask committed there "
-                 "(%llu x %s); it runs dense",
-                 base, (unsigned long long)count, elem_type_name(type), (unsigned long long)e.source->count(),
-                 compress::dtype_name(e.source->dtype()));
+      SIEVE_WARN(
+          "collective proxy: a collective on %p (%llu x %s) does not match the mask committed there "
+          "(%llu x %s); it runs dense",
+          base, (unsigned long long)count, elem_type_name(type), (unsigned long long)e.source->count(),
+          compress::dtype_name(e.source->dtype()));
     return nullptr;
   }
   return &e;
@@ -64,10 +65,11 @@ const ActiveEntry* Proxy::match_cycle(CommState& cs, compress::MaskTarget target
     if (!cs.ambiguous[i]) return &e;
     if (!cs.warned_ambiguous) {
       cs.warned_ambiguous = true;
-      SIEVE_WARN("collective proxy: communicator %p has several different %s masks of %llu x %s; a call of that "
-                 "shape cannot say which one is its own, so it runs dense (publish one mask per shape, or the "
-                 "same mask for every collective of a shape)",
-                 cs.comm, compress::mask_target_name(target), (unsigned long long)count, elem_type_name(type));
+      SIEVE_WARN(
+          "collective proxy: communicator %p has several different %s masks of %llu x %s; a call of that "
+          "shape cannot say which one is its own, so it runs dense (publish one mask per shape, or the "
+          "same mask for every collective of a shape)",
+          cs.comm, compress::mask_target_name(target), (unsigned long long)count, elem_type_name(type));
     }
     return nullptr;
   }
@@ -85,9 +87,10 @@ void Proxy::warn_uncommitted(CommState& cs, uint64_t count) {
       registry_.size() == 0)
     return;
   if (!warned_uncommitted_.exchange(true))
-    SIEVE_WARN("collective proxy: masks are published but communicator %p has had no commit, so its collectives run "
-               "dense; issue sieve_comm_commit() (Python: sieve.commit(group)) on every rank of it after publishing",
-               cs.comm);
+    SIEVE_WARN(
+        "collective proxy: masks are published but communicator %p has had no commit, so its collectives run "
+        "dense; issue sieve_comm_commit() (Python: sieve.commit(group)) on every rank of it after publishing",
+        cs.comm);
 }
 
 int Proxy::dense(Coll coll, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
@@ -160,8 +163,8 @@ int Proxy::all_reduce(const void* send, void* recv, uint64_t count, ElemType typ
     }
     return rc;
   }
-  const bool eligible = options_.enabled && compactable(type) && reduces(op) && count >= options_.rules.min_count &&
-                        send && recv;
+  const bool eligible =
+      options_.enabled && compactable(type) && reduces(op) && count >= options_.rules.min_count && send && recv;
   if (eligible && cs.agreed) {
     *path = Path::kDense;
     if (const ActiveEntry* e = match(cs, send, count, type); e && e->plan && e->plan->whole()) {
@@ -220,7 +223,8 @@ int Proxy::sharded(Coll coll, const void* send, void* recv, uint64_t per_rank, E
     *path = Path::kDense;
     const ActiveEntry* e = match(cs, gather ? recv : send, count, type);
     if (!e)
-      e = match_cycle(cs, gather ? compress::MaskTarget::kAllGather : compress::MaskTarget::kReduceScatter, count, type);
+      e = match_cycle(cs, gather ? compress::MaskTarget::kAllGather : compress::MaskTarget::kReduceScatter, count,
+                      type);
     if (e && e->plan && !e->plan->shards().empty()) {
       Compaction c{coll, e->plan, send, recv, op};
       *path = Path::kCompactPublished;
@@ -280,7 +284,8 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
     if (!enqueued(rc)) return rc;
   }
   if (ts.depth == 0)
-    if (int rc = compact_in(cs, c, call.stream)) return fail_comm(cs, rc, "the gather of a compacted collective failed");
+    if (int rc = compact_in(cs, c, call.stream))
+      return fail_comm(cs, rc, "the gather of a compacted collective failed");
   const uint64_t width = plan.shard_width();
   int rc = kResultSuccess;
   switch (c.coll) {
@@ -291,8 +296,8 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
                                  cs.comm, call.stream);
       break;
     case Coll::kReduceScatter:
-      rc = backend_.reduce_scatter(plan.compact(), plan.compact_at(uint64_t(cs.rank) * width), width, plan.type(),
-                                   c.op, cs.comm, call.stream);
+      rc = backend_.reduce_scatter(plan.compact(), plan.compact_at(uint64_t(cs.rank) * width), width, plan.type(), c.op,
+                                   cs.comm, call.stream);
       break;
     case Coll::kAllGather:
       rc = backend_.all_gather(plan.compact_at(uint64_t(cs.rank) * width), plan.compact(), width, plan.type(), cs.comm,
@@ -366,9 +371,10 @@ int Proxy::count_pruned(CommState& cs, EntryPlan& plan, const DeviceLayout& layo
   add(stats_.mask_violations, fresh);
   if (!cs.warned_violations) {
     cs.warned_violations = true;
-    SIEVE_WARN("collective proxy: a published mask on communicator %p (%llu x %s) pruned %llu nonzero values; they "
-               "were dropped, as the mask says (mask_violations counts them; SIEVE_PROXY_VERIFY=1 names the first)",
-               cs.comm, (unsigned long long)plan.count(), elem_type_name(plan.type()), (unsigned long long)fresh);
+    SIEVE_WARN(
+        "collective proxy: a published mask on communicator %p (%llu x %s) pruned %llu nonzero values; they "
+        "were dropped, as the mask says (mask_violations counts them; SIEVE_PROXY_VERIFY=1 names the first)",
+        cs.comm, (unsigned long long)plan.count(), elem_type_name(plan.type()), (unsigned long long)fresh);
   }
   return kResultSuccess;
 }
@@ -411,7 +417,9 @@ int Proxy::verify(CommState& cs, const Compaction& c, Stream stream) {
   const uint64_t shard = plan.count() / uint64_t(cs.nranks);
   const uint64_t n = c.coll == Coll::kReduceScatter ? shard : plan.count();
   const uint64_t first = c.coll == Coll::kReduceScatter ? uint64_t(cs.rank) * shard : 0;  // of the mask
-  const char* kind = c.coll == Coll::kAllReduce ? "all_reduce" : c.coll == Coll::kReduceScatter ? "reduce_scatter" : "all_gather";
+  const char* kind = c.coll == Coll::kAllReduce       ? "all_reduce"
+                     : c.coll == Coll::kReduceScatter ? "reduce_scatter"
+                                                      : "all_gather";
   std::vector<unsigned char> got(n * es), want(n * es);
   Waiting waiting(cs, "SIEVE_PROXY_VERIFY's comparison");
   if (int rc = backend_.download(c.recv, got.data(), got.size(), stream, cs.comm, cs.live))
@@ -420,7 +428,8 @@ int Proxy::verify(CommState& cs, const Compaction& c, Stream stream) {
     return fail_comm(cs, rc, "SIEVE_PROXY_VERIFY could not read the dense result");
   const bool exact = c.coll == Coll::kAllGather || c.op == ReduceOp::kMax || c.op == ReduceOp::kMin || cs.nranks <= 2;
   double largest = 0;
-  for (uint64_t i = 0; i < n && !exact; ++i) largest = std::max(largest, std::fabs(element_value(plan.type(), &want[i * es])));
+  for (uint64_t i = 0; i < n && !exact; ++i)
+    largest = std::max(largest, std::fabs(element_value(plan.type(), &want[i * es])));
   const double tolerance = exact ? 0 : 2.0 * (cs.nranks - 1) * unit_roundoff(plan.type()) * largest;
   char what[320] = "";
   for (uint64_t i = 0; i < n; ++i) {
@@ -430,10 +439,11 @@ int Proxy::verify(CommState& cs, const Compaction& c, Stream stream) {
                                      : std::memcmp(&got[i * es], &want[i * es], es) == 0 || (g == 0 && w == 0);
     if (same) continue;
     std::snprintf(what, sizeof what,
-                  "SIEVE_PROXY_VERIFY: call #%" PRIu64 " (%s %s, %" PRIu64 " elements) into buffer %p differs from "
+                  "SIEVE_PROXY_VERIFY: call #%" PRIu64 " (%s %s, %" PRIu64
+                  " elements) into buffer %p differs from "
                   "the dense result at element %" PRIu64 " (%s): compacted %.9g, dense %.9g",
-                  c.seq, kind, elem_type_name(plan.type()), n, c.recv, i, kept ? "kept by the mask" : "pruned by the mask",
-                  g, w);
+                  c.seq, kind, elem_type_name(plan.type()), n, c.recv, i,
+                  kept ? "kept by the mask" : "pruned by the mask", g, w);
     break;
   }
   return verdict(cs, stream, what, false);
@@ -533,8 +543,10 @@ int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t
   if (int rc = sig.begin_call(backend_, cs.comm, cs.live, send, &d)) {
     if (!observe) return fail_comm(cs, rc, "could not read a learned-mask record");
     // Observing issues no collective: losing a record only stops the observation.
-    SIEVE_WARN("collective proxy: SIEVE_TRACK=observe stops watching %llu-element %s all-reduces on communicator %p: "
-               "reading a record failed (error %d)", (unsigned long long)count, elem_type_name(type), cs.comm, rc);
+    SIEVE_WARN(
+        "collective proxy: SIEVE_TRACK=observe stops watching %llu-element %s all-reduces on communicator %p: "
+        "reading a record failed (error %d)",
+        (unsigned long long)count, elem_type_name(type), cs.comm, rc);
     cs.learned.erase({count, type});
     note(cs, CallKind::kAllReduce, op, type, CallPath::kDense, count);
     return dense(Coll::kAllReduce, send, recv, count, type, op, cs.comm, call.stream);
@@ -545,13 +557,15 @@ int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t
   if (d.fell_back || d.pattern_changed) add(stats_.learned_pattern_changes, 1);
   if (d.retired) {
     add(stats_.learned_signatures_retired, 1);
-    SIEVE_WARN("collective proxy: the learned mask of %llu-element %s all-reduces on communicator %p fell back %u "
-               "times; that signature runs dense from now on and is no longer learned",
-               (unsigned long long)count, elem_type_name(type), cs.comm, LearnedSignature::kMaxFallbacks);
+    SIEVE_WARN(
+        "collective proxy: the learned mask of %llu-element %s all-reduces on communicator %p fell back %u "
+        "times; that signature runs dense from now on and is no longer learned",
+        (unsigned long long)count, elem_type_name(type), cs.comm, LearnedSignature::kMaxFallbacks);
   } else if (d.fell_back)
-    SIEVE_INFO("collective proxy: a rank had nonzeros outside the learned mask of %llu-element %s all-reduces on "
-               "communicator %p, or called them on another buffer; dense again, relearning",
-               (unsigned long long)count, elem_type_name(type), cs.comm);
+    SIEVE_INFO(
+        "collective proxy: a rank had nonzeros outside the learned mask of %llu-element %s all-reduces on "
+        "communicator %p, or called them on another buffer; dense again, relearning",
+        (unsigned long long)count, elem_type_name(type), cs.comm);
   if (d.propose) {
     if (thread_state().depth > 0) {
       Deferred v{Deferred::Kind::kLearnedVote, call.state, call.stream};

@@ -68,18 +68,21 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
     // goes into the graph as it is.
     outcome->reason = "a commit cannot be captured into a CUDA graph; issue it outside capture";
     SIEVE_WARN("collective proxy: %s (communicator %p); nothing changes", outcome->reason.c_str(), cs.comm);
-    if (token) return backend_.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, cs.comm, call.stream);
+    if (token)
+      return backend_.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, cs.comm, call.stream);
     return kResultSuccess;
   }
   if (!cs.vote && backend_.create_exchange(kVoteBytes, &cs.vote)) {
     // This rank cannot vote. The binding's own all-reduce still carries its "no proxy" words, so
     // the others refuse; a C caller's commit has nothing to send, and its peers must not wait.
-    if (token) return backend_.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, cs.comm, call.stream);
+    if (token)
+      return backend_.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, cs.comm, call.stream);
     return fail_comm(cs, kResultCudaError, "no device memory for a commit's vote");
   }
   if (options_.verify && !cs.captured_verdict) {  // made here: a graph may not allocate
     if (backend_.create_exchange(kVoteBytes, &cs.captured_verdict)) {
-      if (token) return backend_.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, cs.comm, call.stream);
+      if (token)
+        return backend_.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, cs.comm, call.stream);
       return fail_comm(cs, kResultCudaError, "no device memory for SIEVE_PROXY_VERIFY's vote");
     }
     write_vote(Vote{0, fingerprint_, Refusal::kNone}, cs.captured_verdict->host());
@@ -87,12 +90,13 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
   auto reusable = reusable_plans(cs.active);
   reuse_cycle(cs.cycle, &reusable);
   const Refusal veto = options_.enabled ? Refusal::kNone : Refusal::kProxyOff;
-  AgreementContext ctx{backend_, cs.comm, call.stream, cs.live, options_.rules, fingerprint_, cs.nranks,
-                       options_.verify, &reusable, veto};
+  AgreementContext ctx{backend_,     cs.comm,   call.stream,     cs.live,   options_.rules,
+                       fingerprint_, cs.nranks, options_.verify, &reusable, veto};
   auto pending = std::make_shared<PendingCommit>();
   pending->token = token;
   int collective_rc = kResultSuccess;
-  if (int rc = TableCommit::begin(ctx, registry_.snapshot(comm_scope(cs.comm)), flags, *cs.vote, token, &pending->table, &collective_rc))
+  if (int rc = TableCommit::begin(ctx, registry_.snapshot(comm_scope(cs.comm)), flags, *cs.vote, token, &pending->table,
+                                  &collective_rc))
     return fail_comm(cs, rc, "could not issue a commit's vote");
   note(cs, CallKind::kCommit, ReduceOp::kMax, ElemType::kI64, CallPath::kAgreement, kVoteWords);
   if (thread_state().depth > 0) {
@@ -112,8 +116,8 @@ int Proxy::finish_commit(CommState& cs, Stream stream, PendingCommit& pending) {
   Waiting waiting(cs, "a commit's vote");  // also when it comes at a group's end
   auto reusable = reusable_plans(cs.active);
   reuse_cycle(cs.cycle, &reusable);
-  AgreementContext ctx{backend_, cs.comm, stream, cs.live, options_.rules, fingerprint_, cs.nranks,
-                       options_.verify, &reusable, Refusal::kNone};
+  AgreementContext ctx{backend_,     cs.comm,   stream,          cs.live,   options_.rules,
+                       fingerprint_, cs.nranks, options_.verify, &reusable, Refusal::kNone};
   TableAgreement agreement;
   if (int rc = pending.table->finish(ctx, *cs.vote, &agreement))
     return fail_comm(cs, rc, "could not complete a commit's vote");
@@ -145,10 +149,11 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
     bool kept = false;
     for (const ActiveEntry& e : agreement.entries) kept = kept || e.plan == entry.plan;
     if (!kept)
-      SIEVE_WARN("collective proxy: a CUDA graph compacts with mask %llu (%s), which commit %llu replaced or removed; "
-                 "replays of that graph still use the old mask: capture it again",
-                 (unsigned long long)entry.source->id(), compress::mask_target_name(entry.source->target()),
-                 (unsigned long long)number);
+      SIEVE_WARN(
+          "collective proxy: a CUDA graph compacts with mask %llu (%s), which commit %llu replaced or removed; "
+          "replays of that graph still use the old mask: capture it again",
+          (unsigned long long)entry.source->id(), compress::mask_target_name(entry.source->target()),
+          (unsigned long long)number);
   };
   for (const auto& [base, entry] : cs.active) keep_captured(entry);
   for (const ActiveEntry& entry : cs.cycle) keep_captured(entry);
@@ -164,9 +169,10 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
     if (options_.track == TrackMode::kOn) cs.learned.clear();
     add(stats_.tables_refused, 1);
     outcome->reason = agreement.reason;
-    SIEVE_WARN("collective proxy: commit %llu was refused on communicator %p: %s; from this point every rank runs "
-               "its collectives dense",
-               (unsigned long long)number, cs.comm, agreement.reason.c_str());
+    SIEVE_WARN(
+        "collective proxy: commit %llu was refused on communicator %p: %s; from this point every rank runs "
+        "its collectives dense",
+        (unsigned long long)number, cs.comm, agreement.reason.c_str());
     return;
   }
   for (ActiveEntry& e : agreement.entries) {
@@ -186,10 +192,11 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
     }
   outcome->state = CommitOutcome::State::kActivated;
   add(stats_.tables_activated, 1);
-  SIEVE_INFO("collective proxy: commit %llu is active on communicator %p (%d ranks): %llu masks, %llu of them "
-             "compact%s",
-             (unsigned long long)number, cs.comm, cs.nranks, (unsigned long long)outcome->masks,
-             (unsigned long long)outcome->compacting, options_.track == TrackMode::kOn ? "; learning masks" : "");
+  SIEVE_INFO(
+      "collective proxy: commit %llu is active on communicator %p (%d ranks): %llu masks, %llu of them "
+      "compact%s",
+      (unsigned long long)number, cs.comm, cs.nranks, (unsigned long long)outcome->masks,
+      (unsigned long long)outcome->compacting, options_.track == TrackMode::kOn ? "; learning masks" : "");
 }
 
 int Proxy::vote_learned(CommState& cs, LearnedSignature& sig, Stream stream) {
@@ -207,9 +214,10 @@ int Proxy::vote_learned(CommState& cs, LearnedSignature& sig, Stream stream) {
   const Verdict verdict = read_verdict(mine, cs.vote->host());
   sig.settle(verdict.unanimous());
   if (verdict.unanimous())
-    SIEVE_INFO("collective proxy: learned a mask for %llu-element %s all-reduces on communicator %p (density %.3f); "
-               "compacting",
-               (unsigned long long)sig.count(), elem_type_name(sig.type()), cs.comm, sig.plan()->mask().density());
+    SIEVE_INFO(
+        "collective proxy: learned a mask for %llu-element %s all-reduces on communicator %p (density %.3f); "
+        "compacting",
+        (unsigned long long)sig.count(), elem_type_name(sig.type()), cs.comm, sig.plan()->mask().density());
   else
     SIEVE_INFO("collective proxy: a learned mask was not adopted on communicator %p: %s", cs.comm,
                verdict.reason(why).c_str());

@@ -17,7 +17,8 @@ std::vector<uint8_t> sparse_data(size_t bytes, size_t element_size, double densi
   for (size_t i = 0; i + element_size <= bytes; i += element_size) {
     if (!keep(rng)) continue;
     uint64_t v;
-    do v = rng(); while ((v & ((uint64_t{1} << (8 * element_size)) - 1)) == 0);
+    do v = rng();
+    while ((v & ((uint64_t{1} << (8 * element_size)) - 1)) == 0);
     std::memcpy(&data[i], &v, element_size);
   }
   for (size_t i = bytes / element_size * element_size; i < bytes; ++i) data[i] = uint8_t(rng());
@@ -41,15 +42,16 @@ std::vector<uint8_t> encode_vec(const uint8_t* src, size_t n, CodecOptions o, si
 TEST(Codec, ReportsTheSimdLevelsThisMachineRuns) {
   std::string names;
   for (SimdLevel l : levels()) names += std::string(simd_level_name(l)) + " ";
-  std::printf("codec SIMD levels tested here: %s(detected %s)\n", names.c_str(), simd_level_name(detected_simd_level()));
+  std::printf("codec SIMD levels tested here: %s(detected %s)\n", names.c_str(),
+              simd_level_name(detected_simd_level()));
   EXPECT_TRUE(simd_level_supported(SimdLevel::kScalar));
 }
 
 // decode(encode(x)) == x for random contents x densities x sizes x alignments x word sizes, and
 // every SIMD level writes exactly the scalar path's bytes.
 TEST(Codec, RoundTripsAndSimdMatchesScalarBitForBit) {
-  const size_t sizes[] = {0, 1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129,
-                          255, 1000, 4095, 4096, 4097, 10007, 65536 + 3, (1 << 20) + 6};
+  const size_t sizes[] = {0,  1,  2,  3,   4,   5,   7,   8,    15,   16,   17,   31,    32,        33,
+                          63, 64, 65, 127, 128, 129, 255, 1000, 4095, 4096, 4097, 10007, 65536 + 3, (1 << 20) + 6};
   const double densities[] = {0.0, 0.05, 0.3, 0.5, 0.8, 0.95, 1.0};
   uint32_t seed = 1;
   for (size_t n : sizes)
@@ -71,7 +73,8 @@ TEST(Codec, RoundTripsAndSimdMatchesScalarBitForBit) {
             for (SimdLevel decode_level : levels()) {
               std::vector<uint8_t> out(n + 8, 0xAB);
               size_t out_len = 1;
-              ASSERT_EQ(decode(frame.data(), frame.size(), out.data() + 1, n, &out_len, decode_level), DecodeStatus::kOk);
+              ASSERT_EQ(decode(frame.data(), frame.size(), out.data() + 1, n, &out_len, decode_level),
+                        DecodeStatus::kOk);
               ASSERT_EQ(out_len, n);
               ASSERT_TRUE(n == 0 || std::memcmp(out.data() + 1, src, n) == 0) << "n=" << n << " d=" << d;
               ASSERT_EQ(out[0], 0xAB);  // nothing written before the destination
@@ -144,9 +147,7 @@ class CorruptFrame : public ::testing::Test {
     std::vector<uint8_t> out(cap);
     size_t len = 99;
     DecodeStatus s = decode(f.data(), f.size(), out.data(), cap, &len);
-    if (s != DecodeStatus::kOk) {
-      EXPECT_EQ(len, 0u);
-    }
+    if (s != DecodeStatus::kOk) { EXPECT_EQ(len, 0u); }
     return s;
   }
   std::vector<uint8_t> data, frame;
@@ -202,9 +203,7 @@ TEST_F(CorruptFrame, RandomMutationsNeverEscapeTheBuffers) {
     const size_t cap = data.size() + 16;
     std::vector<uint8_t> out(cap + 64, 0xCD);
     size_t len = 0;
-    if (decode(f.data(), f.size(), out.data(), cap, &len) == DecodeStatus::kOk) {
-      EXPECT_LE(len, cap);
-    }
+    if (decode(f.data(), f.size(), out.data(), cap, &len) == DecodeStatus::kOk) { EXPECT_LE(len, cap); }
     for (size_t j = cap; j < out.size(); ++j) ASSERT_EQ(out[j], 0xCD);
   }
 }

@@ -49,9 +49,10 @@ TEST(Safetensors, MasksAreConcatenatedInDataOffsetOrder) {
   for (uint64_t i = 0; i < 10; ++i) EXPECT_EQ(f.combined.test(i), expect[i]) << i;
 
   // The JSON order does not matter, the data offsets do.
-  std::string header = "{\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]},"
-                       "\"__metadata__\":{\"format\":\"pt\"},"
-                       "\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}";
+  std::string header =
+      "{\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]},"
+      "\"__metadata__\":{\"format\":\"pt\"},"
+      "\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}";
   std::vector<TensorSpec> data = {{"a", "U8", {2}, {1, 0}}, {"b", "U8", {2}, {0, 1}}};
   ASSERT_TRUE(parse_masks(file_bytes(header, data), &f).ok());
   ASSERT_EQ(f.masks.size(), 2u);
@@ -114,12 +115,14 @@ TEST(Safetensors, MalformedFilesAreRefusedWithTheReason) {
                         {{"a", "U8", {2}, {1, 1}}})
                 .find("duplicate key"),
             std::string::npos);
-  EXPECT_NE(with_header("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":1}}", {{"a", "U8", {1}, {1}}})
-                .find("unknown key"),
-            std::string::npos);
-  EXPECT_NE(with_header("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", {{"w", "F32", {1}, {0, 0, 0, 0}}})
-                .find("no BOOL or U8"),
-            std::string::npos);
+  EXPECT_NE(
+      with_header("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":1}}", {{"a", "U8", {1}, {1}}})
+          .find("unknown key"),
+      std::string::npos);
+  EXPECT_NE(
+      with_header("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", {{"w", "F32", {1}, {0, 0, 0, 0}}})
+          .find("no BOOL or U8"),
+      std::string::npos);
   EXPECT_NE(with_header("{\"a\":{\"dtype\":\"U8\",\"shape\":[18446744073709551615,2],\"data_offsets\":[0,1]}}",
                         {{"a", "U8", {1}, {1}}})
                 .find("overflows"),
@@ -196,7 +199,8 @@ TEST(Json, StrictGrammarWithOffsets) {
   EXPECT_EQ(n, 1u);
   EXPECT_FALSE(a.items[1].as_uint64(&n));
   EXPECT_EQ(a.items[5].text, "\xc3\xa9\xf0\x9f\x98\x80\n");
-  for (const char* bad : {"{", "[1,]", "{\"a\" 1}", "01", "1.", "\"\\x\"", "\"\\ud800\"", "tru", "[1] 2", "\"a\nb\"", "{\"a\":1,}"}) {
+  for (const char* bad :
+       {"{", "[1,]", "{\"a\" 1}", "01", "1.", "\"\\x\"", "\"\\ud800\"", "tru", "[1] 2", "\"a\nb\"", "{\"a\":1,}"}) {
     Status s = json::parse(bad, std::strlen(bad), &v);
     EXPECT_FALSE(s.ok()) << bad;
     EXPECT_NE(s.message().find("offset"), std::string::npos) << bad;

@@ -28,12 +28,11 @@ TEST(TileLayout, BitsAndTileBasesDescribeAnyUnalignedSpan) {
     for (uint64_t i = 0; i < count; ++i) {
       const bool bit = (l.bits[i / 32] >> (i % 32)) & 1u;
       ASSERT_EQ(bit, m.test(first + i)) << "seed " << seed << " element " << i;
-      if (i % kTileElements == 0) {
-        ASSERT_EQ(l.tile_base[i / kTileElements], kept) << "tile " << i / kTileElements;
-      }
+      if (i % kTileElements == 0) { ASSERT_EQ(l.tile_base[i / kTileElements], kept) << "tile " << i / kTileElements; }
       kept += bit;
     }
-    for (uint64_t i = count; i < l.bits.size() * 32; ++i) ASSERT_FALSE((l.bits[i / 32] >> (i % 32)) & 1u) << "past the end";
+    for (uint64_t i = count; i < l.bits.size() * 32; ++i)
+      ASSERT_FALSE((l.bits[i / 32] >> (i % 32)) & 1u) << "past the end";
     EXPECT_EQ(l.nnz, kept);
     EXPECT_EQ(l.tile_base.back(), kept);
     EXPECT_EQ(l.tile_base.size(), (count + kTileElements - 1) / kTileElements + 1);
@@ -48,9 +47,7 @@ TEST(TileLayout, ReferenceGatherAndScatterRoundTripWithExactZeros) {
   gather_reference(l, sizeof(double), src.data(), compact.data());
   uint64_t j = 0;
   for (uint64_t i = 0; i < 9000; ++i) {
-    if (m.test(123 + i)) {
-      ASSERT_EQ(compact[j++], src[i]);
-    }
+    if (m.test(123 + i)) { ASSERT_EQ(compact[j++], src[i]); }
   }
   scatter_reference(l, sizeof(double), compact.data(), back.data());
   for (uint64_t i = 0; i < 9000; ++i) ASSERT_EQ(back[i], m.test(123 + i) ? src[i] : 0.0) << i;

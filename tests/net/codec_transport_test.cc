@@ -73,7 +73,9 @@ void transfer(const TransportOptions& sender, const TransportOptions& receiver, 
 size_t stripes_of(size_t bytes) { return wire::plan_stripes(bytes, loopback_options().nsocks, kChunk).count; }
 
 // What a message costs on the wire without the codec: frame header, chunk headers, payload.
-uint64_t raw_wire(size_t bytes) { return wire::kFrameHeaderBytes + stripes_of(bytes) * wire::kChunkHeaderBytes + bytes; }
+uint64_t raw_wire(size_t bytes) {
+  return wire::kFrameHeaderBytes + stripes_of(bytes) * wire::kChunkHeaderBytes + bytes;
+}
 
 // ---- negotiation: the codec is used only when both ends offer it and the sender is not off ----
 
@@ -139,8 +141,8 @@ TEST(CodecNegotiation, InlineMessagesStayRaw) {
 // ---- exact delivery with the codec forced on ----
 
 TEST(CodecDelivery, SparseAndDenseOfAwkwardSizesArriveExactly) {
-  const size_t sizes[] = {0, 1, 3, 16 * 1024 + 1, 64 * 1024 + 2, kChunk - 1, kChunk, kChunk + 1, 2 * kChunk + 3,
-                          5 * kChunk - 2, 1000003};
+  const size_t sizes[] = {
+      0, 1, 3, 16 * 1024 + 1, 64 * 1024 + 2, kChunk - 1, kChunk, kChunk + 1, 2 * kChunk + 3, 5 * kChunk - 2, 1000003};
   struct Kind {
     unsigned word;
     int zeros;
@@ -152,9 +154,7 @@ TEST(CodecDelivery, SparseAndDenseOfAwkwardSizesArriveExactly) {
       Result r;
       transfer(with_codec(Codec::On), with_codec(Codec::On), make_data(size, k.word, k.zeros, size + k.zeros), &r,
                size % 7);
-      if (size > loopback_options().inline_threshold && k.zeros >= 80) {
-        EXPECT_LT(r.received.wire_bytes, size);
-      }
+      if (size > loopback_options().inline_threshold && k.zeros >= 80) { EXPECT_LT(r.received.wire_bytes, size); }
     }
   }
 }

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 
 #include "net/devices.h"
 #include "net/transport.h"
@@ -45,10 +45,11 @@ std::vector<std::string> names(const std::vector<Device>& devices) {
   return n;
 }
 
-const std::vector<InterfaceAddress> kHost = {
-    v4("lo", "127.0.0.1", true), v6("lo", "::1", true),     v4("eth0", "10.0.0.2"),    v6("eth0", "fe80::1"),
-    v6("eth0", "fd00::2"),        v4("docker0", "172.17.0.1"), v4("br-1a2b", "172.18.0.1"), v4("ib0", "192.168.1.2"),
-    v6("eth1", "fe80::5"),        v4("eth2", "10.9.9.9", false, false)};
+const std::vector<InterfaceAddress> kHost = {v4("lo", "127.0.0.1", true), v6("lo", "::1", true),
+                                             v4("eth0", "10.0.0.2"),      v6("eth0", "fe80::1"),
+                                             v6("eth0", "fd00::2"),       v4("docker0", "172.17.0.1"),
+                                             v4("br-1a2b", "172.18.0.1"), v4("ib0", "192.168.1.2"),
+                                             v6("eth1", "fe80::5"),       v4("eth2", "10.9.9.9", false, false)};
 
 using V = std::vector<std::string>;
 
@@ -104,7 +105,8 @@ TEST(SelectDevices, IfnameSyntax) {
 }
 
 TEST(SelectDevices, ContainerBridgeNames) {
-  for (const char* n : {"docker0", "br-abc", "virbr0", "lxcbr0", "cni0", "podman1"}) EXPECT_TRUE(is_container_bridge(n)) << n;
+  for (const char* n : {"docker0", "br-abc", "virbr0", "lxcbr0", "cni0", "podman1"})
+    EXPECT_TRUE(is_container_bridge(n)) << n;
   for (const char* n : {"eth0", "bridge", "veth1", "ens5", "ib0"}) EXPECT_FALSE(is_container_bridge(n)) << n;
 }
 

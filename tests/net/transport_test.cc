@@ -88,8 +88,8 @@ class TransportTest : public ::testing::TestWithParam<Mover> {
 };
 
 TEST_P(TransportTest, SizesFromZeroToSixtyFourMiB) {
-  const size_t sizes[] = {0, 1, 7, 4096, 16 * 1024, 16 * 1024 + 1, 100000, 128 * 1024, 1 << 20, 3 * 1000 * 1000 + 17,
-                          64u << 20};
+  const size_t sizes[] = {
+      0, 1, 7, 4096, 16 * 1024, 16 * 1024 + 1, 100000, 128 * 1024, 1 << 20, 3 * 1000 * 1000 + 17, 64u << 20};
   uint32_t seed = 1;
   for (size_t size : sizes) roundtrip(size, size, seed++);
 }
@@ -258,9 +258,7 @@ TEST_P(TransportTest, ManyMessagesKeepOrder) {
     Completion cs, cr;
     ASSERT_TRUE(testing::wait_both(s[i], &cs, r[i], &cr).is_ok());
     ASSERT_EQ(cr.size, sizes[i]);
-    if (sizes[i]) {
-      EXPECT_EQ(std::memcmp(in[i].data(), out[i].data(), sizes[i]), 0) << i;
-    }
+    if (sizes[i]) { EXPECT_EQ(std::memcmp(in[i].data(), out[i].data(), sizes[i]), 0) << i; }
   }
 }
 
@@ -305,8 +303,7 @@ TEST(TransportProgress, InlineConnectionsStartNoThreadsAndHelperConnectionsDo) {
     const size_t added = threads_in_process() - before;
     if (mover == Mover::Helpers || mover == Mover::AutoSingleSocket)
       EXPECT_GE(added, 2u) << "one helper per side at least";
-    else
-      EXPECT_EQ(added, 0u) << "inline progress started threads";
+    else EXPECT_EQ(added, 0u) << "inline progress started threads";
   }
 }
 
@@ -336,7 +333,8 @@ TEST(TransportOptions, AutoAndExplicitShapesInteroperate) {
   auto a = make_transport(automatic);
   auto b = make_transport(explicit_four);
   ASSERT_TRUE(a && b);
-  for (auto [listener, connector] : {std::pair{a.get(), b.get()}, std::pair{b.get(), a.get()}, std::pair{a.get(), a.get()}}) {
+  for (auto [listener, connector] :
+       {std::pair{a.get(), b.get()}, std::pair{b.get(), a.get()}, std::pair{a.get(), a.get()}}) {
     Pair pair;
     ASSERT_TRUE(connect_pair(*listener, *connector, &pair).is_ok());
     std::vector<char> out = pattern(3 * 1000 * 1000 + 17, 9), in(out.size());

@@ -7,12 +7,12 @@
 
 static int failures = 0;
 
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (!(cond)) {                                                    \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                     \
-    }                                                                 \
+      ++failures;                                                              \
+    }                                                                          \
   } while (0)
 
 /* A failing call must return `code`, leave a message, and have a strerror text. */
@@ -77,7 +77,8 @@ int main(void) {
   expect_error(sieve_mask_publish_ranges(other, 64, SIEVE_DTYPE_F32, starts, lengths, 2, &id), SIEVE_ERR_RANGE);
   expect_error(sieve_mask_publish_ranges(other, 1000, SIEVE_DTYPE_F32, overlap_starts, lengths, 2, &id),
                SIEVE_ERR_RANGE);
-  expect_error(sieve_mask_publish_ranges(other, 64, SIEVE_DTYPE_F32, NULL, lengths, 2, &id), SIEVE_ERR_INVALID_ARGUMENT);
+  expect_error(sieve_mask_publish_ranges(other, 64, SIEVE_DTYPE_F32, NULL, lengths, 2, &id),
+               SIEVE_ERR_INVALID_ARGUMENT);
   expect_error(sieve_mask_publish_file(other, 64, SIEVE_DTYPE_F32, "/nonexistent/mask.safetensors", &id), SIEVE_ERR_IO);
   expect_error(sieve_mask_publish_file(other, 64, SIEVE_DTYPE_F32, NULL, &id), SIEVE_ERR_INVALID_ARGUMENT);
   expect_error(sieve_mask_query(other, &info), SIEVE_ERR_NOT_FOUND);
@@ -89,8 +90,7 @@ int main(void) {
   expect_error(sieve_mask_publish(other, (size_t)-1 / 4 + 1, SIEVE_DTYPE_F32, bits, &id), SIEVE_ERR_RANGE);
   expect_error(sieve_mask_publish((void*)(~(uintptr_t)0 - 8), 64, SIEVE_DTYPE_F32, bits, &id), SIEVE_ERR_RANGE);
   CHECK(strstr(sieve_last_error(), "elements at 0xfffffffffffffff7 do not fit") != NULL); /* hex, as maps show */
-  expect_error(sieve_mask_publish_ranges(other, (size_t)-1, SIEVE_DTYPE_F64, starts, lengths, 2, &id),
-               SIEVE_ERR_RANGE);
+  expect_error(sieve_mask_publish_ranges(other, (size_t)-1, SIEVE_DTYPE_F64, starts, lengths, 2, &id), SIEVE_ERR_RANGE);
   {
     uint64_t huge_start = UINT64_MAX - 4, huge_length = 10;
     expect_error(sieve_mask_publish_ranges(other, 64, SIEVE_DTYPE_F32, &huge_start, &huge_length, 1, &id),
@@ -100,8 +100,8 @@ int main(void) {
   /* Every dtype reads back as published, not as the first dtype of its width (BF16 was F16). */
   {
     static uint64_t wide[64];
-    static const int dtypes[] = {SIEVE_DTYPE_F32, SIEVE_DTYPE_F16,  SIEVE_DTYPE_BF16, SIEVE_DTYPE_F64,
-                                 SIEVE_DTYPE_I8,  SIEVE_DTYPE_U8,   SIEVE_DTYPE_I32,  SIEVE_DTYPE_I64};
+    static const int dtypes[] = {SIEVE_DTYPE_F32, SIEVE_DTYPE_F16, SIEVE_DTYPE_BF16, SIEVE_DTYPE_F64,
+                                 SIEVE_DTYPE_I8,  SIEVE_DTYPE_U8,  SIEVE_DTYPE_I32,  SIEVE_DTYPE_I64};
     size_t i;
     for (i = 0; i < sizeof dtypes / sizeof dtypes[0]; ++i) {
       CHECK(sieve_mask_publish(wide, 64, dtypes[i], bits, NULL) == SIEVE_OK);
@@ -125,11 +125,13 @@ int main(void) {
     expect_error(sieve_collective_mask_publish(3, 64, SIEVE_DTYPE_F32, bits, NULL), SIEVE_ERR_INVALID_ARGUMENT);
     expect_error(sieve_collective_mask_publish(SIEVE_COLLECTIVE_ALL_GATHER, 0, SIEVE_DTYPE_F32, bits, NULL),
                  SIEVE_ERR_INVALID_ARGUMENT);
-    expect_error(sieve_collective_mask_publish(SIEVE_COLLECTIVE_ALL_GATHER, 64, 99, bits, NULL), SIEVE_ERR_UNKNOWN_DTYPE);
+    expect_error(sieve_collective_mask_publish(SIEVE_COLLECTIVE_ALL_GATHER, 64, 99, bits, NULL),
+                 SIEVE_ERR_UNKNOWN_DTYPE);
     expect_error(sieve_collective_mask_publish(SIEVE_COLLECTIVE_ALL_GATHER, 64, SIEVE_DTYPE_F32, NULL, NULL),
                  SIEVE_ERR_INVALID_ARGUMENT);
-    expect_error(sieve_collective_mask_publish(SIEVE_COLLECTIVE_ALL_GATHER, (size_t)1 << 62, SIEVE_DTYPE_F64, bits, NULL),
-                 SIEVE_ERR_RANGE);
+    expect_error(
+        sieve_collective_mask_publish(SIEVE_COLLECTIVE_ALL_GATHER, (size_t)1 << 62, SIEVE_DTYPE_F64, bits, NULL),
+        SIEVE_ERR_RANGE);
     memset(&stats, 0, sizeof stats);
     stats.size = sizeof stats;
     CHECK(sieve_stats_get(&stats) == SIEVE_OK && stats.masks_published == 3);
@@ -145,9 +147,9 @@ int main(void) {
     uint64_t scoped_id = 0;
     expect_error(sieve_mask_publish_for(&comm_a, scoped, 64, SIEVE_DTYPE_F32, bits, 7, NULL), SIEVE_ERR_RANGE);
     CHECK(strstr(sieve_last_error(), "64 elements need 8 bytes of bits, 7 given") != NULL);
-    expect_error(sieve_collective_mask_publish_for(&comm_a, SIEVE_COLLECTIVE_REDUCE_SCATTER, 64, SIEVE_DTYPE_F32, bits,
-                                                   7, NULL),
-                 SIEVE_ERR_RANGE);
+    expect_error(
+        sieve_collective_mask_publish_for(&comm_a, SIEVE_COLLECTIVE_REDUCE_SCATTER, 64, SIEVE_DTYPE_F32, bits, 7, NULL),
+        SIEVE_ERR_RANGE);
     CHECK(sieve_mask_publish_for(&comm_a, scoped, 64, SIEVE_DTYPE_F32, bits, 8, &scoped_id) == SIEVE_OK);
     expect_error(sieve_mask_publish_for(&comm_b, scoped + 8, 8, SIEVE_DTYPE_F32, bits, 1, NULL), SIEVE_ERR_RANGE);
     expect_error(sieve_mask_publish(scoped, 64, SIEVE_DTYPE_F32, bits, NULL), SIEVE_ERR_RANGE);
@@ -193,10 +195,8 @@ int main(void) {
 #endif
     expect_error(sieve_commit_arm(NULL, 0), SIEVE_ERR_INVALID_ARGUMENT);
     expect_error(sieve_commit_arm(token, 0x80), SIEVE_ERR_INVALID_ARGUMENT);
-    if (with_proxy)
-      CHECK(sieve_commit_arm(token, SIEVE_COMMIT_UNION) == SIEVE_OK);
-    else
-      expect_error(sieve_commit_arm(token, 0), SIEVE_ERR_UNAVAILABLE);
+    if (with_proxy) CHECK(sieve_commit_arm(token, SIEVE_COMMIT_UNION) == SIEVE_OK);
+    else expect_error(sieve_commit_arm(token, 0), SIEVE_ERR_UNAVAILABLE);
     /* Armed, but no all-reduce of the token reached the proxy: nothing was decided. */
     expect_error(sieve_commit_outcome(token, &result), SIEVE_ERR_NOT_FOUND);
     CHECK(strstr(sieve_last_error(), "every rank refused it") != NULL);

@@ -32,9 +32,7 @@ TEST(Config, EveryParamIsDocumentedAndNamedSieve) {
   for (const auto& p : params()) {
     EXPECT_EQ(std::string(p.name).rfind("SIEVE_", 0), 0u) << p.name;
     EXPECT_GT(std::string(p.doc).size(), 10u) << p.name;
-    if (p.kind == Kind::Choice) {
-      EXPECT_NE(std::string(p.choices).find('|'), std::string::npos) << p.name;
-    }
+    if (p.kind == Kind::Choice) { EXPECT_NE(std::string(p.choices).find('|'), std::string::npos) << p.name; }
   }
 }
 
@@ -102,7 +100,8 @@ TEST(Config, EveryNumericParamHasAValidRangeHoldingItsDefault) {
       continue;
     }
     EXPECT_FALSE(range_text(p).empty()) << p.name << " has no range";
-    EXPECT_TRUE(in_range(p, p.default_text)) << p.name << ": default " << p.default_text << " outside " << range_text(p);
+    EXPECT_TRUE(in_range(p, p.default_text))
+        << p.name << ": default " << p.default_text << " outside " << range_text(p);
   }
 }
 

@@ -48,9 +48,9 @@ std::string unquote(const std::string& cell) {
 }
 
 struct Row {
-  std::string type;     // "int", "size", "choice text", ...
-  std::string range;    // what follows ", " in the type cell: "0-16", ">= 0"; "" when none
-  std::string default_; // the default cell, back-quotes removed
+  std::string type;      // "int", "size", "choice text", ...
+  std::string range;     // what follows ", " in the type cell: "0-16", ">= 0"; "" when none
+  std::string default_;  // the default cell, back-quotes removed
 };
 
 // Rows of the table: each starts "| `SIEVE_NAME` |".
@@ -86,7 +86,8 @@ const ParamInfo* param(const std::string& name) {
 TEST(ReadmeConfigTable, ListsEveryRegistryVariableAndNoOther) {
   const std::map<std::string, Row> documented = table_rows();
   for (const auto& p : params()) EXPECT_TRUE(documented.count(p.name)) << p.name << " has no README table row";
-  for (const auto& [name, row] : documented) EXPECT_TRUE(param(name)) << name << " is in the README but not the registry";
+  for (const auto& [name, row] : documented)
+    EXPECT_TRUE(param(name)) << name << " is in the README but not the registry";
 }
 
 // The default cell is the registry's default; an empty default (strings) is described in brackets.
@@ -96,8 +97,7 @@ TEST(ReadmeConfigTable, StatesEachDefault) {
     if (!p) continue;
     if (std::string(p->default_text).empty())
       EXPECT_EQ(row.default_.front(), '(') << name << ": empty default shown as '" << row.default_ << "'";
-    else
-      EXPECT_EQ(row.default_, p->default_text) << name;
+    else EXPECT_EQ(row.default_, p->default_text) << name;
   }
 }
 
@@ -106,10 +106,8 @@ TEST(ReadmeConfigTable, StatesEachTypeAndRange) {
   for (const auto& [name, row] : table_rows()) {
     const ParamInfo* p = param(name);
     if (!p) continue;
-    if (p->kind == Kind::Choice)
-      EXPECT_EQ(row.type, p->choices) << name;
-    else
-      EXPECT_EQ(row.type.rfind(kind_name(p->kind), 0), 0u) << name << ": type '" << row.type << "'";
+    if (p->kind == Kind::Choice) EXPECT_EQ(row.type, p->choices) << name;
+    else EXPECT_EQ(row.type.rfind(kind_name(p->kind), 0), 0u) << name << ": type '" << row.type << "'";
     EXPECT_EQ(row.range, range_text(*p)) << name << ": the README's range differs from the registry's";
   }
 }

@@ -81,7 +81,8 @@ std::string fresh_directory(const std::string& name) {
 TEST(StatsExport, TheFileAppearsOnlyWithRealTotals) {
   const std::string dir = fresh_directory("sieve-export");
   const std::string path = dir + "/sieve-export-" + std::to_string(getpid()) + ".prom";
-  config::Registry registry({{"SIEVE_STATS_FILE", dir + "/sieve-export-%p.prom"}, {"SIEVE_STATS_FORMAT", "prometheus"}});
+  config::Registry registry(
+      {{"SIEVE_STATS_FILE", dir + "/sieve-export-%p.prom"}, {"SIEVE_STATS_FORMAT", "prometheus"}});
   ASSERT_TRUE(registry.diagnostics().empty());
   ASSERT_EQ(start_stats_export(registry.settings()), "");
   EXPECT_EQ(read_file(path), "") << "written before anything moved";
@@ -93,14 +94,13 @@ TEST(StatsExport, TheFileAppearsOnlyWithRealTotals) {
   const std::string total = "sieve_logical_sent_bytes_total{host=";
   std::string text = read_file(path);
   EXPECT_NE(text.find("# TYPE sieve_wire_sent_bytes_total counter"), std::string::npos) << text;
-  EXPECT_NE(text.find("\"} " + std::to_string(before + 70000000)),
-            std::string::npos) << text;
+  EXPECT_NE(text.find("\"} " + std::to_string(before + 70000000)), std::string::npos) << text;
 
   add(process_stats().bytes_logical_sent, 5);
   stop_stats_export();
   text = read_file(path);
   EXPECT_NE(text.find("} " + std::to_string(before + 70000005) + "\n"), std::string::npos) << "not the final totals:\n"
-                                                                                          << text;
+                                                                                           << text;
   std::remove(path.c_str());
   EXPECT_EQ(directory_entries(dir), (std::vector<std::string>{".", ".."}));
   rmdir(dir.c_str());
@@ -125,9 +125,9 @@ TEST(StatsExport, ADirectoryOrAMissingDirectoryIsRefusedAndNothingIsWritten) {
   const std::string dir = parent + "/textfile";
   mkdir(dir.c_str(), 0755);
   config::Registry as_directory({{"SIEVE_STATS_FILE", dir}});
-  EXPECT_EQ(start_stats_export(as_directory.settings()),
-            "SIEVE_STATS_FILE=" + dir + ": " + dir + " is a directory: name a file in it, e.g. " + dir +
-                "/sieve-%h-%p.prom");
+  EXPECT_EQ(
+      start_stats_export(as_directory.settings()),
+      "SIEVE_STATS_FILE=" + dir + ": " + dir + " is a directory: name a file in it, e.g. " + dir + "/sieve-%h-%p.prom");
   write_stats_export();
   stop_stats_export();
   EXPECT_EQ(directory_entries(parent), (std::vector<std::string>{".", "..", "textfile"}));

@@ -60,7 +60,8 @@ TEST(Telemetry, PrometheusHasTypedCountersWithLabels) {
   EXPECT_NE(p.find("# TYPE sieve_wire_sent_bytes_total counter"), std::string::npos) << p;
   EXPECT_NE(p.find("sieve_wire_sent_bytes_total{host=\"node\\\"1\"} 500"), std::string::npos) << p;
   EXPECT_NE(p.find("sieve_peer_wire_sent_bytes_total{host=\"node\\\"1\",device=\"eth1\",peer_host=\"10.0.1.2\"} 100"),
-            std::string::npos) << p;
+            std::string::npos)
+      << p;
   EXPECT_NE(p.find("sieve_collectives_compacted_total{host=\"node\\\"1\"} 7"), std::string::npos) << p;
 }
 
@@ -76,8 +77,10 @@ TEST(Telemetry, PrometheusLabelsPeersByHostAndProcessesByRank) {
   const std::string p = to_prometheus(s);
   EXPECT_EQ(p.find("pid="), std::string::npos) << p;
   EXPECT_EQ(p.find(":4000"), std::string::npos) << p;
-  EXPECT_NE(p.find("sieve_peer_wire_sent_bytes_total{host=\"node\\\"1\",rank=\"17\",device=\"eth1\",peer_host=\"10.0.1.2\"} 111\n"),
-            std::string::npos) << p;
+  EXPECT_NE(p.find("sieve_peer_wire_sent_bytes_total{host=\"node\\\"1\",rank=\"17\",device=\"eth1\",peer_host=\"10.0.1."
+                   "2\"} 111\n"),
+            std::string::npos)
+      << p;
   EXPECT_NE(p.find("peer_host=\"fe80::2\"} 11\n"), std::string::npos) << p;
   EXPECT_NE(p.find("sieve_wire_sent_bytes_total{host=\"node\\\"1\",rank=\"17\"} "), std::string::npos) << p;
   size_t series = 0;
@@ -126,7 +129,8 @@ TEST(Telemetry, EveryProcessCounterIsInJsonAndPrometheus) {
     EXPECT_NE(p.find(std::string("# TYPE sieve_") + c.metric + "_total counter"), std::string::npos) << c.metric;
     EXPECT_NE(p.find(std::string("sieve_") + c.metric + "_total{host=\"node\\\"1\"} " + value + "\n"),
               std::string::npos)
-        << c.metric << "\n" << p;
+        << c.metric << "\n"
+        << p;
   }
   EXPECT_NE(p.find("sieve_learned_saved_bytes_total{"), std::string::npos) << "bytes carry the unit before _total";
 }
@@ -150,7 +154,10 @@ std::map<std::string, Family> parse_prometheus(const std::string& text) {
       words >> name >> type;
       Family& f = families[name];
       if (line[2] == 'H') ++f.help_lines;
-      else { ++f.type_lines; f.type = type; }
+      else {
+        ++f.type_lines;
+        f.type = type;
+      }
       current = name;
       continue;
     }
@@ -190,9 +197,7 @@ TEST(Telemetry, PrometheusNamesFollowTheConventions) {
     EXPECT_EQ(f.type, "counter") << name;
     EXPECT_EQ(name.rfind("sieve_", 0), 0u) << name;
     EXPECT_TRUE(name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0) << name;
-    if (name.find("bytes") != std::string::npos) {
-      EXPECT_NE(name.find("_bytes_total"), std::string::npos) << name;
-    }
+    if (name.find("bytes") != std::string::npos) { EXPECT_NE(name.find("_bytes_total"), std::string::npos) << name; }
     EXPECT_EQ(name.find("_ns"), std::string::npos) << name << ": not in base units";
   }
   ASSERT_TRUE(families.count("sieve_busy_seconds_total"));
@@ -321,7 +326,13 @@ TEST(Telemetry, ASharedStatsPathNeverOverwritesAnEarlierProcesssTotals) {
   std::unique_ptr<StatsFileClaim> first, second, again;
   std::string note;
   ASSERT_EQ(choose_stats_path(pattern, 100, "h", &first, &note), pattern);
-  { StatsWriter writer(pattern, StatsFormat::Json, 0, [] { Snapshot s; s.pid = 100; return s; }); }
+  {
+    StatsWriter writer(pattern, StatsFormat::Json, 0, [] {
+      Snapshot s;
+      s.pid = 100;
+      return s;
+    });
+  }
   first.reset();  // the first process ends: its final totals are in the file, its claim is gone
   EXPECT_EQ(choose_stats_path(pattern, 200, "h", &second, &note), dir + "sieve-turns-" + tag + ".200.json");
   EXPECT_FALSE(second) << "holds a claim on a name it does not write";
@@ -341,7 +352,11 @@ TEST(Telemetry, AReleasedClaimLeavesNoLockFile) {
   const std::string path = ::testing::TempDir() + "sieve-lock-" + std::to_string(getpid()) + ".prom";
   const std::string lock = path + ".lock";
   std::string error;
-  { FILE* stale = std::fopen(lock.c_str(), "w"); ASSERT_TRUE(stale); std::fclose(stale); }  // a killed holder's
+  {
+    FILE* stale = std::fopen(lock.c_str(), "w");
+    ASSERT_TRUE(stale);
+    std::fclose(stale);
+  }  // a killed holder's
   auto claim = StatsFileClaim::take(path, &error);
   ASSERT_TRUE(claim) << error;
   EXPECT_EQ(access(lock.c_str(), F_OK), 0);
@@ -372,7 +387,11 @@ TEST(Telemetry, TheLockIsNeverCreatedThroughAPlantedLink) {
   EXPECT_EQ(choose_stats_path(path, 9, "h", &claim, &note), std::string(dir) + "/node.9.prom");
   std::remove((path + ".lock").c_str());
   if (geteuid() == 0) {  // only root can hand a file to another user
-    { FILE* theirs = std::fopen((path + ".lock").c_str(), "w"); ASSERT_TRUE(theirs); std::fclose(theirs); }
+    {
+      FILE* theirs = std::fopen((path + ".lock").c_str(), "w");
+      ASSERT_TRUE(theirs);
+      std::fclose(theirs);
+    }
     ASSERT_EQ(chown((path + ".lock").c_str(), 65534, 65534), 0);
     EXPECT_FALSE(StatsFileClaim::take(path, &error));
     EXPECT_NE(error.find("belongs to user 65534"), std::string::npos) << error;
@@ -386,14 +405,10 @@ TEST(Telemetry, TheLockIsNeverCreatedThroughAPlantedLink) {
 TEST(Telemetry, TheStatsFileIsPrivateUnlessAskedOtherwise) {
   const std::string path = ::testing::TempDir() + "sieve-stats-mode-" + std::to_string(getpid()) + ".json";
   struct stat st {};
-  {
-    StatsWriter w(path, StatsFormat::Json, 0, sample);
-  }
+  { StatsWriter w(path, StatsFormat::Json, 0, sample); }
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
-  {
-    StatsWriter w(path, StatsFormat::Json, 0, sample, 0644);
-  }
+  { StatsWriter w(path, StatsFormat::Json, 0, sample, 0644); }
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0644u);
   std::remove(path.c_str());
@@ -405,7 +420,8 @@ TEST(Telemetry, AStatsPathThatCannotBeAFileIsExplained) {
   const std::string dir = ::testing::TempDir() + "sieve-dir-" + std::to_string(getpid());
   ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
   EXPECT_EQ(stats_path_problem(dir), dir + " is a directory: name a file in it, e.g. " + dir + "/sieve-%h-%p.prom");
-  EXPECT_EQ(stats_path_problem(dir + "/"), dir + "/ is a directory: name a file in it, e.g. " + dir + "/sieve-%h-%p.prom");
+  EXPECT_EQ(stats_path_problem(dir + "/"),
+            dir + "/ is a directory: name a file in it, e.g. " + dir + "/sieve-%h-%p.prom");
   EXPECT_EQ(stats_path_problem(dir + "/missing/s.prom"),
             "its directory " + dir + "/missing cannot be used: No such file or directory");
   EXPECT_EQ(stats_path_problem(dir + "/s.prom"), "");

@@ -194,9 +194,7 @@ TEST(TopologyFile, MissingOrInvalidFileIsAClearError) {
 TEST(TopologyFile, HugeOrSpecialFilesAreRefusedUnread) {
   Options options;
   const std::string huge = testing::TempDir() + "/sieve_huge_topology.xml";
-  {
-    std::ofstream(huge) << "<?xml";
-  }
+  { std::ofstream(huge) << "<?xml"; }
   ASSERT_EQ(::truncate(huge.c_str(), 64 << 20), 0);
   options.xml_file = huge;
   Discovery found = discover(options);

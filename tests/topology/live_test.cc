@@ -1,6 +1,6 @@
 // This machine: what discover() reports must agree with /sys/class/net/*/device and with lstopo.
-#include <gtest/gtest.h>
 #include <dirent.h>
+#include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>

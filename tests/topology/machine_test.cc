@@ -26,9 +26,10 @@ TEST(Classify, SameDownstreamPortIsPix) {
 }
 
 TEST(Classify, CascadedSwitchesArePxb) {
-  EXPECT_EQ(classify(at({"pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:02.0", "0000:05:00.0", "0000:06:00.0"}, 0),
-                     at({"pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:01.0"}, 0)),
-            PathClass::PXB);
+  EXPECT_EQ(
+      classify(at({"pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:02.0", "0000:05:00.0", "0000:06:00.0"}, 0),
+               at({"pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:01.0"}, 0)),
+      PathClass::PXB);
 }
 
 TEST(Classify, DifferentRootPortsOfOneHostBridgeArePhb) {
@@ -70,8 +71,8 @@ TEST(BestNic, PrefersCloserThenFasterThenFirstAndSkipsOtherKindsAndVirtual) {
   machine.nics.push_back(nic("far", at({"pci0000:80"}, 1), 400000, NicKind::Netdev, false));
   machine.nics.push_back(nic("slow", at({"pci0000:00", "0000:00:02.0"}, 0), 25000, NicKind::Netdev, false));
   machine.nics.push_back(nic("fast", at({"pci0000:00", "0000:00:03.0"}, 0), 100000, NicKind::Netdev, false));
-  machine.nics.push_back(nic("mlx5_0", at({"pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:01.0"}, 0), 0,
-                             NicKind::Rdma, false));
+  machine.nics.push_back(
+      nic("mlx5_0", at({"pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:01.0"}, 0), 0, NicKind::Rdma, false));
   EXPECT_EQ(best_nic_for(machine, 0), 3);  // PHB beats SYS, 100G beats 25G, veth only as last resort
   EXPECT_EQ(best_nic_for(machine, 0, NicKind::Rdma), 4);
   EXPECT_EQ(best_nic_for(machine, 1), -1);

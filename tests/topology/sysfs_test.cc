@@ -219,7 +219,8 @@ TEST_F(FakeSysfs, WhereHwlocSeesNoPciSysfsPlacesTheNicsAndSaysSo) {
 }
 
 TEST_F(FakeSysfs, SysfsAddsSpeedDeviceLinksAndVirtualInterfacesToHwlocsView) {
-  Machine machine = combine_live_views(true, hwloc_view_of("two_socket_8gpu_4nic.xml"), "", read_sysfs_nics(root_), root_);
+  Machine machine =
+      combine_live_views(true, hwloc_view_of("two_socket_8gpu_4nic.xml"), "", read_sysfs_nics(root_), root_);
   EXPECT_EQ(machine.source, Source::TopologyFile);  // the view's own source is kept
   EXPECT_TRUE(machine.notes.empty());
   const Nic* mlx5_2 = machine.find_nic("mlx5_2");
@@ -239,7 +240,8 @@ TEST_F(FakeSysfs, SysfsAddsSpeedDeviceLinksAndVirtualInterfacesToHwlocsView) {
 }
 
 TEST_F(FakeSysfs, WhenHwlocFailsSysfsDescribesTheWholeMachine) {
-  Machine machine = combine_live_views(false, Machine{}, "hwloc cannot load this machine: boom", read_sysfs_nics(root_), root_);
+  Machine machine =
+      combine_live_views(false, Machine{}, "hwloc cannot load this machine: boom", read_sysfs_nics(root_), root_);
   EXPECT_EQ(machine.source, Source::Sysfs);
   ASSERT_FALSE(machine.notes.empty());
   EXPECT_NE(machine.notes[0].find("boom; using sysfs"), std::string::npos) << machine.notes[0];

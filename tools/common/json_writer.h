@@ -33,8 +33,7 @@ class JsonWriter {
   void value(bool flag);
   void null();
 
-  template <typename T>
-  void member(const std::string& name, const T& v) {
+  template <typename T> void member(const std::string& name, const T& v) {
     key(name);
     value(v);
   }

@@ -125,9 +125,10 @@ std::string emulated_link_transport_conflict(const std::string& tool) {
   const config::Registry registry(config::environment_snapshot());
   const std::string& v = registry.settings().transport;
   if (v == "auto" || v == "tcp") return "";
-  return "SIEVE_TRANSPORT=" + v + ": " + tool + " measures over emulated IP links (network namespaces shaped by tc, "
-         "or loopback), which only the TCP transport's traffic crosses; unset SIEVE_TRANSPORT (" + tool +
-         " runs its peers with SIEVE_TRANSPORT=tcp)";
+  return "SIEVE_TRANSPORT=" + v + ": " + tool +
+         " measures over emulated IP links (network namespaces shaped by tc, "
+         "or loopback), which only the TCP transport's traffic crosses; unset SIEVE_TRANSPORT (" +
+         tool + " runs its peers with SIEVE_TRANSPORT=tcp)";
 }
 
 }  // namespace sieve::tools

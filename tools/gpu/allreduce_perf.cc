@@ -114,8 +114,9 @@ int main(int argc, char** argv) {
     else fail("unknown argument %s", a.c_str());
   }
   if (id_file.empty() || nranks < 1 || g_rank < 0 || g_rank >= nranks || factor < 2 || min_bytes > max_bytes)
-    fail("usage: sieve-allreduce-perf --rank R --nranks N --id-file F [--min-bytes 1M] [--max-bytes 1G] "
-         "[--factor 4] [--time-limit SECONDS]");
+    fail(
+        "usage: sieve-allreduce-perf --rank R --nranks N --id-file F [--min-bytes 1M] [--max-bytes 1G] "
+        "[--factor 4] [--time-limit SECONDS]");
   const auto start = std::chrono::steady_clock::now();
 
   // The communicator first, on device 0 (the current device until one is set): when NCCL cannot
@@ -184,9 +185,10 @@ int main(int argc, char** argv) {
     const double algbw = double(bytes) / call_s / 1e9;
     const double busbw = algbw * 2.0 * double(nranks - 1) / double(nranks);
     if (g_rank == 0) {
-      std::printf("{\"bytes\": %zu, \"count\": %zu, \"dtype\": \"f32\", \"op\": \"sum\", \"nranks\": %d, "
-                  "\"calls\": %d, \"time_us\": %.1f, \"algbw_GBps\": %.3f, \"busbw_GBps\": %.3f, \"correct\": %s",
-                  bytes, count, nranks, calls, call_s * 1e6, algbw, busbw, wrong < 0 ? "true" : "false");
+      std::printf(
+          "{\"bytes\": %zu, \"count\": %zu, \"dtype\": \"f32\", \"op\": \"sum\", \"nranks\": %d, "
+          "\"calls\": %d, \"time_us\": %.1f, \"algbw_GBps\": %.3f, \"busbw_GBps\": %.3f, \"correct\": %s",
+          bytes, count, nranks, calls, call_s * 1e6, algbw, busbw, wrong < 0 ? "true" : "false");
       if (wrong >= 0) std::printf(", \"first_wrong_element\": %lld", wrong);
       std::printf("}\n");
       std::fflush(stdout);

@@ -5,13 +5,13 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#define CHECK_CUDA(call)                                                                            \
-  do {                                                                                              \
-    cudaError_t e_ = (call);                                                                        \
-    if (e_ != cudaSuccess) fail("%s: %s", #call, cudaGetErrorString(e_));                           \
+#define CHECK_CUDA(call)                                                  \
+  do {                                                                    \
+    cudaError_t e_ = (call);                                              \
+    if (e_ != cudaSuccess) fail("%s: %s", #call, cudaGetErrorString(e_)); \
   } while (0)
-#define CHECK_NCCL(call)                                                                            \
-  do {                                                                                              \
-    ncclResult_t r_ = (call);                                                                       \
-    if (r_ != ncclSuccess) fail("%s: %s", #call, ncclGetErrorString(r_));                           \
+#define CHECK_NCCL(call)                                                  \
+  do {                                                                    \
+    ncclResult_t r_ = (call);                                             \
+    if (r_ != ncclSuccess) fail("%s: %s", #call, ncclGetErrorString(r_)); \
   } while (0)

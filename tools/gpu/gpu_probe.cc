@@ -88,8 +88,7 @@ void probe_driver(Report* r) {
   const CUresult init_result = init(0);
   if (init_result == CUDA_ERROR_STUB_LIBRARY) {
     r->exit_code = 77;
-    r->verdict = "no GPU: libcuda.so.1 is the CUDA toolkit's stub library (" + r->driver_library +
-                 "), not a driver";
+    r->verdict = "no GPU: libcuda.so.1 is the CUDA toolkit's stub library (" + r->driver_library + "), not a driver";
     return;
   }
   if (init_result == CUDA_ERROR_NO_DEVICE) {
@@ -148,8 +147,8 @@ void probe_nccl(Report* r) {
     r->nccl_error = "ncclGetVersion failed";
     return;
   }
-  r->nccl_version = std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
-                    std::to_string(version % 100);
+  r->nccl_version =
+      std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." + std::to_string(version % 100);
 }
 
 void print_text(const Report& r) {
@@ -184,8 +183,8 @@ bool write_json(const Report& r, const std::string& path) {
   std::fprintf(f, "],\n \"nccl_version\": %s, \"nccl_library\": %s, \"nccl_error\": %s,\n",
                json_string(r.nccl_version).c_str(), json_string(r.nccl_library).c_str(),
                json_string(r.nccl_error).c_str());
-  std::fprintf(f, " \"exit_code\": %d, \"verdict\": %s, \"warning\": %s}\n", r.exit_code, json_string(r.verdict).c_str(),
-               json_string(r.warning).c_str());
+  std::fprintf(f, " \"exit_code\": %d, \"verdict\": %s, \"warning\": %s}\n", r.exit_code,
+               json_string(r.verdict).c_str(), json_string(r.warning).c_str());
   return std::fclose(f) == 0;
 }
 

@@ -99,7 +99,8 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
   CudaBackend backend;
-  const std::pair<ElemType, const char*> types[] = {{ElemType::kF16, "f16"}, {ElemType::kF32, "f32"}, {ElemType::kF64, "f64"}};
+  const std::pair<ElemType, const char*> types[] = {
+      {ElemType::kF16, "f16"}, {ElemType::kF32, "f32"}, {ElemType::kF64, "f64"}};
   for (const auto& [type, name] : types) {
     const size_t es = sieve::plugin::proxy::element_size(type);
     void *buf, *copy_dst;
@@ -111,10 +112,12 @@ int main(int argc, char** argv) {
         const Mask mask = make_mask(count, density, runs);
         std::unique_ptr<DeviceLayout> layout;
         std::unique_ptr<DeviceBuffer> compact;
-        if (backend.create_layout(mask, 0, count, &layout) != 0 || backend.create_buffer(mask.kept() * es, &compact) != 0)
+        if (backend.create_layout(mask, 0, count, &layout) != 0 ||
+            backend.create_buffer(mask.kept() * es, &compact) != 0)
           return 1;
         const size_t useful = mask.kept() * es;
-        const double copy = time_ms(s, iters, [&] { cudaMemcpyAsync(copy_dst, buf, useful, cudaMemcpyDeviceToDevice, s); });
+        const double copy =
+            time_ms(s, iters, [&] { cudaMemcpyAsync(copy_dst, buf, useful, cudaMemcpyDeviceToDevice, s); });
         // The scatter writes every element once (kept values and zeros): compare with zeroing the
         // whole buffer and copying the kept bytes, what a memset-then-scatter design would do.
         const double copy_and_zero = time_ms(s, iters, [&] {
@@ -129,12 +132,13 @@ int main(int argc, char** argv) {
         const double touched_gbps = touched_bytes(mask, es) / gather / 1e6;
         // gather_vs_copy: same useful bytes; touched_vs_copy: bandwidth actually drawn (the bar's sense
         // for scattered masks, where whole sectors move for a few kept elements).
-        std::printf("{\"dtype\": \"%s\", \"mask\": \"%s\", \"density\": %.4f, \"count\": %llu, "
-                    "\"copy_ms\": %.4f, \"copy_GBps\": %.1f, \"gather_ms\": %.4f, \"gather_vs_copy\": %.3f, "
-                    "\"gather_touched_GBps\": %.1f, \"gather_touched_vs_copy\": %.3f, \"scatter_ms\": %.4f, "
-                    "\"scatter_vs_zero_and_copy\": %.3f}\n",
-                    name, shape, mask.density(), (unsigned long long)count, copy, copy_gbps, gather, copy / gather,
-                    touched_gbps, touched_gbps / copy_gbps, scatter, copy_and_zero / scatter);
+        std::printf(
+            "{\"dtype\": \"%s\", \"mask\": \"%s\", \"density\": %.4f, \"count\": %llu, "
+            "\"copy_ms\": %.4f, \"copy_GBps\": %.1f, \"gather_ms\": %.4f, \"gather_vs_copy\": %.3f, "
+            "\"gather_touched_GBps\": %.1f, \"gather_touched_vs_copy\": %.3f, \"scatter_ms\": %.4f, "
+            "\"scatter_vs_zero_and_copy\": %.3f}\n",
+            name, shape, mask.density(), (unsigned long long)count, copy, copy_gbps, gather, copy / gather,
+            touched_gbps, touched_gbps / copy_gbps, scatter, copy_and_zero / scatter);
         std::fflush(stdout);
       }
     }

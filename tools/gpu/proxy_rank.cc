@@ -192,7 +192,8 @@ void run_check(Job& job) {
       for (const auto& [op, op_name] : kOps) {
         const std::vector<uint8_t> data = make_data(mask, count, t, job.rank, int(op));
         CHECK_CUDA(cudaMemcpy(in, data.data(), bytes, cudaMemcpyHostToDevice));
-        for (void* p : {inplace, group_a, group_b}) CHECK_CUDA(cudaMemcpy(p, data.data(), bytes, cudaMemcpyHostToDevice));
+        for (void* p : {inplace, group_a, group_b})
+          CHECK_CUDA(cudaMemcpy(p, data.data(), bytes, cudaMemcpyHostToDevice));
         for (void* p : {in, inplace, group_a, group_b})
           if (job.sieve.publish(p, count, t.sieve, mask.data(), nullptr) != 0)
             fail("publish: %s", job.sieve.last_error());
@@ -240,7 +241,8 @@ void run_sharded(Job& job) {
     CHECK_CUDA(cudaMemcpy(ag, data.data(), count * t.size, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(ag_ref, data.data(), count * t.size, cudaMemcpyHostToDevice));
     if (job.sieve.publish(rs_in, count, t.sieve, mask.data(), nullptr) != 0 ||
-        job.sieve.publish(ag, count, t.sieve, mask.data(), nullptr) != 0 || job.sieve.commit(job.comm, job.stream, 0, nullptr) != 0)
+        job.sieve.publish(ag, count, t.sieve, mask.data(), nullptr) != 0 ||
+        job.sieve.commit(job.comm, job.stream, 0, nullptr) != 0)
       fail("publish/commit: %s", job.sieve.last_error());
     const size_t mine = size_t(job.rank) * shard * t.size;
     CHECK_NCCL(ncclReduceScatter(rs_in, rs_ref, shard, t.nccl, ncclSum, job.comm, job.stream));
@@ -251,7 +253,8 @@ void run_sharded(Job& job) {
     const sieve_stats_t after = stats(job.sieve);
     expect_same(download(rs_out, shard * t.size, job.stream), download(rs_ref, shard * t.size, job.stream), t,
                 "reduce-scatter");
-    expect_same(download(ag, count * t.size, job.stream), download(ag_ref, count * t.size, job.stream), t, "all-gather");
+    expect_same(download(ag, count * t.size, job.stream), download(ag_ref, count * t.size, job.stream), t,
+                "all-gather");
     if (after.collectives_compacted - before.collectives_compacted != 2) fail("%s: not both compacted", t.name);
     job.sieve.retract(rs_in);
     job.sieve.retract(ag);
@@ -272,7 +275,8 @@ void run_union(Job& job) {
   CHECK_CUDA(cudaMalloc(&ref, count * 4));
   CHECK_CUDA(cudaMemcpy(buf, data.data(), count * 4, cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemcpy(ref, data.data(), count * 4, cudaMemcpyHostToDevice));
-  if (job.sieve.publish(buf, count, t.sieve, mask.data(), nullptr) != 0 || job.sieve.commit(job.comm, job.stream, SIEVE_COMMIT_UNION, nullptr) != 0)
+  if (job.sieve.publish(buf, count, t.sieve, mask.data(), nullptr) != 0 ||
+      job.sieve.commit(job.comm, job.stream, SIEVE_COMMIT_UNION, nullptr) != 0)
     fail("publish/commit: %s", job.sieve.last_error());
   CHECK_NCCL(ncclAllReduce(ref, ref, count, t.nccl, ncclSum, job.comm, job.stream));
   CHECK_NCCL(job.sieve.all_reduce(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));
@@ -291,7 +295,8 @@ void run_capture(Job& job) {
   void *buf, *ref;
   CHECK_CUDA(cudaMalloc(&buf, count * 4));
   CHECK_CUDA(cudaMalloc(&ref, count * 4));
-  if (job.sieve.publish(buf, count, t.sieve, mask.data(), nullptr) != 0 || job.sieve.commit(job.comm, job.stream, 0, nullptr) != 0)
+  if (job.sieve.publish(buf, count, t.sieve, mask.data(), nullptr) != 0 ||
+      job.sieve.commit(job.comm, job.stream, 0, nullptr) != 0)
     fail("publish/commit: %s", job.sieve.last_error());
   CHECK_NCCL(job.sieve.all_reduce(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));  // the vote
   CHECK_CUDA(cudaStreamSynchronize(job.stream));
@@ -341,7 +346,8 @@ void run_learned(Job& job) {
     CHECK_NCCL(ncclAllReduce(ref, ref, count, t.nccl, ncclSum, job.comm, job.stream));
     CHECK_NCCL(job.sieve.all_reduce(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));
     // Outputs equal the dense ones except at violating positions of compact calls (documented: dropped).
-    if (step != violating) expect_same(download(buf, count * 4, job.stream), download(ref, count * 4, job.stream), t, "learned");
+    if (step != violating)
+      expect_same(download(buf, count * 4, job.stream), download(ref, count * 4, job.stream), t, "learned");
     if (step == violating - 1) compacted_before_violation = stats(job.sieve).collectives_compacted;
   }
   const sieve_stats_t st = stats(job.sieve);
@@ -362,12 +368,14 @@ void run_bench(Job& job, size_t count, int iters, const std::vector<double>& den
   auto time_calls = [&](bool proxied, double* wire_bytes) {
     const sieve_stats_t before = stats(job.sieve);
     for (int i = 0; i < 3; ++i)  // warm-up (the commit already voted)
-      CHECK_NCCL((proxied ? job.sieve.all_reduce : &ncclAllReduce)(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));
+      CHECK_NCCL(
+          (proxied ? job.sieve.all_reduce : &ncclAllReduce)(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));
     CHECK_CUDA(cudaStreamSynchronize(job.stream));
     const sieve_stats_t warm = stats(job.sieve);
     CHECK_CUDA(cudaEventRecord(start, job.stream));
     for (int i = 0; i < iters; ++i)
-      CHECK_NCCL((proxied ? job.sieve.all_reduce : &ncclAllReduce)(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));
+      CHECK_NCCL(
+          (proxied ? job.sieve.all_reduce : &ncclAllReduce)(buf, buf, count, t.nccl, ncclSum, job.comm, job.stream));
     CHECK_CUDA(cudaEventRecord(stop, job.stream));
     CHECK_CUDA(cudaEventSynchronize(stop));
     float ms = 0;
@@ -387,11 +395,12 @@ void run_bench(Job& job, size_t count, int iters, const std::vector<double>& den
     const double ms = time_calls(true, &wire);
     job.sieve.retract(buf);
     if (job.rank == 0)
-      std::printf("{\"count\": %zu, \"density\": %.4f, \"dense_ms\": %.3f, \"compact_ms\": %.3f, \"time_ratio\": %.4f, "
-                  "\"dense_wire_bytes\": %.0f, \"compact_wire_bytes\": %.0f, \"wire_ratio\": %.4f, "
-                  "\"bar_time_ratio\": %.4f}\n",
-                  count, double(kept) / double(count), dense_ms, ms, ms / dense_ms, dense_wire, wire,
-                  dense_wire > 0 ? wire / dense_wire : 0.0, 1.15 * double(kept) / double(count));
+      std::printf(
+          "{\"count\": %zu, \"density\": %.4f, \"dense_ms\": %.3f, \"compact_ms\": %.3f, \"time_ratio\": %.4f, "
+          "\"dense_wire_bytes\": %.0f, \"compact_wire_bytes\": %.0f, \"wire_ratio\": %.4f, "
+          "\"bar_time_ratio\": %.4f}\n",
+          count, double(kept) / double(count), dense_ms, ms, ms / dense_ms, dense_wire, wire,
+          dense_wire > 0 ? wire / dense_wire : 0.0, 1.15 * double(kept) / double(count));
   }
   std::fflush(stdout);
 }
@@ -424,11 +433,14 @@ int main(int argc, char** argv) {
         densities.push_back(std::atof(list.substr(p, q - p).c_str()));
         p = q == std::string::npos ? list.size() : q + 1;
       }
-    } else if (a == "check" || a == "learned" || a == "bench" || a == "sharded" || a == "union" || a == "capture") mode = a;
+    } else if (a == "check" || a == "learned" || a == "bench" || a == "sharded" || a == "union" || a == "capture")
+      mode = a;
     else fail("unknown argument %s", a.c_str());
   }
   if (id_file.empty() || library.empty() || mode.empty() || nranks < 1 || g_rank < 0 || g_rank >= nranks)
-    fail("usage: sieve-proxy-rank --rank R --nranks N --id-file F --library L {check|learned|sharded|union|capture|bench}");
+    fail(
+        "usage: sieve-proxy-rank --rank R --nranks N --id-file F --library L "
+        "{check|learned|sharded|union|capture|bench}");
   Job job;
   job.rank = g_rank;
   job.nranks = nranks;

@@ -4,8 +4,8 @@
 
 #include <dlfcn.h>
 #include <link.h>
-#include <unistd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cinttypes>
@@ -15,12 +15,12 @@
 #include <cstring>
 #include <mutex>
 
+#include "plugin/config.h"
 #include "plugin/net/abi/net_v10.h"
 #include "plugin/net/abi/net_v11.h"
 #include "plugin/net/abi/net_v12.h"
 #include "plugin/net/abi/net_v8.h"
 #include "plugin/net/abi/net_v9.h"
-#include "plugin/config.h"
 
 namespace sieve::tools {
 namespace {
@@ -74,16 +74,16 @@ template <typename Table> const Table* as(const void* table) { return static_cas
 
 // Expands to the same call on whichever table this plugin holds. Only for calls whose signature is
 // identical across v8..v12.
-#define SIEVE_SAME_CALL(fn, ...)                                                          \
-  do {                                                                                    \
-    switch (version_) {                                                                   \
-      case 8: return as<abi::ncclNet_v8_t>(table_)->fn(__VA_ARGS__);                      \
-      case 9: return as<abi::ncclNet_v9_t>(table_)->fn(__VA_ARGS__);                      \
-      case 10: return as<abi::ncclNet_v10_t>(table_)->fn(__VA_ARGS__);                    \
-      case 11: return as<abi::ncclNet_v11_t>(table_)->fn(__VA_ARGS__);                    \
-      case 12: return as<abi::ncclNet_v12_t>(table_)->fn(__VA_ARGS__);                    \
-    }                                                                                     \
-    return kNetInternalError;                                                             \
+#define SIEVE_SAME_CALL(fn, ...)                                       \
+  do {                                                                 \
+    switch (version_) {                                                \
+      case 8: return as<abi::ncclNet_v8_t>(table_)->fn(__VA_ARGS__);   \
+      case 9: return as<abi::ncclNet_v9_t>(table_)->fn(__VA_ARGS__);   \
+      case 10: return as<abi::ncclNet_v10_t>(table_)->fn(__VA_ARGS__); \
+      case 11: return as<abi::ncclNet_v11_t>(table_)->fn(__VA_ARGS__); \
+      case 12: return as<abi::ncclNet_v12_t>(table_)->fn(__VA_ARGS__); \
+    }                                                                  \
+    return kNetInternalError;                                          \
   } while (0)
 
 template <typename Props> void copy_common(const Props& p, NetDeviceInfo* info) {
@@ -252,14 +252,14 @@ int NetPlugin::init() {
     case 10: result = as<abi::ncclNet_v10_t>(table_)->init(plugin_logger, plugin_profiler); break;
     case 11: {
       abi::ncclNetCommConfig_v11_t config{options_.traffic_class};
-      result = as<abi::ncclNet_v11_t>(table_)->init(&context_, options_.comm_id, &config, plugin_logger,
-                                                     plugin_profiler);
+      result =
+          as<abi::ncclNet_v11_t>(table_)->init(&context_, options_.comm_id, &config, plugin_logger, plugin_profiler);
       break;
     }
     case 12: {
       abi::ncclNetCommConfig_v12_t config{options_.traffic_class};
-      result = as<abi::ncclNet_v12_t>(table_)->init(&context_, options_.comm_id, &config, plugin_logger,
-                                                     plugin_profiler);
+      result =
+          as<abi::ncclNet_v12_t>(table_)->init(&context_, options_.comm_id, &config, plugin_logger, plugin_profiler);
       break;
     }
   }
@@ -344,10 +344,8 @@ int NetPlugin::connect(int dev, NetHandle* handle, void** send_comm) {
       abi::ncclNetCommConfig_v10_t config{options_.traffic_class};
       return as<abi::ncclNet_v10_t>(table_)->connect(dev, &config, handle->bytes, send_comm, &device_handle);
     }
-    case 11:
-      return as<abi::ncclNet_v11_t>(table_)->connect(context_, dev, handle->bytes, send_comm, &device_handle);
-    case 12:
-      return as<abi::ncclNet_v12_t>(table_)->connect(context_, dev, handle->bytes, send_comm, &device_handle);
+    case 11: return as<abi::ncclNet_v11_t>(table_)->connect(context_, dev, handle->bytes, send_comm, &device_handle);
+    case 12: return as<abi::ncclNet_v12_t>(table_)->connect(context_, dev, handle->bytes, send_comm, &device_handle);
   }
   return kNetInternalError;
 }
@@ -377,12 +375,9 @@ int NetPlugin::isend(void* send_comm, void* data, size_t size, int tag, void* mh
       if (size > static_cast<size_t>(INT_MAX)) return kNetInvalidArgument;
       return as<abi::ncclNet_v8_t>(table_)->isend(send_comm, data, static_cast<int>(size), tag, mhandle, request);
     case 9: return as<abi::ncclNet_v9_t>(table_)->isend(send_comm, data, size, tag, mhandle, request);
-    case 10:
-      return as<abi::ncclNet_v10_t>(table_)->isend(send_comm, data, size, tag, mhandle, nullptr, request);
-    case 11:
-      return as<abi::ncclNet_v11_t>(table_)->isend(send_comm, data, size, tag, mhandle, nullptr, request);
-    case 12:
-      return as<abi::ncclNet_v12_t>(table_)->isend(send_comm, data, size, tag, mhandle, nullptr, request);
+    case 10: return as<abi::ncclNet_v10_t>(table_)->isend(send_comm, data, size, tag, mhandle, nullptr, request);
+    case 11: return as<abi::ncclNet_v11_t>(table_)->isend(send_comm, data, size, tag, mhandle, nullptr, request);
+    case 12: return as<abi::ncclNet_v12_t>(table_)->isend(send_comm, data, size, tag, mhandle, nullptr, request);
   }
   return kNetInternalError;
 }

@@ -11,10 +11,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tools/common/subprocess.h"
 #include <memory>
 #include <string>
 #include <vector>
+#include "tools/common/subprocess.h"
 
 namespace sieve::tools {
 
@@ -24,11 +24,11 @@ constexpr int kNetInvalidArgument = 4;
 // Returned by the *_until helpers when the deadline passed first (not an NCCL value).
 constexpr int kTimedOut = -1;
 
-constexpr int kHandleBytes = 128;      // NCCL_NET_HANDLE_MAXSIZE
-constexpr int kMaxRequests = 32;       // NCCL_NET_MAX_REQUESTS per comm
-constexpr int kPtrHost = 0x1;          // NCCL_PTR_HOST
-constexpr int kPtrCuda = 0x2;          // NCCL_PTR_CUDA
-constexpr int kPtrDmaBuf = 0x4;        // NCCL_PTR_DMABUF
+constexpr int kHandleBytes = 128;  // NCCL_NET_HANDLE_MAXSIZE
+constexpr int kMaxRequests = 32;   // NCCL_NET_MAX_REQUESTS per comm
+constexpr int kPtrHost = 0x1;      // NCCL_PTR_HOST
+constexpr int kPtrCuda = 0x2;      // NCCL_PTR_CUDA
+constexpr int kPtrDmaBuf = 0x4;    // NCCL_PTR_DMABUF
 constexpr int kOldestVersion = 8;
 constexpr int kNewestVersion = 12;
 
@@ -54,8 +54,8 @@ struct NetDeviceInfo {
   float latency_us = 0;
   int max_comms = 0;
   int max_recvs = 0;
-  size_t max_p2p_bytes = 0;   // v9+ (0 when the version has no such field)
-  size_t max_coll_bytes = 0;  // v9+
+  size_t max_p2p_bytes = 0;        // v9+ (0 when the version has no such field)
+  size_t max_coll_bytes = 0;       // v9+
   int max_multi_request_size = 0;  // v11
   int rail_id = -1;                // v12 (-1: unknown)
   int plane_id = -1;               // v12
@@ -75,10 +75,10 @@ int nccl_log_level(const std::string& sieve_log_level);
 int environment_log_level();
 
 struct LoaderOptions {
-  int version = 0;             // 8..12, or 0 for the newest the library exports
+  int version = 0;                           // 8..12, or 0 for the newest the library exports
   int log_level = kLogLevelFromEnvironment;  // NCCL level printed to stderr: 0 none, 2 warn, 3 info, 5 trace
-  uint64_t comm_id = 0x5157e;  // v11 init's commId
-  int traffic_class = -1;      // v10 connect / v11 init config
+  uint64_t comm_id = 0x5157e;                // v11 init's commId
+  int traffic_class = -1;                    // v10 connect / v11 init config
 };
 
 // Where NCCL would look for a plugin called `name_or_path`: a path (contains '/') or a library file
@@ -123,8 +123,7 @@ class NetPlugin {
   // *request may come back NULL: the plugin cannot take it now, call again later.
   // v8's int sizes: a size above INT_MAX is refused here with kNetInvalidArgument.
   int isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void** request);
-  int irecv(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags, void** mhandles,
-            void** request);
+  int irecv(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags, void** mhandles, void** request);
   int test(void* request, int* done, int* sizes);
   int close_send(void* send_comm);
   int close_recv(void* recv_comm);

@@ -2,8 +2,7 @@
 
 namespace sieve::bench {
 
-std::vector<Bucket> ddp_buckets(const Model& model, size_t element_bytes, size_t cap_bytes,
-                                size_t first_cap_bytes) {
+std::vector<Bucket> ddp_buckets(const Model& model, size_t element_bytes, size_t cap_bytes, size_t first_cap_bytes) {
   std::vector<Bucket> buckets;
   Bucket current;
   size_t limit = first_cap_bytes;

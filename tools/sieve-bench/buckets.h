@@ -25,8 +25,7 @@ struct Bucket {
   size_t elements = 0;
 };
 
-std::vector<Bucket> ddp_buckets(const Model& model, size_t element_bytes,
-                                size_t cap_bytes = kDdpBucketCapBytes,
+std::vector<Bucket> ddp_buckets(const Model& model, size_t element_bytes, size_t cap_bytes = kDdpBucketCapBytes,
                                 size_t first_cap_bytes = kDdpFirstBucketBytes);
 
 }  // namespace sieve::bench

@@ -15,14 +15,15 @@ size_t ShardedParam::real_rows(int rank) const {
 namespace {
 
 bool all_digits(const std::string& text) {
-  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
 }
 
 // "encoder_layer_7": a list entry named by its index.
 bool numbered(const std::string& component) {
   const size_t underscore = component.rfind('_');
-  return all_digits(component) || (underscore != std::string::npos && underscore > 0 &&
-                                    all_digits(component.substr(underscore + 1)));
+  return all_digits(component) ||
+         (underscore != std::string::npos && underscore > 0 && all_digits(component.substr(underscore + 1)));
 }
 
 }  // namespace
@@ -82,8 +83,8 @@ ShardCompaction shard_compaction(const std::vector<uint8_t>& buffer_mask, int nr
   if (n < 2 || count % n != 0) return result;
   const size_t shard = count / n;
   for (size_t s = 0; s < n; ++s) {
-    result.kept.push_back(static_cast<size_t>(
-        std::count(buffer_mask.begin() + static_cast<long>(s * shard), buffer_mask.begin() + static_cast<long>((s + 1) * shard), 1)));
+    result.kept.push_back(static_cast<size_t>(std::count(buffer_mask.begin() + static_cast<long>(s * shard),
+                                                         buffer_mask.begin() + static_cast<long>((s + 1) * shard), 1)));
   }
   result.width = *std::max_element(result.kept.begin(), result.kept.end());
   // The proxy's rule (entry_plan.cc): compaction pays when it sends at most max_density of the

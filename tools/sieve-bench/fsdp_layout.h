@@ -24,18 +24,18 @@ namespace sieve::bench {
 
 // One parameter's piece of every rank's shard.
 struct ShardedParam {
-  size_t param = 0;          // index into Model::params
-  size_t rows = 0;           // dim 0 (1 for a parameter without dimensions)
-  size_t row_elements = 0;   // elements per row
-  size_t chunk_rows = 0;     // c = ceil(rows / N): every rank's piece, padding included
-  size_t offset = 0;         // where the piece starts inside each rank's shard
+  size_t param = 0;         // index into Model::params
+  size_t rows = 0;          // dim 0 (1 for a parameter without dimensions)
+  size_t row_elements = 0;  // elements per row
+  size_t chunk_rows = 0;    // c = ceil(rows / N): every rank's piece, padding included
+  size_t offset = 0;        // where the piece starts inside each rank's shard
   size_t piece_elements() const { return chunk_rows * row_elements; }
   // Real (unpadded) rows of rank r's piece: rows [r c, min((r + 1) c, rows)).
   size_t real_rows(int rank) const;
 };
 
 struct FsdpGroup {
-  std::string name;  // the wrapped module ("layer1.0"); "" for the root
+  std::string name;                  // the wrapped module ("layer1.0"); "" for the root
   std::vector<ShardedParam> params;  // registration order
   size_t shard_elements = 0;         // S: one rank's shard, padding included
   size_t buffer_elements(int nranks) const { return shard_elements * static_cast<size_t>(nranks); }
@@ -72,9 +72,7 @@ struct ShardCompaction {
   std::vector<size_t> kept;  // per shard
   size_t width = 0;          // K
   bool compacts = false;
-  size_t moved_elements(size_t buffer_elements) const {
-    return compacts ? width * kept.size() : buffer_elements;
-  }
+  size_t moved_elements(size_t buffer_elements) const { return compacts ? width * kept.size() : buffer_elements; }
 };
 ShardCompaction shard_compaction(const std::vector<uint8_t>& buffer_mask, int nranks, const ProxyRules& rules = {});
 

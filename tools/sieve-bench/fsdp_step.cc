@@ -148,8 +148,7 @@ void FsdpStep::fill(uint64_t iteration) {
   }
 }
 
-template <typename T>
-void FsdpStep::gather_shard(size_t g, int s, const char* buffer) {
+template <typename T> void FsdpStep::gather_shard(size_t g, int s, const char* buffer) {
   const size_t width = work_.compaction[g].width, shard = work_.groups[g].shard_elements;
   const T* from = reinterpret_cast<const T*>(buffer) + shard * static_cast<size_t>(s);
   T* to = reinterpret_cast<T*>(compact_->data.get()) + compact_first_[g] + width * static_cast<size_t>(s);
@@ -158,8 +157,7 @@ void FsdpStep::gather_shard(size_t g, int s, const char* buffer) {
 }
 
 // Exact zeros wherever the shard's mask is 0, the collective's values where it is 1.
-template <typename T>
-void FsdpStep::scatter_shard(size_t g, int s, char* buffer) const {
+template <typename T> void FsdpStep::scatter_shard(size_t g, int s, char* buffer) const {
   const size_t width = work_.compaction[g].width, shard = work_.groups[g].shard_elements;
   T* to = reinterpret_cast<T*>(buffer) + shard * static_cast<size_t>(s);
   const T* from = reinterpret_cast<const T*>(compact_->data.get()) + compact_first_[g] + width * static_cast<size_t>(s);
@@ -203,8 +201,8 @@ FsdpStepResult FsdpStep::run(RingLink& link, void* scratch, const RingOptions& o
         });
       }
     } else {
-      ring = ring_all_gather(link, rank_, nranks_, params_at(g), work_.groups[g].buffer_elements(nranks_), type_,
-                             options);
+      ring =
+          ring_all_gather(link, rank_, nranks_, params_at(g), work_.groups[g].buffer_elements(nranks_), type_, options);
     }
     if (!ring.error.empty()) return failed("all-gather", g, ring.error), result;
     result.bytes_sent += ring.bytes_sent;

@@ -47,8 +47,8 @@ FsdpWorkload make_fsdp_workload(const Model& model, int nranks, const std::vecto
                                 const ProxyRules& rules = {});
 
 struct FsdpStepResult {
-  std::string error;  // "" on success; names the group and the collective otherwise
-  size_t bytes_sent = 0;  // logical bytes this node handed the transport
+  std::string error;                       // "" on success; names the group and the collective otherwise
+  size_t bytes_sent = 0;                   // logical bytes this node handed the transport
   std::chrono::nanoseconds compaction{0};  // of which gathers and scatters (the proxy's kernels)
 };
 
@@ -80,10 +80,8 @@ class FsdpStep {
  private:
   const std::vector<uint8_t>& mask_of(size_t group) const;
   bool compacts(size_t group) const;
-  template <typename T>
-  void gather_shard(size_t group, int shard, const char* buffer);
-  template <typename T>
-  void scatter_shard(size_t group, int shard, char* buffer) const;
+  template <typename T> void gather_shard(size_t group, int shard, const char* buffer);
+  template <typename T> void scatter_shard(size_t group, int shard, char* buffer) const;
   void gather(size_t group, int shard, const char* buffer);
   void scatter(size_t group, int shard, char* buffer) const;
   char* params_at(size_t group) const;

@@ -86,7 +86,8 @@ std::string fsdp_note(const std::string& text, const ModeResult& result) {
   }
   return "Gloo in torch " + json_string(text, "torch") +
          " has no reduce_scatter, so each group's gradients were all-reduced instead (twice a reduce-scatter's "
-         "bytes); its all-gathers take " + gathers + " s of the " + step + " s step.";
+         "bytes); its all-gathers take " +
+         gathers + " s of the " + step + " s step.";
 }
 
 }  // namespace
@@ -145,12 +146,26 @@ void run_gloo(const GlooJob& job, ModeResult* result) {
       const int ns = open(path.c_str(), O_RDONLY);
       if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) _exit(97);
       dup2(pipe_fds[1], STDOUT_FILENO);
-      const std::vector<std::string> args = {
-          job.python, job.script, "--rank", std::to_string(rank), "--world", std::to_string(job.nodes),
-          "--master", job.master_address, "--ifname", job.ifname, fsdp ? "--shards" : "--buckets",
-          joined(fsdp ? job.shard_elements : job.bucket_elements), "--dtype",
-          dtype_name(job.dtype), "--iters", std::to_string(job.iterations), "--warmup", std::to_string(job.warmup),
-          "--timeout", std::to_string(seconds_left)};
+      const std::vector<std::string> args = {job.python,
+                                             job.script,
+                                             "--rank",
+                                             std::to_string(rank),
+                                             "--world",
+                                             std::to_string(job.nodes),
+                                             "--master",
+                                             job.master_address,
+                                             "--ifname",
+                                             job.ifname,
+                                             fsdp ? "--shards" : "--buckets",
+                                             joined(fsdp ? job.shard_elements : job.bucket_elements),
+                                             "--dtype",
+                                             dtype_name(job.dtype),
+                                             "--iters",
+                                             std::to_string(job.iterations),
+                                             "--warmup",
+                                             std::to_string(job.warmup),
+                                             "--timeout",
+                                             std::to_string(seconds_left)};
       std::vector<char*> argv;
       for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);

@@ -23,7 +23,8 @@ float stored(DType type, const void* data, size_t i) {
 }  // namespace
 
 GradientPattern::GradientPattern(int nranks, uint64_t iteration, DType type)
-    : nranks_(std::max(1, nranks)), iteration_(iteration),
+    : nranks_(std::max(1, nranks)),
+      iteration_(iteration),
       magnitude_(type == DType::F32 ? std::clamp<uint32_t>((1u << 24) / static_cast<uint32_t>(nranks_) - 1, 1, 1u << 22)
                                     : static_cast<uint32_t>(std::clamp(255 / nranks_, 1, 64))),
       scale_(type == DType::F32 ? std::ldexp(1.0f, -22) : std::ldexp(1.0f, -6)) {}
@@ -55,9 +56,8 @@ void fill_gradients(const GradientPattern& pattern, int rank, uint64_t first, si
 namespace {
 
 // Bitwise: a masked position must be +0.0 exactly, and every kept value is exact.
-template <typename Expected>
-std::string compare(Expected expected_at, uint64_t first, size_t count, DType type, const uint8_t* keep,
-                    const void* data) {
+template <typename Expected> std::string compare(Expected expected_at, uint64_t first, size_t count, DType type,
+                                                 const uint8_t* keep, const void* data) {
   size_t mismatches = 0;
   std::string first_report;
   for (size_t i = 0; i < count; ++i) {
@@ -76,8 +76,8 @@ std::string compare(Expected expected_at, uint64_t first, size_t count, DType ty
 
 }  // namespace
 
-std::string check_sums(const GradientPattern& pattern, uint64_t first, size_t count, DType type,
-                       const uint8_t* keep, const void* data) {
+std::string check_sums(const GradientPattern& pattern, uint64_t first, size_t count, DType type, const uint8_t* keep,
+                       const void* data) {
   return compare([&](uint64_t index) { return pattern.expected_sum(index); }, first, count, type, keep, data);
 }
 

@@ -36,8 +36,8 @@ void fill_gradients(const GradientPattern& pattern, int rank, uint64_t first, si
 
 // Compares `data` with the expected sums (zero where keep[i] == 0). Returns "" or a description
 // of the first mismatch and the number of mismatches.
-std::string check_sums(const GradientPattern& pattern, uint64_t first, size_t count, DType type,
-                       const uint8_t* keep, const void* data);
+std::string check_sums(const GradientPattern& pattern, uint64_t first, size_t count, DType type, const uint8_t* keep,
+                       const void* data);
 
 // Compares `data` with node `owner`'s own values (zero where keep[i] == 0): what an all-gather
 // delivers from the shard `owner` holds. Returns "" or a description as check_sums does.

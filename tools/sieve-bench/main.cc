@@ -3,12 +3,12 @@
 #include <string>
 
 #include "plugin/sieve.h"
+#include "tools/common/stop_signal.h"
 #include "tools/sieve-bench/options.h"
 #include "tools/sieve-bench/orchestrator.h"
 #include "tools/sieve-bench/report.h"
 #include "tools/sieve-bench/train_ddp.h"
 #include "tools/sieve-bench/train_fsdp2.h"
-#include "tools/common/stop_signal.h"
 
 int main(int argc, char** argv) {
   using namespace sieve::bench;

@@ -6,11 +6,13 @@
 
 namespace sieve::bench {
 
-std::vector<BucketMask> bucket_masks(const std::vector<Bucket>& buckets, const std::vector<std::vector<uint8_t>>& keep) {
+std::vector<BucketMask> bucket_masks(const std::vector<Bucket>& buckets,
+                                     const std::vector<std::vector<uint8_t>>& keep) {
   std::vector<BucketMask> masks;
   for (const Bucket& bucket : buckets) {
     BucketMask mask(bucket.elements);
-    for (const BucketSpan& span : bucket.spans) std::memcpy(mask.data() + span.offset, keep[span.param].data(), span.count);
+    for (const BucketSpan& span : bucket.spans)
+      std::memcpy(mask.data() + span.offset, keep[span.param].data(), span.count);
     masks.push_back(std::move(mask));
   }
   return masks;
@@ -66,9 +68,9 @@ bool load_masked_model(const std::string& path, MaskedModel* out, std::string* e
   for (size_t i = 0; i < from_file.size(); ++i) {
     const Param& expected = model->params[i];
     if (from_file[i].shape != expected.shape) {
-      *error = "--masks: " + path + ": tensor \"" + from_file[i].name + "\" has shape " + shape_text(from_file[i].shape) +
-               ", but parameter " + std::to_string(i) + " of " + model->name + " (" + expected.name + ") is " +
-               shape_text(expected.shape);
+      *error = "--masks: " + path + ": tensor \"" + from_file[i].name + "\" has shape " +
+               shape_text(from_file[i].shape) + ", but parameter " + std::to_string(i) + " of " + model->name + " (" +
+               expected.name + ") is " + shape_text(expected.shape);
       return false;
     }
   }

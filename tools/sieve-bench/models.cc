@@ -116,8 +116,8 @@ Model vit_b_16() {
   for (int64_t i = 0; i < layers; ++i) {
     const std::string prefix = "encoder.layers.encoder_layer_" + std::to_string(i);
     b.norm(prefix + ".ln_1", hidden);
-    b.linear_named(prefix + ".self_attention.in_proj_weight", prefix + ".self_attention.in_proj_bias",
-                   3 * hidden, hidden);
+    b.linear_named(prefix + ".self_attention.in_proj_weight", prefix + ".self_attention.in_proj_bias", 3 * hidden,
+                   hidden);
     b.linear(prefix + ".self_attention.out_proj", hidden, hidden);
     b.norm(prefix + ".ln_2", hidden);
     b.linear(prefix + ".mlp.0", mlp, hidden);

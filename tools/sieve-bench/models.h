@@ -25,7 +25,7 @@ struct Param {
 };
 
 struct Model {
-  std::string name;  // as the user types it: resnet18, resnet50, resnet152, vgg19, vit_b_16
+  std::string name;          // as the user types it: resnet18, resnet50, resnet152, vgg19, vit_b_16
   std::string display_name;  // as a human reads it: ResNet-50
   std::vector<Param> params;
   int64_t elements() const;

@@ -239,8 +239,7 @@ class Node {
     return job_.mode == Mode::Dense ? nullptr : (*job_.masks)[bucket].data();
   }
 
-  template <typename T>
-  void gather(size_t b) {
+  template <typename T> void gather(size_t b) {
     const T* from = reinterpret_cast<const T*>(gradients_->data.get()) + bucket_first_[b];
     T* to = reinterpret_cast<T*>(compact_->data.get()) + compact_first_[b];
     const std::vector<uint32_t>& index = kept_index_[b];
@@ -248,8 +247,7 @@ class Node {
   }
 
   // Exact zeros wherever the mask prunes, the reduced values where it keeps.
-  template <typename T>
-  void scatter(size_t b) {
+  template <typename T> void scatter(size_t b) {
     T* to = reinterpret_cast<T*>(gradients_->data.get()) + bucket_first_[b];
     const T* from = reinterpret_cast<const T*>(compact_->data.get()) + compact_first_[b];
     const std::vector<uint32_t>& index = kept_index_[b];

@@ -1,9 +1,9 @@
 // One emulated node: a child process that enters its network namespace, loads the plugin, joins
 // the ring and runs the all-reduces the orchestrator paces. It talks to the orchestrator over a
 // SOCK_SEQPACKET socket made before fork, one text message per packet:
-//   node -> parent: "listen <hex handle>", "ready", "filled", "done <iter> <ns> <bytes> <compaction ns>", "stats ...", "closed", "fail <why>"
-//   parent -> node: "peer <hex handle of the next node>", "go <iter>", "start" (once every node has
-//   filled its buffers: the clock starts together everywhere), "close", "bye"
+//   node -> parent: "listen <hex handle>", "ready", "filled", "done <iter> <ns> <bytes> <compaction ns>", "stats ...",
+//   "closed", "fail <why>" parent -> node: "peer <hex handle of the next node>", "go <iter>", "start" (once every node
+//   has filled its buffers: the clock starts together everywhere), "close", "bye"
 #pragma once
 
 #include <sys/types.h>
@@ -25,8 +25,8 @@ struct NodeJob {
   DType dtype = DType::F32;
   const std::vector<Bucket>* buckets = nullptr;
   const std::vector<BucketMask>* masks = nullptr;  // null for the dense mode
-  const FsdpWorkload* fsdp = nullptr;  // --fsdp: FSDP's collectives on these groups instead of the buckets
-  std::string netns;    // /var/run/netns/<netns> is entered before anything else; "" = stay
+  const FsdpWorkload* fsdp = nullptr;              // --fsdp: FSDP's collectives on these groups instead of the buckets
+  std::string netns;                               // /var/run/netns/<netns> is entered before anything else; "" = stay
   std::string ifname;   // the interface whose kernel counters are read (eth0 in a lab, lo otherwise)
   std::string library;  // the plugin
   std::vector<std::pair<std::string, std::string>> environment;  // SIEVE_* for this mode

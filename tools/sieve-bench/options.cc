@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "tools/sieve-bench/models.h"
 #include "tools/common/install_layout.h"
+#include "tools/sieve-bench/models.h"
 #include "tools/sieve-impair/impairment.h"
 
 namespace sieve::bench {
@@ -38,7 +38,9 @@ std::string usage_text() {
          "As root the nodes live in network namespaces on a tc-shaped virtual switch (netlab.sh);\n"
          "otherwise (without root or CAP_NET_ADMIN, or with --loopback) they use loopback.\n\n"
          "  --nodes N             nodes (default 4)\n"
-         "  --model NAME          " + models + " (default resnet50)\n"
+         "  --model NAME          " +
+         models +
+         " (default resnet50)\n"
          "  --masks FILE          your own model: one BOOL/U8 mask tensor per parameter (safetensors);\n"
          "                        with --model, checked against that model's parameter shapes\n"
          "  --prune KIND          unstructured | channel | none (default unstructured)\n"
@@ -50,7 +52,8 @@ std::string usage_text() {
          " (default dense,compacted)\n"
          "  --iters N             measured all-reduces of the whole model (--fsdp: steps) per mode (default 5)\n"
          "  --warmup N            unmeasured ones first (default 1)\n"
-         "  --rate R              switch port rate, tc syntax: 100mbit, 1gbit, 10gbit; none = unshaped (default 1gbit)\n"
+         "  --rate R              switch port rate, tc syntax: 100mbit, 1gbit, 10gbit; none = unshaped (default "
+         "1gbit)\n"
          "  --delay T             one-way delay on every port, e.g. 1ms, 250us (namespaces only)\n"
          "  --jitter T            uniform +-T around --delay, at most --delay\n"
          "  --loss P              packet loss, e.g. 1%, 0.5%\n"
@@ -90,7 +93,9 @@ std::string usage_text() {
          "128 + N when stopped by signal N.\n"
          "\n"
          "Files (PREFIX is where sieve-bench is installed: /usr for /usr/bin/sieve-bench):\n"
-         "  PREFIX/" + tools::installed_libdir() + "/libnccl-net-sieve.so   the plugin the nodes load\n"
+         "  PREFIX/" +
+         tools::installed_libdir() +
+         "/libnccl-net-sieve.so   the plugin the nodes load\n"
          "  PREFIX/share/sieve/netlab.sh           the namespace lab\n"
          "  PREFIX/share/sieve/gloo_allreduce.py   the Gloo peer (run by --python)\n"
          "  PREFIX/share/sieve/ddp_train.py        the training ranks of --train ddp (run by --python)\n"
@@ -108,7 +113,8 @@ int run_budget_seconds(const Options& o, double model_bytes, double kept_fractio
   if (!(o.delay.empty() && o.loss.empty() && o.reorder.empty())) rate = std::min(rate, 50e6);
   const double per_dense = 2.0 * (o.nodes - 1) / o.nodes * model_bytes * 8 / rate;
   double share = 0;  // of a dense all-reduce's bytes, summed over the modes
-  for (Mode mode : o.modes) share += mode == Mode::Dense ? 1.0 : mode == Mode::Compacted ? kept_fraction : kept_fraction + 1.0 / 16;
+  for (Mode mode : o.modes)
+    share += mode == Mode::Dense ? 1.0 : mode == Mode::Compacted ? kept_fraction : kept_fraction + 1.0 / 16;
   // An FSDP step on Gloo may all-reduce where it cannot reduce-scatter: half as much again.
   if (o.gloo) share += o.fsdp ? 1.5 : 1.0;
   const double rounds = o.warmup + o.iterations;
@@ -160,11 +166,11 @@ bool parse_modes(const std::string& text, std::vector<Mode>* modes, std::string*
 }
 
 const char* const kFlags[] = {"--json", "--quiet", "--loopback", "--gloo", "--fsdp", "--version", "--help"};
-const char* const kValued[] = {"--nodes",   "--model", "--masks",  "--prune",   "--density", "--seed",
-                               "--dtype",   "--modes", "--iters",  "--warmup",  "--rate",    "--delay",
-                               "--jitter",  "--loss",  "--reorder", "--plugin", "--netlab",  "--gloo-script",
-                               "--chunk",   "--inflight", "--timeout", "--train", "--steps", "--train-modes",
-                               "--python",  "--train-script", "--train-model"};
+const char* const kValued[] = {"--nodes",  "--model",        "--masks",      "--prune",  "--density", "--seed",
+                               "--dtype",  "--modes",        "--iters",      "--warmup", "--rate",    "--delay",
+                               "--jitter", "--loss",         "--reorder",    "--plugin", "--netlab",  "--gloo-script",
+                               "--chunk",  "--inflight",     "--timeout",    "--train",  "--steps",   "--train-modes",
+                               "--python", "--train-script", "--train-model"};
 
 bool takes_value(const std::string& arg) {
   for (const char* name : kValued) {
@@ -215,20 +221,29 @@ bool check_combinations(const Options& o, std::string* message) {
   if (!o.train.empty()) {
     if (o.loopback) return *message = "--train runs in the namespace lab only; leave out --loopback", false;
     if (o.gloo || o.fsdp || !o.masks_file.empty())
-      return *message = std::string(o.gloo ? "--gloo" : o.fsdp ? "--fsdp" : "--masks") +
-                        " does not apply with --train (it trains ResNet-18 with DDP)", false;
+      return *message = std::string(o.gloo   ? "--gloo"
+                                    : o.fsdp ? "--fsdp"
+                                             : "--masks") +
+                        " does not apply with --train (it trains ResNet-18 with DDP)",
+             false;
   } else if (!o.train_modes.empty() || !o.train_script.empty()) {
     return *message = std::string(!o.train_modes.empty() ? "--train-modes" : "--train-script") +
-                      " applies only with --train ddp", false;
+                      " applies only with --train ddp",
+           false;
   }
   if (!o.jitter.empty() && o.delay.empty()) return *message = "--jitter needs --delay (it varies the delay)", false;
   if (!o.jitter.empty() && duration_us(o.jitter) > duration_us(o.delay))
-    return *message = "--jitter " + o.jitter + " exceeds --delay " + o.delay + " (a packet cannot leave before it arrived)", false;
+    return *message =
+               "--jitter " + o.jitter + " exceeds --delay " + o.delay + " (a packet cannot leave before it arrived)",
+           false;
   if (!o.reorder.empty() && o.delay.empty())
     return *message = "--reorder needs --delay (reordered packets overtake delayed ones)", false;
   if (o.loopback) {
-    const char* impairment = !o.delay.empty() ? "--delay" : !o.jitter.empty() ? "--jitter"
-                           : !o.loss.empty()  ? "--loss"  : !o.reorder.empty() ? "--reorder" : nullptr;
+    const char* impairment = !o.delay.empty()     ? "--delay"
+                             : !o.jitter.empty()  ? "--jitter"
+                             : !o.loss.empty()    ? "--loss"
+                             : !o.reorder.empty() ? "--reorder"
+                                                  : nullptr;
     if (impairment) {
       *message = std::string(impairment) + " needs the namespace lab; --loopback has no netem (leave out one of them)";
       return false;
@@ -320,7 +335,8 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       o->warmup = static_cast<int>(n);
     } else if (arg == "--rate") {
       if (v == "none") v.clear();
-      if (!v.empty() && rate_bits_per_second(v) <= 0) return *message = "--rate: like 100mbit, 1gbit, 10gbit or none", false;
+      if (!v.empty() && rate_bits_per_second(v) <= 0)
+        return *message = "--rate: like 100mbit, 1gbit, 10gbit or none", false;
       o->rate = v;
     } else if (arg == "--delay") {
       if (!check_duration(arg, v, message)) return false;

@@ -25,11 +25,11 @@ struct Options {
   std::vector<Mode> modes{Mode::Dense, Mode::Compacted};
   int iterations = 5;
   int warmup = 1;
-  std::string rate = "1gbit";  // tc rate in namespaces; "" = unshaped
+  std::string rate = "1gbit";                // tc rate in namespaces; "" = unshaped
   std::string delay, jitter, loss, reorder;  // netem on every port (checked when parsed)
-  bool loopback = false;  // force loopback even as root
-  std::string plugin;     // path of libnccl-net-sieve.so ("" = next to this build)
-  std::string netlab;     // path of tools/share/netlab.sh ("" = from the source tree)
+  bool loopback = false;                     // force loopback even as root
+  std::string plugin;                        // path of libnccl-net-sieve.so ("" = next to this build)
+  std::string netlab;                        // path of tools/share/netlab.sh ("" = from the source tree)
   // Finer than NCCL's 512 KiB steps: on a shaped 1 Gbit/s ring 128 KiB x 16 measured ~5 % faster
   // than 512 KiB x 8 (less pipeline bubble at each step's hand-over), with the same bytes in flight.
   size_t chunk_bytes = 128 << 10;

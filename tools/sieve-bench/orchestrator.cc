@@ -14,20 +14,19 @@
 #include <memory>
 #include <sstream>
 
+#include "tools/common/install_layout.h"
+#include "tools/common/netlab.h"
+#include "tools/common/stop_signal.h"
 #include "tools/sieve-bench/gloo_peer.h"
 #include "tools/sieve-bench/lab.h"
 #include "tools/sieve-bench/masks_file.h"
 #include "tools/sieve-bench/node.h"
-#include "tools/common/install_layout.h"
-#include "tools/common/netlab.h"
-#include "tools/common/stop_signal.h"
 
 namespace sieve::bench {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
 
 bool file_exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
@@ -69,7 +68,8 @@ class Fleet {
 
   // Waits until every node has sent a message starting with `prefix`. On a failure returns false
   // with *error naming the node and what it said (or how it ended).
-  bool gather(const std::string& prefix, Clock::time_point deadline, std::vector<std::string>* out, std::string* error) {
+  bool gather(const std::string& prefix, Clock::time_point deadline, std::vector<std::string>* out,
+              std::string* error) {
     out->assign(children.size(), "");
     std::vector<bool> have(children.size(), false);
     size_t pending = children.size();
@@ -132,7 +132,8 @@ class Fleet {
     usleep(100000);  // let it finish dying so the status says how
     if (children[i].pid > 0 && ::waitpid(children[i].pid, &status, WNOHANG) == children[i].pid) {
       children[i].pid = -1;
-      if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status)) + " (" + why + ")";
+      if (WIFSIGNALED(status))
+        return std::string("was killed by signal ") + strsignal(WTERMSIG(status)) + " (" + why + ")";
       return "exited with status " + std::to_string(WEXITSTATUS(status)) + " (" + why + ")";
     }
     return "went silent (" + why + ")";
@@ -190,7 +191,6 @@ bool build_workload(const Options& o, Workload* w, std::string* error) {
   w->kept = w->compacted_share = w->nonzero_share = kept_fraction(w->masks);
   return true;
 }
-
 
 // Starts the nodes of one mode, paces their iterations and gathers their numbers into `result`;
 // returns "" or what failed, naming the node. The Fleet kills and reaps the nodes on every path.
@@ -313,7 +313,9 @@ int run_bench(const Options& o, RunReport* report) {
   std::ostringstream prune;
   if (!o.masks_file.empty()) prune << "masks from " << o.masks_file;
   else if (o.prune.kind == PruneKind::None) prune << "none";
-  else prune << (o.prune.kind == PruneKind::Channel ? "channel-structured" : "unstructured") << ", density " << o.prune.density;
+  else
+    prune << (o.prune.kind == PruneKind::Channel ? "channel-structured" : "unstructured") << ", density "
+          << o.prune.density;
   report->prune = prune.str();
   Workload work;
   std::string error;
@@ -339,7 +341,8 @@ int run_bench(const Options& o, RunReport* report) {
     report->groups_compacted = work.fsdp.groups_compacted();
     report->compacted_share = work.compacted_share;
     moved_bytes = static_cast<double>(work.fsdp.buffer_elements() * dtype_bytes(o.dtype));
-    report->padding_fraction = 1.0 - static_cast<double>(work.parameters) / static_cast<double>(work.fsdp.buffer_elements());
+    report->padding_fraction =
+        1.0 - static_cast<double>(work.parameters) / static_cast<double>(work.fsdp.buffer_elements());
   }
   const int budget_s = run_budget_seconds(o, moved_bytes, work.compacted_share);
   const auto deadline = started + std::chrono::seconds(budget_s);
@@ -397,7 +400,8 @@ int run_bench(const Options& o, RunReport* report) {
     environment.emplace_back("SIEVE_SOCKET_IFNAME", "=lo");
     report->link = "loopback";
     if (!o.rate.empty()) {
-      environment.emplace_back("SIEVE_RATE_LIMIT_MBPS", std::to_string(static_cast<long>(rate_bits_per_second(o.rate) / 1e6)));
+      environment.emplace_back("SIEVE_RATE_LIMIT_MBPS",
+                               std::to_string(static_cast<long>(rate_bits_per_second(o.rate) / 1e6)));
       report->link += " shaped to " + o.rate + " per node by the plugin";
     }
   }
@@ -423,8 +427,8 @@ int run_bench(const Options& o, RunReport* report) {
     job.warmup = o.warmup;
     job.chunk_bytes = o.chunk_bytes;
     job.inflight = o.inflight;
-    job.timeout_s = static_cast<int>(std::max<long>(
-        5, std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count()));
+    job.timeout_s = static_cast<int>(
+        std::max<long>(5, std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count()));
 
     const std::string failure = run_mode(job, o, use_lab ? &lab : nullptr, deadline, progress, &result);
     progress.finish();
@@ -432,7 +436,8 @@ int run_bench(const Options& o, RunReport* report) {
       result.error = failure;
       if (failure.find("timed out") != std::string::npos) {
         result.error += " (the run's deadline: " + std::to_string(budget_s) + " s, " +
-                        (o.timeout_s > 0 ? "--timeout" : "estimated from the model and --rate; --timeout S sets it") + ")";
+                        (o.timeout_s > 0 ? "--timeout" : "estimated from the model and --rate; --timeout S sets it") +
+                        ")";
       }
       report->failure = std::string(mode_name(mode)) + ": " + result.error;
       report->wrong_values = failure.find("WRONG RESULT") != std::string::npos;

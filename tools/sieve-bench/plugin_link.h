@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "tools/sieve-bench/ring_allreduce.h"
 #include "tools/nccl_emulator/plugin_loader.h"
+#include "tools/sieve-bench/ring_allreduce.h"
 
 namespace sieve::bench {
 

@@ -83,7 +83,6 @@ const ModeResult* find(const RunReport& report, const std::string& name) {
   return nullptr;
 }
 
-
 }  // namespace
 
 std::string format_table(const RunReport& r) {
@@ -97,9 +96,11 @@ std::string format_table(const RunReport& r) {
     out << count_of(static_cast<long>(r.buckets), "DDP bucket");
   }
   out << "), " << count_of(r.nodes, "node") << ", " << r.link << '\n';
-  out << "pruning: " << r.prune << " (" << fixed(100.0 * r.kept_fraction, 1) << " % of all elements kept); " << r.iterations;
+  out << "pruning: " << r.prune << " (" << fixed(100.0 * r.kept_fraction, 1) << " % of all elements kept); "
+      << r.iterations;
   if (r.fsdp) {
-    out << " measured steps per mode\n(a step: every group's all-gather of parameters, then every group's reduce-scatter of"
+    out << " measured steps per mode\n(a step: every group's all-gather of parameters, then every group's "
+           "reduce-scatter of"
            " gradients;\ntime: the slowest node's, median and best)\n";
     out << "compacted: " << r.groups_compacted << " of " << r.groups << " groups (the proxy leaves a group dense below"
         << " 16384 elements or above 90 % kept),\neach shard's kept elements padded to the largest shard's: "
@@ -131,7 +132,8 @@ std::string format_table(const RunReport& r) {
   for (const ModeResult& m : r.modes) {
     if (m.ok && !m.note.empty()) out << "\n" << m.name << ": " << m.note;
     if (m.ok && m.mean_compaction_seconds() > 0) {
-      out << "\n" << m.name << ": " << fixed(m.mean_compaction_seconds(), 3, " s") << " of each "
+      out << "\n"
+          << m.name << ": " << fixed(m.mean_compaction_seconds(), 3, " s") << " of each "
           << (r.fsdp ? "step" : "all-reduce")
           << " is the gather and scatter, run on the CPU here (the proxy runs them on the GPU).";
     }
@@ -163,22 +165,21 @@ std::string summary_line(const RunReport& r) {
   const char* checked = r.fsdp ? "value" : "sum";
   if (r.kept_fraction >= 1.0) {
     // Nothing pruned (--density 1): the modes move the same bytes, and any time difference is noise.
-    out << "Nothing of " << r.model << " was pruned, so Sieve had nothing to leave out: "
-        << megabytes(fast->logical_bytes) << " per node and " << unit << " either way, "
-        << fixed(fast->median_seconds(), 2) << " s against " << fixed(dense->median_seconds(), 2)
-        << " s dense, every " << checked << " exact.";
+    out << "Nothing of " << r.model
+        << " was pruned, so Sieve had nothing to leave out: " << megabytes(fast->logical_bytes) << " per node and "
+        << unit << " either way, " << fixed(fast->median_seconds(), 2) << " s against "
+        << fixed(dense->median_seconds(), 2) << " s dense, every " << checked << " exact.";
   } else if (dense->median_seconds() <= fast->median_seconds() || speedup == "1.0") {
     out << "Sieve moved " << what << r.model << " (" << fixed(pruned, 0) << " % pruned) between "
         << count_of(r.nodes, "node") << " as " << megabytes(fast->logical_bytes) << " instead of "
-        << megabytes(dense->logical_bytes) << " per node and " << unit << ", but no faster: "
-        << fixed(fast->median_seconds(), 2) << " s against " << fixed(dense->median_seconds(), 2)
+        << megabytes(dense->logical_bytes) << " per node and " << unit
+        << ", but no faster: " << fixed(fast->median_seconds(), 2) << " s against " << fixed(dense->median_seconds(), 2)
         << " s dense, every " << checked << " exact.";
   } else {
     out << "Sieve moved " << what << r.model << " (" << fixed(pruned, 0) << " % pruned) " << speedup
-        << "x faster between " << count_of(r.nodes, "node") << ": " << megabytes(fast->logical_bytes)
-        << " instead of " << megabytes(dense->logical_bytes) << " per node and " << unit << ", "
-        << fixed(fast->median_seconds(), 2) << " s instead of " << fixed(dense->median_seconds(), 2)
-        << " s, every " << checked << " exact.";
+        << "x faster between " << count_of(r.nodes, "node") << ": " << megabytes(fast->logical_bytes) << " instead of "
+        << megabytes(dense->logical_bytes) << " per node and " << unit << ", " << fixed(fast->median_seconds(), 2)
+        << " s instead of " << fixed(dense->median_seconds(), 2) << " s, every " << checked << " exact.";
   }
   if (const ModeResult* gloo = find(r, "gloo")) {
     out << " PyTorch Gloo on the same link: " << fixed(gloo->median_seconds(), 2) << " s.";

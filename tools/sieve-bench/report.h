@@ -12,19 +12,19 @@
 namespace sieve::bench {
 
 struct ModeResult {
-  std::string name;       // dense, compacted, codec, gloo
+  std::string name;  // dense, compacted, codec, gloo
   bool ok = false;
-  std::string error;      // what failed, naming the node
+  std::string error;            // what failed, naming the node
   std::vector<double> seconds;  // per measured all-reduce of the whole model (--fsdp: step): the slowest node
   std::vector<double> compaction_seconds;  // of which gather + scatter on the CPU (slowest node)
-  double logical_bytes = 0;     // per node per all-reduce, handed to the transport
+  double logical_bytes = 0;                // per node per all-reduce, handed to the transport
   bool has_plugin_wire = false;
   double plugin_wire_bytes = 0;  // per node per all-reduce, the plugin's own count
   bool has_kernel = false;
-  double kernel_tx_bytes = 0;    // per node per all-reduce, the interface's tx counter
-  double ideal_speedup = 0;      // 0 = not applicable
-  std::string device;            // the plugin's device name on node 0
-  std::string note;              // what the table says under the rows, e.g. how the Gloo peer ran FSDP's step
+  double kernel_tx_bytes = 0;  // per node per all-reduce, the interface's tx counter
+  double ideal_speedup = 0;    // 0 = not applicable
+  std::string device;          // the plugin's device name on node 0
+  std::string note;            // what the table says under the rows, e.g. how the Gloo peer ran FSDP's step
   double mean_seconds() const;
   // The table and the speedups use the median: on shared cores one descheduled node stalls the
   // whole ring now and then, and the median is not moved by such an outlier.
@@ -39,7 +39,7 @@ struct RunReport {
   size_t buckets = 0;
   DType dtype = DType::F32;
   int nodes = 0;
-  std::string link;  // "namespaces, 1gbit switch" or "loopback"
+  std::string link;   // "namespaces, 1gbit switch" or "loopback"
   std::string prune;  // "unstructured, density 0.20"
   double kept_fraction = 1;
   int iterations = 0;

@@ -65,8 +65,14 @@ class RingRun {
  public:
   RingRun(RingLink& link, const RingShape& shape, int rank, int nranks, void* buffer, size_t count, DType type,
           void* scratch, const RingOptions& options, std::string name)
-      : link_(link), name_(std::move(name)), nranks_(nranks), reducing_steps_(shape.reducing_steps), type_(type),
-        elem_(dtype_bytes(type)), buffer_(static_cast<char*>(buffer)), scratch_(static_cast<char*>(scratch)),
+      : link_(link),
+        name_(std::move(name)),
+        nranks_(nranks),
+        reducing_steps_(shape.reducing_steps),
+        type_(type),
+        elem_(dtype_bytes(type)),
+        buffer_(static_cast<char*>(buffer)),
+        scratch_(static_cast<char*>(scratch)),
         options_(options) {
     const size_t chunk_elems = std::max<size_t>(1, options.chunk_bytes / elem_);
     const Slicing slicing{count, (count + nranks - 1) / nranks, nranks};
@@ -178,8 +184,8 @@ class RingRun {
                  std::to_string(m.count * elem_);
         }
         if (flight[i].slot >= 0) {
-          sum_into(type_, buffer_ + m.first * elem_, scratch_ + static_cast<size_t>(flight[i].slot) * options_.chunk_bytes,
-                   m.count);
+          sum_into(type_, buffer_ + m.first * elem_,
+                   scratch_ + static_cast<size_t>(flight[i].slot) * options_.chunk_bytes, m.count);
           free_slots_.push_back(flight[i].slot);
         }
         recv_done_[flight[i].message] = true;
@@ -219,9 +225,9 @@ RingResult run_ring(const char* collective, RingShape (*shape_of)(int), bool sha
     return {name + ": chunk size and in-flight count must be positive", 0};
   }
   if (sharded && count % static_cast<size_t>(nranks) != 0) {
-    return {name + ": " + std::to_string(count) + " elements do not split into " + std::to_string(nranks) +
-                " equal shards",
-            0};
+    return {
+        name + ": " + std::to_string(count) + " elements do not split into " + std::to_string(nranks) + " equal shards",
+        0};
   }
   if (nranks == 1 || count == 0) return {};
   return RingRun(link, shape_of(nranks), rank, nranks, buffer, count, type, scratch, options, name).run();
@@ -229,8 +235,8 @@ RingResult run_ring(const char* collective, RingShape (*shape_of)(int), bool sha
 
 }  // namespace
 
-RingResult ring_allreduce(RingLink& link, int rank, int nranks, void* buffer, size_t count, DType type,
-                          void* scratch, const RingOptions& options) {
+RingResult ring_allreduce(RingLink& link, int rank, int nranks, void* buffer, size_t count, DType type, void* scratch,
+                          const RingOptions& options) {
   return run_ring("all-reduce", all_reduce_shape, false, link, rank, nranks, buffer, count, type, scratch, options);
 }
 

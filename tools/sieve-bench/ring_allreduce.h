@@ -39,8 +39,8 @@ struct RingResult {
 
 // Sums `count` elements of `type` in `buffer` across the ring, in place. `scratch` must hold
 // max_inflight chunks (scratch_bytes(options)); it is the landing zone of reduce-scatter chunks.
-RingResult ring_allreduce(RingLink& link, int rank, int nranks, void* buffer, size_t count, DType type,
-                          void* scratch, const RingOptions& options);
+RingResult ring_allreduce(RingLink& link, int rank, int nranks, void* buffer, size_t count, DType type, void* scratch,
+                          const RingOptions& options);
 
 // Reduce-scatter in place, in NCCL's in-place layout: `buffer` holds N shards of count / N
 // elements (count a multiple of N); rank r ends with the sum of shard r at buffer + r * count / N

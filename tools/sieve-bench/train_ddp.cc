@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "tools/common/install_layout.h"
-#include "tools/sieve-bench/gloo_peer.h"
 #include "tools/common/netlab.h"
 #include "tools/common/stop_signal.h"
 #include "tools/common/subprocess.h"
+#include "tools/sieve-bench/gloo_peer.h"
 
 namespace sieve::bench {
 
@@ -32,7 +32,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int kDefaultModes = 6;
 // ResNet-18's 11.7 M fp32 gradients: what a dense step all-reduces.
 constexpr double kResnet18Bytes = 11.69e6 * 4;
-
 
 int mode_count(const Options& o) {
   if (o.train_modes.empty()) return kDefaultModes;
@@ -98,10 +97,14 @@ int run_ddp_training(const Options& o, std::string* output, std::string* failure
       *failure = std::string("pipe: ") + std::strerror(errno);
       break;
     }
-    std::vector<std::string> args = {python, script, "--rank", std::to_string(rank), "--world",
-                                     std::to_string(o.nodes), "--master", lab.addr(0), "--ifname",
-                                     tools::NetLab::ifname(), "--steps", std::to_string(o.steps), "--density",
-                                     std::to_string(o.prune.density), "--timeout", std::to_string(budget)};
+    std::vector<std::string> args = {python,      script,
+                                     "--rank",    std::to_string(rank),
+                                     "--world",   std::to_string(o.nodes),
+                                     "--master",  lab.addr(0),
+                                     "--ifname",  tools::NetLab::ifname(),
+                                     "--steps",   std::to_string(o.steps),
+                                     "--density", std::to_string(o.prune.density),
+                                     "--timeout", std::to_string(budget)};
     if (!o.train_modes.empty()) args.insert(args.end(), {"--modes", o.train_modes});
     if (o.json) args.push_back("--json");
     if (o.quiet) args.push_back("--quiet");
@@ -140,7 +143,8 @@ int run_ddp_training(const Options& o, std::string* output, std::string* failure
     }
     if (fds.empty()) break;
     if (tools::stop_signal()) *failure = "interrupted by " + tools::stop_signal_name();
-    else if (Clock::now() > deadline) *failure = "the training timed out after " + std::to_string(budget) + " s (--timeout S sets it)";
+    else if (Clock::now() > deadline)
+      *failure = "the training timed out after " + std::to_string(budget) + " s (--timeout S sets it)";
     if (!failure->empty()) break;
     if (poll(fds.data(), fds.size(), 200) < 0 && errno != EINTR) break;
     for (size_t k = 0; k < fds.size(); ++k) {

@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "tools/sieve-bench/gloo_peer.h"
-#include "tools/sieve-bench/lab.h"
 #include "tools/common/install_layout.h"
 #include "tools/common/netlab.h"
 #include "tools/common/stop_signal.h"
+#include "tools/sieve-bench/gloo_peer.h"
+#include "tools/sieve-bench/lab.h"
 
 namespace sieve::bench {
 
@@ -104,10 +104,16 @@ void run_ranks(const Options& o, const Lab& lab, const std::string& python, cons
       const int ns = open(path.c_str(), O_RDONLY);
       if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) _exit(97);
       dup2(fds[1], STDOUT_FILENO);
-      const std::vector<std::string> args = {
-          python, script, "--rank", std::to_string(rank), "--world", std::to_string(o.nodes), "--master", "10.77.0.1",
-          "--port", std::to_string(port), "--ifname", "eth0", "--model", o.train_model, "--mode", mode, "--steps",
-          std::to_string(o.steps), "--timeout", std::to_string(seconds_left)};
+      const std::vector<std::string> args = {python,      script,
+                                             "--rank",    std::to_string(rank),
+                                             "--world",   std::to_string(o.nodes),
+                                             "--master",  "10.77.0.1",
+                                             "--port",    std::to_string(port),
+                                             "--ifname",  "eth0",
+                                             "--model",   o.train_model,
+                                             "--mode",    mode,
+                                             "--steps",   std::to_string(o.steps),
+                                             "--timeout", std::to_string(seconds_left)};
       std::vector<char*> argv;
       for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
@@ -148,7 +154,8 @@ void run_ranks(const Options& o, const Lab& lab, const std::string& python, cons
     RankResult& r = run->ranks[rank];
     if (run->error.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
       const std::string said = string_of(r.text, "error");
-      run->error = "rank " + std::to_string(rank) + " failed" + (said.empty() ? " (its messages are above)" : ": " + said);
+      run->error =
+          "rank " + std::to_string(rank) + " failed" + (said.empty() ? " (its messages are above)" : ": " + said);
     }
     r.losses = numbers(r.text, "losses");
     r.seconds = numbers(r.text, "seconds");
@@ -207,7 +214,8 @@ int run_train_fsdp2(const Options& o) {
   const std::string netlab = !o.netlab.empty() ? o.netlab : layout.script("netlab.sh");
   const std::string python = gloo_python(o.python);  // --python, else python3 on PATH, as the Gloo peer's
   if (access(python.c_str(), X_OK) != 0) {
-    std::fprintf(stderr, "sieve-bench: --python %s is not an executable (a Python with torch >= 2.11)\n", python.c_str());
+    std::fprintf(stderr, "sieve-bench: --python %s is not an executable (a Python with torch >= 2.11)\n",
+                 python.c_str());
     return 2;
   }
   if (access(script.c_str(), R_OK) != 0 || access(netlab.c_str(), R_OK) != 0) {
@@ -238,10 +246,11 @@ int run_train_fsdp2(const Options& o) {
     runs.push_back(run);
   }
   const std::string& head = runs[0].ranks[0].text;
-  std::printf("sieve-bench --train fsdp2: %s, %.1f M parameters, %.1f %% kept; %d nodes, network namespaces on a %s "
-              "switch; PyTorch %s, FSDP2 on Gloo, %d steps\n",
-              o.train_model.c_str(), number(head, "parameters") / 1e6, 100 * number(head, "density"), o.nodes,
-              o.rate.empty() ? "unshaped" : o.rate.c_str(), string_of(head, "torch").c_str(), o.steps);
+  std::printf(
+      "sieve-bench --train fsdp2: %s, %.1f M parameters, %.1f %% kept; %d nodes, network namespaces on a %s "
+      "switch; PyTorch %s, FSDP2 on Gloo, %d steps\n",
+      o.train_model.c_str(), number(head, "parameters") / 1e6, 100 * number(head, "density"), o.nodes,
+      o.rate.empty() ? "unshaped" : o.rate.c_str(), string_of(head, "torch").c_str(), o.steps);
   std::printf("%-16s %4s %10s %14s %8s %8s %12s\n", "mode", "step", "loss bits", "loss", "step s", "comm s",
               "wire MB/node");
   for (const ModeRun& run : runs) {
@@ -268,12 +277,15 @@ int run_train_fsdp2(const Options& o) {
               identical ? "bit-identical" : "DIFFERENT", same_digests(base, sieve) ? "bit-identical" : "different",
               largest_difference(base, sieve));
   if (runs.size() > 2) {
-    std::printf("fsdp2-regrouped vs fsdp2 (FSDP2's own, another grouping): largest loss difference %.3g, parameters "
-                "%s\n", largest_difference(base, runs[2]), same_digests(base, runs[2]) ? "bit-identical" : "different");
+    std::printf(
+        "fsdp2-regrouped vs fsdp2 (FSDP2's own, another grouping): largest loss difference %.3g, parameters "
+        "%s\n",
+        largest_difference(base, runs[2]), same_digests(base, runs[2]) ? "bit-identical" : "different");
   }
-  std::printf("wire: sieve %.3f of fsdp2's bytes; the compacted groups' collectives send %.3f of theirs (kept "
-              "elements, padding to the largest rank's segment, one flag per rank); parameters kept %.3f\n",
-              sum_base > 0 ? sum_sieve / sum_base : 0, dense > 0 ? sent / dense : 0, number(head, "density"));
+  std::printf(
+      "wire: sieve %.3f of fsdp2's bytes; the compacted groups' collectives send %.3f of theirs (kept "
+      "elements, padding to the largest rank's segment, one flag per rank); parameters kept %.3f\n",
+      sum_base > 0 ? sum_sieve / sum_base : 0, dense > 0 ? sent / dense : 0, number(head, "density"));
   std::printf("median step: fsdp2 %.3f s (comm %.3f s), sieve %.3f s (comm %.3f s)\n", median(base.ranks[0].seconds),
               median(base.ranks[0].comm), median(sieve.ranks[0].seconds), median(sieve.ranks[0].comm));
   if (o.nodes == 2 && !identical) status = 1;  // at 2 ranks the sum of two is the same in any order

@@ -38,8 +38,8 @@ using sieve::impair::Fate;
 using sieve::impair::Impairment;
 using sieve::impair::ImpairmentOptions;
 
-constexpr size_t kMaxHeld = 100000;          // netem's default limit is 1000; the lab asks for 100000
-constexpr int kSocketBuffer = 32 << 20;      // a burst of GSO-split segments must not overflow netlink
+constexpr size_t kMaxHeld = 100000;      // netem's default limit is 1000; the lab asks for 100000
+constexpr int kSocketBuffer = 32 << 20;  // a burst of GSO-split segments must not overflow netlink
 constexpr int64_t kStatsEveryUs = 200 * 1000;
 
 volatile sig_atomic_t g_stop = 0;
@@ -182,7 +182,8 @@ bool parse_args(int argc, char** argv, Args* a, std::string* error) {
       if (*end || value.empty()) return *error = "--seed must be a number", false;
     } else if (key == "--duration") {
       const double seconds = strtod(value.c_str(), &end);
-      if (*end || value.empty() || !(seconds > 0) || seconds > 86400) return *error = "--duration must be 0..86400 s", false;
+      if (*end || value.empty() || !(seconds > 0) || seconds > 86400)
+        return *error = "--duration must be 0..86400 s", false;
       a->duration_us = static_cast<int64_t>(seconds * 1e6);
     } else if (key == "--stats") {
       a->stats_file = value;
@@ -231,13 +232,14 @@ int main(int argc, char** argv) {
   const bool privileged = geteuid() == 0;
   if (!handle)
     return fprintf(stderr, "sieve-impair: nfq_open: %s (%s)\n", strerror(errno),
-                   privileged ? "is the nfnetlink_queue module loaded?" : "it needs root, CAP_NET_ADMIN"), 1;
+                   privileged ? "is the nfnetlink_queue module loaded?" : "it needs root, CAP_NET_ADMIN"),
+           1;
   state.queue = nfq_create_queue(handle, static_cast<uint16_t>(args.queue), on_packet, &state);
   if (!state.queue) {
     const int err = errno;
-    fprintf(stderr, "sieve-impair: cannot bind queue %d: %s (%s)\n", args.queue, strerror(err),
-            !privileged || err == EPERM || err == EACCES ? "it needs root, CAP_NET_ADMIN"
-                                                         : "another program bound to it?");
+    fprintf(
+        stderr, "sieve-impair: cannot bind queue %d: %s (%s)\n", args.queue, strerror(err),
+        !privileged || err == EPERM || err == EACCES ? "it needs root, CAP_NET_ADMIN" : "another program bound to it?");
     nfq_close(handle);
     return 1;
   }
@@ -251,7 +253,7 @@ int main(int argc, char** argv) {
   const int fd = nfq_fd(handle);
   const int on = 1;
   setsockopt(fd, SOL_NETLINK, NETLINK_NO_ENOBUFS, &on, sizeof on);  // overflow drops, never a dead socket
-  write_stats(args.stats_file, state.counters);  // its presence tells the lab the queue is bound
+  write_stats(args.stats_file, state.counters);                     // its presence tells the lab the queue is bound
   fprintf(stderr, "sieve-impair: queue %d bound\n", args.queue);
 
   const int64_t started = now_us();

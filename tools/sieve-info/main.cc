@@ -43,7 +43,9 @@ void usage(std::ostream& out) {
          "each reason on stderr; 2 a bad command line.\n"
          "\n"
          "Files (PREFIX is where sieve-info is installed: /usr for /usr/bin/sieve-info):\n"
-         "  PREFIX/" << sieve::tools::installed_libdir() << "/libnccl-net-sieve.so   the library inspected by default\n"
+         "  PREFIX/"
+      << sieve::tools::installed_libdir()
+      << "/libnccl-net-sieve.so   the library inspected by default\n"
          "Run from a build tree, sieve-info inspects that build's library.\n";
 }
 

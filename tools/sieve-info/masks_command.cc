@@ -41,14 +41,16 @@ void write_text(const std::string& path, const MaskFile& f, std::ostream& out) {
       << (f.skipped.size() == 1 ? "" : "s") << " skipped)\n";
   size_t width = 6;
   for (const auto& m : f.masks) width = std::max(width, m.name.size());
-  out << std::left << "  " << std::setw(int(width)) << "tensor" << "  " << std::setw(5) << "dtype" << "  "
-      << std::setw(16) << "shape" << std::right << std::setw(14) << "elements" << std::setw(14) << "kept"
-      << std::setw(9) << "density" << "\n";
+  out << std::left << "  " << std::setw(int(width)) << "tensor"
+      << "  " << std::setw(5) << "dtype"
+      << "  " << std::setw(16) << "shape" << std::right << std::setw(14) << "elements" << std::setw(14) << "kept"
+      << std::setw(9) << "density"
+      << "\n";
   out << std::fixed << std::setprecision(4);
   for (const auto& m : f.masks)
     out << std::left << "  " << std::setw(int(width)) << m.name << "  " << std::setw(5) << m.dtype << "  "
-        << std::setw(16) << shape_text(m.shape) << std::right << std::setw(14) << m.elements << std::setw(14)
-        << m.kept << std::setw(9) << density(m.kept, m.elements) << "\n";
+        << std::setw(16) << shape_text(m.shape) << std::right << std::setw(14) << m.elements << std::setw(14) << m.kept
+        << std::setw(9) << density(m.kept, m.elements) << "\n";
   for (const auto& t : f.skipped) out << "  skipped " << t.name << " (" << t.dtype << ", not a mask dtype)\n";
   out << "total: " << f.combined.count() << " elements, " << f.combined.kept() << " kept, density "
       << f.combined.density() << ", hash " << hex(f.combined.hash()) << "\n";
@@ -124,10 +126,8 @@ int sieve_info_masks(const std::vector<std::string>& args, std::ostream& out, st
     err << "sieve-info masks: " << s.message() << "\n";
     return 1;
   }
-  if (json)
-    write_json(path, file, out);
-  else
-    write_text(path, file, out);
+  if (json) write_json(path, file, out);
+  else write_text(path, file, out);
   return 0;
 }
 

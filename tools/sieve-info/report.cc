@@ -139,8 +139,7 @@ std::vector<std::string> problems_of(const Report& report) {
   std::vector<std::string> problems;
   if (!report.plugin_skipped) {
     const PluginReport& plugin = report.plugin;
-    if (!plugin.error.empty())
-      problems.push_back("the plugin cannot be loaded: " + plugin.error);
+    if (!plugin.error.empty()) problems.push_back("the plugin cannot be loaded: " + plugin.error);
     else if (!plugin.devices_error.empty())
       problems.push_back("the plugin " + plugin.library + " cannot start: " + plugin.devices_error);
     else if (plugin.devices.empty())
@@ -188,7 +187,8 @@ std::vector<size_t> matrix_columns(const topology::Machine& machine) {
 std::string shown_value(const config::Effective& entry) {
   const std::string name = entry.info->name;
   const std::string suffix = "_TOKEN";
-  const bool secret = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const bool secret =
+      name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   if (!secret) return entry.value;
   return entry.value.empty() ? "" : "(set, not shown)";
 }
@@ -264,8 +264,10 @@ Report gather(const ReportOptions& options) {
     if (options.plugin_path.empty() && tools::InstallLayout::current().build_dir().empty() &&
         !report.copies.by_name.empty() && !same_file(report.copies.by_name, inspected))
       copies_problem = "NCCL_NET_PLUGIN=sieve and LD_PRELOAD=libnccl-net-sieve.so load " + report.copies.by_name +
-                       ", not " + inspected + " checked here: run the sieve-info installed beside that copy, or "
-                       "remove one copy (" + std::to_string(report.copies.copies.size()) + " found, see Copies)";
+                       ", not " + inspected +
+                       " checked here: run the sieve-info installed beside that copy, or "
+                       "remove one copy (" +
+                       std::to_string(report.copies.copies.size()) + " found, see Copies)";
   }
   std::vector<std::string> rdma_problems;
   report.rdma = inspect_rdma(report.topology.machine, registry.settings(), &rdma_problems);

@@ -17,12 +17,12 @@
 namespace sieve::info {
 
 struct PluginReport {
-  std::string library;             // the file loaded (or tried): a path, or a name the loader resolves
-  std::string library_file;        // the file the loader mapped for it ("" when it did not load)
-  std::string error;               // why it could not be loaded; "" when it was
-  std::vector<int> abi_versions;   // ncclNetPlugin_vN symbols found, newest first
-  int used_version = 0;            // the one driven to list devices
-  std::string name;                // the table's name field
+  std::string library;            // the file loaded (or tried): a path, or a name the loader resolves
+  std::string library_file;       // the file the loader mapped for it ("" when it did not load)
+  std::string error;              // why it could not be loaded; "" when it was
+  std::vector<int> abi_versions;  // ncclNetPlugin_vN symbols found, newest first
+  int used_version = 0;           // the one driven to list devices
+  std::string name;               // the table's name field
   std::vector<tools::NetDeviceInfo> devices;
   // Per device: the data sockets and helper threads a connection over it gets (SIEVE_NSOCKS and
   // SIEVE_NTHREADS, or what auto makes of the device's speed).
@@ -33,13 +33,13 @@ struct PluginReport {
   // The topology the plugin placed its devices with: SIEVE_TOPO_FILE, or "" for this machine. The
   // devices are always this machine's interfaces, whatever --topo describes.
   std::string topology_file;
-  std::string devices_error;       // init/devices/getProperties failure
+  std::string devices_error;  // init/devices/getProperties failure
 };
 
 // RDMA devices as the verbs transport sees them (libibverbs loaded the way the plugin loads it).
 struct RdmaReport {
-  std::string library;  // the libibverbs file loaded; "" when none could be
-  std::string error;    // why verbs are unavailable, or why the ports could not be listed
+  std::string library;                 // the libibverbs file loaded; "" when none could be
+  std::string error;                   // why verbs are unavailable, or why the ports could not be listed
   std::vector<net::ib::IbPort> ports;  // every port, active or not
   std::vector<bool> selected;          // per port: active and chosen by SIEVE_IB_HCA
   std::vector<int> gid_index;          // per port: the GID a connection would use (-1: none)

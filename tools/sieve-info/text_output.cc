@@ -92,7 +92,8 @@ void print_plugin(const Report& report, std::ostream& out) {
         << speed_text(device.speed_mbps) << (assumed ? " (assumed: link speed unknown)" : "") << "  guid "
         << hex(device.guid) << "  port " << device.port;
     if (i < plugin.shapes.size())
-      out << "  connections: " << plugin.shapes[i].nsocks << " socket(s) x " << plugin.shapes[i].nthreads << " thread(s)";
+      out << "  connections: " << plugin.shapes[i].nsocks << " socket(s) x " << plugin.shapes[i].nthreads
+          << " thread(s)";
     out << "\n";
   }
   if (plugin.devices.empty() && plugin.devices_error.empty()) out << "  devices       none\n";
@@ -103,8 +104,7 @@ void print_machine(const Report& report, std::ostream& out) {
   const topology::Machine& machine = report.topology.machine;
   if (report.topo_file.empty())
     out << "Topology        this machine, read with " << topology::source_name(machine.source) << "\n";
-  else
-    out << "Topology        file " << report.topo_file << "\n";
+  else out << "Topology        file " << report.topo_file << "\n";
   if (!report.topology.ok) {
     out << "  error         " << report.topology.error << "\n\n";
     return;
@@ -123,8 +123,8 @@ void print_machine(const Report& report, std::ostream& out) {
     std::string addresses = found != report.addresses.end() ? join(found->second, " ") : "";
     if (!nic.address.empty()) addresses += (addresses.empty() ? "" : " ") + std::string("hw ") + nic.address;
     nics.row({nic.name, nic.is_virtual ? "virtual" : topology::nic_kind_name(nic.kind), or_dash(nic.pci_bus_id),
-              number_or_dash(nic.numa_node), or_dash(topology::cpu_list_text(nic.cpus)), link_speed_text(nic.speed_mbps),
-              or_dash(nic.paired), or_dash(addresses)});
+              number_or_dash(nic.numa_node), or_dash(topology::cpu_list_text(nic.cpus)),
+              link_speed_text(nic.speed_mbps), or_dash(nic.paired), or_dash(addresses)});
     if (!nic.pci_path.empty()) nics.free_line("  pciPath " + nic.pci_path);
   }
   nics.print(out, "  ");
@@ -172,7 +172,8 @@ void print_rdma(const Report& report, std::ostream& out) {
     return;
   }
   Table ports;
-  ports.row({"port", "link", "state", "speed", "MTU", "netdev", "PCI", "NUMA", "near GPUs", "dma-buf", "GID used", "use"});
+  ports.row(
+      {"port", "link", "state", "speed", "MTU", "netdev", "PCI", "NUMA", "near GPUs", "dma-buf", "GID used", "use"});
   for (size_t i = 0; i < rdma.ports.size(); ++i) {
     const net::ib::IbPort& p = rdma.ports[i];
     std::string gid = "-";
@@ -194,8 +195,12 @@ void print_matrix(const topology::Machine& machine, std::ostream& out) {
   const std::vector<size_t> columns = matrix_columns(machine);
   if (machine.gpus.empty() || columns.empty()) return;
   out << "\nGPU x NIC (like nvidia-smi topo -m)\n  " << std::left << std::setw(7) << "";
-  for (size_t column : columns) out << std::setw(std::max<int>(6, static_cast<int>(machine.nics[column].name.size()) + 2)) << machine.nics[column].name;
-  out << std::setw(12) << "CPU Affinity" << "  " << std::setw(6) << "NUMA" << "best NIC\n";
+  for (size_t column : columns)
+    out << std::setw(std::max<int>(6, static_cast<int>(machine.nics[column].name.size()) + 2))
+        << machine.nics[column].name;
+  out << std::setw(12) << "CPU Affinity"
+      << "  " << std::setw(6) << "NUMA"
+      << "best NIC\n";
   for (size_t g = 0; g < machine.gpus.size(); ++g) {
     const auto& gpu = machine.gpus[g];
     out << "  " << std::setw(7) << ("GPU" + std::to_string(g));
@@ -233,8 +238,7 @@ void print_config(const Report& report, std::ostream& out) {
 void print_copies(const Report& report, std::ostream& out) {
   if (report.plugin_skipped) return;
   const CopiesReport& copies = report.copies;
-  const std::string inspected =
-      report.plugin.library_file.empty() ? report.plugin.library : report.plugin.library_file;
+  const std::string inspected = report.plugin.library_file.empty() ? report.plugin.library : report.plugin.library_file;
   out << "Copies of " << copies.name << " the dynamic loader finds (in its order)\n";
   if (copies.copies.empty()) out << "  none\n";
   for (const auto& copy : copies.copies) {

@@ -9,11 +9,11 @@
 // logging, the environment plugin and thread naming are the few lines the transport actually uses.
 #include <pthread.h>
 
+#include <strings.h>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <strings.h>
 #include <type_traits>
 
 #include <cuda_runtime.h>
@@ -57,7 +57,8 @@ FILE* ncclDebugFile = stderr;
 thread_local int ncclDebugNoWarn = 0;
 char ncclLastError[1024] = "";
 
-void ncclDebugLog(ncclDebugLogLevel level, unsigned long /*flags*/, const char* filefunc, int line, const char* fmt, ...) {
+void ncclDebugLog(ncclDebugLogLevel level, unsigned long /*flags*/, const char* filefunc, int line, const char* fmt,
+                  ...) {
   // NOWARN(...) turns the transport's expected failures (a peer still connecting) into INFO.
   if (level == NCCL_LOG_WARN && ncclDebugNoWarn != 0) level = NCCL_LOG_INFO;
   if (level == NCCL_LOG_WARN) {
@@ -91,7 +92,8 @@ const char* ncclEnvPluginGetEnv(const char* name) { return std::getenv(name); }
 
 // --- The plugin's table: NCCL's own ncclNetSocket (a v11 table in 2.28), exported unchanged.
 extern ncclNet_t ncclNetSocket;
-static_assert(std::is_same_v<ncclNet_t, ncclNet_v11_t>, "this NCCL's ncclNet_t is not the v11 table (NCCL 2.28 needed)");
+static_assert(std::is_same_v<ncclNet_t, ncclNet_v11_t>,
+              "this NCCL's ncclNet_t is not the v11 table (NCCL 2.28 needed)");
 extern "C" {
 __attribute__((visibility("default"))) ncclNet_v11_t ncclNetPlugin_v11 = ncclNetSocket;
 }

@@ -18,21 +18,21 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
-#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "plugin/sieve.h"
 #include "tools/common/install_layout.h"
 #include "tools/common/netlab.h"
-#include "tools/nccl_emulator/plugin_loader.h"
 #include "tools/common/stop_signal.h"
 #include "tools/common/subprocess.h"
-#include "plugin/sieve.h"
+#include "tools/nccl_emulator/plugin_loader.h"
 #include "tools/sieve-perf/perf_options.h"
 #include "tools/sieve-perf/perf_peer.h"
 #include "tools/sieve-perf/perf_report.h"
@@ -67,14 +67,16 @@ Measure run_iperf(const Options& o, const tools::NetLab* lab, int port) {
   Measure m;
   const std::string server_addr = lab ? lab->addr(0) : "127.0.0.1";
   std::string error;
-  auto server = tools::Child::spawn(in_node(lab, 0, {"iperf3", "-s", "-1", "--forceflush", "-p", std::to_string(port)}), {}, &error);
+  auto server = tools::Child::spawn(in_node(lab, 0, {"iperf3", "-s", "-1", "--forceflush", "-p", std::to_string(port)}),
+                                    {}, &error);
   if (!server) return m.error = error, m;
   std::string line;
   if (!server->expect_line({"Server listening"}, &line, 10000)) return m.error = "iperf3 server did not start", m;
   char seconds[32];
   snprintf(seconds, sizeof seconds, "%g", o.seconds);
-  auto client = tools::Child::spawn(in_node(lab, 1, {"iperf3", "-c", server_addr, "-p", std::to_string(port), "-t",
-                                                     seconds, "-P", std::to_string(o.iperf_streams), "-J"}),
+  auto client = tools::Child::spawn(in_node(lab, 1,
+                                            {"iperf3", "-c", server_addr, "-p", std::to_string(port), "-t", seconds,
+                                             "-P", std::to_string(o.iperf_streams), "-J"}),
                                     {}, &error);
   if (!client) return m.error = error, m;
   std::string json;
@@ -117,11 +119,15 @@ class Burners {
 
 Measure run_sieve(const Options& o, const std::string& self, const tools::NetLab* lab, const std::string& plugin) {
   Measure m;
-  std::vector<std::string> common = {"--plugin", plugin, "--abi", plugin == o.plugin ? std::to_string(o.abi) : "0",
-                                     "--driver", o.driver,
-                                     "--size", std::to_string(o.size), "--window", std::to_string(o.window),
-                                     "--seconds", std::to_string(o.seconds), "--poll-us", std::to_string(o.poll_us),
-                                     "--zeros", std::to_string(o.zeros_percent), "--word", std::to_string(o.word)};
+  std::vector<std::string> common = {"--plugin",  plugin,
+                                     "--abi",     plugin == o.plugin ? std::to_string(o.abi) : "0",
+                                     "--driver",  o.driver,
+                                     "--size",    std::to_string(o.size),
+                                     "--window",  std::to_string(o.window),
+                                     "--seconds", std::to_string(o.seconds),
+                                     "--poll-us", std::to_string(o.poll_us),
+                                     "--zeros",   std::to_string(o.zeros_percent),
+                                     "--word",    std::to_string(o.word)};
   // Both plugins are pointed at the link's interface (NCCL's socket transport reads NCCL_SOCKET_IFNAME).
   std::vector<std::string> env = {std::string("SIEVE_TRANSPORT=") + tools::kEmulatedLinkTransport,
                                   std::string("SIEVE_SOCKET_IFNAME=") + (lab ? "=eth0" : "lo"),
@@ -218,13 +224,18 @@ int main(int argc, char** argv) {
   const std::string conflict = tools::emulated_link_transport_conflict("sieve-perf");
   if (!conflict.empty()) return fprintf(stderr, "sieve-perf: %s\n", conflict.c_str()), 2;
   if (!o.plugin_given && access(o.plugin.c_str(), R_OK) != 0)
-    return fprintf(stderr, "sieve-perf: libnccl-net-sieve.so is not installed beside sieve-perf (%s does not exist): "
-                           "install Sieve, or pass --plugin PATH\n", o.plugin.c_str()), 2;
+    return fprintf(stderr,
+                   "sieve-perf: libnccl-net-sieve.so is not installed beside sieve-perf (%s does not exist): "
+                   "install Sieve, or pass --plugin PATH\n",
+                   o.plugin.c_str()),
+           2;
   std::string abi_error;
   const std::vector<int> exported = tools::exported_versions(o.plugin, &abi_error);
   if (exported.empty()) return fprintf(stderr, "sieve-perf: --plugin %s: %s\n", o.plugin.c_str(), abi_error.c_str()), 2;
   if (o.abi != 0 && std::find(exported.begin(), exported.end(), o.abi) == exported.end())
-    return fprintf(stderr, "sieve-perf: --abi %d: %s does not export ncclNetPlugin_v%d\n", o.abi, o.plugin.c_str(), o.abi), 2;
+    return fprintf(stderr, "sieve-perf: --abi %d: %s does not export ncclNetPlugin_v%d\n", o.abi, o.plugin.c_str(),
+                   o.abi),
+           2;
   o.abi_loaded = o.abi != 0 ? o.abi : exported.front();
   if (!o.compare.empty() && tools::exported_versions(o.compare, &abi_error).empty())
     return fprintf(stderr, "sieve-perf: --compare %s: %s\n", o.compare.c_str(), abi_error.c_str()), 2;

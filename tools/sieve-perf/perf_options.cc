@@ -34,9 +34,9 @@ bool parse_size(const std::string& text, size_t* out) {
 }
 
 const char* const kFlags[] = {"--help", "--version", "--strict", "--smoke"};
-const char* const kValued[] = {"--links", "--seconds", "--size", "--window", "--abi", "--plugin", "--iperf-streams",
-                               "--poll-us", "--driver", "--busy", "--compare", "--runs", "--zeros", "--word",
-                               "--json", "--peer", "--handle"};
+const char* const kValued[] = {"--links",         "--seconds", "--size",   "--window", "--abi",     "--plugin",
+                               "--iperf-streams", "--poll-us", "--driver", "--busy",   "--compare", "--runs",
+                               "--zeros",         "--word",    "--json",   "--peer",   "--handle"};
 
 }  // namespace
 
@@ -97,7 +97,9 @@ std::string usage_text() {
          "2 a bad command line or setting; 128 + N when stopped by signal N.\n"
          "\n"
          "Files (PREFIX is where sieve-perf is installed: /usr for /usr/bin/sieve-perf):\n"
-         "  PREFIX/" + tools::installed_libdir() + "/libnccl-net-sieve.so   the plugin streamed through\n"
+         "  PREFIX/" +
+         tools::installed_libdir() +
+         "/libnccl-net-sieve.so   the plugin streamed through\n"
          "  PREFIX/share/sieve/netlab.sh           the namespace lab\n"
          "Run from a build tree, sieve-perf uses that build's library and its source tree's netlab.sh.\n";
 }

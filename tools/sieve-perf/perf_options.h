@@ -13,7 +13,7 @@ struct Options {
   double seconds = 10;
   size_t size = 4u << 20;
   int window = 8;
-  int abi = 0;  // ncclNetPlugin_vN to load: 0 = the newest the library exports, else 8..12
+  int abi = 0;         // ncclNetPlugin_vN to load: 0 = the newest the library exports, else 8..12
   std::string plugin;  // "" until resolved: the installed library, else the build tree's (--plugin)
   bool plugin_given = false;
   int iperf_streams = 1;
@@ -21,9 +21,9 @@ struct Options {
   // How the peers drive test(): "sleep" sleeps poll_us after a test that completed nothing; "spin"
   // tests again at once, yielding the core (sched_yield), as NCCL 2.28's proxy progress loop does.
   std::string driver = "sleep";
-  int busy = 0;          // threads burning CPU in sieve-perf during every run (a busy node)
-  std::string compare;   // another ext-net plugin driven the same way, runs alternating with Sieve's
-  int runs = 1;          // runs per link and transport; medians are reported
+  int busy = 0;         // threads burning CPU in sieve-perf during every run (a busy node)
+  std::string compare;  // another ext-net plugin driven the same way, runs alternating with Sieve's
+  int runs = 1;         // runs per link and transport; medians are reported
   int zeros_percent = 0;
   int word = 4;
   std::string json;
@@ -33,8 +33,8 @@ struct Options {
   std::string handle;     // sender: the receiver's handle, hex
   // Resolved before the first run: the ncclNetPlugin_vN the peers load (--abi, or the newest exported).
   int abi_loaded = 0;
-  bool help = false;      // --help: print usage_text() and exit 0
-  bool version = false;   // --version: print the tool's name and version and exit 0
+  bool help = false;     // --help: print usage_text() and exit 0
+  bool version = false;  // --version: print the tool's name and version and exit 0
 };
 
 // The links sieve-perf knows, and the tc rate each is shaped to ("" = unshaped).

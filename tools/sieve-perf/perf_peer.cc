@@ -62,8 +62,7 @@ double thread_cpu_seconds() {
 class TransportCpu {
  public:
   TransportCpu() : process_start_(process_cpu_seconds()), driver_start_(thread_cpu_seconds()) {}
-  template <typename Call>
-  int call(Call&& plugin_call) {
+  template <typename Call> int call(Call&& plugin_call) {
     const double before = thread_cpu_seconds();
     const int result = plugin_call();
     in_plugin_ += thread_cpu_seconds() - before;
@@ -83,8 +82,8 @@ class TransportCpu {
 void print_result(uint64_t bytes, double seconds, uint64_t messages, const TransportCpu& cpu) {
   double driver = 0;
   const double transport = cpu.seconds(&driver);
-  printf("RESULT bytes=%llu seconds=%.6f messages=%llu cpu=%.6f driver_cpu=%.6f\n", static_cast<unsigned long long>(bytes),
-         seconds, static_cast<unsigned long long>(messages), transport, driver);
+  printf("RESULT bytes=%llu seconds=%.6f messages=%llu cpu=%.6f driver_cpu=%.6f\n",
+         static_cast<unsigned long long>(bytes), seconds, static_cast<unsigned long long>(messages), transport, driver);
   fflush(stdout);
 }
 
@@ -131,8 +130,8 @@ int stream_send(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
       const size_t size = tail ? 0 : o.size;
       const int slot = static_cast<int>(posted % o.window);
       void* request = nullptr;
-      const int result =
-          cpu.call([&] { return net.isend(comm, buffers.data[slot].data(), size, 0, buffers.mhandles[slot], &request); });
+      const int result = cpu.call(
+          [&] { return net.isend(comm, buffers.data[slot].data(), size, 0, buffers.mhandles[slot], &request); });
       if (result != tools::kNetSuccess) return fail(failed("isend", result));
       if (!request) break;  // the plugin is full: test and come back
       in_flight.emplace_back(request, size);
@@ -180,7 +179,8 @@ int stream_recv(tools::NetPlugin& net, void* comm, const PeerOptions& o) {
       size_t size = o.size;
       int tag = 0;
       void* request = nullptr;
-      const int result = cpu.call([&] { return net.irecv(comm, 1, &data, &size, &tag, &buffers.mhandles[slot], &request); });
+      const int result =
+          cpu.call([&] { return net.irecv(comm, 1, &data, &size, &tag, &buffers.mhandles[slot], &request); });
       if (result != tools::kNetSuccess) return fail(failed("irecv", result));
       if (!request) break;
       in_flight.push_back(request);
@@ -239,8 +239,7 @@ int run_peer(const PeerOptions& o) {
     status = stream_send(*net, comm, o);
     // Stay connected until the driver has the receiver's verdict: closing first could look like an error.
     char byte;
-    while (read(STDIN_FILENO, &byte, 1) > 0) {
-    }
+    while (read(STDIN_FILENO, &byte, 1) > 0) {}
     net->close_send(comm);
   } else {
     tools::NetHandle handle;

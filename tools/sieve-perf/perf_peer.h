@@ -10,10 +10,10 @@
 namespace sieve::perf {
 
 struct PeerOptions {
-  std::string plugin;     // path or NCCL plugin name
-  int version = 0;        // 0: newest exported
+  std::string plugin;  // path or NCCL plugin name
+  int version = 0;     // 0: newest exported
   bool sender = false;
-  std::string handle;     // sender: the receiver's handle, hex
+  std::string handle;  // sender: the receiver's handle, hex
   size_t size = 4u << 20;
   int window = 8;
   double seconds = 10;

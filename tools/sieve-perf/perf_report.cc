@@ -79,8 +79,9 @@ std::string format_table(const std::vector<LinkResult>& results, const Options& 
   for (const auto& r : results) {
     const std::string v = verdict(r, failed);
     const bool both = r.iperf.ok && r.sieve.ok;
-    out << "| " << r.link << " | " << number(r.iperf.ok, r.iperf.gbps, 2) << " | " << number(r.sieve.ok, r.sieve.gbps, 2)
-        << " | " << number(both && r.iperf.gbps > 0, r.sieve.gbps / r.iperf.gbps, 2) << " | "
+    out << "| " << r.link << " | " << number(r.iperf.ok, r.iperf.gbps, 2) << " | "
+        << number(r.sieve.ok, r.sieve.gbps, 2) << " | "
+        << number(both && r.iperf.gbps > 0, r.sieve.gbps / r.iperf.gbps, 2) << " | "
         << number(r.iperf.ok, r.iperf.cpu_per_gb(), 3) << " | " << number(r.sieve.ok, r.sieve.cpu_per_gb(), 3) << " | "
         << number(both && r.iperf.cpu_per_gb() > 0, r.sieve.cpu_per_gb() / r.iperf.cpu_per_gb(), 2) << " | "
         << holds(r.iperf) << " | " << holds(r.sieve) << " | " << v << " |\n";
@@ -92,10 +93,11 @@ std::string format_table(const std::vector<LinkResult>& results, const Options& 
     out << "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
     for (const auto& r : results) {
       const bool both = r.sieve.ok && r.other.ok;
-      out << "| " << r.link << " | " << number(r.sieve.ok, r.sieve.gbps, 2) << " | " << number(r.other.ok, r.other.gbps, 2)
-          << " | " << number(both && r.other.gbps > 0, r.sieve.gbps / r.other.gbps, 2) << " | "
-          << number(r.sieve.ok, r.sieve.cpu_per_gb(), 3) << " | " << number(r.other.ok, r.other.cpu_per_gb(), 3) << " | "
-          << number(both && r.other.cpu_per_gb() > 0, r.sieve.cpu_per_gb() / r.other.cpu_per_gb(), 2) << " | "
+      out << "| " << r.link << " | " << number(r.sieve.ok, r.sieve.gbps, 2) << " | "
+          << number(r.other.ok, r.other.gbps, 2) << " | "
+          << number(both && r.other.gbps > 0, r.sieve.gbps / r.other.gbps, 2) << " | "
+          << number(r.sieve.ok, r.sieve.cpu_per_gb(), 3) << " | " << number(r.other.ok, r.other.cpu_per_gb(), 3)
+          << " | " << number(both && r.other.cpu_per_gb() > 0, r.sieve.cpu_per_gb() / r.other.cpu_per_gb(), 2) << " | "
           << holds(r.sieve) << " | " << holds(r.other) << " |\n";
     }
   }
@@ -106,7 +108,8 @@ std::string format_table(const std::vector<LinkResult>& results, const Options& 
     out << "\nheld/GB: packets the link's shaper (tbf on the sending node) held back per GB moved; a sender at the "
            "shaper's rate pays a timer for each, which shows in its CPU per GB (docs/PERFORMANCE.md).\n";
   for (const auto& r : results) {
-    if (!o.compare.empty() && !r.other.ok && r.sieve.ok) out << "\n" << r.link << ": " << o.compare << " failed: " << r.other.error << "\n";
+    if (!o.compare.empty() && !r.other.ok && r.sieve.ok)
+      out << "\n" << r.link << ": " << o.compare << " failed: " << r.other.error << "\n";
     if (!r.iperf.ok && !r.sieve.ok && r.iperf.error == r.sieve.error) {  // the link itself could not run
       out << "\n" << r.link << ": not run: " << r.iperf.error << "\n";
       continue;

@@ -28,7 +28,7 @@ struct LinkResult {
   std::string link;
   std::string rate;  // "" unshaped
   Measure iperf, sieve;
-  Measure other;     // --compare's plugin (ok false when not asked for)
+  Measure other;  // --compare's plugin (ok false when not asked for)
 };
 
 // One Measure standing for several runs: the median Gbit/s, the median CPU per GB and the median

@@ -80,7 +80,8 @@ template <typename Done> int wait_until(Comm comm, CommLiveness& live, const cha
     if (e != cudaErrorNotReady) return cuda_fail(e, what);
     bool aborting = false;
     if (int rc = comm_error(comm, live, &aborting)) {
-      if (!aborting) SIEVE_WARN("collective proxy: communicator %p failed (error %d) while waiting for %s", comm, rc, what);
+      if (!aborting)
+        SIEVE_WARN("collective proxy: communicator %p failed (error %d) while waiting for %s", comm, rc, what);
       return rc;
     }
     std::this_thread::sleep_for(pause);
@@ -170,7 +171,8 @@ std::string cuda_problem() {
   if (driver == 0) return "no CUDA driver is installed";
   if (driver < runtime)
     return "the CUDA driver supports CUDA " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) +
-           ", older than the CUDA runtime " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) +
+           ", older than the CUDA runtime " + std::to_string(runtime / 1000) + "." +
+           std::to_string(runtime % 1000 / 10) +
            " this library was built with (update the driver, or build Sieve with an older toolkit)";
   const cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess) return std::string("CUDA reports: ") + cudaGetErrorString(e);
@@ -195,7 +197,8 @@ int CudaBackend::reduce_scatter(const void* send, void* recv, uint64_t recv_coun
                              as_stream(stream));
 }
 
-int CudaBackend::all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm, Stream stream) {
+int CudaBackend::all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm,
+                            Stream stream) {
   const RealNccl& real = real_nccl();
   if (!real.all_gather) return kResultSystemError;
   if (nccl_type(type) == ncclNumTypes) return kResultInvalidArgument;
@@ -321,7 +324,8 @@ int CudaBackend::wait_exchange(Exchange& exchange, Comm comm, CommLiveness& live
   return wait_until(comm, live, "an exchange", [&ex] { return cudaEventQuery(ex.event); });
 }
 
-int CudaBackend::download(const void* device, void* host, uint64_t bytes, Stream stream, Comm comm, CommLiveness& live) {
+int CudaBackend::download(const void* device, void* host, uint64_t bytes, Stream stream, Comm comm,
+                          CommLiveness& live) {
   cudaStream_t s = as_stream(stream);
   if (int rc = wait_until(comm, live, "a result to compare", [s] { return cudaStreamQuery(s); })) return rc;
   // The stream is idle: this copy waits for nothing else.
@@ -356,8 +360,8 @@ int CudaBackend::create_counter(std::unique_ptr<ViolationCounter>* out) {
   const char* what = "a mask violation counter";
   if (int rc = cuda_fail(cudaMalloc(reinterpret_cast<void**>(&counter->device), sizeof(uint64_t)), what)) return rc;
   if (int rc = cuda_fail(cudaMemset(counter->device, 0, sizeof(uint64_t)), what)) return rc;
-  if (int rc = cuda_fail(cudaHostAlloc(reinterpret_cast<void**>(&counter->host), sizeof(uint64_t), cudaHostAllocDefault),
-                         what))
+  if (int rc = cuda_fail(
+          cudaHostAlloc(reinterpret_cast<void**>(&counter->host), sizeof(uint64_t), cudaHostAllocDefault), what))
     return rc;
   *counter->host = 0;
   *out = std::move(counter);
@@ -385,9 +389,10 @@ int CudaBackend::scatter(const DeviceLayout& layout, size_t es, const void* comp
 
 int CudaBackend::check(const DeviceLayout& layout, size_t es, const void* src, void* flag, const FlagEncoding& encoding,
                        DeviceBuffer& counter, Stream stream) {
-  return cuda_fail(cudaError_t(kernels::check_pruned(view_of(layout), es, src, flag, encoding.ok_bits, encoding.bad_bits,
-                                                     static_cast<unsigned long long*>(counter.data()), stream)),
-                   "the mask check kernel");
+  return cuda_fail(
+      cudaError_t(kernels::check_pruned(view_of(layout), es, src, flag, encoding.ok_bits, encoding.bad_bits,
+                                        static_cast<unsigned long long*>(counter.data()), stream)),
+      "the mask check kernel");
 }
 
 int CudaBackend::create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) {
@@ -397,7 +402,8 @@ int CudaBackend::create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) {
   const char* what = "a learned-mask record's allocation";
   if (int rc = cuda_fail(cudaHostAlloc(reinterpret_cast<void**>(&slot->host), host_bytes, cudaHostAllocDefault), what))
     return rc;
-  if (int rc = cuda_fail(cudaMalloc(reinterpret_cast<void**>(&slot->device_bits), slot->words32 * sizeof(uint32_t)), what))
+  if (int rc =
+          cuda_fail(cudaMalloc(reinterpret_cast<void**>(&slot->device_bits), slot->words32 * sizeof(uint32_t)), what))
     return rc;
   if (int rc = cuda_fail(cudaMalloc(reinterpret_cast<void**>(&slot->device_flag), sizeof(uint64_t)), what)) return rc;
   if (int rc = cuda_fail(cudaEventCreateWithFlags(&slot->event, cudaEventDisableTiming), what)) return rc;
@@ -410,8 +416,8 @@ int CudaBackend::record_nonzero(LagSlot& slot, const void* buf, uint64_t count, 
   if (int rc = cuda_fail(cudaError_t(kernels::nonzero_bitmap(element_size(type), buf, count, s.device_bits, stream)),
                          "the nonzero-pattern kernel"))
     return rc;
-  if (int rc = cuda_fail(cudaMemcpyAsync(s.host + 2, s.device_bits, s.words32 * sizeof(uint32_t), cudaMemcpyDeviceToHost,
-                                         as_stream(stream)),
+  if (int rc = cuda_fail(cudaMemcpyAsync(s.host + 2, s.device_bits, s.words32 * sizeof(uint32_t),
+                                         cudaMemcpyDeviceToHost, as_stream(stream)),
                          "a learned-mask record's copy"))
     return rc;
   return cuda_fail(cudaEventRecord(s.event, as_stream(stream)), "a learned-mask record's event");
@@ -419,13 +425,15 @@ int CudaBackend::record_nonzero(LagSlot& slot, const void* buf, uint64_t count, 
 
 int CudaBackend::record_flag(LagSlot& slot, const void* flag, size_t es, DeviceBuffer& counter, Stream stream) {
   auto& s = static_cast<CudaSlot&>(slot);
-  if (int rc = cuda_fail(cudaError_t(kernels::copy_element(es, flag, s.device_flag, stream)), "the flag copy")) return rc;
-  if (int rc = cuda_fail(cudaMemcpyAsync(s.host, s.device_flag, sizeof(uint64_t), cudaMemcpyDeviceToHost, as_stream(stream)),
-                         "a learned-mask record's copy"))
+  if (int rc = cuda_fail(cudaError_t(kernels::copy_element(es, flag, s.device_flag, stream)), "the flag copy"))
     return rc;
-  if (int rc = cuda_fail(cudaMemcpyAsync(s.host + 1, counter.data(), sizeof(uint64_t), cudaMemcpyDeviceToHost,
-                                         as_stream(stream)),
-                         "a learned-mask record's copy"))
+  if (int rc =
+          cuda_fail(cudaMemcpyAsync(s.host, s.device_flag, sizeof(uint64_t), cudaMemcpyDeviceToHost, as_stream(stream)),
+                    "a learned-mask record's copy"))
+    return rc;
+  if (int rc = cuda_fail(
+          cudaMemcpyAsync(s.host + 1, counter.data(), sizeof(uint64_t), cudaMemcpyDeviceToHost, as_stream(stream)),
+          "a learned-mask record's copy"))
     return rc;
   return cuda_fail(cudaEventRecord(s.event, as_stream(stream)), "a learned-mask record's event");
 }

@@ -20,9 +20,9 @@
 #include "plugin/config.h"
 #include "plugin/process_log.h"
 #include "plugin/proxy/cuda/cuda_backend.h"
+#include "plugin/proxy/cuda/real_nccl.h"
 #include "plugin/proxy/hang_dump.h"
 #include "plugin/proxy/proxy.h"
-#include "plugin/proxy/cuda/real_nccl.h"
 #include "plugin/proxy_probe.h"
 #include "plugin/sieve_api.h"
 #include "plugin/stats.h"
@@ -171,8 +171,10 @@ template <typename Create> ncclResult_t created(ncclComm_t* out, Create&& create
 void warn_nccl_unreachable_once() {
   static std::atomic<bool> said{false};
   if (!said.exchange(true))
-    SIEVE_WARN("collective proxy: inactive, the real NCCL cannot be reached (interposed NCCL calls fail with "
-               "ncclSystemError): %s", real_nccl_problem().c_str());
+    SIEVE_WARN(
+        "collective proxy: inactive, the real NCCL cannot be reached (interposed NCCL calls fail with "
+        "ncclSystemError): %s",
+        real_nccl_problem().c_str());
 }
 
 ncclResult_t unreachable() {

@@ -46,9 +46,10 @@ void report_unused_nccl() {
   const std::string nccl = loaded_libnccl(&get_version);
   if (nccl.empty()) return;  // a process of the job that never loads NCCL (a shell, a data loader): silent
   start_process_log();
-  SIEVE_INFO("collective proxy: preloaded; this process loaded NCCL %s (%s) but made no NCCL call, so nothing "
-             "was interposed (no GPU here, or no communicator was created)",
-             nccl_version_text(get_version).c_str(), nccl.c_str());
+  SIEVE_INFO(
+      "collective proxy: preloaded; this process loaded NCCL %s (%s) but made no NCCL call, so nothing "
+      "was interposed (no GPU here, or no communicator was created)",
+      nccl_version_text(get_version).c_str(), nccl.c_str());
 }
 
 __attribute__((constructor)) void register_report() {

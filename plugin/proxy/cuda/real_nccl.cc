@@ -31,7 +31,8 @@ std::vector<std::string> loaded_objects() {
   std::vector<std::string> names;
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t, void* out) {
-        if (info->dlpi_name && info->dlpi_name[0]) static_cast<std::vector<std::string>*>(out)->push_back(info->dlpi_name);
+        if (info->dlpi_name && info->dlpi_name[0])
+          static_cast<std::vector<std::string>*>(out)->push_back(info->dlpi_name);
         return 0;
       },
       &names);
@@ -132,7 +133,8 @@ const RealNccl& real_nccl() {
   // (real_nccl_problem(): the interposed call that fails, or the probe at the plugin's init).
   if (real.complete()) {
     found.store(true, std::memory_order_release);
-    SIEVE_INFO("collective proxy: the real NCCL is %s (NCCL %s)", where.c_str(), nccl_version_text(real.get_version).c_str());
+    SIEVE_INFO("collective proxy: the real NCCL is %s (NCCL %s)", where.c_str(),
+               nccl_version_text(real.get_version).c_str());
   }
   return real;
 }

@@ -23,8 +23,7 @@ namespace fake {
 namespace {
 
 // A symbol of the loaded libibverbs.so.1, or null (the library stays loaded: RTLD_NODELETE).
-template <typename Fn>
-Fn* symbol(const char* name) {
+template <typename Fn> Fn* symbol(const char* name) {
   void* library = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (!library) return nullptr;
   auto* fn = reinterpret_cast<Fn*>(dlsym(library, name));
@@ -94,10 +93,8 @@ ScopedEnv::ScopedEnv(const char* name, const std::string& value) : name_(name) {
 }
 
 ScopedEnv::~ScopedEnv() {
-  if (had_)
-    setenv(name_.c_str(), old_.c_str(), 1);
-  else
-    unsetenv(name_.c_str());
+  if (had_) setenv(name_.c_str(), old_.c_str(), 1);
+  else unsetenv(name_.c_str());
 }
 
 TransportOptions ib_options(int qps) {
@@ -139,9 +136,7 @@ Status IbTransportTest::connect_failure(const TransportOptions& listener, const 
 
 void IbTransportTest::TearDown() {
   pair_ = testing::Pair{};
-  if (transport_) {
-    EXPECT_EQ(fake::violations(), violations_before_) << "the transport broke a verbs rule";
-  }
+  if (transport_) { EXPECT_EQ(fake::violations(), violations_before_) << "the transport broke a verbs rule"; }
 }
 
 std::unique_ptr<MemoryRegion> IbTransportTest::reg_send(const void* data, size_t size) {

@@ -89,8 +89,9 @@ TEST(TransportChoice, TcpOnlySettingsUnderVerbsAreReportedAsWithoutEffect) {
   const Outcome o = probe({"SIEVE_TRANSPORT=ib", "FAKE_VERBS_DEVICES=fake0:roce:lo:100", "SIEVE_NSOCKS=4",
                            "SIEVE_WIRE_CODEC=off", "SIEVE_PEER_TIMEOUT_MS=3000"});
   ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
-  EXPECT_TRUE(contains(o.transcript, "SIEVE_NSOCKS, SIEVE_WIRE_CODEC have no effect: only the TCP transport reads "
-                                     "them, and verbs carry the data (SIEVE_TRANSPORT=ib)"))
+  EXPECT_TRUE(contains(o.transcript,
+                       "SIEVE_NSOCKS, SIEVE_WIRE_CODEC have no effect: only the TCP transport reads "
+                       "them, and verbs carry the data (SIEVE_TRANSPORT=ib)"))
       << o.transcript;
   EXPECT_FALSE(contains(o.transcript, "SIEVE_PEER_TIMEOUT_MS has")) << o.transcript;
 }
@@ -98,8 +99,9 @@ TEST(TransportChoice, TcpOnlySettingsUnderVerbsAreReportedAsWithoutEffect) {
 TEST(TransportChoice, RdmaSettingsWhenAutoFallsBackToTcpAreReportedWithTheReason) {
   const Outcome o = probe({"SIEVE_TRANSPORT=auto", "FAKE_VERBS_DEVICES=", "SIEVE_IB_HCA=mlx5_0"});
   ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
-  EXPECT_TRUE(contains(o.transcript, "SIEVE_IB_HCA has no effect: only the verbs transport reads it, and TCP carries "
-                                     "the data (SIEVE_TRANSPORT=auto: no active RDMA port"))
+  EXPECT_TRUE(contains(o.transcript,
+                       "SIEVE_IB_HCA has no effect: only the verbs transport reads it, and TCP carries "
+                       "the data (SIEVE_TRANSPORT=auto: no active RDMA port"))
       << o.transcript;
 }
 

@@ -101,8 +101,7 @@ size_t readable(int fd) {
 }
 
 // Waits (bounded) until `ready` holds; the tests assert on what happened, never on how long it took.
-template <typename Ready>
-bool eventually(Ready ready) {
+template <typename Ready> bool eventually(Ready ready) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (!ready()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
@@ -161,7 +160,8 @@ TEST(StripeWorker, ABatchedReceiveChecksEveryStripesHeader) {
   worker.progress(SIZE_MAX);
 
   ASSERT_TRUE(failure.failed());
-  EXPECT_NE(failure.get().message().find("corrupt stream from test peer"), std::string::npos) << failure.get().message();
+  EXPECT_NE(failure.get().message().find("corrupt stream from test peer"), std::string::npos)
+      << failure.get().message();
   EXPECT_EQ(received.stripes_left.load(), 1u);  // the first two were whole and checked
 }
 

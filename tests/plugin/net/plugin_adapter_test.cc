@@ -79,12 +79,8 @@ TEST_F(Adapter, MessageThroughTheAdapterCountsTraffic) {
   void* recv = nullptr;
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while ((!send || !recv) && std::chrono::steady_clock::now() < end) {
-    if (!send) {
-      ASSERT_EQ(net_connect(ctx, 0, NCCL_NET_TRAFFIC_CLASS_UNDEF, handle, &send), ncclSuccess);
-    }
-    if (!recv) {
-      ASSERT_EQ(net_accept(listen, &recv), ncclSuccess);
-    }
+    if (!send) { ASSERT_EQ(net_connect(ctx, 0, NCCL_NET_TRAFFIC_CLASS_UNDEF, handle, &send), ncclSuccess); }
+    if (!recv) { ASSERT_EQ(net_accept(listen, &recv), ncclSuccess); }
   }
   ASSERT_TRUE(send && recv);
 

@@ -69,9 +69,9 @@ TEST(AllocationTest, CompactedAndPassThroughCallsAllocateNothing) {
     EXPECT_EQ(proxy.all_reduce(b.data(), b.data(), kCount, ElemType::kF32, ReduceOp::kMax, kComm, kStream), 0);
     EXPECT_EQ(proxy.group_end(), 0);
     EXPECT_EQ(path, Path::kCompactPublished);
-    EXPECT_EQ(proxy.reduce_scatter(a.data(), out.data(), kCount / 2, ElemType::kF32, ReduceOp::kSum, kComm, kStream,
-                                   &path),
-              0);
+    EXPECT_EQ(
+        proxy.reduce_scatter(a.data(), out.data(), kCount / 2, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path),
+        0);
     EXPECT_EQ(path, Path::kCompactPublished);
     EXPECT_EQ(proxy.all_gather(out.data(), b.data(), kCount / 2, ElemType::kF32, kComm, kStream, &path), 0);
     EXPECT_EQ(path, Path::kCompactPublished);

@@ -27,7 +27,8 @@ TEST(CaptureTest, CaptureOnOneRankOnlyIssuesTheSameCollectivesWithVerify) {
     Path path;
     if (r.rank == 0) {
       r.backend.begin_capture();
-      ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
+      ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path),
+                0);
       r.backend.end_capture();
       ASSERT_EQ(r.backend.replay(), 0) << r.backend.error;
     } else {

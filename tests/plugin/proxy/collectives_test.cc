@@ -33,8 +33,10 @@ TEST(CollectivesTest, ReduceScatterCompactsEachShardPaddedToTheLargestOne) {
       for (int step = 0; step < 2; ++step) {
         for (uint64_t i = 0; i < count; ++i) send[i] = m.test(i) ? value(r.rank, i, step) : 0.0f;
         Path path;
-        ASSERT_EQ(r.settle(r.proxy.reduce_scatter(send.data(), recv.data(), shard, ElemType::kF32, ReduceOp::kSum, kComm,
-                                                  kStream, &path)), 0) << r.backend.error;
+        ASSERT_EQ(r.settle(r.proxy.reduce_scatter(send.data(), recv.data(), shard, ElemType::kF32, ReduceOp::kSum,
+                                                  kComm, kStream, &path)),
+                  0)
+            << r.backend.error;
         EXPECT_EQ(path, Path::kCompactPublished) << n << " ranks";
         for (uint64_t j = 0; j < shard; ++j) {
           const uint64_t i = uint64_t(r.rank) * shard + j;
@@ -96,7 +98,9 @@ TEST(CollectivesTest, ShardsThatDoNotDivideOrDoNotPayRunDense) {
     r.commit();
     Path path;
     ASSERT_EQ(r.settle(r.proxy.reduce_scatter(send.data(), recv.data(), 100, ElemType::kF32, ReduceOp::kSum, kComm,
-                                              kStream, &path)), 0) << r.backend.error;
+                                              kStream, &path)),
+              0)
+        << r.backend.error;
     EXPECT_EQ(path, Path::kDense);
     for (float v : recv) ASSERT_EQ(v, r.rank == 0 ? 3.0f : 0.0f);
   });

@@ -56,7 +56,7 @@ struct Program {
   int nranks = 2;
   bool nonblocking = false;
   bool track = false;
-  bool merge = false;  // SIEVE_COMMIT_UNION: ranks' masks differ
+  bool merge = false;             // SIEVE_COMMIT_UNION: ranks' masks differ
   bool collective_masks = false;  // some publishes name collectives (then every tensor has its own shape)
   bool scoped = false;            // publishes name their communicator
   bool verify = false;            // SIEVE_PROXY_VERIFY on every rank ...
@@ -136,7 +136,8 @@ std::vector<Step> generate_steps(std::mt19937_64& rng, Program& p, int first, in
       if (s.tensor < 0) continue;
       // A new pruning step: the tensor's zeros change with its published mask. Learned runs keep
       // every pattern fixed (a changed pattern is a violation there, by design).
-      if (!p.track && rng() % 3 == 0) p.masks.push_back(random_mask(rng, p.counts[size_t(s.tensor)])), s.flags = kNewPattern;
+      if (!p.track && rng() % 3 == 0)
+        p.masks.push_back(random_mask(rng, p.counts[size_t(s.tensor)])), s.flags = kNewPattern;
       if (p.collective_masks && rng() % 2 == 0) s.flags |= kCollectiveMasks;
     } else if (pick < 30) {
       s.kind = Kind::kRetract;
@@ -240,10 +241,19 @@ class Runner {
   static constexpr size_t kSlot = 1024, kSlots = 32;
 
   Runner(const Program& p, const std::vector<Step>& steps, Rank& rank, Comm comm, uint64_t seed)
-      : p_(p), steps_(steps), r_(rank), comm_(comm), alloc_rng_(seed * 7919 + uint64_t(rank.rank)),
+      : p_(p),
+        steps_(steps),
+        r_(rank),
+        comm_(comm),
+        alloc_rng_(seed * 7919 + uint64_t(rank.rank)),
         thread_rng_(seed * 104729 + uint64_t(rank.rank)),
-        pool_(kSlots * kSlot), owner_(kSlots, -1), slot_(p.counts.size(), -1), ids_(p.counts.size(), 0),
-        mask_of_(p.counts.size()), pending_(p.counts.size(), kNone), out_(2 * p.counts.size() * kSlot) {
+        pool_(kSlots * kSlot),
+        owner_(kSlots, -1),
+        slot_(p.counts.size(), -1),
+        ids_(p.counts.size(), 0),
+        mask_of_(p.counts.size()),
+        pending_(p.counts.size(), kNone),
+        out_(2 * p.counts.size() * kSlot) {
     for (size_t t = 0; t < p.counts.size(); ++t) mask_of_[t] = t;  // index into p.masks
   }
 
@@ -297,7 +307,9 @@ class Runner {
     return m;
   }
   compress::Mask mask(int t) const { return mask_of_rank(t, r_.rank); }
-  static float value(int rank, uint64_t i, int tick) { return float(rank + 1) * 0.25f + float(i % 11) + float(tick % 7); }
+  static float value(int rank, uint64_t i, int tick) {
+    return float(rank + 1) * 0.25f + float(i % 11) + float(tick % 7);
+  }
   // The liar's one value where its mask prunes (the first pruned element), outside captures (a graph
   // cannot verify: docs/DESIGN.md); every other rank, and every other element, keeps to its mask.
   bool lies(int t, int rank, uint64_t i) const {
@@ -313,7 +325,8 @@ class Runner {
   void fill(int t, int tick) {
     const compress::Mask m = mask(t);
     float* b = buffer(t);
-    for (uint64_t i = 0; i < m.count(); ++i) b[i] = m.test(i) ? value(r_.rank, i, tick) : lies(t, r_.rank, i) ? 1000.0f : -0.0f;
+    for (uint64_t i = 0; i < m.count(); ++i)
+      b[i] = m.test(i) ? value(r_.rank, i, tick) : lies(t, r_.rank, i) ? 1000.0f : -0.0f;
   }
   float input(int t, int rank, uint64_t i, int tick, float scale) const {
     if (lies(t, rank, i)) return 1000.0f * scale;
@@ -371,7 +384,8 @@ class Runner {
     switch (c.coll) {
       case Coll::kAllReduce:
         for (uint64_t i = 0; i < count; ++i)
-          ASSERT_EQ(b[i], reduced(c.tensor, i, c.op, tick, scale)) << "all-reduce of tensor " << c.tensor << ", element " << i;
+          ASSERT_EQ(b[i], reduced(c.tensor, i, c.op, tick, scale))
+              << "all-reduce of tensor " << c.tensor << ", element " << i;
         break;
       case Coll::kAllReduceOut:
         for (uint64_t i = 0; i < count; ++i)
@@ -409,8 +423,9 @@ class Runner {
               s.tensor >= 0 ? slot_[size_t(s.tensor)] : -9);
     if (getenv("TRACE_STEPS") && r_.rank == 0)
       for (const Collective& c : s.body)
-        fprintf(stderr, "   coll %d tensor %d op %d out %d count %llu mask %zu slot %d\n", int(c.coll), c.tensor, int(c.op),
-                c.out, (unsigned long long)p_.counts[size_t(c.tensor)], mask_of_[size_t(c.tensor)], slot_[size_t(c.tensor)]);
+        fprintf(stderr, "   coll %d tensor %d op %d out %d count %llu mask %zu slot %d\n", int(c.coll), c.tensor,
+                int(c.op), c.out, (unsigned long long)p_.counts[size_t(c.tensor)], mask_of_[size_t(c.tensor)],
+                slot_[size_t(c.tensor)]);
     switch (s.kind) {
       case Kind::kAlloc: {
         // This rank's allocator: any reusable slot, chosen by this rank's own history.
@@ -438,16 +453,18 @@ class Runner {
         retract(s.tensor);
         const compress::Mask m = mask_of_rank(s.tensor, r_.rank, /*published=*/true);
         if (!(s.flags & kCollectiveMasks)) {
-          EXPECT_TRUE(r_.registry.publish(buffer(s.tensor), compress::DType::kF32,
-                                          std::make_shared<const compress::Mask>(m), &ids_[size_t(s.tensor)],
-                                          p_.scoped ? comm_scope(comm_) : 0).ok());
+          EXPECT_TRUE(r_.registry
+                          .publish(buffer(s.tensor), compress::DType::kF32, std::make_shared<const compress::Mask>(m),
+                                   &ids_[size_t(s.tensor)], p_.scoped ? comm_scope(comm_) : 0)
+                          .ok());
           return true;
         }
         for (compress::MaskTarget target : {compress::MaskTarget::kReduceScatter, compress::MaskTarget::kAllGather}) {
           uint64_t id = 0;
-          EXPECT_TRUE(r_.registry.publish_collective(target, compress::DType::kF32,
-                                                     std::make_shared<const compress::Mask>(m), &id,
-                                                     p_.scoped ? comm_scope(comm_) : 0).ok());
+          EXPECT_TRUE(r_.registry
+                          .publish_collective(target, compress::DType::kF32, std::make_shared<const compress::Mask>(m),
+                                              &id, p_.scoped ? comm_scope(comm_) : 0)
+                          .ok());
           collective_ids_[size_t(s.tensor)].push_back(id);
         }
         return true;
@@ -455,9 +472,7 @@ class Runner {
       case Kind::kRetract:
         if (s.only_rank < 0 || s.only_rank == r_.rank) retract(s.tensor);
         return true;
-      case Kind::kCommit:
-        take_pending();
-        return ok(r_.proxy.commit(comm_, kStream, s.flags, nullptr));
+      case Kind::kCommit: take_pending(); return ok(r_.proxy.commit(comm_, kStream, s.flags, nullptr));
       case Kind::kCollective:
         if (!ok(issue(s.body[0], tick))) return false;
         settle_fresh();
@@ -499,7 +514,8 @@ class Runner {
         fresh_.clear();
         if (!good) return false;
         for (size_t k = 0; k < s.body.size(); ++k)
-          EXPECT_TRUE(std::equal(before[k].begin(), before[k].end(), buffer(s.body[k].tensor))) << "a simulated group wrote";
+          EXPECT_TRUE(std::equal(before[k].begin(), before[k].end(), buffer(s.body[k].tensor)))
+              << "a simulated group wrote";
         return true;
       }
       case Kind::kCapture: {
@@ -551,8 +567,8 @@ class Runner {
   std::mt19937_64 thread_rng_;
   bool lying_ = true;
   std::vector<float> pool_;
-  std::vector<int> owner_;                             // per slot: the live tensor in it, or -1
-  std::vector<std::pair<int, uint64_t>> retiring_;     // slots of retracted masks a table may still use
+  std::vector<int> owner_;                          // per slot: the live tensor in it, or -1
+  std::vector<std::pair<int, uint64_t>> retiring_;  // slots of retracted masks a table may still use
   std::vector<int> slot_;
   std::vector<uint64_t> ids_;
   std::vector<std::vector<uint64_t>> collective_ids_ = std::vector<std::vector<uint64_t>>(p_.counts.size());
@@ -597,7 +613,8 @@ void run_program(uint64_t seed) {
   run_ranks(ranks, [&](Rank& r) {
     std::thread side_thread;
     if (!p.side_steps.empty())
-      side_thread = std::thread([&] { side_failed_at[size_t(r.rank)] = Runner(p, p.side_steps, r, kSide, seed + 1).run(); });
+      side_thread =
+          std::thread([&] { side_failed_at[size_t(r.rank)] = Runner(p, p.side_steps, r, kSide, seed + 1).run(); });
     failed_at[size_t(r.rank)] = Runner(p, p.steps, r, kComm, seed).run();
     if (side_thread.joinable()) side_thread.join();
   });
@@ -605,7 +622,9 @@ void run_program(uint64_t seed) {
   SCOPED_TRACE("seed " + std::to_string(seed) + ", " + std::to_string(p.nranks) + " ranks" +
                (p.nonblocking ? ", non-blocking" : "") + (p.track ? ", learning" : "") + (p.merge ? ", union" : "") +
                (p.fault_rank >= 0 ? ", a fault on rank " + std::to_string(p.fault_rank) : "") +
-               (p.odd_rank >= 0 ? ", setting " + std::to_string(p.odd_setting) + " differs on rank " + std::to_string(p.odd_rank) : "") +
+               (p.odd_rank >= 0
+                    ? ", setting " + std::to_string(p.odd_setting) + " differs on rank " + std::to_string(p.odd_rank)
+                    : "") +
                (p.idle_rank >= 0 ? ", rank " + std::to_string(p.idle_rank) + " publishes nothing" : "") +
                (p.abort_rank >= 0 ? ", an abort on rank " + std::to_string(p.abort_rank) : "") +
                (p.side_steps.empty() ? "" : ", a second communicator") + (p.scoped ? ", scoped publishes" : "") +
@@ -634,9 +653,7 @@ void run_program(uint64_t seed) {
     EXPECT_TRUE(side.aborted()) << "an error on every rank means an abort (the only error injected here)";
   }
   if (failed_at[0] < 0) {
-    if (p.abort_rank < 0) {
-      EXPECT_FALSE(world.aborted());
-    }
+    if (p.abort_rank < 0) { EXPECT_FALSE(world.aborted()); }
     for (int r = 1; r < p.nranks; ++r)
       EXPECT_EQ(ranks[size_t(r)]->backend.comm_log[kComm], ranks[0]->backend.comm_log[kComm]) << "rank " << r;
   } else {

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <type_traits>
 
@@ -15,7 +15,8 @@ namespace {
 
 template <typename T> T combine(T a, T b, ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: case ReduceOp::kAvg: return a + b;
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return a + b;
     case ReduceOp::kProd: return a * b;
     case ReduceOp::kMax: return std::max(a, b);
     case ReduceOp::kMin: return std::min(a, b);
@@ -55,7 +56,7 @@ uint16_t to_f16(float f) {
     return uint16_t(sign | uint16_t(std::nearbyint(a * 16777216.0f)));
   }
   int exponent;
-  const float m = std::frexp(a, &exponent);  // a = m * 2^exponent, m in [0.5, 1)
+  const float m = std::frexp(a, &exponent);                            // a = m * 2^exponent, m in [0.5, 1)
   uint32_t significand = uint32_t(std::nearbyint(std::ldexp(m, 11)));  // 11 bits, nearest-even
   if (significand == 2048) significand = 1024, ++exponent;
   return uint16_t(sign | uint16_t((exponent + 14) << 10) | uint16_t(significand & 0x3ff));
@@ -79,9 +80,8 @@ struct BF16 {
 
 // out[i] = op over ranks of in_r[offset + i], i < count, rounded to the type after every step.
 // `scalars`: each rank's factor of a pre-multiplied sum.
-template <typename C>
-void reduce_into(const std::vector<const void*>& ins, uint64_t offset, uint64_t count, ReduceOp op, void* out,
-                 const std::vector<double>& scalars) {
+template <typename C> void reduce_into(const std::vector<const void*>& ins, uint64_t offset, uint64_t count,
+                                       ReduceOp op, void* out, const std::vector<double>& scalars) {
   using Acc = typename C::Acc;
   for (uint64_t i = 0; i < count; ++i) {
     // Avg as NCCL does for floats: each input scaled by 1/n first, then summed; a pre-multiplied
@@ -257,7 +257,8 @@ int FakeLayout::live() {
 void FakeLayout::expect_live(const FakeLayout* layout) {
   std::lock_guard lock(live_mutex());
   if (!live_set().count(layout)) {
-    std::fprintf(stderr, "FATAL: device work uses a layout that was freed (a captured plan did not outlive its graph)\n");
+    std::fprintf(stderr,
+                 "FATAL: device work uses a layout that was freed (a captured plan did not outlive its graph)\n");
     std::abort();
   }
 }
@@ -454,7 +455,8 @@ int FakeBackend::create_exchange(uint64_t bytes, std::unique_ptr<Exchange>* out)
 int FakeBackend::exchange_in(Exchange& exchange, void* device, uint64_t count, int width, Comm comm, Stream) {
   auto& ex = static_cast<FakeExchange&>(exchange);
   ++votes;
-  if ((width != 1 && width != 8) || ex.bytes() < count * uint64_t(width) || ex.device.size() < count * uint64_t(width)) {
+  if ((width != 1 && width != 8) || ex.bytes() < count * uint64_t(width) ||
+      ex.device.size() < count * uint64_t(width)) {
     set_error("exchange_in: staging too small");
     return kResultInvalidArgument;
   }
@@ -462,8 +464,8 @@ int FakeBackend::exchange_in(Exchange& exchange, void* device, uint64_t count, i
   const unsigned char* host = static_cast<const unsigned char*>(ex.host());
   device_work([target, host, count, width] { std::memcpy(target, host, count * uint64_t(width)); });
   // The same collective as a binding's token (8-byte words) on a rank without the proxy.
-  return issue(Op{FakeWorld::Kind::kAllReduce, comm, target, target, count, width == 8 ? ElemType::kI64 : ElemType::kOther,
-                  ReduceOp::kMax});
+  return issue(Op{FakeWorld::Kind::kAllReduce, comm, target, target, count,
+                  width == 8 ? ElemType::kI64 : ElemType::kOther, ReduceOp::kMax});
 }
 
 int FakeBackend::exchange_out(Exchange& exchange, const void* device, uint64_t count, int width, Stream) {
@@ -528,7 +530,8 @@ int FakeBackend::gather(const DeviceLayout& layout, size_t es, const void* src, 
   device_work([&l, es, src, compact] {
     FakeLayout::expect_live(&l);
     for (size_t j = 0; j < l.kept.size(); ++j)
-      std::memcpy(static_cast<unsigned char*>(compact) + j * es, static_cast<const unsigned char*>(src) + l.kept[j] * es, es);
+      std::memcpy(static_cast<unsigned char*>(compact) + j * es,
+                  static_cast<const unsigned char*>(src) + l.kept[j] * es, es);
   });
   return kResultSuccess;
 }

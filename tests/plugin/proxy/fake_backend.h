@@ -166,11 +166,14 @@ class FakeBackend : public DeviceBackend {
   int read_flag(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t* flag_bits, uint64_t* local_violations) override;
 
   // Graph capture: while capturing, device work and collectives are recorded; replay() runs them.
-  void begin_capture() { me().capturing = true; me().graph.clear(); }
+  void begin_capture() {
+    me().capturing = true;
+    me().graph.clear();
+  }
   void end_capture() { me().capturing = false; }
   int replay();
 
-  bool nonblocking = false;  // collectives return kResultInProgress and run at wait_enqueued()
+  bool nonblocking = false;   // collectives return kResultInProgress and run at wait_enqueued()
   bool keeps_handle = false;  // abort_comm revokes (NCCL >= 2.28) instead of freeing the handle
   FakeFaults faults;
   // What the proxy did, for tests: kinds and counts of real collectives, in order (read them once the
@@ -217,8 +220,8 @@ class FakeBackend : public DeviceBackend {
   // Keyed by a number each thread draws once, never by std::thread::id: an id is reused once its
   // thread ends, and a new thread must not inherit a dead one's state (capture, group depth).
   std::map<uint64_t, ThreadState> threads_;
-  std::vector<Op> pending_;  // launched on a non-blocking communicator, not yet enqueued
-  std::set<Comm> freed_;     // handles abort_comm freed (a rejoin is a new communicator there)
+  std::vector<Op> pending_;      // launched on a non-blocking communicator, not yet enqueued
+  std::set<Comm> freed_;         // handles abort_comm freed (a rejoin is a new communicator there)
   std::atomic<int> polling_{0};  // comm_async_error calls inside "NCCL" now
 };
 

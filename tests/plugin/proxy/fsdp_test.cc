@@ -86,11 +86,10 @@ template <typename T> T element(ElemType type, bool kept, int rank, uint64_t i, 
 // What every rank gets from `steps` steps of FSDP on `groups`, with or without Sieve.
 struct Outputs {
   std::vector<std::vector<std::vector<unsigned char>>> by_rank;  // [rank][call] bytes
-  std::vector<std::vector<Path>> paths;                           // [rank][call]
+  std::vector<std::vector<Path>> paths;                          // [rank][call]
 };
 
-template <typename T>
-Outputs train(int n, ElemType type, bool sieve, int steps, int skip_step) {
+template <typename T> Outputs train(int n, ElemType type, bool sieve, int steps, int skip_step) {
   const std::vector<Group> groups = model(n);
   const std::vector<bool> all(8, true);
   FakeWorld world(n);
@@ -107,12 +106,16 @@ Outputs train(int n, ElemType type, bool sieve, int steps, int skip_step) {
       // In the order the job issues them: all-gathers forward, reduce-scatters backward.
       for (const Group& g : groups) {
         const compress::Mask m = g.mask(all);
-        ASSERT_TRUE(r.registry.publish_collective(compress::MaskTarget::kAllGather, dtype,
-                                                  std::make_shared<const compress::Mask>(m), nullptr).ok());
+        ASSERT_TRUE(r.registry
+                        .publish_collective(compress::MaskTarget::kAllGather, dtype,
+                                            std::make_shared<const compress::Mask>(m), nullptr)
+                        .ok());
       }
       for (auto g = groups.rbegin(); g != groups.rend(); ++g)
-        ASSERT_TRUE(r.registry.publish_collective(compress::MaskTarget::kReduceScatter, dtype,
-                                                  std::make_shared<const compress::Mask>(g->mask(all)), nullptr).ok());
+        ASSERT_TRUE(r.registry
+                        .publish_collective(compress::MaskTarget::kReduceScatter, dtype,
+                                            std::make_shared<const compress::Mask>(g->mask(all)), nullptr)
+                        .ok());
       EXPECT_EQ(r.commit().state, CommitOutcome::State::kActivated);
     }
     auto record = [&](const void* data, uint64_t count, Path path) {
@@ -141,7 +144,8 @@ Outputs train(int n, ElemType type, bool sieve, int steps, int skip_step) {
         for (uint64_t i = 0; i < grads.size(); ++i) grads[i] = element<T>(type, m.test(i), r.rank, i, step);
         Path path;
         ASSERT_EQ(r.settle(r.proxy.reduce_scatter(grads.data(), mine.data(), width, type, premul_sum(avg), kComm,
-                                                  kStream, &path)), 0)
+                                                  kStream, &path)),
+                  0)
             << r.backend.error;
         record(mine.data(), mine.size(), path);
       }
@@ -191,8 +195,10 @@ TEST(FsdpTest, ASkippedCollectiveNeverShiftsMasks) {
   LogCapture log;
   run_ranks(ranks, [&](Rank& r) {
     for (const compress::Mask* m : {&a, &b})
-      ASSERT_TRUE(r.registry.publish_collective(compress::MaskTarget::kReduceScatter, compress::DType::kF32,
-                                                std::make_shared<const compress::Mask>(*m), nullptr).ok());
+      ASSERT_TRUE(r.registry
+                      .publish_collective(compress::MaskTarget::kReduceScatter, compress::DType::kF32,
+                                          std::make_shared<const compress::Mask>(*m), nullptr)
+                      .ok());
     r.commit();
     for (int step = 0; step < 4; ++step)
       for (int layer = 0; layer < 2; ++layer) {
@@ -201,8 +207,9 @@ TEST(FsdpTest, ASkippedCollectiveNeverShiftsMasks) {
         std::vector<float> grads(count), mine(count / 2);
         for (uint64_t i = 0; i < count; ++i) grads[i] = m.test(i) ? float(r.rank + 1 + step) : 0.0f;
         Path path;
-        ASSERT_EQ(r.settle(r.proxy.reduce_scatter(grads.data(), mine.data(), count / 2, ElemType::kF32,
-                                                  ReduceOp::kSum, kComm, kStream, &path)), 0);
+        ASSERT_EQ(r.settle(r.proxy.reduce_scatter(grads.data(), mine.data(), count / 2, ElemType::kF32, ReduceOp::kSum,
+                                                  kComm, kStream, &path)),
+                  0);
         EXPECT_EQ(path, Path::kDense) << "step " << step << " layer " << layer;
         for (uint64_t j = 0; j < count / 2; ++j) {
           const uint64_t i = uint64_t(r.rank) * (count / 2) + j;
@@ -223,15 +230,18 @@ TEST(FsdpTest, EqualMasksOfOneShapeCompact) {
   for (uint64_t i = 0; i < count; i += 4) a.set_range(i, 1, true);
   run_ranks(ranks, [&](Rank& r) {
     for (int layer = 0; layer < 3; ++layer)
-      ASSERT_TRUE(r.registry.publish_collective(compress::MaskTarget::kReduceScatter, compress::DType::kF32,
-                                                std::make_shared<const compress::Mask>(a), nullptr).ok());
+      ASSERT_TRUE(r.registry
+                      .publish_collective(compress::MaskTarget::kReduceScatter, compress::DType::kF32,
+                                          std::make_shared<const compress::Mask>(a), nullptr)
+                      .ok());
     r.commit();
     for (int call = 0; call < 5; ++call) {
       std::vector<float> grads(count), mine(count / 2);
       for (uint64_t i = 0; i < count; ++i) grads[i] = a.test(i) ? float(r.rank + 1 + call) : 0.0f;
       Path path;
       ASSERT_EQ(r.settle(r.proxy.reduce_scatter(grads.data(), mine.data(), count / 2, ElemType::kF32, ReduceOp::kSum,
-                                                kComm, kStream, &path)), 0);
+                                                kComm, kStream, &path)),
+                0);
       EXPECT_EQ(path, Path::kCompactPublished);
       EXPECT_EQ(r.backend.last_count, 25u);
       for (uint64_t j = 0; j < count / 2; ++j)

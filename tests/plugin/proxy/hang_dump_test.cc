@@ -42,7 +42,7 @@ TEST(HangDump, AForkedChildReportsItself) {
     if (!install_dump_signal(SIGUSR1, &report_pid, &why)) _exit(10);
     const pid_t child = fork();
     if (child == 0) {
-      raise(SIGUSR1);  // handled: the default action would kill the child
+      raise(SIGUSR1);                                        // handled: the default action would kill the child
       std::this_thread::sleep_for(std::chrono::seconds(2));  // for its own helper thread to report
       _exit(0);
     }
@@ -70,11 +70,16 @@ TEST(HangDump, ASignalReportsOnAHelperThreadAndTheJobsOwnHandlerStillRuns) {
   signal(SIGUSR2, previous_handler);
   std::atomic<int> reports{0};
   std::string why;
-  ASSERT_TRUE(install_dump_signal(SIGUSR2, [&] { ++reports; }, &why)) << why;
-  EXPECT_FALSE(install_dump_signal(SIGUSR2, [] {}, &why)) << "once per process";
+  ASSERT_TRUE(install_dump_signal(
+      SIGUSR2, [&] { ++reports; }, &why))
+      << why;
+  EXPECT_FALSE(install_dump_signal(
+      SIGUSR2, [] {}, &why))
+      << "once per process";
   for (int i = 1; i <= 2; ++i) {
     ASSERT_EQ(raise(SIGUSR2), 0);
-    for (int wait = 0; wait < 500 && reports.load() < i; ++wait) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int wait = 0; wait < 500 && reports.load() < i; ++wait)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     EXPECT_EQ(reports.load(), i);
     EXPECT_EQ(g_previous_calls.load(), i);
   }

@@ -38,8 +38,9 @@ struct LearnedRun {
 
 // A commit on every rank (learning needs the settings it compares), then `steps` calls on every
 // rank; `tamper(rank, step, g)` may edit a rank's input before its call.
-LearnedRun run(int nranks, ProxyOptions o, int steps, const std::function<void(int, int, std::vector<float>&)>& tamper = nullptr,
-        ReduceOp op = ReduceOp::kSum, bool commit = true) {
+LearnedRun run(int nranks, ProxyOptions o, int steps,
+               const std::function<void(int, int, std::vector<float>&)>& tamper = nullptr, ReduceOp op = ReduceOp::kSum,
+               bool commit = true) {
   FakeWorld world(nranks);
   LearnedRun out;
   out.ranks = make_ranks(world, o);
@@ -47,9 +48,7 @@ LearnedRun run(int nranks, ProxyOptions o, int steps, const std::function<void(i
   out.outputs.assign(size_t(nranks), {});
   run_ranks(out.ranks, [&](Rank& rank) {
     std::vector<float> g(kCount);  // the same address every call, as DDP's buckets
-    if (commit) {
-      EXPECT_EQ(rank.commit().state, CommitOutcome::State::kActivated);
-    }
+    if (commit) { EXPECT_EQ(rank.commit().state, CommitOutcome::State::kActivated); }
     for (int s = 0; s < steps; ++s) {
       std::vector<float> fresh = input(rank.rank, s);
       if (tamper) tamper(rank.rank, s, fresh);
@@ -152,9 +151,7 @@ TEST(LearnedTest, TwoTensorsSharingAnAddressOnOneRankOnlyLearnTheSameOnEveryRank
       Path pb;
       ASSERT_EQ(rank.all_reduce(b, kOther, &pb), 0) << rank.backend.error;
       for (uint64_t i = 0; i < kOther; ++i) ASSERT_EQ(b[i], i % 3 == 0 ? 2.0f : 0.0f);
-      if (s >= 4) {
-        EXPECT_EQ(pb, Path::kCompactLearned) << "call " << s;
-      }
+      if (s >= 4) { EXPECT_EQ(pb, Path::kCompactLearned) << "call " << s; }
     }
   });
   EXPECT_EQ(world.mismatches(), 0u);
@@ -194,7 +191,8 @@ TEST(LearnedTest, AProposalInsideAGroupIsVotedAfterTheGroup) {
       std::copy(fresh.begin(), fresh.end(), g.begin());
       Path p;
       ASSERT_EQ(rank.proxy.group_start(), 0);
-      ASSERT_EQ(rank.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &p), 0);
+      ASSERT_EQ(rank.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &p),
+                0);
       ASSERT_EQ(rank.proxy.group_end(), 0) << rank.backend.error;
       paths.push_back(p);
       std::vector<float> want(kCount, 0.0f);

@@ -36,7 +36,8 @@ TEST(OrderingTest, AStepFromAnotherThreadRunsAsOnEveryOtherRank) {
       std::copy(fresh.begin(), fresh.end(), g.begin());  // the published buffer itself
       Path path;
       ASSERT_EQ(r.proxy.group_start(), 0);
-      ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
+      ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path),
+                0);
       ASSERT_EQ(r.proxy.group_end(), 0) << r.backend.error;
       EXPECT_EQ(path, Path::kCompactPublished) << "rank " << r.rank << " step " << number;
       expect_exact(g, dense_sum(m, 2, number));
@@ -67,8 +68,12 @@ TEST(OrderingTest, ThreadsTakingTurnsKeepOneCompactionPerPlanAndGroup) {
       auto body = [&] {
         Path first, second;
         ASSERT_EQ(r.proxy.group_start(), 0);
-        ASSERT_EQ(r.proxy.all_reduce(g.data(), out.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &first), 0);
-        ASSERT_EQ(r.proxy.all_reduce(g.data(), out2.data(), kCount, ElemType::kF32, ReduceOp::kMax, kComm, kStream, &second), 0);
+        ASSERT_EQ(
+            r.proxy.all_reduce(g.data(), out.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &first),
+            0);
+        ASSERT_EQ(
+            r.proxy.all_reduce(g.data(), out2.data(), kCount, ElemType::kF32, ReduceOp::kMax, kComm, kStream, &second),
+            0);
         ASSERT_EQ(r.proxy.group_end(), 0) << r.backend.error;
         EXPECT_EQ(first, Path::kCompactPublished);
         EXPECT_EQ(second, Path::kDense) << "one send buffer read twice in a group: the second runs dense";
@@ -96,11 +101,15 @@ TEST(OrderingTest, APublishForAnotherCommunicatorNeverDecidesThisOnesCommit) {
   const compress::Mask m = thirds_mask(kCount);
   run_ranks(ranks, [&](Rank& r) {
     std::vector<float> g = gradient(m, r.rank), side = gradient(m, r.rank, 5);
-    ASSERT_TRUE(r.registry.publish(g.data(), compress::DType::kF32, std::make_shared<const compress::Mask>(m), nullptr,
-                                   comm_scope(kComm)).ok());
+    ASSERT_TRUE(r.registry
+                    .publish(g.data(), compress::DType::kF32, std::make_shared<const compress::Mask>(m), nullptr,
+                             comm_scope(kComm))
+                    .ok());
     auto publish_side = [&] {
-      ASSERT_TRUE(r.registry.publish(side.data(), compress::DType::kF32, std::make_shared<const compress::Mask>(m),
-                                     nullptr, comm_scope(kOther)).ok());
+      ASSERT_TRUE(r.registry
+                      .publish(side.data(), compress::DType::kF32, std::make_shared<const compress::Mask>(m), nullptr,
+                               comm_scope(kOther))
+                      .ok());
     };
     if (r.rank == 0) {
       std::thread t(publish_side);  // another thread, before A's commit on this rank only
@@ -159,10 +168,11 @@ TEST(OrderingTest, AVerificationMismatchOnOneRankAbortsEveryRank) {
       if (r.rank == 0) g[601] = 4.0f;
       ASSERT_FALSE(m.test(601));
       if (kind == 0)
-        ASSERT_TRUE(r.registry.publish_collective(compress::MaskTarget::kReduceScatter, compress::DType::kF32,
-                                                  std::make_shared<const compress::Mask>(m), nullptr).ok());
-      else
-        r.publish(g.data(), m);
+        ASSERT_TRUE(r.registry
+                        .publish_collective(compress::MaskTarget::kReduceScatter, compress::DType::kF32,
+                                            std::make_shared<const compress::Mask>(m), nullptr)
+                        .ok());
+      else r.publish(g.data(), m);
       r.commit();
       const int rc = kind == 0 ? r.settle(r.proxy.reduce_scatter(g.data(), mine.data(), kCount / 2, ElemType::kF32,
                                                                  ReduceOp::kSum, kComm, kStream))
@@ -187,16 +197,18 @@ TEST(OrderingTest, VerdictsOfAGroupAreSharedPerCommunicator) {
   run_ranks(ranks, [&](Rank& r) {
     std::vector<float> a = gradient(m, r.rank), b = gradient(m, r.rank), mine(kCount / 2);
     if (r.rank == 0) a[601] = 4.0f;  // in rank 1's shard, where the mask prunes
-    ASSERT_TRUE(r.registry.publish_collective(compress::MaskTarget::kReduceScatter, compress::DType::kF32,
-                                              std::make_shared<const compress::Mask>(m), nullptr).ok());
+    ASSERT_TRUE(r.registry
+                    .publish_collective(compress::MaskTarget::kReduceScatter, compress::DType::kF32,
+                                        std::make_shared<const compress::Mask>(m), nullptr)
+                    .ok());
     r.publish(b.data(), m);
     r.commit(0, kComm);
     r.commit(0, kOther);
     ASSERT_EQ(r.proxy.group_start(), 0);
-    EXPECT_TRUE(enqueued(r.proxy.reduce_scatter(a.data(), mine.data(), kCount / 2, ElemType::kF32, ReduceOp::kSum,
-                                                kComm, kStream)));
-    EXPECT_TRUE(enqueued(r.proxy.all_reduce(b.data(), b.data(), kCount, ElemType::kF32, ReduceOp::kSum, kOther,
-                                            kStream)));
+    EXPECT_TRUE(enqueued(
+        r.proxy.reduce_scatter(a.data(), mine.data(), kCount / 2, ElemType::kF32, ReduceOp::kSum, kComm, kStream)));
+    EXPECT_TRUE(
+        enqueued(r.proxy.all_reduce(b.data(), b.data(), kCount, ElemType::kF32, ReduceOp::kSum, kOther, kStream)));
     EXPECT_NE(r.proxy.group_end(), 0) << "rank " << r.rank;
     EXPECT_TRUE(r.proxy.aborted(kComm)) << "rank " << r.rank;
     EXPECT_FALSE(r.proxy.aborted(kOther)) << "rank " << r.rank;

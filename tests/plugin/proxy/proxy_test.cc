@@ -149,7 +149,8 @@ TEST(ProxyTest, ACollectiveMustMatchTheEntryExactly) {
     ASSERT_EQ(r.all_reduce(g.data() + 1, kCount - 1, &path), 0);
     EXPECT_EQ(path, Path::kDense);
     ASSERT_EQ(r.settle(r.proxy.all_reduce(g.data(), g.data(), kCount / 2, ElemType::kF64, ReduceOp::kSum, kComm,
-                                          kStream, &path)), 0);
+                                          kStream, &path)),
+              0);
     EXPECT_EQ(path, Path::kDense);
   });
   EXPECT_EQ(world.mismatches(), 0u);
@@ -391,14 +392,16 @@ TEST(ProxyTest, OutOfPlaceCompactsOnTheSendBuffersMaskOnly) {
     r.commit();
     Path path;
     ASSERT_EQ(r.settle(r.proxy.all_reduce(in.data(), out.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream,
-                                          &path)), 0);
+                                          &path)),
+              0);
     EXPECT_EQ(path, Path::kDense);
     for (float v : out) ASSERT_EQ(v, 3.0f);
     std::vector<float> g = gradient(m, r.rank), result(kCount, 7.0f);
     r.publish(g.data(), m);
     r.commit();
     ASSERT_EQ(r.settle(r.proxy.all_reduce(g.data(), result.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm,
-                                          kStream, &path)), 0);
+                                          kStream, &path)),
+              0);
     EXPECT_EQ(path, Path::kCompactPublished);
     expect_exact(result, dense_sum(m, 2));
     EXPECT_EQ(g, gradient(m, r.rank)) << "the input is left alone";
@@ -418,9 +421,7 @@ TEST(ProxyTest, PublishAndRetractOnOneRankChangeNothingBeforeTheNextCommit) {
     r.commit();
     Path path;
     ASSERT_EQ(r.all_reduce(g.data(), kCount, &path), 0) << r.backend.error;
-    if (r.rank == 0) {
-      ASSERT_TRUE(r.registry.retract(g.data()).ok());
-    }
+    if (r.rank == 0) { ASSERT_TRUE(r.registry.retract(g.data()).ok()); }
     std::vector<float> fresh = gradient(m, r.rank, 1);
     std::copy(fresh.begin(), fresh.end(), g.begin());
     ASSERT_EQ(r.all_reduce(g.data(), kCount, &path), 0) << r.backend.error;
@@ -551,7 +552,8 @@ TEST(ProxyTest, EveryCallInItsOwnGroupStillCommitsAndCompacts) {
       std::copy(fresh.begin(), fresh.end(), g.begin());
       Path path;
       ASSERT_EQ(r.proxy.group_start(), 0);
-      ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
+      ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path),
+                0);
       ASSERT_EQ(r.proxy.group_end(), 0) << r.backend.error;
       EXPECT_EQ(path, Path::kCompactPublished) << "step " << step;
       expect_exact(g, dense_sum(m, 2, step));
@@ -597,8 +599,10 @@ TEST(ProxyTest, OneSendBufferReadTwiceInAGroupStaysExact) {
     r.commit();
     Path first, second;
     ASSERT_EQ(r.proxy.group_start(), 0);
-    ASSERT_EQ(r.proxy.all_reduce(g.data(), sum.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &first), 0);
-    ASSERT_EQ(r.proxy.all_reduce(g.data(), max.data(), kCount, ElemType::kF32, ReduceOp::kMax, kComm, kStream, &second), 0);
+    ASSERT_EQ(r.proxy.all_reduce(g.data(), sum.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &first),
+              0);
+    ASSERT_EQ(r.proxy.all_reduce(g.data(), max.data(), kCount, ElemType::kF32, ReduceOp::kMax, kComm, kStream, &second),
+              0);
     ASSERT_EQ(r.proxy.group_end(), 0) << r.backend.error;
     EXPECT_EQ(first, Path::kCompactPublished);
     EXPECT_EQ(second, Path::kDense);
@@ -608,7 +612,8 @@ TEST(ProxyTest, OneSendBufferReadTwiceInAGroupStaysExact) {
     expect_exact(max, want);
     // The next group may use the plan again.
     ASSERT_EQ(r.proxy.group_start(), 0);
-    ASSERT_EQ(r.proxy.all_reduce(g.data(), sum.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &first), 0);
+    ASSERT_EQ(r.proxy.all_reduce(g.data(), sum.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &first),
+              0);
     ASSERT_EQ(r.proxy.group_end(), 0) << r.backend.error;
     EXPECT_EQ(first, Path::kCompactPublished);
   });
@@ -739,7 +744,7 @@ TEST(ProxyTest, AGraphKeepsItsPlanAfterANewCommit) {
     expect_exact(g, dense_sum(m2, 2));
     std::copy(f2.begin(), f2.end(), g.begin());
     ASSERT_EQ(r.backend.replay(), 0) << r.backend.error;  // the old graph, with its (kept) old plan
-    expect_exact(g, dense_sum(m2, 2));  // m2 keeps a subset of m: the old mask loses nothing here
+    expect_exact(g, dense_sum(m2, 2));                    // m2 keeps a subset of m: the old mask loses nothing here
   });
   EXPECT_EQ(log.count("replays of that graph still use the old mask"), 2u);
 }
@@ -796,7 +801,8 @@ TEST(ProxyTest, SmallBuffersAndUnsupportedTypesPassThrough) {
   Path path;
   ASSERT_EQ(r.all_reduce(g.data(), 100, &path), 0);
   EXPECT_EQ(path, Path::kPassThrough);
-  ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount / 2, ElemType::kI64, ReduceOp::kSum, kComm, kStream, &path), 0);
+  ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount / 2, ElemType::kI64, ReduceOp::kSum, kComm, kStream, &path),
+            0);
   EXPECT_EQ(path, Path::kPassThrough);
   EXPECT_EQ(r.proxy.pass_through(kComm, CallKind::kAllReduce, kCount), 0);
   EXPECT_EQ(r.backend.votes, 1) << "the commit's, nothing else";
@@ -867,8 +873,7 @@ TEST(ProxyTest, VerifyComparesEveryCompactedCollectiveWithItsDenseRun) {
     EXPECT_EQ(world.mismatches(), 0u);
     if (wrong_mask)
       EXPECT_EQ(log.count("differs from the dense result at element 1 (pruned by the mask): compacted 0, dense 4"), 3u);
-    else
-      EXPECT_EQ(log.count("SIEVE_PROXY_VERIFY"), 0u);
+    else EXPECT_EQ(log.count("SIEVE_PROXY_VERIFY"), 0u);
   }
 }
 

@@ -18,8 +18,9 @@ TEST(TbfOverlimits, ReadsTheTbfLineAndNothingElse) {
                            "qdisc netem 20: parent 10:1 limit 1000 delay 1ms\n"
                            " Sent 100 bytes 2 pkt (dropped 0, overlimits 99 requeues 0) \n"),
             7);
-  EXPECT_EQ(tbf_overlimits("qdisc noqueue 0: root refcnt 2 \n Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0)\n"),
-            -1);
+  EXPECT_EQ(
+      tbf_overlimits("qdisc noqueue 0: root refcnt 2 \n Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0)\n"),
+      -1);
   EXPECT_EQ(tbf_overlimits("qdisc tbf 10: root refcnt 3 rate 1Gbit\nqdisc netem 20: parent 10:1\n"
                            " Sent 1 bytes 1 pkt (dropped 0, overlimits 5 requeues 0)\n"),
             -1)

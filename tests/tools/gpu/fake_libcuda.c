@@ -8,14 +8,23 @@
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
 
-FAKE_EXPORT int cuInit(unsigned flags) { (void)flags; return 0; }
+FAKE_EXPORT int cuInit(unsigned flags) {
+  (void)flags;
+  return 0;
+}
 FAKE_EXPORT int cuDriverGetVersion(int* version) {
   const char* forced = getenv("FAKE_CUDA_DRIVER_VERSION");
   *version = forced ? atoi(forced) : 13000;
   return 0;
 }
-FAKE_EXPORT int cuDeviceGetCount(int* count) { *count = 1; return 0; }
-FAKE_EXPORT int cuDeviceGet(int* device, int ordinal) { *device = ordinal; return ordinal == 0 ? 0 : 101; }
+FAKE_EXPORT int cuDeviceGetCount(int* count) {
+  *count = 1;
+  return 0;
+}
+FAKE_EXPORT int cuDeviceGet(int* device, int ordinal) {
+  *device = ordinal;
+  return ordinal == 0 ? 0 : 101;
+}
 
 FAKE_EXPORT int cuDeviceGetName(char* name, int length, int device) {
   (void)device;

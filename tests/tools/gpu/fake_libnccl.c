@@ -15,12 +15,15 @@
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
 
-typedef struct { char internal[128]; } ncclUniqueId;
+typedef struct {
+  char internal[128];
+} ncclUniqueId;
 typedef void* ncclComm_t;
 
 static void info(const char* text) {
   const char* debug = getenv("NCCL_DEBUG");
-  if (debug && strcmp(debug, "INFO") == 0) printf("fakehost:%d:%d [0] NCCL INFO %s\n", (int)getpid(), (int)getpid(), text);
+  if (debug && strcmp(debug, "INFO") == 0)
+    printf("fakehost:%d:%d [0] NCCL INFO %s\n", (int)getpid(), (int)getpid(), text);
 }
 
 static void dump(int signo) {
@@ -29,14 +32,21 @@ static void dump(int signo) {
   if (write(2, line, sizeof line - 1) < 0) _exit(3);
 }
 
-FAKE_EXPORT int ncclGetVersion(int* version) { *version = 22899; return 0; }
+FAKE_EXPORT int ncclGetVersion(int* version) {
+  *version = 22899;
+  return 0;
+}
 FAKE_EXPORT const char* ncclGetErrorString(int result) {
   return result == 2 ? "unhandled system error (run with NCCL_DEBUG=INFO for details)" : "fake NCCL error";
 }
-FAKE_EXPORT int ncclGetUniqueId(ncclUniqueId* id) { memset(id, 7, sizeof *id); return 0; }
+FAKE_EXPORT int ncclGetUniqueId(ncclUniqueId* id) {
+  memset(id, 7, sizeof *id);
+  return 0;
+}
 
 FAKE_EXPORT int ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
-  (void)comm; (void)id;
+  (void)comm;
+  (void)id;
   char text[256];
   const char* subsys = getenv("NCCL_DEBUG_SUBSYS");
   const char* net = getenv("NCCL_NET");
@@ -58,18 +68,35 @@ FAKE_EXPORT int ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, 
     fflush(stdout);
     return 2;
   }
-  printf("{\"bytes\": 1048576, \"count\": 262144, \"dtype\": \"f32\", \"op\": \"sum\", \"nranks\": %d, \"calls\": 20, "
-         "\"time_us\": 100.0, \"algbw_GBps\": 10.486, \"busbw_GBps\": 10.486, \"correct\": true}\n", nranks);
+  printf(
+      "{\"bytes\": 1048576, \"count\": 262144, \"dtype\": \"f32\", \"op\": \"sum\", \"nranks\": %d, \"calls\": 20, "
+      "\"time_us\": 100.0, \"algbw_GBps\": 10.486, \"busbw_GBps\": 10.486, \"correct\": true}\n",
+      nranks);
   fflush(stdout);
   _exit(0);
 }
 
-FAKE_EXPORT int ncclCommDestroy(ncclComm_t comm) { (void)comm; return 0; }
+FAKE_EXPORT int ncclCommDestroy(ncclComm_t comm) {
+  (void)comm;
+  return 0;
+}
 FAKE_EXPORT int ncclAllReduce(const void* s, void* r, size_t n, int t, int op, ncclComm_t c, void* st) {
-  (void)s; (void)r; (void)n; (void)t; (void)op; (void)c; (void)st;
+  (void)s;
+  (void)r;
+  (void)n;
+  (void)t;
+  (void)op;
+  (void)c;
+  (void)st;
   return 2;
 }
 FAKE_EXPORT int ncclBroadcast(const void* s, void* r, size_t n, int t, int root, ncclComm_t c, void* st) {
-  (void)s; (void)r; (void)n; (void)t; (void)root; (void)c; (void)st;
+  (void)s;
+  (void)r;
+  (void)n;
+  (void)t;
+  (void)root;
+  (void)c;
+  (void)st;
   return 2;
 }

@@ -49,7 +49,9 @@ TEST(Buckets, SixteenBitElementsHoldTwiceAsMany) {
 }
 
 TEST(Buckets, SmallCapsStillKeepTensorsWhole) {
-  Model model{"toy", "Toy", {{"a", {10}, ParamRole::Bias}, {"b", {3, 3}, ParamRole::LinearWeight}, {"c", {4}, ParamRole::Bias}}};
+  Model model{"toy",
+              "Toy",
+              {{"a", {10}, ParamRole::Bias}, {"b", {3, 3}, ParamRole::LinearWeight}, {"c", {4}, ParamRole::Bias}}};
   const auto buckets = ddp_buckets(model, 4, /*cap_bytes=*/16, /*first_cap_bytes=*/8);
   ASSERT_EQ(buckets.size(), 3u);
   EXPECT_EQ(buckets[0].spans[0].param, 2u);

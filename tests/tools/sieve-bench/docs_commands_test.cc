@@ -23,8 +23,8 @@ std::vector<std::string> shown_commands(const std::string& path) {
   while (std::getline(in, line)) {
     const size_t start = line.find_first_not_of(' ');
     if (start == std::string::npos || line.compare(start, sizeof kCommand - 1, kCommand) != 0) continue;
-    commands.push_back(line.substr(start, line.find('#') == std::string::npos ? std::string::npos
-                                                                               : line.find('#') - start));
+    commands.push_back(
+        line.substr(start, line.find('#') == std::string::npos ? std::string::npos : line.find('#') - start));
   }
   return commands;
 }
@@ -42,7 +42,8 @@ TEST(Docs, EveryShownSieveBenchCommandParses) {
       std::string message;
       bool help = false;
       EXPECT_TRUE(parse_options(static_cast<int>(argv.size()), argv.data(), &o, &message, &help))
-          << doc << ": " << command << "\n" << message;
+          << doc << ": " << command << "\n"
+          << message;
       fsdp += o.fsdp ? 1 : 0;
       ++total;
     }

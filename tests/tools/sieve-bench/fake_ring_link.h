@@ -62,7 +62,8 @@ class FakeChannel {
 
 class FakeLink : public RingLink {
  public:
-  FakeLink(FakeChannel& to_next, FakeChannel& from_prev, uint64_t seed) : next_(to_next), prev_(from_prev), rng_(seed) {}
+  FakeLink(FakeChannel& to_next, FakeChannel& from_prev, uint64_t seed)
+      : next_(to_next), prev_(from_prev), rng_(seed) {}
   std::string post_send(const void* data, size_t bytes, void** request) override {
     if (busy()) return "";
     auto* r = own(FakeRequest{true, data, nullptr, bytes});
@@ -80,9 +81,7 @@ class FakeLink : public RingLink {
   std::string test(void* request, bool* done, size_t* bytes) override {
     auto* r = static_cast<FakeRequest*>(request);
     *done = !busy() && (r->is_send ? next_ : prev_).done(r);
-    if (*done) {
-      *bytes = r->is_send ? r->bytes : r->received;
-    }
+    if (*done) { *bytes = r->is_send ? r->bytes : r->received; }
     return "";
   }
 

@@ -114,9 +114,9 @@ TEST(FsdpGroups, EveryElementLandsWhereTorchChunkPutsIt) {
     const std::vector<uint8_t> mask = fsdp_buffer_mask(root, 4, &keep);
     return static_cast<size_t>(std::find(mask.begin(), mask.end(), 1) - mask.begin());
   };
-  EXPECT_EQ(place(0, 29), 3u * 19 + 0 + 2);   // stem row 9, column 2: rank 3's first row
-  EXPECT_EQ(place(3, 5), 0u * 19 + 9 + 5);    // token: all on rank 0
-  EXPECT_EQ(place(5, 4), 2u * 19 + 17 + 0);   // head.bias row 4: rank 2's first row
+  EXPECT_EQ(place(0, 29), 3u * 19 + 0 + 2);  // stem row 9, column 2: rank 3's first row
+  EXPECT_EQ(place(3, 5), 0u * 19 + 9 + 5);   // token: all on rank 0
+  EXPECT_EQ(place(5, 4), 2u * 19 + 17 + 0);  // head.bias row 4: rank 2's first row
 }
 
 TEST(FsdpGroups, KnownModels) {

@@ -140,7 +140,8 @@ TEST(FsdpStep, CompactedEqualsTheDenseRunOfThePrunedModelBitForBit) {
         const size_t elem = dtype_bytes(type), shard = work.groups[g].shard_elements;
         EXPECT_EQ(std::memcmp(compacted.steps[r]->parameters(g), whole.steps[r]->parameters(g), 3 * shard * elem), 0)
             << "rank " << r << ", group " << g;
-        EXPECT_EQ(std::memcmp(compacted.steps[r]->gradient_shard(g), whole.steps[r]->gradient_shard(g), shard * elem), 0)
+        EXPECT_EQ(std::memcmp(compacted.steps[r]->gradient_shard(g), whole.steps[r]->gradient_shard(g), shard * elem),
+                  0)
             << "rank " << r << ", group " << g;
       }
     }

@@ -13,9 +13,11 @@ using compress::testing::file_bytes;
 using compress::testing::TensorSpec;
 
 Model small_model() {
-  return Model{"small", "Small", {{"conv.weight", {2, 1, 1, 3}, ParamRole::ConvWeight},
-                                  {"fc.weight", {2, 3}, ParamRole::LinearWeight},
-                                  {"fc.bias", {2}, ParamRole::Bias}}};
+  return Model{"small",
+               "Small",
+               {{"conv.weight", {2, 1, 1, 3}, ParamRole::ConvWeight},
+                {"fc.weight", {2, 3}, ParamRole::LinearWeight},
+                {"fc.bias", {2}, ParamRole::Bias}}};
 }
 
 std::string write(const std::vector<TensorSpec>& tensors) {

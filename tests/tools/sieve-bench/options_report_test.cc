@@ -51,9 +51,10 @@ TEST(Options, ParsesEveryKnob) {
 
 TEST(Options, EveryBadInputGetsAClearError) {
   const std::vector<std::vector<const char*>> bad = {
-      {"--nodes", "1"}, {"--nodes", "x"}, {"--model", "resnet51"}, {"--density", "0"}, {"--density", "1.5"},
-      {"--dtype", "fp16"}, {"--modes", "sparse"}, {"--rate", "fast"}, {"--iters", "0"}, {"--inflight", "33"},
-      {"--bogus"}, {"--nodes"}};
+      {"--nodes", "1"},      {"--nodes", "x"},     {"--model", "resnet51"},
+      {"--density", "0"},    {"--density", "1.5"}, {"--dtype", "fp16"},
+      {"--modes", "sparse"}, {"--rate", "fast"},   {"--iters", "0"},
+      {"--inflight", "33"},  {"--bogus"},          {"--nodes"}};
   for (const auto& args : bad) {
     Options o;
     std::string message;
@@ -76,11 +77,18 @@ TEST(Options, HelpListsEveryOption) {
 // Values are checked when parsed, before any namespace, node or Gloo process exists, and each
 // message names the option.
 TEST(Options, ImpairmentsAndCombinationsAreCheckedBeforeAnyWork) {
-  const std::vector<std::vector<const char*>> bad = {
-      {"--delay", "banana"}, {"--loss", "200%"},  {"--loss", "1"},  {"--reorder", "x"},
-      {"--jitter", "1ms"},  {"--reorder", "25%"}, {"--delay", "1ms", "--jitter", "2ms"},
-      {"--loopback", "--delay", "1ms"}, {"--loss", "1%", "--loopback"}, {"--gloo", "--loopback"},
-      {"--masks", "m.safetensors", "--density", "0.5"}, {"--prune", "channel", "--masks", "m.safetensors"}};
+  const std::vector<std::vector<const char*>> bad = {{"--delay", "banana"},
+                                                     {"--loss", "200%"},
+                                                     {"--loss", "1"},
+                                                     {"--reorder", "x"},
+                                                     {"--jitter", "1ms"},
+                                                     {"--reorder", "25%"},
+                                                     {"--delay", "1ms", "--jitter", "2ms"},
+                                                     {"--loopback", "--delay", "1ms"},
+                                                     {"--loss", "1%", "--loopback"},
+                                                     {"--gloo", "--loopback"},
+                                                     {"--masks", "m.safetensors", "--density", "0.5"},
+                                                     {"--prune", "channel", "--masks", "m.safetensors"}};
   for (const auto& args : bad) {
     Options o;
     std::string message;
@@ -91,7 +99,8 @@ TEST(Options, ImpairmentsAndCombinationsAreCheckedBeforeAnyWork) {
   }
   Options o;
   std::string message;
-  ASSERT_TRUE(parse({"--delay", "2ms", "--jitter", "1ms", "--loss", "0.5%", "--reorder", "25%"}, &o, &message)) << message;
+  ASSERT_TRUE(parse({"--delay", "2ms", "--jitter", "1ms", "--loss", "0.5%", "--reorder", "25%"}, &o, &message))
+      << message;
   EXPECT_EQ(o.jitter, "1ms");
   ASSERT_TRUE(parse({"--masks", "m.safetensors", "--model", "resnet18"}, &o, &message)) << message;
 }
@@ -163,7 +172,8 @@ TEST(Options, FsdpIsAFlagOffByDefault) {
   std::string message;
   ASSERT_TRUE(parse({}, &o, &message)) << message;
   EXPECT_FALSE(o.fsdp);
-  ASSERT_TRUE(parse({"--fsdp", "--model", "vit_b_16", "--modes", "dense,compacted,codec", "--nodes", "3"}, &o, &message))
+  ASSERT_TRUE(
+      parse({"--fsdp", "--model", "vit_b_16", "--modes", "dense,compacted,codec", "--nodes", "3"}, &o, &message))
       << message;
   EXPECT_TRUE(o.fsdp);
   EXPECT_EQ(o.nodes, 3);
@@ -220,7 +230,8 @@ TEST(Report, AModesNoteIsShown) {
   gloo.seconds = {2.0, 2.0};
   gloo.note = "Gloo in torch 1.13 has no reduce_scatter, so each group's gradients were all-reduced instead";
   r.modes.push_back(gloo);
-  EXPECT_NE(format_table(r).find("\ngloo: Gloo in torch 1.13 has no reduce_scatter"), std::string::npos) << format_table(r);
+  EXPECT_NE(format_table(r).find("\ngloo: Gloo in torch 1.13 has no reduce_scatter"), std::string::npos)
+      << format_table(r);
   EXPECT_NE(format_json(r).find("\"note\":\"Gloo in torch 1.13 has no reduce_scatter"), std::string::npos);
   EXPECT_NE(format_json(sample()).find("\"note\":\"\""), std::string::npos);
 }

@@ -97,9 +97,10 @@ void run_half(Half half, int nranks, size_t shard, DType type, const RingOptions
   for (int r = 0; r < nranks; ++r) {
     threads.emplace_back([&, r] {
       FakeLink link(channels[r], channels[(r + nranks - 1) % nranks], 200 + r);
-      results[r] = half == Half::ReduceScatter
-                       ? ring_reduce_scatter(link, r, nranks, buffers[r].data(), count, type, scratch[r].data(), options)
-                       : ring_all_gather(link, r, nranks, buffers[r].data(), count, type, options);
+      results[r] =
+          half == Half::ReduceScatter
+              ? ring_reduce_scatter(link, r, nranks, buffers[r].data(), count, type, scratch[r].data(), options)
+              : ring_all_gather(link, r, nranks, buffers[r].data(), count, type, options);
     });
   }
   for (auto& t : threads) t.join();
@@ -160,7 +161,8 @@ TEST(RingAllReduce, MissingPeerEndsAtTheDeadline) {
   RingOptions options = small_chunks(64, 2);
   options.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
   std::vector<char> scratch(scratch_bytes(options));
-  const RingResult result = ring_allreduce(link, 0, 2, buffer.data(), buffer.size(), DType::F32, scratch.data(), options);
+  const RingResult result =
+      ring_allreduce(link, 0, 2, buffer.data(), buffer.size(), DType::F32, scratch.data(), options);
   EXPECT_NE(result.error.find("deadline"), std::string::npos) << result.error;
 }
 

@@ -35,7 +35,8 @@ TEST(ImpairmentOptions, DurationsTakeUnitsAndDefaultToMilliseconds) {
   EXPECT_EQ(us, 1000000);
   ASSERT_TRUE(parse_duration_us("0.5", &us, &error)) << error;
   EXPECT_EQ(us, 500);
-  for (const char* bad : {"", "ms", "5m", "-1ms", "61s", "1h"}) EXPECT_FALSE(parse_duration_us(bad, &us, &error)) << bad;
+  for (const char* bad : {"", "ms", "5m", "-1ms", "61s", "1h"})
+    EXPECT_FALSE(parse_duration_us(bad, &us, &error)) << bad;
 }
 
 TEST(ImpairmentOptions, InconsistentCombinationsAreRefused) {

@@ -21,10 +21,10 @@ TEST(PerfOptions, HelpListsEveryOption) {
 
 TEST(PerfOptions, EveryBadValueIsRefusedNamingItsOption) {
   const std::vector<std::vector<const char*>> bad = {
-      {"--seconds", "0"},   {"--seconds", "x"},      {"--size", "0"},     {"--window", "33"},  {"--abi", "7"},
-      {"--abi", "13"},      {"--links", "ethernet"}, {"--zeros", "101"},  {"--word", "3"},     {"--poll-us", "-1"},
-      {"--iperf-streams", "0"}, {"--peer", "both"},  {"--json"}, {"--driver", "busy"}, {"--busy", "65"},
-      {"--runs", "0"},      {"--compare", ""}};
+      {"--seconds", "0"},       {"--seconds", "x"},      {"--size", "0"},    {"--window", "33"},   {"--abi", "7"},
+      {"--abi", "13"},          {"--links", "ethernet"}, {"--zeros", "101"}, {"--word", "3"},      {"--poll-us", "-1"},
+      {"--iperf-streams", "0"}, {"--peer", "both"},      {"--json"},         {"--driver", "busy"}, {"--busy", "65"},
+      {"--runs", "0"},          {"--compare", ""}};
   for (const auto& args : bad) {
     Options o;
     std::string error;
@@ -52,8 +52,9 @@ TEST(PerfOptions, ParsesTheAbiVersionApartFromTheToolsVersion) {
 TEST(PerfOptions, DriverBusyRunsAndCompareAreTakenAsGiven) {
   Options o;
   std::string error;
-  ASSERT_TRUE(parse({"--driver", "spin", "--busy", "2", "--runs", "5", "--compare", "/x/libnccl-net-other.so", "--abi", "12"},
-                    &o, &error))
+  ASSERT_TRUE(
+      parse({"--driver", "spin", "--busy", "2", "--runs", "5", "--compare", "/x/libnccl-net-other.so", "--abi", "12"},
+            &o, &error))
       << error;
   EXPECT_EQ(o.driver, "spin");
   EXPECT_EQ(o.busy, 2);
@@ -138,7 +139,7 @@ TEST(PerfReport, ShaperHoldsArePerGbMediansAndOnlyWhereTheLinkIsShaped) {
   bool failed = false;
   const std::string table = format_table({shaped, unshaped}, o, &failed);
   EXPECT_NE(table.find("| 10000 | 3000 | PASS |"), std::string::npos) << table;  // iperf3, Sieve
-  EXPECT_NE(table.find("| 3000 | 500 |\n"), std::string::npos) << table;       // Sieve, the other plugin
+  EXPECT_NE(table.find("| 3000 | 500 |\n"), std::string::npos) << table;         // Sieve, the other plugin
   EXPECT_NE(table.find("| - | - | reported |"), std::string::npos) << table;
   EXPECT_NE(table.find("held/GB: packets the link's shaper"), std::string::npos) << table;
   const std::string json = format_json({shaped, unshaped}, o);

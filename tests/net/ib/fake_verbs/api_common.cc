@@ -25,7 +25,8 @@ uint32_t next_handle() { return ++g_handles; }
 
 Context* context_of(ibv_context* verbs) {
   if (verbs == nullptr) return nullptr;
-  auto* extended = reinterpret_cast<verbs_context*>(reinterpret_cast<uint8_t*>(verbs) - offsetof(verbs_context, context));
+  auto* extended =
+      reinterpret_cast<verbs_context*>(reinterpret_cast<uint8_t*>(verbs) - offsetof(verbs_context, context));
   return reinterpret_cast<ContextShell*>(extended)->impl;
 }
 

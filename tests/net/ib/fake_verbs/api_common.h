@@ -17,14 +17,10 @@ namespace sieve::fake_verbs {
 void refuse(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
 inline Engine* owner(const Context* context) { return context->engine; }
-template <typename T>
-Engine* owner(const T* object) {
-  return object->context->engine;
-}
+template <typename T> Engine* owner(const T* object) { return object->context->engine; }
 
 // Whether an object handed in may be used: not NULL, of this process, not destroyed (else a VIOLATION).
-template <typename T>
-bool usable(T* object, const char* what) {
+template <typename T> bool usable(T* object, const char* what) {
   if (object == nullptr) {
     violation("%s is NULL", what);
     return false;

@@ -21,7 +21,7 @@ Connection::~Connection() {
 
 void Connection::queue_copy(const void* data, size_t length) {
   auto copy = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(data),
-                                                      static_cast<const uint8_t*>(data) + length);
+                                                     static_cast<const uint8_t*>(data) + length);
   out.push_back({copy, copy->data(), copy->size()});
 }
 
@@ -74,8 +74,8 @@ IoResult Connection::flush(size_t budget) {
 
 IoResult Connection::read_header() {
   while (header_bytes < sizeof(header)) {
-    ssize_t got = ::recv(fd, reinterpret_cast<uint8_t*>(&header) + header_bytes, sizeof(header) - header_bytes,
-                         MSG_DONTWAIT);
+    ssize_t got =
+        ::recv(fd, reinterpret_cast<uint8_t*>(&header) + header_bytes, sizeof(header) - header_bytes, MSG_DONTWAIT);
     if (got == 0) return IoResult::kClosed;
     if (got < 0) {
       if (errno == EINTR) continue;

@@ -3,8 +3,8 @@
 // a peer that stops reading only stops this connection.
 #pragma once
 
-#include <cstddef>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -55,9 +55,9 @@ struct Connection {
   bool hello_checked = false;
   Hello hello;
   std::chrono::steady_clock::time_point rnr_since{};  // first "receiver not ready" for this message
-  bool has_recv = false;  // the receive this message consumes
+  bool has_recv = false;                              // the receive this message consumes
   RecvWr recv;
-  Mr* target_mr = nullptr;  // pinned while a write lands in it
+  Mr* target_mr = nullptr;                 // pinned while a write lands in it
   ibv_wc_status failure = IBV_WC_SUCCESS;  // answer with a NAK once the payload is drained
   std::string failure_text;
 

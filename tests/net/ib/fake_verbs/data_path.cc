@@ -26,9 +26,7 @@ const char* state_name(ibv_qp_state state) {
   return state >= IBV_QPS_RESET && state <= IBV_QPS_ERR ? kNames[state] : "UNKNOWN";
 }
 
-bool has_imm(ibv_wr_opcode opcode) {
-  return opcode == IBV_WR_RDMA_WRITE_WITH_IMM || opcode == IBV_WR_SEND_WITH_IMM;
-}
+bool has_imm(ibv_wr_opcode opcode) { return opcode == IBV_WR_RDMA_WRITE_WITH_IMM || opcode == IBV_WR_SEND_WITH_IMM; }
 
 bool is_rdma(ibv_wr_opcode opcode) {
   return opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM || opcode == IBV_WR_RDMA_READ;
@@ -59,11 +57,10 @@ int enqueue_send(Engine& engine, Qp* qp, const ibv_send_wr* wr) {
     case IBV_WR_RDMA_WRITE_WITH_IMM:
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
-    case IBV_WR_RDMA_READ:
-      break;
+    case IBV_WR_RDMA_READ: break;
     default:
-      violation("post_send on QP %u: opcode %d (the fake does RDMA write[/imm], send[/imm] and RDMA read)",
-                qp->qpn(), wr->opcode);
+      violation("post_send on QP %u: opcode %d (the fake does RDMA write[/imm], send[/imm] and RDMA read)", qp->qpn(),
+                wr->opcode);
       return EINVAL;
   }
   if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge) {
@@ -93,8 +90,7 @@ int enqueue_send(Engine& engine, Qp* qp, const ibv_send_wr* wr) {
     if (wr->opcode == IBV_WR_RDMA_READ || work.length > qp->cap.max_inline_data) {
       violation("post_send on QP %u: IBV_SEND_INLINE of %llu bytes (%s; max_inline_data %u)", qp->qpn(),
                 static_cast<unsigned long long>(work.length),
-                wr->opcode == IBV_WR_RDMA_READ ? "an RDMA read cannot be inline" : "too long",
-                qp->cap.max_inline_data);
+                wr->opcode == IBV_WR_RDMA_READ ? "an RDMA read cannot be inline" : "too long", qp->cap.max_inline_data);
       return EINVAL;
     }
     // Inline data is copied now and its lkey is not looked at, as hardware does.
@@ -122,8 +118,8 @@ int enqueue_send(Engine& engine, Qp* qp, const ibv_send_wr* wr) {
       }
       if (why != nullptr) {
         violation("post_send wr_id %llu on QP %u: sge %d [0x%llx, +%u) lkey 0x%x %s",
-                  static_cast<unsigned long long>(wr->wr_id), qp->qpn(), i,
-                  static_cast<unsigned long long>(sge.addr), sge.length, sge.lkey, why);
+                  static_cast<unsigned long long>(wr->wr_id), qp->qpn(), i, static_cast<unsigned long long>(sge.addr),
+                  sge.length, sge.lkey, why);
         work.stage = SendWr::Stage::kDone;  // completes with a local protection error in its turn
         work.status = IBV_WC_LOC_PROT_ERR;
         break;

@@ -38,12 +38,9 @@ ibv_mtu mtu_enum(int bytes) {
 uint8_t link_layer_of(LinkLayer link) {
   switch (link) {
     case LinkLayer::kRoce:
-    case LinkLayer::kIwarp:
-      return IBV_LINK_LAYER_ETHERNET;
-    case LinkLayer::kInfiniband:
-      return IBV_LINK_LAYER_INFINIBAND;
-    case LinkLayer::kEfa:
-      break;
+    case LinkLayer::kIwarp: return IBV_LINK_LAYER_ETHERNET;
+    case LinkLayer::kInfiniband: return IBV_LINK_LAYER_INFINIBAND;
+    case LinkLayer::kEfa: break;
   }
   return IBV_LINK_LAYER_UNSPECIFIED;
 }

@@ -42,7 +42,6 @@ bool address_of(const std::string& name, sockaddr_un* address, socklen_t* length
   return true;
 }
 
-
 }  // namespace
 
 void tune_endpoint_socket(int fd) {

@@ -29,8 +29,7 @@ class Engine {
   // The device for `spec`, registering it (and claiming its addresses) on first sight.
   Device* device_for(const DeviceSpec& spec, std::string* error);
 
-  template <typename T>
-  T* keep(std::unique_ptr<T> object);  // the engine owns every object until the process ends
+  template <typename T> T* keep(std::unique_ptr<T> object);  // the engine owns every object until the process ends
 
   uint32_t new_key();  // lkey/rkey values: distinct in this process, unlike those of another process
   uint32_t new_qpn(Device* device);
@@ -96,8 +95,7 @@ class Engine {
   bool service_started_ = false;
 };
 
-template <typename T>
-T* Engine::keep(std::unique_ptr<T> object) {
+template <typename T> T* Engine::keep(std::unique_ptr<T> object) {
   T* raw = object.get();
   objects_.push_back(std::shared_ptr<T>(std::move(object)));
   return raw;

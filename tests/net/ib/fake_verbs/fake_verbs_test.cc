@@ -98,7 +98,8 @@ TEST_F(FakeVerbsTest, TwoDevicesRoceAndIb) {
 }
 
 TEST_F(FakeVerbsTest, BadDeviceEntriesAreRefused) {
-  for (const char* bad : {"x:eth:lo:100", "x:roce:lo:33", "x:roce:no-such-netdev0:100", "x:roce:lo", "a:ib::100;a:ib::100"}) {
+  for (const char* bad :
+       {"x:eth:lo:100", "x:roce:lo:33", "x:roce:no-such-netdev0:100", "x:roce:lo", "a:ib::100;a:ib::100"}) {
     setenv("FAKE_VERBS_DEVICES", bad, 1);
     errno = 0;
     EXPECT_EQ(verbs().get_device_list(nullptr), nullptr) << bad;
@@ -203,8 +204,7 @@ TEST_P(LoopbackWriteWithImm, IsByteExact) {
   EXPECT_EQ(new_violations(), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, LoopbackWriteWithImm,
-                         ::testing::Values(0u, 1u, 4097u, 64u << 20),
+INSTANTIATE_TEST_SUITE_P(Sizes, LoopbackWriteWithImm, ::testing::Values(0u, 1u, 4097u, 64u << 20),
                          [](const ::testing::TestParamInfo<uint32_t>& param) {
                            return "Bytes" + std::to_string(param.param);
                          });
@@ -401,8 +401,8 @@ TEST_F(FakeVerbsTest, WrongAttrMasksAreEinval) {
   attr.qp_state = IBV_QPS_INIT;
   attr.port_num = 1;
   EXPECT_EQ(verbs().modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX), EINVAL);  // no ACCESS_FLAGS
-  EXPECT_EQ(verbs().modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS |
-                                             IBV_QP_SQ_PSN),
+  EXPECT_EQ(verbs().modify_qp(qp, &attr,
+                              IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS | IBV_QP_SQ_PSN),
             EINVAL);  // SQ_PSN belongs to RTS
   attr.qp_state = IBV_QPS_RTS;
   EXPECT_EQ(verbs().modify_qp(qp, &attr, IBV_QP_STATE), EINVAL);  // RESET -> RTS skips states
@@ -559,8 +559,7 @@ struct Peer {
   int from_child = -1;
 };
 
-template <typename Body>
-Peer fork_peer(Body child) {
+template <typename Body> Peer fork_peer(Body child) {
   int down[2], up[2];
   if (pipe(down) != 0 || pipe(up) != 0) return {};
   pid_t pid = fork();
@@ -573,8 +572,6 @@ Peer fork_peer(Body child) {
   close(up[1]);
   return {pid, down[1], up[0]};
 }
-
-
 
 struct Target {
   QpInfo qp;
@@ -721,7 +718,6 @@ TEST_F(FakeVerbsTest, RequestToAPeerThatDiedIdleFailsWithRetryExceeded) {
 // ---------------------------------------------------------------------------------------------
 // Violations: each aborts by default and, in report mode, behaves as hardware would.
 
-
 // Posts a write that breaks the remote side's rules and returns the requester's completion status.
 ibv_wc_status remote_write_status(unsigned target_access, size_t target_offset, uint32_t length, bool wrong_rkey) {
   Pair p = make_pair_of_qps();
@@ -741,10 +737,9 @@ ibv_wc_status remote_write_status(unsigned target_access, size_t target_offset, 
   return wc.status;
 }
 
-
 TEST_F(FakeVerbsTest, WrongRkeyIsRemoteAccessError) {
   report_mode();
-    EXPECT_EQ(remote_write_status(kWritable, 0, 64, true), IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(remote_write_status(kWritable, 0, 64, true), IBV_WC_REM_ACCESS_ERR);
   EXPECT_EQ(new_violations(), 1u);
 }
 
@@ -754,7 +749,7 @@ TEST_F(FakeVerbsTest, WrongRkeyAborts) {
 
 TEST_F(FakeVerbsTest, WriteBeyondTheMrIsRemoteAccessError) {
   report_mode();
-    EXPECT_EQ(remote_write_status(kWritable, 4000, 200, false), IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(remote_write_status(kWritable, 4000, 200, false), IBV_WC_REM_ACCESS_ERR);
   EXPECT_EQ(new_violations(), 1u);
 }
 
@@ -768,7 +763,8 @@ TEST_F(FakeVerbsTest, WriteWithoutRemoteWriteAccessIsRemoteAccessError) {
 }
 
 TEST_F(FakeVerbsTest, WriteWithoutRemoteWriteAccessAborts) {
-  EXPECT_DEATH(remote_write_status(IBV_ACCESS_LOCAL_WRITE, 0, 64, false), "fake-verbs: VIOLATION: .*without REMOTE_WRITE");
+  EXPECT_DEATH(remote_write_status(IBV_ACCESS_LOCAL_WRITE, 0, 64, false),
+               "fake-verbs: VIOLATION: .*without REMOTE_WRITE");
 }
 
 TEST_F(FakeVerbsTest, ReadWithoutRemoteReadAccessIsRemoteAccessError) {
@@ -837,7 +833,8 @@ TEST_F(FakeVerbsTest, SendLargerThanTheReceiveFailsBothSides) {
 
 TEST_F(FakeVerbsTest, SendLargerThanTheReceiveAborts) {
   ibv_wc sender{}, receiver{};
-  EXPECT_DEATH(oversized_send(&sender, &receiver), "fake-verbs: VIOLATION: SEND of 200 bytes .*exceeds its posted receive");
+  EXPECT_DEATH(oversized_send(&sender, &receiver),
+               "fake-verbs: VIOLATION: SEND of 200 bytes .*exceeds its posted receive");
 }
 
 TEST_F(FakeVerbsTest, PostingOnAQpNotReadyIsEinval) {
@@ -870,7 +867,7 @@ void overflow_cq(Pair* p) {
 
 TEST_F(FakeVerbsTest, CqOverflowIsAnAsyncCqError) {
   report_mode();
-    Pair p;
+  Pair p;
   overflow_cq(&p);
   pollfd ready{p.a.context->async_fd, POLLIN, 0};
   ASSERT_EQ(poll(&ready, 1, 10000), 1) << "no async event within the cap";
@@ -908,7 +905,8 @@ TEST_F(FakeVerbsTest, UsingDestroyedObjectsAborts) {
   Node node = open_node();
   ibv_qp* qp = make_qp(node);
   ASSERT_EQ(verbs().destroy_qp(qp), 0);
-  EXPECT_DEATH(post_write(qp, IBV_WR_RDMA_WRITE, 1, nullptr, 0, 0, 0, 0), "fake-verbs: VIOLATION: post_send on destroyed QP");
+  EXPECT_DEATH(post_write(qp, IBV_WR_RDMA_WRITE, 1, nullptr, 0, 0, 0, 0),
+               "fake-verbs: VIOLATION: post_send on destroyed QP");
   ASSERT_EQ(verbs().destroy_cq(node.cq), 0);
   ibv_wc wc;
   EXPECT_DEATH(ibv_poll_cq(node.cq, 1, &wc), "fake-verbs: VIOLATION: poll_cq on destroyed CQ");
@@ -932,7 +930,7 @@ ibv_wc_status psn_mismatch_status() {
 
 TEST_F(FakeVerbsTest, PsnMismatchIsRetryExceeded) {
   report_mode();
-    EXPECT_EQ(psn_mismatch_status(), IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(psn_mismatch_status(), IBV_WC_RETRY_EXC_ERR);
   EXPECT_EQ(new_violations(), 1u);
 }
 
@@ -966,7 +964,7 @@ TEST_F(FakeVerbsTest, QpPairingMismatchAborts) {
 
 TEST_F(FakeVerbsTest, DestQpThatNeverExistedIsReported) {
   report_mode();
-    Node a = open_node();
+  Node a = open_node();
   ibv_qp* qa = make_qp(a);
   QpInfo nobody = info_of(a, qa, 1);
   nobody.qpn = 0xfffff0;

@@ -34,9 +34,7 @@ ibv_port_attr extended_port(ibv_context* context, uint8_t port) {
   ibv_port_attr attr{};
   verbs_context* extended = verbs_get_ctx_op(context, query_port);
   EXPECT_NE(extended, nullptr);
-  if (extended != nullptr) {
-    EXPECT_EQ(extended->query_port(context, port, &attr, sizeof(attr)), 0);
-  }
+  if (extended != nullptr) { EXPECT_EQ(extended->query_port(context, port, &attr, sizeof(attr)), 0); }
   return attr;
 }
 
@@ -93,9 +91,9 @@ int rts_with(ibv_qp* qp, uint32_t psn, const Path& path) {
   attr.rnr_retry = path.rnr_retry;
   attr.sq_psn = psn;
   attr.max_rd_atomic = 1;
-  return verbs().modify_qp(qp, &attr,
-                           IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                               IBV_QP_MAX_QP_RD_ATOMIC);
+  return verbs().modify_qp(
+      qp, &attr,
+      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 // Connects a (on device index ia, path pa) and b (ib, pb) both ways.
@@ -125,9 +123,7 @@ ibv_wc_status write_status(const Link& link) {
   EXPECT_EQ(post_write(link.a.qp, IBV_WR_RDMA_WRITE_WITH_IMM, 2, src, at(source), 256, at(target), dst->rkey, 5), 0);
   ibv_wc wc{};
   const ibv_wc_status status = poll_one(link.a.node.cq, &wc) ? wc.status : IBV_WC_GENERAL_ERR;
-  if (status == IBV_WC_SUCCESS) {
-    EXPECT_EQ(target, source);
-  }
+  if (status == IBV_WC_SUCCESS) { EXPECT_EQ(target, source); }
   return status;
 }
 
@@ -288,8 +284,8 @@ TEST_F(FakeHardwareTest, QueuePairsInDifferentPartitionsCannotTalk) {
   report_mode();
   setenv("FAKE_VERBS_DEVICES", "pk:ib::100:pkey=ffff,pkey=8001,pkey=8002,pkey=0001", 1);
   Path full_a, full_b, limited;
-  full_a.pkey_index = 1;  // 0x8001
-  full_b.pkey_index = 2;  // 0x8002
+  full_a.pkey_index = 1;   // 0x8001
+  full_b.pkey_index = 2;   // 0x8002
   limited.pkey_index = 3;  // 0x0001: a limited member of 0x8001's partition
   EXPECT_EQ(write_status(connect_link(0, full_a, 0, full_b)), IBV_WC_RETRY_EXC_ERR);
   EXPECT_EQ(new_violations(), 1u);
@@ -411,8 +407,8 @@ TEST_F(FakeHardwareTest, WithForkSafetyOnlyWholePagesMayBeRegistered) {
         if (verbs().fork_init() != 0) _exit(2);
         Node node = open_node();
         const long page = sysconf(_SC_PAGESIZE);
-        auto* pages = static_cast<uint8_t*>(
-            mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        auto* pages =
+            static_cast<uint8_t*>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
         const uint64_t before = verbs().violations();
         errno = 0;
         if (verbs().reg_mr(node.pd, pages + 64, 100, IBV_ACCESS_LOCAL_WRITE) != nullptr || errno != EINVAL) _exit(3);

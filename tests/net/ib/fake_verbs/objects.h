@@ -25,14 +25,12 @@ namespace sieve::fake_verbs {
 class Engine;
 struct Connection;
 
-template <typename Verbs, typename Impl>
-struct Shell {
+template <typename Verbs, typename Impl> struct Shell {
   Verbs verbs;  // first: the caller's pointer is a pointer to the Shell
   Impl* impl;
 };
 
-template <typename Impl, typename Verbs>
-Impl* impl_of(Verbs* verbs) {
+template <typename Impl, typename Verbs> Impl* impl_of(Verbs* verbs) {
   return verbs == nullptr ? nullptr : reinterpret_cast<Shell<Verbs, Impl>*>(verbs)->impl;
 }
 
@@ -56,14 +54,16 @@ struct Device {
   Shell<ibv_device, Device> shell{};
   Engine* engine = nullptr;
   DeviceSpec spec;
-  std::vector<Port> ports;  // ports[p - 1] is port p
-  std::atomic<bool> fatal{false};  // IBV_EVENT_DEVICE_FATAL: nothing moves any more, nothing new is created
-  std::vector<Context*> contexts;  // every context opened on it (closed ones too: check `destroyed`)
-  std::unordered_map<uint32_t, Qp*> qps;       // live QPs by QPN
+  std::vector<Port> ports;                // ports[p - 1] is port p
+  std::atomic<bool> fatal{false};         // IBV_EVENT_DEVICE_FATAL: nothing moves any more, nothing new is created
+  std::vector<Context*> contexts;         // every context opened on it (closed ones too: check `destroyed`)
+  std::unordered_map<uint32_t, Qp*> qps;  // live QPs by QPN
   std::unordered_set<uint32_t> destroyed_qpns;  // a request to one of these is a dead peer, not a bug
 
   NodeAddress node() const { return ports.front().node; }  // the node GUID is the first port's
-  Port* port(int number) { return number >= 1 && number <= static_cast<int>(ports.size()) ? &ports[number - 1] : nullptr; }
+  Port* port(int number) {
+    return number >= 1 && number <= static_cast<int>(ports.size()) ? &ports[number - 1] : nullptr;
+  }
   const Port* port(int number) const { return const_cast<Device*>(this)->port(number); }
   bool rdma_capable() const { return spec.link == LinkLayer::kRoce || spec.link == LinkLayer::kInfiniband; }
 };
@@ -151,7 +151,7 @@ struct SendWr {
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
   uint64_t length = 0;
-  std::vector<Piece> pieces;                     // gather (send, write) or scatter (read) list
+  std::vector<Piece> pieces;                          // gather (send, write) or scatter (read) list
   std::shared_ptr<std::vector<uint8_t>> inline_copy;  // IBV_SEND_INLINE: the bytes at post time
   std::vector<Mr*> pinned;
   Stage stage = Stage::kQueued;

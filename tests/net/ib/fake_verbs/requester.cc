@@ -161,7 +161,6 @@ void Engine::on_response(Connection* conn) {
   complete_sends(qp);
 }
 
-
 // The port is down: nothing leaves it, and the oldest request not yet answered is retried until
 // the QP's retry budget (timeout, retry_cnt) runs out, counted from when it was posted or the port
 // went down, whichever came later. Then it completes with IBV_WC_RETRY_EXC_ERR and the QP goes to

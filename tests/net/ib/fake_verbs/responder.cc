@@ -69,35 +69,39 @@ bool Engine::check_hello(Connection* conn) {
   const Port* port = qp->port();
   const QpAttrs& a = qp->attrs;
   const uint16_t my_pkey = device->spec.pkeys[a.pkey_index];
-  const bool other_subnet = device->spec.link == LinkLayer::kInfiniband && hello.subnet_prefix != device->spec.subnet_prefix;
+  const bool other_subnet =
+      device->spec.link == LinkLayer::kInfiniband && hello.subnet_prefix != device->spec.subnet_prefix;
   char why[400] = "";
   if (hello.link != static_cast<uint32_t>(device->spec.link)) {
     std::snprintf(why, sizeof(why), "QP %u (%s) sends to QP %u on %s, whose link layer differs", hello.qpn,
                   hello.link == static_cast<uint32_t>(LinkLayer::kRoce) ? "RoCE" : "IB", qp->qpn(),
                   device->spec.name.c_str());
   } else if (qp->attrs.dest_qp_num != hello.qpn) {
-    std::snprintf(why, sizeof(why), "QP pairing: QP %u sends to QP %u, but QP %u's RTR dest_qp_num is %u",
-                  hello.qpn, qp->qpn(), qp->qpn(), qp->attrs.dest_qp_num);
+    std::snprintf(why, sizeof(why), "QP pairing: QP %u sends to QP %u, but QP %u's RTR dest_qp_num is %u", hello.qpn,
+                  qp->qpn(), qp->qpn(), qp->attrs.dest_qp_num);
   } else if (!pkeys_match(static_cast<uint16_t>(hello.pkey), my_pkey)) {
-    std::snprintf(why, sizeof(why), "P_Key mismatch: QP %u sends with P_Key 0x%04x, QP %u's is 0x%04x (the switch "
-                  "drops every packet)", hello.qpn, hello.pkey, qp->qpn(), my_pkey);
+    std::snprintf(why, sizeof(why),
+                  "P_Key mismatch: QP %u sends with P_Key 0x%04x, QP %u's is 0x%04x (the switch "
+                  "drops every packet)",
+                  hello.qpn, hello.pkey, qp->qpn(), my_pkey);
   } else if (other_subnet && (!hello.is_global || !a.ah.is_global)) {
-    std::snprintf(why, sizeof(why), "subnet mismatch: QP %u (subnet %016llx) and QP %u (subnet %016llx) are in "
-                  "different subnets and QP %u has no GRH: no router forwards its packets", hello.qpn,
-                  static_cast<unsigned long long>(hello.subnet_prefix), qp->qpn(),
+    std::snprintf(why, sizeof(why),
+                  "subnet mismatch: QP %u (subnet %016llx) and QP %u (subnet %016llx) are in "
+                  "different subnets and QP %u has no GRH: no router forwards its packets",
+                  hello.qpn, static_cast<unsigned long long>(hello.subnet_prefix), qp->qpn(),
                   static_cast<unsigned long long>(device->spec.subnet_prefix), hello.is_global ? qp->qpn() : hello.qpn);
   } else if (a.ah.is_global) {
     GidForm form;
     NodeAddress node;
     ibv_gid_type my_type = port->gid_types[a.ah.grh.sgid_index];
-    bool names_requester = decode_gid(a.ah.grh.dgid, &form, &node) && node.pid == hello.pid &&
-                           node.device_index == hello.device_index;
+    bool names_requester =
+        decode_gid(a.ah.grh.dgid, &form, &node) && node.pid == hello.pid && node.device_index == hello.device_index;
     if (!names_requester) {
-      std::snprintf(why, sizeof(why), "GID mismatch: QP %u's RTR dgid %s is not the GID of QP %u's port",
-                    qp->qpn(), format_gid(a.ah.grh.dgid).c_str(), hello.qpn);
+      std::snprintf(why, sizeof(why), "GID mismatch: QP %u's RTR dgid %s is not the GID of QP %u's port", qp->qpn(),
+                    format_gid(a.ah.grh.dgid).c_str(), hello.qpn);
     } else if (device->spec.link == LinkLayer::kRoce && static_cast<uint32_t>(my_type) != hello.gid_type) {
-      std::snprintf(why, sizeof(why), "GID type mismatch: QP %u uses GID type %u, its peer QP %u type %u",
-                    hello.qpn, hello.gid_type, qp->qpn(), static_cast<unsigned>(my_type));
+      std::snprintf(why, sizeof(why), "GID type mismatch: QP %u uses GID type %u, its peer QP %u type %u", hello.qpn,
+                    hello.gid_type, qp->qpn(), static_cast<unsigned>(my_type));
     }
   }
   if (why[0] == '\0' && device->spec.link == LinkLayer::kInfiniband && a.ah.dlid != hello.lid) {
@@ -105,8 +109,8 @@ bool Engine::check_hello(Connection* conn) {
                   a.ah.dlid, hello.qpn, hello.lid);
   }
   if (why[0] == '\0' && (hello.sq_psn & 0xffffff) != (qp->attrs.rq_psn & 0xffffff)) {
-    std::snprintf(why, sizeof(why), "PSN mismatch: QP %u's sq_psn is %u, but its peer QP %u's rq_psn is %u",
-                  hello.qpn, hello.sq_psn & 0xffffff, qp->qpn(), qp->attrs.rq_psn & 0xffffff);
+    std::snprintf(why, sizeof(why), "PSN mismatch: QP %u's sq_psn is %u, but its peer QP %u's rq_psn is %u", hello.qpn,
+                  hello.sq_psn & 0xffffff, qp->qpn(), qp->attrs.rq_psn & 0xffffff);
   }
   if (why[0] != '\0') {
     nak(conn, IBV_WC_RETRY_EXC_ERR, why, false);
@@ -150,11 +154,9 @@ bool Engine::start_request(Connection* conn) {
       std::snprintf(why, sizeof(why), "%s to QP %u whose qp_access_flags lack %s", what, qp->qpn(),
                     needed == IBV_ACCESS_REMOTE_WRITE ? "REMOTE_WRITE" : "REMOTE_READ");
     } else if (mr->translate(header.remote_addr, header.length) == nullptr) {
-      std::snprintf(why, sizeof(why),
-                    "%s of [0x%llx, +%llu) to QP %u outside its MR [0x%llx, +%zu) (rkey 0x%x)", what,
-                    static_cast<unsigned long long>(header.remote_addr),
-                    static_cast<unsigned long long>(header.length), qp->qpn(),
-                    static_cast<unsigned long long>(mr->iova), mr->length, header.rkey);
+      std::snprintf(why, sizeof(why), "%s of [0x%llx, +%llu) to QP %u outside its MR [0x%llx, +%zu) (rkey 0x%x)", what,
+                    static_cast<unsigned long long>(header.remote_addr), static_cast<unsigned long long>(header.length),
+                    qp->qpn(), static_cast<unsigned long long>(mr->iova), mr->length, header.rkey);
     } else {
       return mr;
     }
@@ -200,9 +202,10 @@ bool Engine::start_request(Connection* conn) {
                             ? nullptr
                             : mr->translate(sge.addr, sge.length);
         if (host == nullptr) {
-          violation("receive wr_id %llu on QP %u has an sge [0x%llx, +%u) with lkey 0x%x outside a writable MR of its PD",
-                    static_cast<unsigned long long>(conn->recv.wr_id), qp->qpn(),
-                    static_cast<unsigned long long>(sge.addr), sge.length, sge.lkey);
+          violation(
+              "receive wr_id %llu on QP %u has an sge [0x%llx, +%u) with lkey 0x%x outside a writable MR of its PD",
+              static_cast<unsigned long long>(conn->recv.wr_id), qp->qpn(), static_cast<unsigned long long>(sge.addr),
+              sge.length, sge.lkey);
           conn->failure = IBV_WC_REM_OP_ERR;
           conn->expect_payload(header.length, {});
           return true;
@@ -213,8 +216,7 @@ bool Engine::start_request(Connection* conn) {
       if (header.length > room) {
         char why[300];
         std::snprintf(why, sizeof(why), "SEND of %llu bytes to QP %u exceeds its posted receive (%llu bytes)",
-                      static_cast<unsigned long long>(header.length), qp->qpn(),
-                      static_cast<unsigned long long>(room));
+                      static_cast<unsigned long long>(header.length), qp->qpn(), static_cast<unsigned long long>(room));
         conn->failure = IBV_WC_REM_INV_REQ_ERR;
         conn->failure_text = why;
         pieces.clear();
@@ -227,8 +229,7 @@ bool Engine::start_request(Connection* conn) {
       conn->expect_payload(0, {});
       return true;
     }
-    default:
-      internal_error("unexpected message at a responder");
+    default: internal_error("unexpected message at a responder");
   }
 }
 
@@ -237,7 +238,8 @@ bool Engine::start_request(Connection* conn) {
 // retries are spent, the request completes with IBV_WC_RNR_RETRY_EXC_ERR and the sender's QP goes
 // to ERR; the receiver's QP is unharmed. Always false: the request cannot start now.
 bool Engine::receiver_not_ready(Connection* conn) {
-  const Clock::duration budget = rnr_retry_budget(static_cast<uint8_t>(conn->hello.rnr_retry), conn->qp->attrs.min_rnr_timer);
+  const Clock::duration budget =
+      rnr_retry_budget(static_cast<uint8_t>(conn->hello.rnr_retry), conn->qp->attrs.min_rnr_timer);
   if (budget == Clock::duration::max()) return false;
   const Clock::time_point now = Clock::now();
   if (conn->rnr_since == Clock::time_point{}) conn->rnr_since = now;
@@ -341,6 +343,5 @@ void Engine::pump_responder(Connection* conn) {
     if (!conn->closing) conn->reset_input();
   }
 }
-
 
 }  // namespace sieve::fake_verbs

@@ -226,8 +226,7 @@ void Engine::service_loop() {
     if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) internal_error("poll failed");
     std::lock_guard<std::mutex> lock(mu);
     uint64_t wakes;
-    while (::read(wake_fd_, &wakes, sizeof(wakes)) > 0) {
-    }
+    while (::read(wake_fd_, &wakes, sizeof(wakes)) > 0) {}
     for (size_t i = 0; i < listeners.size(); ++i) {
       if (fds[1 + i].revents != 0) accept_on(listeners[i].first, listeners[i].second);
     }
@@ -257,6 +256,5 @@ void Engine::service_loop() {
     }
   }
 }
-
 
 }  // namespace sieve::fake_verbs

@@ -4,8 +4,8 @@
 #pragma once
 
 #include <dlfcn.h>
-#include <fcntl.h>
 #include <endian.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <net/if.h>
@@ -68,8 +68,7 @@ struct Verbs {
   int (*device_fatal)(const char* device);
 };
 
-template <typename T>
-void load(void* handle, const char* name, T* out) {
+template <typename T> void load(void* handle, const char* name, T* out) {
   *out = reinterpret_cast<T>(dlsym(handle, name));
   ASSERT_NE(*out, nullptr) << name << " missing from the fake";
 }
@@ -214,7 +213,8 @@ inline QpInfo info_of(const Node& node, ibv_qp* qp, uint32_t psn, int gid_index 
   return info;
 }
 
-inline int to_init(ibv_qp* qp, unsigned access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) {
+inline int to_init(ibv_qp* qp,
+                   unsigned access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.pkey_index = 0;
@@ -253,9 +253,9 @@ inline int to_rts(ibv_qp* qp, uint32_t psn) {
   attr.rnr_retry = 7;
   attr.sq_psn = psn;
   attr.max_rd_atomic = 1;
-  return verbs().modify_qp(qp, &attr,
-                           IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                               IBV_QP_MAX_QP_RD_ATOMIC);
+  return verbs().modify_qp(
+      qp, &attr,
+      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 // Connects `qp` (whose own psn is `my_psn`) to `remote`.
@@ -287,8 +287,8 @@ inline Pair make_pair_of_qps(int cqe = 256, int a_sig_all = 0) {
 }
 
 inline int post_write(ibv_qp* qp, ibv_wr_opcode opcode, uint64_t wr_id, ibv_mr* local, uint64_t local_addr,
-               uint32_t length, uint64_t remote_addr, uint32_t rkey, uint32_t imm = 0,
-               unsigned flags = IBV_SEND_SIGNALED) {
+                      uint32_t length, uint64_t remote_addr, uint32_t rkey, uint32_t imm = 0,
+                      unsigned flags = IBV_SEND_SIGNALED) {
   ibv_sge sge{local_addr, length, local != nullptr ? local->lkey : 0};
   ibv_send_wr wr{};
   wr.wr_id = wr_id;
@@ -354,15 +354,15 @@ inline void register_buffers(const Pair& p, Buffers* b, unsigned target_access) 
   b->dst = verbs().reg_mr(p.b.pd, b->target.data(), b->target.size(), target_access);
 }
 
-inline uintptr_t at(std::vector<uint8_t>& v, size_t offset = 0) { return reinterpret_cast<uintptr_t>(v.data()) + offset; }
+inline uintptr_t at(std::vector<uint8_t>& v, size_t offset = 0) {
+  return reinterpret_cast<uintptr_t>(v.data()) + offset;
+}
 
-template <typename T>
-bool send_value(int fd, const T& value) {
+template <typename T> bool send_value(int fd, const T& value) {
   return write(fd, &value, sizeof(value)) == static_cast<ssize_t>(sizeof(value));
 }
 
-template <typename T>
-bool receive_value(int fd, T* value) {
+template <typename T> bool receive_value(int fd, T* value) {
   size_t got = 0;
   while (got < sizeof(T)) {
     ssize_t n = read(fd, reinterpret_cast<char*>(value) + got, sizeof(T) - got);

@@ -38,8 +38,8 @@ bool shares_pages(const uint8_t* host, size_t length) {
   return reinterpret_cast<uintptr_t>(host) % page != 0 || length % page != 0;
 }
 
-ibv_mr* register_mr(ibv_pd* verbs_pd, uint8_t* host, size_t length, uint64_t iova, unsigned access,
-                    void* mapping, size_t mapping_length) {
+ibv_mr* register_mr(ibv_pd* verbs_pd, uint8_t* host, size_t length, uint64_t iova, unsigned access, void* mapping,
+                    size_t mapping_length) {
   g_registered_any = true;
   Pd* pd = impl_of<Pd>(verbs_pd);
   if (!usable(pd, "PD")) {
@@ -47,8 +47,10 @@ ibv_mr* register_mr(ibv_pd* verbs_pd, uint8_t* host, size_t length, uint64_t iov
     return nullptr;
   }
   if (g_fork_initialized && mapping == nullptr && shares_pages(host, length)) {
-    violation("reg_mr of [%p, +%zu) with fork safety on: not whole pages, so a forked child loses the memory "
-              "sharing them (register page-aligned, page-rounded memory)", static_cast<void*>(host), length);
+    violation(
+        "reg_mr of [%p, +%zu) with fork safety on: not whole pages, so a forked child loses the memory "
+        "sharing them (register page-aligned, page-rounded memory)",
+        static_cast<void*>(host), length);
     errno = EINVAL;
     return nullptr;
   }
@@ -113,8 +115,8 @@ bool transition_masks(ibv_qp_state from, ibv_qp_state to, int* required, int* op
                 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     *optional |= IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX;
   } else if (from == IBV_QPS_RTR && to == IBV_QPS_RTS) {
-    *required = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                IBV_QP_MAX_QP_RD_ATOMIC;
+    *required =
+        IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
     *optional |= rts_optional;
   } else if (from == IBV_QPS_RTS && to == IBV_QPS_RTS) {
     *required = IBV_QP_STATE;
@@ -154,13 +156,13 @@ int check_address_vector(const Qp* qp, const ibv_ah_attr& ah) {
     }
     bool v2 = port->gid_types[ah.grh.sgid_index] == IBV_GID_TYPE_ROCE_V2;
     if (!decode_gid(ah.grh.dgid, &form, &node)) {
-      violation("GID mismatch: RTR dgid %s of QP %u is no port GID of a fake device",
-                format_gid(ah.grh.dgid).c_str(), qp->qpn());
+      violation("GID mismatch: RTR dgid %s of QP %u is no port GID of a fake device", format_gid(ah.grh.dgid).c_str(),
+                qp->qpn());
       return EINVAL;
     }
     if (v2 != (form == GidForm::kIpv4Mapped)) {
-      violation("GID type mismatch: QP %u's sgid_index %u is a RoCE v%d GID but dgid %s is a RoCE v%d GID",
-                qp->qpn(), ah.grh.sgid_index, v2 ? 2 : 1, format_gid(ah.grh.dgid).c_str(), v2 ? 1 : 2);
+      violation("GID type mismatch: QP %u's sgid_index %u is a RoCE v%d GID but dgid %s is a RoCE v%d GID", qp->qpn(),
+                ah.grh.sgid_index, v2 ? 2 : 1, format_gid(ah.grh.dgid).c_str(), v2 ? 1 : 2);
       return EINVAL;
     }
     return 0;
@@ -176,8 +178,8 @@ int check_address_vector(const Qp* qp, const ibv_ah_attr& ah) {
     return EINVAL;
   }
   if (ah.is_global && (!decode_gid(ah.grh.dgid, &form, &node) || form != GidForm::kGuidBased)) {
-    violation("GID mismatch: RTR dgid %s of IB QP %u is no port GID of a fake device",
-              format_gid(ah.grh.dgid).c_str(), qp->qpn());
+    violation("GID mismatch: RTR dgid %s of IB QP %u is no port GID of a fake device", format_gid(ah.grh.dgid).c_str(),
+              qp->qpn());
     return EINVAL;
   }
   return 0;
@@ -202,8 +204,8 @@ int modify_qp_locked(Engine& engine, Qp* qp, const ibv_qp_attr* attr, int mask) 
     return EINVAL;
   }
   if ((mask & required) != required || (mask & ~(required | optional)) != 0) {
-    refuse("modify_qp of QP %u %s -> %s: attr_mask 0x%x lacks 0x%x or has extra 0x%x", qp->qpn(),
-           qp_state_name(from), qp_state_name(to), mask, required & ~mask, mask & ~(required | optional));
+    refuse("modify_qp of QP %u %s -> %s: attr_mask 0x%x lacks 0x%x or has extra 0x%x", qp->qpn(), qp_state_name(from),
+           qp_state_name(to), mask, required & ~mask, mask & ~(required | optional));
     return EINVAL;
   }
   const Device* device = qp->device();
@@ -365,8 +367,8 @@ FAKE_VERBS_API int ibv_dereg_mr(ibv_mr* verbs_mr) {
 // ---------------------------------------------------------------------------------------------
 // Completion queues and queue pairs
 
-FAKE_VERBS_API ibv_cq* ibv_create_cq(ibv_context* verbs_context, int cqe, void* cq_context,
-                                     ibv_comp_channel* channel, int comp_vector) {
+FAKE_VERBS_API ibv_cq* ibv_create_cq(ibv_context* verbs_context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                                     int comp_vector) {
   Context* context = context_of(verbs_context);
   if (!usable(context, "context")) {
     errno = EINVAL;
@@ -441,10 +443,11 @@ FAKE_VERBS_API ibv_qp* ibv_create_qp(ibv_pd* verbs_pd, ibv_qp_init_attr* init) {
   if (send_cq->context != pd->context || recv_cq->context != pd->context || cap.max_send_wr < 1 ||
       cap.max_send_wr > kMaxQpWr || cap.max_recv_wr > kMaxQpWr || cap.max_send_sge > kMaxSge ||
       cap.max_recv_sge > kMaxSge || cap.max_inline_data > kMaxInline) {
-    refuse("create_qp: caps send_wr %u recv_wr %u send_sge %u recv_sge %u inline %u beyond %d/%d/%d/%d/%u, or CQs "
-           "of another context",
-           cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge, cap.max_recv_sge, cap.max_inline_data, kMaxQpWr,
-           kMaxQpWr, kMaxSge, kMaxSge, kMaxInline);
+    refuse(
+        "create_qp: caps send_wr %u recv_wr %u send_sge %u recv_sge %u inline %u beyond %d/%d/%d/%d/%u, or CQs "
+        "of another context",
+        cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge, cap.max_recv_sge, cap.max_inline_data, kMaxQpWr, kMaxQpWr,
+        kMaxSge, kMaxSge, kMaxInline);
     errno = EINVAL;
     return nullptr;
   }
@@ -538,4 +541,3 @@ FAKE_VERBS_API int ibv_destroy_qp(ibv_qp* verbs_qp) {
   engine.wake();
   return 0;
 }
-

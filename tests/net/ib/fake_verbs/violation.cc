@@ -16,8 +16,7 @@ bool report_only() {
   const char* mode = std::getenv("FAKE_VERBS_VIOLATIONS");
   if (mode == nullptr || *mode == '\0' || std::strcmp(mode, "abort") == 0) return false;
   if (std::strcmp(mode, "report") == 0) return true;
-  std::fprintf(stderr, "fake-verbs: FAKE_VERBS_VIOLATIONS='%s' is neither 'abort' nor 'report'; aborting\n",
-               mode);
+  std::fprintf(stderr, "fake-verbs: FAKE_VERBS_VIOLATIONS='%s' is neither 'abort' nor 'report'; aborting\n", mode);
   return false;
 }
 

@@ -14,11 +14,11 @@ enum class MsgType : uint32_t {
   kWriteImm,   // the same, then consumes a posted receive
   kSend,       // payload: the message for the next posted receive
   kSendImm,
-  kRead,       // no payload; length bytes from remote_addr
+  kRead,  // no payload; length bytes from remote_addr
   // responder -> requester
-  kAck,        // the request `seq` is done
+  kAck,           // the request `seq` is done
   kReadResponse,  // payload: the bytes read
-  kNak,        // the request `seq` failed with `status`; payload: a violation text (may be empty)
+  kNak,           // the request `seq` failed with `status`; payload: a violation text (may be empty)
 };
 
 struct MsgHeader {
@@ -28,13 +28,13 @@ struct MsgHeader {
   uint64_t remote_addr = 0;
   uint64_t length = 0;  // payload bytes that follow; for kRead the bytes asked for
   uint32_t rkey = 0;
-  uint32_t imm = 0;     // network order
+  uint32_t imm = 0;  // network order
 };
 
 struct Hello {
   uint32_t pid = 0;
   uint32_t device_index = 0;  // the requester port's address index
-  uint32_t link = 0;      // LinkLayer
+  uint32_t link = 0;          // LinkLayer
   uint32_t lid = 0;
   uint32_t gid_type = 0;  // the type of the requester's sgid_index (RoCE)
   uint32_t qpn = 0;

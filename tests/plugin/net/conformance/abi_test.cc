@@ -94,12 +94,8 @@ TEST_P(Abi, InitDevicesAndPropertiesAreSane) {
     EXPECT_GT(info.speed_mbps, 0);
     EXPECT_GE(info.max_comms, 1);
     EXPECT_GE(info.max_recvs, 1);
-    if (GetParam() >= 9) {
-      EXPECT_GT(info.max_p2p_bytes, 0u);
-    }
-    if (GetParam() >= 11) {
-      EXPECT_EQ(info.max_multi_request_size, 1);
-    }
+    if (GetParam() >= 9) { EXPECT_GT(info.max_p2p_bytes, 0u); }
+    if (GetParam() >= 11) { EXPECT_EQ(info.max_multi_request_size, 1); }
     if (GetParam() >= 12) {
       EXPECT_EQ(info.rail_id, -1) << "no rail knowledge must read as NCCL_NET_ID_UNDEF, not rail 0";
       EXPECT_EQ(info.plane_id, -1);
@@ -210,8 +206,7 @@ TEST_P(Abi, DmaBufRegistrationAndFlushFollowPtrSupport) {
   void* device_buffer = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ASSERT_NE(device_buffer, MAP_FAILED);
   void* recv_mr = nullptr;
-  const int registered =
-      net->reg_mr_dmabuf(recv_comm, device_buffer, kSize, tools::kPtrCuda, 0, fd, &recv_mr);
+  const int registered = net->reg_mr_dmabuf(recv_comm, device_buffer, kSize, tools::kPtrCuda, 0, fd, &recv_mr);
   if (!(info.ptr_support & tools::kPtrDmaBuf)) {
     EXPECT_NE(registered, tools::kNetSuccess) << "dma-buf registration accepted without NCCL_PTR_DMABUF";
   } else {

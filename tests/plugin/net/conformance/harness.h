@@ -18,8 +18,8 @@ using tools::Child;
 using tools::NetLab;
 
 struct ListeningSocket {
-  int family = 0;        // AF_INET or AF_INET6
-  std::string address;   // numeric, as listened on ("0.0.0.0", "127.0.0.1", "::")
+  int family = 0;       // AF_INET or AF_INET6
+  std::string address;  // numeric, as listened on ("0.0.0.0", "127.0.0.1", "::")
   int port = 0;
 };
 

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "tools/common/netlab.h"
-#include "tools/nccl_emulator/plugin_loader.h"
 #include "tools/common/subprocess.h"
+#include "tools/nccl_emulator/plugin_loader.h"
 
 namespace sieve::conformance {
 namespace {
@@ -84,7 +84,7 @@ std::string line_starting(const std::string& transcript, const std::string& pref
 
 // Bounds for comparing the plugin's wire bytes with eth0's byte counters (justification in the test).
 constexpr uint64_t kMaxHeaderBytes = 14 + 20 + 60;  // Ethernet + IPv4 + TCP with the most options
-constexpr uint64_t kMss = 1500 - 20 - 20;          // the largest payload one retransmitted segment carries
+constexpr uint64_t kMss = 1500 - 20 - 20;           // the largest payload one retransmitted segment carries
 constexpr uint64_t kUncountedBytes = 64 << 10;      // connection handshakes the plugin does not count as traffic
 
 class ImpairedLink : public ::testing::Test {
@@ -107,9 +107,21 @@ class ImpairedLink : public ::testing::Test {
   // The receiver runs on node 0, the sender on node 1; both load the newest ABI version.
   std::unique_ptr<Child> start(const std::string& role, const std::string& pattern, const std::string& handle,
                                const std::vector<std::string>& extra_env) {
-    std::vector<std::string> argv = {"ip", "netns", "exec", lab_->ns(role == "recv" ? 0 : 1), SIEVE_PEER_PATH,
-                                     "--plugin", SIEVE_PLUGIN_PATH, "--role", role, "--scenario", "impaired",
-                                     "--pattern", pattern, "--watchdog-s", "50"};
+    std::vector<std::string> argv = {"ip",
+                                     "netns",
+                                     "exec",
+                                     lab_->ns(role == "recv" ? 0 : 1),
+                                     SIEVE_PEER_PATH,
+                                     "--plugin",
+                                     SIEVE_PLUGIN_PATH,
+                                     "--role",
+                                     role,
+                                     "--scenario",
+                                     "impaired",
+                                     "--pattern",
+                                     pattern,
+                                     "--watchdog-s",
+                                     "50"};
     if (!handle.empty()) argv.insert(argv.end(), {"--handle", handle});
     std::vector<std::string> env = {"SIEVE_SOCKET_IFNAME==eth0", "SIEVE_LOG_LEVEL=warn"};
     env.insert(env.end(), extra_env.begin(), extra_env.end());
@@ -122,17 +134,18 @@ class ImpairedLink : public ::testing::Test {
   // One transfer of the impaired ladder; checks delivery, the impairment and the counters. The sender's
   // logical and wire bytes go to *sent_bytes (when given).
   void transfer(const std::string& pattern, const std::vector<std::string>& receiver_env = {},
-                const std::vector<std::string>& sender_env = {},
-                std::pair<uint64_t, uint64_t>* sent_bytes = nullptr) {
+                const std::vector<std::string>& sender_env = {}, std::pair<uint64_t, uint64_t>* sent_bytes = nullptr) {
     KernelCounters before[2], after[2];
     std::string error;
-    for (int node = 0; node < 2; ++node) ASSERT_TRUE(read_kernel_counters(lab_->ns(node), &before[node], &error)) << error;
+    for (int node = 0; node < 2; ++node)
+      ASSERT_TRUE(read_kernel_counters(lab_->ns(node), &before[node], &error)) << error;
 
     auto receiver = start("recv", pattern, "", receiver_env);
     ASSERT_TRUE(receiver);
     std::string line;
     ASSERT_TRUE(receiver->expect_line({"HANDLE ", "FAIL"}, &line, 30000) && line.rfind("HANDLE ", 0) == 0)
-        << "receiver gave no handle:\n" << receiver->transcript();
+        << "receiver gave no handle:\n"
+        << receiver->transcript();
     auto sender = start("send", pattern, line.substr(7), sender_env);
     ASSERT_TRUE(sender);
     std::string received, sent;
@@ -146,11 +159,13 @@ class ImpairedLink : public ::testing::Test {
     EXPECT_EQ(status, 0) << receiver->transcript();
     ASSERT_TRUE(sender->wait_exit(&status, 20000)) << "sender did not exit";
     EXPECT_EQ(status, 0) << sender->transcript();
-    for (int node = 0; node < 2; ++node) ASSERT_TRUE(read_kernel_counters(lab_->ns(node), &after[node], &error)) << error;
+    for (int node = 0; node < 2; ++node)
+      ASSERT_TRUE(read_kernel_counters(lab_->ns(node), &after[node], &error)) << error;
 
     // The link really was bad: TCP had to retransmit, and sieve-impair (when it ran) dropped and reordered.
     const uint64_t retransmitted = after[1].retransmitted_segments - before[1].retransmitted_segments;
-    const uint64_t retransmitted_total = retransmitted + after[0].retransmitted_segments - before[0].retransmitted_segments;
+    const uint64_t retransmitted_total =
+        retransmitted + after[0].retransmitted_segments - before[0].retransmitted_segments;
     EXPECT_GT(retransmitted_total, 0u) << "no TCP retransmission over a link losing 1 % of its packets";
     int impair_status = 0;
     const std::string impair_text = lab_->command("impair-stats 1", &impair_status);
@@ -184,14 +199,16 @@ class ImpairedLink : public ::testing::Test {
     EXPECT_LE(plugin_sent, kernel_sent);
     EXPECT_LE(kernel_sent, plugin_sent + sent_packets * kMaxHeaderBytes + retransmitted * kMss + kUncountedBytes);
     EXPECT_LE(plugin_received, kernel_received);
-    EXPECT_LE(kernel_received, plugin_received + received_packets * kMaxHeaderBytes + retransmitted * kMss + kUncountedBytes);
-    printf("[ impaired ] %s: plugin wire sent %llu, eth0 tx %llu (x%.4f) in %llu packets; plugin wire received %llu, "
-           "eth0 rx %llu (x%.4f); %llu segments retransmitted; sieve-impair on the sender: %s\n",
-           pattern.c_str(), (unsigned long long)plugin_sent, (unsigned long long)kernel_sent,
-           plugin_sent ? double(kernel_sent) / double(plugin_sent) : 0.0, (unsigned long long)sent_packets,
-           (unsigned long long)plugin_received, (unsigned long long)kernel_received,
-           plugin_received ? double(kernel_received) / double(plugin_received) : 0.0,
-           (unsigned long long)retransmitted_total, impair_status == 0 ? "ran" : "not used (netem)");
+    EXPECT_LE(kernel_received,
+              plugin_received + received_packets * kMaxHeaderBytes + retransmitted * kMss + kUncountedBytes);
+    printf(
+        "[ impaired ] %s: plugin wire sent %llu, eth0 tx %llu (x%.4f) in %llu packets; plugin wire received %llu, "
+        "eth0 rx %llu (x%.4f); %llu segments retransmitted; sieve-impair on the sender: %s\n",
+        pattern.c_str(), (unsigned long long)plugin_sent, (unsigned long long)kernel_sent,
+        plugin_sent ? double(kernel_sent) / double(plugin_sent) : 0.0, (unsigned long long)sent_packets,
+        (unsigned long long)plugin_received, (unsigned long long)kernel_received,
+        plugin_received ? double(kernel_received) / double(plugin_received) : 0.0,
+        (unsigned long long)retransmitted_total, impair_status == 0 ? "ran" : "not used (netem)");
     std::string compact = impair_text;
     for (char& c : compact) c = c == '\n' ? ' ' : c;
     if (impair_status == 0) printf("[ impaired ] sieve-impair node 1: %s\n", compact.c_str());
@@ -205,7 +222,7 @@ class ImpairedLink : public ::testing::Test {
     transfer("sparse", {"SIEVE_WIRE_CODEC=" + receiver_codec}, {"SIEVE_WIRE_CODEC=" + sender_codec}, &sent);
     if (HasFatalFailure()) return;
     EXPECT_GE(sent.second, sent.first) << "receiver " << receiver_codec << ", sender " << sender_codec
-                             << ": the sender encoded although one side has the codec off";
+                                       << ": the sender encoded although one side has the codec off";
   }
 
   std::unique_ptr<NetLab> lab_;
@@ -223,7 +240,8 @@ TEST_F(ImpairedLink, SparseMessagesWithTheCodecOnBothSidesArriveByteExact) {
   transfer("sparse", {"SIEVE_WIRE_CODEC=on"}, {"SIEVE_WIRE_CODEC=on"}, &sent);
   if (HasFatalFailure()) return;
   EXPECT_LT(sent.second, sent.first / 2) << "the codec did not shrink 80 %-zero messages";
-  printf("[ impaired ] codec on/on: wire %.4f of logical\n", sent.first ? double(sent.second) / double(sent.first) : 0.0);
+  printf("[ impaired ] codec on/on: wire %.4f of logical\n",
+         sent.first ? double(sent.second) / double(sent.first) : 0.0);
 }
 
 TEST_F(ImpairedLink, CodecOnAtTheSenderOnlyIsNegotiatedAwayAndSparseMessagesArriveByteExact) {

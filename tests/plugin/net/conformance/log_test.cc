@@ -39,7 +39,10 @@ class StderrCapture {
     saved_ = dup(STDERR_FILENO);
     dup2(fileno(file_), STDERR_FILENO);
   }
-  ~StderrCapture() { restore(); std::fclose(file_); }
+  ~StderrCapture() {
+    restore();
+    std::fclose(file_);
+  }
   std::string text() {
     restore();
     std::string all;

@@ -82,8 +82,6 @@ constexpr size_t kLadderMax = 4u << 20;
 constexpr size_t kLargeSize = 64u << 20;  // the largest message: 64 MiB
 
 // Receives are posted larger than the send on two steps out of three (the third posts exactly).
-inline size_t posted_size(size_t sent, uint64_t index) {
-  return index % 3 == 0 ? sent : sent + sent / 2 + 13;
-}
+inline size_t posted_size(size_t sent, uint64_t index) { return index % 3 == 0 ? sent : sent + sent / 2 + 13; }
 
 }  // namespace sieve::conformance

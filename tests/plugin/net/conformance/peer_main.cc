@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/plugin/net/conformance/pattern.h"
 #include "plugin/sieve.h"
+#include "tests/plugin/net/conformance/pattern.h"
 #include "tests/plugin/net/conformance/peer_streams.h"
 #include "tools/nccl_emulator/plugin_loader.h"
 
@@ -68,8 +68,7 @@ bool parse_args(int argc, char** argv, Args* args) {
 // artefact of the sender going away early.
 void wait_for_stdin_eof() {
   char buffer[256];
-  while (read(STDIN_FILENO, buffer, sizeof buffer) > 0) {
-  }
+  while (read(STDIN_FILENO, buffer, sizeof buffer) > 0) {}
 }
 
 std::vector<size_t> matrix_ladder() {
@@ -96,7 +95,8 @@ bool say_plugin_stats(const tools::NetPlugin& net) {
   const bool ok = get && get(&stats) == 0;
   if (ok) {
     say("STATS logical_sent %llu wire_sent %llu logical_received %llu wire_received %llu",
-        static_cast<unsigned long long>(stats.bytes_logical_sent), static_cast<unsigned long long>(stats.bytes_wire_sent),
+        static_cast<unsigned long long>(stats.bytes_logical_sent),
+        static_cast<unsigned long long>(stats.bytes_wire_sent),
         static_cast<unsigned long long>(stats.bytes_logical_received),
         static_cast<unsigned long long>(stats.bytes_wire_received));
   }
@@ -164,7 +164,8 @@ int run_transfer(const StreamEnd& end, const std::string& scenario) {
     for (size_t i = posted; i < buffer.size(); ++i) {
       if (buffer[i] != kCanary) return fail("overflow: byte " + std::to_string(i) + " past the 4096-byte receive");
     }
-    if (result == tools::kNetSuccess) return fail("1 MiB send into a 4 KiB receive completed, size " + std::to_string(reported));
+    if (result == tools::kNetSuccess)
+      return fail("1 MiB send into a 4 KiB receive completed, size " + std::to_string(reported));
     if (result == tools::kTimedOut) return fail("no error within 10 s for a send larger than its receive");
     say("OK rejected %s", tools::result_name(result));
     return 0;

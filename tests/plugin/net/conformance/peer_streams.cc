@@ -41,8 +41,8 @@ class Slots {
   Slots(const StreamEnd& end, int count, size_t capacity) : end_(end), slots_(count) {
     for (auto& slot : slots_) {
       slot.buffer.assign(capacity + kGuard, kCanary);
-      const int result = end.net->reg_mr(end.comm, slot.buffer.data(), slot.buffer.size(), tools::kPtrHost,
-                                         &slot.mhandle);
+      const int result =
+          end.net->reg_mr(end.comm, slot.buffer.data(), slot.buffer.size(), tools::kPtrHost, &slot.mhandle);
       if (result != tools::kNetSuccess && error_.empty()) error_ = describe("regMr", result);
     }
   }

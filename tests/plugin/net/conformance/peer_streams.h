@@ -13,17 +13,17 @@ namespace sieve::conformance {
 
 struct StreamEnd {
   tools::NetPlugin* net = nullptr;
-  void* comm = nullptr;   // send comm or recv comm
+  void* comm = nullptr;  // send comm or recv comm
   bool sender = false;
   uint64_t seed = 1;
-  int stall_ms = 20000;   // no request completing for this long is a failure (never a hang)
-  bool sparse = false;    // fill_sparse_pattern instead of fill_pattern (80 % zero fp32 words)
+  int stall_ms = 20000;  // no request completing for this long is a failure (never a hang)
+  bool sparse = false;   // fill_sparse_pattern instead of fill_pattern (80 % zero fp32 words)
 };
 
 struct StreamResult {
   bool ok = true;
-  std::string error;       // first failure, human readable
-  int plugin_result = 0;   // the ncclResult_t that ended the stream, 0 if none
+  std::string error;      // first failure, human readable
+  int plugin_result = 0;  // the ncclResult_t that ended the stream, 0 if none
   uint64_t messages = 0;
   uint64_t bytes = 0;
 };

@@ -22,7 +22,9 @@ namespace sieve::conformance {
 namespace {
 
 enum class Link { Loopback, Netns };
-std::ostream& operator<<(std::ostream& out, Link link) { return out << (link == Link::Loopback ? "loopback" : "netns"); }
+std::ostream& operator<<(std::ostream& out, Link link) {
+  return out << (link == Link::Loopback ? "loopback" : "netns");
+}
 
 struct PeerSpec {
   std::string scenario;
@@ -153,7 +155,8 @@ class TwoProcess : public ::testing::TestWithParam<std::tuple<int, Link>> {
     victim.kill_now();
     const int64_t killed_at = tools::monotonic_ms();
     ASSERT_TRUE(survivor.expect_line({"ERROR", "STALLED", "FAIL"}, &line, 15000))
-        << "survivor neither failed nor finished 15 s after its peer died:\n" << survivor.transcript();
+        << "survivor neither failed nor finished 15 s after its peer died:\n"
+        << survivor.transcript();
     ASSERT_EQ(line.rfind("ERROR ", 0), 0u) << line;
     const long long error_at = atoll(line.c_str() + 6);
     EXPECT_LE(error_at - killed_at, 5000) << "error came " << error_at - killed_at << " ms after the kill: " << line;
@@ -245,9 +248,7 @@ TEST_P(TwoProcess, WrongJobTokenIsRefused) {
   expect_clean_exit(*sender, "sender");
 }
 
-TEST_P(TwoProcess, MatchingJobTokenConnects) {
-  transfer("small", {"SIEVE_JOB_TOKEN=same-secret-3b8e6f0a2d5c7914e"});
-}
+TEST_P(TwoProcess, MatchingJobTokenConnects) { transfer("small", {"SIEVE_JOB_TOKEN=same-secret-3b8e6f0a2d5c7914e"}); }
 
 std::string name_of(const ::testing::TestParamInfo<std::tuple<int, Link>>& param) {
   return std::string(std::get<1>(param.param) == Link::Loopback ? "loopback" : "netns") + "_v" +

@@ -29,8 +29,8 @@ inline std::string gpu_skip_reason() {
 
 }  // namespace sieve::plugin::proxy::testing
 
-#define SIEVE_REQUIRE_GPU()                                                          \
-  do {                                                                               \
+#define SIEVE_REQUIRE_GPU()                                                            \
+  do {                                                                                 \
     const std::string sieve_why_ = ::sieve::plugin::proxy::testing::gpu_skip_reason(); \
-    if (!sieve_why_.empty()) GTEST_SKIP() << sieve_why_;                             \
+    if (!sieve_why_.empty()) GTEST_SKIP() << sieve_why_;                               \
   } while (0)

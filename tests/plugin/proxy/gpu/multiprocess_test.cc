@@ -39,7 +39,6 @@ const std::string& plugin_library() {
   return path;
 }
 
-
 // Runs `nranks` ranks of `mode` to completion (bounded); returns each rank's transcript and status.
 void run_ranks(const std::string& mode, int nranks, const std::vector<std::string>& extra_env, int timeout_s) {
   const std::string id_file = ::testing::TempDir() + "sieve-proxy-id-" + mode + "-" + std::to_string(getpid());
@@ -57,21 +56,21 @@ void run_ranks(const std::string& mode, int nranks, const std::vector<std::strin
     };
     env.insert(env.end(), extra_env.begin(), extra_env.end());
     std::string error;
-    auto child = sieve::tools::Child::spawn({proxy_rank_program(), "--rank", std::to_string(r), "--nranks",
-                                             std::to_string(nranks), "--id-file", id_file, "--library",
-                                             plugin_library(), mode},
-                                            env, &error);
+    auto child =
+        sieve::tools::Child::spawn({proxy_rank_program(), "--rank", std::to_string(r), "--nranks",
+                                    std::to_string(nranks), "--id-file", id_file, "--library", plugin_library(), mode},
+                                   env, &error);
     ASSERT_TRUE(child) << error;
     ranks.push_back(std::move(child));
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   for (int r = 0; r < nranks; ++r) {
     std::string line;
-    while (std::chrono::steady_clock::now() < deadline && ranks[r]->read_line(&line, 1000)) {
-    }
+    while (std::chrono::steady_clock::now() < deadline && ranks[r]->read_line(&line, 1000)) {}
     int status = -1;
-    const int left_ms = int(std::max<int64_t>(1000, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                        deadline - std::chrono::steady_clock::now()).count()));
+    const int left_ms = int(std::max<int64_t>(
+        1000,
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count()));
     ASSERT_TRUE(ranks[r]->wait_exit(&status, left_ms)) << "rank " << r << " still running after " << timeout_s << " s";
     std::printf("--- rank %d (%s) ---\n%s", r, mode.c_str(), ranks[r]->transcript().c_str());
     EXPECT_EQ(status, 0) << "rank " << r << " failed; its stderr is above";
