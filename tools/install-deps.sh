@@ -16,7 +16,7 @@ venv=${PYTHON_VENV:-/opt/sieve/venv}
 torch_spec=("torch==2.11.*" "torchvision==0.26.*")
 
 packages=(build-essential dpkg-dev file cmake ccache pkg-config git libgtest-dev libgmock-dev googletest libbenchmark-dev
-          libhwloc-dev hwloc libibverbs-dev iproute2 iperf3 clang libclang-rt-14-dev python3 python3-venv procps
+          libhwloc-dev hwloc libibverbs-dev iproute2 iperf3 clang clang-format libclang-rt-14-dev python3 python3-venv procps
           libnetfilter-queue-dev iptables lintian man-db)
 packages+=("$@")  # extra Debian packages a caller asks for
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: installs packages, builds, runs each libFuzzer target for a short fixed time,
+# The test command: installs packages, checks the formatting of the sources (tools/check-format.sh),
+# builds, runs each libFuzzer target for a short fixed time,
 # builds the GPU kit (where nvcc is; its tests, label gpu-kit, then find it built instead of
 # compiling it beside the other tests), runs the whole suite (every test has its own timeout), then
 # the collective proxy's tests again under ThreadSanitizer and AddressSanitizer (those tests only,
@@ -8,6 +9,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 "$root/tools/install-deps.sh"
+"$root/tools/check-format.sh"
 "$root/tools/build.sh"
 "$root/tools/fuzz.sh"
 kit_status=0
