@@ -118,7 +118,6 @@ Status IbComm::create() {
     return error(Code::SystemError, dev + " allows " + std::to_string(config_.max_cqe) + " completions per queue, " +
                                         std::to_string(cqe) + " needed for " + std::to_string(config_.nqps) +
                                         " queue pairs (lower SIEVE_IB_QPS)");
-  port_downs_ = config_.device->port_downs(static_cast<uint8_t>(config_.port.port));
   cq_ = v.create_cq(config_.device->context(), cqe, nullptr, nullptr, 0);
   if (!cq_)
     return error(Code::SystemError,
@@ -285,7 +284,7 @@ void IbComm::check_device() {
   const Clock::time_point now = Clock::now();
   if (now < next_device_check_ || device_lost_) return;
   next_device_check_ = now + DeviceContext::kEventInterval;
-  Status st = config_.device->health(static_cast<uint8_t>(config_.port.port), port_downs_, device_objects_);
+  Status st = config_.device->health(device_objects_);
   if (st.is_ok()) return;
   device_lost_ = config_.device->lost();
   failure_.set(error(st.code(), st.message() + " (comm with " + connection_.peer + ")"));

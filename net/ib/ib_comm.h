@@ -121,8 +121,9 @@ class IbComm {
   // Reads the liveness socket (at a bounded rate unless `now`): a close or error fails the comm
   // after kCloseGrace; a send comm also takes the receiver's goodbye there.
   void check_liveness(bool now = false);
-  // Asks the device whether its asynchronous events broke this comm (fatal device error, its port
-  // down, its queue pairs or completion queue failed), at a bounded rate.
+  // Asks the device whether its asynchronous events broke this comm (fatal device error, its queue
+  // pairs or completion queue failed), at a bounded rate. A port going down is not among them: the
+  // queue pairs' retry budget decides.
   void check_device();
   // Whether work requests still queued will complete (flushed) after enter_error: not on a device
   // that had a fatal error, which completes nothing more and writes nothing more either.
@@ -158,7 +159,6 @@ class IbComm {
   ibv_qp* loopback_ = nullptr;  // receive comms: the queue pair connected to itself that flushes read through
   bool in_error_ = false;
   bool device_lost_ = false;
-  uint64_t port_downs_ = 0;                  // the port's down count when the comm was created
   std::vector<const void*> device_objects_;  // the completion queue and queue pairs, for check_device
   Clock::time_point next_device_check_{};
   std::vector<uint32_t> psn_;
