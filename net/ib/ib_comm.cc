@@ -196,6 +196,13 @@ Status IbComm::connect(const SetupInfo& remote) {
   return prepare();
 }
 
+std::vector<int> IbComm::take_qps(int used) {
+  std::vector<int> qps(static_cast<size_t>(used));
+  for (int i = 0; i < used; ++i) qps[static_cast<size_t>(i)] = (next_qp_ + i) % nqps();
+  next_qp_ = (next_qp_ + used) % nqps();
+  return qps;
+}
+
 IbRequest* IbComm::free_request() {
   for (auto& r : requests_) {
     if (r.busy) continue;
@@ -482,10 +489,13 @@ Status IbSendComm::post_writes(IbRequest* r, const Slot& slot) {
   // data goes as a plain write and the immediate in a zero-byte write behind it, which the
   // responder completes only after the earlier write (as NCCL's IB transport does).
   const uint32_t imm = r->too_large ? kImmTooLarge : static_cast<uint32_t>(r->size);
-  const size_t share = r->too_large ? 0 : (((r->size + used - 1) / used + 63) / 64) * 64;
+  const size_t share =
+      r->too_large ? 0 : (((r->size + used - 1) / used + kQpSplitAlign - 1) / kQpSplitAlign) * kQpSplitAlign;
   const bool split = config_.adaptive_routing && r->size > kAdaptiveRoutingBytes;
-  for (int q = 0; q < used; ++q) {
-    const size_t offset = std::min(r->size, q * share);
+  const std::vector<int> qps = take_qps(used);
+  for (int i = 0; i < used; ++i) {
+    const int q = qps[static_cast<size_t>(i)];
+    const size_t offset = std::min(r->size, i * share);
     const size_t length = std::min(share, r->size - offset);
     ibv_sge sge{reinterpret_cast<uintptr_t>(r->data + offset), static_cast<uint32_t>(length), r->lkey};
     ibv_send_wr data{};
@@ -604,7 +614,7 @@ Status IbRecvComm::irecv(void* data, size_t capacity, Request** request) {
   r->sequence = next_sequence_++;
   r->used_qps = qps_for(capacity, nqps());
   r->pending = r->used_qps;
-  for (int q = 0; q < r->used_qps; ++q) expecting_[q].push_back(r);
+  for (int q : take_qps(r->used_qps)) expecting_[static_cast<size_t>(q)].push_back(r);
   uint8_t* m = announce(r->index);
   put32(m, kAnnounceMagic);
   put32(m + 4, rkey);

@@ -29,6 +29,10 @@ namespace sieve::net::ib {
 // Messages above this size per queue pair are split; the receiver's capacity decides the split so
 // both sides know how many immediates a message brings before its size is known.
 constexpr size_t kSplitBytesPerQp = 128 * 1024;
+// A message split across queue pairs is cut on multiples of this: the queue pairs deliver
+// independently, so a 128-byte LL128 line (or an LL flag/data pair) split between two of them could
+// land its flag before its data (NCCL's net_ib aligns its splits on 128 bytes for this reason).
+constexpr size_t kQpSplitAlign = 128;
 // Immediates carry the message size, so one message is below 2 GiB; the port's max_msg_sz may say
 // less (mlx5: 1 GiB), and the lower is reported as maxP2pBytes.
 constexpr uint64_t kMaxMessageBytes = (uint64_t(1) << 31) - 1;
@@ -156,6 +160,13 @@ class IbComm {
   void* tag_ = nullptr;
   ibv_cq* cq_ = nullptr;
   std::vector<ibv_qp*> qps_;
+  // The queue pair the next message starts on: each message takes the next qps_for() queue pairs
+  // after the previous one's, so small messages (one queue pair each) rotate over all of them as
+  // NCCL's do. Both sides advance it in message order (the receiver at irecv, the sender as it
+  // matches slots, which come in that order), so they agree without telling each other.
+  int next_qp_ = 0;
+  // The `used` queue pairs a message travels on, from next_qp_, which moves past them.
+  std::vector<int> take_qps(int used);
   ibv_qp* loopback_ = nullptr;  // receive comms: the queue pair connected to itself that flushes read through
   bool in_error_ = false;
   bool device_lost_ = false;

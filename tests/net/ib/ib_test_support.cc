@@ -77,6 +77,15 @@ bool set_port_state(const std::string& device, int port, bool active) {
   return set && set(device.c_str(), port, active ? 1 : 0) == 0;
 }
 
+void hold_writes(const void* address, bool hold) {
+  auto* set = symbol<void(const void*, int)>("fake_verbs_hold_writes");
+  if (!set) {
+    ADD_FAILURE() << "the fake libibverbs is not the one loaded";
+    return;
+  }
+  set(address, hold ? 1 : 0);
+}
+
 bool device_fatal(const std::string& device) {
   auto* fail = symbol<int(const char*)>("fake_verbs_device_fatal");
   return fail && fail(device.c_str()) == 0;

@@ -39,6 +39,9 @@ struct Posted {
 Posted posted(ibv_wr_opcode opcode);
 bool set_port_state(const std::string& device, int port, bool active);
 bool device_fatal(const std::string& device);
+// Holds (or releases) every RDMA write whose target bytes include `address` at the responder: its
+// queue pair stalls while the others deliver (out-of-order delivery across queue pairs).
+void hold_writes(const void* address, bool hold);
 }  // namespace fake
 
 // Sets an environment variable for one scope (FAKE_VERBS_DEVICES: the "hardware" create_ib finds).

@@ -46,6 +46,12 @@ class Engine {
   void set_port_state(Device* device, Port* port, bool active);
   void device_fatal(Device* device);
   std::vector<const Qp*> live_qps() const;
+  // Out-of-order delivery across QPs (test_hooks.cc): a write whose target bytes hold a held
+  // address waits at its responder, and with it everything behind it on that QP, while other QPs'
+  // writes land; released, it goes on. Real QPs are independent streams: nothing orders one QP's
+  // placement against another's.
+  void hold_writes(const uint8_t* address, bool hold);
+  bool write_held(const uint8_t* host, uint64_t length) const;
   const Mr* mr_covering(const void* address) const;  // a live MR whose host bytes hold `address`
 
   // RC engine entry points (service.cc), under mu.
@@ -84,6 +90,7 @@ class Engine {
   void abandon_in_child();
   bool open_port(const DeviceSpec& spec, Port* port, std::string* error);
 
+  std::vector<const uint8_t*> held_;  // addresses whose writes wait (hold_writes)
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<std::unique_ptr<Connection>> connections_;
   std::vector<std::shared_ptr<void>> objects_;  // every Context/Pd/Mr/Cq/Qp ever made

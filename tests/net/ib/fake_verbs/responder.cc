@@ -174,6 +174,9 @@ bool Engine::start_request(Connection* conn) {
         conn->expect_payload(header.length, {});
         return true;
       }
+      if (mr != nullptr && write_held(mr->translate(header.remote_addr, header.length), header.length)) {
+        return false;  // the test holds it: this QP stalls, the others deliver (service.cc retries)
+      }
       if (mr != nullptr) {
         ++mr->in_flight;
         conn->target_mr = mr;

@@ -174,6 +174,19 @@ void Engine::progress() {
   }
 }
 
+void Engine::hold_writes(const uint8_t* address, bool hold) {
+  auto found = std::find(held_.begin(), held_.end(), address);
+  if (hold && found == held_.end()) held_.push_back(address);
+  if (!hold && found != held_.end()) held_.erase(found);
+  wake();  // a held write retries in progress()
+}
+
+bool Engine::write_held(const uint8_t* host, uint64_t length) const {
+  for (const uint8_t* address : held_)
+    if (address >= host && address < host + length) return true;
+  return false;
+}
+
 // A connection through a port that is down, or of a device that had a fatal error, carries
 // nothing either way: its packets are lost until the port comes back.
 bool Engine::cut_off(const Connection* conn) const {

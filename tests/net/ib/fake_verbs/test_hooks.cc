@@ -85,3 +85,12 @@ FAKE_VERBS_API int fake_verbs_device_fatal(const char* device_name) {
   engine.device_fatal(device);
   return 0;
 }
+
+// Holds (hold 1) or releases (0) every RDMA write whose target bytes include `address` (host memory
+// of a registration), at the responder: that QP stalls behind it, as a congested path would, while
+// the other QPs' writes land. What a transport splitting messages across QPs must survive.
+FAKE_VERBS_API void fake_verbs_hold_writes(const void* address, int hold) {
+  Engine& engine = Engine::current();
+  std::lock_guard<std::mutex> lock(engine.mu);
+  engine.hold_writes(static_cast<const uint8_t*>(address), hold != 0);
+}
