@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "net/ib/completion_error.h"
 #include "net/log.h"
 #include "net/socket.h"
 
@@ -188,6 +189,8 @@ Status IbComm::connect(const SetupInfo& remote) {
   if (remote.qpn.size() != qps_.size())
     return error(Code::RemoteError, "peer " + connection_.peer + " set up " + std::to_string(remote.qpn.size()) +
                                         " queue pairs, this side " + std::to_string(qps_.size()));
+  remote_gid_ = remote.gid;
+  remote_qpns_ = remote.qpn;
   for (size_t q = 0; q < qps_.size(); ++q) {
     Status st = qp_to_rts(verbs(), qps_[q], config_.port, psn_[q], remote, remote.qpn[q], remote.psn[q],
                           config_.service, config_.retry);
@@ -265,10 +268,7 @@ void IbComm::progress() {
       if (wc.status != IBV_WC_SUCCESS) {
         if (landed_before_close(wc)) continue;
         // The first error completion fails the comm; the ones it flushes after it add nothing.
-        failure_.set(error(Code::SystemError, std::string(verbs().wc_status_str(wc.status)) + " on QP to " +
-                                                  connection_.peer + " (" + work_name(work_kind(wc.wr_id)) + " on " +
-                                                  config_.port.name + ", vendor error " +
-                                                  std::to_string(wc.vendor_err) + ")"));
+        failure_.set(error(Code::SystemError, describe_failed(wc)));
         if (IbRequest* r = request_of(wc)) {
           r->work_failed = true;
           // An unsignaled data write is not pending: the write with its immediate, queued behind
@@ -285,6 +285,24 @@ void IbComm::progress() {
   check_liveness();
   check_device();
   if (failure_.failed()) enter_error();
+}
+
+std::string IbComm::describe_failed(const ibv_wc& wc) const {
+  CompletionErrorContext context;
+  context.work = work_name(work_kind(wc.wr_id));
+  context.peer = connection_.peer;
+  context.port = config_.port.name;
+  context.local_gid = config_.port.gid;
+  context.retry = config_.retry;
+  if (loopback_ && wc.qp_num == loopback_->qp_num) {  // the flush read: to itself
+    context.remote_gid = config_.port.gid;
+    context.remote_qpn = wc.qp_num;
+  } else {
+    context.remote_gid = remote_gid_;
+    for (size_t q = 0; q < qps_.size() && q < remote_qpns_.size(); ++q)
+      if (qps_[q]->qp_num == wc.qp_num) context.remote_qpn = remote_qpns_[q];
+  }
+  return describe_completion_error(wc, verbs().wc_status_str(wc.status), context);
 }
 
 void IbComm::check_device() {

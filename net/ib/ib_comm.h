@@ -144,6 +144,8 @@ class IbComm {
   void enter_error();
   // The request a completion belongs to, or null (announcements, receives of immediates).
   IbRequest* request_of(const ibv_wc& wc);
+  // The comm's failure for a completion in error: status, queue pairs, GIDs, hint (completion_error.h).
+  std::string describe_failed(const ibv_wc& wc) const;
 
   const VerbsLibrary& verbs() const { return config_.device->verbs(); }
 
@@ -173,7 +175,9 @@ class IbComm {
   std::vector<const void*> device_objects_;  // the completion queue and queue pairs, for check_device
   Clock::time_point next_device_check_{};
   std::vector<uint32_t> psn_;
-  PageBuffer control_;  // whole pages of its own: see ib_memory.h
+  ibv_gid remote_gid_{};               // the peer's, from set-up: for error messages
+  std::vector<uint32_t> remote_qpns_;  // the peer's queue pair behind each of qps_
+  PageBuffer control_;                 // whole pages of its own: see ib_memory.h
   ibv_mr* control_mr_ = nullptr;
   Clock::time_point next_liveness_check_{};
   Clock::time_point peer_closed_at_{};

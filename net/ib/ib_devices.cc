@@ -14,21 +14,13 @@ namespace sieve::net::ib {
 
 namespace {
 
-// Per-lane rate of each bit of ibv_port_attr::active_speed (SDR .. NDR; XDR needs active_speed_ex,
-// which Debian 12's rdma-core predates), in Mbit/s, and lanes of each bit of active_width; what `ibstat` prints as Rate
-// is their product.
-constexpr int kLaneMbps[] = {2500, 5000, 10000, 10000, 14000, 25000, 50000, 100000};
+// Per-lane rate of each bit of ibv_port_attr::active_speed / active_speed_ex, in Mbit/s: SDR ..
+// NDR, then XDR (bit 8, 0x100: only active_speed_ex, of rdma-core 47 and later, can say it).
+constexpr int kLaneMbps[] = {2500, 5000, 10000, 10000, 14000, 25000, 50000, 100000, 200000};
+// Lanes of each bit of active_width; what `ibstat` prints as Rate is lanes x the per-lane rate.
 constexpr int kWidthLanes[] = {1, 4, 8, 12, 2};
 
 int lowest_bit(uint32_t value) { return value ? __builtin_ctz(value) : -1; }
-
-int port_speed_mbps(const ibv_port_attr& a) {
-  const int s = lowest_bit(a.active_speed);
-  const int w = lowest_bit(a.active_width);
-  if (s < 0 || w < 0 || s >= static_cast<int>(std::size(kLaneMbps)) || w >= static_cast<int>(std::size(kWidthLanes)))
-    return 0;
-  return kLaneMbps[s] * kWidthLanes[w];
-}
 
 const char* transport_name(ibv_transport_type type) {
   switch (type) {
@@ -135,6 +127,23 @@ struct OpenContext {
 };
 
 }  // namespace
+
+int port_speed_mbps(uint32_t speed, uint32_t width) {
+  const int s = lowest_bit(speed);
+  const int w = lowest_bit(width);
+  if (s < 0 || w < 0 || s >= static_cast<int>(std::size(kLaneMbps)) || w >= static_cast<int>(std::size(kWidthLanes)))
+    return 0;
+  return kLaneMbps[s] * kWidthLanes[w];
+}
+
+int port_speed_mbps(const ibv_port_attr& a) {
+#ifdef SIEVE_HAVE_ACTIVE_SPEED_EX
+  // XDR and later exist only in active_speed_ex (active_speed's 8 bits ran out); NCCL takes it
+  // whenever it is nonzero.
+  if (a.active_speed_ex) return port_speed_mbps(a.active_speed_ex, a.active_width);
+#endif
+  return port_speed_mbps(a.active_speed, a.active_width);
+}
 
 std::string GidEntry::text() const {
   char buffer[INET6_ADDRSTRLEN] = "?";

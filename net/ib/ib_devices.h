@@ -48,6 +48,12 @@ struct IbPort {
   std::vector<int> near_gpus;     // indices into the machine's GPUs at PIX/PXB distance
 };
 
+// A port's rate from its speed bits (active_speed_ex where nonzero, else active_speed) and
+// active_width bits; 0 when either is unknown. 4x XDR: 800000.
+int port_speed_mbps(uint32_t speed, uint32_t width);
+// The same from a queried port (active_speed_ex where the rdma-core headers built against have it).
+int port_speed_mbps(const ibv_port_attr& attr);
+
 // Every InfiniBand and RoCE port of every device the library lists, active or not (sieve-info shows
 // them all). Error only when the library cannot list devices at all; a device that fails to open,
 // and devices and ports of other kinds (iWARP, EFA, usNIC: no RC queue pairs Sieve can connect), are

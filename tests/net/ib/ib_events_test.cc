@@ -75,6 +75,10 @@ TEST_F(IbTransportTest, APortDownForLongerThanTheRetryBudgetFailsWithRetryExceed
   }
   EXPECT_EQ(st.code(), Code::SystemError) << st.message();
   EXPECT_NE(st.message().find("retry"), std::string::npos) << st.message();
+  // What NCCL's message carries: the numeric status, the queue pair, the GIDs, and the hint.
+  for (const char* part : {"(status 12)", "on queue pair ", "remote queue pair ", "local GID ", "remote GID ",
+                           "hint:", "SIEVE_IB_TIMEOUT=1 "})
+    EXPECT_NE(st.message().find(part), std::string::npos) << part << " missing from: " << st.message();
   EXPECT_TRUE(fake::set_port_state("down0", 1, true));
 }
 
