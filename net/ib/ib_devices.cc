@@ -10,6 +10,8 @@
 #include <fstream>
 #include <memory>
 
+#include "net/ib/ib_route.h"
+
 namespace sieve::net::ib {
 
 namespace {
@@ -302,7 +304,7 @@ Status choose_gid(const IbPort& port, int configured, int* index) {
                                             " (populated: " + std::to_string(port.gids.size()) + " entries)");
   }
   if (port.link_layer == LinkLayer::InfiniBand) {
-    *index = 0;
+    *index = routable_gid_index(port);  // the GID with a FLID where routers need one, as NCCL
     return Status::ok();
   }
   // RoCE: routable v2 first (IPv4-mapped, then global IPv6, then link-local), v1 last.

@@ -80,7 +80,8 @@ std::vector<IbPort> select_ports(const std::vector<IbPort>& ports, const HcaSpec
 
 // The GID index a RoCE connection from this port uses: `configured` (SIEVE_IB_GID_INDEX) when >= 0
 // and populated, else RoCE v2 with an IPv4-mapped address, then RoCE v2 IPv6, then RoCE v1, then 0.
-// InfiniBand ports use index 0. Error when `configured` names an empty entry.
+// InfiniBand ports use index 0, or 1 where it carries a FLID (routed IB: ib_route.h). Error when `configured` names an
+// empty entry.
 Status choose_gid(const IbPort& port, int configured, int* index);
 
 }  // namespace sieve::net::ib

@@ -34,8 +34,9 @@ struct DeviceSpec {
   std::vector<uint16_t> pkeys{0xffff};             // pkey=HEX (repeatable): the P_Key table, in order
   bool grh_required = false;                       // grh_required: IBV_QPF_GRH_REQUIRED (SR-IOV VFs, cloud IB)
   uint64_t subnet_prefix = 0xfe80000000000000ull;  // subnet=HEX (16 digits): the IB subnet prefix
-  uint64_t max_msg_sz = 1ull << 30;                // max_msg_sz=BYTES: the port's limit per message (mlx5: 1 GiB)
-  std::string options;                             // as written, for key()
+  bool flid = false;  // flid: routed IB; each port has a FLID and a routable GID at index 1 (see Port::flid)
+  uint64_t max_msg_sz = 1ull << 30;  // max_msg_sz=BYTES: the port's limit per message (mlx5: 1 GiB)
+  std::string options;               // as written, for key()
 
   bool port_down(int port) const { return (down_ports >> (port - 1)) & 1u; }
   // The registry key: the same entry in a later list is the same device (same GIDs, same LID).

@@ -160,6 +160,12 @@ bool Engine::open_port(const DeviceSpec& spec, Port* port, std::string* error) {
       }
       lid = lid == 0xbfff ? 1 : lid + 1;
     }
+    if (spec.flid && port->lid != 0) {
+      port->flid = static_cast<uint16_t>(0xc000 - port->lid);
+      port->gids[1] = routable_gid(spec.subnet_prefix, port->flid, port->node);
+      port->gid_types[1] = IBV_GID_TYPE_IB;
+      port->gid_count = 2;
+    }
   } else {
     port->gids[0] = guid_gid(kLinkLocalPrefix, port->node);
     port->gid_types[0] = IBV_GID_TYPE_IB;

@@ -42,6 +42,10 @@ struct Port {
   uint8_t number = 1;
   NodeAddress node;  // this port's address index
   uint16_t lid = 0;  // IB only
+  // Routed IB (option flid): the LID by which ports in other subnets reach this one through the
+  // routers (0xc000 - lid: never the port's own LID in practice), carried in its routable GID at
+  // index 1 as NVIDIA's routers define it: fec0:0000:<FLID>:<low 16 bits of the subnet prefix>:GUID.
+  uint16_t flid = 0;
   ibv_gid gids[2]{};
   ibv_gid_type gid_types[2]{};
   int gid_count = 0;
