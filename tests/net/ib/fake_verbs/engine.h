@@ -58,7 +58,8 @@ class Engine {
   void enter_error(Qp* qp);  // flushes both queues, drops its connections
   void reset_qp(Qp* qp);     // drops everything without completions
   void complete_sends(Qp* qp);
-  void push_completion(Cq* cq, const ibv_wc& wc);
+  // `sq_qp`: a send completion, whose polling frees `sq_qp`'s slots up to work request `seq`.
+  void push_completion(Cq* cq, const ibv_wc& wc, Qp* sq_qp = nullptr, uint64_t seq = 0);
   void post_async(Context* context, const ibv_async_event& event);
   void drop_connections_of(Qp* qp, bool flush_responses);
 

@@ -137,6 +137,12 @@ struct Cq {
 
   std::mutex mu;  // guards the entries only, so polling never waits for the engine
   std::deque<ibv_wc> entries;
+  // Beside each entry: the send-queue slots polling it frees (qp null for receive completions).
+  struct SlotRelease {
+    Qp* qp = nullptr;
+    uint64_t through = 0;  // the QP's work requests with seq < through
+  };
+  std::deque<SlotRelease> releases;
   size_t capacity = 0;
 };
 
@@ -201,6 +207,10 @@ struct Qp {
   std::deque<SendWr> sq;  // posted, not yet completed, in order
   std::deque<RecvWr> rq;
   uint64_t next_seq = 0;
+  // Send-queue slots, as hardware frees them: a work request's slot is reused only once a
+  // completion of it or of a later request on the QP has been polled (an unsignaled request has
+  // none of its own: a later signaled one frees it). Slots in use: next_seq - sq_released.
+  std::atomic<uint64_t> sq_released{0};
   Connection* requester = nullptr;  // our outbound connection to the remote QP
   bool peer_gone = false;           // the remote end vanished while we had nothing outstanding
 

@@ -243,7 +243,16 @@ bool Engine::start_request(Connection* conn) {
       return true;
     }
     case MsgType::kRead: {
-      if (header.length > 0) remote_mr(IBV_ACCESS_REMOTE_READ, "RDMA read");
+      if (qp->attrs.max_dest_rd_atomic == 0) {
+        // No responder resources for reads: the IB spec's invalid request.
+        char why[200];
+        std::snprintf(why, sizeof(why), "RDMA read to QP %u, whose max_dest_rd_atomic (responder read depth) is 0",
+                      qp->qpn());
+        conn->failure = IBV_WC_REM_INV_REQ_ERR;
+        conn->failure_text = why;
+      } else if (header.length > 0) {
+        remote_mr(IBV_ACCESS_REMOTE_READ, "RDMA read");
+      }
       conn->expect_payload(0, {});
       return true;
     }
