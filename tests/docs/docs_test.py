@@ -54,7 +54,7 @@ OTHER_PROGRAMS_OPTIONS = {
 HARDWARE = {
     "the collective proxy's lines need a GPU job under LD_PRELOAD": ("collective proxy",),
     "the verbs lines need RDMA ports, or tests/net/ib's fake libibverbs where it is built":
-        ("RDMA port", "RDMA device", "went down", "gid index", "on QP to"),
+        ("RDMA port", "RDMA device", "went down", "gid index", "on queue pair"),
 }
 
 # ctest labels registered only where the hardware is, with the reason.
