@@ -134,5 +134,24 @@ TEST_F(IbTransportTest, SmallMessagesRotateOverTheQueuePairs) {
   for (int i = 0; i < kMessages; ++i) EXPECT_TRUE(same_bytes(in[i].data(), out[i].data(), 4096)) << "message " << i;
 }
 
+// A refused message (a send larger than its receive) still takes its queue pairs on both sides,
+// so the rotation stays in step and the messages after it arrive intact, on every queue pair.
+TEST_F(IbTransportTest, TheRotationStaysInStepAcrossARefusedMessage) {
+  ASSERT_NO_FATAL_FAILURE(connect(3));
+  roundtrip(1000, 4096, 1);  // queue pair 0
+  std::vector<unsigned char> out = pattern(8192, 2), in(4096, kCanary);
+  auto send_region = reg_send(out.data(), out.size());
+  auto recv_region = reg_recv(in.data(), in.size());
+  Request *r = nullptr, *s = nullptr;
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).is_ok() && r);  // queue pair 1
+  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok() && s);
+  Completion cs, cr;
+  EXPECT_EQ(testing::wait(s, &cs).code(), Code::InvalidUsage);
+  EXPECT_EQ(testing::wait(r, &cr).code(), Code::InvalidUsage);
+  for (uint32_t i = 0; i < 4; ++i) roundtrip(3000 + i, 4096, 3 + i);  // queue pairs 2, 0, 1, 2
+  roundtrip(300000, 3 * ib::kSplitBytesPerQp, 9);                     // all three, from queue pair 0
+  roundtrip(64, 64, 10);
+}
+
 }  // namespace
 }  // namespace sieve::net
