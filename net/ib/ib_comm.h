@@ -144,6 +144,8 @@ class IbComm {
   void enter_error();
   // The request a completion belongs to, or null (announcements, receives of immediates).
   IbRequest* request_of(const ibv_wc& wc);
+  // The `used` queue pairs a message travels on, from next_qp_ (below), which moves past them.
+  std::vector<int> take_qps(int used);
   // The comm's failure for a completion in error: status, queue pairs, GIDs, hint (completion_error.h).
   std::string describe_failed(const ibv_wc& wc) const;
 
@@ -167,8 +169,6 @@ class IbComm {
   // NCCL's do. Both sides advance it in message order (the receiver at irecv, the sender as it
   // matches slots, which come in that order), so they agree without telling each other.
   int next_qp_ = 0;
-  // The `used` queue pairs a message travels on, from next_qp_, which moves past them.
-  std::vector<int> take_qps(int used);
   ibv_qp* loopback_ = nullptr;  // receive comms: the queue pair connected to itself that flushes read through
   bool in_error_ = false;
   bool device_lost_ = false;
