@@ -67,6 +67,8 @@ TEST(IbRoute, TheDestinationLidIsTheLidInsideASubnetAndTheFlidAcrossSubnets) {
   EXPECT_TRUE(no_flid);
 }
 
+// NCCL_IB_ROUTABLE_FLID_GID_INDEX's default: GID 1 where it carries a FLID, else GID 0 (the port's
+// GID choice takes it: AcrossSubnetsTheDestinationLidIsThePeersFlid checks the queue pairs).
 TEST(IbRoute, AnInfinibandPortConnectsFromItsRoutableGidWhereItHasOne) {
   ib::IbPort port;
   port.link_layer = ib::LinkLayer::InfiniBand;
@@ -74,15 +76,13 @@ TEST(IbRoute, AnInfinibandPortConnectsFromItsRoutableGidWhereItHasOne) {
   plain.index = 0;
   plain.gid = routable(0, 0);
   port.gids.push_back(plain);
-  int index = -1;
-  ASSERT_TRUE(ib::choose_gid(port, -1, &index).is_ok());
-  EXPECT_EQ(index, 0);
-  ib::GidEntry flid;
-  flid.index = 1;
-  flid.gid = routable(0x0500, 0);
-  port.gids.push_back(flid);
-  ASSERT_TRUE(ib::choose_gid(port, -1, &index).is_ok());
-  EXPECT_EQ(index, 1);
+  EXPECT_EQ(ib::routable_gid_index(port), 0);
+  ib::GidEntry second = plain;
+  second.index = 1;
+  port.gids.push_back(second);
+  EXPECT_EQ(ib::routable_gid_index(port), 0) << "index 1 without a FLID";
+  port.gids.back().gid = routable(0x0500, 0);
+  EXPECT_EQ(ib::routable_gid_index(port), 1);
 }
 
 }  // namespace
