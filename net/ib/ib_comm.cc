@@ -479,12 +479,12 @@ Status IbSendComm::post_writes(IbRequest* r, const Slot& slot) {
   // Each queue pair used carries its share of the message and one immediate: the receiver counts
   // immediates, so every used queue pair writes, even zero bytes. Under adaptive routing the
   // packets of one write may take different paths and arrive out of order, and a write's
-  // immediate could be delivered before all of its data is placed: above kAdaptiveRoutingBytes the
+  // immediate could be delivered before all of its data is placed: above adaptive_routing_bytes the
   // data goes as a plain write and the immediate in a zero-byte write behind it, which the
   // responder completes only after the earlier write (as NCCL's IB transport does).
   const uint32_t imm = r->too_large ? kImmTooLarge : static_cast<uint32_t>(r->size);
   const size_t share = r->too_large ? 0 : (((r->size + used - 1) / used + 63) / 64) * 64;
-  const bool split = config_.adaptive_routing && r->size > kAdaptiveRoutingBytes;
+  const bool split = config_.adaptive_routing && r->size > config_.adaptive_routing_bytes;
   for (int q = 0; q < used; ++q) {
     const size_t offset = std::min(r->size, q * share);
     const size_t length = std::min(share, r->size - offset);

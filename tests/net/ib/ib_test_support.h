@@ -39,6 +39,8 @@ struct Posted {
 Posted posted(ibv_wr_opcode opcode);
 bool set_port_state(const std::string& device, int port, bool active);
 bool device_fatal(const std::string& device);
+// Writes a GID entry (null `raw`: empties it), as an address change on the netdev does.
+bool set_gid(const std::string& device, int port, int index, const ibv_gid* gid, ibv_gid_type type);
 }  // namespace fake
 
 // Sets an environment variable for one scope (FAKE_VERBS_DEVICES: the "hardware" create_ib finds).

@@ -85,3 +85,20 @@ FAKE_VERBS_API int fake_verbs_device_fatal(const char* device_name) {
   engine.device_fatal(device);
   return 0;
 }
+
+// Writes GID entry `index` of port `port_number` of the device named `device`: the 16 bytes at `raw`
+// with `type` (IBV_GID_TYPE_*), or an empty entry when `raw` is null, as the kernel does when an
+// address is added to or removed from the port's netdev: IBV_EVENT_GID_CHANGE to every context open
+// on the device. Queue pairs set up later with an empty source entry are refused. 0, or -1 for no
+// such device, port or index.
+FAKE_VERBS_API int fake_verbs_set_gid(const char* device_name, int port_number, int index, const void* raw, int type) {
+  Engine& engine = Engine::current();
+  std::lock_guard<std::mutex> lock(engine.mu);
+  Device* device = engine.device_named(device_name);
+  Port* port = device == nullptr ? nullptr : device->port(port_number);
+  if (port == nullptr || index < 0 || index >= Port::kMaxGids) return -1;
+  ibv_gid gid{};
+  if (raw != nullptr) std::memcpy(gid.raw, raw, sizeof(gid.raw));
+  engine.set_gid(device, port, index, raw == nullptr ? nullptr : &gid, static_cast<ibv_gid_type>(type));
+  return 0;
+}
