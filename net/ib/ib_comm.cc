@@ -94,7 +94,9 @@ Status IbRequest::test(Completion* out) { return owner->test(this, out); }
 void* IbRequest::comm_tag() const { return owner->tag(); }
 
 IbComm::IbComm(IbCommConfig config, Connection connection)
-    : config_(std::move(config)), connection_(std::move(connection)), regions_(std::make_shared<RegionTable>()) {
+    : config_(std::move(config)),
+      connection_(std::move(connection)),
+      regions_(config_.registrations ? config_.registrations : std::make_shared<RegionTable>(config_.device)) {
   for (uint32_t i = 0; i < requests_.size(); ++i) {
     requests_[i].owner = this;
     requests_[i].index = i;
@@ -216,16 +218,17 @@ Status IbComm::register_region(const MemoryDescriptor& memory, std::unique_ptr<M
   // completion, which PCIe orders after them, and a flush orders GPU memory. An optional access
   // flag: devices that cannot do it ignore it.
   const unsigned access = kRemoteAccess | (config_.relaxed_ordering ? unsigned(IBV_ACCESS_RELAXED_ORDERING) : 0u);
-  return ib::register_region(config_.device, regions_, memory, access, out);
+  return ib::register_region(regions_, memory, access, out);
 }
 
 Status IbComm::find_region(const char* call, const void* data, size_t size, uint32_t* lkey, uint32_t* rkey) const {
   if (regions_->find(reinterpret_cast<uintptr_t>(data), size, lkey, rkey)) return Status::ok();
   char where[64];
   snprintf(where, sizeof where, "%p", data);
-  return error(Code::InvalidUsage, std::string(call) + ": the " + bytes_text(size) + " at " + where +
-                                       " are not inside memory registered with this comm (regMr first; the verbs "
-                                       "transport moves only registered memory)");
+  return error(Code::InvalidUsage,
+               std::string(call) + ": the " + bytes_text(size) + " at " + where +
+                   " are not inside memory registered on this comm's device (regMr first; the verbs "
+                   "transport moves only registered memory)");
 }
 
 Status IbComm::post_send(int qp, ibv_send_wr* wr) {

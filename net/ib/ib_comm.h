@@ -45,6 +45,8 @@ struct IbCommConfig {
   // each connect (ib_gid.h). Null: `port` is used as it is (tests that build a config by hand).
   std::shared_ptr<const IbPort> port_info;
   GidPolicy gid_policy;
+  // The device's registrations, shared by all its comms (ib_memory.h). Null: the comm keeps its own.
+  std::shared_ptr<RegionTable> registrations;
   ServiceClass service;  // a listener's becomes the connector's at set-up
   RetryBudget retry;
   int nqps = 1;
@@ -156,7 +158,7 @@ class IbComm {
   IbCommConfig config_;
   Connection connection_;
   Failure failure_;
-  std::shared_ptr<RegionTable> regions_;
+  std::shared_ptr<RegionTable> regions_;  // the device's (config_.registrations)
   std::array<IbRequest, kMaxRequests> requests_;
   void* tag_ = nullptr;
   ibv_cq* cq_ = nullptr;

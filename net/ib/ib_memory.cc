@@ -57,6 +57,68 @@ Status PageBuffer::allocate(size_t bytes, PageBuffer* out) {
 
 // ---------------------------------------------------------------- registrations
 
+RegionTable::~RegionTable() {
+  // Every IbRegion holds the table: nothing is left but what a caller never deregistered.
+  for (const Pinned& p : pinned_) device_->verbs().dereg_mr(p.mr);
+}
+
+Status RegionTable::acquire(const MemoryDescriptor& memory, unsigned access, ibv_mr** out) {
+  *out = nullptr;
+  const VerbsLibrary& v = device_->verbs();
+  const uint64_t base = reinterpret_cast<uintptr_t>(memory.data);
+  const bool dmabuf = memory.is_dmabuf();
+  const uint64_t begin = dmabuf ? base : base & ~(page_size() - 1);
+  const uint64_t end = dmabuf ? base + memory.size : (base + memory.size + page_size() - 1) & ~(page_size() - 1);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Pinned& p : pinned_) {
+    if (p.dmabuf != dmabuf || p.access != access || begin < p.begin || end > p.end) continue;
+    ++p.references;
+    *out = p.mr;
+    return Status::ok();
+  }
+  ibv_mr* mr = nullptr;
+  if (dmabuf) {
+    if (!v.reg_dmabuf_mr)
+      return error(Code::InternalError, "dma-buf registration needs ibv_reg_dmabuf_mr, which " + v.path +
+                                            " does not have (rdma-core 34 or newer)");
+    // The address NCCL passes is the buffer's device address: it becomes the region's iova, so
+    // isend/irecv find it by that address and the peer writes to it.
+    mr = v.reg_dmabuf_mr(device_->pd(), memory.dmabuf_offset, memory.size, base, memory.dmabuf_fd,
+                         static_cast<int>(access));
+    if (!mr)
+      return error(Code::SystemError, "ibv_reg_dmabuf_mr of " + bytes_text(memory.size) + " (fd " +
+                                          std::to_string(memory.dmabuf_fd) + ") on " + device_->name() +
+                                          " failed: " + errno_text(errno));
+  } else {
+    mr = v.reg_mr_iova2(device_->pd(), reinterpret_cast<void*>(begin), end - begin, begin, access);
+    if (!mr)
+      return error(Code::SystemError, "ibv_reg_mr of " + bytes_text(memory.size) +
+                                          (memory.cuda ? " of GPU memory (nvidia-peermem)" : "") + " on " +
+                                          device_->name() + " failed: " + errno_text(errno));
+  }
+  pinned_.push_back({begin, end, dmabuf, access, mr, 1});
+  *out = mr;
+  return Status::ok();
+}
+
+void RegionTable::release(ibv_mr* mr) {
+  if (!mr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < pinned_.size(); ++i) {
+    if (pinned_[i].mr != mr) continue;
+    if (--pinned_[i].references == 0) {
+      device_->verbs().dereg_mr(mr);
+      pinned_.erase(pinned_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    return;
+  }
+}
+
+size_t RegionTable::pinned() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return pinned_.size();
+}
+
 void RegionTable::add(IbRegion* r) {
   std::lock_guard<std::mutex> lock(mutex_);
   regions_.push_back(r);
@@ -78,15 +140,14 @@ bool RegionTable::find(uint64_t begin, size_t size, uint32_t* lkey, uint32_t* rk
   return false;
 }
 
-IbRegion::IbRegion(std::shared_ptr<RegionTable> table, std::shared_ptr<DeviceContext> device, ibv_mr* mr, uint64_t base,
-                   size_t length, bool gpu)
-    : table_(std::move(table)), device_(std::move(device)), mr_(mr), base_(base), length_(length), gpu_(gpu) {
+IbRegion::IbRegion(std::shared_ptr<RegionTable> table, ibv_mr* mr, uint64_t base, size_t length, bool gpu)
+    : table_(std::move(table)), mr_(mr), base_(base), length_(length), gpu_(gpu) {
   table_->add(this);
 }
 
 IbRegion::~IbRegion() {
   table_->remove(this);
-  if (mr_) device_->verbs().dereg_mr(mr_);
+  table_->release(mr_);
 }
 
 bool peer_memory_loaded(const std::string& sysfs_root, std::string* which) {
@@ -104,40 +165,20 @@ bool peer_memory_loaded(const std::string& sysfs_root, std::string* which) {
   return false;
 }
 
-Status register_region(const std::shared_ptr<DeviceContext>& device, const std::shared_ptr<RegionTable>& table,
-                       const MemoryDescriptor& memory, unsigned access, std::unique_ptr<MemoryRegion>* out) {
+Status register_region(const std::shared_ptr<RegionTable>& table, const MemoryDescriptor& memory, unsigned access,
+                       std::unique_ptr<MemoryRegion>* out) {
   out->reset();
-  const VerbsLibrary& v = device->verbs();
   const uint64_t base = reinterpret_cast<uintptr_t>(memory.data);
   if (memory.size == 0) {
-    *out = std::make_unique<IbRegion>(table, device, nullptr, base, 0, memory.is_gpu());
+    *out = std::make_unique<IbRegion>(table, nullptr, base, 0, memory.is_gpu());
     return Status::ok();
   }
   if (!memory.data)
     return error(Code::InvalidArgument, "register_memory of " + bytes_text(memory.size) + " at a null address");
   ibv_mr* mr = nullptr;
-  if (memory.is_dmabuf()) {
-    if (!v.reg_dmabuf_mr)
-      return error(Code::InternalError, "dma-buf registration needs ibv_reg_dmabuf_mr, which " + v.path +
-                                            " does not have (rdma-core 34 or newer)");
-    // The address NCCL passes is the buffer's device address: it becomes the region's iova, so
-    // isend/irecv find it by that address and the peer writes to it.
-    mr = v.reg_dmabuf_mr(device->pd(), memory.dmabuf_offset, memory.size, base, memory.dmabuf_fd,
-                         static_cast<int>(access));
-    if (!mr)
-      return error(Code::SystemError, "ibv_reg_dmabuf_mr of " + bytes_text(memory.size) + " (fd " +
-                                          std::to_string(memory.dmabuf_fd) + ") on " + device->name() +
-                                          " failed: " + errno_text(errno));
-  } else {
-    const uint64_t first = base & ~(page_size() - 1);
-    const uint64_t end = (base + memory.size + page_size() - 1) & ~(page_size() - 1);
-    mr = v.reg_mr_iova2(device->pd(), reinterpret_cast<void*>(first), end - first, first, access);
-    if (!mr)
-      return error(Code::SystemError, "ibv_reg_mr of " + bytes_text(memory.size) +
-                                          (memory.cuda ? " of GPU memory (nvidia-peermem)" : "") + " on " +
-                                          device->name() + " failed: " + errno_text(errno));
-  }
-  *out = std::make_unique<IbRegion>(table, device, mr, base, memory.size, memory.is_gpu());
+  Status st = table->acquire(memory, access, &mr);
+  if (!st.is_ok()) return st;
+  *out = std::make_unique<IbRegion>(table, mr, base, memory.size, memory.is_gpu());
   return Status::ok();
 }
 

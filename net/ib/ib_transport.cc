@@ -124,7 +124,8 @@ struct PortEntry {
   IbPort port;
   PortAddress address;
   std::shared_ptr<DeviceContext> device;
-  std::shared_ptr<const IbPort> info;  // `port`, shared with the comms: they read its GID table again
+  std::shared_ptr<const IbPort> info;          // `port`, shared with the comms: they read its GID table again
+  std::shared_ptr<RegionTable> registrations;  // the device's, shared by its ports and their comms
 };
 
 class IbTransport final : public Transport {
@@ -170,6 +171,7 @@ class IbTransport final : public Transport {
     c.device = ports_[dev].device;
     c.port = ports_[dev].address;
     c.port_info = ports_[dev].info;
+    c.registrations = ports_[dev].registrations;
     c.gid_policy = gid_policy_;
     c.adaptive_routing_bytes = static_cast<size_t>(options_.ib_ar_threshold);
     c.nqps = options_.ib_qps;
@@ -253,6 +255,7 @@ Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, co
   Status st = DeviceList::get(verbs, &list);
   if (!st.is_ok()) return st;
   std::map<std::string, std::shared_ptr<DeviceContext>> opened;
+  std::map<std::string, std::shared_ptr<RegionTable>> tables;
   for (const IbPort& port : selected) {
     auto it = opened.find(port.device);
     if (it == opened.end()) {
@@ -264,12 +267,14 @@ Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, co
       std::shared_ptr<DeviceContext> context;
       st = DeviceContext::open(verbs, device, port.device, &context);
       if (!st.is_ok()) break;
+      tables[port.device] = std::make_shared<RegionTable>(context);
       it = opened.emplace(port.device, std::move(context)).first;
     }
     PortEntry entry;
     entry.port = port;
     entry.info = std::make_shared<const IbPort>(port);
     entry.device = it->second;
+    entry.registrations = tables[port.device];
     PortAddress& a = entry.address;
     a.name = port.name();
     a.port = port.port;
@@ -344,6 +349,7 @@ Status Transport::create_ib(const TransportOptions& options, std::unique_ptr<Tra
     d.pci_vendor = e.port.placement.vendor_id;
     d.dmabuf = e.port.dmabuf && verbs->reg_dmabuf_mr != nullptr;
     d.cuda_pointers = cuda_pointers;
+    d.global_registration = true;  // the device's RegionTable (ib_memory.h)
     d.max_comms = ib::max_comms_of(e.port, options.ib_qps);
     d.max_message_bytes = ib::max_message_bytes(e.port);
     SIEVE_INFO("device %s %s speed %d Mbps numa %d gid index %d%s%s, set-up over %s", d.name.c_str(),

@@ -340,6 +340,7 @@ ncclResult_t net_properties(int dev, DeviceProperties* props) {
     props->speed_mbps = d.speed_mbps;
     props->max_comms = d.max_comms > 0 ? d.max_comms : honest_max_comms(state->options, d);
     props->max_recvs = 1;
+    props->reg_is_global = d.global_registration ? 1 : 0;
     const size_t max_bytes =
         d.max_message_bytes > 0 ? std::min<size_t>(kMaxNetSizeBytes, d.max_message_bytes) : kMaxNetSizeBytes;
     props->max_p2p_bytes = max_bytes;

@@ -32,6 +32,7 @@ int fork_initialized();
 std::vector<ibv_qp_attr> qp_attributes();  // every live queue pair of this process
 std::vector<ibv_qp_attr> connected_qps();  // those in RTS
 int mr_access(const void* address);        // -1: no registration holds it
+int live_mrs();                            // memory registrations alive in this process
 struct Posted {
   uint64_t requests = 0;
   uint64_t bytes = 0;

@@ -81,6 +81,8 @@ TEST(TransportChoice, AutoWithAnActivePortRunsVerbsAndSaysWhy) {
   ASSERT_EQ(o.devices.size(), 1u) << o.transcript;
   EXPECT_EQ(o.devices[0].rfind("fake0:1 ", 0), 0u) << o.devices[0];
   EXPECT_TRUE(contains(o.transcript, "transport ib (SIEVE_TRANSPORT=auto")) << o.transcript;
+  // regIsGlobal, as NCCL's IB transport: a buffer registered once per device serves every comm.
+  EXPECT_TRUE(contains(o.devices[0], " GLOBAL 1")) << o.devices[0];
 }
 
 // Settings only the other transport reads do nothing: the plugin says so at WARN (the default
@@ -131,6 +133,7 @@ TEST(TransportChoice, TcpStaysTcpWhereVerbsWouldWork) {
   ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
   ASSERT_EQ(o.devices.size(), 1u) << o.transcript;
   EXPECT_EQ(o.devices[0].rfind("lo ", 0), 0u) << o.devices[0];
+  EXPECT_TRUE(contains(o.devices[0], " GLOBAL 0")) << o.devices[0] << ": TCP registers nothing, as NCCL's sockets";
 }
 
 // A node without a usable libibverbs: the real one is installed on the build machines and an empty

@@ -231,6 +231,12 @@ std::vector<const Qp*> Engine::live_qps() const {
   return qps;
 }
 
+int Engine::live_mrs() const {
+  int n = 0;
+  for (const auto& entry : mrs_by_lkey) n += entry.second->destroyed ? 0 : 1;
+  return n;
+}
+
 const Mr* Engine::mr_covering(const void* address) const {
   const auto* byte = static_cast<const uint8_t*>(address);
   for (const auto& entry : mrs_by_lkey) {

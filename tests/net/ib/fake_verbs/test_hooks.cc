@@ -55,6 +55,13 @@ FAKE_VERBS_API int fake_verbs_mr_access(const void* address) {
   return mr == nullptr ? -1 : static_cast<int>(mr->access);
 }
 
+// Memory registrations alive in this process (each ibv_reg_mr* not yet deregistered).
+FAKE_VERBS_API int fake_verbs_live_mrs(void) {
+  Engine& engine = Engine::current();
+  std::lock_guard<std::mutex> lock(engine.mu);
+  return engine.live_mrs();
+}
+
 // Work requests and payload bytes posted with `opcode` (IBV_WR_*) in this process so far.
 FAKE_VERBS_API void fake_verbs_posted(int opcode, uint64_t* requests, uint64_t* bytes) {
   posted_so_far(static_cast<ibv_wr_opcode>(opcode), requests, bytes);
