@@ -250,18 +250,20 @@ Status parse_hca_spec(const std::string& text, HcaSpec* out) {
         errno = 0;
         const long value = std::strtol(port.c_str(), &end, 10);
         if (port.empty() || *end != '\0' || errno != 0 || value < 1 || value > 255)
-          return error(Code::InvalidArgument, "SIEVE_IB_HCA entry \"" + item + "\": the port after ':' must be 1-255");
+          return error(Code::InvalidArgument,
+                       "SIEVE_IB_HCA (or NCCL_IB_HCA) entry \"" + item + "\": the port after ':' must be 1-255");
         entry.port = static_cast<int>(value);
       }
       if (entry.name.empty())
-        return error(Code::InvalidArgument, "SIEVE_IB_HCA entry \"" + item + "\" names no device");
+        return error(Code::InvalidArgument, "SIEVE_IB_HCA (or NCCL_IB_HCA) entry \"" + item + "\" names no device");
       out->entries.push_back(entry);
     }
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
   if ((out->exclude || out->exact) && out->entries.empty())
-    return error(Code::InvalidArgument, "SIEVE_IB_HCA=\"" + text + "\" names no device after its ^ or =");
+    return error(Code::InvalidArgument,
+                 "SIEVE_IB_HCA (or NCCL_IB_HCA) \"" + text + "\" names no device after its ^ or =");
   return Status::ok();
 }
 

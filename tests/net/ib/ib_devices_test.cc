@@ -68,6 +68,7 @@ TEST(HcaSpec, BadEntriesAreErrorsNamingThem) {
     Status st = parse_hca_spec(bad, &spec);
     EXPECT_EQ(st.code(), Code::InvalidArgument) << bad;
     EXPECT_NE(st.message().find("SIEVE_IB_HCA"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("NCCL_IB_HCA"), std::string::npos) << st.message() << ": it may have come from there";
   }
 }
 
