@@ -96,7 +96,8 @@ void* IbRequest::comm_tag() const { return owner->tag(); }
 IbComm::IbComm(IbCommConfig config, Connection connection)
     : config_(std::move(config)),
       connection_(std::move(connection)),
-      regions_(config_.registrations ? config_.registrations : std::make_shared<RegionTable>(config_.device)) {
+      regions_(config_.registrations ? config_.registrations : std::make_shared<RegionTable>(config_.device)),
+      own_regions_(std::make_shared<RegionList>()) {
   for (uint32_t i = 0; i < requests_.size(); ++i) {
     requests_[i].owner = this;
     requests_[i].index = i;
@@ -218,11 +219,15 @@ Status IbComm::register_region(const MemoryDescriptor& memory, std::unique_ptr<M
   // completion, which PCIe orders after them, and a flush orders GPU memory. An optional access
   // flag: devices that cannot do it ignore it.
   const unsigned access = kRemoteAccess | (config_.relaxed_ordering ? unsigned(IBV_ACCESS_RELAXED_ORDERING) : 0u);
-  return ib::register_region(regions_, memory, access, out);
+  return ib::register_region(regions_, own_regions_, memory, access, out);
 }
 
 Status IbComm::find_region(const char* call, const void* data, size_t size, uint32_t* lkey, uint32_t* rkey) const {
-  if (regions_->find(reinterpret_cast<uintptr_t>(data), size, lkey, rkey)) return Status::ok();
+  // This comm's own registrations first (a short list), then the device's (regIsGlobal: NCCL may
+  // register a buffer on one comm and move it on another).
+  const uint64_t begin = reinterpret_cast<uintptr_t>(data);
+  if (own_regions_->find(begin, size, lkey, rkey) || regions_->regions().find(begin, size, lkey, rkey))
+    return Status::ok();
   char where[64];
   snprintf(where, sizeof where, "%p", data);
   return error(Code::InvalidUsage,

@@ -158,7 +158,8 @@ class IbComm {
   IbCommConfig config_;
   Connection connection_;
   Failure failure_;
-  std::shared_ptr<RegionTable> regions_;  // the device's (config_.registrations)
+  std::shared_ptr<RegionTable> regions_;     // the device's (config_.registrations)
+  std::shared_ptr<RegionList> own_regions_;  // those made on this comm: looked up first
   std::array<IbRequest, kMaxRequests> requests_;
   void* tag_ = nullptr;
   ibv_cq* cq_ = nullptr;

@@ -58,7 +58,7 @@ Status PageBuffer::allocate(size_t bytes, PageBuffer* out) {
 // ---------------------------------------------------------------- registrations
 
 RegionTable::~RegionTable() {
-  // Every IbRegion holds the table: nothing is left but what a caller never deregistered.
+  // Every IbRegion holds the table, so nothing is pinned any more here; what is, is not leaked.
   for (const Pinned& p : pinned_) device_->verbs().dereg_mr(p.mr);
 }
 
@@ -69,13 +69,20 @@ Status RegionTable::acquire(const MemoryDescriptor& memory, unsigned access, ibv
   const bool dmabuf = memory.is_dmabuf();
   const uint64_t begin = dmabuf ? base : base & ~(page_size() - 1);
   const uint64_t end = dmabuf ? base + memory.size : (base + memory.size + page_size() - 1) & ~(page_size() - 1);
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (Pinned& p : pinned_) {
-    if (p.dmabuf != dmabuf || p.access != access || begin < p.begin || end > p.end) continue;
-    ++p.references;
-    *out = p.mr;
-    return Status::ok();
+  const auto reuse = [&]() -> ibv_mr* {  // with mutex_ held
+    for (Pinned& p : pinned_) {
+      if (p.dmabuf != dmabuf || p.access != access || begin < p.begin || end > p.end) continue;
+      ++p.references;
+      return p.mr;
+    }
+    return nullptr;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    *out = reuse();
+    if (*out) return Status::ok();
   }
+  // Pinning takes long for large buffers: not under the lock other comms' registrations wait on.
   ibv_mr* mr = nullptr;
   if (dmabuf) {
     if (!v.reg_dmabuf_mr)
@@ -96,8 +103,16 @@ Status RegionTable::acquire(const MemoryDescriptor& memory, unsigned access, ibv
                                           (memory.cuda ? " of GPU memory (nvidia-peermem)" : "") + " on " +
                                           device_->name() + " failed: " + errno_text(errno));
   }
-  pinned_.push_back({begin, end, dmabuf, access, mr, 1});
-  *out = mr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    *out = reuse();  // another comm registered it meanwhile: keep one
+    if (!*out) {
+      pinned_.push_back({begin, end, dmabuf, access, mr, 1});
+      *out = mr;
+      return Status::ok();
+    }
+  }
+  v.dereg_mr(mr);
   return Status::ok();
 }
 
@@ -119,17 +134,17 @@ size_t RegionTable::pinned() const {
   return pinned_.size();
 }
 
-void RegionTable::add(IbRegion* r) {
+void RegionList::add(IbRegion* r) {
   std::lock_guard<std::mutex> lock(mutex_);
   regions_.push_back(r);
 }
 
-void RegionTable::remove(IbRegion* r) {
+void RegionList::remove(IbRegion* r) {
   std::lock_guard<std::mutex> lock(mutex_);
   regions_.erase(std::remove(regions_.begin(), regions_.end(), r), regions_.end());
 }
 
-bool RegionTable::find(uint64_t begin, size_t size, uint32_t* lkey, uint32_t* rkey) const {
+bool RegionList::find(uint64_t begin, size_t size, uint32_t* lkey, uint32_t* rkey) const {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const IbRegion* r : regions_) {
     if (!r->covers(begin, size)) continue;
@@ -140,13 +155,16 @@ bool RegionTable::find(uint64_t begin, size_t size, uint32_t* lkey, uint32_t* rk
   return false;
 }
 
-IbRegion::IbRegion(std::shared_ptr<RegionTable> table, ibv_mr* mr, uint64_t base, size_t length, bool gpu)
-    : table_(std::move(table)), mr_(mr), base_(base), length_(length), gpu_(gpu) {
-  table_->add(this);
+IbRegion::IbRegion(std::shared_ptr<RegionTable> table, std::shared_ptr<RegionList> comm_list, ibv_mr* mr, uint64_t base,
+                   size_t length, bool gpu)
+    : table_(std::move(table)), comm_list_(std::move(comm_list)), mr_(mr), base_(base), length_(length), gpu_(gpu) {
+  table_->regions().add(this);
+  if (comm_list_) comm_list_->add(this);
 }
 
 IbRegion::~IbRegion() {
-  table_->remove(this);
+  if (comm_list_) comm_list_->remove(this);
+  table_->regions().remove(this);
   table_->release(mr_);
 }
 
@@ -165,12 +183,12 @@ bool peer_memory_loaded(const std::string& sysfs_root, std::string* which) {
   return false;
 }
 
-Status register_region(const std::shared_ptr<RegionTable>& table, const MemoryDescriptor& memory, unsigned access,
-                       std::unique_ptr<MemoryRegion>* out) {
+Status register_region(const std::shared_ptr<RegionTable>& table, const std::shared_ptr<RegionList>& comm_list,
+                       const MemoryDescriptor& memory, unsigned access, std::unique_ptr<MemoryRegion>* out) {
   out->reset();
   const uint64_t base = reinterpret_cast<uintptr_t>(memory.data);
   if (memory.size == 0) {
-    *out = std::make_unique<IbRegion>(table, nullptr, base, 0, memory.is_gpu());
+    *out = std::make_unique<IbRegion>(table, comm_list, nullptr, base, 0, memory.is_gpu());
     return Status::ok();
   }
   if (!memory.data)
@@ -178,7 +196,7 @@ Status register_region(const std::shared_ptr<RegionTable>& table, const MemoryDe
   ibv_mr* mr = nullptr;
   Status st = table->acquire(memory, access, &mr);
   if (!st.is_ok()) return st;
-  *out = std::make_unique<IbRegion>(table, mr, base, memory.size, memory.is_gpu());
+  *out = std::make_unique<IbRegion>(table, comm_list, mr, base, memory.size, memory.is_gpu());
   return Status::ok();
 }
 

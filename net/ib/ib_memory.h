@@ -51,6 +51,21 @@ class PageBuffer {
 
 class IbRegion;
 
+// NCCL's registrations (the caller's buffers), looked up by address on every isend/irecv: one list
+// per comm (those made on it: the lookup that almost always succeeds, as short as before
+// registrations were the device's) and one per device (the rest).
+class RegionList {
+ public:
+  void add(IbRegion* r);
+  void remove(IbRegion* r);
+  // The keys of a registration covering [begin, begin+size); false when none does.
+  bool find(uint64_t begin, size_t size, uint32_t* lkey, uint32_t* rkey) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<IbRegion*> regions_;
+};
+
 // The registrations of one device, shared by its comms.
 class RegionTable {
  public:
@@ -66,10 +81,9 @@ class RegionTable {
   // Drops one reference; the last deregisters.
   void release(ibv_mr* mr);
 
-  void add(IbRegion* r);
-  void remove(IbRegion* r);
-  // The keys of a registration covering [begin, begin+size); false when none does.
-  bool find(uint64_t begin, size_t size, uint32_t* lkey, uint32_t* rkey) const;
+  // Every registration of the device, whichever comm it was made on.
+  RegionList& regions() { return regions_; }
+  const RegionList& regions() const { return regions_; }
   // Memory registrations alive (each pinned once, whatever its references).
   size_t pinned() const;
   const std::shared_ptr<DeviceContext>& device() const { return device_; }
@@ -83,9 +97,9 @@ class RegionTable {
     int references;
   };
   const std::shared_ptr<DeviceContext> device_;  // the protection domain outlives every registration
-  mutable std::mutex mutex_;
-  std::vector<IbRegion*> regions_;  // NCCL's registrations (the caller's buffer, for find)
+  mutable std::mutex mutex_;                     // guards pinned_; held while registering, never while looking up
   std::vector<Pinned> pinned_;
+  RegionList regions_;
 };
 
 // One registration; dropping it deregisters (NCCL's deregMr).
@@ -94,7 +108,9 @@ class IbRegion final : public MemoryRegion {
   // `base`/`length`: the caller's buffer (what covers() answers for); `mr` (a reference taken from
   // `table`, dropped here) may span more. `gpu`: GPU memory (a dma-buf or a CUDA pointer), which the
   // NIC's writes reach only in order with a flush.
-  IbRegion(std::shared_ptr<RegionTable> table, ibv_mr* mr, uint64_t base, size_t length, bool gpu);
+  // `comm_list`: the list of the comm it was made on (null: none), which it outlives if it must.
+  IbRegion(std::shared_ptr<RegionTable> table, std::shared_ptr<RegionList> comm_list, ibv_mr* mr, uint64_t base,
+           size_t length, bool gpu);
   ~IbRegion() override;
   bool covers(uint64_t begin, size_t size) const { return mr_ && begin >= base_ && begin + size <= base_ + length_; }
   uint32_t lkey() const { return mr_ ? mr_->lkey : 0; }
@@ -103,7 +119,8 @@ class IbRegion final : public MemoryRegion {
 
  private:
   const std::shared_ptr<RegionTable> table_;  // and through it the protection domain
-  ibv_mr* const mr_;                          // null for an empty registration
+  const std::shared_ptr<RegionList> comm_list_;
+  ibv_mr* const mr_;  // null for an empty registration
   const uint64_t base_;
   const size_t length_;
   const bool gpu_;
@@ -118,7 +135,7 @@ bool peer_memory_loaded(const std::string& sysfs_root, std::string* which);
 // page-rounded at their own addresses (the peer-memory client pins the GPU pages behind them), a
 // dma-buf at the buffer's device address; inside a live registration, a reference to it. Zero bytes
 // register nothing (a zero-byte message needs no key). Errors name the call, the size and the device.
-Status register_region(const std::shared_ptr<RegionTable>& table, const MemoryDescriptor& memory, unsigned access,
-                       std::unique_ptr<MemoryRegion>* out);
+Status register_region(const std::shared_ptr<RegionTable>& table, const std::shared_ptr<RegionList>& comm_list,
+                       const MemoryDescriptor& memory, unsigned access, std::unique_ptr<MemoryRegion>* out);
 
 }  // namespace sieve::net::ib
