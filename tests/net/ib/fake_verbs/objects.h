@@ -46,9 +46,12 @@ struct Port {
   // routers (0xc000 - lid: never the port's own LID in practice), carried in its routable GID at
   // index 1 as NVIDIA's routers define it: fec0:0000:<FLID>:<low 16 bits of the subnet prefix>:GUID.
   uint16_t flid = 0;
-  ibv_gid gids[2]{};
-  ibv_gid_type gid_types[2]{};
+  // The GID table: gid_count entries (gid_tbl_len); an entry of zeros is empty (an address removed).
+  static constexpr int kMaxGids = 4;
+  ibv_gid gids[kMaxGids]{};
+  ibv_gid_type gid_types[kMaxGids]{};
   int gid_count = 0;
+  bool gid_populated(int index) const;
   int listen_fd = -1;
   bool active = true;  // IBV_PORT_ACTIVE, else DOWN: nothing leaves or arrives through it
   std::chrono::steady_clock::time_point down_since{};
