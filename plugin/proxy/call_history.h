@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "plugin/proxy/proxy_types.h"
+#include "plugin/proxy/types.h"
 
 namespace sieve::plugin::proxy {
 

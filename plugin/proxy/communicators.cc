@@ -1,5 +1,5 @@
 // The proxy's communicators, NCCL groups, aborts and hang forensics. Commits and learned-mask votes
-// are in proxy_commit.cc, what each collective runs in proxy_collectives.cc.
+// are in commit.cc, what each collective runs in collectives.cc.
 #include "plugin/proxy/proxy.h"
 
 #include <algorithm>

@@ -15,7 +15,7 @@
 #include <memory>
 
 #include "compress/mask.h"
-#include "plugin/proxy/proxy_types.h"
+#include "plugin/proxy/types.h"
 
 namespace sieve::plugin::proxy {
 

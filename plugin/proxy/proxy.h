@@ -71,7 +71,7 @@ enum class Path {
 };
 const char* path_name(Path path);
 
-// A commit whose vote is issued and whose verdict is not read yet (inside a group): proxy_commit.cc.
+// A commit whose vote is issued and whose verdict is not read yet (inside a group): commit.cc.
 struct PendingCommit;
 
 // What a commit decided on its communicator (sieve_commit_result_t).
@@ -251,14 +251,14 @@ class Proxy {
     CommState& cs;
   };
 
-  // Commits (proxy_commit.cc).
+  // Commits (commit.cc).
   int run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* outcome);
   int finish_commit(CommState& cs, Stream stream, PendingCommit& pending);
   void withdraw_commit(CommState& cs, PendingCommit& pending);
   void apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outcome);
   int vote_learned(CommState& cs, LearnedSignature& sig, Stream stream);
 
-  // Collectives (proxy_collectives.cc).
+  // Collectives (collectives.cc).
   static CallKind call_kind(Coll coll);
   const ActiveEntry* match(CommState& cs, const void* base, uint64_t count, ElemType type);
   const ActiveEntry* match_cycle(CommState& cs, compress::MaskTarget target, uint64_t count, ElemType type);

@@ -1,4 +1,4 @@
-#include "plugin/proxy/proxy_types.h"
+#include "plugin/proxy/types.h"
 
 #include <cmath>
 #include <cstring>
