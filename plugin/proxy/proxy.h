@@ -279,12 +279,14 @@ class Proxy {
   int share_verdicts(std::vector<VerifyVerdict>& verdicts);
   int learned_all_reduce(Call& call, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op,
                          Path* path);
-  // What must follow a collective: now (after its kernel is on the stream), or after the group.
-  int after(Call& call, int rc, Deferred&& work);
   int run_after(Deferred& work);
+  void warn_uncommitted(CommState& cs, uint64_t count);
+
+  // Groups (groups.cc). What must follow a collective: now (after its kernel is on the stream), or
+  // after the group.
+  int after(Call& call, int rc, Deferred&& work);
   int run_group_end(ThreadState& ts);
   void close_groups(ThreadState& ts);
-  void warn_uncommitted(CommState& cs, uint64_t count);
 
   const uint64_t id_;  // this instance, for the calling thread's cache of its state
   DeviceBackend& backend_;
