@@ -85,12 +85,7 @@ int Proxy::enter(Comm comm, std::shared_ptr<CommState>* out) {
       return kResultSuccess;
     }
   }
-  *out = nullptr;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = comms_.find(comm);
-    if (it != comms_.end()) *out = it->second;
-  }
+  *out = find(comm);
   if (!*out) {
     auto cs = std::make_shared<CommState>(comm);
     if (int rc = backend_.comm_shape(comm, &cs->nranks, &cs->rank)) return rc;
@@ -118,13 +113,8 @@ int Proxy::begin_call(Call& call) {
 
 bool Proxy::release(Comm comm, const char* why) {
   if (why) report(why);  // first: the report names the communicator and what it waits for
-  std::shared_ptr<CommState> cs;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = comms_.find(comm);
-    if (it == comms_.end()) return false;
-    cs = it->second;
-  }
+  const std::shared_ptr<CommState> cs = find(comm);
+  if (!cs) return false;
   // Whoever claims the abort first owns it: the proxy's own fail_comm, or this caller.
   int owner = 0;
   const bool proxy_aborted =
@@ -139,12 +129,7 @@ bool Proxy::release(Comm comm, const char* why) {
 }
 
 int Proxy::async_error(Comm comm, int* error) {
-  std::shared_ptr<CommState> cs;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = comms_.find(comm);
-    if (it != comms_.end()) cs = it->second;
-  }
+  const std::shared_ptr<CommState> cs = find(comm);
   if (!cs) return backend_.comm_async_error(comm, error);
   // Counted in `polling` before the flag is read: an abort raises the flag first and then waits for
   // `polling` to drop, so either it sees this poll and waits, or this poll sees the flag and leaves.
@@ -170,51 +155,38 @@ void Proxy::forget(Comm comm) {
 }
 
 bool Proxy::aborted(Comm comm) const {
+  const std::shared_ptr<CommState> cs = find(comm);
+  return cs && cs->failed.load(std::memory_order_acquire);
+}
+
+std::shared_ptr<Proxy::CommState> Proxy::find(Comm comm) const {
   std::lock_guard lock(mutex_);
   auto it = comms_.find(comm);
-  return it != comms_.end() && it->second->failed.load(std::memory_order_acquire);
+  return it == comms_.end() ? nullptr : it->second;
+}
+
+template <typename T, typename Read> T Proxy::read_locked(Comm comm, T absent, Read read) const {
+  const std::shared_ptr<CommState> cs = find(comm);
+  if (!cs) return absent;
+  std::lock_guard lock(cs->mutex);
+  return read(*cs);
 }
 
 size_t Proxy::active_entries(Comm comm) const {
-  std::shared_ptr<CommState> cs;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = comms_.find(comm);
-    if (it == comms_.end()) return 0;
-    cs = it->second;
-  }
-  std::lock_guard lock(cs->mutex);
-  return cs->active.size();
+  return read_locked<size_t>(comm, 0, [](const CommState& cs) { return cs.active.size(); });
 }
 
 size_t Proxy::graph_plans(Comm comm) const {
-  std::shared_ptr<CommState> cs;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = comms_.find(comm);
-    if (it == comms_.end()) return 0;
-    cs = it->second;
-  }
-  std::lock_guard lock(cs->mutex);
-  return cs->graph_plans.size();
-}
-
-uint64_t Proxy::mask_violations(Comm comm) const {
-  std::lock_guard lock(mutex_);
-  auto it = comms_.find(comm);
-  return it == comms_.end() ? 0 : it->second->mask_violations.load(std::memory_order_relaxed);
+  return read_locked<size_t>(comm, 0, [](const CommState& cs) { return cs.graph_plans.size(); });
 }
 
 uint64_t Proxy::commits(Comm comm) const {
-  std::shared_ptr<CommState> cs;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = comms_.find(comm);
-    if (it == comms_.end()) return 0;
-    cs = it->second;
-  }
-  std::lock_guard lock(cs->mutex);
-  return cs->commits;
+  return read_locked<uint64_t>(comm, 0, [](const CommState& cs) { return cs.commits; });
+}
+
+uint64_t Proxy::mask_violations(Comm comm) const {
+  const std::shared_ptr<CommState> cs = find(comm);  // an atomic: no lock a call may hold
+  return cs ? cs->mask_violations.load(std::memory_order_relaxed) : 0;
 }
 
 int Proxy::fail_comm(CommState& cs, int rc, const std::string& what) {

@@ -238,6 +238,11 @@ class Proxy {
     CommitOutcome outcome;
   };
 
+  // The communicator's state, or null: found under the map's lock, which is never held longer.
+  std::shared_ptr<CommState> find(Comm comm) const;
+  // read(state) under the communicator's own lock (a call's: it waits for the call to return), or
+  // `absent` for a communicator the proxy never saw.
+  template <typename T, typename Read> T read_locked(Comm comm, T absent, Read read) const;
   int enter(Comm comm, std::shared_ptr<CommState>* out);
   int begin_call(Call& call);
   int capturing(Call& call, bool* out);
