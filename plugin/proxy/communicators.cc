@@ -218,7 +218,7 @@ void Proxy::report(const char* why) const {
   else SIEVE_WARN("%s", text.c_str());
 }
 
-void Proxy::note(CommState& cs, CallKind kind, ReduceOp op, ElemType type, CallPath path, uint64_t count) {
+void Proxy::note(CommState& cs, CallKind kind, ReduceOp op, std::optional<DType> type, CallPath path, uint64_t count) {
   CallRecord r;
   r.kind = kind;
   r.op = op;

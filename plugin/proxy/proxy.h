@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -86,11 +87,11 @@ class Proxy {
  public:
   Proxy(DeviceBackend& backend, const compress::MaskRegistry& registry, ProxyOptions options, ProcessStats& stats);
 
-  int all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm, Stream stream,
+  int all_reduce(const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm, Stream stream,
                  Path* path = nullptr);
-  int reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op, Comm comm,
+  int reduce_scatter(const void* send, void* recv, uint64_t recv_count, DType type, ReduceOp op, Comm comm,
                      Stream stream, Path* path = nullptr);
-  int all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm, Stream stream,
+  int all_gather(const void* send, void* recv, uint64_t send_count, DType type, Comm comm, Stream stream,
                  Path* path = nullptr);
   // A collective the proxy never changes (a type or an op it does not know: NCCL's own arguments go
   // to NCCL unchanged): counted in the communicator's sequence; an error when the proxy aborted it.
@@ -168,7 +169,7 @@ class Proxy {
     std::vector<std::shared_ptr<EntryPlan>> graph_plans;  // captured, no longer active: kept for replays
     // Shared with deferred work: a commit at a group's end may drop them while a record of the same
     // group still waits to run.
-    std::map<std::pair<uint64_t, ElemType>, std::shared_ptr<LearnedSignature>> learned;
+    std::map<std::pair<uint64_t, DType>, std::shared_ptr<LearnedSignature>> learned;
     std::unique_ptr<Exchange> vote;  // the commit's and learned votes' staging
     // SIEVE_PROXY_VERIFY inside a CUDA graph: a fixed "no difference" vote, never rewritten, so that a
     // captured call issues the same shared verdict as an eager one on another rank (a graph cannot
@@ -248,7 +249,7 @@ class Proxy {
   int capturing(Call& call, bool* out);
   ThreadState& thread_state();
   int fail_comm(CommState& cs, int rc, const std::string& what);
-  void note(CommState& cs, CallKind kind, ReduceOp op, ElemType type, CallPath path, uint64_t count);
+  void note(CommState& cs, CallKind kind, ReduceOp op, std::optional<DType> type, CallPath path, uint64_t count);
   // A host wait on a communicator: names it for dumps while it lasts.
   struct Waiting {
     Waiting(CommState& state, const char* what) : cs(state) { cs.waiting_for.store(what, std::memory_order_relaxed); }
@@ -265,12 +266,11 @@ class Proxy {
 
   // Collectives (collectives.cc).
   static CallKind call_kind(Coll coll);
-  const ActiveEntry* match(CommState& cs, const void* base, uint64_t count, ElemType type);
-  const ActiveEntry* match_cycle(CommState& cs, compress::MaskTarget target, uint64_t count, ElemType type);
+  const ActiveEntry* match(CommState& cs, const void* base, uint64_t count, DType type);
+  const ActiveEntry* match_cycle(CommState& cs, compress::MaskTarget target, uint64_t count, DType type);
   bool whole_count(uint64_t per_rank, int nranks, uint64_t* count) const;
-  int dense(Coll coll, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
-            Stream stream);
-  int sharded(Coll coll, const void* send, void* recv, uint64_t per_rank, ElemType type, ReduceOp op, Comm comm,
+  int dense(Coll coll, const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm, Stream stream);
+  int sharded(Coll coll, const void* send, void* recv, uint64_t per_rank, DType type, ReduceOp op, Comm comm,
               Stream stream, Path* path);
   int compact(Call& call, Compaction& c, Path* path);
   int compact_in(CommState& cs, const Compaction& c, Stream stream);
@@ -282,8 +282,7 @@ class Proxy {
   // This rank's verdict (empty `what`: no difference): shared now, or at the group's end.
   int verdict(CommState& cs, Stream stream, const std::string& what, bool captured);
   int share_verdicts(std::vector<VerifyVerdict>& verdicts);
-  int learned_all_reduce(Call& call, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op,
-                         Path* path);
+  int learned_all_reduce(Call& call, const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Path* path);
   int run_after(Deferred& work);
   void warn_uncommitted(CommState& cs, uint64_t count);
 

@@ -5,41 +5,41 @@
 
 namespace sieve::plugin::proxy {
 
-size_t element_size(ElemType type) {
+bool compactable(DType type) {
   switch (type) {
-    case ElemType::kF32: return 4;
-    case ElemType::kF16: return 2;
-    case ElemType::kBF16: return 2;
-    case ElemType::kF64: return 8;
-    case ElemType::kI64: return 8;
-    case ElemType::kOther: return 0;
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kF64: return true;
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kI32:
+    case DType::kI64: return false;
   }
-  return 0;
+  return false;
 }
 
-bool compactable(ElemType type) { return type != ElemType::kI64 && type != ElemType::kOther; }
-
-double element_value(ElemType type, const void* element) {
+double element_value(DType type, const void* element) {
   uint64_t bits = 0;
-  std::memcpy(&bits, element, element_size(type));
+  std::memcpy(&bits, element, compress::dtype_size(type));
   switch (type) {
-    case ElemType::kF32: {
+    case DType::kF32: {
       float f;
       std::memcpy(&f, &bits, 4);
       return f;
     }
-    case ElemType::kF64: {
+    case DType::kF64: {
       double d;
       std::memcpy(&d, &bits, 8);
       return d;
     }
-    case ElemType::kBF16: {  // the top half of an f32
+    case DType::kBF16: {  // the top half of an f32
       const uint32_t wide = uint32_t(bits) << 16;
       float f;
       std::memcpy(&f, &wide, 4);
       return f;
     }
-    case ElemType::kF16: {
+    case DType::kF16: {
       const int sign = (bits >> 15) & 1, exponent = (bits >> 10) & 0x1f, fraction = bits & 0x3ff;
       double v;
       if (exponent == 0) v = std::ldexp(double(fraction), -24);  // zero and subnormals
@@ -47,22 +47,12 @@ double element_value(ElemType type, const void* element) {
       else v = std::ldexp(double(fraction | 0x400), exponent - 25);
       return sign ? -v : v;
     }
-    case ElemType::kI64: return double(int64_t(bits));
-    case ElemType::kOther: return 0;
+    case DType::kI8: return double(int8_t(bits));
+    case DType::kU8: return double(uint8_t(bits));
+    case DType::kI32: return double(int32_t(bits));
+    case DType::kI64: return double(int64_t(bits));
   }
   return 0;
-}
-
-const char* elem_type_name(ElemType type) {
-  switch (type) {
-    case ElemType::kF32: return "f32";
-    case ElemType::kF16: return "f16";
-    case ElemType::kBF16: return "bf16";
-    case ElemType::kF64: return "f64";
-    case ElemType::kI64: return "i64";
-    case ElemType::kOther: return "other";
-  }
-  return "other";
 }
 
 const char* reduce_op_name(ReduceOp op) {
@@ -78,41 +68,31 @@ const char* reduce_op_name(ReduceOp op) {
   return "other";
 }
 
-std::optional<compress::DType> published_dtype(ElemType type) {
-  switch (type) {
-    case ElemType::kF32: return compress::DType::kF32;
-    case ElemType::kF16: return compress::DType::kF16;
-    case ElemType::kBF16: return compress::DType::kBF16;
-    case ElemType::kF64: return compress::DType::kF64;
-    case ElemType::kI64: return std::nullopt;
-    case ElemType::kOther: return std::nullopt;
-  }
-  return std::nullopt;
-}
-
 namespace {
 
 // IEEE bit pattern of +1 in each type.
-uint64_t one_bits(ElemType type) {
+uint64_t one_bits(DType type) {
   switch (type) {
-    case ElemType::kF32: return 0x3F800000ull;
-    case ElemType::kF16: return 0x3C00ull;
-    case ElemType::kBF16: return 0x3F80ull;
-    case ElemType::kF64: return 0x3FF0000000000000ull;
-    case ElemType::kI64: return 0;
-    case ElemType::kOther: return 0;
+    case DType::kF32: return 0x3F800000ull;
+    case DType::kF16: return 0x3C00ull;
+    case DType::kBF16: return 0x3F80ull;
+    case DType::kF64: return 0x3FF0000000000000ull;
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kI32:
+    case DType::kI64: return 0;  // never compacted: no flag
   }
   return 0;
 }
 
-uint64_t sign_bit(ElemType type) { return element_size(type) ? 1ull << (element_size(type) * 8 - 1) : 0; }
+uint64_t sign_bit(DType type) { return 1ull << (compress::dtype_size(type) * 8 - 1); }
 
 }  // namespace
 
-FlagEncoding flag_encoding(ElemType type) { return FlagEncoding{0, one_bits(type)}; }
+FlagEncoding flag_encoding(DType type) { return FlagEncoding{0, one_bits(type)}; }
 
-bool flag_reports_violation(ElemType type, uint64_t reduced_bits) {
-  const size_t bits = element_size(type) * 8;
+bool flag_reports_violation(DType type, uint64_t reduced_bits) {
+  const size_t bits = compress::dtype_size(type) * 8;
   const uint64_t value_mask = bits >= 64 ? ~0ull : ((1ull << bits) - 1);
   return (reduced_bits & value_mask & ~sign_bit(type)) != 0;
 }

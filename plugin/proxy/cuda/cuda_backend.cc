@@ -26,15 +26,18 @@ int cuda_fail(cudaError_t err, const char* what) {
 cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s); }
 ncclComm_t as_comm(Comm c) { return static_cast<ncclComm_t>(const_cast<void*>(c)); }
 
-ncclDataType_t nccl_type(ElemType t) {
+ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case ElemType::kF32: return ncclFloat32;
-    case ElemType::kF16: return ncclFloat16;
-    case ElemType::kBF16: return ncclBfloat16;
-    case ElemType::kF64: return ncclFloat64;
-    case ElemType::kI64: return ncclInt64;
-    default: return ncclNumTypes;
+    case DType::kF32: return ncclFloat32;
+    case DType::kF16: return ncclFloat16;
+    case DType::kBF16: return ncclBfloat16;
+    case DType::kF64: return ncclFloat64;
+    case DType::kI8: return ncclInt8;
+    case DType::kU8: return ncclUint8;
+    case DType::kI32: return ncclInt32;
+    case DType::kI64: return ncclInt64;
   }
+  return ncclNumTypes;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
@@ -180,7 +183,7 @@ std::string cuda_problem() {
   return "";
 }
 
-int CudaBackend::all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
+int CudaBackend::all_reduce(const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm,
                             Stream stream) {
   const RealNccl& real = real_nccl();
   if (!real.all_reduce) return kResultSystemError;
@@ -188,8 +191,8 @@ int CudaBackend::all_reduce(const void* send, void* recv, uint64_t count, ElemTy
   return real.all_reduce(send, recv, size_t(count), nccl_type(type), nccl_op(op), as_comm(comm), as_stream(stream));
 }
 
-int CudaBackend::reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op,
-                                Comm comm, Stream stream) {
+int CudaBackend::reduce_scatter(const void* send, void* recv, uint64_t recv_count, DType type, ReduceOp op, Comm comm,
+                                Stream stream) {
   const RealNccl& real = real_nccl();
   if (!real.reduce_scatter) return kResultSystemError;
   if (nccl_type(type) == ncclNumTypes || nccl_op(op) == ncclNumOps) return kResultInvalidArgument;
@@ -197,8 +200,7 @@ int CudaBackend::reduce_scatter(const void* send, void* recv, uint64_t recv_coun
                              as_stream(stream));
 }
 
-int CudaBackend::all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm,
-                            Stream stream) {
+int CudaBackend::all_gather(const void* send, void* recv, uint64_t send_count, DType type, Comm comm, Stream stream) {
   const RealNccl& real = real_nccl();
   if (!real.all_gather) return kResultSystemError;
   if (nccl_type(type) == ncclNumTypes) return kResultInvalidArgument;
@@ -411,10 +413,11 @@ int CudaBackend::create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) {
   return kResultSuccess;
 }
 
-int CudaBackend::record_nonzero(LagSlot& slot, const void* buf, uint64_t count, ElemType type, Stream stream) {
+int CudaBackend::record_nonzero(LagSlot& slot, const void* buf, uint64_t count, DType type, Stream stream) {
   auto& s = static_cast<CudaSlot&>(slot);
-  if (int rc = cuda_fail(cudaError_t(kernels::nonzero_bitmap(element_size(type), buf, count, s.device_bits, stream)),
-                         "the nonzero-pattern kernel"))
+  if (int rc =
+          cuda_fail(cudaError_t(kernels::nonzero_bitmap(compress::dtype_size(type), buf, count, s.device_bits, stream)),
+                    "the nonzero-pattern kernel"))
     return rc;
   if (int rc = cuda_fail(cudaMemcpyAsync(s.host + 2, s.device_bits, s.words32 * sizeof(uint32_t),
                                          cudaMemcpyDeviceToHost, as_stream(stream)),
