@@ -52,12 +52,11 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   }
 }
 
-// The communicator's error, or success while it is healthy (in progress counts as healthy). No
-// communicator (the kernel tests): nothing to ask. Never touches a communicator being aborted
-// (CommLiveness: the abort waits for `polling` to drop before NCCL frees it).
-int comm_error(Comm comm, CommLiveness& live, bool* aborting) {
+// One ncclCommGetAsyncError into *state, counted in `polling`: never touches a communicator being
+// aborted (CommLiveness: the abort waits for `polling` to drop before NCCL frees it), which is
+// kResultInvalidUsage with *aborting set. Otherwise the call's own result.
+int poll_async_error(Comm comm, CommLiveness& live, ncclResult_t* state, bool* aborting) {
   *aborting = false;
-  if (!comm) return kResultSuccess;
   live.polling.fetch_add(1, std::memory_order_seq_cst);
   if (!live.alive()) {
     live.polling.fetch_sub(1, std::memory_order_seq_cst);
@@ -65,10 +64,18 @@ int comm_error(Comm comm, CommLiveness& live, bool* aborting) {
     return kResultInvalidUsage;
   }
   const RealNccl& real = real_nccl();
-  ncclResult_t state = ncclSuccess;
-  const bool asked = real.comm_get_async_error && real.comm_get_async_error(as_comm(comm), &state) == ncclSuccess;
+  const ncclResult_t r = real.comm_get_async_error ? real.comm_get_async_error(as_comm(comm), state) : ncclSystemError;
   live.polling.fetch_sub(1, std::memory_order_seq_cst);
-  if (!asked) return kResultSystemError;
+  return int(r);
+}
+
+// The communicator's error, or success while it is healthy (in progress counts as healthy). No
+// communicator (the kernel tests): nothing to ask.
+int comm_error(Comm comm, CommLiveness& live, bool* aborting) {
+  *aborting = false;
+  if (!comm) return kResultSuccess;
+  ncclResult_t state = ncclSuccess;
+  if (int rc = poll_async_error(comm, live, &state, aborting)) return *aborting ? rc : kResultSystemError;
   return state == ncclInProgress ? kResultSuccess : int(state);
 }
 
@@ -236,17 +243,9 @@ int CudaBackend::comm_shape(Comm comm, int* nranks, int* rank) {
 int CudaBackend::wait_enqueued(Comm comm, CommLiveness& live) {
   auto pause = std::chrono::microseconds(1);
   for (;;) {
-    live.polling.fetch_add(1, std::memory_order_seq_cst);
-    if (!live.alive()) {
-      live.polling.fetch_sub(1, std::memory_order_seq_cst);
-      return kResultInvalidUsage;
-    }
-    const RealNccl& real = real_nccl();
     ncclResult_t state = ncclSuccess;
-    const ncclResult_t r =
-        real.comm_get_async_error ? real.comm_get_async_error(as_comm(comm), &state) : ncclSystemError;
-    live.polling.fetch_sub(1, std::memory_order_seq_cst);
-    if (r != ncclSuccess) return int(r);
+    bool aborting = false;
+    if (int rc = poll_async_error(comm, live, &state, &aborting)) return rc;
     if (state != ncclInProgress) return int(state);
     std::this_thread::sleep_for(pause);
     if (pause < std::chrono::microseconds(500)) pause *= 2;
