@@ -127,12 +127,9 @@ bool Proxy::premul_sum_known(Comm comm, int32_t handle) {
 }
 
 int Proxy::pass_through(Comm comm, CallKind kind, uint64_t count) {
-  std::shared_ptr<CommState> state;
-  if (int rc = enter(comm, &state)) return rc;
-  std::lock_guard lock(state->mutex);
-  Call call{state, nullptr};
-  if (int rc = begin_call(call)) return rc;
-  note(*state, kind, ReduceOp::kOther, std::nullopt, CallPath::kDense, count);
+  Call call;
+  if (int rc = begin_call(comm, nullptr, &call)) return rc;
+  note(*call.state, kind, ReduceOp::kOther, std::nullopt, CallPath::kDense, count);
   add(stats_.collectives_dense, 1);
   return kResultSuccess;
 }
@@ -145,12 +142,9 @@ int Proxy::all_reduce(const void* send, void* recv, uint64_t count, DType type, 
   ThreadState& ts = thread_state();
   const bool token = ts.armed_token && send == ts.armed_token && recv == send && count == kVoteWords &&
                      type == DType::kI64 && op == ReduceOp::kMax;
-  std::shared_ptr<CommState> state;
-  if (int rc = enter(comm, &state)) return rc;
-  std::lock_guard lock(state->mutex);
-  Call call{state, stream};
-  if (int rc = begin_call(call)) return rc;
-  CommState& cs = *state;
+  Call call;
+  if (int rc = begin_call(comm, stream, &call)) return rc;
+  CommState& cs = *call.state;
   if (token) {
     ts.armed_token = nullptr;
     *path = Path::kCommit;
@@ -209,12 +203,9 @@ int Proxy::sharded(Coll coll, const void* send, void* recv, uint64_t per_rank, D
   Path ignored;
   if (!path) path = &ignored;
   *path = Path::kPassThrough;
-  std::shared_ptr<CommState> state;
-  if (int rc = enter(comm, &state)) return rc;
-  std::lock_guard lock(state->mutex);
-  Call call{state, stream};
-  if (int rc = begin_call(call)) return rc;
-  CommState& cs = *state;
+  Call call;
+  if (int rc = begin_call(comm, stream, &call)) return rc;
+  CommState& cs = *call.state;
   const bool gather = coll == Coll::kAllGather;
   uint64_t count = 0;
   if (cs.agreed && options_.enabled && compactable(type) && reduces(op) && whole_count(per_rank, cs.nranks, &count) &&

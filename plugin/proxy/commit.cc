@@ -46,11 +46,8 @@ bool Proxy::commit_outcome(const void* token, CommitOutcome* out) {
 int Proxy::commit(Comm comm, Stream stream, uint32_t flags, CommitOutcome* outcome) {
   CommitOutcome ignored;
   if (!outcome) outcome = &ignored;
-  std::shared_ptr<CommState> state;
-  if (int rc = enter(comm, &state)) return rc;
-  std::lock_guard lock(state->mutex);
-  Call call{state, stream};
-  if (int rc = begin_call(call)) return rc;
+  Call call;
+  if (int rc = begin_call(comm, stream, &call)) return rc;
   return run_commit(call, flags, nullptr, outcome);
 }
 

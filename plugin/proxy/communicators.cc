@@ -99,8 +99,11 @@ int Proxy::enter(Comm comm, std::shared_ptr<CommState>* out) {
   return kResultSuccess;
 }
 
-int Proxy::begin_call(Call& call) {
-  CommState& cs = *call.state;
+int Proxy::begin_call(Comm comm, Stream stream, Call* call) {
+  if (int rc = enter(comm, &call->state)) return rc;
+  call->stream = stream;
+  call->lock = std::unique_lock(call->state->mutex);
+  CommState& cs = *call->state;
   if (!cs.live.alive() || cs.failed.load(std::memory_order_acquire)) {
     if (!cs.warned_failed) {
       cs.warned_failed = true;

@@ -184,10 +184,12 @@ class Proxy {
     uint64_t group_serial = 0;
     bool group_open = false;
   };
+  // One call from the trainer on a communicator; holds the communicator's lock until it returns.
   struct Call {
     std::shared_ptr<CommState> state;
-    Stream stream;
+    Stream stream = nullptr;
     int capturing = -1;  // -1: not asked yet
+    std::unique_lock<std::mutex> lock;
   };
   enum class Coll { kAllReduce, kReduceScatter, kAllGather };
   // One compacted collective: gathered before its collective, scattered after (inside a group: the
@@ -245,7 +247,9 @@ class Proxy {
   // `absent` for a communicator the proxy never saw.
   template <typename T, typename Read> T read_locked(Comm comm, T absent, Read read) const;
   int enter(Comm comm, std::shared_ptr<CommState>* out);
-  int begin_call(Call& call);
+  // Finds (or makes) the communicator's state and takes its lock into *call; an error, and nothing
+  // run, on a communicator that was aborted.
+  int begin_call(Comm comm, Stream stream, Call* call);
   int capturing(Call& call, bool* out);
   ThreadState& thread_state();
   int fail_comm(CommState& cs, int rc, const std::string& what);
