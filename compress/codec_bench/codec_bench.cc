@@ -23,28 +23,16 @@
 #include <vector>
 
 #include "compress/codec.h"
+#include "compress/codec_bench/sparse_data.h"
 
 namespace {
 
 using sieve::compress::CodecOptions;
 using sieve::compress::DecodeStatus;
 using sieve::compress::SimdLevel;
+using sieve::compress::sparse_data;
 
 size_t g_buffer_bytes = 1 << 20;
-
-std::vector<uint8_t> sparse_data(size_t bytes, size_t element_size, double density) {
-  std::mt19937_64 rng(42);
-  std::bernoulli_distribution keep(density);
-  std::vector<uint8_t> data(bytes, 0);
-  for (size_t i = 0; i + element_size <= bytes; i += element_size) {
-    if (!keep(rng)) continue;
-    uint64_t v;
-    do v = rng();
-    while ((v & ((uint64_t{1} << (8 * element_size)) - 1)) == 0);
-    std::memcpy(&data[i], &v, element_size);
-  }
-  return data;
-}
 
 void report(benchmark::State& state, size_t raw, size_t encoded) {
   // Raw bytes per second, decimal (the unit of the project's GB/s bar): the library divides a rate
@@ -56,7 +44,7 @@ void report(benchmark::State& state, size_t raw, size_t encoded) {
 }
 
 void bench_encode(benchmark::State& state, SimdLevel level, size_t element, double density) {
-  const auto src = sparse_data(g_buffer_bytes, element, density);
+  const auto src = sparse_data(g_buffer_bytes, element, density, /*seed=*/42);
   std::vector<uint8_t> dst(sieve::compress::encode_bound(src.size()));
   CodecOptions o;
   o.simd = level;
@@ -69,7 +57,7 @@ void bench_encode(benchmark::State& state, SimdLevel level, size_t element, doub
 }
 
 void bench_decode(benchmark::State& state, SimdLevel level, size_t element, double density) {
-  const auto src = sparse_data(g_buffer_bytes, element, density);
+  const auto src = sparse_data(g_buffer_bytes, element, density, /*seed=*/42);
   std::vector<uint8_t> frame(sieve::compress::encode_bound(src.size())), out(src.size());
   CodecOptions o;
   o.simd = level;

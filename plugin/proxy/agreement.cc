@@ -21,16 +21,6 @@ uint64_t mix(uint64_t h, uint64_t v) {
   return h;
 }
 
-std::optional<ElemType> elem_type_of(compress::DType dtype) {
-  switch (dtype) {
-    case compress::DType::kF32: return ElemType::kF32;
-    case compress::DType::kF16: return ElemType::kF16;
-    case compress::DType::kBF16: return ElemType::kBF16;
-    case compress::DType::kF64: return ElemType::kF64;
-    default: return std::nullopt;
-  }
-}
-
 // Address-free: what a rank published, in publish order, never where its allocator put it.
 uint64_t table_hash(const compress::StagedEntries& entries,
                     const std::vector<std::shared_ptr<const compress::Mask>>* masks, uint32_t flags) {
@@ -63,9 +53,9 @@ bool prepare(const AgreementContext& ctx, const compress::StagedEntries& entries
       auto it = ctx.reusable->find(entries[i]->id());
       if (it != ctx.reusable->end() && it->second->verifies() == ctx.verify) entry.plan = it->second;
     }
-    const std::optional<ElemType> type = elem_type_of(entries[i]->dtype());
-    if (!entry.plan && type) {
-      PlanSpec spec{*type, ctx.rules, ctx.nranks, /*with_flag=*/false, ctx.verify};
+    const DType type = entries[i]->dtype();
+    if (!entry.plan && compactable(type)) {
+      PlanSpec spec{type, ctx.rules, ctx.nranks, /*with_flag=*/false, ctx.verify};
       if (EntryPlan::build(ctx.backend, masks[i], spec, &entry.plan, why)) return false;
     }
     out->push_back(std::move(entry));

@@ -7,10 +7,13 @@ namespace sieve::plugin::proxy {
 
 namespace {
 
-// A pre-multiplied sum keeps its kind, not its handle: 0xff.
+// A pre-multiplied sum keeps its kind, not its handle: 0xff; no type (one passed through): 0xff.
+constexpr uint64_t kNone = 0xff;
+
 uint64_t pack(const CallRecord& r) {
-  const uint64_t op = is_premul_sum(r.op) ? 0xff : uint64_t(r.op);
-  return uint64_t(r.kind) | op << 8 | uint64_t(r.type) << 16 | uint64_t(r.path) << 24;
+  const uint64_t op = is_premul_sum(r.op) ? kNone : uint64_t(r.op);
+  const uint64_t type = r.type ? uint64_t(*r.type) : kNone;
+  return uint64_t(r.kind) | op << 8 | type << 16 | uint64_t(r.path) << 24;
 }
 
 const char* kind_name(CallKind kind) {
@@ -65,8 +68,8 @@ std::vector<CallRecord> CallHistory::recent() const {
     if (s.seq.load(std::memory_order_relaxed) != seq) continue;  // rewritten while read
     r.seq = seq;
     r.kind = CallKind(shape & 0xff);
-    r.op = ((shape >> 8) & 0xff) == 0xff ? premul_sum(0) : ReduceOp((shape >> 8) & 0xff);
-    r.type = ElemType((shape >> 16) & 0xff);
+    r.op = ((shape >> 8) & 0xff) == kNone ? premul_sum(0) : ReduceOp((shape >> 8) & 0xff);
+    if (((shape >> 16) & 0xff) != kNone) r.type = DType((shape >> 16) & 0xff);
     r.path = CallPath((shape >> 24) & 0xff);
     out.push_back(r);
   }
@@ -77,8 +80,8 @@ std::string describe(const CallRecord& r) {
   char line[256];
   const bool reduces = r.kind == CallKind::kAllReduce || r.kind == CallKind::kReduceScatter;
   std::snprintf(line, sizeof line, "#%" PRIu64 " %s%s%s %s x %" PRIu64 " %s table %016" PRIx64, r.seq,
-                kind_name(r.kind), reduces ? " " : "", reduces ? reduce_op_name(r.op) : "", elem_type_name(r.type),
-                r.count, path_text(r.path), r.table);
+                kind_name(r.kind), reduces ? " " : "", reduces ? reduce_op_name(r.op) : "",
+                r.type ? compress::dtype_name(*r.type) : "other", r.count, path_text(r.path), r.table);
   return line;
 }
 

@@ -10,10 +10,11 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "plugin/proxy/proxy_types.h"
+#include "plugin/proxy/types.h"
 
 namespace sieve::plugin::proxy {
 
@@ -25,7 +26,7 @@ struct CallRecord {
   uint64_t seq = 0;  // 1 for the communicator's first call seen by the proxy
   CallKind kind = CallKind::kAllReduce;
   ReduceOp op = ReduceOp::kOther;
-  ElemType type = ElemType::kOther;
+  std::optional<DType> type;  // none: a type the proxy passes through
   CallPath path = CallPath::kDense;
   uint64_t count = 0;  // elements NCCL moved for this call (the compacted count when compacted)
   uint64_t table = 0;  // the agreed table's hash in force (0: none)

@@ -15,7 +15,7 @@
 #include <memory>
 
 #include "compress/mask.h"
-#include "plugin/proxy/proxy_types.h"
+#include "plugin/proxy/types.h"
 
 namespace sieve::plugin::proxy {
 
@@ -89,12 +89,11 @@ class DeviceBackend {
   virtual ~DeviceBackend() = default;
 
   // --- the real NCCL (never the interposed symbols) ---
-  virtual int all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
+  virtual int all_reduce(const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm,
                          Stream stream) = 0;
-  virtual int reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op, Comm comm,
+  virtual int reduce_scatter(const void* send, void* recv, uint64_t recv_count, DType type, ReduceOp op, Comm comm,
                              Stream stream) = 0;
-  virtual int all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm,
-                         Stream stream) = 0;
+  virtual int all_gather(const void* send, void* recv, uint64_t send_count, DType type, Comm comm, Stream stream) = 0;
   virtual int group_start() = 0;
   virtual int group_end() = 0;
   // Ends the group without launching it: its collectives are discarded.
@@ -154,7 +153,7 @@ class DeviceBackend {
 
   // --- learned masks: records read a fixed number of calls later ---
   virtual int create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) = 0;
-  virtual int record_nonzero(LagSlot& slot, const void* buf, uint64_t count, ElemType type, Stream stream) = 0;
+  virtual int record_nonzero(LagSlot& slot, const void* buf, uint64_t count, DType type, Stream stream) = 0;
   // Records one element `flag` (a reduced violation flag) and the local violation count in `counter`.
   virtual int record_flag(LagSlot& slot, const void* flag, size_t element_size, DeviceBuffer& counter,
                           Stream stream) = 0;

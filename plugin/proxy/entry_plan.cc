@@ -25,7 +25,7 @@ uint64_t kept_in(const compress::Mask& mask, uint64_t first, uint64_t n) {
 int EntryPlan::build(DeviceBackend& backend, std::shared_ptr<const compress::Mask> mask, const PlanSpec& spec,
                      std::shared_ptr<EntryPlan>* out, std::string* why) {
   out->reset();
-  const ElemType type = spec.type;
+  const DType type = spec.type;
   const PlanRules& rules = spec.rules;
   const int nranks = spec.nranks;
   const bool with_flag = spec.with_flag;
@@ -48,7 +48,7 @@ int EntryPlan::build(DeviceBackend& backend, std::shared_ptr<const compress::Mas
   plan->type_ = type;
   auto failed = [&](int rc, const char* what) {
     *why = std::string("could not prepare ") + what + " for a mask of " + std::to_string(count) + " " +
-           elem_type_name(type) + " elements";
+           dtype_name(type) + " elements";
     return rc;
   };
   if (whole)
@@ -65,7 +65,7 @@ int EntryPlan::build(DeviceBackend& backend, std::shared_ptr<const compress::Mas
   }
   const uint64_t elements =
       std::max<uint64_t>({1, whole ? nnz + (with_flag ? 1 : 0) : 0, sharded ? uint64_t(nranks) * width : 0});
-  if (int rc = backend.create_buffer(elements * proxy::element_size(type), &plan->buffer_))
+  if (int rc = backend.create_buffer(elements * compress::dtype_size(type), &plan->buffer_))
     return failed(rc, "its compact buffer");
   if (with_flag) {
     if (int rc = backend.create_buffer(sizeof(uint64_t), &plan->violations_))
@@ -74,7 +74,7 @@ int EntryPlan::build(DeviceBackend& backend, std::shared_ptr<const compress::Mas
     return failed(rc, "its violation counter");
   }
   if (spec.verify)
-    if (int rc = backend.create_buffer(count * proxy::element_size(type), &plan->verify_))
+    if (int rc = backend.create_buffer(count * compress::dtype_size(type), &plan->verify_))
       return failed(rc, "its SIEVE_PROXY_VERIFY buffer");
   *out = std::move(plan);
   return kResultSuccess;

@@ -26,7 +26,7 @@ struct PlanRules {
 
 // What a plan is built for.
 struct PlanSpec {
-  ElemType type = ElemType::kF32;
+  DType type = DType::kF32;
   PlanRules rules;
   int nranks = 1;
   bool with_flag = false;  // learned masks: one more element carries the violation flag, with a counter
@@ -42,8 +42,8 @@ class EntryPlan {
 
   const compress::Mask& mask() const { return *mask_; }
   const std::shared_ptr<const compress::Mask>& shared_mask() const { return mask_; }
-  ElemType type() const { return type_; }
-  size_t element_size() const { return proxy::element_size(type_); }
+  DType type() const { return type_; }
+  size_t element_size() const { return compress::dtype_size(type_); }
   uint64_t count() const { return mask_->count(); }
 
   // All-reduce: null when it runs dense.
@@ -73,7 +73,7 @@ class EntryPlan {
 
  private:
   std::shared_ptr<const compress::Mask> mask_;
-  ElemType type_ = ElemType::kOther;
+  DType type_ = DType::kF32;
   std::unique_ptr<DeviceLayout> whole_;
   std::vector<std::unique_ptr<DeviceLayout>> shards_;
   uint64_t shard_width_ = 0;

@@ -4,7 +4,7 @@
 
 namespace sieve::plugin::proxy {
 
-LearnedSignature::LearnedSignature(uint64_t count, ElemType type, const LearnedRules& rules)
+LearnedSignature::LearnedSignature(uint64_t count, DType type, const LearnedRules& rules)
     : count_(count),
       type_(type),
       rules_([&] {
@@ -21,7 +21,7 @@ void LearnedSignature::observe_only(const compress::TrackUpdate& update, Learned
   std::shared_ptr<const compress::Mask> mask = tracker_.stable_mask();
   if (!mask || mask->density() > rules_.plan.max_density || count_ < rules_.plan.min_count) return;
   const uint64_t sent = mask->kept() + 1;  // the kept elements and the violation flag
-  if (sent < count_) decision->would_save = (count_ - sent) * element_size(type_);
+  if (sent < count_) decision->would_save = (count_ - sent) * compress::dtype_size(type_);
 }
 
 int LearnedSignature::consume(DeviceBackend& backend, Comm comm, CommLiveness& live, Record& record,

@@ -50,7 +50,7 @@ struct LearnedDecision {
 
 class LearnedSignature {
  public:
-  LearnedSignature(uint64_t count, ElemType type, const LearnedRules& rules);
+  LearnedSignature(uint64_t count, DType type, const LearnedRules& rules);
 
   // At the start of a call (never during graph capture): reads the record of the call `lag` calls
   // ago and decides this call's mode. `send` is this call's input buffer (this rank's own business:
@@ -71,7 +71,7 @@ class LearnedSignature {
   bool retired() const { return retired_; }
   static constexpr uint32_t kMaxFallbacks = 4;
   uint64_t count() const { return count_; }
-  ElemType type() const { return type_; }
+  DType type() const { return type_; }
 
   // After the call's collective is enqueued: leaves this call's record.
   int record_dense(DeviceBackend& backend, size_t record, const void* output, Stream stream);
@@ -88,7 +88,7 @@ class LearnedSignature {
   void observe_only(const compress::TrackUpdate& update, LearnedDecision* decision);
 
   const uint64_t count_;
-  const ElemType type_;
+  const DType type_;
   const LearnedRules rules_;
   compress::MaskTracker tracker_;
   std::vector<Record> ring_;  // the records of the last `lag` calls

@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -71,7 +72,7 @@ enum class Path {
 };
 const char* path_name(Path path);
 
-// A commit whose vote is issued and whose verdict is not read yet (inside a group): proxy_commit.cc.
+// A commit whose vote is issued and whose verdict is not read yet (inside a group): commit.cc.
 struct PendingCommit;
 
 // What a commit decided on its communicator (sieve_commit_result_t).
@@ -86,11 +87,11 @@ class Proxy {
  public:
   Proxy(DeviceBackend& backend, const compress::MaskRegistry& registry, ProxyOptions options, ProcessStats& stats);
 
-  int all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm, Stream stream,
+  int all_reduce(const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm, Stream stream,
                  Path* path = nullptr);
-  int reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op, Comm comm,
+  int reduce_scatter(const void* send, void* recv, uint64_t recv_count, DType type, ReduceOp op, Comm comm,
                      Stream stream, Path* path = nullptr);
-  int all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm, Stream stream,
+  int all_gather(const void* send, void* recv, uint64_t send_count, DType type, Comm comm, Stream stream,
                  Path* path = nullptr);
   // A collective the proxy never changes (a type or an op it does not know: NCCL's own arguments go
   // to NCCL unchanged): counted in the communicator's sequence; an error when the proxy aborted it.
@@ -168,7 +169,7 @@ class Proxy {
     std::vector<std::shared_ptr<EntryPlan>> graph_plans;  // captured, no longer active: kept for replays
     // Shared with deferred work: a commit at a group's end may drop them while a record of the same
     // group still waits to run.
-    std::map<std::pair<uint64_t, ElemType>, std::shared_ptr<LearnedSignature>> learned;
+    std::map<std::pair<uint64_t, DType>, std::shared_ptr<LearnedSignature>> learned;
     std::unique_ptr<Exchange> vote;  // the commit's and learned votes' staging
     // SIEVE_PROXY_VERIFY inside a CUDA graph: a fixed "no difference" vote, never rewritten, so that a
     // captured call issues the same shared verdict as an eager one on another rank (a graph cannot
@@ -183,10 +184,12 @@ class Proxy {
     uint64_t group_serial = 0;
     bool group_open = false;
   };
+  // One call from the trainer on a communicator; holds the communicator's lock until it returns.
   struct Call {
     std::shared_ptr<CommState> state;
-    Stream stream;
+    Stream stream = nullptr;
     int capturing = -1;  // -1: not asked yet
+    std::unique_lock<std::mutex> lock;
   };
   enum class Coll { kAllReduce, kReduceScatter, kAllGather };
   // One compacted collective: gathered before its collective, scattered after (inside a group: the
@@ -238,12 +241,19 @@ class Proxy {
     CommitOutcome outcome;
   };
 
+  // The communicator's state, or null: found under the map's lock, which is never held longer.
+  std::shared_ptr<CommState> find(Comm comm) const;
+  // read(state) under the communicator's own lock (a call's: it waits for the call to return), or
+  // `absent` for a communicator the proxy never saw.
+  template <typename T, typename Read> T read_locked(Comm comm, T absent, Read read) const;
   int enter(Comm comm, std::shared_ptr<CommState>* out);
-  int begin_call(Call& call);
+  // Finds (or makes) the communicator's state and takes its lock into *call; an error, and nothing
+  // run, on a communicator that was aborted.
+  int begin_call(Comm comm, Stream stream, Call* call);
   int capturing(Call& call, bool* out);
   ThreadState& thread_state();
   int fail_comm(CommState& cs, int rc, const std::string& what);
-  void note(CommState& cs, CallKind kind, ReduceOp op, ElemType type, CallPath path, uint64_t count);
+  void note(CommState& cs, CallKind kind, ReduceOp op, std::optional<DType> type, CallPath path, uint64_t count);
   // A host wait on a communicator: names it for dumps while it lasts.
   struct Waiting {
     Waiting(CommState& state, const char* what) : cs(state) { cs.waiting_for.store(what, std::memory_order_relaxed); }
@@ -251,21 +261,20 @@ class Proxy {
     CommState& cs;
   };
 
-  // Commits (proxy_commit.cc).
+  // Commits (commit.cc).
   int run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* outcome);
   int finish_commit(CommState& cs, Stream stream, PendingCommit& pending);
   void withdraw_commit(CommState& cs, PendingCommit& pending);
   void apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outcome);
   int vote_learned(CommState& cs, LearnedSignature& sig, Stream stream);
 
-  // Collectives (proxy_collectives.cc).
+  // Collectives (collectives.cc).
   static CallKind call_kind(Coll coll);
-  const ActiveEntry* match(CommState& cs, const void* base, uint64_t count, ElemType type);
-  const ActiveEntry* match_cycle(CommState& cs, compress::MaskTarget target, uint64_t count, ElemType type);
+  const ActiveEntry* match(CommState& cs, const void* base, uint64_t count, DType type);
+  const ActiveEntry* match_cycle(CommState& cs, compress::MaskTarget target, uint64_t count, DType type);
   bool whole_count(uint64_t per_rank, int nranks, uint64_t* count) const;
-  int dense(Coll coll, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
-            Stream stream);
-  int sharded(Coll coll, const void* send, void* recv, uint64_t per_rank, ElemType type, ReduceOp op, Comm comm,
+  int dense(Coll coll, const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm, Stream stream);
+  int sharded(Coll coll, const void* send, void* recv, uint64_t per_rank, DType type, ReduceOp op, Comm comm,
               Stream stream, Path* path);
   int compact(Call& call, Compaction& c, Path* path);
   int compact_in(CommState& cs, const Compaction& c, Stream stream);
@@ -277,14 +286,15 @@ class Proxy {
   // This rank's verdict (empty `what`: no difference): shared now, or at the group's end.
   int verdict(CommState& cs, Stream stream, const std::string& what, bool captured);
   int share_verdicts(std::vector<VerifyVerdict>& verdicts);
-  int learned_all_reduce(Call& call, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op,
-                         Path* path);
-  // What must follow a collective: now (after its kernel is on the stream), or after the group.
-  int after(Call& call, int rc, Deferred&& work);
+  int learned_all_reduce(Call& call, const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Path* path);
   int run_after(Deferred& work);
+  void warn_uncommitted(CommState& cs, uint64_t count);
+
+  // Groups (groups.cc). What must follow a collective: now (after its kernel is on the stream), or
+  // after the group.
+  int after(Call& call, int rc, Deferred&& work);
   int run_group_end(ThreadState& ts);
   void close_groups(ThreadState& ts);
-  void warn_uncommitted(CommState& cs, uint64_t count);
 
   const uint64_t id_;  // this instance, for the calling thread's cache of its state
   DeviceBackend& backend_;

@@ -6,24 +6,10 @@
 #include <random>
 #include <vector>
 
+#include "compress/codec_bench/sparse_data.h"
+
 namespace sieve::compress {
 namespace {
-
-// Elements of `element_size` bytes, each nonzero with probability `density`, nonzero ones random.
-std::vector<uint8_t> sparse_data(size_t bytes, size_t element_size, double density, uint32_t seed) {
-  std::mt19937_64 rng(seed);
-  std::bernoulli_distribution keep(density);
-  std::vector<uint8_t> data(bytes, 0);
-  for (size_t i = 0; i + element_size <= bytes; i += element_size) {
-    if (!keep(rng)) continue;
-    uint64_t v;
-    do v = rng();
-    while ((v & ((uint64_t{1} << (8 * element_size)) - 1)) == 0);
-    std::memcpy(&data[i], &v, element_size);
-  }
-  for (size_t i = bytes / element_size * element_size; i < bytes; ++i) data[i] = uint8_t(rng());
-  return data;
-}
 
 std::vector<SimdLevel> levels() {
   std::vector<SimdLevel> out;

@@ -24,7 +24,7 @@ using sieve::compress::Mask;
 using sieve::plugin::proxy::CudaBackend;
 using sieve::plugin::proxy::DeviceBuffer;
 using sieve::plugin::proxy::DeviceLayout;
-using sieve::plugin::proxy::ElemType;
+using sieve::plugin::proxy::DType;
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
@@ -99,10 +99,9 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
   CudaBackend backend;
-  const std::pair<ElemType, const char*> types[] = {
-      {ElemType::kF16, "f16"}, {ElemType::kF32, "f32"}, {ElemType::kF64, "f64"}};
+  const std::pair<DType, const char*> types[] = {{DType::kF16, "f16"}, {DType::kF32, "f32"}, {DType::kF64, "f64"}};
   for (const auto& [type, name] : types) {
-    const size_t es = sieve::plugin::proxy::element_size(type);
+    const size_t es = sieve::compress::dtype_size(type);
     void *buf, *copy_dst;
     check(cudaMalloc(&buf, count * es), "malloc");
     check(cudaMalloc(&copy_dst, count * es), "malloc");

@@ -307,7 +307,7 @@ def unpack(bits, count):
 
 
 class CycleSim(object):
-    """Python transcription of Proxy::match_cycle (plugin/proxy/proxy_collectives.cc): a call takes the
+    """Python transcription of Proxy::match_cycle (plugin/proxy/collectives.cc): a call takes the
     first entry of its kind, count and dtype at or after the cursor, wrapping, and the cursor moves
     past it; no entry: the call runs dense (None)."""
 

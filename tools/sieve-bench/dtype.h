@@ -1,4 +1,5 @@
-// Element types sieve-bench reduces, and their sums on the CPU (NCCL's ncclSum for fp32 and bf16).
+// Element types sieve-bench reduces (compress::DType's f32 and bf16, the only two parse_dtype
+// admits), and their sums on the CPU (NCCL's ncclSum for fp32 and bf16).
 #pragma once
 
 #include <cstddef>
@@ -7,12 +8,15 @@
 #include <optional>
 #include <string>
 
+#include "compress/dtype.h"
+
 namespace sieve::bench {
 
-enum class DType { F32, BF16 };
+using compress::DType;
 
-inline size_t dtype_bytes(DType type) { return type == DType::F32 ? 4 : 2; }
-inline const char* dtype_name(DType type) { return type == DType::F32 ? "fp32" : "bf16"; }
+// --dtype's spelling (PyTorch's, "fp32" / "bf16"): what reports print and the Gloo peer is given.
+inline const char* dtype_label(DType type) { return type == DType::kF32 ? "fp32" : "bf16"; }
+// kF32 or kBF16; none for any other text (or type).
 std::optional<DType> parse_dtype(const std::string& text);
 
 inline float bf16_to_float(uint16_t bits) {
@@ -30,7 +34,7 @@ inline uint16_t float_to_bf16(float value) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-// dst[i] += src[i] for `count` elements of `type`.
+// dst[i] += src[i] for `count` elements of `type` (kF32 or kBF16).
 void sum_into(DType type, void* dst, const void* src, size_t count);
 
 }  // namespace sieve::bench

@@ -19,7 +19,7 @@ size_t sum_over(const std::vector<FsdpGroup>& groups, int nranks, size_t (*of)(c
 
 // A quiet NaN: compares unequal to every value, so a position nobody wrote is always caught.
 void poison(DType type, void* data, size_t count) {
-  if (type == DType::F32) {
+  if (type == DType::kF32) {
     const uint32_t nan = 0x7fc00000u;
     for (size_t i = 0; i < count; ++i) std::memcpy(static_cast<char*>(data) + i * 4, &nan, 4);
   } else {
@@ -76,7 +76,7 @@ FsdpWorkload make_fsdp_workload(const Model& model, int nranks, const std::vecto
 }
 
 FsdpStep::FsdpStep(const FsdpWorkload& work, Mode mode, int rank, DType type)
-    : work_(work), mode_(mode), rank_(rank), nranks_(work.nranks), type_(type), elem_(dtype_bytes(type)) {}
+    : work_(work), mode_(mode), rank_(rank), nranks_(work.nranks), type_(type), elem_(dtype_size(type)) {}
 
 const std::vector<uint8_t>& FsdpStep::mask_of(size_t group) const {
   return mode_ == Mode::Dense ? work_.unpruned[group] : work_.pruned[group];
@@ -167,11 +167,11 @@ template <typename T> void FsdpStep::scatter_shard(size_t g, int s, char* buffer
 }
 
 void FsdpStep::gather(size_t g, int s, const char* buffer) {
-  type_ == DType::F32 ? gather_shard<uint32_t>(g, s, buffer) : gather_shard<uint16_t>(g, s, buffer);
+  type_ == DType::kF32 ? gather_shard<uint32_t>(g, s, buffer) : gather_shard<uint16_t>(g, s, buffer);
 }
 
 void FsdpStep::scatter(size_t g, int s, char* buffer) const {
-  type_ == DType::F32 ? scatter_shard<uint32_t>(g, s, buffer) : scatter_shard<uint16_t>(g, s, buffer);
+  type_ == DType::kF32 ? scatter_shard<uint32_t>(g, s, buffer) : scatter_shard<uint16_t>(g, s, buffer);
 }
 
 FsdpStepResult FsdpStep::run(RingLink& link, void* scratch, const RingOptions& options) {

@@ -106,7 +106,7 @@ std::string gloo_python(const std::string& given) {
 bool gloo_supports(const std::string& script, DType dtype, std::string* error, const std::string& python) {
   if (access(python.c_str(), X_OK) != 0) return *error = python + " not found (pass --python PATH)", false;
   if (access(script.c_str(), R_OK) != 0) return *error = "Gloo script not found at " + script, false;
-  auto probe = tools::Child::spawn({python, script, "--probe", "--dtype", dtype_name(dtype)}, {}, error);
+  auto probe = tools::Child::spawn({python, script, "--probe", "--dtype", dtype_label(dtype)}, {}, error);
   if (!probe) return false;
   std::string line, said;
   while (probe->read_line(&line, 60000)) said += line;
@@ -159,7 +159,7 @@ void run_gloo(const GlooJob& job, ModeResult* result) {
                                              fsdp ? "--shards" : "--buckets",
                                              joined(fsdp ? job.shard_elements : job.bucket_elements),
                                              "--dtype",
-                                             dtype_name(job.dtype),
+                                             dtype_label(job.dtype),
                                              "--iters",
                                              std::to_string(job.iterations),
                                              "--warmup",

@@ -22,7 +22,7 @@ struct GlooJob {
   std::vector<std::string> namespaces;
   std::string master_address;
   std::string ifname;
-  DType dtype = DType::F32;
+  DType dtype = DType::kF32;
   int iterations = 1;
   int warmup = 0;
   std::chrono::steady_clock::time_point deadline;

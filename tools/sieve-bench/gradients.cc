@@ -16,7 +16,7 @@ uint64_t mix(uint64_t x) {
 }
 
 float stored(DType type, const void* data, size_t i) {
-  if (type == DType::F32) return static_cast<const float*>(data)[i];
+  if (type == DType::kF32) return static_cast<const float*>(data)[i];
   return bf16_to_float(static_cast<const uint16_t*>(data)[i]);
 }
 
@@ -25,9 +25,10 @@ float stored(DType type, const void* data, size_t i) {
 GradientPattern::GradientPattern(int nranks, uint64_t iteration, DType type)
     : nranks_(std::max(1, nranks)),
       iteration_(iteration),
-      magnitude_(type == DType::F32 ? std::clamp<uint32_t>((1u << 24) / static_cast<uint32_t>(nranks_) - 1, 1, 1u << 22)
-                                    : static_cast<uint32_t>(std::clamp(255 / nranks_, 1, 64))),
-      scale_(type == DType::F32 ? std::ldexp(1.0f, -22) : std::ldexp(1.0f, -6)) {}
+      magnitude_(type == DType::kF32
+                     ? std::clamp<uint32_t>((1u << 24) / static_cast<uint32_t>(nranks_) - 1, 1, 1u << 22)
+                     : static_cast<uint32_t>(std::clamp(255 / nranks_, 1, 64))),
+      scale_(type == DType::kF32 ? std::ldexp(1.0f, -22) : std::ldexp(1.0f, -6)) {}
 
 float GradientPattern::value(int rank, uint64_t index) const {
   const uint64_t h = mix(index * 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(rank) << 48) ^ (iteration_ << 20));
@@ -45,7 +46,7 @@ void fill_gradients(const GradientPattern& pattern, int rank, uint64_t first, si
                     const uint8_t* keep, void* out) {
   for (size_t i = 0; i < count; ++i) {
     const float v = (keep == nullptr || keep[i]) ? pattern.value(rank, first + i) : 0.0f;
-    if (type == DType::F32) {
+    if (type == DType::kF32) {
       static_cast<float*>(out)[i] = v;
     } else {
       static_cast<uint16_t*>(out)[i] = float_to_bf16(v);

@@ -76,7 +76,7 @@ KernelCounters read_kernel_counters(const std::string& ifname) {
 
 class Node {
  public:
-  Node(const NodeJob& job, int fd) : job_(job), fd_(fd), elem_(dtype_bytes(job.dtype)) {
+  Node(const NodeJob& job, int fd) : job_(job), fd_(fd), elem_(dtype_size(job.dtype)) {
     deadline_ = Clock::now() + std::chrono::seconds(job.timeout_s);
   }
 
@@ -272,12 +272,12 @@ class Node {
       RingResult result;
       if (job_.mode == Mode::Compacted) {
         auto t0 = Clock::now();
-        job_.dtype == DType::F32 ? gather<uint32_t>(b) : gather<uint16_t>(b);
+        job_.dtype == DType::kF32 ? gather<uint32_t>(b) : gather<uint16_t>(b);
         compaction += Clock::now() - t0;
         result = ring_allreduce(*link_, job_.rank, job_.nranks, compact_->data.get() + compact_first_[b] * elem_,
                                 kept_index_[b].size(), job_.dtype, scratch_->data.get(), options_);
         t0 = Clock::now();
-        if (result.error.empty()) job_.dtype == DType::F32 ? scatter<uint32_t>(b) : scatter<uint16_t>(b);
+        if (result.error.empty()) job_.dtype == DType::kF32 ? scatter<uint32_t>(b) : scatter<uint16_t>(b);
         compaction += Clock::now() - t0;
       } else {
         result = ring_allreduce(*link_, job_.rank, job_.nranks, gradients_->data.get() + bucket_first_[b] * elem_,

@@ -22,7 +22,7 @@ struct NodeJob {
   int rank = 0;
   int nranks = 0;
   Mode mode = Mode::Dense;
-  DType dtype = DType::F32;
+  DType dtype = DType::kF32;
   const std::vector<Bucket>* buckets = nullptr;
   const std::vector<BucketMask>* masks = nullptr;  // null for the dense mode
   const FsdpWorkload* fsdp = nullptr;              // --fsdp: FSDP's collectives on these groups instead of the buckets

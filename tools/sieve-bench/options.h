@@ -21,7 +21,7 @@ struct Options {
   std::string model = "resnet50";
   std::string masks_file;  // user's own model: one mask tensor per parameter (safetensors)
   PruneSpec prune{PruneKind::Unstructured, 0.2, 1};
-  DType dtype = DType::F32;
+  DType dtype = DType::kF32;
   std::vector<Mode> modes{Mode::Dense, Mode::Compacted};
   int iterations = 5;
   int warmup = 1;

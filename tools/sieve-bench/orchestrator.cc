@@ -157,13 +157,13 @@ double ideal_speedup(Mode mode, const Workload& w, DType dtype) {
     case Mode::Dense: return 1.0;
     case Mode::Compacted: return 1.0 / w.compacted_share;
     // The codec's bitmap costs one bit per element: 1/32 of fp32, 1/16 of bf16.
-    case Mode::Codec: return 1.0 / (w.nonzero_share + 1.0 / (8.0 * static_cast<double>(dtype_bytes(dtype))));
+    case Mode::Codec: return 1.0 / (w.nonzero_share + 1.0 / (8.0 * static_cast<double>(dtype_size(dtype))));
   }
   return 0;
 }
 
 bool build_workload(const Options& o, Workload* w, std::string* error) {
-  const size_t elem = dtype_bytes(o.dtype);
+  const size_t elem = dtype_size(o.dtype);
   Model model;
   std::vector<std::vector<uint8_t>> keep;  // per parameter (FSDP cuts these up)
   if (!o.masks_file.empty()) {
@@ -340,7 +340,7 @@ int run_bench(const Options& o, RunReport* report) {
     report->groups = work.fsdp.groups.size();
     report->groups_compacted = work.fsdp.groups_compacted();
     report->compacted_share = work.compacted_share;
-    moved_bytes = static_cast<double>(work.fsdp.buffer_elements() * dtype_bytes(o.dtype));
+    moved_bytes = static_cast<double>(work.fsdp.buffer_elements() * dtype_size(o.dtype));
     report->padding_fraction =
         1.0 - static_cast<double>(work.parameters) / static_cast<double>(work.fsdp.buffer_elements());
   }

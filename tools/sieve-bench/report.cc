@@ -88,7 +88,7 @@ const ModeResult* find(const RunReport& report, const std::string& name) {
 std::string format_table(const RunReport& r) {
   std::ostringstream out;
   out << "sieve-bench: " << r.model << " (" << r.parameters << " parameters, " << megabytes(r.model_bytes()) << ' '
-      << dtype_name(r.dtype) << " in ";
+      << dtype_label(r.dtype) << " in ";
   if (r.fsdp) {
     out << count_of(static_cast<long>(r.groups), "FSDP group") << ", sharded on dim 0 with "
         << fixed(100.0 * r.padding_fraction, 1) << " % padding";
@@ -202,7 +202,7 @@ std::string format_json(const RunReport& r) {
   } else {
     json.member("buckets", static_cast<uint64_t>(r.buckets));
   }
-  json.member("dtype", dtype_name(r.dtype));
+  json.member("dtype", dtype_label(r.dtype));
   json.member("nodes", r.nodes);
   json.member("link", r.link);
   json.member("pruning", r.prune);

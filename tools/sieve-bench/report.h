@@ -37,7 +37,7 @@ struct RunReport {
   std::string model;  // display name
   int64_t parameters = 0;
   size_t buckets = 0;
-  DType dtype = DType::F32;
+  DType dtype = DType::kF32;
   int nodes = 0;
   std::string link;   // "namespaces, 1gbit switch" or "loopback"
   std::string prune;  // "unstructured, density 0.20"
@@ -54,7 +54,7 @@ struct RunReport {
   // Every requested Sieve mode ran to the end and every sum was checked and matched. A failed run
   // checked only part of the work, so it is neither "exact" nor, unless wrong_values, "wrong".
   bool all_checked_exact() const;
-  double model_bytes() const { return static_cast<double>(parameters) * static_cast<double>(dtype_bytes(dtype)); }
+  double model_bytes() const { return static_cast<double>(parameters) * static_cast<double>(dtype_size(dtype)); }
 };
 
 std::string format_table(const RunReport& report);

@@ -70,7 +70,7 @@ class RingRun {
         nranks_(nranks),
         reducing_steps_(shape.reducing_steps),
         type_(type),
-        elem_(dtype_bytes(type)),
+        elem_(dtype_size(type)),
         buffer_(static_cast<char*>(buffer)),
         scratch_(static_cast<char*>(scratch)),
         options_(options) {
@@ -221,7 +221,7 @@ RingResult run_ring(const char* collective, RingShape (*shape_of)(int), bool sha
                     int nranks, void* buffer, size_t count, DType type, void* scratch, const RingOptions& options) {
   const std::string name = std::string("ring ") + collective;
   if (nranks < 1 || rank < 0 || rank >= nranks) return {name + ": bad rank " + std::to_string(rank), 0};
-  if (options.max_inflight < 1 || options.chunk_bytes < dtype_bytes(type)) {
+  if (options.max_inflight < 1 || options.chunk_bytes < dtype_size(type)) {
     return {name + ": chunk size and in-flight count must be positive", 0};
   }
   if (sharded && count % static_cast<size_t>(nranks) != 0) {

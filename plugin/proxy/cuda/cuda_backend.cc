@@ -26,15 +26,18 @@ int cuda_fail(cudaError_t err, const char* what) {
 cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s); }
 ncclComm_t as_comm(Comm c) { return static_cast<ncclComm_t>(const_cast<void*>(c)); }
 
-ncclDataType_t nccl_type(ElemType t) {
+ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case ElemType::kF32: return ncclFloat32;
-    case ElemType::kF16: return ncclFloat16;
-    case ElemType::kBF16: return ncclBfloat16;
-    case ElemType::kF64: return ncclFloat64;
-    case ElemType::kI64: return ncclInt64;
-    default: return ncclNumTypes;
+    case DType::kF32: return ncclFloat32;
+    case DType::kF16: return ncclFloat16;
+    case DType::kBF16: return ncclBfloat16;
+    case DType::kF64: return ncclFloat64;
+    case DType::kI8: return ncclInt8;
+    case DType::kU8: return ncclUint8;
+    case DType::kI32: return ncclInt32;
+    case DType::kI64: return ncclInt64;
   }
+  return ncclNumTypes;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
@@ -49,12 +52,11 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   }
 }
 
-// The communicator's error, or success while it is healthy (in progress counts as healthy). No
-// communicator (the kernel tests): nothing to ask. Never touches a communicator being aborted
-// (CommLiveness: the abort waits for `polling` to drop before NCCL frees it).
-int comm_error(Comm comm, CommLiveness& live, bool* aborting) {
+// One ncclCommGetAsyncError into *state, counted in `polling`: never touches a communicator being
+// aborted (CommLiveness: the abort waits for `polling` to drop before NCCL frees it), which is
+// kResultInvalidUsage with *aborting set. Otherwise the call's own result.
+int poll_async_error(Comm comm, CommLiveness& live, ncclResult_t* state, bool* aborting) {
   *aborting = false;
-  if (!comm) return kResultSuccess;
   live.polling.fetch_add(1, std::memory_order_seq_cst);
   if (!live.alive()) {
     live.polling.fetch_sub(1, std::memory_order_seq_cst);
@@ -62,10 +64,18 @@ int comm_error(Comm comm, CommLiveness& live, bool* aborting) {
     return kResultInvalidUsage;
   }
   const RealNccl& real = real_nccl();
-  ncclResult_t state = ncclSuccess;
-  const bool asked = real.comm_get_async_error && real.comm_get_async_error(as_comm(comm), &state) == ncclSuccess;
+  const ncclResult_t r = real.comm_get_async_error ? real.comm_get_async_error(as_comm(comm), state) : ncclSystemError;
   live.polling.fetch_sub(1, std::memory_order_seq_cst);
-  if (!asked) return kResultSystemError;
+  return int(r);
+}
+
+// The communicator's error, or success while it is healthy (in progress counts as healthy). No
+// communicator (the kernel tests): nothing to ask.
+int comm_error(Comm comm, CommLiveness& live, bool* aborting) {
+  *aborting = false;
+  if (!comm) return kResultSuccess;
+  ncclResult_t state = ncclSuccess;
+  if (int rc = poll_async_error(comm, live, &state, aborting)) return *aborting ? rc : kResultSystemError;
   return state == ncclInProgress ? kResultSuccess : int(state);
 }
 
@@ -180,7 +190,7 @@ std::string cuda_problem() {
   return "";
 }
 
-int CudaBackend::all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
+int CudaBackend::all_reduce(const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm,
                             Stream stream) {
   const RealNccl& real = real_nccl();
   if (!real.all_reduce) return kResultSystemError;
@@ -188,8 +198,8 @@ int CudaBackend::all_reduce(const void* send, void* recv, uint64_t count, ElemTy
   return real.all_reduce(send, recv, size_t(count), nccl_type(type), nccl_op(op), as_comm(comm), as_stream(stream));
 }
 
-int CudaBackend::reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op,
-                                Comm comm, Stream stream) {
+int CudaBackend::reduce_scatter(const void* send, void* recv, uint64_t recv_count, DType type, ReduceOp op, Comm comm,
+                                Stream stream) {
   const RealNccl& real = real_nccl();
   if (!real.reduce_scatter) return kResultSystemError;
   if (nccl_type(type) == ncclNumTypes || nccl_op(op) == ncclNumOps) return kResultInvalidArgument;
@@ -197,8 +207,7 @@ int CudaBackend::reduce_scatter(const void* send, void* recv, uint64_t recv_coun
                              as_stream(stream));
 }
 
-int CudaBackend::all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm,
-                            Stream stream) {
+int CudaBackend::all_gather(const void* send, void* recv, uint64_t send_count, DType type, Comm comm, Stream stream) {
   const RealNccl& real = real_nccl();
   if (!real.all_gather) return kResultSystemError;
   if (nccl_type(type) == ncclNumTypes) return kResultInvalidArgument;
@@ -234,17 +243,9 @@ int CudaBackend::comm_shape(Comm comm, int* nranks, int* rank) {
 int CudaBackend::wait_enqueued(Comm comm, CommLiveness& live) {
   auto pause = std::chrono::microseconds(1);
   for (;;) {
-    live.polling.fetch_add(1, std::memory_order_seq_cst);
-    if (!live.alive()) {
-      live.polling.fetch_sub(1, std::memory_order_seq_cst);
-      return kResultInvalidUsage;
-    }
-    const RealNccl& real = real_nccl();
     ncclResult_t state = ncclSuccess;
-    const ncclResult_t r =
-        real.comm_get_async_error ? real.comm_get_async_error(as_comm(comm), &state) : ncclSystemError;
-    live.polling.fetch_sub(1, std::memory_order_seq_cst);
-    if (r != ncclSuccess) return int(r);
+    bool aborting = false;
+    if (int rc = poll_async_error(comm, live, &state, &aborting)) return rc;
     if (state != ncclInProgress) return int(state);
     std::this_thread::sleep_for(pause);
     if (pause < std::chrono::microseconds(500)) pause *= 2;
@@ -411,10 +412,11 @@ int CudaBackend::create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) {
   return kResultSuccess;
 }
 
-int CudaBackend::record_nonzero(LagSlot& slot, const void* buf, uint64_t count, ElemType type, Stream stream) {
+int CudaBackend::record_nonzero(LagSlot& slot, const void* buf, uint64_t count, DType type, Stream stream) {
   auto& s = static_cast<CudaSlot&>(slot);
-  if (int rc = cuda_fail(cudaError_t(kernels::nonzero_bitmap(element_size(type), buf, count, s.device_bits, stream)),
-                         "the nonzero-pattern kernel"))
+  if (int rc =
+          cuda_fail(cudaError_t(kernels::nonzero_bitmap(compress::dtype_size(type), buf, count, s.device_bits, stream)),
+                    "the nonzero-pattern kernel"))
     return rc;
   if (int rc = cuda_fail(cudaMemcpyAsync(s.host + 2, s.device_bits, s.words32 * sizeof(uint32_t),
                                          cudaMemcpyDeviceToHost, as_stream(stream)),

@@ -10,11 +10,11 @@ namespace sieve::plugin::proxy {
 
 class CudaBackend : public DeviceBackend {
  public:
-  int all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
+  int all_reduce(const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm,
                  Stream stream) override;
-  int reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op, Comm comm,
+  int reduce_scatter(const void* send, void* recv, uint64_t recv_count, DType type, ReduceOp op, Comm comm,
                      Stream stream) override;
-  int all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm, Stream stream) override;
+  int all_gather(const void* send, void* recv, uint64_t send_count, DType type, Comm comm, Stream stream) override;
   int group_start() override;
   int group_end() override;
   int group_simulate_end(void* sim_info) override;
@@ -39,7 +39,7 @@ class CudaBackend : public DeviceBackend {
   int check(const DeviceLayout& layout, size_t element_size, const void* src, void* flag, const FlagEncoding& encoding,
             DeviceBuffer& counter, Stream stream) override;
   int create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) override;
-  int record_nonzero(LagSlot& slot, const void* buf, uint64_t count, ElemType type, Stream stream) override;
+  int record_nonzero(LagSlot& slot, const void* buf, uint64_t count, DType type, Stream stream) override;
   int record_flag(LagSlot& slot, const void* flag, size_t element_size, DeviceBuffer& counter, Stream stream) override;
   int download(const void* device, void* host, uint64_t bytes, Stream stream, Comm comm, CommLiveness& live) override;
   int read_nonzero(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t count, compress::Mask* nonzero) override;

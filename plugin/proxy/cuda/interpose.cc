@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "net/log.h"
@@ -37,14 +38,16 @@ struct Inside {
   ~Inside() { t_inside = false; }
 };
 
-ElemType elem_type(ncclDataType_t t) {
+// The types the proxy follows: the floating ones it compacts, and int64 (a commit token; never
+// compacted). Any other goes to NCCL untouched (none).
+std::optional<DType> elem_type(ncclDataType_t t) {
   switch (t) {
-    case ncclFloat32: return ElemType::kF32;
-    case ncclFloat16: return ElemType::kF16;
-    case ncclBfloat16: return ElemType::kBF16;
-    case ncclFloat64: return ElemType::kF64;
-    case ncclInt64: return ElemType::kI64;  // a commit token; never compacted
-    default: return ElemType::kOther;
+    case ncclFloat32: return DType::kF32;
+    case ncclFloat16: return DType::kF16;
+    case ncclBfloat16: return DType::kBF16;
+    case ncclFloat64: return DType::kF64;
+    case ncclInt64: return DType::kI64;
+    default: return std::nullopt;
   }
 }
 
@@ -259,11 +262,12 @@ SIEVE_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, si
     if (!proxy) return real.all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
     Inside inside;
     const ReduceOp reduction = reduce_op(op, comm, proxy);
-    if (elem_type(datatype) == ElemType::kOther || reduction == ReduceOp::kOther) {
+    const std::optional<DType> type = elem_type(datatype);
+    if (!type || reduction == ReduceOp::kOther) {
       if (int rc = proxy->pass_through(comm, CallKind::kAllReduce, count)) return ncclResult_t(rc);
       return real.all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
     }
-    return ncclResult_t(proxy->all_reduce(sendbuff, recvbuff, count, elem_type(datatype), reduction, comm, stream));
+    return ncclResult_t(proxy->all_reduce(sendbuff, recvbuff, count, *type, reduction, comm, stream));
   });
 }
 
@@ -277,12 +281,12 @@ SIEVE_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff
     if (!proxy) return real.reduce_scatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
     Inside inside;
     const ReduceOp reduction = reduce_op(op, comm, proxy);
-    if (elem_type(datatype) == ElemType::kOther || reduction == ReduceOp::kOther) {
+    const std::optional<DType> type = elem_type(datatype);
+    if (!type || reduction == ReduceOp::kOther) {
       if (int rc = proxy->pass_through(comm, CallKind::kReduceScatter, recvcount)) return ncclResult_t(rc);
       return real.reduce_scatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
     }
-    return ncclResult_t(
-        proxy->reduce_scatter(sendbuff, recvbuff, recvcount, elem_type(datatype), reduction, comm, stream));
+    return ncclResult_t(proxy->reduce_scatter(sendbuff, recvbuff, recvcount, *type, reduction, comm, stream));
   });
 }
 
@@ -294,11 +298,12 @@ SIEVE_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, si
     Proxy* proxy = proxy_for_call();
     if (!proxy) return real.all_gather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
     Inside inside;
-    if (elem_type(datatype) == ElemType::kOther) {
+    const std::optional<DType> type = elem_type(datatype);
+    if (!type) {
       if (int rc = proxy->pass_through(comm, CallKind::kAllGather, sendcount)) return ncclResult_t(rc);
       return real.all_gather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
     }
-    return ncclResult_t(proxy->all_gather(sendbuff, recvbuff, sendcount, elem_type(datatype), comm, stream));
+    return ncclResult_t(proxy->all_gather(sendbuff, recvbuff, sendcount, *type, comm, stream));
   });
 }
 

@@ -61,19 +61,18 @@ TEST(AllocationTest, CompactedAndPassThroughCallsAllocateNothing) {
   ASSERT_EQ(outcome.state, CommitOutcome::State::kActivated);
   auto calls = [&] {
     Path path;
-    EXPECT_EQ(proxy.all_reduce(a.data(), a.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
+    EXPECT_EQ(proxy.all_reduce(a.data(), a.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
     EXPECT_EQ(path, Path::kCompactPublished);
-    EXPECT_EQ(proxy.all_reduce(plain.data(), plain.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream), 0);
+    EXPECT_EQ(proxy.all_reduce(plain.data(), plain.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream), 0);
     EXPECT_EQ(proxy.group_start(), 0);
-    EXPECT_EQ(proxy.all_reduce(a.data(), out.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
-    EXPECT_EQ(proxy.all_reduce(b.data(), b.data(), kCount, ElemType::kF32, ReduceOp::kMax, kComm, kStream), 0);
+    EXPECT_EQ(proxy.all_reduce(a.data(), out.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
+    EXPECT_EQ(proxy.all_reduce(b.data(), b.data(), kCount, DType::kF32, ReduceOp::kMax, kComm, kStream), 0);
     EXPECT_EQ(proxy.group_end(), 0);
     EXPECT_EQ(path, Path::kCompactPublished);
     EXPECT_EQ(
-        proxy.reduce_scatter(a.data(), out.data(), kCount / 2, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path),
-        0);
+        proxy.reduce_scatter(a.data(), out.data(), kCount / 2, DType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
     EXPECT_EQ(path, Path::kCompactPublished);
-    EXPECT_EQ(proxy.all_gather(out.data(), b.data(), kCount / 2, ElemType::kF32, kComm, kStream, &path), 0);
+    EXPECT_EQ(proxy.all_gather(out.data(), b.data(), kCount / 2, DType::kF32, kComm, kStream, &path), 0);
     EXPECT_EQ(path, Path::kCompactPublished);
   };
   calls();  // warm-up: this thread's group state and its work list reach their size once
@@ -97,7 +96,7 @@ TEST(AllocationTest, ObservedAllReducesAllocateNothingAfterWarmUp) {
   constexpr uint64_t kCount = 1 << 16;
   std::vector<float> g(kCount);
   auto call = [&] {
-    EXPECT_EQ(proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream), 0);
+    EXPECT_EQ(proxy.all_reduce(g.data(), g.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream), 0);
   };
   for (int i = 0; i < 10; ++i) call();  // warm-up: records, the tracker's pattern, this thread's state
   EXPECT_EQ(allocations([&] {

@@ -27,8 +27,7 @@ TEST(CaptureTest, CaptureOnOneRankOnlyIssuesTheSameCollectivesWithVerify) {
     Path path;
     if (r.rank == 0) {
       r.backend.begin_capture();
-      ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path),
-                0);
+      ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
       r.backend.end_capture();
       ASSERT_EQ(r.backend.replay(), 0) << r.backend.error;
     } else {
@@ -65,7 +64,7 @@ TEST(CaptureTest, CaptureOfALearnedAllReduceIsRefusedOnWhicheverRankCapturesIt) 
     EXPECT_EQ(path, Path::kCompactLearned);
     if (r.rank == 0) {
       r.backend.begin_capture();
-      EXPECT_NE(r.proxy.all_reduce(g.data(), g.data(), n, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
+      EXPECT_NE(r.proxy.all_reduce(g.data(), g.data(), n, DType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
       r.backend.end_capture();
       EXPECT_EQ(r.backend.replay(), 0);
       EXPECT_TRUE(r.proxy.aborted(kComm));
@@ -89,7 +88,7 @@ TEST(CaptureTest, CapturedPlansDoNotPileUpAcrossCommits) {
   r.publish(g.data(), m);
   r.commit();
   r.backend.begin_capture();
-  ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream), 0);
+  ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream), 0);
   r.backend.end_capture();
   for (int i = 0; i < 200; ++i) ASSERT_EQ(r.commit().state, CommitOutcome::State::kActivated);
   EXPECT_LE(r.proxy.graph_plans(kComm), 1u);
@@ -114,8 +113,8 @@ TEST(CaptureTest, ACapturedGroupReplaysItsGathersCollectivesAndScattersInOrder) 
     r.backend.begin_capture();
     Path pa, pb;
     ASSERT_EQ(r.proxy.group_start(), 0);
-    ASSERT_EQ(r.proxy.all_reduce(a.data(), a.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &pa), 0);
-    ASSERT_EQ(r.proxy.all_reduce(b.data(), b.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &pb), 0);
+    ASSERT_EQ(r.proxy.all_reduce(a.data(), a.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &pa), 0);
+    ASSERT_EQ(r.proxy.all_reduce(b.data(), b.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &pb), 0);
     ASSERT_EQ(r.proxy.group_end(), 0) << r.backend.error;
     r.backend.end_capture();
     EXPECT_EQ(pa, Path::kCompactPublished);

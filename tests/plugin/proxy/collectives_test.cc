@@ -33,8 +33,8 @@ TEST(CollectivesTest, ReduceScatterCompactsEachShardPaddedToTheLargestOne) {
       for (int step = 0; step < 2; ++step) {
         for (uint64_t i = 0; i < count; ++i) send[i] = m.test(i) ? value(r.rank, i, step) : 0.0f;
         Path path;
-        ASSERT_EQ(r.settle(r.proxy.reduce_scatter(send.data(), recv.data(), shard, ElemType::kF32, ReduceOp::kSum,
-                                                  kComm, kStream, &path)),
+        ASSERT_EQ(r.settle(r.proxy.reduce_scatter(send.data(), recv.data(), shard, DType::kF32, ReduceOp::kSum, kComm,
+                                                  kStream, &path)),
                   0)
             << r.backend.error;
         EXPECT_EQ(path, Path::kCompactPublished) << n << " ranks";
@@ -75,7 +75,7 @@ TEST(CollectivesTest, AllGatherCompactsWithTheMaskOfTheGatheredBuffer) {
         mine[j] = m.test(i) ? value(r.rank, i, 0) : 0.0f;
       }
       Path path;
-      ASSERT_EQ(r.settle(r.proxy.all_gather(mine, full.data(), shard, ElemType::kF32, kComm, kStream, &path)), 0)
+      ASSERT_EQ(r.settle(r.proxy.all_gather(mine, full.data(), shard, DType::kF32, kComm, kStream, &path)), 0)
           << r.backend.error;
       EXPECT_EQ(path, Path::kCompactPublished);
       for (uint64_t i = 0; i < count; ++i)
@@ -97,7 +97,7 @@ TEST(CollectivesTest, ShardsThatDoNotDivideOrDoNotPayRunDense) {
     r.publish(send.data(), lopsided);
     r.commit();
     Path path;
-    ASSERT_EQ(r.settle(r.proxy.reduce_scatter(send.data(), recv.data(), 100, ElemType::kF32, ReduceOp::kSum, kComm,
+    ASSERT_EQ(r.settle(r.proxy.reduce_scatter(send.data(), recv.data(), 100, DType::kF32, ReduceOp::kSum, kComm,
                                               kStream, &path)),
               0)
         << r.backend.error;

@@ -279,7 +279,7 @@ class Runner {
     // Max, not sum: a learned signature's work after its collective (a record, which an injected
     // fault can fail) would make the last call fail on one rank after every rank completed it.
     float barrier = float(r_.rank + 1);
-    if (!ok(r_.proxy.all_reduce(&barrier, &barrier, 1, ElemType::kF32, ReduceOp::kMax, comm_, kStream)))
+    if (!ok(r_.proxy.all_reduce(&barrier, &barrier, 1, DType::kF32, ReduceOp::kMax, comm_, kStream)))
       return int(steps_.size());
     EXPECT_EQ(barrier, float(p_.nranks));
     return -1;
@@ -349,19 +349,19 @@ class Runner {
     const uint64_t count = p_.counts[size_t(c.tensor)], shard = count / uint64_t(p_.nranks);
     float* b = buffer(c.tensor);
     switch (c.coll) {
-      case Coll::kAllReduce: return r_.proxy.all_reduce(b, b, count, ElemType::kF32, c.op, comm_, kStream);
+      case Coll::kAllReduce: return r_.proxy.all_reduce(b, b, count, DType::kF32, c.op, comm_, kStream);
       case Coll::kAllReduceOut:
-        return r_.proxy.all_reduce(b, out(c.tensor, c.out), count, ElemType::kF32, c.op, comm_, kStream);
+        return r_.proxy.all_reduce(b, out(c.tensor, c.out), count, DType::kF32, c.op, comm_, kStream);
       case Coll::kReduceScatter:
         if (c.fresh) b = fresh(b, count);
-        return r_.proxy.reduce_scatter(b, out(c.tensor, 0), shard, ElemType::kF32, c.op, comm_, kStream);
+        return r_.proxy.reduce_scatter(b, out(c.tensor, 0), shard, DType::kF32, c.op, comm_, kStream);
       case Coll::kAllGather:
         if (c.fresh) {  // gathered into a fresh buffer, then copied where the check reads it
           float* f = fresh(b, count);
           copies_.push_back({f, b, count});
           b = f;
         }
-        return r_.proxy.all_gather(b + uint64_t(r_.rank) * shard, b, shard, ElemType::kF32, comm_, kStream);
+        return r_.proxy.all_gather(b + uint64_t(r_.rank) * shard, b, shard, DType::kF32, comm_, kStream);
     }
     return kResultInvalidArgument;
   }

@@ -42,7 +42,7 @@ uint16_t to_bf16(float f) {
 
 float from_f16(uint16_t h) {
   uint64_t bits = h;
-  return float(element_value(ElemType::kF16, &bits));
+  return float(element_value(DType::kF16, &bits));
 }
 
 uint16_t to_f16(float f) {
@@ -104,19 +104,19 @@ template <typename C> void reduce_into(const std::vector<const void*>& ins, uint
   }
 }
 
-void reduce_typed(ElemType type, const std::vector<const void*>& ins, uint64_t offset, uint64_t count, ReduceOp op,
+void reduce_typed(DType type, const std::vector<const void*>& ins, uint64_t offset, uint64_t count, ReduceOp op,
                   void* out, const std::vector<double>& scalars) {
   switch (type) {
-    case ElemType::kF32: return reduce_into<Codec<float>>(ins, offset, count, op, out, scalars);
-    case ElemType::kF64: return reduce_into<Codec<double>>(ins, offset, count, op, out, scalars);
-    case ElemType::kF16: return reduce_into<F16>(ins, offset, count, op, out, scalars);
-    case ElemType::kBF16: return reduce_into<BF16>(ins, offset, count, op, out, scalars);
-    case ElemType::kI64: return reduce_into<Codec<int64_t>>(ins, offset, count, op, out, scalars);
-    case ElemType::kOther: return reduce_into<Codec<uint8_t>>(ins, offset, count, op, out, scalars);
+    case DType::kF32: return reduce_into<Codec<float>>(ins, offset, count, op, out, scalars);
+    case DType::kF64: return reduce_into<Codec<double>>(ins, offset, count, op, out, scalars);
+    case DType::kF16: return reduce_into<F16>(ins, offset, count, op, out, scalars);
+    case DType::kBF16: return reduce_into<BF16>(ins, offset, count, op, out, scalars);
+    case DType::kI8: return reduce_into<Codec<int8_t>>(ins, offset, count, op, out, scalars);
+    case DType::kU8: return reduce_into<Codec<uint8_t>>(ins, offset, count, op, out, scalars);
+    case DType::kI32: return reduce_into<Codec<int32_t>>(ins, offset, count, op, out, scalars);
+    case DType::kI64: return reduce_into<Codec<int64_t>>(ins, offset, count, op, out, scalars);
   }
 }
-
-size_t bytes_of(ElemType type) { return type == ElemType::kOther ? 1 : element_size(type); }
 
 bool nonzero_at(const void* buf, size_t esize, uint64_t i) {
   uint64_t bits = 0;
@@ -129,7 +129,7 @@ bool nonzero_at(const void* buf, size_t esize, uint64_t i) {
 
 // --- FakeWorld --------------------------------------------------------------------------------
 
-bool FakeWorld::collective(int rank, Kind kind, const void* in, void* out, uint64_t count, ElemType type, ReduceOp op,
+bool FakeWorld::collective(int rank, Kind kind, const void* in, void* out, uint64_t count, DType type, ReduceOp op,
                            std::string* error) {
   std::unique_lock lock(mutex_);
   if (!abort_reason_.empty()) {
@@ -186,7 +186,7 @@ void FakeWorld::reduce() {
   std::vector<double> scalars(slots_.size(), 1.0);
   if (is_premul_sum(first.op))
     for (int r = 0; r < ranks_; ++r) scalars[size_t(r)] = premul_scalars_.at({r, premul_handle(first.op)});
-  const size_t es = bytes_of(first.type);
+  const size_t es = compress::dtype_size(first.type);
   // Results are computed before any output is written: inputs and outputs may overlap (in place).
   switch (first.kind) {
     case Kind::kAllReduce: {
@@ -345,17 +345,16 @@ int FakeBackend::issue(const Op& op) {
   return run(op);
 }
 
-int FakeBackend::all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
-                            Stream) {
+int FakeBackend::all_reduce(const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm, Stream) {
   return issue(Op{FakeWorld::Kind::kAllReduce, comm, send, recv, count, type, op});
 }
 
-int FakeBackend::reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op,
-                                Comm comm, Stream) {
+int FakeBackend::reduce_scatter(const void* send, void* recv, uint64_t recv_count, DType type, ReduceOp op, Comm comm,
+                                Stream) {
   return issue(Op{FakeWorld::Kind::kReduceScatter, comm, send, recv, recv_count, type, op});
 }
 
-int FakeBackend::all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm, Stream) {
+int FakeBackend::all_gather(const void* send, void* recv, uint64_t send_count, DType type, Comm comm, Stream) {
   return issue(Op{FakeWorld::Kind::kAllGather, comm, send, recv, send_count, type, ReduceOp::kSum});
 }
 
@@ -464,8 +463,8 @@ int FakeBackend::exchange_in(Exchange& exchange, void* device, uint64_t count, i
   const unsigned char* host = static_cast<const unsigned char*>(ex.host());
   device_work([target, host, count, width] { std::memcpy(target, host, count * uint64_t(width)); });
   // The same collective as a binding's token (8-byte words) on a rank without the proxy.
-  return issue(Op{FakeWorld::Kind::kAllReduce, comm, target, target, count,
-                  width == 8 ? ElemType::kI64 : ElemType::kOther, ReduceOp::kMax});
+  return issue(Op{FakeWorld::Kind::kAllReduce, comm, target, target, count, width == 8 ? DType::kI64 : DType::kU8,
+                  ReduceOp::kMax});
 }
 
 int FakeBackend::exchange_out(Exchange& exchange, const void* device, uint64_t count, int width, Stream) {
@@ -603,12 +602,12 @@ int FakeBackend::create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) {
   return kResultSuccess;
 }
 
-int FakeBackend::record_nonzero(LagSlot& slot, const void* buf, uint64_t count, ElemType type, Stream) {
+int FakeBackend::record_nonzero(LagSlot& slot, const void* buf, uint64_t count, DType type, Stream) {
   if (me().capturing) return kResultInvalidUsage;  // a record read later by the host cannot live in a graph
   auto& s = static_cast<FakeSlot&>(slot);
   std::fill(s.bitmap.begin(), s.bitmap.end(), 0);
   for (uint64_t i = 0; i < count; ++i)
-    if (nonzero_at(buf, element_size(type), i)) s.bitmap[i / 8] |= uint8_t(1u << (i % 8));
+    if (nonzero_at(buf, compress::dtype_size(type), i)) s.bitmap[i / 8] |= uint8_t(1u << (i % 8));
   return kResultSuccess;
 }
 

@@ -37,8 +37,8 @@ class FakeWorld {
   // One rank's part of a collective: `in` holds its input, `out` receives its result. count is the
   // per-rank element count of the collective as NCCL sees it (recv count for reduce-scatter, send
   // count for all-gather). false (with *error) on a mismatch, an abort, or a rank that never came.
-  // kOther elements are bytes (a union merge's masks).
-  bool collective(int rank, Kind kind, const void* in, void* out, uint64_t count, ElemType type, ReduceOp op,
+  // kU8 elements are a union merge's masks, bytes.
+  bool collective(int rank, Kind kind, const void* in, void* out, uint64_t count, DType type, ReduceOp op,
                   std::string* error);
   void abort(const std::string& why);
   bool aborted() const;
@@ -53,7 +53,7 @@ class FakeWorld {
     const void* in;
     void* out;
     uint64_t count;
-    ElemType type;
+    DType type;
     ReduceOp op;
   };
   void reduce();
@@ -128,11 +128,11 @@ class FakeBackend : public DeviceBackend {
   // Another communicator this rank belongs to.
   void join(Comm comm, FakeWorld& world, int rank);
 
-  int all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
+  int all_reduce(const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm,
                  Stream stream) override;
-  int reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op, Comm comm,
+  int reduce_scatter(const void* send, void* recv, uint64_t recv_count, DType type, ReduceOp op, Comm comm,
                      Stream stream) override;
-  int all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm, Stream stream) override;
+  int all_gather(const void* send, void* recv, uint64_t send_count, DType type, Comm comm, Stream stream) override;
   int group_start() override;
   int group_end() override;
   int group_simulate_end(void* sim_info) override;
@@ -159,7 +159,7 @@ class FakeBackend : public DeviceBackend {
   int count_pruned(const DeviceLayout& layout, size_t element_size, const void* src, ViolationCounter& counter,
                    bool copy, Stream stream) override;
   int create_slot(uint64_t count, std::unique_ptr<LagSlot>* out) override;
-  int record_nonzero(LagSlot& slot, const void* buf, uint64_t count, ElemType type, Stream stream) override;
+  int record_nonzero(LagSlot& slot, const void* buf, uint64_t count, DType type, Stream stream) override;
   int record_flag(LagSlot& slot, const void* flag, size_t element_size, DeviceBuffer& counter, Stream stream) override;
   int download(const void* device, void* host, uint64_t bytes, Stream stream, Comm comm, CommLiveness& live) override;
   int read_nonzero(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t count, compress::Mask* nonzero) override;
@@ -196,7 +196,7 @@ class FakeBackend : public DeviceBackend {
     const void* in;
     void* out;
     uint64_t count;
-    ElemType type;
+    DType type;
     ReduceOp op;
   };
   int issue(const Op& op);

@@ -71,7 +71,7 @@ std::vector<Group> model(int n) {
 }
 
 // A value where the mask keeps (exact in bf16: small integers and halves), zero where it prunes.
-template <typename T> T element(ElemType type, bool kept, int rank, uint64_t i, int step) {
+template <typename T> T element(DType type, bool kept, int rank, uint64_t i, int step) {
   const float v = kept ? float(rank + 1) + float((i + uint64_t(step)) % 7) * 0.5f : 0.0f;
   if constexpr (sizeof(T) == 4) {
     (void)type;
@@ -89,7 +89,7 @@ struct Outputs {
   std::vector<std::vector<Path>> paths;                          // [rank][call]
 };
 
-template <typename T> Outputs train(int n, ElemType type, bool sieve, int steps, int skip_step) {
+template <typename T> Outputs train(int n, DType type, bool sieve, int steps, int skip_step) {
   const std::vector<Group> groups = model(n);
   const std::vector<bool> all(8, true);
   FakeWorld world(n);
@@ -97,7 +97,7 @@ template <typename T> Outputs train(int n, ElemType type, bool sieve, int steps,
   Outputs out;
   out.by_rank.resize(size_t(n));
   out.paths.resize(size_t(n));
-  const compress::DType dtype = type == ElemType::kF32 ? compress::DType::kF32 : compress::DType::kBF16;
+  const compress::DType dtype = type == DType::kF32 ? compress::DType::kF32 : compress::DType::kBF16;
   run_ranks(ranks, [&](Rank& r) {
     // FSDP's averaged reduce: a pre-multiplied sum by 1/n, created on the communicator.
     const int32_t avg = world.create_premul_sum(r.rank, 1.0 / n);
@@ -155,7 +155,7 @@ template <typename T> Outputs train(int n, ElemType type, bool sieve, int steps,
   return out;
 }
 
-template <typename T> void expect_fsdp_compacts_exactly(ElemType type) {
+template <typename T> void expect_fsdp_compacts_exactly(DType type) {
   for (int n : {2, 3, 4}) {
     const int steps = 3, skip = 1;
     const Outputs dense = train<T>(n, type, false, steps, skip);
@@ -164,7 +164,7 @@ template <typename T> void expect_fsdp_compacts_exactly(ElemType type) {
       ASSERT_EQ(sieve.by_rank[size_t(r)].size(), dense.by_rank[size_t(r)].size());
       for (size_t c = 0; c < dense.by_rank[size_t(r)].size(); ++c)
         EXPECT_EQ(sieve.by_rank[size_t(r)][c], dense.by_rank[size_t(r)][c])
-            << elem_type_name(type) << ", " << n << " ranks, rank " << r << ", call " << c;
+            << dtype_name(type) << ", " << n << " ranks, rank " << r << ", call " << c;
       // Per step: 3 all-gathers (groups 0, 1, 2), 3 reduce-scatters (groups 2, 1, 0). Groups 0 and 2
       // share a shape with different masks: no call of that shape can say which is its own, so those
       // run dense. The skipping step's group-1 reduce-scatter has a shape no mask names: dense too.
@@ -177,8 +177,8 @@ template <typename T> void expect_fsdp_compacts_exactly(ElemType type) {
   }
 }
 
-TEST(FsdpTest, FreshBuffersEveryStepCompactExactlyInF32) { expect_fsdp_compacts_exactly<float>(ElemType::kF32); }
-TEST(FsdpTest, FreshBuffersEveryStepCompactExactlyInBf16) { expect_fsdp_compacts_exactly<uint16_t>(ElemType::kBF16); }
+TEST(FsdpTest, FreshBuffersEveryStepCompactExactlyInF32) { expect_fsdp_compacts_exactly<float>(DType::kF32); }
+TEST(FsdpTest, FreshBuffersEveryStepCompactExactlyInBf16) { expect_fsdp_compacts_exactly<uint16_t>(DType::kBF16); }
 
 // Two reduce-scatter masks of one shape (identical layers pruned differently), and a step that skips
 // one of those collectives (issue 34, item 3): no call of that shape can say which mask is its own,
@@ -207,7 +207,7 @@ TEST(FsdpTest, ASkippedCollectiveNeverShiftsMasks) {
         std::vector<float> grads(count), mine(count / 2);
         for (uint64_t i = 0; i < count; ++i) grads[i] = m.test(i) ? float(r.rank + 1 + step) : 0.0f;
         Path path;
-        ASSERT_EQ(r.settle(r.proxy.reduce_scatter(grads.data(), mine.data(), count / 2, ElemType::kF32, ReduceOp::kSum,
+        ASSERT_EQ(r.settle(r.proxy.reduce_scatter(grads.data(), mine.data(), count / 2, DType::kF32, ReduceOp::kSum,
                                                   kComm, kStream, &path)),
                   0);
         EXPECT_EQ(path, Path::kDense) << "step " << step << " layer " << layer;
@@ -239,7 +239,7 @@ TEST(FsdpTest, EqualMasksOfOneShapeCompact) {
       std::vector<float> grads(count), mine(count / 2);
       for (uint64_t i = 0; i < count; ++i) grads[i] = a.test(i) ? float(r.rank + 1 + call) : 0.0f;
       Path path;
-      ASSERT_EQ(r.settle(r.proxy.reduce_scatter(grads.data(), mine.data(), count / 2, ElemType::kF32, ReduceOp::kSum,
+      ASSERT_EQ(r.settle(r.proxy.reduce_scatter(grads.data(), mine.data(), count / 2, DType::kF32, ReduceOp::kSum,
                                                 kComm, kStream, &path)),
                 0);
       EXPECT_EQ(path, Path::kCompactPublished);

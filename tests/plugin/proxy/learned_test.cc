@@ -191,8 +191,7 @@ TEST(LearnedTest, AProposalInsideAGroupIsVotedAfterTheGroup) {
       std::copy(fresh.begin(), fresh.end(), g.begin());
       Path p;
       ASSERT_EQ(rank.proxy.group_start(), 0);
-      ASSERT_EQ(rank.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &p),
-                0);
+      ASSERT_EQ(rank.proxy.all_reduce(g.data(), g.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &p), 0);
       ASSERT_EQ(rank.proxy.group_end(), 0) << rank.backend.error;
       paths.push_back(p);
       std::vector<float> want(kCount, 0.0f);
@@ -218,7 +217,7 @@ TEST(LearnedTest, CapturedLearnedCallsAreRefusedAndLeaveNoRecord) {
   std::vector<float> g = input(0, 0);
   r.backend.begin_capture();
   Path p;
-  EXPECT_NE(r.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &p), 0);
+  EXPECT_NE(r.proxy.all_reduce(g.data(), g.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &p), 0);
   r.backend.end_capture();
   EXPECT_TRUE(r.proxy.aborted(kComm));
   EXPECT_EQ(r.backend.votes, 1) << "the commit's only, and no record (the fake refuses one during capture)";
@@ -413,12 +412,22 @@ TEST(LearnedTest, APatternThatKeepsFlippingBacksOffAndIsRetired) {
 }
 
 TEST(FlagEncodingTest, TheReducedFlagReportsAnyViolatingRankForSumAndAvg) {
-  for (ElemType type : {ElemType::kF32, ElemType::kF16, ElemType::kBF16, ElemType::kF64}) {
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
     const FlagEncoding e = flag_encoding(type);
-    EXPECT_FALSE(flag_reports_violation(type, e.ok_bits)) << elem_type_name(type);
-    EXPECT_TRUE(flag_reports_violation(type, e.bad_bits)) << elem_type_name(type);
+    EXPECT_FALSE(flag_reports_violation(type, e.ok_bits)) << dtype_name(type);
+    EXPECT_TRUE(flag_reports_violation(type, e.bad_bits)) << dtype_name(type);
     // -0.0 (a sum of zeros can come out negative) is no violation.
-    EXPECT_FALSE(flag_reports_violation(type, 1ull << (element_size(type) * 8 - 1))) << elem_type_name(type);
+    EXPECT_FALSE(flag_reports_violation(type, 1ull << (compress::dtype_size(type) * 8 - 1))) << dtype_name(type);
+  }
+}
+
+// One element-type enum for the registry and the proxy (compress::DType): its integer types are
+// never compacted (a flag, a mask or a zero means nothing there), only the floating ones are.
+TEST(ElementTypes, OnlyTheFloatingTypesCompact) {
+  for (int t = 0; t < compress::kDTypeCount; ++t) {
+    const DType type = DType(t);
+    const bool floating = type == DType::kF32 || type == DType::kF16 || type == DType::kBF16 || type == DType::kF64;
+    EXPECT_EQ(compactable(type), floating) << dtype_name(type);
   }
 }
 

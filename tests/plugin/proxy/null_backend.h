@@ -31,9 +31,9 @@ class NullBackend : public DeviceBackend {
     std::vector<unsigned char> host_, device;
   };
 
-  int all_reduce(const void*, void*, uint64_t, ElemType, ReduceOp, Comm, Stream) override { return 0; }
-  int reduce_scatter(const void*, void*, uint64_t, ElemType, ReduceOp, Comm, Stream) override { return 0; }
-  int all_gather(const void*, void*, uint64_t, ElemType, Comm, Stream) override { return 0; }
+  int all_reduce(const void*, void*, uint64_t, DType, ReduceOp, Comm, Stream) override { return 0; }
+  int reduce_scatter(const void*, void*, uint64_t, DType, ReduceOp, Comm, Stream) override { return 0; }
+  int all_gather(const void*, void*, uint64_t, DType, Comm, Stream) override { return 0; }
   int group_start() override { return 0; }
   int group_end() override { return 0; }
   int group_simulate_end(void*) override { return 0; }
@@ -93,7 +93,7 @@ class NullBackend : public DeviceBackend {
     *out = std::make_unique<LagSlot>();
     return 0;
   }
-  int record_nonzero(LagSlot&, const void*, uint64_t, ElemType, Stream) override { return 0; }
+  int record_nonzero(LagSlot&, const void*, uint64_t, DType, Stream) override { return 0; }
   int record_flag(LagSlot&, const void*, size_t, DeviceBuffer&, Stream) override { return 0; }
   int read_nonzero(LagSlot&, Comm, CommLiveness&, uint64_t count, compress::Mask* nonzero) override {
     // A stable pattern: the first quarter nonzero (in the mask's own storage, as the CUDA backend).

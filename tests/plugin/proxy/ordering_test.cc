@@ -36,8 +36,7 @@ TEST(OrderingTest, AStepFromAnotherThreadRunsAsOnEveryOtherRank) {
       std::copy(fresh.begin(), fresh.end(), g.begin());  // the published buffer itself
       Path path;
       ASSERT_EQ(r.proxy.group_start(), 0);
-      ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path),
-                0);
+      ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
       ASSERT_EQ(r.proxy.group_end(), 0) << r.backend.error;
       EXPECT_EQ(path, Path::kCompactPublished) << "rank " << r.rank << " step " << number;
       expect_exact(g, dense_sum(m, 2, number));
@@ -68,12 +67,10 @@ TEST(OrderingTest, ThreadsTakingTurnsKeepOneCompactionPerPlanAndGroup) {
       auto body = [&] {
         Path first, second;
         ASSERT_EQ(r.proxy.group_start(), 0);
+        ASSERT_EQ(r.proxy.all_reduce(g.data(), out.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &first),
+                  0);
         ASSERT_EQ(
-            r.proxy.all_reduce(g.data(), out.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &first),
-            0);
-        ASSERT_EQ(
-            r.proxy.all_reduce(g.data(), out2.data(), kCount, ElemType::kF32, ReduceOp::kMax, kComm, kStream, &second),
-            0);
+            r.proxy.all_reduce(g.data(), out2.data(), kCount, DType::kF32, ReduceOp::kMax, kComm, kStream, &second), 0);
         ASSERT_EQ(r.proxy.group_end(), 0) << r.backend.error;
         EXPECT_EQ(first, Path::kCompactPublished);
         EXPECT_EQ(second, Path::kDense) << "one send buffer read twice in a group: the second runs dense";
@@ -174,7 +171,7 @@ TEST(OrderingTest, AVerificationMismatchOnOneRankAbortsEveryRank) {
                         .ok());
       else r.publish(g.data(), m);
       r.commit();
-      const int rc = kind == 0 ? r.settle(r.proxy.reduce_scatter(g.data(), mine.data(), kCount / 2, ElemType::kF32,
+      const int rc = kind == 0 ? r.settle(r.proxy.reduce_scatter(g.data(), mine.data(), kCount / 2, DType::kF32,
                                                                  ReduceOp::kSum, kComm, kStream))
                                : r.all_reduce(g.data(), kCount);
       EXPECT_NE(rc, 0) << "rank " << r.rank << (kind == 0 ? " reduce-scatter" : " all-reduce");
@@ -206,9 +203,8 @@ TEST(OrderingTest, VerdictsOfAGroupAreSharedPerCommunicator) {
     r.commit(0, kOther);
     ASSERT_EQ(r.proxy.group_start(), 0);
     EXPECT_TRUE(enqueued(
-        r.proxy.reduce_scatter(a.data(), mine.data(), kCount / 2, ElemType::kF32, ReduceOp::kSum, kComm, kStream)));
-    EXPECT_TRUE(
-        enqueued(r.proxy.all_reduce(b.data(), b.data(), kCount, ElemType::kF32, ReduceOp::kSum, kOther, kStream)));
+        r.proxy.reduce_scatter(a.data(), mine.data(), kCount / 2, DType::kF32, ReduceOp::kSum, kComm, kStream)));
+    EXPECT_TRUE(enqueued(r.proxy.all_reduce(b.data(), b.data(), kCount, DType::kF32, ReduceOp::kSum, kOther, kStream)));
     EXPECT_NE(r.proxy.group_end(), 0) << "rank " << r.rank;
     EXPECT_TRUE(r.proxy.aborted(kComm)) << "rank " << r.rank;
     EXPECT_FALSE(r.proxy.aborted(kOther)) << "rank " << r.rank;

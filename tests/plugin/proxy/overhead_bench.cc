@@ -28,7 +28,7 @@ struct Setup {
     proxy.commit(kComm, kStream, 0, nullptr);
   }
   int call() {
-    return proxy.all_reduce(buffer.data(), buffer.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream);
+    return proxy.all_reduce(buffer.data(), buffer.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream);
   }
 };
 
@@ -83,7 +83,7 @@ void Threads(benchmark::State& state, bool one_comm) {
   const Comm comm = Shared::comm(one_comm ? 0 : t);
   float* buffer = s.buffers[size_t(one_comm ? 0 : t)].data();
   for (auto _ : state)
-    benchmark::DoNotOptimize(s.proxy.all_reduce(buffer, buffer, kCount, ElemType::kF32, ReduceOp::kSum, comm, kStream));
+    benchmark::DoNotOptimize(s.proxy.all_reduce(buffer, buffer, kCount, DType::kF32, ReduceOp::kSum, comm, kStream));
   state.SetItemsProcessed(state.iterations());
 }
 void CompactedOwnCommPerThread(benchmark::State& state) { Threads(state, false); }

@@ -54,8 +54,7 @@ struct Rank {
     write_no_proxy_vote(token);
     proxy.arm_commit(token, flags);
     Path path;
-    EXPECT_EQ(settle(proxy.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, kComm, kStream, &path)),
-              0)
+    EXPECT_EQ(settle(proxy.all_reduce(token, token, kVoteWords, DType::kI64, ReduceOp::kMax, kComm, kStream, &path)), 0)
         << backend.error;
     EXPECT_EQ(path, Path::kCommit);
     CommitOutcome outcome;
@@ -65,7 +64,7 @@ struct Rank {
   // An in-place all-reduce as a trainer issues it; a non-blocking return is waited for, as
   // PyTorch does before it uses the result.
   int all_reduce(void* buf, uint64_t count, Path* path = nullptr, ReduceOp op = ReduceOp::kSum,
-                 ElemType type = ElemType::kF32, Comm comm = kComm) {
+                 DType type = DType::kF32, Comm comm = kComm) {
     return settle(proxy.all_reduce(buf, buf, count, type, op, comm, kStream, path), comm);
   }
   int settle(int rc, Comm comm = kComm) {
@@ -78,7 +77,7 @@ struct Rank {
 inline int commit_without_proxy(FakeBackend& backend, Comm comm = kComm) {
   int64_t token[kVoteWords];
   write_no_proxy_vote(token);
-  return backend.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, comm, kStream);
+  return backend.all_reduce(token, token, kVoteWords, DType::kI64, ReduceOp::kMax, comm, kStream);
 }
 
 using Ranks = std::vector<std::unique_ptr<Rank>>;

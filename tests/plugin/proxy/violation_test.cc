@@ -53,12 +53,12 @@ TEST(ViolationTest, ShardedCollectivesCountTheirShardsAndOtherCommunicatorsStayC
     r.commit();
     r.commit(0, kOther);
     Path path;
-    ASSERT_EQ(r.settle(r.proxy.reduce_scatter(whole.data(), shard.data(), kCount / 2, ElemType::kF32, ReduceOp::kSum,
+    ASSERT_EQ(r.settle(r.proxy.reduce_scatter(whole.data(), shard.data(), kCount / 2, DType::kF32, ReduceOp::kSum,
                                               kComm, kStream, &path)),
               0)
         << r.backend.error;
     EXPECT_EQ(path, Path::kCompactPublished);
-    ASSERT_EQ(r.all_reduce(plain.data(), kCount, &path, ReduceOp::kSum, ElemType::kF32, kOther), 0) << r.backend.error;
+    ASSERT_EQ(r.all_reduce(plain.data(), kCount, &path, ReduceOp::kSum, DType::kF32, kOther), 0) << r.backend.error;
   });
   for (auto& r : ranks) {
     EXPECT_EQ(r->proxy.mask_violations(kComm), 1u) << "every rank gathers every shard of its own input";

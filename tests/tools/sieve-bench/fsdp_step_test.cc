@@ -87,7 +87,7 @@ size_t expected_bytes(const FsdpWorkload& work, Mode mode, DType type) {
     const bool compacted = mode == Mode::Compacted && work.compaction[g].compacts;
     elements += compacted ? work.compaction[g].width : work.groups[g].shard_elements;
   }
-  return 2 * static_cast<size_t>(work.nranks - 1) * elements * dtype_bytes(type);
+  return 2 * static_cast<size_t>(work.nranks - 1) * elements * dtype_size(type);
 }
 
 TEST(FsdpStep, EveryModeExactForEveryRankCount) {
@@ -95,9 +95,9 @@ TEST(FsdpStep, EveryModeExactForEveryRankCount) {
   const auto keep = prune_parameters(model, {PruneKind::Unstructured, 0.3, 9});
   for (int nranks : {1, 2, 3, 4, 5}) {
     const FsdpWorkload work = make_fsdp_workload(model, nranks, keep, kSmallBuffers);
-    for (DType type : {DType::F32, DType::BF16}) {
+    for (DType type : {DType::kF32, DType::kBF16}) {
       for (Mode mode : {Mode::Dense, Mode::Compacted, Mode::Codec}) {
-        SCOPED_TRACE(std::to_string(nranks) + " ranks, " + dtype_name(type) + ", " + mode_name(mode));
+        SCOPED_TRACE(std::to_string(nranks) + " ranks, " + dtype_label(type) + ", " + mode_name(mode));
         const Ranks ranks = run_step(std::vector<const FsdpWorkload*>(nranks, &work), mode, type);
         for (int r = 0; r < nranks; ++r) {
           ASSERT_EQ(ranks.results[r].error, "") << "rank " << r;
@@ -129,7 +129,7 @@ TEST(FsdpStep, CompactedEqualsTheDenseRunOfThePrunedModelBitForBit) {
   const Model model = mini();
   const FsdpWorkload work =
       make_fsdp_workload(model, 3, prune_parameters(model, {PruneKind::Channel, 0.4, 4}), kSmallBuffers);
-  for (DType type : {DType::F32, DType::BF16}) {
+  for (DType type : {DType::kF32, DType::kBF16}) {
     const std::vector<const FsdpWorkload*> same(3, &work);
     const Ranks compacted = run_step(same, Mode::Compacted, type, 1);
     const Ranks whole = run_step(same, Mode::Codec, type, 1);  // the pruned model's buffers sent whole
@@ -137,7 +137,7 @@ TEST(FsdpStep, CompactedEqualsTheDenseRunOfThePrunedModelBitForBit) {
       ASSERT_EQ(compacted.results[r].error, "");
       ASSERT_EQ(whole.results[r].error, "");
       for (size_t g = 0; g < work.groups.size(); ++g) {
-        const size_t elem = dtype_bytes(type), shard = work.groups[g].shard_elements;
+        const size_t elem = dtype_size(type), shard = work.groups[g].shard_elements;
         EXPECT_EQ(std::memcmp(compacted.steps[r]->parameters(g), whole.steps[r]->parameters(g), 3 * shard * elem), 0)
             << "rank " << r << ", group " << g;
         EXPECT_EQ(std::memcmp(compacted.steps[r]->gradient_shard(g), whole.steps[r]->gradient_shard(g), shard * elem),
@@ -161,7 +161,7 @@ TEST(FsdpStep, ARankWithAnotherMaskIsCaught) {
   std::swap(embed[kept], embed[pruned]);
   const FsdpWorkload other = make_fsdp_workload(model, 2, keep, kSmallBuffers);
   ASSERT_EQ(other.compaction[0].width, work.compaction[0].width);
-  const Ranks ranks = run_step({&work, &other}, Mode::Compacted, DType::F32, 1);
+  const Ranks ranks = run_step({&work, &other}, Mode::Compacted, DType::kF32, 1);
   ASSERT_EQ(ranks.results[0].error, "");
   ASSERT_EQ(ranks.results[1].error, "");
   EXPECT_NE(ranks.checks[0].find("group 0 (root)"), std::string::npos) << ranks.checks[0];

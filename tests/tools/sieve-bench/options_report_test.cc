@@ -39,7 +39,7 @@ TEST(Options, ParsesEveryKnob) {
   EXPECT_EQ(o.nodes, 8);
   EXPECT_EQ(o.model, "vit_b_16");
   EXPECT_EQ(o.prune.kind, PruneKind::Channel);
-  EXPECT_EQ(o.dtype, DType::BF16);
+  EXPECT_EQ(o.dtype, DType::kBF16);
   EXPECT_DOUBLE_EQ(rate_bits_per_second(o.rate), 1e10);
   EXPECT_TRUE(o.json && o.gloo);
   Options loopback;

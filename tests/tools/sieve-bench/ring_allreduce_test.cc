@@ -24,7 +24,7 @@ void run_ring(int nranks, size_t count, DType type, const RingOptions& options) 
   std::vector<RingResult> results(nranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < nranks; ++r) {
-    buffers[r].resize(count * dtype_bytes(type) + 1);
+    buffers[r].resize(count * dtype_size(type) + 1);
     scratch[r].resize(scratch_bytes(options));
     fill_gradients(pattern, r, 0, count, type, nullptr, buffers[r].data());
   }
@@ -46,7 +46,7 @@ void run_ring(int nranks, size_t count, DType type, const RingOptions& options) 
       const size_t index = static_cast<size_t>(((r - step) % nranks + nranks) % nranks);
       expected_elems += std::min(count, (index + 1) * slice) - std::min(count, index * slice);
     }
-    EXPECT_EQ(results[r].bytes_sent, expected_elems * dtype_bytes(type)) << "rank " << r;
+    EXPECT_EQ(results[r].bytes_sent, expected_elems * dtype_size(type)) << "rank " << r;
   }
 }
 
@@ -62,15 +62,15 @@ TEST(RingAllReduce, SumsExactlyAcrossShapes) {
   for (int nranks : {1, 2, 3, 4, 5}) {
     for (size_t count : {size_t{1}, size_t{3}, size_t{1000}, size_t{4099}}) {
       SCOPED_TRACE("nranks " + std::to_string(nranks) + " count " + std::to_string(count));
-      run_ring(nranks, count, DType::F32, small_chunks(256, 3));
+      run_ring(nranks, count, DType::kF32, small_chunks(256, 3));
     }
   }
 }
 
 TEST(RingAllReduce, Bf16AndDeepPipelines) {
-  run_ring(4, 100003, DType::BF16, small_chunks(1024, 8));
-  run_ring(4, 100003, DType::F32, small_chunks(4096, 1));
-  run_ring(8, 65536, DType::F32, small_chunks(512, 16));
+  run_ring(4, 100003, DType::kBF16, small_chunks(1024, 8));
+  run_ring(4, 100003, DType::kF32, small_chunks(4096, 1));
+  run_ring(8, 65536, DType::kF32, small_chunks(512, 16));
 }
 
 // FSDP's halves: reduce-scatter leaves rank r the sum of shard r; all-gather gives every rank every
@@ -79,7 +79,7 @@ enum class Half { ReduceScatter, AllGather };
 
 void run_half(Half half, int nranks, size_t shard, DType type, const RingOptions& options) {
   const GradientPattern pattern(nranks, 3, type);
-  const size_t count = shard * static_cast<size_t>(nranks), elem = dtype_bytes(type);
+  const size_t count = shard * static_cast<size_t>(nranks), elem = dtype_size(type);
   std::vector<FakeChannel> channels(nranks);
   std::vector<std::vector<char>> buffers(nranks), scratch(nranks);
   std::vector<RingResult> results(nranks);
@@ -124,22 +124,22 @@ TEST(RingReduceScatter, EachRankGetsTheSumOfItsOwnShard) {
   for (int nranks : {1, 2, 3, 4, 5}) {
     for (size_t shard : {size_t{1}, size_t{7}, size_t{1000}, size_t{4099}}) {
       SCOPED_TRACE("nranks " + std::to_string(nranks) + " shard " + std::to_string(shard));
-      run_half(Half::ReduceScatter, nranks, shard, DType::F32, small_chunks(256, 3));
+      run_half(Half::ReduceScatter, nranks, shard, DType::kF32, small_chunks(256, 3));
     }
   }
-  run_half(Half::ReduceScatter, 4, 25001, DType::BF16, small_chunks(1024, 8));
-  run_half(Half::ReduceScatter, 8, 8192, DType::F32, small_chunks(512, 1));
+  run_half(Half::ReduceScatter, 4, 25001, DType::kBF16, small_chunks(1024, 8));
+  run_half(Half::ReduceScatter, 8, 8192, DType::kF32, small_chunks(512, 1));
 }
 
 TEST(RingAllGather, EveryRankGetsEveryShard) {
   for (int nranks : {1, 2, 3, 4, 5}) {
     for (size_t shard : {size_t{1}, size_t{7}, size_t{1000}, size_t{4099}}) {
       SCOPED_TRACE("nranks " + std::to_string(nranks) + " shard " + std::to_string(shard));
-      run_half(Half::AllGather, nranks, shard, DType::F32, small_chunks(256, 3));
+      run_half(Half::AllGather, nranks, shard, DType::kF32, small_chunks(256, 3));
     }
   }
-  run_half(Half::AllGather, 4, 25001, DType::BF16, small_chunks(1024, 8));
-  run_half(Half::AllGather, 8, 8192, DType::F32, small_chunks(512, 1));
+  run_half(Half::AllGather, 4, 25001, DType::kBF16, small_chunks(1024, 8));
+  run_half(Half::AllGather, 8, 8192, DType::kF32, small_chunks(512, 1));
 }
 
 TEST(RingReduceScatter, UnevenShardsAreRefused) {
@@ -148,9 +148,9 @@ TEST(RingReduceScatter, UnevenShardsAreRefused) {
   std::vector<float> buffer(10);
   RingOptions options = small_chunks(64, 2);
   std::vector<char> scratch(scratch_bytes(options));
-  const RingResult scattered = ring_reduce_scatter(link, 0, 3, buffer.data(), 10, DType::F32, scratch.data(), options);
+  const RingResult scattered = ring_reduce_scatter(link, 0, 3, buffer.data(), 10, DType::kF32, scratch.data(), options);
   EXPECT_NE(scattered.error.find("equal shards"), std::string::npos) << scattered.error;
-  const RingResult gathered = ring_all_gather(link, 0, 3, buffer.data(), 10, DType::F32, options);
+  const RingResult gathered = ring_all_gather(link, 0, 3, buffer.data(), 10, DType::kF32, options);
   EXPECT_NE(gathered.error.find("equal shards"), std::string::npos) << gathered.error;
 }
 
@@ -162,7 +162,7 @@ TEST(RingAllReduce, MissingPeerEndsAtTheDeadline) {
   options.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
   std::vector<char> scratch(scratch_bytes(options));
   const RingResult result =
-      ring_allreduce(link, 0, 2, buffer.data(), buffer.size(), DType::F32, scratch.data(), options);
+      ring_allreduce(link, 0, 2, buffer.data(), buffer.size(), DType::kF32, scratch.data(), options);
   EXPECT_NE(result.error.find("deadline"), std::string::npos) << result.error;
 }
 
@@ -171,9 +171,9 @@ TEST(RingAllReduce, BadArgumentsAreRefused) {
   FakeLink link(a, b, 1);
   float x = 0;
   RingOptions options;
-  EXPECT_NE(ring_allreduce(link, 3, 2, &x, 1, DType::F32, nullptr, options).error, "");
+  EXPECT_NE(ring_allreduce(link, 3, 2, &x, 1, DType::kF32, nullptr, options).error, "");
   options.max_inflight = 0;
-  EXPECT_NE(ring_allreduce(link, 0, 2, &x, 1, DType::F32, nullptr, options).error, "");
+  EXPECT_NE(ring_allreduce(link, 0, 2, &x, 1, DType::kF32, nullptr, options).error, "");
 }
 
 }  // namespace

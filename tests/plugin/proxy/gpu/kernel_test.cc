@@ -53,12 +53,12 @@ std::vector<uint8_t> download(const void* device, size_t bytes, cudaStream_t s) 
   return out;
 }
 
-class KernelTest : public ::testing::TestWithParam<ElemType> {};
+class KernelTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(KernelTest, GatherAndScatterMatchTheHostReferenceForWholeBuffersAndUnalignedSpans) {
   SIEVE_REQUIRE_GPU();
-  const ElemType type = GetParam();
-  const size_t es = element_size(type);
+  const DType type = GetParam();
+  const size_t es = compress::dtype_size(type);
   const uint64_t total = 100003;
   CudaBackend backend;
   cudaStream_t s;
@@ -69,7 +69,7 @@ TEST_P(KernelTest, GatherAndScatterMatchTheHostReferenceForWholeBuffersAndUnalig
   ASSERT_EQ(cudaMalloc(&compact, total * es), cudaSuccess);
   for (const Shape& shape : shapes(total)) {
     for (auto [first, count] : {std::pair<uint64_t, uint64_t>{0, total}, {37, 33333}, {2048 * 3 + 5, 4099}}) {
-      SCOPED_TRACE(std::string(shape.name) + " " + elem_type_name(type) + " span " + std::to_string(first));
+      SCOPED_TRACE(std::string(shape.name) + " " + dtype_name(type) + " span " + std::to_string(first));
       const compress::TileLayout host = compress::build_tile_layout(shape.mask, first, count);
       const std::vector<uint8_t> data = random_data(count, es, 1), garbage = random_data(count, es, 2);
       std::vector<uint8_t> want_compact(host.nnz * es), want_out(count * es);
@@ -97,8 +97,8 @@ TEST_P(KernelTest, GatherAndScatterMatchTheHostReferenceForWholeBuffersAndUnalig
 
 TEST_P(KernelTest, RecordsNonzeroPatternsAndViolationsForTheHostToReadLater) {
   SIEVE_REQUIRE_GPU();
-  const ElemType type = GetParam();
-  const size_t es = element_size(type);
+  const DType type = GetParam();
+  const size_t es = compress::dtype_size(type);
   const uint64_t count = 40099;
   CudaBackend backend;
   cudaStream_t s;
@@ -186,9 +186,8 @@ TEST(KernelCaptureTest, GatherAndScatterCanBeCapturedIntoAGraph) {
   cudaStreamDestroy(s);
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryType, KernelTest,
-                         ::testing::Values(ElemType::kF16, ElemType::kBF16, ElemType::kF32, ElemType::kF64),
-                         [](const ::testing::TestParamInfo<ElemType>& p) { return elem_type_name(p.param); });
+INSTANTIATE_TEST_SUITE_P(EveryType, KernelTest, ::testing::Values(DType::kF16, DType::kBF16, DType::kF32, DType::kF64),
+                         [](const ::testing::TestParamInfo<DType>& p) { return dtype_name(p.param); });
 
 }  // namespace
 }  // namespace sieve::plugin::proxy

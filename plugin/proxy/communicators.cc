@@ -1,8 +1,8 @@
-// The proxy's communicators, NCCL groups, aborts and hang forensics. Commits and learned-mask votes
-// are in proxy_commit.cc, what each collective runs in proxy_collectives.cc.
+// The proxy's communicators, aborts, hang forensics and the calling thread's state. NCCL groups are
+// in groups.cc, commits and learned-mask votes in commit.cc, what each collective runs in
+// collectives.cc.
 #include "plugin/proxy/proxy.h"
 
-#include <algorithm>
 #include <cinttypes>
 #include <utility>
 
@@ -85,12 +85,7 @@ int Proxy::enter(Comm comm, std::shared_ptr<CommState>* out) {
       return kResultSuccess;
     }
   }
-  *out = nullptr;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = comms_.find(comm);
-    if (it != comms_.end()) *out = it->second;
-  }
+  *out = find(comm);
   if (!*out) {
     auto cs = std::make_shared<CommState>(comm);
     if (int rc = backend_.comm_shape(comm, &cs->nranks, &cs->rank)) return rc;
@@ -104,8 +99,11 @@ int Proxy::enter(Comm comm, std::shared_ptr<CommState>* out) {
   return kResultSuccess;
 }
 
-int Proxy::begin_call(Call& call) {
-  CommState& cs = *call.state;
+int Proxy::begin_call(Comm comm, Stream stream, Call* call) {
+  if (int rc = enter(comm, &call->state)) return rc;
+  call->stream = stream;
+  call->lock = std::unique_lock(call->state->mutex);
+  CommState& cs = *call->state;
   if (!cs.live.alive() || cs.failed.load(std::memory_order_acquire)) {
     if (!cs.warned_failed) {
       cs.warned_failed = true;
@@ -118,13 +116,8 @@ int Proxy::begin_call(Call& call) {
 
 bool Proxy::release(Comm comm, const char* why) {
   if (why) report(why);  // first: the report names the communicator and what it waits for
-  std::shared_ptr<CommState> cs;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = comms_.find(comm);
-    if (it == comms_.end()) return false;
-    cs = it->second;
-  }
+  const std::shared_ptr<CommState> cs = find(comm);
+  if (!cs) return false;
   // Whoever claims the abort first owns it: the proxy's own fail_comm, or this caller.
   int owner = 0;
   const bool proxy_aborted =
@@ -139,12 +132,7 @@ bool Proxy::release(Comm comm, const char* why) {
 }
 
 int Proxy::async_error(Comm comm, int* error) {
-  std::shared_ptr<CommState> cs;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = comms_.find(comm);
-    if (it != comms_.end()) cs = it->second;
-  }
+  const std::shared_ptr<CommState> cs = find(comm);
   if (!cs) return backend_.comm_async_error(comm, error);
   // Counted in `polling` before the flag is read: an abort raises the flag first and then waits for
   // `polling` to drop, so either it sees this poll and waits, or this poll sees the flag and leaves.
@@ -170,51 +158,38 @@ void Proxy::forget(Comm comm) {
 }
 
 bool Proxy::aborted(Comm comm) const {
+  const std::shared_ptr<CommState> cs = find(comm);
+  return cs && cs->failed.load(std::memory_order_acquire);
+}
+
+std::shared_ptr<Proxy::CommState> Proxy::find(Comm comm) const {
   std::lock_guard lock(mutex_);
   auto it = comms_.find(comm);
-  return it != comms_.end() && it->second->failed.load(std::memory_order_acquire);
+  return it == comms_.end() ? nullptr : it->second;
+}
+
+template <typename T, typename Read> T Proxy::read_locked(Comm comm, T absent, Read read) const {
+  const std::shared_ptr<CommState> cs = find(comm);
+  if (!cs) return absent;
+  std::lock_guard lock(cs->mutex);
+  return read(*cs);
 }
 
 size_t Proxy::active_entries(Comm comm) const {
-  std::shared_ptr<CommState> cs;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = comms_.find(comm);
-    if (it == comms_.end()) return 0;
-    cs = it->second;
-  }
-  std::lock_guard lock(cs->mutex);
-  return cs->active.size();
+  return read_locked<size_t>(comm, 0, [](const CommState& cs) { return cs.active.size(); });
 }
 
 size_t Proxy::graph_plans(Comm comm) const {
-  std::shared_ptr<CommState> cs;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = comms_.find(comm);
-    if (it == comms_.end()) return 0;
-    cs = it->second;
-  }
-  std::lock_guard lock(cs->mutex);
-  return cs->graph_plans.size();
-}
-
-uint64_t Proxy::mask_violations(Comm comm) const {
-  std::lock_guard lock(mutex_);
-  auto it = comms_.find(comm);
-  return it == comms_.end() ? 0 : it->second->mask_violations.load(std::memory_order_relaxed);
+  return read_locked<size_t>(comm, 0, [](const CommState& cs) { return cs.graph_plans.size(); });
 }
 
 uint64_t Proxy::commits(Comm comm) const {
-  std::shared_ptr<CommState> cs;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = comms_.find(comm);
-    if (it == comms_.end()) return 0;
-    cs = it->second;
-  }
-  std::lock_guard lock(cs->mutex);
-  return cs->commits;
+  return read_locked<uint64_t>(comm, 0, [](const CommState& cs) { return cs.commits; });
+}
+
+uint64_t Proxy::mask_violations(Comm comm) const {
+  const std::shared_ptr<CommState> cs = find(comm);  // an atomic: no lock a call may hold
+  return cs ? cs->mask_violations.load(std::memory_order_relaxed) : 0;
 }
 
 int Proxy::fail_comm(CommState& cs, int rc, const std::string& what) {
@@ -246,7 +221,7 @@ void Proxy::report(const char* why) const {
   else SIEVE_WARN("%s", text.c_str());
 }
 
-void Proxy::note(CommState& cs, CallKind kind, ReduceOp op, ElemType type, CallPath path, uint64_t count) {
+void Proxy::note(CommState& cs, CallKind kind, ReduceOp op, std::optional<DType> type, CallPath path, uint64_t count) {
   CallRecord r;
   r.kind = kind;
   r.op = op;
@@ -290,7 +265,7 @@ std::string Proxy::describe_state(const char* why) const {
   return out;
 }
 
-// --- groups ----------------------------------------------------------------------------------
+// --- the calling thread ----------------------------------------------------------------------
 
 Proxy::ThreadState& Proxy::thread_state() {
   if (t_cache.proxy == id_) return *static_cast<ThreadState*>(t_cache.thread_state);
@@ -298,109 +273,6 @@ Proxy::ThreadState& Proxy::thread_state() {
   ThreadState& ts = threads_[std::this_thread::get_id()];  // unordered_map references stay valid on insert
   t_cache = ThreadCache{id_, &ts, nullptr, nullptr};
   return ts;
-}
-
-int Proxy::after(Call& call, int rc, Deferred&& work) {
-  ThreadState& ts = thread_state();
-  if (ts.depth > 0) {
-    ts.deferred.push_back(std::move(work));
-    return rc;
-  }
-  // A non-blocking communicator may return before its kernel is on the stream: anything that
-  // depends on the collective waits until it is.
-  if (rc == kResultInProgress)
-    if (int wait = backend_.wait_enqueued(call.state->comm, call.state->live))
-      return fail_comm(*call.state, wait, "waited for a collective to reach its stream and");
-  if (int w = run_after(work)) return w;
-  return kResultSuccess;
-}
-
-int Proxy::group_start() {
-  const int rc = backend_.group_start();
-  if (rc == kResultSuccess) ++thread_state().depth;
-  return rc;
-}
-
-void Proxy::close_groups(ThreadState& ts) {
-  for (const std::shared_ptr<CommState>& state : ts.grouped) {
-    std::lock_guard lock(state->mutex);
-    state->group_open = false;
-  }
-  ts.grouped.clear();  // keeps its capacity: no allocation on the next group
-}
-
-int Proxy::run_group_end(ThreadState& ts) {
-  close_groups(ts);
-  // Before the launch: the gathers of the group's compacted collectives, so that they read their
-  // inputs after every piece of stream work the trainer issued inside the group, as the dense
-  // collectives (launched by the group's end) do.
-  for (Deferred& d : ts.deferred) {
-    if (d.kind != Deferred::Kind::kCompaction) continue;
-    std::lock_guard lock(d.state->mutex);
-    if (d.state->failed.load()) continue;
-    if (int rc = compact_in(*d.state, d.compaction, d.stream))
-      fail_comm(*d.state, rc, "the gather of a compacted collective failed");
-  }
-  const int group_rc = backend_.group_end();
-  int rc = group_rc;
-  // After the launch: what follows the collectives, in call order. kResultInProgress stays the
-  // answer unless something fails: collectives that nothing waited for may still be on their way.
-  std::vector<CommState*>& waited = ts.waited;
-  // By index: nothing run here defers work of its own (this thread's group depth is 0 again), but an
-  // append would not invalidate the loop either.
-  ts.collecting_verdicts = true;
-  for (size_t i = 0; i < ts.deferred.size(); ++i) {
-    Deferred& d = ts.deferred[i];
-    std::lock_guard lock(d.state->mutex);
-    CommState& cs = *d.state;
-    if (!enqueued(group_rc) || cs.failed.load()) {
-      if (d.kind == Deferred::Kind::kLearnedVote) d.learned->withdraw();
-      if (d.kind == Deferred::Kind::kCommit && !cs.failed.load())
-        fail_comm(cs, group_rc, "could not launch the group holding a commit's vote");
-      continue;
-    }
-    if (group_rc == kResultInProgress && std::find(waited.begin(), waited.end(), &cs) == waited.end()) {
-      waited.push_back(&cs);
-      if (int w = backend_.wait_enqueued(cs.comm, cs.live)) {
-        rc = fail_comm(cs, w, "waited for a group's collectives to reach their streams and");
-        continue;
-      }
-    }
-    if (int w = run_after(d); w && enqueued(rc)) rc = w;
-  }
-  ts.collecting_verdicts = false;
-  if (!ts.verdicts.empty()) {
-    // Each communicator's lock, as every step above took it (no other thread waits on this rank's).
-    std::vector<std::unique_lock<std::mutex>> locks;
-    for (const VerifyVerdict& v : ts.verdicts) locks.emplace_back(v.state->mutex);
-    if (int w = share_verdicts(ts.verdicts); w && enqueued(rc)) rc = w;
-  }
-  ts.deferred.clear();  // both keep their capacity: no allocation on the next group
-  waited.clear();
-  return rc;
-}
-
-int Proxy::group_end() {
-  ThreadState& ts = thread_state();
-  if (ts.depth == 0) return backend_.group_end();
-  if (--ts.depth > 0) return backend_.group_end();
-  return run_group_end(ts);
-}
-
-int Proxy::group_simulate_end(void* sim_info) {
-  ThreadState& ts = thread_state();
-  const int rc = backend_.group_simulate_end(sim_info);
-  if (ts.depth == 0 || --ts.depth > 0) return rc;
-  // Nothing of the group was launched: what follows its collectives is dropped with them, on every
-  // rank alike (the group is the trainer's program). A commit in it never happened.
-  close_groups(ts);
-  for (Deferred& d : ts.deferred) {
-    std::lock_guard lock(d.state->mutex);
-    if (d.kind == Deferred::Kind::kLearnedVote) d.learned->withdraw();
-    if (d.kind == Deferred::Kind::kCommit) withdraw_commit(*d.state, *d.commit);
-  }
-  ts.deferred.clear();
-  return rc;
 }
 
 }  // namespace sieve::plugin::proxy

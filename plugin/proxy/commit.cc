@@ -46,11 +46,8 @@ bool Proxy::commit_outcome(const void* token, CommitOutcome* out) {
 int Proxy::commit(Comm comm, Stream stream, uint32_t flags, CommitOutcome* outcome) {
   CommitOutcome ignored;
   if (!outcome) outcome = &ignored;
-  std::shared_ptr<CommState> state;
-  if (int rc = enter(comm, &state)) return rc;
-  std::lock_guard lock(state->mutex);
-  Call call{state, stream};
-  if (int rc = begin_call(call)) return rc;
+  Call call;
+  if (int rc = begin_call(comm, stream, &call)) return rc;
   return run_commit(call, flags, nullptr, outcome);
 }
 
@@ -68,21 +65,19 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
     // goes into the graph as it is.
     outcome->reason = "a commit cannot be captured into a CUDA graph; issue it outside capture";
     SIEVE_WARN("collective proxy: %s (communicator %p); nothing changes", outcome->reason.c_str(), cs.comm);
-    if (token)
-      return backend_.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, cs.comm, call.stream);
+    if (token) return backend_.all_reduce(token, token, kVoteWords, DType::kI64, ReduceOp::kMax, cs.comm, call.stream);
     return kResultSuccess;
   }
   if (!cs.vote && backend_.create_exchange(kVoteBytes, &cs.vote)) {
     // This rank cannot vote. The binding's own all-reduce still carries its "no proxy" words, so
     // the others refuse; a C caller's commit has nothing to send, and its peers must not wait.
-    if (token)
-      return backend_.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, cs.comm, call.stream);
+    if (token) return backend_.all_reduce(token, token, kVoteWords, DType::kI64, ReduceOp::kMax, cs.comm, call.stream);
     return fail_comm(cs, kResultCudaError, "no device memory for a commit's vote");
   }
   if (options_.verify && !cs.captured_verdict) {  // made here: a graph may not allocate
     if (backend_.create_exchange(kVoteBytes, &cs.captured_verdict)) {
       if (token)
-        return backend_.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, cs.comm, call.stream);
+        return backend_.all_reduce(token, token, kVoteWords, DType::kI64, ReduceOp::kMax, cs.comm, call.stream);
       return fail_comm(cs, kResultCudaError, "no device memory for SIEVE_PROXY_VERIFY's vote");
     }
     write_vote(Vote{0, fingerprint_, Refusal::kNone}, cs.captured_verdict->host());
@@ -98,7 +93,7 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
   if (int rc = TableCommit::begin(ctx, registry_.snapshot(comm_scope(cs.comm)), flags, *cs.vote, token, &pending->table,
                                   &collective_rc))
     return fail_comm(cs, rc, "could not issue a commit's vote");
-  note(cs, CallKind::kCommit, ReduceOp::kMax, ElemType::kI64, CallPath::kAgreement, kVoteWords);
+  note(cs, CallKind::kCommit, ReduceOp::kMax, DType::kI64, CallPath::kAgreement, kVoteWords);
   if (thread_state().depth > 0) {
     outcome->state = CommitOutcome::State::kPending;
     Deferred d{Deferred::Kind::kCommit, call.state, call.stream};
@@ -205,7 +200,7 @@ int Proxy::vote_learned(CommState& cs, LearnedSignature& sig, Stream stream) {
   const bool ok = options_.enabled && sig.prepare_proposal(backend_, &why);
   const Vote mine{sig.proposal_hash(), fingerprint_, ok ? Refusal::kNone : Refusal::kCouldNotPrepare};
   write_vote(mine, cs.vote->host());
-  note(cs, CallKind::kVote, ReduceOp::kMax, ElemType::kI64, CallPath::kAgreement, kVoteWords);
+  note(cs, CallKind::kVote, ReduceOp::kMax, DType::kI64, CallPath::kAgreement, kVoteWords);
   int rc = backend_.exchange_in(*cs.vote, nullptr, kVoteWords, 8, cs.comm, stream);
   if (rc == kResultInProgress) rc = backend_.wait_enqueued(cs.comm, cs.live);
   if (!rc) rc = backend_.exchange_out(*cs.vote, nullptr, kVoteWords, 8, stream);
@@ -217,7 +212,7 @@ int Proxy::vote_learned(CommState& cs, LearnedSignature& sig, Stream stream) {
     SIEVE_INFO(
         "collective proxy: learned a mask for %llu-element %s all-reduces on communicator %p (density %.3f); "
         "compacting",
-        (unsigned long long)sig.count(), elem_type_name(sig.type()), cs.comm, sig.plan()->mask().density());
+        (unsigned long long)sig.count(), dtype_name(sig.type()), cs.comm, sig.plan()->mask().density());
   else
     SIEVE_INFO("collective proxy: a learned mask was not adopted on communicator %p: %s", cs.comm,
                verdict.reason(why).c_str());

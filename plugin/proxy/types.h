@@ -1,18 +1,17 @@
 // The collective proxy's own vocabulary, free of NCCL and CUDA so that its host logic builds and is
 // tested on machines without either. The CUDA backend maps these to ncclDataType_t / ncclRedOp_t.
+// Element types are compress::DType, the one enum of the C API, the mask registry and the proxy: a
+// collective's type is compared with a published mask's as is.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 
 #include "compress/dtype.h"
 
 namespace sieve::plugin::proxy {
 
-// Element types the proxy compacts (the floating ones); kI64 is the commit token's type, never
-// compacted; everything else passes through dense.
-enum class ElemType { kF32, kF16, kBF16, kF64, kI64, kOther };
+using compress::DType;
 // Reductions the proxy compacts (masked positions are zero on every rank, so each of these gives
 // zero there too): NCCL's built-in ones, and the pre-multiplied sums a trainer created on a
 // communicator (ncclRedOpCreatePreMulSum: every input scaled, then summed; FSDP's bf16 and averaged
@@ -23,16 +22,13 @@ inline ReduceOp premul_sum(int32_t handle) { return ReduceOp(kPreMulSumBase + ha
 inline bool is_premul_sum(ReduceOp op) { return int32_t(op) >= kPreMulSumBase; }
 inline int32_t premul_handle(ReduceOp op) { return int32_t(op) - kPreMulSumBase; }
 
-size_t element_size(ElemType type);
-// True for the types the proxy compacts.
-bool compactable(ElemType type);
+// True for the types the proxy compacts: the floating ones. The interposed entry points hand the
+// proxy those and int64 (the commit token's type, never compacted); NCCL's other types pass through
+// to NCCL untouched.
+bool compactable(DType type);
 // One element as a double (f16 and bf16 widened exactly), for SIEVE_PROXY_VERIFY's comparison.
-double element_value(ElemType type, const void* element);
-const char* elem_type_name(ElemType type);
+double element_value(DType type, const void* element);
 const char* reduce_op_name(ReduceOp op);
-// The published dtype a collective's element type matches (a mask published for bf16 data is used
-// only by bf16 collectives); none for kOther.
-std::optional<compress::DType> published_dtype(ElemType type);
 
 // Opaque handles the proxy only compares and hands back to the backend.
 using Comm = const void*;
@@ -48,7 +44,7 @@ struct FlagEncoding {
   uint64_t ok_bits = 0;
   uint64_t bad_bits = 0;
 };
-FlagEncoding flag_encoding(ElemType type);
-bool flag_reports_violation(ElemType type, uint64_t reduced_bits);
+FlagEncoding flag_encoding(DType type);
+bool flag_reports_violation(DType type, uint64_t reduced_bits);
 
 }  // namespace sieve::plugin::proxy

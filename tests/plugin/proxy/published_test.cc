@@ -85,7 +85,7 @@ TEST(ProxyTest, EveryOpAgreesWithDenseInF64) {
       r.publish(g.data(), m, compress::DType::kF64);
       r.commit();
       Path path;
-      ASSERT_EQ(r.all_reduce(g.data(), kCount, &path, op, ElemType::kF64), 0) << r.backend.error;
+      ASSERT_EQ(r.all_reduce(g.data(), kCount, &path, op, DType::kF64), 0) << r.backend.error;
       EXPECT_EQ(path, Path::kCompactPublished);
       for (uint64_t i = 0; i < kCount; ++i) ASSERT_EQ(g[i], want[i]) << reduce_op_name(op) << " element " << i;
     });
@@ -95,13 +95,13 @@ TEST(ProxyTest, EveryOpAgreesWithDenseInF64) {
 // Review: the fake reduced every non-f64 type as 4-byte floats (a bf16 all-reduce overflowed its
 // buffer), so no test compacted f16 or bf16. Now both reduce as NCCL does, and compact exactly.
 TEST(ProxyTest, HalfPrecisionTypesCompactExactly) {
-  for (ElemType type : {ElemType::kF16, ElemType::kBF16}) {
-    const compress::DType dtype = type == ElemType::kF16 ? compress::DType::kF16 : compress::DType::kBF16;
+  for (DType type : {DType::kF16, DType::kBF16}) {
+    const compress::DType dtype = type == DType::kF16 ? compress::DType::kF16 : compress::DType::kBF16;
     compress::Mask m = thirds_mask(kCount);
     // Rank r's values, as 16-bit patterns: small integers and halves, exact in both types.
     auto input = [&](int rank) {
       std::vector<uint16_t> g(kCount, 0x8000);  // -0.0 where pruned
-      const uint16_t one = type == ElemType::kF16 ? 0x3C00 : 0x3F80, step = type == ElemType::kF16 ? 0x0400 : 0x0080;
+      const uint16_t one = type == DType::kF16 ? 0x3C00 : 0x3F80, step = type == DType::kF16 ? 0x0400 : 0x0080;
       for (uint64_t i = 0; i < kCount; ++i)
         if (m.test(i)) g[i] = uint16_t(one + step * uint16_t((i + uint64_t(rank)) % 7));
       return g;
@@ -118,7 +118,7 @@ TEST(ProxyTest, HalfPrecisionTypesCompactExactly) {
         }
         Path path;
         ASSERT_EQ(r.all_reduce(g.data(), kCount, &path, ReduceOp::kSum, type), 0) << r.backend.error;
-        EXPECT_EQ(path, compacted ? Path::kCompactPublished : Path::kPassThrough) << elem_type_name(type);
+        EXPECT_EQ(path, compacted ? Path::kCompactPublished : Path::kPassThrough) << dtype_name(type);
         (compacted ? compact : dense)[size_t(r.rank)] = g;
       });
     }
@@ -128,7 +128,7 @@ TEST(ProxyTest, HalfPrecisionTypesCompactExactly) {
       for (uint64_t i = 0; i < kCount; ++i)
         ASSERT_TRUE(compact[size_t(r)][i] == dense[size_t(r)][i] ||
                     ((compact[size_t(r)][i] | dense[size_t(r)][i]) & 0x7fff) == 0)
-            << elem_type_name(type) << " rank " << r << " element " << i;
+            << dtype_name(type) << " rank " << r << " element " << i;
     EXPECT_NE(dense[0][0], 0) << "the sums are real values";
   }
 }
@@ -148,8 +148,8 @@ TEST(ProxyTest, ACollectiveMustMatchTheEntryExactly) {
     EXPECT_EQ(path, Path::kDense);
     ASSERT_EQ(r.all_reduce(g.data() + 1, kCount - 1, &path), 0);
     EXPECT_EQ(path, Path::kDense);
-    ASSERT_EQ(r.settle(r.proxy.all_reduce(g.data(), g.data(), kCount / 2, ElemType::kF64, ReduceOp::kSum, kComm,
-                                          kStream, &path)),
+    ASSERT_EQ(r.settle(r.proxy.all_reduce(g.data(), g.data(), kCount / 2, DType::kF64, ReduceOp::kSum, kComm, kStream,
+                                          &path)),
               0);
     EXPECT_EQ(path, Path::kDense);
   });
@@ -367,7 +367,7 @@ TEST(ProxyTest, TheCommitTokenIsACommitOnlyWhenArmed) {
   run_ranks(ranks, [&](Rank& r) {
     int64_t words[kVoteWords] = {1, 2, 3, 4, 5, int64_t(r.rank)};
     Path path;
-    ASSERT_EQ(r.all_reduce(words, kVoteWords, &path, ReduceOp::kMax, ElemType::kI64), 0) << r.backend.error;
+    ASSERT_EQ(r.all_reduce(words, kVoteWords, &path, ReduceOp::kMax, DType::kI64), 0) << r.backend.error;
     EXPECT_EQ(path, Path::kPassThrough) << "an ordinary int64 all-reduce";
     EXPECT_EQ(words[5], 1) << "reduced as asked";
     std::vector<float> g = gradient(m, r.rank);
@@ -391,16 +391,16 @@ TEST(ProxyTest, OutOfPlaceCompactsOnTheSendBuffersMaskOnly) {
     r.publish(out.data(), m);  // on the output only: says nothing about the input's zeros
     r.commit();
     Path path;
-    ASSERT_EQ(r.settle(r.proxy.all_reduce(in.data(), out.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream,
-                                          &path)),
-              0);
+    ASSERT_EQ(
+        r.settle(r.proxy.all_reduce(in.data(), out.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &path)),
+        0);
     EXPECT_EQ(path, Path::kDense);
     for (float v : out) ASSERT_EQ(v, 3.0f);
     std::vector<float> g = gradient(m, r.rank), result(kCount, 7.0f);
     r.publish(g.data(), m);
     r.commit();
-    ASSERT_EQ(r.settle(r.proxy.all_reduce(g.data(), result.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm,
-                                          kStream, &path)),
+    ASSERT_EQ(r.settle(r.proxy.all_reduce(g.data(), result.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream,
+                                          &path)),
               0);
     EXPECT_EQ(path, Path::kCompactPublished);
     expect_exact(result, dense_sum(m, 2));
@@ -485,7 +485,7 @@ TEST(ProxyTest, ACommitBelongsToItsCommunicatorWhateverTheOtherThreadsDo) {
         std::promise<void> b_done;
         std::thread on_b([&] {
           Path path;
-          EXPECT_EQ(rank.all_reduce(b[size_t(r)].data(), kCount, &path, ReduceOp::kSum, ElemType::kF32, kOther), 0)
+          EXPECT_EQ(rank.all_reduce(b[size_t(r)].data(), kCount, &path, ReduceOp::kSum, DType::kF32, kOther), 0)
               << rank.backend.error;
           EXPECT_EQ(path, Path::kPassThrough) << "B never had a commit";
           b_done.set_value();
@@ -515,7 +515,7 @@ TEST(ProxyTest, ACommitInsideAGroupIsDecidedAtTheGroupsEnd) {
     r.publish(g.data(), m);
     ASSERT_EQ(r.proxy.group_start(), 0);
     Path path;
-    ASSERT_EQ(r.proxy.all_reduce(h.data(), h.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
+    ASSERT_EQ(r.proxy.all_reduce(h.data(), h.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
     CommitOutcome outcome;
     ASSERT_EQ(r.proxy.commit(kComm, kStream, 0, &outcome), 0) << r.backend.error;
     EXPECT_EQ(outcome.state, CommitOutcome::State::kPending);
@@ -542,7 +542,7 @@ TEST(ProxyTest, EveryCallInItsOwnGroupStillCommitsAndCompacts) {
     write_no_proxy_vote(token);
     r.proxy.arm_commit(token, 0);
     ASSERT_EQ(r.proxy.group_start(), 0);
-    ASSERT_EQ(r.proxy.all_reduce(token, token, kVoteWords, ElemType::kI64, ReduceOp::kMax, kComm, kStream), 0);
+    ASSERT_EQ(r.proxy.all_reduce(token, token, kVoteWords, DType::kI64, ReduceOp::kMax, kComm, kStream), 0);
     ASSERT_EQ(r.proxy.group_end(), 0) << r.backend.error;
     CommitOutcome outcome;
     ASSERT_TRUE(r.proxy.commit_outcome(token, &outcome));
@@ -552,8 +552,7 @@ TEST(ProxyTest, EveryCallInItsOwnGroupStillCommitsAndCompacts) {
       std::copy(fresh.begin(), fresh.end(), g.begin());
       Path path;
       ASSERT_EQ(r.proxy.group_start(), 0);
-      ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path),
-                0);
+      ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
       ASSERT_EQ(r.proxy.group_end(), 0) << r.backend.error;
       EXPECT_EQ(path, Path::kCompactPublished) << "step " << step;
       expect_exact(g, dense_sum(m, 2, step));
@@ -574,7 +573,7 @@ TEST(ProxyTest, StreamWorkInsideAGroupReachesTheCompactedCollective) {
     r.commit();
     const int scatters = r.backend.scatters;
     ASSERT_EQ(r.proxy.group_start(), 0);
-    ASSERT_EQ(r.proxy.all_reduce(g.data(), out.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream), 0);
+    ASSERT_EQ(r.proxy.all_reduce(g.data(), out.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream), 0);
     for (float& v : g) v *= 2.0f;  // e.g. a gradient-scaling kernel on the stream, before the launch
     EXPECT_EQ(r.backend.scatters, scatters) << "no scatter before the group's launch";
     ASSERT_EQ(r.proxy.group_end(), 0) << r.backend.error;
@@ -599,9 +598,8 @@ TEST(ProxyTest, OneSendBufferReadTwiceInAGroupStaysExact) {
     r.commit();
     Path first, second;
     ASSERT_EQ(r.proxy.group_start(), 0);
-    ASSERT_EQ(r.proxy.all_reduce(g.data(), sum.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &first),
-              0);
-    ASSERT_EQ(r.proxy.all_reduce(g.data(), max.data(), kCount, ElemType::kF32, ReduceOp::kMax, kComm, kStream, &second),
+    ASSERT_EQ(r.proxy.all_reduce(g.data(), sum.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &first), 0);
+    ASSERT_EQ(r.proxy.all_reduce(g.data(), max.data(), kCount, DType::kF32, ReduceOp::kMax, kComm, kStream, &second),
               0);
     ASSERT_EQ(r.proxy.group_end(), 0) << r.backend.error;
     EXPECT_EQ(first, Path::kCompactPublished);
@@ -612,8 +610,7 @@ TEST(ProxyTest, OneSendBufferReadTwiceInAGroupStaysExact) {
     expect_exact(max, want);
     // The next group may use the plan again.
     ASSERT_EQ(r.proxy.group_start(), 0);
-    ASSERT_EQ(r.proxy.all_reduce(g.data(), sum.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &first),
-              0);
+    ASSERT_EQ(r.proxy.all_reduce(g.data(), sum.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &first), 0);
     ASSERT_EQ(r.proxy.group_end(), 0) << r.backend.error;
     EXPECT_EQ(first, Path::kCompactPublished);
   });
@@ -632,7 +629,7 @@ TEST(ProxyTest, GroupSimulateEndUnwindsTheGroupAndDropsItsWork) {
     std::vector<float> fresh = gradient(m, r.rank, 2);
     std::copy(fresh.begin(), fresh.end(), g.begin());
     ASSERT_EQ(r.proxy.group_start(), 0);
-    ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream), 0);
+    ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream), 0);
     ASSERT_EQ(r.proxy.group_simulate_end(nullptr), 0);
     EXPECT_EQ(g, fresh) << "a simulated group changes nothing";
     Path path;
@@ -681,8 +678,8 @@ TEST(ProxyTest, NonBlockingCommunicatorsCommitAndCompactAfterTheKernelIsEnqueued
     std::vector<float> fa = gradient(m, r.rank);
     std::copy(fa.begin(), fa.end(), a.begin());
     ASSERT_EQ(r.proxy.group_start(), 0);
-    ASSERT_EQ(r.proxy.all_reduce(a.data(), a.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream), 0);
-    ASSERT_EQ(r.proxy.all_reduce(b.data(), b.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream), 0);
+    ASSERT_EQ(r.proxy.all_reduce(a.data(), a.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream), 0);
+    ASSERT_EQ(r.proxy.all_reduce(b.data(), b.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream), 0);
     ASSERT_EQ(r.settle(r.proxy.group_end()), 0) << r.backend.error;
     expect_exact(a, dense_sum(m, 2));
     expect_exact(b, dense_sum(m, 2, 1));
@@ -708,7 +705,7 @@ TEST(ProxyTest, CaptureUsesOnlyAgreedPlansAndACommitDuringCaptureIsRefused) {
     EXPECT_EQ(r.commit().state, CommitOutcome::State::kActivated);  // outside capture
     Path path;
     r.backend.begin_capture();
-    ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
+    ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
     r.backend.end_capture();
     EXPECT_EQ(path, Path::kCompactPublished);
     for (int replay = 0; replay < 2; ++replay) {
@@ -734,7 +731,7 @@ TEST(ProxyTest, AGraphKeepsItsPlanAfterANewCommit) {
     r.publish(g.data(), m);
     r.commit();
     r.backend.begin_capture();
-    ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, ElemType::kF32, ReduceOp::kSum, kComm, kStream), 0);
+    ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream), 0);
     r.backend.end_capture();
     r.publish(g.data(), m2);
     r.commit();
@@ -801,8 +798,7 @@ TEST(ProxyTest, SmallBuffersAndUnsupportedTypesPassThrough) {
   Path path;
   ASSERT_EQ(r.all_reduce(g.data(), 100, &path), 0);
   EXPECT_EQ(path, Path::kPassThrough);
-  ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount / 2, ElemType::kI64, ReduceOp::kSum, kComm, kStream, &path),
-            0);
+  ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount / 2, DType::kI64, ReduceOp::kSum, kComm, kStream, &path), 0);
   EXPECT_EQ(path, Path::kPassThrough);
   EXPECT_EQ(r.proxy.pass_through(kComm, CallKind::kAllReduce, kCount), 0);
   EXPECT_EQ(r.backend.votes, 1) << "the commit's, nothing else";

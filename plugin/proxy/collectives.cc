@@ -17,11 +17,11 @@ namespace {
 bool reduces(ReduceOp op) { return op != ReduceOp::kOther; }
 
 // The relative rounding unit of a type, for SIEVE_PROXY_VERIFY's tolerance.
-double unit_roundoff(ElemType type) {
+double unit_roundoff(DType type) {
   switch (type) {
-    case ElemType::kF16: return 1.0 / 1024;
-    case ElemType::kBF16: return 1.0 / 128;
-    case ElemType::kF32: return std::numeric_limits<float>::epsilon();
+    case DType::kF16: return 1.0 / 1024;
+    case DType::kBF16: return 1.0 / 128;
+    case DType::kF32: return std::numeric_limits<float>::epsilon();
     default: return std::numeric_limits<double>::epsilon();
   }
 }
@@ -39,29 +39,28 @@ CallKind Proxy::call_kind(Coll coll) {
   return CallKind::kAllReduce;
 }
 
-const ActiveEntry* Proxy::match(CommState& cs, const void* base, uint64_t count, ElemType type) {
+const ActiveEntry* Proxy::match(CommState& cs, const void* base, uint64_t count, DType type) {
   auto it = cs.active.find(reinterpret_cast<uintptr_t>(base));
   if (it == cs.active.end()) return nullptr;
   const ActiveEntry& e = it->second;
-  if (e.source->count() != count || published_dtype(type) != e.source->dtype()) {
+  if (e.source->count() != count || type != e.source->dtype()) {
     if (cs.warned.insert(it->first).second)
       SIEVE_WARN(
           "collective proxy: a collective on %p (%llu x %s) does not match the mask committed there "
           "(%llu x %s); it runs dense",
-          base, (unsigned long long)count, elem_type_name(type), (unsigned long long)e.source->count(),
+          base, (unsigned long long)count, dtype_name(type), (unsigned long long)e.source->count(),
           compress::dtype_name(e.source->dtype()));
     return nullptr;
   }
   return &e;
 }
 
-const ActiveEntry* Proxy::match_cycle(CommState& cs, compress::MaskTarget target, uint64_t count, ElemType type) {
+const ActiveEntry* Proxy::match_cycle(CommState& cs, compress::MaskTarget target, uint64_t count, DType type) {
   // Which of several masks of one shape a call belongs to cannot be known for certain (a step may
   // skip a collective, or repeat one): such a call runs dense on every rank, never on a guess.
   for (size_t i = 0; i < cs.cycle.size(); ++i) {
     const ActiveEntry& e = cs.cycle[i];
-    if (e.source->target() != target || e.source->count() != count || published_dtype(type) != e.source->dtype())
-      continue;
+    if (e.source->target() != target || e.source->count() != count || type != e.source->dtype()) continue;
     if (!cs.ambiguous[i]) return &e;
     if (!cs.warned_ambiguous) {
       cs.warned_ambiguous = true;
@@ -69,7 +68,7 @@ const ActiveEntry* Proxy::match_cycle(CommState& cs, compress::MaskTarget target
           "collective proxy: communicator %p has several different %s masks of %llu x %s; a call of that "
           "shape cannot say which one is its own, so it runs dense (publish one mask per shape, or the "
           "same mask for every collective of a shape)",
-          cs.comm, compress::mask_target_name(target), (unsigned long long)count, elem_type_name(type));
+          cs.comm, compress::mask_target_name(target), (unsigned long long)count, dtype_name(type));
     }
     return nullptr;
   }
@@ -93,7 +92,7 @@ void Proxy::warn_uncommitted(CommState& cs, uint64_t count) {
         cs.comm);
 }
 
-int Proxy::dense(Coll coll, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
+int Proxy::dense(Coll coll, const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm,
                  Stream stream) {
   add(stats_.collectives_dense, 1);
   switch (coll) {
@@ -128,30 +127,24 @@ bool Proxy::premul_sum_known(Comm comm, int32_t handle) {
 }
 
 int Proxy::pass_through(Comm comm, CallKind kind, uint64_t count) {
-  std::shared_ptr<CommState> state;
-  if (int rc = enter(comm, &state)) return rc;
-  std::lock_guard lock(state->mutex);
-  Call call{state, nullptr};
-  if (int rc = begin_call(call)) return rc;
-  note(*state, kind, ReduceOp::kOther, ElemType::kOther, CallPath::kDense, count);
+  Call call;
+  if (int rc = begin_call(comm, nullptr, &call)) return rc;
+  note(*call.state, kind, ReduceOp::kOther, std::nullopt, CallPath::kDense, count);
   add(stats_.collectives_dense, 1);
   return kResultSuccess;
 }
 
-int Proxy::all_reduce(const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op, Comm comm,
-                      Stream stream, Path* path) {
+int Proxy::all_reduce(const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm, Stream stream,
+                      Path* path) {
   Path ignored;
   if (!path) path = &ignored;
   *path = Path::kPassThrough;
   ThreadState& ts = thread_state();
   const bool token = ts.armed_token && send == ts.armed_token && recv == send && count == kVoteWords &&
-                     type == ElemType::kI64 && op == ReduceOp::kMax;
-  std::shared_ptr<CommState> state;
-  if (int rc = enter(comm, &state)) return rc;
-  std::lock_guard lock(state->mutex);
-  Call call{state, stream};
-  if (int rc = begin_call(call)) return rc;
-  CommState& cs = *state;
+                     type == DType::kI64 && op == ReduceOp::kMax;
+  Call call;
+  if (int rc = begin_call(comm, stream, &call)) return rc;
+  CommState& cs = *call.state;
   if (token) {
     ts.armed_token = nullptr;
     *path = Path::kCommit;
@@ -193,29 +186,26 @@ int Proxy::all_reduce(const void* send, void* recv, uint64_t count, ElemType typ
   return dense(Coll::kAllReduce, send, recv, count, type, op, comm, stream);
 }
 
-int Proxy::reduce_scatter(const void* send, void* recv, uint64_t recv_count, ElemType type, ReduceOp op, Comm comm,
+int Proxy::reduce_scatter(const void* send, void* recv, uint64_t recv_count, DType type, ReduceOp op, Comm comm,
                           Stream stream, Path* path) {
   return sharded(Coll::kReduceScatter, send, recv, recv_count, type, op, comm, stream, path);
 }
 
-int Proxy::all_gather(const void* send, void* recv, uint64_t send_count, ElemType type, Comm comm, Stream stream,
+int Proxy::all_gather(const void* send, void* recv, uint64_t send_count, DType type, Comm comm, Stream stream,
                       Path* path) {
   return sharded(Coll::kAllGather, send, recv, send_count, type, ReduceOp::kSum, comm, stream, path);
 }
 
 // Reduce-scatter and all-gather: `per_rank` elements of each rank's shard of the whole buffer. The
 // mask describes the whole buffer: the reduce-scatter's input, the all-gather's output.
-int Proxy::sharded(Coll coll, const void* send, void* recv, uint64_t per_rank, ElemType type, ReduceOp op, Comm comm,
+int Proxy::sharded(Coll coll, const void* send, void* recv, uint64_t per_rank, DType type, ReduceOp op, Comm comm,
                    Stream stream, Path* path) {
   Path ignored;
   if (!path) path = &ignored;
   *path = Path::kPassThrough;
-  std::shared_ptr<CommState> state;
-  if (int rc = enter(comm, &state)) return rc;
-  std::lock_guard lock(state->mutex);
-  Call call{state, stream};
-  if (int rc = begin_call(call)) return rc;
-  CommState& cs = *state;
+  Call call;
+  if (int rc = begin_call(comm, stream, &call)) return rc;
+  CommState& cs = *call.state;
   const bool gather = coll == Coll::kAllGather;
   uint64_t count = 0;
   if (cs.agreed && options_.enabled && compactable(type) && reduces(op) && whole_count(per_rank, cs.nranks, &count) &&
@@ -374,7 +364,7 @@ int Proxy::count_pruned(CommState& cs, EntryPlan& plan, const DeviceLayout& layo
     SIEVE_WARN(
         "collective proxy: a published mask on communicator %p (%llu x %s) pruned %llu nonzero values; they "
         "were dropped, as the mask says (mask_violations counts them; SIEVE_PROXY_VERIFY=1 names the first)",
-        cs.comm, (unsigned long long)plan.count(), elem_type_name(plan.type()), (unsigned long long)fresh);
+        cs.comm, (unsigned long long)plan.count(), dtype_name(plan.type()), (unsigned long long)fresh);
   }
   return kResultSuccess;
 }
@@ -442,8 +432,8 @@ int Proxy::verify(CommState& cs, const Compaction& c, Stream stream) {
                   "SIEVE_PROXY_VERIFY: call #%" PRIu64 " (%s %s, %" PRIu64
                   " elements) into buffer %p differs from "
                   "the dense result at element %" PRIu64 " (%s): compacted %.9g, dense %.9g",
-                  c.seq, kind, elem_type_name(plan.type()), n, c.recv, i,
-                  kept ? "kept by the mask" : "pruned by the mask", g, w);
+                  c.seq, kind, dtype_name(plan.type()), n, c.recv, i, kept ? "kept by the mask" : "pruned by the mask",
+                  g, w);
     break;
   }
   return verdict(cs, stream, what, false);
@@ -473,7 +463,7 @@ int Proxy::share_verdicts(std::vector<VerifyVerdict>& verdicts) {
   std::vector<int> issued(verdicts.size(), kResultSuccess);
   for (size_t i = 0; i < verdicts.size(); ++i) {
     CommState& cs = *verdicts[i].state;
-    note(cs, CallKind::kVerifyVerdict, ReduceOp::kMax, ElemType::kI64, CallPath::kAgreement, kVoteWords);
+    note(cs, CallKind::kVerifyVerdict, ReduceOp::kMax, DType::kI64, CallPath::kAgreement, kVoteWords);
     if (verdicts[i].captured) {  // the fixed vote, staged once (a difference here is reported below)
       issued[i] = cs.captured_verdict
                       ? backend_.exchange_in(*cs.captured_verdict, nullptr, kVoteWords, 8, cs.comm, verdicts[i].stream)
@@ -523,7 +513,7 @@ int Proxy::share_verdicts(std::vector<VerifyVerdict>& verdicts) {
 
 // --- learned masks ---------------------------------------------------------------------------
 
-int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t count, ElemType type, ReduceOp op,
+int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t count, DType type, ReduceOp op,
                               Path* path) {
   CommState& cs = *call.state;
   const bool observe = options_.track == TrackMode::kObserve;
@@ -546,7 +536,7 @@ int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t
     SIEVE_WARN(
         "collective proxy: SIEVE_TRACK=observe stops watching %llu-element %s all-reduces on communicator %p: "
         "reading a record failed (error %d)",
-        (unsigned long long)count, elem_type_name(type), cs.comm, rc);
+        (unsigned long long)count, dtype_name(type), cs.comm, rc);
     cs.learned.erase({count, type});
     note(cs, CallKind::kAllReduce, op, type, CallPath::kDense, count);
     return dense(Coll::kAllReduce, send, recv, count, type, op, cs.comm, call.stream);
@@ -560,12 +550,12 @@ int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t
     SIEVE_WARN(
         "collective proxy: the learned mask of %llu-element %s all-reduces on communicator %p fell back %u "
         "times; that signature runs dense from now on and is no longer learned",
-        (unsigned long long)count, elem_type_name(type), cs.comm, LearnedSignature::kMaxFallbacks);
+        (unsigned long long)count, dtype_name(type), cs.comm, LearnedSignature::kMaxFallbacks);
   } else if (d.fell_back)
     SIEVE_INFO(
         "collective proxy: a rank had nonzeros outside the learned mask of %llu-element %s all-reduces on "
         "communicator %p, or called them on another buffer; dense again, relearning",
-        (unsigned long long)count, elem_type_name(type), cs.comm);
+        (unsigned long long)count, dtype_name(type), cs.comm);
   if (d.propose) {
     if (thread_state().depth > 0) {
       Deferred v{Deferred::Kind::kLearnedVote, call.state, call.stream};
@@ -590,7 +580,7 @@ int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t
   }
   *path = Path::kCompactLearned;
   const std::shared_ptr<EntryPlan>& plan = sig.plan();
-  add(stats_.learned_bytes_saved, (count - plan->nnz() - 1) * element_size(type));
+  add(stats_.learned_bytes_saved, (count - plan->nnz() - 1) * compress::dtype_size(type));
   Compaction c{Coll::kAllReduce, plan, send, recv, op};
   c.learned = held;
   c.record = d.record;

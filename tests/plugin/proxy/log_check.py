@@ -1,7 +1,7 @@
 """The collective proxy's log in a job that preloads Sieve without using it as NCCL's net plugin
 (so the plugin's init never runs): a configuration problem is still warned, once; SIEVE_LOG_LEVEL
 still governs stderr; every line has the one format "LEVEL NET/Sieve message".
-Usage: proxy_log_check.py LIBRARY   (runs itself as the child: proxy_log_check.py LIBRARY --child)"""
+Usage: log_check.py LIBRARY   (runs itself as the child: log_check.py LIBRARY --child)"""
 
 import ctypes
 import os
