@@ -206,9 +206,16 @@ def _root_state(model):
 
 
 def _group_plan(state, module, label, names, masks, used):
-    """(layout, process group, gather dtype, gather ok, reduce ok) for one fully_shard state, or a
-    reason string where it cannot be mapped exactly."""
+    """(layout, process group, gather dtype) for one fully_shard state, None where it holds no
+    parameter, or a reason string where it cannot be mapped exactly. Every parameter's mask is looked
+    up first, so masks= naming a refused group's parameters is not an error."""
     groups = _masks._state_groups(state)
+    entries = []
+    for group in groups:
+        for p in group.fsdp_params:
+            module_, param_name = p._module_info.module, p._module_info.param_name
+            name = _masks._param_name(names, module_, param_name)
+            entries.append((p, name, _masks._mask_for(module_, param_name, name, masks, used)))
     if not groups:
         return None
     if len(groups) > 1:
@@ -221,19 +228,13 @@ def _group_plan(state, module, label, names, masks, used):
     comm = getattr(mesh, "shard_process_group", None)
     if comm is None:
         return "its mesh has no shard dimension (replicate): it all-reduces"
+    reason = _unmappable(entries)
+    if reason is not None:
+        return reason
     world_size, rank = int(mesh.shard_mesh_size), int(mesh.shard_mesh_rank)
     parts, dtypes, pruned = [], set(), 0
-    for p in group.fsdp_params:
-        module_, param_name = p._module_info.module, p._module_info.param_name
-        name = _masks._param_name(names, module_, param_name)
-        if getattr(p, "is_dtensor", False):
-            return "%s is a DTensor on another mesh (tensor parallel)" % name
-        if hasattr(getattr(p, "_sharded_local_tensor", None), "fsdp_pre_all_gather"):
-            return "%s has an all-gather extension (fsdp_pre_all_gather)" % name
-        if getattr(p, "offload_to_cpu", False) and comm is not None and p.device.type != "cpu":
-            return "%s is offloaded to the CPU" % name
+    for p, name, keep in entries:
         dim = getattr(getattr(p, "fsdp_placement", None), "dim", 0)
-        keep = _masks._mask_for(module_, param_name, name, masks, used)
         shape = tuple(p._orig_size)
         try:
             bits = _masks.fsdp2_layout([shape], world_size, [_masks._keep_of(keep, shape, name)
@@ -253,6 +254,34 @@ def _group_plan(state, module, label, names, masks, used):
     layout.pruned = pruned  # elements the masks prune, padding not counted
     gather_dtype = dtypes.pop() if len(dtypes) == 1 else None
     return layout, comm, gather_dtype
+
+
+def _mesh_text(mesh):
+    names = getattr(mesh, "mesh_dim_names", None) or ["dim%d" % i for i in range(mesh.ndim)]
+    return " x ".join("%s=%d" % (n, s) for n, s in zip(names, mesh.shape))
+
+
+def _unmappable(entries):
+    """Why a group's flat buffer is not its parameters' FSDP shards as fsdp2_layout cuts them (None:
+    it is). FSDP2 2.11 gathers a DTensor parameter's local tensor-parallel shard, cut again over the
+    data-parallel mesh (its _spmd_mesh, 2-D or more), and an all-gather extension's own inputs: the
+    masks are of full parameters, and no layout of them says where those elements sit."""
+    tensor_parallel = [(name, p) for p, name, _ in entries if getattr(p, "is_dtensor", False)]
+    if tensor_parallel and len(tensor_parallel) < len(entries):
+        name, p = tensor_parallel[0]
+        plain = next(n for q, n, _ in entries if not getattr(q, "is_dtensor", False))
+        return "its parameters are on different meshes (%s on %s, %s on the data-parallel mesh alone)" % (
+            name, _mesh_text(p._spmd_mesh), plain)
+    if tensor_parallel:
+        name, p = tensor_parallel[0]
+        return "%s is a DTensor on a %d-D mesh %s (tensor parallel): the buffer holds its tensor-parallel shard" % (
+            name, p._spmd_mesh.ndim, _mesh_text(p._spmd_mesh))
+    for p, name, _ in entries:
+        if hasattr(getattr(p, "_sharded_local_tensor", None), "fsdp_pre_all_gather"):
+            return "%s has an all-gather extension (fsdp_pre_all_gather): FSDP gathers what it returns" % name
+        if getattr(p, "offload_to_cpu", False) and p.device.type != "cpu":
+            return "%s is offloaded to the CPU" % name
+    return None
 
 
 def _local_zero(group, layout):
