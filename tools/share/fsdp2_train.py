@@ -158,7 +158,7 @@ def main():
     p.add_argument("--master", required=True)
     p.add_argument("--port", type=int, default=29531)
     p.add_argument("--ifname", default="eth0")
-    p.add_argument("--model", choices=["transformer", "resnet18"], default="transformer")
+    p.add_argument("--model", choices=["transformer", "transformer-23m", "resnet18"], default="transformer")
     p.add_argument("--mode", choices=["fsdp2", "sieve", "fsdp2-regrouped", "fsdp2-shard1"], default="fsdp2")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--skip-step", type=int, default=2, help="the step whose second block gets no gradient (-1: none)")
@@ -170,6 +170,8 @@ def main():
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--timeout", type=int, default=600)
     args = p.parse_args()
+    if args.model == "transformer-23m":  # the size: 23.1 M parameters, the same decoder
+        args.model, args.width, args.layers, args.vocab = "transformer", 512, 6, 4096
     # Never hang: a thread ends the process even while the main one waits inside Gloo or its store.
     watchdog = threading.Timer(args.timeout, lambda: (print("fsdp2_train: timed out", file=sys.stderr, flush=True),
                                                       os._exit(3)))

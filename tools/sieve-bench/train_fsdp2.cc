@@ -196,8 +196,9 @@ double largest_difference(const ModeRun& base, const ModeRun& other) {
 }  // namespace
 
 int run_train_fsdp2(const Options& o) {
-  if (o.train_model != "transformer" && o.train_model != "resnet18") {
-    std::fprintf(stderr, "sieve-bench: --train-model: transformer or resnet18, not %s\n", o.train_model.c_str());
+  if (o.train_model != "transformer" && o.train_model != "transformer-23m" && o.train_model != "resnet18") {
+    std::fprintf(stderr, "sieve-bench: --train-model: transformer, transformer-23m or resnet18, not %s\n",
+                 o.train_model.c_str());
     return 2;
   }
   if (geteuid() != 0 || o.loopback) {
