@@ -8,8 +8,10 @@ bytes this node's interface sent; a digest of this rank's parameter shards at th
   fsdp2            FSDP2 as is (a block and the root per fully_shard)
   sieve            the same, after sieve.fsdp.compact(model): Sieve's custom collectives
   fsdp2-regrouped  FSDP2 as is, every other block in a group of its own and the rest in the root's:
-                   FSDP's own result under another configuration (other buffers, so another
-                   reduction order at more than 2 ranks)
+                   FSDP's own result under another configuration (other buffers)
+  fsdp2-shard1     FSDP2 as is, every parameter whose dim 1 divides among the ranks sharded on dim 1
+                   (fully_shard's shard_placement_fn): its elements sit in other ranks' segments, so
+                   at more than 2 ranks Gloo sums them in another order (FSDP's reduction-order noise)
 
 Models: "transformer" (a decoder of torch.nn.Linear/LayerNorm/Embedding layers, its blocks' Linear
 weights pruned 50 %) and "resnet18" (torchvision, its convolutions pruned 80 %), both with
@@ -156,8 +158,8 @@ def main():
     p.add_argument("--master", required=True)
     p.add_argument("--port", type=int, default=29531)
     p.add_argument("--ifname", default="eth0")
-    p.add_argument("--model", choices=["transformer", "resnet18"], default="transformer")
-    p.add_argument("--mode", choices=["fsdp2", "sieve", "fsdp2-regrouped"], default="fsdp2")
+    p.add_argument("--model", choices=["transformer", "transformer-23m", "resnet18"], default="transformer")
+    p.add_argument("--mode", choices=["fsdp2", "sieve", "fsdp2-regrouped", "fsdp2-shard1"], default="fsdp2")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--skip-step", type=int, default=2, help="the step whose second block gets no gradient (-1: none)")
     p.add_argument("--width", type=int, default=256)
@@ -168,6 +170,8 @@ def main():
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--timeout", type=int, default=600)
     args = p.parse_args()
+    if args.model == "transformer-23m":  # the issue's size: 23.1 M parameters, the same decoder
+        args.model, args.width, args.layers, args.vocab = "transformer", 512, 6, 4096
     # Never hang: a thread ends the process even while the main one waits inside Gloo or its store.
     watchdog = threading.Timer(args.timeout, lambda: (print("fsdp2_train: timed out", file=sys.stderr, flush=True),
                                                       os._exit(3)))
@@ -191,10 +195,14 @@ def main():
     torch.manual_seed(0)
     model, blocks, batch, loss_of = (transformer if args.model == "transformer" else resnet18)(torch, args)
     mesh = init_device_mesh("cpu", (args.world,))
+    kwargs = {}
+    if args.mode == "fsdp2-shard1":
+        from torch.distributed.tensor import Shard
+        kwargs["shard_placement_fn"] = lambda p: Shard(1) if p.dim() > 1 and p.shape[1] % args.world == 0 else None
     # Regrouped: every other block in a group of its own, the rest in the root's.
     for block in blocks[::2] if args.mode == "fsdp2-regrouped" else blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(block, mesh=mesh, **kwargs)
+    fully_shard(model, mesh=mesh, **kwargs)
     outcome = None
     if sieve_fsdp is not None:
         with warnings.catch_warnings():

@@ -69,8 +69,8 @@ std::string usage_text() {
          "                        sieve, sieve-bf16, bf16-compress, powersgd, default-alt (ddp_train.py)\n"
          "  --train fsdp2         real FSDP2 training instead (fully_shard, Gloo, one rank per node): FSDP2 as is\n"
          "                        against Sieve's custom collectives (sieve.fsdp) (fsdp2_train.py)\n"
-         "  --train-model NAME    fsdp2: transformer (50 % pruned) | resnet18 (torchvision, 80 % pruned)\n"
-         "                        (default transformer)\n"
+         "  --train-model NAME    fsdp2: transformer (4.2 M, 50 % pruned) | transformer-23m (the same, 23.1 M)\n"
+         "                        | resnet18 (torchvision, 80 % pruned) (default transformer)\n"
          "  --steps N             --train: training steps per mode (default 10)\n"
          "  --train-modes LIST    --train ddp: the modes to run, comma-separated (default all)\n"
          "  --train-script PATH   --train ddp: the training ranks (default: ddp_train.py, see Files)\n"
@@ -368,7 +368,9 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
     } else if (arg == "--train-script") {
       o->train_script = v;
     } else if (arg == "--train-model") {
-      if (v != "transformer" && v != "resnet18") return *message = "--train-model: transformer or resnet18", false;
+      if (v != "transformer" && v != "transformer-23m" && v != "resnet18") {
+        return *message = "--train-model: transformer, transformer-23m or resnet18", false;
+      }
       o->train_model = v;
     } else if (arg == "--python") {
       o->python = v;

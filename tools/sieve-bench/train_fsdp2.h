@@ -1,8 +1,8 @@
 // sieve-bench --train fsdp2: real FSDP2 training (PyTorch's fully_shard on a CPU mesh, Gloo) by N
 // Python ranks (tools/share/fsdp2_train.py) in the namespace lab, once per mode: FSDP2 as is, Sieve's
-// custom collectives (sieve.fsdp), and at more than 2 nodes FSDP2 as is regrouped (its own result
-// under another configuration). Prints every step's loss, wire bytes, step and communication time,
-// and whether the losses and parameters match FSDP2's.
+// custom collectives (sieve.fsdp), and at more than 2 nodes FSDP2 as is regrouped and sharded on
+// dim 1 (its own result under other configurations: the reduction-order noise). Prints every step's loss, wire bytes,
+// step and communication time, and whether the losses and parameters match FSDP2's.
 #pragma once
 
 #include "tools/sieve-bench/options.h"

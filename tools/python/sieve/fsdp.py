@@ -18,8 +18,9 @@ that rank holds anything nonzero (or NaN) where the mask prunes. The flag travel
 collective, so every rank sees the same flags and, where one is set, every rank runs FSDP's own
 collective on the original buffer instead. Elsewhere every kept element is reduced by the same
 elementwise operation as FSDP's own reduce-scatter, and every pruned one is zero on every rank: at 2
-ranks each output shard equals FSDP's bit for bit (a sum of two is commutative); at more ranks it may
-differ by the reduction order Gloo or NCCL picks for a different buffer size.
+ranks each output shard equals FSDP's bit for bit (a sum of two is commutative); at more ranks the
+compacted layout keeps Gloo's ring order (_Layout.maps), and another backend's order for another
+buffer size may differ in the last bits.
 """
 
 import hashlib
@@ -58,9 +59,18 @@ class _Layout(object):
         self._maps = {}
 
     def maps(self, members):
-        """For the parameters `members` (indices, group order): dict(segment S, kept K (the largest
-        rank's), src: indices into the flat world x S buffer, dst: their places in the world x (K+1)
-        compacted buffer, mine/mine_dst: this rank's, pruned_all/pruned_mine: the pruned places)."""
+        """For the parameters `members` (indices, group order): dict(segment S, length L of every rank's
+        compacted segment (its flag at L - 1), src: indices into the flat world x S buffer, dst: their
+        places in the world x L compacted buffer, mine/mine_dst: this rank's, pruned_all/pruned_mine:
+        the pruned places).
+
+        The compacted layout keeps the sum order of Gloo's ring (what reduce_scatter_tensor runs on
+        Gloo: an all-reduce whose chunks are 2 * ceil(S / 2) elements long, each chunk summed in its
+        own order): chunk c starts c elements into rank c's segment when S is odd. So the first
+        world - 1 elements of every rank's segment always travel (zeros where pruned) and L has S's
+        parity; then every kept element is summed in the chunk it is summed in by FSDP's own
+        reduce-scatter, and the result is bit-identical at any number of ranks (measured to 100 000
+        elements a rank; docs/PERFORMANCE.md)."""
         members = tuple(members)
         found = self._maps.get(members)
         if found is not None:
@@ -68,17 +78,20 @@ class _Layout(object):
         w = self.world_size
         bits = torch.cat([self.parts[i] for i in members], dim=1)  # (w, S)
         segment = bits.shape[1]
-        kept = bits.sum(dim=1)
-        k = int(kept.max()) if w else 0
+        travel = bits.clone()
+        travel[:, :min(w - 1, segment)] = True
+        length = int(travel.sum(dim=1).max()) + 1 if w else 1
+        if (length - segment) % 2:
+            length += 1
         src, dst = [], []
         for r in range(w):
-            idx = bits[r].nonzero().reshape(-1)
+            idx = travel[r].nonzero().reshape(-1)
             src.append(idx + r * segment)
-            dst.append(torch.arange(idx.numel()) + r * (k + 1))
+            dst.append(torch.arange(idx.numel()) + r * length)
         pruned = (~bits).reshape(-1).nonzero().reshape(-1)
         found = {
-            "segment": segment, "kept": k, "src": torch.cat(src), "dst": torch.cat(dst),
-            "mine": src[self.rank] - self.rank * segment, "mine_dst": dst[self.rank] - self.rank * (k + 1),
+            "segment": segment, "length": length, "src": torch.cat(src), "dst": torch.cat(dst),
+            "mine": src[self.rank] - self.rank * segment, "mine_dst": dst[self.rank] - self.rank * length,
             "pruned_all": pruned, "pruned_mine": (~bits[self.rank]).nonzero().reshape(-1),
         }
         self._maps[members] = found
@@ -119,19 +132,19 @@ class CompactReduceScatter(object):
                 or input_tensor.numel() != w * maps["segment"] or output_tensor.numel() != maps["segment"]):
             _counters["dense"] += 1
             return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
-        k = maps["kept"]
+        n = maps["length"]
         flat = input_tensor
         flag = bool(flat.index_select(0, _on(flat, maps["pruned_all"])).ne(0).any())
-        buffer = flat.new_zeros(w * (k + 1))
+        buffer = flat.new_zeros(w * n)
         buffer.index_copy_(0, _on(flat, maps["dst"]), flat.index_select(0, _on(flat, maps["src"])))
         # Every destination segment carries this rank's flag, so every rank receives the same reduced
         # flag (the sum, or the average, of all ranks' flags) and decides alike.
-        buffer.view(w, k + 1)[:, k] = 1.0 if flag else 0.0
-        received = flat.new_empty(k + 1)
+        buffer.view(w, n)[:, n - 1] = 1.0 if flag else 0.0
+        received = flat.new_empty(n)
         dist.reduce_scatter_tensor(received, buffer, op=op, group=group)
-        _counters["elements_sent"] += w * (k + 1) * (w - 1) // w
+        _counters["elements_sent"] += w * n * (w - 1) // w
         _counters["elements_dense"] += _dense_sent(input_tensor.numel(), w, "reduce_scatter")
-        if bool(received[k].ne(0)):
+        if bool(received[n - 1].ne(0)):
             _counters["fallback"] += 1
             _warn_fallback(self.label, "reduce-scatter", "a gradient")
             return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
@@ -161,17 +174,17 @@ class CompactAllGather(object):
             # Another group (reshard_after_forward=int regathers on a smaller mesh) or another buffer.
             _counters["dense"] += 1
             return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
-        k = maps["kept"]
+        n = maps["length"]
         mine = input_tensor.reshape(-1)
         flag = bool(mine.index_select(0, _on(mine, maps["pruned_mine"])).ne(0).any())
-        buffer = mine.new_zeros(k + 1)
+        buffer = mine.new_zeros(n)
         buffer.index_copy_(0, _on(mine, maps["mine_dst"]), mine.index_select(0, _on(mine, maps["mine"])))
-        buffer[k] = 1 if flag else 0
-        received = mine.new_empty(w * (k + 1))
+        buffer[n - 1] = 1 if flag else 0
+        received = mine.new_empty(w * n)
         dist.all_gather_into_tensor(received, buffer, group=group)
-        _counters["elements_sent"] += (w - 1) * (k + 1)
+        _counters["elements_sent"] += (w - 1) * n
         _counters["elements_dense"] += _dense_sent(mine.numel(), w, "all_gather")
-        if bool(received.view(w, k + 1)[:, k].ne(0).any()):
+        if bool(received.view(w, n)[:, n - 1].ne(0).any()):
             _counters["fallback"] += 1
             _warn_fallback(self.label, "all-gather", "a parameter")
             return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
@@ -206,9 +219,16 @@ def _root_state(model):
 
 
 def _group_plan(state, module, label, names, masks, used):
-    """(layout, process group, gather dtype, gather ok, reduce ok) for one fully_shard state, or a
-    reason string where it cannot be mapped exactly."""
+    """(layout, process group, gather dtype) for one fully_shard state, None where it holds no
+    parameter, or a reason string where it cannot be mapped exactly. Every parameter's mask is looked
+    up first, so masks= naming a refused group's parameters is not an error."""
     groups = _masks._state_groups(state)
+    entries = []
+    for group in groups:
+        for p in group.fsdp_params:
+            module_, param_name = p._module_info.module, p._module_info.param_name
+            name = _masks._param_name(names, module_, param_name)
+            entries.append((p, name, _masks._mask_for(module_, param_name, name, masks, used)))
     if not groups:
         return None
     if len(groups) > 1:
@@ -221,19 +241,13 @@ def _group_plan(state, module, label, names, masks, used):
     comm = getattr(mesh, "shard_process_group", None)
     if comm is None:
         return "its mesh has no shard dimension (replicate): it all-reduces"
+    reason = _unmappable(entries)
+    if reason is not None:
+        return reason
     world_size, rank = int(mesh.shard_mesh_size), int(mesh.shard_mesh_rank)
     parts, dtypes, pruned = [], set(), 0
-    for p in group.fsdp_params:
-        module_, param_name = p._module_info.module, p._module_info.param_name
-        name = _masks._param_name(names, module_, param_name)
-        if getattr(p, "is_dtensor", False):
-            return "%s is a DTensor on another mesh (tensor parallel)" % name
-        if hasattr(getattr(p, "_sharded_local_tensor", None), "fsdp_pre_all_gather"):
-            return "%s has an all-gather extension (fsdp_pre_all_gather)" % name
-        if getattr(p, "offload_to_cpu", False) and comm is not None and p.device.type != "cpu":
-            return "%s is offloaded to the CPU" % name
+    for p, name, keep in entries:
         dim = getattr(getattr(p, "fsdp_placement", None), "dim", 0)
-        keep = _masks._mask_for(module_, param_name, name, masks, used)
         shape = tuple(p._orig_size)
         try:
             bits = _masks.fsdp2_layout([shape], world_size, [_masks._keep_of(keep, shape, name)
@@ -253,6 +267,34 @@ def _group_plan(state, module, label, names, masks, used):
     layout.pruned = pruned  # elements the masks prune, padding not counted
     gather_dtype = dtypes.pop() if len(dtypes) == 1 else None
     return layout, comm, gather_dtype
+
+
+def _mesh_text(mesh):
+    names = getattr(mesh, "mesh_dim_names", None) or ["dim%d" % i for i in range(mesh.ndim)]
+    return " x ".join("%s=%d" % (n, s) for n, s in zip(names, mesh.shape))
+
+
+def _unmappable(entries):
+    """Why a group's flat buffer is not its parameters' FSDP shards as fsdp2_layout cuts them (None:
+    it is). FSDP2 2.11 gathers a DTensor parameter's local tensor-parallel shard, cut again over the
+    data-parallel mesh (its _spmd_mesh, 2-D or more), and an all-gather extension's own inputs: the
+    masks are of full parameters, and no layout of them says where those elements sit."""
+    tensor_parallel = [(name, p) for p, name, _ in entries if getattr(p, "is_dtensor", False)]
+    if tensor_parallel and len(tensor_parallel) < len(entries):
+        name, p = tensor_parallel[0]
+        plain = next(n for q, n, _ in entries if not getattr(q, "is_dtensor", False))
+        return "its parameters are on different meshes (%s on %s, %s on the data-parallel mesh alone)" % (
+            name, _mesh_text(p._spmd_mesh), plain)
+    if tensor_parallel:
+        name, p = tensor_parallel[0]
+        return "%s is a DTensor on a %d-D mesh %s (tensor parallel): the buffer holds its tensor-parallel shard" % (
+            name, p._spmd_mesh.ndim, _mesh_text(p._spmd_mesh))
+    for p, name, _ in entries:
+        if hasattr(getattr(p, "_sharded_local_tensor", None), "fsdp_pre_all_gather"):
+            return "%s has an all-gather extension (fsdp_pre_all_gather): FSDP gathers what it returns" % name
+        if getattr(p, "offload_to_cpu", False) and p.device.type != "cpu":
+            return "%s is offloaded to the CPU" % name
+    return None
 
 
 def _local_zero(group, layout):
