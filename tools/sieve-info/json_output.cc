@@ -210,6 +210,18 @@ void write_config(JsonWriter& json, const Report& report) {
     json.end_object();
   }
   json.end_array();
+  json.key("former_names");
+  json.begin_array();
+  for (const config::FormerName& f : config::former_names()) {
+    json.begin_object();
+    json.member("name", f.name);
+    json.member("status", *f.replacement ? "deprecated" : "retired");
+    json.member("replacement", f.replacement);
+    json.member("since", f.since);
+    json.member("instead", f.instead);
+    json.end_object();
+  }
+  json.end_array();
   json.member_strings("diagnostics", report.config_diagnostics);
 }
 

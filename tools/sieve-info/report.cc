@@ -94,7 +94,8 @@ RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings
   net::Status st = net::ib::load_verbs(&verbs);
   if (!st.is_ok()) {
     report.error = st.message();
-    if (settings.transport == "ib") problems->push_back("SIEVE_TRANSPORT=ib, but " + report.error);
+    if (settings.transport == config::TransportChoice::Ib)
+      problems->push_back("SIEVE_TRANSPORT=ib, but " + report.error);
     return report;
   }
   report.library = verbs->path;
@@ -113,9 +114,10 @@ RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings
     if (!st.is_ok() && selected) problems->push_back(st.message());
     report.gid_index.push_back(st.is_ok() ? gid : -1);
   }
-  if (settings.transport == "ib" && chosen.empty() && !report.error.empty())
+  const bool ib_asked = settings.transport == config::TransportChoice::Ib;
+  if (ib_asked && chosen.empty() && !report.error.empty())
     problems->push_back("SIEVE_TRANSPORT=ib, but " + report.error);
-  else if (settings.transport == "ib" && chosen.empty())
+  else if (ib_asked && chosen.empty())
     problems->push_back("SIEVE_TRANSPORT=ib, but no active RDMA port is selected (" +
                         std::to_string(report.ports.size()) + " port(s) found" +
                         (settings.ib_hca.empty() ? "" : ", SIEVE_IB_HCA=" + settings.ib_hca) + ")");
@@ -130,7 +132,11 @@ void choose_transport(const config::Settings& settings, Report* report) {
   for (bool s : rdma.selected) selected += s ? 1 : 0;
   const bool usable = !rdma.library.empty() && selected > 0;
   const std::string problem = rdma.library.empty() || !rdma.error.empty() ? rdma.error : "no active RDMA port selected";
-  const net::Transport::Choice choice = net::Transport::choose(settings.transport, usable, selected, problem);
+  const net::Transport::Asked asked = settings.transport == config::TransportChoice::Ib ? net::Transport::Asked::Ib
+                                      : settings.transport == config::TransportChoice::Tcp
+                                          ? net::Transport::Asked::Tcp
+                                          : net::Transport::Asked::Auto;
+  const net::Transport::Choice choice = net::Transport::choose(asked, usable, selected, problem);
   report->transport = choice.verbs ? "ib" : "tcp";
   report->transport_why = choice.why;
 }

@@ -230,6 +230,11 @@ void print_config(const Report& report, std::ostream& out) {
                scope == config::Scope::Any ? "" : std::string(config::scope_name(scope)) + " only", entry.info->doc});
   }
   table.print(out, "  ");
+  // Former names, so a job script's old name is explained before the job warns about it.
+  for (const config::FormerName& f : config::former_names()) {
+    if (*f.replacement) out << "  " << f.name << ": deprecated, renamed " << f.replacement << " in " << f.since << "\n";
+    else out << "  " << f.name << ": retired in " << f.since << ": " << f.instead << "\n";
+  }
   for (const auto& line : report.config_diagnostics) out << "  problem: " << line << "\n";
 }
 
