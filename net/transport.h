@@ -179,12 +179,18 @@ class ListenComm {
   virtual uint64_t take_rejected() = 0;
 };
 
+// Why a TCP-only build (configured without rdma-core's headers: CMake's SIEVE_VERBS) has no verbs.
+constexpr const char* kVerbsNotBuilt =
+    "this build of Sieve has no verbs transport (TCP only: configured without infiniband/verbs.h; rebuild with "
+    "libibverbs-dev installed)";
+
 class Transport {
  public:
   virtual ~Transport() = default;
 
   static Status create_tcp(const TransportOptions& options, std::unique_ptr<Transport>* out);
-  // InfiniBand / RoCE verbs (net/ib/). Error when libibverbs does not load or no selected port is active.
+  // InfiniBand / RoCE verbs (net/ib/). Error when libibverbs does not load or no selected port is active,
+  // or when this build has no verbs transport (kVerbsNotBuilt says so).
   static Status create_ib(const TransportOptions& options, std::unique_ptr<Transport>* out);
   // SIEVE_TRANSPORT's rule, applied by the plugin and restated by sieve-info from the same inputs:
   // Tcp is TCP, Ib is verbs (`verbs_usable` false makes that the caller's error), Auto takes

@@ -90,6 +90,12 @@ PluginReport inspect_plugin(const std::string& path) {
 RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings& settings,
                         std::vector<std::string>* problems) {
   RdmaReport report;
+#if !SIEVE_HAVE_VERBS
+  (void)machine;
+  report.error = net::kVerbsNotBuilt;
+  if (settings.transport == config::TransportChoice::Ib) problems->push_back("SIEVE_TRANSPORT=ib, but " + report.error);
+  return report;
+#else
   const net::ib::VerbsLibrary* verbs = nullptr;
   net::Status st = net::ib::load_verbs(&verbs);
   if (!st.is_ok()) {
@@ -122,6 +128,7 @@ RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings
                         std::to_string(report.ports.size()) + " port(s) found" +
                         (settings.ib_hca.empty() ? "" : ", SIEVE_IB_HCA=" + settings.ib_hca) + ")");
   return report;
+#endif
 }
 
 // The plugin's rule (net::Transport::choose) from what inspect_rdma found: verbs are usable when
