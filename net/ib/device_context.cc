@@ -32,18 +32,12 @@ DeviceContext::~DeviceContext() {
   if (context_) verbs_.close_device(context_);
 }
 
-uint64_t DeviceContext::port_downs(uint8_t port) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  read_events();
-  return port_downs_[port];
-}
-
 bool DeviceContext::lost() {
   std::lock_guard<std::mutex> lock(mutex_);
   return !fatal_.empty();
 }
 
-Status DeviceContext::health(uint8_t port, uint64_t downs_then, const std::vector<const void*>& objects) {
+Status DeviceContext::health(const std::vector<const void*>& objects) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto now = std::chrono::steady_clock::now();
   if (now >= next_read_) {
@@ -51,9 +45,6 @@ Status DeviceContext::health(uint8_t port, uint64_t downs_then, const std::vecto
     read_events();
   }
   if (!fatal_.empty()) return error(Code::SystemError, fatal_);
-  if (port_downs_[port] != downs_then)
-    return error(Code::SystemError, "port " + name_ + ":" + std::to_string(port) +
-                                        " went down (IBV_EVENT_PORT_ERR): its connections are lost");
   for (const void* object : objects) {
     auto broken = broken_.find(object);
     if (broken != broken_.end()) return error(Code::SystemError, broken->second);
@@ -88,8 +79,13 @@ void DeviceContext::handle(const ibv_async_event& event) {
       }
       return;
     case IBV_EVENT_PORT_ERR:
-      ++port_downs_[event.element.port_num];
-      SIEVE_WARN("port %s:%d went down (%s): its connections fail", name_.c_str(), event.element.port_num, what);
+      // Not fatal (NCCL's rule too): each queue pair on the port retries for its whole budget and
+      // only then completes in error, naming the work and the peer; a port back before that loses
+      // nothing.
+      SIEVE_WARN(
+          "port %s:%d went down (%s): its queue pairs retry for SIEVE_IB_TIMEOUT x SIEVE_IB_RETRY_CNT, then "
+          "fail with retry-exceeded unless the link is back",
+          name_.c_str(), event.element.port_num, what);
       return;
     case IBV_EVENT_PORT_ACTIVE:
       SIEVE_INFO("port %s:%d is active again (%s)", name_.c_str(), event.element.port_num, what);

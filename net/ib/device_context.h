@@ -2,9 +2,11 @@
 // the last holder (the transport, a comm, or a registration outliving its comm) closes it.
 //
 // It also reads the device's asynchronous events, which are the only way some failures are told:
-// a fatal device error stops every completion (outstanding work would wait forever), and a port
-// that goes down shows in completions only after the retry budget (SIEVE_IB_TIMEOUT ×
-// SIEVE_IB_RETRY_CNT, 34 s by default). There is no thread: the async file descriptor is made
+// a fatal device error stops every completion (outstanding work would wait forever), and an event
+// that breaks a queue pair or completion queue names it. A port going down is logged and fails
+// nothing: as in NCCL, the queue pairs' retry budget (SIEVE_IB_TIMEOUT x SIEVE_IB_RETRY_CNT, 34 s
+// by default) decides, so a link flap that RC rides out costs no job, and one that outlasts the
+// budget ends in a retry-exceeded completion. There is no thread: the async file descriptor is made
 // non-blocking and the comms' progress reads it (at most every kEventInterval per device), so a
 // comm that NCCL polls fails within about that long of the event.
 #pragma once
@@ -38,14 +40,10 @@ class DeviceContext {
   ibv_pd* pd() const { return pd_; }
   const std::string& name() const { return name_; }
 
-  // How many times `port` went down so far: a comm notes it when created, and a later count means
-  // its port went down under it (even if it came back before the comm looked).
-  uint64_t port_downs(uint8_t port);
-  // Whether a comm on `port` created when port_downs() was `downs_then`, whose completion queue
-  // and queue pairs are `objects`, may go on: an error naming the event when the device had a
-  // fatal error, the port went down since, or an event reported one of the objects broken. Reads the pending
-  // events first when kEventInterval has passed since the last read.
-  Status health(uint8_t port, uint64_t downs_then, const std::vector<const void*>& objects);
+  // Whether a comm whose completion queue and queue pairs are `objects` may go on: an error naming
+  // the event when the device had a fatal error or an event reported one of the objects broken.
+  // Reads the pending events first when kEventInterval has passed since the last read.
+  Status health(const std::vector<const void*>& objects);
   // Whether the device had a fatal error: it completes no work any more, flushed or not.
   bool lost();
   // A comm's objects are destroyed: events recorded about them must not fail a later comm that
@@ -65,7 +63,6 @@ class DeviceContext {
   std::mutex mutex_;
   std::chrono::steady_clock::time_point next_read_{};
   std::string fatal_;                          // why the device is lost; empty while it is not
-  std::map<uint8_t, uint64_t> port_downs_;     // per port: IBV_EVENT_PORT_ERR count
   std::map<const void*, std::string> broken_;  // queue pairs and completion queues an event broke
 };
 

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "net/ib/completion_error.h"
 #include "net/log.h"
 #include "net/socket.h"
 
@@ -94,7 +95,10 @@ Status IbRequest::test(Completion* out) { return owner->test(this, out); }
 void* IbRequest::comm_tag() const { return owner->tag(); }
 
 IbComm::IbComm(IbCommConfig config, Connection connection)
-    : config_(std::move(config)), connection_(std::move(connection)), regions_(std::make_shared<RegionTable>()) {
+    : config_(std::move(config)),
+      connection_(std::move(connection)),
+      regions_(config_.registrations ? config_.registrations : std::make_shared<RegionTable>(config_.device)),
+      own_regions_(std::make_shared<RegionList>()) {
   for (uint32_t i = 0; i < requests_.size(); ++i) {
     requests_[i].owner = this;
     requests_[i].index = i;
@@ -118,7 +122,6 @@ Status IbComm::create() {
     return error(Code::SystemError, dev + " allows " + std::to_string(config_.max_cqe) + " completions per queue, " +
                                         std::to_string(cqe) + " needed for " + std::to_string(config_.nqps) +
                                         " queue pairs (lower SIEVE_IB_QPS)");
-  port_downs_ = config_.device->port_downs(static_cast<uint8_t>(config_.port.port));
   cq_ = v.create_cq(config_.device->context(), cqe, nullptr, nullptr, 0);
   if (!cq_)
     return error(Code::SystemError,
@@ -189,12 +192,21 @@ Status IbComm::connect(const SetupInfo& remote) {
   if (remote.qpn.size() != qps_.size())
     return error(Code::RemoteError, "peer " + connection_.peer + " set up " + std::to_string(remote.qpn.size()) +
                                         " queue pairs, this side " + std::to_string(qps_.size()));
+  remote_gid_ = remote.gid;
+  remote_qpns_ = remote.qpn;
   for (size_t q = 0; q < qps_.size(); ++q) {
     Status st = qp_to_rts(verbs(), qps_[q], config_.port, psn_[q], remote, remote.qpn[q], remote.psn[q],
                           config_.service, config_.retry);
     if (!st.is_ok()) return error(st.code(), st.message() + " (queue pair to " + connection_.peer + ")");
   }
   return prepare();
+}
+
+std::vector<int> IbComm::take_qps(int used) {
+  std::vector<int> qps(static_cast<size_t>(used));
+  for (int i = 0; i < used; ++i) qps[static_cast<size_t>(i)] = (next_qp_ + i) % nqps();
+  next_qp_ = (next_qp_ + used) % nqps();
+  return qps;
 }
 
 IbRequest* IbComm::free_request() {
@@ -216,16 +228,21 @@ Status IbComm::register_region(const MemoryDescriptor& memory, std::unique_ptr<M
   // completion, which PCIe orders after them, and a flush orders GPU memory. An optional access
   // flag: devices that cannot do it ignore it.
   const unsigned access = kRemoteAccess | (config_.relaxed_ordering ? unsigned(IBV_ACCESS_RELAXED_ORDERING) : 0u);
-  return ib::register_region(config_.device, regions_, memory, access, out);
+  return ib::register_region(regions_, own_regions_, memory, access, out);
 }
 
 Status IbComm::find_region(const char* call, const void* data, size_t size, uint32_t* lkey, uint32_t* rkey) const {
-  if (regions_->find(reinterpret_cast<uintptr_t>(data), size, lkey, rkey)) return Status::ok();
+  // This comm's own registrations first (a short list), then the device's (regIsGlobal: NCCL may
+  // register a buffer on one comm and move it on another).
+  const uint64_t begin = reinterpret_cast<uintptr_t>(data);
+  if (own_regions_->find(begin, size, lkey, rkey) || regions_->regions().find(begin, size, lkey, rkey))
+    return Status::ok();
   char where[64];
   snprintf(where, sizeof where, "%p", data);
-  return error(Code::InvalidUsage, std::string(call) + ": the " + bytes_text(size) + " at " + where +
-                                       " are not inside memory registered with this comm (regMr first; the verbs "
-                                       "transport moves only registered memory)");
+  return error(Code::InvalidUsage,
+               std::string(call) + ": the " + bytes_text(size) + " at " + where +
+                   " are not inside memory registered on this comm's device (regMr first; the verbs "
+                   "transport moves only registered memory)");
 }
 
 Status IbComm::post_send(int qp, ibv_send_wr* wr) {
@@ -259,10 +276,7 @@ void IbComm::progress() {
       if (wc.status != IBV_WC_SUCCESS) {
         if (landed_before_close(wc)) continue;
         // The first error completion fails the comm; the ones it flushes after it add nothing.
-        failure_.set(error(Code::SystemError, std::string(verbs().wc_status_str(wc.status)) + " on QP to " +
-                                                  connection_.peer + " (" + work_name(work_kind(wc.wr_id)) + " on " +
-                                                  config_.port.name + ", vendor error " +
-                                                  std::to_string(wc.vendor_err) + ")"));
+        failure_.set(error(Code::SystemError, describe_failed(wc)));
         if (IbRequest* r = request_of(wc)) {
           r->work_failed = true;
           // An unsignaled data write is not pending: the write with its immediate, queued behind
@@ -281,11 +295,29 @@ void IbComm::progress() {
   if (failure_.failed()) enter_error();
 }
 
+std::string IbComm::describe_failed(const ibv_wc& wc) const {
+  CompletionErrorContext context;
+  context.work = work_name(work_kind(wc.wr_id));
+  context.peer = connection_.peer;
+  context.port = config_.port.name;
+  context.local_gid = config_.port.gid;
+  context.retry = config_.retry;
+  if (loopback_ && wc.qp_num == loopback_->qp_num) {  // the flush read: to itself
+    context.remote_gid = config_.port.gid;
+    context.remote_qpn = wc.qp_num;
+  } else {
+    context.remote_gid = remote_gid_;
+    for (size_t q = 0; q < qps_.size() && q < remote_qpns_.size(); ++q)
+      if (qps_[q]->qp_num == wc.qp_num) context.remote_qpn = remote_qpns_[q];
+  }
+  return describe_completion_error(wc, verbs().wc_status_str(wc.status), context);
+}
+
 void IbComm::check_device() {
   const Clock::time_point now = Clock::now();
   if (now < next_device_check_ || device_lost_) return;
   next_device_check_ = now + DeviceContext::kEventInterval;
-  Status st = config_.device->health(static_cast<uint8_t>(config_.port.port), port_downs_, device_objects_);
+  Status st = config_.device->health(device_objects_);
   if (st.is_ok()) return;
   device_lost_ = config_.device->lost();
   failure_.set(error(st.code(), st.message() + " (comm with " + connection_.peer + ")"));
@@ -479,14 +511,17 @@ Status IbSendComm::post_writes(IbRequest* r, const Slot& slot) {
   // Each queue pair used carries its share of the message and one immediate: the receiver counts
   // immediates, so every used queue pair writes, even zero bytes. Under adaptive routing the
   // packets of one write may take different paths and arrive out of order, and a write's
-  // immediate could be delivered before all of its data is placed: above kAdaptiveRoutingBytes the
+  // immediate could be delivered before all of its data is placed: above adaptive_routing_bytes the
   // data goes as a plain write and the immediate in a zero-byte write behind it, which the
   // responder completes only after the earlier write (as NCCL's IB transport does).
   const uint32_t imm = r->too_large ? kImmTooLarge : static_cast<uint32_t>(r->size);
-  const size_t share = r->too_large ? 0 : (((r->size + used - 1) / used + 63) / 64) * 64;
-  const bool split = config_.adaptive_routing && r->size > kAdaptiveRoutingBytes;
-  for (int q = 0; q < used; ++q) {
-    const size_t offset = std::min(r->size, q * share);
+  const size_t share =
+      r->too_large ? 0 : (((r->size + used - 1) / used + kQpSplitAlign - 1) / kQpSplitAlign) * kQpSplitAlign;
+  const bool split = config_.adaptive_routing && r->size > config_.adaptive_routing_bytes;
+  const std::vector<int> qps = take_qps(used);
+  for (int i = 0; i < used; ++i) {
+    const int q = qps[static_cast<size_t>(i)];
+    const size_t offset = std::min(r->size, i * share);
     const size_t length = std::min(share, r->size - offset);
     ibv_sge sge{reinterpret_cast<uintptr_t>(r->data + offset), static_cast<uint32_t>(length), r->lkey};
     ibv_send_wr data{};
@@ -605,7 +640,7 @@ Status IbRecvComm::irecv(void* data, size_t capacity, Request** request) {
   r->sequence = next_sequence_++;
   r->used_qps = qps_for(capacity, nqps());
   r->pending = r->used_qps;
-  for (int q = 0; q < r->used_qps; ++q) expecting_[q].push_back(r);
+  for (int q : take_qps(r->used_qps)) expecting_[static_cast<size_t>(q)].push_back(r);
   uint8_t* m = announce(r->index);
   put32(m, kAnnounceMagic);
   put32(m + 4, rkey);

@@ -19,6 +19,7 @@
 
 #include "net/connection.h"
 #include "net/ib/device_context.h"
+#include "net/ib/ib_gid.h"
 #include "net/ib/ib_memory.h"
 #include "net/ib/ib_setup.h"
 #include "net/ib/verbs_library.h"
@@ -29,17 +30,27 @@ namespace sieve::net::ib {
 // Messages above this size per queue pair are split; the receiver's capacity decides the split so
 // both sides know how many immediates a message brings before its size is known.
 constexpr size_t kSplitBytesPerQp = 128 * 1024;
+// A message split across queue pairs is cut on multiples of this: the queue pairs deliver
+// independently, so a 128-byte LL128 line (or an LL flag/data pair) split between two of them could
+// land its flag before its data (NCCL's net_ib aligns its splits on 128 bytes for this reason).
+constexpr size_t kQpSplitAlign = 128;
 // Immediates carry the message size, so one message is below 2 GiB; the port's max_msg_sz may say
 // less (mlx5: 1 GiB), and the lower is reported as maxP2pBytes.
 constexpr uint64_t kMaxMessageBytes = (uint64_t(1) << 31) - 1;
 
 // Under adaptive routing, messages above this size send their immediate in a zero-byte write of its
-// own, behind the data (NCCL_IB_AR_THRESHOLD's default).
+// own, behind the data (NCCL_IB_AR_THRESHOLD's default; SIEVE_IB_AR_THRESHOLD sets it).
 constexpr size_t kAdaptiveRoutingBytes = 8192;
 
 struct IbCommConfig {
   std::shared_ptr<DeviceContext> device;
   PortAddress port;
+  // The port as discovered and the GID policy: the GID is chosen again from the port's table at
+  // each connect (ib_gid.h). Null: `port` is used as it is (tests that build a config by hand).
+  std::shared_ptr<const IbPort> port_info;
+  GidPolicy gid_policy;
+  // The device's registrations, shared by all its comms (ib_memory.h). Null: the comm keeps its own.
+  std::shared_ptr<RegionTable> registrations;
   ServiceClass service;  // a listener's becomes the connector's at set-up
   RetryBudget retry;
   int nqps = 1;
@@ -47,6 +58,7 @@ struct IbCommConfig {
   int max_cqe = 0;                                // the device's limit (0: unknown)
   uint64_t max_message_bytes = kMaxMessageBytes;  // the port's limit, if lower (reported as maxP2pBytes)
   bool relaxed_ordering = true;
+  size_t adaptive_routing_bytes = kAdaptiveRoutingBytes;
   bool adaptive_routing = false;  // the fabric may reorder one write's packets: see kAdaptiveRoutingBytes  // NCCL's
                                   // registrations may be written out of PCIe order
   bool gpu_flush =
@@ -121,8 +133,9 @@ class IbComm {
   // Reads the liveness socket (at a bounded rate unless `now`): a close or error fails the comm
   // after kCloseGrace; a send comm also takes the receiver's goodbye there.
   void check_liveness(bool now = false);
-  // Asks the device whether its asynchronous events broke this comm (fatal device error, its port
-  // down, its queue pairs or completion queue failed), at a bounded rate.
+  // Asks the device whether its asynchronous events broke this comm (fatal device error, its queue
+  // pairs or completion queue failed), at a bounded rate. A port going down is not among them: the
+  // queue pairs' retry budget decides.
   void check_device();
   // Whether work requests still queued will complete (flushed) after enter_error: not on a device
   // that had a fatal error, which completes nothing more and writes nothing more either.
@@ -139,6 +152,10 @@ class IbComm {
   void enter_error();
   // The request a completion belongs to, or null (announcements, receives of immediates).
   IbRequest* request_of(const ibv_wc& wc);
+  // The `used` queue pairs a message travels on, from next_qp_ (below), which moves past them.
+  std::vector<int> take_qps(int used);
+  // The comm's failure for a completion in error: status, queue pairs, GIDs, hint (completion_error.h).
+  std::string describe_failed(const ibv_wc& wc) const;
 
   const VerbsLibrary& verbs() const { return config_.device->verbs(); }
 
@@ -150,19 +167,26 @@ class IbComm {
   IbCommConfig config_;
   Connection connection_;
   Failure failure_;
-  std::shared_ptr<RegionTable> regions_;
+  std::shared_ptr<RegionTable> regions_;     // the device's (config_.registrations)
+  std::shared_ptr<RegionList> own_regions_;  // those made on this comm: looked up first
   std::array<IbRequest, kMaxRequests> requests_;
   void* tag_ = nullptr;
   ibv_cq* cq_ = nullptr;
   std::vector<ibv_qp*> qps_;
+  // The queue pair the next message starts on: each message takes the next qps_for() queue pairs
+  // after the previous one's, so small messages (one queue pair each) rotate over all of them as
+  // NCCL's do. Both sides advance it in message order (the receiver at irecv, the sender as it
+  // matches slots, which come in that order), so they agree without telling each other.
+  int next_qp_ = 0;
   ibv_qp* loopback_ = nullptr;  // receive comms: the queue pair connected to itself that flushes read through
   bool in_error_ = false;
   bool device_lost_ = false;
-  uint64_t port_downs_ = 0;                  // the port's down count when the comm was created
   std::vector<const void*> device_objects_;  // the completion queue and queue pairs, for check_device
   Clock::time_point next_device_check_{};
   std::vector<uint32_t> psn_;
-  PageBuffer control_;  // whole pages of its own: see ib_memory.h
+  ibv_gid remote_gid_{};               // the peer's, from set-up: for error messages
+  std::vector<uint32_t> remote_qpns_;  // the peer's queue pair behind each of qps_
+  PageBuffer control_;                 // whole pages of its own: see ib_memory.h
   ibv_mr* control_mr_ = nullptr;
   Clock::time_point next_liveness_check_{};
   Clock::time_point peer_closed_at_{};

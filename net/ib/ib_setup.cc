@@ -4,6 +4,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "net/ib/completion_error.h"
+#include "net/ib/ib_route.h"
+#include "net/log.h"
 #include "net/socket.h"
 
 namespace sieve::net::ib {
@@ -111,12 +114,19 @@ Status qp_to_rts(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local
   attr.ah_attr.port_num = static_cast<uint8_t>(local.port);
   attr.ah_attr.sl = service.service_level;
   attr.ah_attr.src_path_bits = 0;
-  attr.ah_attr.dlid = local.link_layer == LinkLayer::InfiniBand ? remote.lid : 0;
   // RoCE has no LIDs: every packet carries a global route header from the chosen GID. InfiniBand
   // routes by LID inside a subnet; a port that requires a GRH (an SR-IOV function, cloud IB) or a
   // peer behind a router in another subnet needs the GRH as well, or RTR is refused or nothing
-  // arrives.
-  const bool other_subnet = local.gid.global.subnet_prefix != remote.gid.global.subnet_prefix;
+  // arrives, and across subnets the DLID is the peer's FLID, which the routers forward (ib_route.h).
+  const bool infiniband = local.link_layer == LinkLayer::InfiniBand;
+  const bool other_subnet = infiniband && !same_ib_subnet(local.gid, remote.gid);
+  bool no_flid = false;
+  attr.ah_attr.dlid = infiniband ? destination_lid(local.gid, remote.lid, remote.gid, &no_flid) : 0;
+  if (no_flid)
+    SIEVE_WARN(
+        "%s: the peer's GID %s is in another InfiniBand subnet but carries no FLID; addressing its LID %u, "
+        "which only a router without FLID routing delivers",
+        local.name.c_str(), gid_text(remote.gid).c_str(), remote.lid);
   if (local.link_layer == LinkLayer::Ethernet || local.grh_required || other_subnet) {
     attr.ah_attr.is_global = 1;
     attr.ah_attr.grh.dgid = remote.gid;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "tests/net/ib/fake_verbs/api_common.h"
 #include "tests/net/ib/fake_verbs/engine.h"
 #include "tests/net/ib/fake_verbs/violation.h"
 
@@ -68,7 +69,17 @@ int enqueue_send(Engine& engine, Qp* qp, const ibv_send_wr* wr) {
               qp->cap.max_send_sge);
     return EINVAL;
   }
-  if (qp->sq.size() >= qp->cap.max_send_wr) return ENOMEM;  // the send queue is full, as on hardware
+  // The send queue is full, as on hardware: slots still held by requests whose completion (or a
+  // later one's) has not been polled count, finished or not.
+  const uint64_t released = qp->sq_released.load();
+  if (qp->next_seq > released && qp->next_seq - released >= qp->cap.max_send_wr) return ENOMEM;
+  if (wr->opcode == IBV_WR_RDMA_READ && qp->attrs.max_rd_atomic == 0) {
+    refuse(
+        "post_send of an RDMA read on QP %u, whose max_rd_atomic (read depth) is 0: it may have no read "
+        "outstanding",
+        qp->qpn());
+    return EINVAL;
+  }
 
   SendWr work;
   work.wr_id = wr->wr_id;
@@ -220,6 +231,11 @@ int poll_cq(ibv_cq* verbs_cq, int num_entries, ibv_wc* wc) {
   while (taken < num_entries && !cq->entries.empty()) {
     wc[taken++] = cq->entries.front();
     cq->entries.pop_front();
+    const Cq::SlotRelease release = cq->releases.front();
+    cq->releases.pop_front();
+    if (release.qp == nullptr) continue;
+    uint64_t now = release.qp->sq_released.load();
+    while (now < release.through && !release.qp->sq_released.compare_exchange_weak(now, release.through)) {}
   }
   return taken;
 }

@@ -40,7 +40,7 @@ std::vector<std::string> split(const std::string& text, char separator) {
 }
 
 constexpr const char* kOptionsHelp =
-    "options: ports=N, down=P, mtu=BYTES, pkey=HEX, grh_required, subnet=HEX16, max_msg_sz=BYTES";
+    "options: ports=N, down=P, mtu=BYTES, pkey=HEX, grh_required, ipv6, subnet=HEX16, flid, max_msg_sz=BYTES";
 
 std::string supported_rates() {
   std::string list;
@@ -63,8 +63,16 @@ bool parse_option(const std::string& option, DeviceSpec* spec, std::string* why)
   const std::string key = option.substr(0, equals);
   const std::string value = equals == std::string::npos ? "" : option.substr(equals + 1);
   char* end = nullptr;
+  if (key == "flid" && equals == std::string::npos) {
+    spec->flid = true;
+    return true;
+  }
   if (key == "grh_required" && equals == std::string::npos) {
     spec->grh_required = true;
+    return true;
+  }
+  if (key == "ipv6" && equals == std::string::npos) {
+    spec->ipv6 = true;
     return true;
   }
   if (key == "ports" || key == "down") {

@@ -45,14 +45,24 @@ class Engine {
   Device* device_named(const std::string& name);
   void set_port_state(Device* device, Port* port, bool active);
   void device_fatal(Device* device);
+  int live_mrs() const;  // with mu held
+  // Writes GID entry `index` of `port` (null: empties it), with IBV_EVENT_GID_CHANGE to every context.
+  void set_gid(Device* device, Port* port, int index, const ibv_gid* gid, ibv_gid_type type);
   std::vector<const Qp*> live_qps() const;
+  // Out-of-order delivery across QPs (test_hooks.cc): a write whose target bytes hold a held
+  // address waits at its responder, and with it everything behind it on that QP, while other QPs'
+  // writes land; released, it goes on. Real QPs are independent streams: nothing orders one QP's
+  // placement against another's.
+  void hold_writes(const uint8_t* address, bool hold);
+  bool write_held(const uint8_t* host, uint64_t length) const;
   const Mr* mr_covering(const void* address) const;  // a live MR whose host bytes hold `address`
 
   // RC engine entry points (service.cc), under mu.
   void enter_error(Qp* qp);  // flushes both queues, drops its connections
   void reset_qp(Qp* qp);     // drops everything without completions
   void complete_sends(Qp* qp);
-  void push_completion(Cq* cq, const ibv_wc& wc);
+  // `sq_qp`: a send completion, whose polling frees `sq_qp`'s slots up to work request `seq`.
+  void push_completion(Cq* cq, const ibv_wc& wc, Qp* sq_qp = nullptr, uint64_t seq = 0);
   void post_async(Context* context, const ibv_async_event& event);
   void drop_connections_of(Qp* qp, bool flush_responses);
 
@@ -84,6 +94,7 @@ class Engine {
   void abandon_in_child();
   bool open_port(const DeviceSpec& spec, Port* port, std::string* error);
 
+  std::vector<const uint8_t*> held_;  // addresses whose writes wait (hold_writes)
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<std::unique_ptr<Connection>> connections_;
   std::vector<std::shared_ptr<void>> objects_;  // every Context/Pd/Mr/Cq/Qp ever made

@@ -778,6 +778,91 @@ TEST_F(FakeVerbsTest, ReadWithoutRemoteReadAccessIsRemoteAccessError) {
   EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
 }
 
+// Read depth: max_rd_atomic lets a QP have reads outstanding, max_dest_rd_atomic lets its peer
+// read from it; 0 (verbs' default when the mask leaves them out) refuses the read on either side.
+TEST_F(FakeVerbsTest, AnRdmaReadNeedsReadDepthOnBothQueuePairs) {
+  report_mode();
+  Node a = open_node(0), b = open_node(0);
+  ibv_qp* qa = make_qp(a);
+  ibv_qp* qb = make_qp(b);
+  QpInfo ia = info_of(a, qa, 100), ib = info_of(b, qb, 200);
+  ASSERT_EQ(to_init(qa), 0);
+  ASSERT_EQ(to_init(qb), 0);
+  ASSERT_EQ(to_rtr(a, qa, ib), 0);
+  ibv_qp_attr attr{};  // qb's RTR without responder read resources
+  attr.qp_state = IBV_QPS_RTR;
+  attr.path_mtu = IBV_MTU_4096;
+  attr.dest_qp_num = ia.qpn;
+  attr.rq_psn = ia.psn;
+  attr.max_dest_rd_atomic = 0;
+  attr.min_rnr_timer = 12;
+  attr.ah_attr.port_num = 1;
+  attr.ah_attr.is_global = 1;
+  attr.ah_attr.grh.dgid = ia.gid;
+  attr.ah_attr.grh.sgid_index = 1;
+  attr.ah_attr.grh.hop_limit = 1;
+  ASSERT_EQ(verbs().modify_qp(qb, &attr,
+                              IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+            0);
+  ASSERT_EQ(to_rts(qa, 100), 0);
+  attr = ibv_qp_attr{};  // qb's RTS with no read of its own outstanding allowed
+  attr.qp_state = IBV_QPS_RTS;
+  attr.timeout = 14;
+  attr.retry_cnt = 7;
+  attr.rnr_retry = 7;
+  attr.sq_psn = 200;
+  attr.max_rd_atomic = 0;
+  ASSERT_EQ(verbs().modify_qp(qb, &attr,
+                              IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                                  IBV_QP_MAX_QP_RD_ATOMIC),
+            0);
+  std::vector<uint8_t> ba(4096, 1), bb(4096, 2);
+  const unsigned access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
+  ibv_mr* ma = verbs().reg_mr(a.pd, ba.data(), ba.size(), access);
+  ibv_mr* mb = verbs().reg_mr(b.pd, bb.data(), bb.size(), access);
+  // qb may not issue a read at all.
+  EXPECT_EQ(post_write(qb, IBV_WR_RDMA_READ, 1, mb, at(bb), 64, at(ba), ma->rkey), EINVAL);
+  // qa may, but qb has no resources to answer it: invalid request.
+  ASSERT_EQ(post_write(qa, IBV_WR_RDMA_READ, 2, ma, at(ba), 64, at(bb), mb->rkey), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(poll_one(a.cq, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(ba[0], 1) << "nothing was read";
+}
+
+// Hardware frees a send-queue slot only when the application polls the request's completion, or a
+// later request's: an unsignaled request has none of its own, so a queue that never signals fills
+// up even though every request finished (why callers signal at least once per queue depth).
+TEST_F(FakeVerbsTest, SendQueueSlotsAreFreedOnlyByPollingACompletionOfThemOrALaterOne) {
+  Node a = open_node(0), b = open_node(0);
+  ibv_qp* qa = make_qp(a, /*send_wr=*/2);
+  ibv_qp* qb = make_qp(b);
+  QpInfo ia = info_of(a, qa, 100), ib = info_of(b, qb, 200);
+  bring_up(a, qa, ib, 100);
+  bring_up(b, qb, ia, 200);
+  std::vector<uint8_t> source(4096, 7), target(4096, 0);
+  ibv_mr* src = verbs().reg_mr(a.pd, source.data(), source.size(), IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* dst = verbs().reg_mr(b.pd, target.data(), target.size(), kWritable);
+  ASSERT_EQ(post_write(qa, IBV_WR_RDMA_WRITE, 1, src, at(source), 64, at(target), dst->rkey, 0, 0), 0);
+  ASSERT_EQ(post_write(qa, IBV_WR_RDMA_WRITE, 2, src, at(source), 64, at(target, 64), dst->rkey), 0);
+  // Both finish: the signaled one's completion waits in the CQ, not yet polled.
+  const auto give_up = std::chrono::steady_clock::now() + kCap;
+  while (target[127] != 7 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+  ASSERT_EQ(target[127], 7);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the acknowledgements come back
+  EXPECT_EQ(post_write(qa, IBV_WR_RDMA_WRITE, 3, src, at(source), 64, at(target, 128), dst->rkey), ENOMEM)
+      << "a slot was reused before any completion was polled";
+  ibv_wc wc{};
+  ASSERT_TRUE(poll_one(a.cq, &wc));
+  EXPECT_EQ(wc.wr_id, 2u);
+  // Polling the later request's completion frees the unsignaled one's slot too.
+  EXPECT_EQ(post_write(qa, IBV_WR_RDMA_WRITE, 3, src, at(source), 64, at(target, 128), dst->rkey, 0, 0), 0);
+  EXPECT_EQ(post_write(qa, IBV_WR_RDMA_WRITE, 4, src, at(source), 64, at(target, 192), dst->rkey), 0);
+  ASSERT_TRUE(poll_one(a.cq, &wc));
+  EXPECT_EQ(wc.wr_id, 4u);
+}
+
 // A local sge with a wrong lkey: the request completes with a local protection error.
 ibv_wc_status local_sge_status(bool wrong_lkey) {
   Pair p = make_pair_of_qps();

@@ -13,7 +13,9 @@ struct Path {
   uint8_t port = 1;
   uint16_t pkey_index = 0;
   ibv_mtu mtu = IBV_MTU_1024;
-  bool global = false;  // IB: a GRH (RoCE always has one)
+  bool global = false;    // IB: a GRH (RoCE always has one)
+  bool routable = false;  // IB: the routable GID (index 1, with a FLID) as this end's address and sgid
+  bool to_flid = false;   // IB: the DLID is the FLID in the peer's GID, not its LID
   uint8_t sl = 0;
   uint8_t traffic_class = 0;
   uint8_t timeout = 14;
@@ -46,7 +48,7 @@ End make_end(int device_index, const Path& path, uint32_t psn) {
   end.info.qpn = end.qp->qp_num;
   end.info.psn = psn;
   end.info.lid = port.lid;
-  const int gid_index = end.node.roce && port.gid_tbl_len > 1 ? 1 : 0;  // RoCE v2 where there is one
+  const int gid_index = (end.node.roce || path.routable) && port.gid_tbl_len > 1 ? 1 : 0;  // RoCE v2, routable IB
   EXPECT_EQ(verbs().query_gid(end.node.context, path.port, gid_index, &end.info.gid), 0);
   return end;
 }
@@ -70,11 +72,13 @@ int rtr_to(const End& self, const QpInfo& remote, const Path& path) {
   attr.min_rnr_timer = path.min_rnr_timer;
   attr.ah_attr.port_num = path.port;
   attr.ah_attr.sl = path.sl;
-  attr.ah_attr.dlid = self.node.roce ? 0 : remote.lid;
+  attr.ah_attr.dlid = self.node.roce ? 0
+                      : path.to_flid ? static_cast<uint16_t>(remote.gid.raw[4] << 8 | remote.gid.raw[5])
+                                     : remote.lid;
   if (self.node.roce || path.global) {
     attr.ah_attr.is_global = 1;
     attr.ah_attr.grh.dgid = remote.gid;
-    attr.ah_attr.grh.sgid_index = self.node.roce ? 1 : 0;
+    attr.ah_attr.grh.sgid_index = self.node.roce || path.routable ? 1 : 0;
     attr.ah_attr.grh.hop_limit = 255;
     attr.ah_attr.grh.traffic_class = path.traffic_class;
   }
@@ -278,6 +282,37 @@ TEST_F(FakeHardwareTest, PeersInAnotherSubnetAreReachedOnlyWithAGrh) {
   global.global = true;
   EXPECT_EQ(write_status(connect_link(0, global, 1, global)), IBV_WC_SUCCESS);
   EXPECT_EQ(new_violations(), 1u);
+}
+
+// Routers that forward FLIDs: across subnets a routed port is reached by the FLID its routable
+// GID (index 1) carries; its LID, a LID of another subnet, reaches nothing. Inside a subnet the
+// LID, as always.
+TEST_F(FakeHardwareTest, AcrossSubnetsARoutedPortIsReachedByItsFlidOnly) {
+  report_mode();
+  setenv("FAKE_VERBS_DEVICES", "f1:ib::200:flid;f2:ib::200:flid,subnet=fec0000000000002", 1);
+  Node node = open_node(0);
+  ibv_port_attr port{};
+  ASSERT_EQ(verbs().query_port(node.context, 1, reinterpret_cast<_compat_ibv_port_attr*>(&port)), 0);
+  ASSERT_EQ(port.gid_tbl_len, 2);
+  ibv_gid routable{};
+  ASSERT_EQ(verbs().query_gid(node.context, 1, 1, &routable), 0);
+  EXPECT_EQ(routable.raw[0], 0xfe);
+  EXPECT_EQ(routable.raw[1], 0xc0);
+  EXPECT_NE(routable.raw[4] << 8 | routable.raw[5], 0) << "a FLID";
+  EXPECT_NE(routable.raw[4] << 8 | routable.raw[5], port.lid) << "not the LID";
+  Path by_lid;
+  by_lid.global = true;
+  by_lid.routable = true;
+  EXPECT_EQ(write_status(connect_link(0, by_lid, 1, by_lid)), IBV_WC_RETRY_EXC_ERR);
+  EXPECT_GE(new_violations(), 1u);
+  const uint64_t after_lid = new_violations();
+  Path by_flid = by_lid;
+  by_flid.to_flid = true;
+  EXPECT_EQ(write_status(connect_link(0, by_flid, 1, by_flid)), IBV_WC_SUCCESS);
+  EXPECT_EQ(write_status(connect_link(0, by_lid, 0, by_lid)), IBV_WC_SUCCESS) << "one subnet: by LID";
+  EXPECT_EQ(new_violations(), after_lid);
+  // A FLID inside its own subnet names no port there: the packets are lost, as on a fabric.
+  EXPECT_EQ(write_status(connect_link(0, by_flid, 0, by_flid)), IBV_WC_RETRY_EXC_ERR) << "one subnet: no router";
 }
 
 TEST_F(FakeHardwareTest, QueuePairsInDifferentPartitionsCannotTalk) {

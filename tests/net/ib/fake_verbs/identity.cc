@@ -19,6 +19,21 @@ uint64_t node_guid(NodeAddress node) {
          (uint64_t{node.device_index & 0xff} << 32) | node.pid;
 }
 
+ibv_gid routable_gid(uint64_t subnet_prefix, uint16_t flid, NodeAddress node) {
+  ibv_gid gid = guid_gid(subnet_prefix, node);
+  gid.raw[0] = 0xfe;
+  gid.raw[1] = 0xc0;
+  gid.raw[2] = 0;
+  gid.raw[3] = 0;
+  gid.raw[4] = static_cast<uint8_t>(flid >> 8);
+  gid.raw[5] = static_cast<uint8_t>(flid);
+  gid.raw[6] = static_cast<uint8_t>(subnet_prefix >> 8);
+  gid.raw[7] = static_cast<uint8_t>(subnet_prefix);
+  return gid;
+}
+
+uint16_t gid_flid(const ibv_gid& gid) { return static_cast<uint16_t>(gid.raw[4] << 8 | gid.raw[5]); }
+
 ibv_gid guid_gid(uint64_t subnet_prefix, NodeAddress node) {
   ibv_gid gid{};
   gid.global.subnet_prefix = htobe64(subnet_prefix);
@@ -34,6 +49,8 @@ ibv_gid ipv4_mapped_gid(NodeAddress node) {
   std::memcpy(&gid.raw[12], &ipv4, sizeof(ipv4));
   return gid;
 }
+
+bool is_link_local(const ibv_gid& gid) { return gid.raw[0] == 0xfe && (gid.raw[1] & 0xc0) == 0x80; }
 
 bool decode_gid(const ibv_gid& gid, GidForm* form, NodeAddress* node) {
   static const uint8_t kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};

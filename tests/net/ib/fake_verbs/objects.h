@@ -42,9 +42,16 @@ struct Port {
   uint8_t number = 1;
   NodeAddress node;  // this port's address index
   uint16_t lid = 0;  // IB only
-  ibv_gid gids[2]{};
-  ibv_gid_type gid_types[2]{};
+  // Routed IB (option flid): the LID by which ports in other subnets reach this one through the
+  // routers (0xc000 - lid: never the port's own LID in practice), carried in its routable GID at
+  // index 1 as NVIDIA's routers define it: fec0:0000:<FLID>:<low 16 bits of the subnet prefix>:GUID.
+  uint16_t flid = 0;
+  // The GID table: gid_count entries (gid_tbl_len); an entry of zeros is empty (an address removed).
+  static constexpr int kMaxGids = 4;
+  ibv_gid gids[kMaxGids]{};
+  ibv_gid_type gid_types[kMaxGids]{};
   int gid_count = 0;
+  bool gid_populated(int index) const;
   int listen_fd = -1;
   bool active = true;  // IBV_PORT_ACTIVE, else DOWN: nothing leaves or arrives through it
   std::chrono::steady_clock::time_point down_since{};
@@ -133,6 +140,12 @@ struct Cq {
 
   std::mutex mu;  // guards the entries only, so polling never waits for the engine
   std::deque<ibv_wc> entries;
+  // Beside each entry: the send-queue slots polling it frees (qp null for receive completions).
+  struct SlotRelease {
+    Qp* qp = nullptr;
+    uint64_t through = 0;  // the QP's work requests with seq < through
+  };
+  std::deque<SlotRelease> releases;
   size_t capacity = 0;
 };
 
@@ -197,6 +210,10 @@ struct Qp {
   std::deque<SendWr> sq;  // posted, not yet completed, in order
   std::deque<RecvWr> rq;
   uint64_t next_seq = 0;
+  // Send-queue slots, as hardware frees them: a work request's slot is reused only once a
+  // completion of it or of a later request on the QP has been polled (an unsignaled request has
+  // none of its own: a later signaled one frees it). Slots in use: next_seq - sq_released.
+  std::atomic<uint64_t> sq_released{0};
   Connection* requester = nullptr;  // our outbound connection to the remote QP
   bool peer_gone = false;           // the remote end vanished while we had nothing outstanding
 

@@ -23,7 +23,15 @@ void Engine::open_requester(Qp* qp) {
     decode_gid(qp->attrs.ah.grh.dgid, &form, &node);  // checked at RTR
     conn->endpoint = roce_endpoint_name(node);
   } else {
-    conn->endpoint = ib_endpoint_name(qp->attrs.ah.dlid);
+    // The subnet's switches deliver by DLID. A packet for another subnet reaches its router only
+    // when the DLID is a FLID, which the router maps to the destination port's LID there; any
+    // other DLID names a port of this subnet (or none), and the GRH-checking responder refuses it.
+    const QpAttrs& a = qp->attrs;
+    const uint16_t flid = a.ah.is_global ? gid_flid(a.ah.grh.dgid) : 0;
+    const bool routed = flid != 0 && flid == a.ah.dlid &&
+                        (a.ah.grh.dgid.raw[6] << 8 | a.ah.grh.dgid.raw[7]) !=
+                            static_cast<int>(qp->device()->spec.subnet_prefix & 0xffff);
+    conn->endpoint = ib_endpoint_name(routed ? static_cast<uint16_t>(0xc000 - flid) : a.ah.dlid);
   }
   qp->requester = conn.get();
   connections_.push_back(std::move(conn));
@@ -69,6 +77,8 @@ void Engine::transmit(Qp* qp) {
     hello.is_global = a.ah.is_global;
     hello.pkey = device->spec.pkeys[a.pkey_index];
     hello.rnr_retry = a.rnr_retry;
+    hello.dlid = a.ah.dlid;
+    hello.flid = port->flid;
     MsgHeader header;
     header.type = static_cast<uint32_t>(MsgType::kHello);
     header.seq = qp->sq.front().seq;

@@ -104,9 +104,24 @@ bool Engine::check_hello(Connection* conn) {
                     hello.gid_type, qp->qpn(), static_cast<unsigned>(my_type));
     }
   }
-  if (why[0] == '\0' && device->spec.link == LinkLayer::kInfiniband && a.ah.dlid != hello.lid) {
-    std::snprintf(why, sizeof(why), "LID mismatch: QP %u's RTR dlid is %u, but its peer QP %u has LID %u", qp->qpn(),
-                  a.ah.dlid, hello.qpn, hello.lid);
+  // Routers: across subnets a port with a FLID is reached only by it (the routers forward FLIDs,
+  // and a LID of another subnet means nothing here); both directions are checked, the requester's
+  // packets by the DLID they carry and this QP's own address vector towards it.
+  const bool via_router = other_subnet && port->flid != 0;
+  const bool peer_via_router = other_subnet && hello.flid != 0;
+  if (why[0] == '\0' && device->spec.link == LinkLayer::kInfiniband &&
+      hello.dlid != (via_router ? port->flid : port->lid)) {
+    std::snprintf(why, sizeof(why),
+                  "LID mismatch: QP %u's packets carry DLID %u, but QP %u's port is reached by %s %u (%s): no "
+                  "switch or router delivers them",
+                  hello.qpn, hello.dlid, qp->qpn(), via_router ? "its FLID" : "its LID",
+                  via_router ? port->flid : port->lid,
+                  via_router ? "another subnet, through the routers" : "the same subnet, or a router without FLIDs");
+  } else if (why[0] == '\0' && device->spec.link == LinkLayer::kInfiniband &&
+             a.ah.dlid != (peer_via_router ? hello.flid : hello.lid)) {
+    std::snprintf(why, sizeof(why), "LID mismatch: QP %u's RTR dlid is %u, but its peer QP %u is reached by %s %u",
+                  qp->qpn(), a.ah.dlid, hello.qpn, peer_via_router ? "its FLID" : "its LID",
+                  peer_via_router ? hello.flid : hello.lid);
   }
   if (why[0] == '\0' && (hello.sq_psn & 0xffffff) != (qp->attrs.rq_psn & 0xffffff)) {
     std::snprintf(why, sizeof(why), "PSN mismatch: QP %u's sq_psn is %u, but its peer QP %u's rq_psn is %u", hello.qpn,
@@ -174,6 +189,9 @@ bool Engine::start_request(Connection* conn) {
         conn->expect_payload(header.length, {});
         return true;
       }
+      if (mr != nullptr && write_held(mr->translate(header.remote_addr, header.length), header.length)) {
+        return false;  // the test holds it: this QP stalls, the others deliver (service.cc retries)
+      }
       if (mr != nullptr) {
         ++mr->in_flight;
         conn->target_mr = mr;
@@ -225,7 +243,16 @@ bool Engine::start_request(Connection* conn) {
       return true;
     }
     case MsgType::kRead: {
-      if (header.length > 0) remote_mr(IBV_ACCESS_REMOTE_READ, "RDMA read");
+      if (qp->attrs.max_dest_rd_atomic == 0) {
+        // No responder resources for reads: the IB spec's invalid request.
+        char why[200];
+        std::snprintf(why, sizeof(why), "RDMA read to QP %u, whose max_dest_rd_atomic (responder read depth) is 0",
+                      qp->qpn());
+        conn->failure = IBV_WC_REM_INV_REQ_ERR;
+        conn->failure_text = why;
+      } else if (header.length > 0) {
+        remote_mr(IBV_ACCESS_REMOTE_READ, "RDMA read");
+      }
       conn->expect_payload(0, {});
       return true;
     }

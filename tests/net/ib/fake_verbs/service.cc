@@ -24,11 +24,12 @@ namespace sieve::fake_verbs {
 // ---------------------------------------------------------------------------------------------
 // Completions and QP errors
 
-void Engine::push_completion(Cq* cq, const ibv_wc& wc) {
+void Engine::push_completion(Cq* cq, const ibv_wc& wc, Qp* sq_qp, uint64_t seq) {
   {
     std::lock_guard<std::mutex> lock(cq->mu);
     if (cq->entries.size() < cq->capacity) {
       cq->entries.push_back(wc);
+      cq->releases.push_back({sq_qp, seq + 1});
       return;
     }
   }
@@ -56,7 +57,7 @@ void Engine::complete_sends(Qp* qp) {
     wc.opcode = send_wc_opcode(wr.opcode);
     wc.byte_len = static_cast<uint32_t>(wr.length);
     wc.qp_num = qp->qpn();
-    push_completion(qp->send_cq, wc);
+    push_completion(qp->send_cq, wc, qp, wr.seq);
     if (wr.status != IBV_WC_SUCCESS) {
       enter_error(qp);
       return;
@@ -84,7 +85,7 @@ void Engine::enter_error(Qp* qp) {
     wc.status = IBV_WC_WR_FLUSH_ERR;
     wc.opcode = send_wc_opcode(wr.opcode);
     wc.qp_num = qp->qpn();
-    push_completion(qp->send_cq, wc);
+    push_completion(qp->send_cq, wc, qp, wr.seq);
   }
   while (!qp->rq.empty()) {
     ibv_wc wc{};
@@ -105,6 +106,7 @@ void Engine::reset_qp(Qp* qp) {
   qp->sq.clear();
   qp->rq.clear();
   qp->next_seq = 0;
+  qp->sq_released = 0;
   qp->peer_gone = false;
 }
 
@@ -172,6 +174,19 @@ void Engine::progress() {
     }
     if (conn->closing && conn->out.empty()) close_connection(conn);
   }
+}
+
+void Engine::hold_writes(const uint8_t* address, bool hold) {
+  auto found = std::find(held_.begin(), held_.end(), address);
+  if (hold && found == held_.end()) held_.push_back(address);
+  if (!hold && found != held_.end()) held_.erase(found);
+  wake();  // a held write retries in progress()
+}
+
+bool Engine::write_held(const uint8_t* host, uint64_t length) const {
+  for (const uint8_t* address : held_)
+    if (address >= host && address < host + length) return true;
+  return false;
 }
 
 // A connection through a port that is down, or of a device that had a fatal error, carries

@@ -44,6 +44,8 @@ struct Hello {
   uint32_t is_global = 0;      // the requester's packets carry a GRH
   uint32_t pkey = 0;           // the P_Key at the requester QP's pkey_index
   uint32_t rnr_retry = 0;      // the requester's: 7 retries forever
+  uint32_t dlid = 0;           // IB: the DLID the requester's packets carry (its RTR dlid)
+  uint32_t flid = 0;           // IB: the requester port's FLID (routed IB), 0 if none
   uint32_t reserved = 0;
 };
 
