@@ -31,9 +31,10 @@ Status RecvComm::flush(void*, size_t, MemoryRegion*, Request** request) {
   return Status::ok();
 }
 
-Transport::Choice Transport::choose(const std::string& asked, bool verbs_usable, size_t active_ports,
+Transport::Choice Transport::choose(Asked asked, bool verbs_usable, size_t active_ports,
                                     const std::string& verbs_problem) {
-  if (asked != "auto") return {asked == "ib", "SIEVE_TRANSPORT=" + asked};
+  if (asked != Asked::Auto)
+    return {asked == Asked::Ib, asked == Asked::Ib ? "SIEVE_TRANSPORT=ib" : "SIEVE_TRANSPORT=tcp"};
   if (verbs_usable)
     return {true, "SIEVE_TRANSPORT=auto: libibverbs loaded and " + std::to_string(active_ports) +
                       " active RDMA port(s) selected"};

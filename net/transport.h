@@ -186,23 +186,29 @@ class ListenComm {
   virtual uint64_t take_rejected() = 0;
 };
 
+// Why a TCP-only build (configured without rdma-core's headers: CMake's SIEVE_VERBS) has no verbs.
+constexpr const char* kVerbsNotBuilt =
+    "this build of Sieve has no verbs transport (TCP only: configured without infiniband/verbs.h; rebuild with "
+    "libibverbs-dev installed)";
+
 class Transport {
  public:
   virtual ~Transport() = default;
 
   static Status create_tcp(const TransportOptions& options, std::unique_ptr<Transport>* out);
-  // InfiniBand / RoCE verbs (net/ib/). Error when libibverbs does not load or no selected port is active.
+  // InfiniBand / RoCE verbs (net/ib/). Error when libibverbs does not load or no selected port is active,
+  // or when this build has no verbs transport (kVerbsNotBuilt says so).
   static Status create_ib(const TransportOptions& options, std::unique_ptr<Transport>* out);
   // SIEVE_TRANSPORT's rule, applied by the plugin and restated by sieve-info from the same inputs:
-  // "tcp" is TCP, "ib" is verbs (`verbs_usable` false makes that the caller's error), "auto" takes
+  // Tcp is TCP, Ib is verbs (`verbs_usable` false makes that the caller's error), Auto takes
   // verbs when usable. `verbs_problem` says why verbs are not usable; `active_ports` how many
   // selected ports are. `why` is the reason in the words the plugin logs and sieve-info prints.
   struct Choice {
     bool verbs = false;
     std::string why;
   };
-  static Choice choose(const std::string& asked, bool verbs_usable, size_t active_ports,
-                       const std::string& verbs_problem);
+  enum class Asked { Auto, Tcp, Ib };
+  static Choice choose(Asked asked, bool verbs_usable, size_t active_ports, const std::string& verbs_problem);
 
   virtual const std::vector<Device>& devices() const = 0;
   virtual Status listen(int dev, Handle* handle, std::unique_ptr<ListenComm>* comm) = 0;

@@ -5,19 +5,68 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <type_traits>
 
 extern char** environ;
 
 namespace sieve::config {
 
-const std::vector<ParamInfo>& params() {
-  static const std::vector<ParamInfo> table = {
+namespace {
+
 #define SIEVE_PARAM(kind, member, name, def, choices, range, scope, doc) \
-  {Kind::kind, name, def, choices, range, Scope::scope, doc},
+  {SIEVE_KIND_##kind, name, def, choices, range, Scope::scope, doc, SIEVE_ENUM_NAME_##kind, SIEVE_ENUM_COUNT_##kind},
+constexpr ParamInfo kParams[] = {
 #include "plugin/config_params.def"
+};
+#undef SIEVE_PARAM
+
+constexpr int choice_count(const char* choices) {
+  if (*choices == '\0') return 0;
+  int n = 1;
+  for (; *choices; ++choices) n += *choices == '|' ? 1 : 0;
+  return n;
+}
+
+// A Choice's enum values stand for its choices by position: the build fails where they cannot.
+#define SIEVE_PARAM(kind, member, name, def, choices, range, scope, doc) \
+  static_assert(choice_count(choices) == SIEVE_ENUM_COUNT_##kind, name ": Choice(E, ...) needs one value per choice");
+#include "plugin/config_params.def"
+#undef SIEVE_PARAM
+
+}  // namespace
+
+const std::vector<ParamInfo>& params() {
+  static const std::vector<ParamInfo> table(std::begin(kParams), std::end(kParams));
+  return table;
+}
+
+const std::vector<FormerName>& former_names() {
+  static const std::vector<FormerName> table = {
+#define SIEVE_PARAM(kind, member, name, def, choices, range, scope, doc)
+#define SIEVE_DEPRECATED(old_name, new_name, since) {old_name, new_name, since, ""},
+#define SIEVE_RETIRED(old_name, since, instead) {old_name, "", since, instead},
+#include "plugin/config_params.def"
+#undef SIEVE_RETIRED
+#undef SIEVE_DEPRECATED
 #undef SIEVE_PARAM
   };
   return table;
+}
+
+std::string choice_text(const char* enum_name, int index) {
+  for (const ParamInfo& p : params()) {
+    if (std::strcmp(p.enum_name, enum_name) != 0) continue;
+    const std::string all = p.choices;
+    size_t start = 0;
+    for (int i = 0; i < index && start != std::string::npos; ++i) {
+      start = all.find('|', start);
+      if (start != std::string::npos) ++start;
+    }
+    if (start == std::string::npos || index < 0) break;
+    return all.substr(start, all.find('|', start) - start);
+  }
+  return "?";
 }
 
 const char* scope_name(Scope scope) {
@@ -78,9 +127,15 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 [[maybe_unused]] bool parse_value(Kind, const ParamInfo&, const std::string& t, uint64_t& out) {
   return parse_size(t, out);
 }
-[[maybe_unused]] bool parse_value(Kind kind, const ParamInfo& info, const std::string& t, std::string& out) {
-  if (kind == Kind::Choice) return parse_choice(t, info.choices, out);
+[[maybe_unused]] bool parse_value(Kind, const ParamInfo&, const std::string& t, std::string& out) {
   out = t;
+  return true;
+}
+template <typename E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
+bool parse_value(Kind, const ParamInfo& info, const std::string& t, E& out) {
+  int index = 0;
+  if (!parse_choice(t, info.choices, index)) return false;
+  out = static_cast<E>(index);
   return true;
 }
 
@@ -121,6 +176,7 @@ template <typename T> bool value_in_range(const ParamInfo& info, T value) {
 [[maybe_unused]] bool admits(const ParamInfo& info, uint64_t value) { return value_in_range(info, value); }
 [[maybe_unused]] bool admits(const ParamInfo&, bool) { return true; }
 [[maybe_unused]] bool admits(const ParamInfo&, const std::string&) { return true; }
+template <typename E, std::enable_if_t<std::is_enum_v<E>, int> = 0> bool admits(const ParamInfo&, E) { return true; }
 
 }  // namespace
 
@@ -146,7 +202,7 @@ bool in_range(const ParamInfo& info, const std::string& value) {
       return parse_bool(value, v);
     }
     case Kind::Choice: {
-      std::string v;
+      int v = 0;
       return parse_choice(value, info.choices, v);
     }
     case Kind::String: return true;
@@ -200,7 +256,7 @@ bool parse_size(const std::string& text, uint64_t& out) {
   return true;
 }
 
-bool parse_choice(const std::string& text, const char* choices, std::string& out) {
+bool parse_choice(const std::string& text, const char* choices, int& index) {
   std::string t = lower(trim(text));
   std::string all = choices;
   // A choice between "on" and "off" (and more) takes every spelling of a boolean too: SIEVE_TRACK=1.
@@ -209,11 +265,11 @@ bool parse_choice(const std::string& text, const char* choices, std::string& out
   if (padded.find("|on|") != std::string::npos && padded.find("|off|") != std::string::npos && parse_bool(t, flag))
     t = flag ? "on" : "off";
   size_t start = 0;
-  while (start <= all.size()) {
+  for (int i = 0; start <= all.size(); ++i) {
     size_t bar = all.find('|', start);
     std::string choice = all.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
     if (t == choice) {
-      out = choice;
+      index = i;
       return true;
     }
     if (bar == std::string::npos) break;
@@ -247,7 +303,33 @@ std::map<std::string, std::string> environment_snapshot() {
   return env;
 }
 
-Registry::Registry(const std::map<std::string, std::string>& env) {
+Registry::Registry(const std::map<std::string, std::string>& env) : Registry(env, &former_names()) {}
+
+Registry Registry::with_former_names(const std::map<std::string, std::string>& env,
+                                     const std::vector<FormerName>& former) {
+  return Registry(env, &former);
+}
+
+Registry::Registry(const std::map<std::string, std::string>& environment, const std::vector<FormerName>* former) {
+  // Former names first: a renamed one stands in for its replacement, and neither kind is "unknown".
+  std::map<std::string, std::string> env = environment;
+  for (const FormerName& f : *former) {
+    const auto it = env.find(f.name);
+    if (it == env.end()) continue;
+    const std::string value = it->second;
+    env.erase(it);
+    const std::string old_name = f.name, since = f.since;
+    if (*f.replacement == '\0') {
+      diagnostics_.push_back(old_name + " was retired in " + since + " and is ignored: " + f.instead);
+    } else if (env.count(f.replacement)) {
+      diagnostics_.push_back(old_name + " is deprecated (renamed " + f.replacement + " in " + since +
+                             ") and ignored: " + f.replacement + " is set too");
+    } else {
+      env[f.replacement] = value;
+      diagnostics_.push_back(old_name + " is deprecated: it was renamed " + f.replacement + " in " + since +
+                             " and is read as " + f.replacement + " for now; set " + f.replacement + " instead");
+    }
+  }
   for (const auto& [name, value] : env) {
     if (name.rfind("SIEVE_", 0) != 0 || find_param(name)) continue;
     std::string hint = closest_param_name(name);

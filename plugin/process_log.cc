@@ -11,10 +11,13 @@ namespace sieve::plugin {
 
 namespace {
 
-log::Level level_from(const std::string& name) {
-  if (name == "none") return log::Level::None;
-  if (name == "info") return log::Level::Info;
-  if (name == "trace") return log::Level::Trace;
+log::Level level_from(config::LogLevel level) {
+  switch (level) {
+    case config::LogLevel::None: return log::Level::None;
+    case config::LogLevel::Warn: return log::Level::Warn;
+    case config::LogLevel::Info: return log::Level::Info;
+    case config::LogLevel::Trace: return log::Level::Trace;
+  }
   return log::Level::Warn;
 }
 

@@ -47,6 +47,16 @@ struct Export {
   }
 };
 
+// SIEVE_STATS_MODE's choices are the file modes themselves.
+unsigned stats_file_mode(config::StatsMode mode) {
+  switch (mode) {
+    case config::StatsMode::Owner: return 0600;
+    case config::StatsMode::Group: return 0640;
+    case config::StatsMode::World: return 0644;
+  }
+  return 0600;
+}
+
 Export& the_export() {
   // Constructed before the export so that they outlive it at exit (statics die in reverse order).
   process_stats();
@@ -102,11 +112,11 @@ std::string start_stats_export(const config::Settings& settings) {
     path = choose_stats_path(settings.stats_file, pid, host, &claim, &note, e.written);
     if (!note.empty() && !e.refused) SIEVE_WARN("%s", note.c_str());
   }
-  const StatsFormat format = settings.stats_format == "prometheus" ? StatsFormat::Prometheus : StatsFormat::Json;
-  auto writer = problem.empty()
-                    ? std::make_unique<StatsWriter>(path, format, settings.stats_interval_s, current_snapshot,
-                                                    static_cast<unsigned>(std::stoul(settings.stats_mode, nullptr, 8)))
-                    : nullptr;
+  const StatsFormat format =
+      settings.stats_format == config::StatsFileFormat::Prometheus ? StatsFormat::Prometheus : StatsFormat::Json;
+  auto writer = problem.empty() ? std::make_unique<StatsWriter>(path, format, settings.stats_interval_s,
+                                                                current_snapshot, stats_file_mode(settings.stats_mode))
+                                : nullptr;
   if (writer && !stats_directory_writable(path, &problem)) writer.reset();
   if (!problem.empty()) {
     problem = "SIEVE_STATS_FILE=" + settings.stats_file + ": " + problem;
@@ -117,7 +127,7 @@ std::string start_stats_export(const config::Settings& settings) {
   e.claim = std::move(claim);
   e.writer = std::move(writer);
   e.written = path;
-  SIEVE_INFO("traffic statistics go to %s (%s, %s)", path.c_str(), settings.stats_format.c_str(),
+  SIEVE_INFO("traffic statistics go to %s (%s, %s)", path.c_str(), config::choice_text(settings.stats_format).c_str(),
              settings.stats_interval_s > 0
                  ? ("every " + std::to_string(settings.stats_interval_s) + " s and when connections end").c_str()
                  : "when connections end");

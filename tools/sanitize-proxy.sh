@@ -2,20 +2,16 @@
 # Every CPU suite of the collective proxy (each proxy_* test binary: the suites against the fake
 # backend, the allocation count; not the GPU suites, which skip without a device) built and run under
 # ThreadSanitizer and under AddressSanitizer + UBSan, each in its own build tree beside the main one.
-# Only those targets are built (through ccache when it is installed). The Python-hosted proxy checks
+# Only those targets are built (through ccache when it is installed: CMakeLists.txt's SIEVE_CCACHE). The Python-hosted proxy checks
 # cannot host a sanitizer runtime (tests/plugin/proxy/CMakeLists.txt) and run in the plain build. Any
 # report fails the run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
-launcher=()
-if command -v ccache >/dev/null; then
-  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-fi
 for sanitizer in thread address; do
   dir="$build-proxy-$sanitizer"
   echo "sanitize-proxy: $sanitizer build in $dir"
-  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIEVE_SANITIZE="$sanitizer" "${launcher[@]}" >/dev/null
+  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIEVE_SANITIZE="$sanitizer" >/dev/null
   # Every proxy suite the tree defines, whatever its label: no list here to forget one in.
   # The GPU suites (proxy_gpu_*) only skip without a device: built here they would prove nothing.
   mapfile -t targets < <(cmake --build "$dir" --target help | sed -n 's/^\.\.\. \(proxy_[a-z0-9_]*_test\)$/\1/p' |

@@ -10,14 +10,6 @@
 
 namespace sieve::topology {
 
-bool parse_pin_choice(const std::string& text, PinChoice& choice) {
-  if (text == "auto") choice = PinChoice::Auto;
-  else if (text == "on") choice = PinChoice::On;
-  else if (text == "off") choice = PinChoice::Off;
-  else return false;
-  return true;
-}
-
 bool should_pin(PinChoice choice, size_t numa_node_count) {
   switch (choice) {
     case PinChoice::On: return true;

@@ -10,9 +10,6 @@ namespace sieve::topology {
 
 enum class PinChoice { Auto, On, Off };
 
-// "auto" | "on" | "off" (the SIEVE_PIN_THREADS choices). False on anything else.
-bool parse_pin_choice(const std::string& text, PinChoice& choice);
-
 // Auto pins only where placement matters: machines with more than one NUMA node.
 bool should_pin(PinChoice choice, size_t numa_node_count);
 

@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (e.info->kind == Kind::Int || e.info->kind == Kind::Size) {
       if (!in_range(*e.info, e.value)) std::abort();
     }
-    std::string chosen;
+    int chosen = 0;
     if (e.info->kind == Kind::Choice && !parse_choice(e.value, e.info->choices, chosen)) std::abort();
   }
   for (const auto& [name, value] : env) {

@@ -101,8 +101,13 @@ std::vector<SharedSetting> resolve_ib_options(const config::Registry& registry, 
   // Sieve says so rather than guess).
   Origin family = Origin::Default;
   o->ib_addr_family = net::Family::Any;
-  const auto family_of = [](const std::string& v) {
-    return v == "ipv4" ? net::Family::IPv4 : v == "ipv6" ? net::Family::IPv6 : net::Family::Any;
+  const auto family_of = [](config::IbAddrFamily v) {
+    switch (v) {
+      case config::IbAddrFamily::Ipv4: return net::Family::IPv4;
+      case config::IbAddrFamily::Ipv6: return net::Family::IPv6;
+      case config::IbAddrFamily::Any: break;
+    }
+    return net::Family::Any;
   };
   if (set_in_environment(registry, "SIEVE_IB_ADDR_FAMILY")) {
     family = Origin::Sieve;

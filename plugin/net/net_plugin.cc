@@ -124,13 +124,24 @@ template <typename Body> ncclResult_t guarded(const char* call, Body&& body) {
   }
 }
 
+net::Transport::Asked transport_asked(config::TransportChoice choice) {
+  switch (choice) {
+    case config::TransportChoice::Tcp: return net::Transport::Asked::Tcp;
+    case config::TransportChoice::Ib: return net::Transport::Asked::Ib;
+    case config::TransportChoice::Auto: break;
+  }
+  return net::Transport::Asked::Auto;
+}
+
 net::TransportOptions options_from(const config::Registry& registry) {
   const config::Settings& s = registry.settings();
   net::TransportOptions o;
   o.devices.ifname = s.socket_ifname;
-  o.devices.family = s.socket_family == "ipv4"   ? net::Family::IPv4
-                     : s.socket_family == "ipv6" ? net::Family::IPv6
-                                                 : net::Family::Any;
+  switch (s.socket_family) {
+    case config::SocketFamily::Any: o.devices.family = net::Family::Any; break;
+    case config::SocketFamily::Ipv4: o.devices.family = net::Family::IPv4; break;
+    case config::SocketFamily::Ipv6: o.devices.family = net::Family::IPv6; break;
+  }
   o.nsocks = static_cast<int>(s.nsocks);
   o.nthreads = static_cast<int>(s.nthreads);
   o.chunk_size = s.chunk_size;
@@ -138,13 +149,21 @@ net::TransportOptions options_from(const config::Registry& registry) {
   o.job_token = s.job_token;
   o.peer_timeout_ms = static_cast<int>(std::min<int64_t>(s.peer_timeout_ms, INT_MAX));
   o.topology.xml_file = s.topo_file;
-  topology::parse_pin_choice(s.pin_threads, o.pin_threads);  // the registry already checked the choice
-  o.progress = s.progress == "inline"    ? net::TransportOptions::Progress::Inline
-               : s.progress == "helpers" ? net::TransportOptions::Progress::Helpers
-                                         : net::TransportOptions::Progress::Auto;
-  o.codec = s.wire_codec == "off"  ? net::TransportOptions::Codec::Off
-            : s.wire_codec == "on" ? net::TransportOptions::Codec::On
-                                   : net::TransportOptions::Codec::Auto;
+  switch (s.pin_threads) {
+    case config::PinThreads::Auto: o.pin_threads = topology::PinChoice::Auto; break;
+    case config::PinThreads::On: o.pin_threads = topology::PinChoice::On; break;
+    case config::PinThreads::Off: o.pin_threads = topology::PinChoice::Off; break;
+  }
+  switch (s.progress) {
+    case config::Progress::Auto: o.progress = net::TransportOptions::Progress::Auto; break;
+    case config::Progress::Inline: o.progress = net::TransportOptions::Progress::Inline; break;
+    case config::Progress::Helpers: o.progress = net::TransportOptions::Progress::Helpers; break;
+  }
+  switch (s.wire_codec) {
+    case config::WireCodec::Auto: o.codec = net::TransportOptions::Codec::Auto; break;
+    case config::WireCodec::On: o.codec = net::TransportOptions::Codec::On; break;
+    case config::WireCodec::Off: o.codec = net::TransportOptions::Codec::Off; break;
+  }
   o.rate_limit_mbps = s.rate_limit_mbps;
   // The verbs settings NCCL's IB transport has too: SIEVE_IB_*, else NCCL_IB_*, else the default.
   const std::vector<SharedSetting> decided = resolve_ib_options(registry, std::getenv, &o);
@@ -157,15 +176,17 @@ net::TransportOptions options_from(const config::Registry& registry) {
 // SIEVE_TRANSPORT: ib is ib or an error (a job that asked for RDMA must not quietly run on TCP);
 // auto takes ib when libibverbs loads and a selected port is active, and says which and why.
 // `why` is that reason, for the lines that follow.
-net::Status create_transport(const std::string& asked, ProcessState* state, std::string* why) {
+net::Status create_transport(config::TransportChoice choice_asked, ProcessState* state, std::string* why) {
+  const net::Transport::Asked asked = transport_asked(choice_asked);
   net::Status verbs = net::error(net::Code::InvalidUsage, "not tried");
-  if (asked != "tcp") verbs = net::Transport::create_ib(state->options, &state->transport);
-  if (asked == "ib" && !verbs.is_ok()) return net::error(verbs.code(), "SIEVE_TRANSPORT=ib: " + verbs.message());
+  if (asked != net::Transport::Asked::Tcp) verbs = net::Transport::create_ib(state->options, &state->transport);
+  if (asked == net::Transport::Asked::Ib && !verbs.is_ok())
+    return net::error(verbs.code(), "SIEVE_TRANSPORT=ib: " + verbs.message());
   const net::Transport::Choice choice = net::Transport::choose(
       asked, verbs.is_ok(), verbs.is_ok() ? state->transport->devices().size() : 0, verbs.message());
   *why = choice.why;
   state->verbs = choice.verbs;
-  if (asked != "tcp") SIEVE_INFO("transport %s (%s)", choice.verbs ? "ib" : "tcp", why->c_str());
+  if (asked != net::Transport::Asked::Tcp) SIEVE_INFO("transport %s (%s)", choice.verbs ? "ib" : "tcp", why->c_str());
   if (choice.verbs) return verbs;
   return net::Transport::create_tcp(state->options, &state->transport);
 }
@@ -206,8 +227,8 @@ ncclResult_t acquire_locked(abi::ncclDebugLogger_t logger, std::shared_ptr<Proce
           "initialised: %zu device(s), %s sockets x %s threads per connection, progress %s, chunk %zu, "
           "inline <= %zu, wire codec %s%s%s%s",
           g_state->transport->devices().size(), shape_text(o.nsocks).c_str(), shape_text(o.nthreads).c_str(),
-          registry.settings().progress.c_str(), o.chunk_size, o.inline_threshold,
-          registry.settings().wire_codec.c_str(), o.rate_limit_mbps > 0 ? ", rate limit " : "",
+          config::choice_text(registry.settings().progress).c_str(), o.chunk_size, o.inline_threshold,
+          config::choice_text(registry.settings().wire_codec).c_str(), o.rate_limit_mbps > 0 ? ", rate limit " : "",
           o.rate_limit_mbps > 0 ? (std::to_string(o.rate_limit_mbps) + " Mbit/s per device").c_str() : "",
           o.job_token.empty() ? "" : ", job token required");
     run_proxy_probe();  // NCCL is loaded now: a preloaded proxy can tell whether it will see collectives

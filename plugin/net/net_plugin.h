@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "net/log.h"
 #include "plugin/net/abi/net_common.h"
 
 namespace sieve::plugin {
@@ -65,5 +66,12 @@ int net_state_references();
 
 // NCCL's logger as the sink of net/log.h (nccl_logger.cc); null restores the stderr fallback.
 void install_nccl_logger(abi::ncclDebugLogger_t logger);
+// The flags NCCL's logger gets for a line of `subsystem` (plugin/net/nccl_logger.cc).
+unsigned long nccl_flags(log::Subsystem subsystem);
+// The Sieve subsystems whose lines NCCL prints under NCCL_DEBUG_SUBSYS=`nccl_debug_subsys` (nullptr:
+// unset, NCCL's default); every one for a name Sieve does not know.
+uint32_t sieve_subsystems(const char* nccl_debug_subsys);
+// The highest Sieve level NCCL prints under NCCL_DEBUG=`nccl_debug` (nullptr or unknown: Trace).
+log::Level sieve_level(const char* nccl_debug);
 
 }  // namespace sieve::plugin

@@ -3,8 +3,10 @@
 
 Every name the docs show is looked up where the product defines it, never in a list kept here:
 
-  variables        every SIEVE_* name is a variable of the registry (`sieve-info --json`), a name of the
-                   public header (sieve.h, sieve_version.h) or a CMake option of the build (CMakeCache.txt);
+  variables        every SIEVE_* name is a variable of the registry (`sieve-info --json`), a former name
+                   it knows (deprecated or retired: shown as such, with its replacement), a name of the
+                   public header (sieve.h, sieve_version.h), a CMake option of the build (CMakeCache.txt) or
+                   a line kind of plugin/config_params.def (SIEVE_PARAM);
                    `SIEVE_X_*` matches at least one. Every value shown, `SIEVE_X=v`, is accepted by the
                    registry; a value in single quotes, `SIEVE_X='v'`, is one the docs show being refused,
                    and must be refused. Every NCCL_IB_* name is one Sieve reads (`ib_settings`).
@@ -158,6 +160,12 @@ class Product:
             self._cache["registry"] = {e["name"]: e for e in self.sieve_info_json()["config"]}
         return self._cache["registry"]
 
+    def former_names(self):
+        """Deprecated and retired names the registry still knows: {name: entry}."""
+        if "former" not in self._cache:
+            self._cache["former"] = {e["name"]: e for e in self.sieve_info_json()["former_names"]}
+        return self._cache["former"]
+
     def header_names(self):
         if "header" not in self._cache:
             text = open(os.path.join(self.source, "plugin/sieve.h")).read()
@@ -173,6 +181,11 @@ class Product:
             if match:
                 names.add(match.group(1))
         return names
+
+    def registry_macros(self):
+        """The line kinds of plugin/config_params.def (SIEVE_PARAM, ...), as its header comment shows them."""
+        text = open(os.path.join(self.source, "plugin", "config_params.def")).read()
+        return set(re.findall(r"^(?://\s*)?(SIEVE_[A-Z]+)\(", text, re.M))
 
     def exported_symbols(self):
         library = os.path.join(self.build, "plugin", "libnccl-net-sieve.so")
@@ -230,7 +243,9 @@ def glob_matches(pattern, names):
 
 def variables(docs, product):
     registry = product.registry()
-    known = set(registry) | product.header_names() | product.cmake_cache_names()
+    former = product.former_names()
+    known = (set(registry) | set(former) | product.header_names() | product.cmake_cache_names() |
+             product.registry_macros())
     problems, seen = [], 0
     for doc, number, line in everything(docs):
         for name in re.findall(r"\bSIEVE_[A-Z0-9_]*[A-Z0-9*]", line):
@@ -243,6 +258,10 @@ def variables(docs, product):
             elif name not in known:
                 problems.append("%s: %s is not a variable of the registry, a name of sieve.h or a CMake option" %
                                 (doc.where(number), name))
+            elif name in former and not re.search(r"deprecated|retired|renamed", line):
+                problems.append("%s: %s is %s (%s): the docs show it only as such" %
+                                (doc.where(number), name, former[name]["status"],
+                                 former[name]["replacement"] or former[name]["instead"]))
     # NCCL's IB variables the docs say Sieve honours: each one sieve-info lists as the twin of a
     # SIEVE_IB_* setting (its `ib_settings`); NCCL_IB_* matches at least one.
     twins = {e["nccl_name"] for e in product.sieve_info_json().get("ib_settings", [])}

@@ -114,7 +114,7 @@ TEST(ListenerFlood, AConnectorArrivingDuringAFloodConnects) {
 }
 
 std::atomic<int> g_warnings{0};
-void count_warnings(log::Level level, const char*, int, const char*) {
+void count_warnings(log::Level level, log::Subsystem, const char*, int, const char*) {
   if (level == log::Level::Warn) g_warnings.fetch_add(1);
 }
 

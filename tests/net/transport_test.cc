@@ -309,16 +309,16 @@ TEST(TransportProgress, InlineConnectionsStartNoThreadsAndHelperConnectionsDo) {
 
 // The rule the plugin applies and sieve-info restates: asked is asked, auto follows verbs.
 TEST(TransportChoice, AskedIsTakenAndAutoFollowsWhetherVerbsAreUsable) {
-  Transport::Choice c = Transport::choose("tcp", true, 2, "");
+  Transport::Choice c = Transport::choose(Transport::Asked::Tcp, true, 2, "");
   EXPECT_FALSE(c.verbs);
   EXPECT_EQ(c.why, "SIEVE_TRANSPORT=tcp");
-  c = Transport::choose("ib", true, 2, "");
+  c = Transport::choose(Transport::Asked::Ib, true, 2, "");
   EXPECT_TRUE(c.verbs);
   EXPECT_EQ(c.why, "SIEVE_TRANSPORT=ib");
-  c = Transport::choose("auto", true, 2, "");
+  c = Transport::choose(Transport::Asked::Auto, true, 2, "");
   EXPECT_TRUE(c.verbs);
   EXPECT_EQ(c.why, "SIEVE_TRANSPORT=auto: libibverbs loaded and 2 active RDMA port(s) selected");
-  c = Transport::choose("auto", false, 0, "no active RDMA port selected");
+  c = Transport::choose(Transport::Asked::Auto, false, 0, "no active RDMA port selected");
   EXPECT_FALSE(c.verbs);
   EXPECT_EQ(c.why, "SIEVE_TRANSPORT=auto: no active RDMA port selected");
 }

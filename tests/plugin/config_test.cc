@@ -40,7 +40,7 @@ TEST(Config, EnvironmentOverridesDefaultWithType) {
   Registry r({{"SIEVE_NSOCKS", "8"}, {"SIEVE_CHUNK_SIZE", "1M"}, {"SIEVE_SOCKET_FAMILY", "IPv6"}});
   EXPECT_EQ(r.settings().nsocks, 8);
   EXPECT_EQ(r.settings().chunk_size, 1u << 20);
-  EXPECT_EQ(r.settings().socket_family, "ipv6");
+  EXPECT_EQ(r.settings().socket_family, SocketFamily::Ipv6);
   EXPECT_EQ(find(r, "SIEVE_NSOCKS").source, Source::Environment);
   EXPECT_TRUE(r.diagnostics().empty());
 }
@@ -48,7 +48,7 @@ TEST(Config, EnvironmentOverridesDefaultWithType) {
 TEST(Config, BadValueKeepsDefaultAndSaysWhy) {
   Registry r({{"SIEVE_NSOCKS", "many"}, {"SIEVE_SOCKET_FAMILY", "ipx"}});
   EXPECT_EQ(r.settings().nsocks, 0);  // auto
-  EXPECT_EQ(r.settings().socket_family, "any");
+  EXPECT_EQ(r.settings().socket_family, SocketFamily::Any);
   ASSERT_EQ(r.diagnostics().size(), 2u);
   EXPECT_TRUE(mentions(r, "SIEVE_NSOCKS='many' is not a valid int"));
   EXPECT_TRUE(mentions(r, "SIEVE_SOCKET_FAMILY='ipx' is not a valid one of any|ipv4|ipv6"));
@@ -169,9 +169,11 @@ TEST(Config, Parsers) {
   EXPECT_FALSE(parse_size("-1", s));
   EXPECT_FALSE(parse_size("1T", s));
   EXPECT_FALSE(parse_size("99999999999999999999", s));
-  std::string c;
-  EXPECT_TRUE(parse_choice("auto", "auto|on|off", c));
+  int c = -1;
+  EXPECT_TRUE(parse_choice("off", "auto|on|off", c));
+  EXPECT_EQ(c, 2);
   EXPECT_FALSE(parse_choice("au", "auto|on|off", c));
+  EXPECT_EQ(c, 2);
 }
 
 // Numbers are read as a person reads them: decimal, a leading zero changes nothing (C's octal
@@ -195,6 +197,124 @@ TEST(Config, NumbersAreDecimalWhateverTheirLeadingZeros) {
   EXPECT_EQ(r.settings().nsocks, 10);
   EXPECT_EQ(r.settings().peer_timeout_ms, 10000);
   EXPECT_EQ(r.settings().nthreads, 8);
+}
+
+// A Choice is held as its enum: every choice's text, in any spelling the registry accepts, sets the
+// enum value at the same position, and choice_text() gives the registry's spelling back.
+TEST(Config, ChoicesAreTypedEnumsInTheRegistrysOrder) {
+  Registry r({{"SIEVE_TRACK", " Observe "},
+              {"SIEVE_STATS_MODE", "0644"},
+              {"SIEVE_DUMP_SIGNAL", "off"},
+              {"SIEVE_TRANSPORT", "IB"},
+              {"SIEVE_LOG_LEVEL", "trace"},
+              {"SIEVE_PIN_THREADS", "yes"},
+              {"SIEVE_PROGRESS", "helpers"},
+              {"SIEVE_WIRE_CODEC", "0"},
+              {"SIEVE_STATS_FORMAT", "prometheus"}});
+  EXPECT_TRUE(r.diagnostics().empty()) << r.diagnostics()[0];
+  const Settings& s = r.settings();
+  EXPECT_EQ(s.track, Track::Observe);
+  EXPECT_EQ(s.stats_mode, StatsMode::World);
+  EXPECT_EQ(s.dump_signal, DumpSignal::Off);
+  EXPECT_EQ(s.transport, TransportChoice::Ib);
+  EXPECT_EQ(s.log_level, LogLevel::Trace);
+  EXPECT_EQ(s.pin_threads, PinThreads::On);  // a choice between on and off takes a boolean's spellings
+  EXPECT_EQ(s.progress, Progress::Helpers);
+  EXPECT_EQ(s.wire_codec, WireCodec::Off);
+  EXPECT_EQ(s.stats_format, StatsFileFormat::Prometheus);
+  EXPECT_EQ(choice_text(s.track), "observe");
+  EXPECT_EQ(choice_text(s.stats_mode), "0644");
+  EXPECT_EQ(choice_text(Progress::Inline), "inline");
+  EXPECT_EQ(choice_text(LogLevel::None), "none");
+  // Every choice of every Choice variable round-trips through its enum's position.
+  for (const auto& p : params()) {
+    if (p.kind != Kind::Choice) continue;
+    EXPECT_STRNE(p.enum_name, "") << p.name;
+    const std::string all = p.choices;
+    int index = 0;
+    for (size_t start = 0;; ++index) {
+      const size_t bar = all.find('|', start);
+      const std::string choice = all.substr(start, bar == std::string::npos ? bar : bar - start);
+      int parsed = -1;
+      EXPECT_TRUE(parse_choice(choice, p.choices, parsed)) << p.name << " " << choice;
+      EXPECT_EQ(parsed, index) << p.name << " " << choice;
+      EXPECT_EQ(choice_text(p.enum_name, index), choice) << p.name;
+      if (bar == std::string::npos) break;
+      start = bar + 1;
+    }
+    EXPECT_EQ(index + 1, p.enum_count) << p.name;
+  }
+}
+
+// A bad choice is refused, as every bad value: named with its choices, the default's enum kept.
+TEST(Config, BadChoiceNamesTheChoicesAndKeepsTheDefaultEnum) {
+  Registry r({{"SIEVE_TRACK", "sometimes"}, {"SIEVE_TRANSPORT", "rdma"}});
+  EXPECT_EQ(r.settings().track, Track::Off);
+  EXPECT_EQ(r.settings().transport, TransportChoice::Auto);
+  EXPECT_TRUE(mentions(r, "SIEVE_TRACK='sometimes' is not a valid one of off|on|observe; using the default 'off'"));
+  EXPECT_TRUE(mentions(r, "SIEVE_TRANSPORT='rdma' is not a valid one of auto|tcp|ib"));
+}
+
+// The registry's own list of former names is sound: a renamed variable's replacement is a variable,
+// and a former name is no variable itself.
+TEST(Config, FormerNamesPointAtVariables) {
+  for (const FormerName& f : former_names()) {
+    EXPECT_EQ(std::string(f.name).rfind("SIEVE_", 0), 0u) << f.name;
+    EXPECT_EQ(closest_param_name(f.name) == f.name, false) << f.name << " is still a variable";
+    EXPECT_STRNE(f.since, "") << f.name;
+    if (*f.replacement) {
+      bool found = false;
+      for (const auto& p : params()) found = found || std::string(p.name) == f.replacement;
+      EXPECT_TRUE(found) << f.name << " renamed to " << f.replacement << ", which is no variable";
+    } else {
+      EXPECT_GT(std::string(f.instead).size(), 10u) << f.name << " retired without advice";
+    }
+  }
+}
+
+// A renamed variable is still read, under its new name, with one warning naming the new name; set
+// beside its new name, the new one wins. A retired one is refused with the advice, never "unknown".
+const std::vector<FormerName> kFormer = {
+    {"SIEVE_SOCKETS", "SIEVE_NSOCKS", "0.9", ""},
+    {"SIEVE_OLD_TRACK", "SIEVE_TRACK", "0.9", ""},
+    {"SIEVE_ZERO_COPY", "", "0.8", "the TCP transport always sends from NCCL's buffer"},
+};
+
+TEST(Config, DeprecatedNameIsReadAsItsReplacementWithOneWarning) {
+  const Registry r = Registry::with_former_names({{"SIEVE_SOCKETS", "4"}, {"SIEVE_OLD_TRACK", "observe"}}, kFormer);
+  EXPECT_EQ(r.settings().nsocks, 4);
+  EXPECT_EQ(r.settings().track, Track::Observe);
+  EXPECT_EQ(find(r, "SIEVE_NSOCKS").source, Source::Environment);
+  ASSERT_EQ(r.diagnostics().size(), 2u);
+  EXPECT_TRUE(mentions(r,
+                       "SIEVE_SOCKETS is deprecated: it was renamed SIEVE_NSOCKS in 0.9 and is read as SIEVE_NSOCKS "
+                       "for now; set SIEVE_NSOCKS instead"));
+  EXPECT_TRUE(mentions(r, "SIEVE_OLD_TRACK is deprecated: it was renamed SIEVE_TRACK"));
+}
+
+TEST(Config, DeprecatedNameBesideItsReplacementIsIgnored) {
+  const Registry r = Registry::with_former_names({{"SIEVE_SOCKETS", "4"}, {"SIEVE_NSOCKS", "2"}}, kFormer);
+  EXPECT_EQ(r.settings().nsocks, 2);
+  ASSERT_EQ(r.diagnostics().size(), 1u);
+  EXPECT_TRUE(
+      mentions(r, "SIEVE_SOCKETS is deprecated (renamed SIEVE_NSOCKS in 0.9) and ignored: SIEVE_NSOCKS is set too"));
+}
+
+TEST(Config, DeprecatedNameWithABadValueIsRefusedAsItsReplacementWouldBe) {
+  const Registry r = Registry::with_former_names({{"SIEVE_SOCKETS", "99"}}, kFormer);
+  EXPECT_EQ(r.settings().nsocks, 0);
+  EXPECT_EQ(r.diagnostics().size(), 2u);
+  EXPECT_TRUE(mentions(r, "SIEVE_NSOCKS=99 is outside 0-16"));
+}
+
+TEST(Config, RetiredNameIsRefusedWithAdviceNotAsUnknown) {
+  const Registry r = Registry::with_former_names({{"SIEVE_ZERO_COPY", "1"}}, kFormer);
+  ASSERT_EQ(r.diagnostics().size(), 1u);
+  EXPECT_EQ(r.diagnostics()[0],
+            "SIEVE_ZERO_COPY was retired in 0.8 and is ignored: the TCP transport always sends from NCCL's buffer");
+  // Without the list, the same name is just unknown.
+  EXPECT_TRUE(
+      mentions(Registry::with_former_names({{"SIEVE_ZERO_COPY", "1"}}, {}), "unknown variable SIEVE_ZERO_COPY"));
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ err=$(cd / && SIEVE_SOCKET_IFNAME==lo LD_LIBRARY_PATH="$prefix/$libdir" "$prefix
 
 # 3. The library's own warning, once per process: sieve-bench's two nodes each map both copies.
 run() {  # PRELOAD PLUGIN
-  LD_PRELOAD=$1 "$bench" --loopback --nodes 2 --plugin "$2" --model resnet18 --modes dense --iters 1 --warmup 0 \
+  LD_PRELOAD=$1 "$bench" --loopback --nodes 2 --plugin "$2" --model resnet18 --modes dense --steps 1 --warmup 0 \
     --rate none --quiet --timeout 60 2>&1
 }
 out=$(run "$lib" "$work/a/$name")

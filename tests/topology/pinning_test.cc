@@ -13,12 +13,6 @@ TEST(ShouldPin, AutoPinsOnlyOnMultiNumaMachines) {
   EXPECT_TRUE(should_pin(PinChoice::Auto, 2));
   EXPECT_TRUE(should_pin(PinChoice::On, 1));
   EXPECT_FALSE(should_pin(PinChoice::Off, 8));
-  PinChoice choice = PinChoice::Off;
-  ASSERT_TRUE(parse_pin_choice("auto", choice));
-  EXPECT_EQ(choice, PinChoice::Auto);
-  ASSERT_TRUE(parse_pin_choice("on", choice));
-  EXPECT_EQ(choice, PinChoice::On);
-  EXPECT_FALSE(parse_pin_choice("yes", choice));
 }
 
 TEST(PinThread, PinsAThreadToAnAllowedCpu) {

@@ -47,7 +47,7 @@ report = json.loads(out)
 after = interfaces()
 stable = {name: device for name, device in before.items() if after.get(name) == device}
 with open(os.path.join(source_dir, "plugin", "config_params.def")) as f:
-    declared = re.findall(r'^SIEVE_PARAM\(\s*\w+\s*,\s*\w+\s*,\s*"(SIEVE_[A-Z0-9_]+)"', f.read(), re.M)
+    declared = re.findall(r'^SIEVE_PARAM\(\s*\w+(?:\([^)]*\))?\s*,\s*\w+\s*,\s*"(SIEVE_[A-Z0-9_]+)"', f.read(), re.M)
 listed = [entry["name"] for entry in report["config"]]
 check(listed == declared, f"config lists {listed}, config_params.def declares {declared}")
 for entry in report["config"]:

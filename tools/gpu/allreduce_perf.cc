@@ -15,45 +15,20 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "tools/gpu/check_status.h"
+#include "tools/gpu/cli.h"
 #include "tools/gpu/unique_id_file.h"
 
 namespace {
 
 int g_rank = 0;
 
-[[noreturn]] __attribute__((format(printf, 1, 2))) void fail(const char* fmt, ...) {
-  char text[1024];
-  va_list args;
-  va_start(args, fmt);
-  vsnprintf(text, sizeof text, fmt, args);
-  va_end(args);
-  std::fprintf(stderr, "sieve-allreduce-perf rank %d: %s\n", g_rank, text);
-  std::exit(1);
-}
-
-// "1M", "256K", "1G", "4096" -> bytes.
-size_t parse_size(const std::string& text) {
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
-  size_t scale = 1;
-  if (end && *end) {
-    const char unit = *end;
-    if (unit == 'K' || unit == 'k') scale = size_t(1) << 10;
-    else if (unit == 'M' || unit == 'm') scale = size_t(1) << 20;
-    else if (unit == 'G' || unit == 'g') scale = size_t(1) << 30;
-    else fail("bad size '%s' (a number with K, M or G)", text.c_str());
-    if (end[1] != '\0') fail("bad size '%s' (a number with K, M or G)", text.c_str());
-  }
-  if (value == 0) fail("bad size '%s'", text.c_str());
-  return size_t(value) * scale;
-}
+using sieve::tools::gpu::fail;
 
 // Calls per size, fixed by the size alone so every rank makes the same number of calls.
 int warmup_calls(size_t bytes) { return bytes <= (size_t(64) << 20) ? 2 : 1; }
@@ -93,6 +68,7 @@ long long first_wrong(const float* device, size_t count, int nranks) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sieve::tools::gpu::set_fail_context("sieve-allreduce-perf", &g_rank);
   int nranks = 0;
   std::string id_file;
   size_t min_bytes = size_t(1) << 20, max_bytes = size_t(1) << 30;
@@ -107,8 +83,8 @@ int main(int argc, char** argv) {
     if (a == "--rank") g_rank = std::atoi(next().c_str());
     else if (a == "--nranks") nranks = std::atoi(next().c_str());
     else if (a == "--id-file") id_file = next();
-    else if (a == "--min-bytes") min_bytes = parse_size(next());
-    else if (a == "--max-bytes") max_bytes = parse_size(next());
+    else if (a == "--min-bytes") min_bytes = sieve::tools::gpu::size_option(a, next());
+    else if (a == "--max-bytes") max_bytes = sieve::tools::gpu::size_option(a, next());
     else if (a == "--factor") factor = std::atoi(next().c_str());
     else if (a == "--time-limit") time_limit_s = std::atof(next().c_str());
     else fail("unknown argument %s", a.c_str());

@@ -17,6 +17,7 @@
 #include "compress/mask.h"
 #include "compress/tile_layout.h"
 #include "plugin/proxy/cuda/cuda_backend.h"
+#include "tools/gpu/cli.h"
 
 namespace {
 
@@ -77,11 +78,12 @@ template <typename F> double time_ms(cudaStream_t s, int iters, F&& body) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sieve::tools::gpu::set_fail_context("sieve-proxy-kernel-bench", nullptr);
   uint64_t count = 64ull << 20;
   int iters = 20;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--count") count = std::strtoull(argv[i + 1], nullptr, 10);
+    if (a == "--count") count = sieve::tools::gpu::size_option(a, argv[i + 1]);
     else if (a == "--iters") iters = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: sieve-proxy-kernel-bench [--count ELEMENTS] [--iters K]\n");

@@ -16,7 +16,6 @@
 #include <nccl.h>
 #include <unistd.h>
 
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,21 +25,14 @@
 
 #include "plugin/sieve.h"
 #include "tools/gpu/check_status.h"
+#include "tools/gpu/cli.h"
 #include "tools/gpu/unique_id_file.h"
 
 namespace {
 
 int g_rank = 0;
 
-[[noreturn]] __attribute__((format(printf, 1, 2))) void fail(const char* fmt, ...) {
-  char text[1024];
-  va_list args;
-  va_start(args, fmt);
-  vsnprintf(text, sizeof text, fmt, args);
-  va_end(args);
-  std::fprintf(stderr, "rank %d: FAIL: %s\n", g_rank, text);
-  std::exit(1);
-}
+using sieve::tools::gpu::fail;
 
 // The library's entry points, from the loaded copy (the one NCCL also uses as its plugin).
 struct Sieve {
@@ -408,6 +400,7 @@ void run_bench(Job& job, size_t count, int iters, const std::vector<double>& den
 }  // namespace
 
 int main(int argc, char** argv) {
+  sieve::tools::gpu::set_fail_context("sieve-proxy-rank", &g_rank);
   int nranks = 2;
   std::string id_file, library, mode;
   size_t count = 64u << 20;  // 256 MiB of f32: large enough that the link, not latency, dominates
@@ -423,7 +416,7 @@ int main(int argc, char** argv) {
     else if (a == "--nranks") nranks = std::atoi(next().c_str());
     else if (a == "--id-file") id_file = next();
     else if (a == "--library") library = next();
-    else if (a == "--count") count = std::strtoull(next().c_str(), nullptr, 10);
+    else if (a == "--count") count = sieve::tools::gpu::size_option(a, next());
     else if (a == "--iters") iters = std::atoi(next().c_str());
     else if (a == "--densities") {
       densities.clear();

@@ -110,10 +110,14 @@ constexpr int kMaxMultiRecv = 8;
 
 }  // namespace
 
-int nccl_log_level(const std::string& sieve_log_level) {
-  if (sieve_log_level == "none") return kLogNone;
-  if (sieve_log_level == "info") return kLogInfo;
-  if (sieve_log_level == "trace") return kLogTrace;
+// The NCCL log level (0 none, 2 warn, 3 info, 5 trace) of a SIEVE_LOG_LEVEL value.
+static int nccl_log_level(config::LogLevel sieve_log_level) {
+  switch (sieve_log_level) {
+    case config::LogLevel::None: return kLogNone;
+    case config::LogLevel::Warn: return kLogWarn;
+    case config::LogLevel::Info: return kLogInfo;
+    case config::LogLevel::Trace: return kLogTrace;
+  }
   return kLogWarn;
 }
 

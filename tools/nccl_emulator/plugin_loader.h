@@ -69,8 +69,6 @@ constexpr int kLogTrace = 5;
 // LoaderOptions::log_level's default: the level SIEVE_LOG_LEVEL names (none, warn, info, trace), read
 // when the plugin is opened, so a tool's user sets Sieve's log outside NCCL as the README says.
 constexpr int kLogLevelFromEnvironment = -1;
-// The NCCL log level (0 none, 2 warn, 3 info, 5 trace) of a SIEVE_LOG_LEVEL value.
-int nccl_log_level(const std::string& sieve_log_level);
 // The NCCL log level SIEVE_LOG_LEVEL in this process's environment asks for (warn when unset or bad).
 int environment_log_level();
 

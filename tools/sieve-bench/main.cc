@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     if (!help) std::fputc('\n', stderr);
     return help ? 0 : 2;
   }
+  for (const std::string& note : options.notes) std::fprintf(stderr, "sieve-bench: %s\n", note.c_str());
   if (options.train == "fsdp2") return run_train_fsdp2(options);
   if (!options.train.empty()) {  // real training: the ranks write the report, table or JSON
     sieve::tools::install_stop_handlers();

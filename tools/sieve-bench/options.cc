@@ -50,7 +50,9 @@ std::string usage_text() {
          "  --modes LIST          dense,compacted"
          ",codec"
          " (default dense,compacted)\n"
-         "  --iters N             measured all-reduces of the whole model (--fsdp: steps) per mode (default 5)\n"
+         "  --steps N             measured steps per mode: all-reduces of the whole model, FSDP steps with\n"
+         "                        --fsdp, training steps with --train (default 5; 10 with --train)\n"
+         "  --iters N             deprecated: the former name of --steps for the emulated rings\n"
          "  --warmup N            unmeasured ones first (default 1)\n"
          "  --rate R              switch port rate, tc syntax: 100mbit, 1gbit, 10gbit; none = unshaped (default "
          "1gbit)\n"
@@ -71,7 +73,6 @@ std::string usage_text() {
          "                        against Sieve's custom collectives (sieve.fsdp) (fsdp2_train.py)\n"
          "  --train-model NAME    fsdp2: transformer (4.2 M, 50 % pruned) | transformer-23m (the same, 23.1 M)\n"
          "                        | resnet18 (torchvision, 80 % pruned) (default transformer)\n"
-         "  --steps N             --train: training steps per mode (default 10)\n"
          "  --train-modes LIST    --train ddp: the modes to run, comma-separated (default all)\n"
          "  --train-script PATH   --train ddp: the training ranks (default: ddp_train.py, see Files)\n"
          "  --plugin PATH         libnccl-net-sieve.so to load (default: the installed one, see Files)\n"
@@ -263,6 +264,7 @@ std::vector<std::string> option_names() {
 
 bool parse_options(int argc, char** argv, Options* o, std::string* message, bool* help) {
   *help = false;
+  int steps = 0;  // --steps (or --iters): 0 = the kind of run's default
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](std::string* out) {
@@ -327,9 +329,11 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       o->dtype = *type;
     } else if (arg == "--modes") {
       if (!parse_modes(v, &o->modes, message)) return false;
-    } else if (arg == "--iters") {
-      if (!parse_int(v, 1, 1000, &n)) return *message = "--iters: 1 to 1000", false;
-      o->iterations = static_cast<int>(n);
+    } else if (arg == "--steps" || arg == "--iters") {
+      // One count for every kind of run; its bound depends on the kind, checked once all is read.
+      if (!parse_int(v, 1, 10000, &n)) return *message = arg + ": 1 to 10000", false;
+      steps = static_cast<int>(n);
+      if (arg == "--iters") o->notes.push_back("--iters is deprecated: use --steps (the same count)");
     } else if (arg == "--warmup") {
       if (!parse_int(v, 0, 100, &n)) return *message = "--warmup: 0 to 100", false;
       o->warmup = static_cast<int>(n);
@@ -359,9 +363,6 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
     } else if (arg == "--train") {
       if (v != "ddp" && v != "fsdp2") return *message = "--train: ddp or fsdp2", false;
       o->train = v;
-    } else if (arg == "--steps") {
-      if (!parse_int(v, 1, 10000, &n)) return *message = "--steps: 1 to 10000", false;
-      o->steps = static_cast<int>(n);
     } else if (arg == "--train-modes") {
       if (v.empty()) return *message = "--train-modes: name at least one mode", false;
       o->train_modes = v;
@@ -388,6 +389,9 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       return false;
     }
   }
+  if (steps > 0 && o->train.empty() && steps > 1000)
+    return *message = "--steps: 1 to 1000 measured all-reduces or FSDP steps", false;
+  if (steps > 0) (o->train.empty() ? o->iterations : o->steps) = steps;
   return check_combinations(*o, message);
 }
 

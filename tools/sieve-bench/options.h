@@ -23,7 +23,7 @@ struct Options {
   PruneSpec prune{PruneKind::Unstructured, 0.2, 1};
   DType dtype = DType::kF32;
   std::vector<Mode> modes{Mode::Dense, Mode::Compacted};
-  int iterations = 5;
+  int iterations = 5;  // measured all-reduces or FSDP steps per mode (--steps without --train)
   int warmup = 1;
   std::string rate = "1gbit";                // tc rate in namespaces; "" = unshaped
   std::string delay, jitter, loss, reorder;  // netem on every port (checked when parsed)
@@ -45,11 +45,13 @@ struct Options {
   // emulated rings: DDP with Sieve's comm hook (train_ddp.h, tools/share/ddp_train.py) or FSDP2 with its
   // custom collectives (train_fsdp2.h, tools/share/fsdp2_train.py); the ranks measure and report.
   std::string train;
-  int steps = 10;                           // training steps per mode
+  int steps = 10;                           // training steps per mode (--steps with --train)
   std::string train_modes;                  // ddp: "" = the script's own list (every mode)
   std::string train_model = "transformer";  // fsdp2: transformer | resnet18
   std::string python;        // --python: the interpreter with PyTorch for --gloo and --train (empty: python3 on PATH)
   std::string train_script;  // ddp: "" = ddp_train.py from share/sieve or the source tree
+  // Said on stderr before the run (a deprecated option's replacement), never an error.
+  std::vector<std::string> notes;
   bool quiet = false;
   bool version = false;  // --version: print the tool's name and version, run nothing
   // Set on the command line (not defaults): --masks refuses what it would silently override.

@@ -148,11 +148,13 @@ void write_rdma(JsonWriter& json, const Report& report) {
   const RdmaReport& rdma = report.rdma;
   json.key("rdma");
   json.begin_object();
+  json.member("built", rdma.built);
   json.member("library", rdma.library);
   json.member("error", rdma.error);
   json.member_strings("notes", rdma.notes);
   json.key("ports");
   json.begin_array();
+#if SIEVE_HAVE_VERBS
   for (size_t i = 0; i < rdma.ports.size(); ++i) {
     const net::ib::IbPort& p = rdma.ports[i];
     json.begin_object();
@@ -189,6 +191,7 @@ void write_rdma(JsonWriter& json, const Report& report) {
     json.end_array();
     json.end_object();
   }
+#endif
   json.end_array();
   json.end_object();
 }
@@ -207,6 +210,18 @@ void write_config(JsonWriter& json, const Report& report) {
     json.member("range", config::range_text(*entry.info));
     json.member("transport", config::scope_name(entry.info->scope));
     json.member("doc", entry.info->doc);
+    json.end_object();
+  }
+  json.end_array();
+  json.key("former_names");
+  json.begin_array();
+  for (const config::FormerName& f : config::former_names()) {
+    json.begin_object();
+    json.member("name", f.name);
+    json.member("status", *f.replacement ? "deprecated" : "retired");
+    json.member("replacement", f.replacement);
+    json.member("since", f.since);
+    json.member("instead", f.instead);
     json.end_object();
   }
   json.end_array();

@@ -11,7 +11,9 @@
 #include <cstdlib>
 
 #include "net/devices.h"
+#if SIEVE_HAVE_VERBS  // a TCP-only build (CMake's SIEVE_VERBS) has no net/ib/
 #include "net/ib/ib_gid.h"
+#endif
 #include "net/log.h"
 #include "plugin/sieve.h"
 #include "plugin/telemetry.h"
@@ -91,11 +93,19 @@ PluginReport inspect_plugin(const std::string& path) {
 RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings& settings,
                         const net::TransportOptions& options, std::vector<std::string>* problems) {
   RdmaReport report;
+#if !SIEVE_HAVE_VERBS
+  (void)machine;
+  (void)options;
+  report.error = net::kVerbsNotBuilt;
+  if (settings.transport == config::TransportChoice::Ib) problems->push_back("SIEVE_TRANSPORT=ib, but " + report.error);
+  return report;
+#else
   const net::ib::VerbsLibrary* verbs = nullptr;
   net::Status st = net::ib::load_verbs(&verbs);
   if (!st.is_ok()) {
     report.error = st.message();
-    if (settings.transport == "ib") problems->push_back("SIEVE_TRANSPORT=ib, but " + report.error);
+    if (settings.transport == config::TransportChoice::Ib)
+      problems->push_back("SIEVE_TRANSPORT=ib, but " + report.error);
     return report;
   }
   report.library = verbs->path;
@@ -120,13 +130,15 @@ RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings
     if (!st.is_ok() && selected) problems->push_back(st.message());
     report.gid_index.push_back(st.is_ok() ? gid : -1);
   }
-  if (settings.transport == "ib" && chosen.empty() && !report.error.empty())
+  const bool ib_asked = settings.transport == config::TransportChoice::Ib;
+  if (ib_asked && chosen.empty() && !report.error.empty())
     problems->push_back("SIEVE_TRANSPORT=ib, but " + report.error);
-  else if (settings.transport == "ib" && chosen.empty())
+  else if (ib_asked && chosen.empty())
     problems->push_back("SIEVE_TRANSPORT=ib, but no active RDMA port is selected (" +
                         std::to_string(report.ports.size()) + " port(s) found" +
                         (options.ib_hca.empty() ? "" : ", SIEVE_IB_HCA or NCCL_IB_HCA=" + options.ib_hca) + ")");
   return report;
+#endif
 }
 
 // The plugin's rule (net::Transport::choose) from what inspect_rdma found: verbs are usable when
@@ -137,7 +149,11 @@ void choose_transport(const config::Settings& settings, Report* report) {
   for (bool s : rdma.selected) selected += s ? 1 : 0;
   const bool usable = !rdma.library.empty() && selected > 0;
   const std::string problem = rdma.library.empty() || !rdma.error.empty() ? rdma.error : "no active RDMA port selected";
-  const net::Transport::Choice choice = net::Transport::choose(settings.transport, usable, selected, problem);
+  const net::Transport::Asked asked = settings.transport == config::TransportChoice::Ib ? net::Transport::Asked::Ib
+                                      : settings.transport == config::TransportChoice::Tcp
+                                          ? net::Transport::Asked::Tcp
+                                          : net::Transport::Asked::Auto;
+  const net::Transport::Choice choice = net::Transport::choose(asked, usable, selected, problem);
   report->transport = choice.verbs ? "ib" : "tcp";
   report->transport_why = choice.why;
 }

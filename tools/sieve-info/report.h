@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "net/ib/ib_devices.h"
 #include "net/transport.h"
+#if SIEVE_HAVE_VERBS  // a TCP-only build (CMake's SIEVE_VERBS) has no net/ib/
+#include "net/ib/ib_devices.h"
+#endif
 #include "plugin/config.h"
 #include "plugin/net/nccl_fallbacks.h"
 #include "tools/nccl_emulator/plugin_loader.h"
@@ -39,12 +41,15 @@ struct PluginReport {
 
 // RDMA devices as the verbs transport sees them (libibverbs loaded the way the plugin loads it).
 struct RdmaReport {
+  bool built = SIEVE_HAVE_VERBS != 0;  // false in a TCP-only build: no ports, `error` says why
   std::string library;                 // the libibverbs file loaded; "" when none could be
   std::string error;                   // why verbs are unavailable, or why the ports could not be listed
+#if SIEVE_HAVE_VERBS
   std::vector<net::ib::IbPort> ports;  // every port, active or not
-  std::vector<bool> selected;          // per port: active and chosen by SIEVE_IB_HCA
-  std::vector<int> gid_index;          // per port: the GID a connection would use (-1: none)
-  std::vector<std::string> notes;      // devices skipped, and why
+#endif
+  std::vector<bool> selected;      // per port: active and chosen by SIEVE_IB_HCA
+  std::vector<int> gid_index;      // per port: the GID a connection would use (-1: none)
+  std::vector<std::string> notes;  // devices skipped, and why
 };
 
 struct Report {

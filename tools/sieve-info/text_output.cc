@@ -138,6 +138,7 @@ void print_machine(const Report& report, std::ostream& out) {
   }
 }
 
+#if SIEVE_HAVE_VERBS
 const char* link_layer_name(net::ib::LinkLayer layer) {
   return layer == net::ib::LinkLayer::Ethernet ? "RoCE" : "InfiniBand";
 }
@@ -156,6 +157,7 @@ std::string gpu_list_text(const std::vector<int>& gpus) {
   for (int g : gpus) names.push_back("GPU" + std::to_string(g));
   return join(names, ",");
 }
+#endif
 
 void print_rdma(const Report& report, std::ostream& out) {
   const RdmaReport& rdma = report.rdma;
@@ -164,6 +166,7 @@ void print_rdma(const Report& report, std::ostream& out) {
     out << "\n  none usable: " << rdma.error << "\n";
     return;
   }
+#if SIEVE_HAVE_VERBS
   out << " (verbs from " << rdma.library << ")\n";
   for (const auto& note : rdma.notes) out << "  note          " << note << "\n";
   if (!rdma.error.empty()) out << "  error         " << rdma.error << "\n";
@@ -189,6 +192,7 @@ void print_rdma(const Report& report, std::ostream& out) {
                       (e.netdev.empty() ? "" : "  " + e.netdev));
   }
   ports.print(out, "  ");
+#endif
 }
 
 void print_matrix(const topology::Machine& machine, std::ostream& out) {
@@ -230,6 +234,11 @@ void print_config(const Report& report, std::ostream& out) {
                scope == config::Scope::Any ? "" : std::string(config::scope_name(scope)) + " only", entry.info->doc});
   }
   table.print(out, "  ");
+  // Former names, so a job script's old name is explained before the job warns about it.
+  for (const config::FormerName& f : config::former_names()) {
+    if (*f.replacement) out << "  " << f.name << ": deprecated, renamed " << f.replacement << " in " << f.since << "\n";
+    else out << "  " << f.name << ": retired in " << f.since << ": " << f.instead << "\n";
+  }
   for (const auto& line : report.config_diagnostics) out << "  problem: " << line << "\n";
   if (report.ib_settings.empty()) return;
   out << "\nVerbs settings NCCL's IB transport shares (the SIEVE_IB_* variable, else NCCL's, else the default)\n";
@@ -271,7 +280,7 @@ void print_copies(const Report& report, std::ostream& out) {
 }  // namespace
 
 void print_text(const Report& report, std::ostream& out) {
-  out << "sieve-info " << report.version << "\n\n";
+  out << "sieve-info " << report.version << (report.rdma.built ? "" : " (TCP only: built without verbs)") << "\n\n";
   print_plugin(report, out);
   print_copies(report, out);
   print_machine(report, out);

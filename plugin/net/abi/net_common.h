@@ -27,9 +27,22 @@ enum ncclDebugLogLevel : int {
   NCCL_LOG_TRACE = 5,
 };
 
-// Subsystem flags passed to the logger; the plugin logs under NET.
+// Subsystem flags passed to the logger (NCCL's ncclDebugLogSubSys; NCCL_DEBUG_SUBSYS names them).
 constexpr unsigned long NCCL_INIT = 1;
+constexpr unsigned long NCCL_COLL = 2;
+constexpr unsigned long NCCL_P2P = 4;
+constexpr unsigned long NCCL_SHM = 8;
 constexpr unsigned long NCCL_NET = 16;
+constexpr unsigned long NCCL_GRAPH = 32;
+constexpr unsigned long NCCL_TUNING = 64;
+constexpr unsigned long NCCL_ENV = 128;
+constexpr unsigned long NCCL_ALLOC = 256;
+constexpr unsigned long NCCL_CALL = 512;
+constexpr unsigned long NCCL_PROXY = 1024;
+constexpr unsigned long NCCL_NVLS = 2048;
+constexpr unsigned long NCCL_BOOTSTRAP = 4096;
+constexpr unsigned long NCCL_REG = 8192;
+constexpr unsigned long NCCL_ALL = ~0ul;
 
 using ncclDebugLogger_t = void (*)(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
                                    const char* fmt, ...);

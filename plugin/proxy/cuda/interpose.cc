@@ -69,7 +69,11 @@ ReduceOp reduce_op(ncclRedOp_t op, ncclComm_t comm, Proxy* proxy) {
 ProxyOptions options_from(const config::Settings& s) {
   ProxyOptions o;
   o.enabled = s.proxy;
-  o.track = s.track == "on" ? TrackMode::kOn : s.track == "observe" ? TrackMode::kObserve : TrackMode::kOff;
+  switch (s.track) {
+    case config::Track::Off: o.track = TrackMode::kOff; break;
+    case config::Track::On: o.track = TrackMode::kOn; break;
+    case config::Track::Observe: o.track = TrackMode::kObserve; break;
+  }
   o.verify = s.proxy_verify;
   o.track_stable = uint32_t(s.track_stable);
   o.track_lag = uint32_t(s.track_lag);
@@ -97,9 +101,9 @@ Proxy& process_proxy() {
     static Proxy instance(backend, mask_registry(), options_from(s), process_stats());
     instance.set_report_sink(&report);
     SIEVE_INFO("collective proxy: %s (track %s, lag %lld, max density %lld%%, min count %lld, verify %s)",
-               s.proxy ? "active" : "off (calls pass through; this rank refuses every commit)", s.track.c_str(),
-               (long long)s.track_lag, (long long)s.proxy_max_density, (long long)s.proxy_min_count,
-               s.proxy_verify ? "on" : "off");
+               s.proxy ? "active" : "off (calls pass through; this rank refuses every commit)",
+               config::choice_text(s.track).c_str(), (long long)s.track_lag, (long long)s.proxy_max_density,
+               (long long)s.proxy_min_count, s.proxy_verify ? "on" : "off");
     g_proxy.store(&instance, std::memory_order_release);
     return &instance;
   }();
@@ -127,10 +131,10 @@ bool install_dump_signal_at_load() {
   const char* value = getenv("SIEVE_DUMP_SIGNAL");
   std::map<std::string, std::string> env;
   if (value) env["SIEVE_DUMP_SIGNAL"] = value;
-  const std::string signal_name = config::Registry(env).settings().dump_signal;
-  if (signal_name == "off") return false;
+  const config::DumpSignal signal = config::Registry(env).settings().dump_signal;
+  if (signal == config::DumpSignal::Off) return false;
   std::string why;
-  const int signo = signal_name == "usr2" ? SIGUSR2 : SIGUSR1;
+  const int signo = signal == config::DumpSignal::Usr2 ? SIGUSR2 : SIGUSR1;
   if (install_dump_signal(signo, &dump_on_signal, &why)) return true;
   if (!why.empty())
     SIEVE_WARN("collective proxy: no state report on SIG%s: %s", signo == SIGUSR2 ? "USR2" : "USR1", why.c_str());

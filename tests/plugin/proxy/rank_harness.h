@@ -151,7 +151,7 @@ class LogCapture {
     static LogCapture* current = nullptr;
     return current;
   }
-  static void sink(log::Level, const char*, int, const char* message) {
+  static void sink(log::Level, log::Subsystem, const char*, int, const char* message) {
     if (LogCapture* c = instance()) {
       std::lock_guard lock(c->mutex_);
       c->lines_.push_back(message);

@@ -13,7 +13,7 @@ setpriv --bounding-set=-net_admin true 2>/dev/null || { echo "skipped: setpriv c
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 without() { setpriv --bounding-set=-net_admin "$@"; }
-small=(--nodes 2 --model resnet18 --modes dense --iters 1 --warmup 0 --quiet --timeout 60)
+small=(--nodes 2 --model resnet18 --modes dense --steps 1 --warmup 0 --quiet --timeout 60)
 
 out=$(without "$bench" "${small[@]}" 2>&1); status=$?
 [[ $status -eq 0 ]] || fail "sieve-bench without CAP_NET_ADMIN: exit $status: $out"

@@ -17,7 +17,7 @@ grep -q '"nodes":3' <<<"$json" || fail "the JSON does not say the 3 nodes asked 
 grep -q '"exact":null' <<<"$json" || fail "the JSON claims exactness for a run that checked nothing: $json"
 
 if [[ $(id -u) -eq 0 ]] && command -v script >/dev/null; then
-  out=$(script -qec "'$bench' --model resnet18 --rate 100mbit --modes dense --iters 3 --warmup 0 --timeout 14 --json" /dev/null)
+  out=$(script -qec "'$bench' --model resnet18 --rate 100mbit --modes dense --steps 3 --warmup 0 --timeout 14 --json" /dev/null)
   grep -q 'FAILED' <<<"$out" || fail "the stopped run did not say FAILED: $out"
   grep -q '3/3' <<<"$out" && fail "the progress bar showed 3/3 for a run that did not finish them: $out"
   grep -q '"exact":null' <<<"$out" || fail "the stopped run claims exactness: $out"

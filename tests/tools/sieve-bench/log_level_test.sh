@@ -7,7 +7,7 @@ set -uo pipefail
 bench=$1 info=$2
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-small=(--loopback --nodes 2 --model resnet18 --modes dense --iters 1 --warmup 0 --rate none --quiet --timeout 60)
+small=(--loopback --nodes 2 --model resnet18 --modes dense --steps 1 --warmup 0 --rate none --quiet --timeout 60)
 
 err=$(SIEVE_LOG_LEVEL=info "$bench" "${small[@]}" 2>&1 >/dev/null)
 grep -q '^INFO NET/Sieve initialised' <<<"$err" || fail "SIEVE_LOG_LEVEL=info: no INFO line from sieve-bench's nodes: $err"

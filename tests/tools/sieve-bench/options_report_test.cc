@@ -33,7 +33,7 @@ TEST(Options, ParsesEveryKnob) {
   Options o;
   std::string message;
   ASSERT_TRUE(parse({"--nodes", "8", "--model", "vit_b_16", "--prune", "channel", "--density", "0.5", "--dtype", "bf16",
-                     "--rate", "10gbit", "--iters", "3", "--warmup", "0", "--json", "--gloo"},
+                     "--rate", "10gbit", "--steps", "3", "--warmup", "0", "--json", "--gloo"},
                     &o, &message))
       << message;
   EXPECT_EQ(o.nodes, 8);
@@ -42,6 +42,8 @@ TEST(Options, ParsesEveryKnob) {
   EXPECT_EQ(o.dtype, DType::kBF16);
   EXPECT_DOUBLE_EQ(rate_bits_per_second(o.rate), 1e10);
   EXPECT_TRUE(o.json && o.gloo);
+  EXPECT_EQ(o.iterations, 3);
+  EXPECT_TRUE(o.notes.empty());
   Options loopback;
   ASSERT_TRUE(parse({"--loopback"}, &loopback, &message)) << message;
   EXPECT_TRUE(loopback.loopback);
@@ -53,7 +55,7 @@ TEST(Options, EveryBadInputGetsAClearError) {
   const std::vector<std::vector<const char*>> bad = {
       {"--nodes", "1"},      {"--nodes", "x"},     {"--model", "resnet51"},
       {"--density", "0"},    {"--density", "1.5"}, {"--dtype", "fp16"},
-      {"--modes", "sparse"}, {"--rate", "fast"},   {"--iters", "0"},
+      {"--modes", "sparse"}, {"--rate", "fast"},   {"--steps", "0"},
       {"--inflight", "33"},  {"--bogus"},          {"--nodes"}};
   for (const auto& args : bad) {
     Options o;
@@ -61,6 +63,27 @@ TEST(Options, EveryBadInputGetsAClearError) {
     EXPECT_FALSE(parse(args, &o, &message)) << args[0];
     EXPECT_FALSE(message.empty()) << args[0];
   }
+}
+
+// One name for "how many measured rounds per mode": --steps counts all-reduces (or FSDP steps) of the
+// emulated rings and training steps with --train; --iters, its former name for the rings, still works
+// with a note naming --steps.
+TEST(Options, StepsCountsEveryKindOfRunAndItersIsItsDeprecatedAlias) {
+  Options rings, train, old;
+  std::string message;
+  ASSERT_TRUE(parse({"--steps", "7"}, &rings, &message)) << message;
+  EXPECT_EQ(rings.iterations, 7);
+  EXPECT_EQ(rings.steps, Options().steps);
+  ASSERT_TRUE(parse({"--train", "ddp", "--steps", "2000"}, &train, &message)) << message;
+  EXPECT_EQ(train.steps, 2000);
+  EXPECT_EQ(train.iterations, Options().iterations);
+  ASSERT_TRUE(parse({"--iters", "4"}, &old, &message)) << message;
+  EXPECT_EQ(old.iterations, 4);
+  ASSERT_EQ(old.notes.size(), 1u);
+  EXPECT_EQ(old.notes[0], "--iters is deprecated: use --steps (the same count)");
+  Options too_many;
+  EXPECT_FALSE(parse({"--steps", "2000"}, &too_many, &message));
+  EXPECT_EQ(message, "--steps: 1 to 1000 measured all-reduces or FSDP steps");
 }
 
 TEST(Options, HelpListsEveryOption) {

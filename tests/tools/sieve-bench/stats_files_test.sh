@@ -13,7 +13,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 run() {  # SIEVE_STATS_FILE value
   SIEVE_STATS_FILE=$1 SIEVE_STATS_FORMAT=prometheus "$bench" --loopback --nodes 2 --model resnet18 --modes dense \
-    --iters 1 --warmup 0 --rate none --quiet --timeout 60 >"$work/out" 2>&1 || fail "sieve-bench failed: $(cat "$work/out")"
+    --steps 1 --warmup 0 --rate none --quiet --timeout 60 >"$work/out" 2>&1 || fail "sieve-bench failed: $(cat "$work/out")"
 }
 
 # One file per node (%p); ResNet-18's fp32 gradients are 46.8 MB, of which a node of two sends half
