@@ -9,18 +9,27 @@ processes on loopback, Gloo on the CPU.
   gives it (CycleSim: the next mask of its kind, count and dtype) covers exactly the zeros of the
   buffer it moves (the reduce-scatter's input; the all-gather's whole buffer, every rank's input).
 
-Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so build/venv/bin/python tools/python/test_real_torch.py
+The ranks meet through a TCPStore that this process serves on a port the kernel picks (port 0): each
+case under its own key prefix, nothing on the file system, no port chosen by one process and bound by
+another. On a hang, every rank's Python stacks are dumped (faulthandler on SIGUSR1) into the failure.
+
+Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so /opt/sieve/venv/bin/python tools/python/test_real_torch.py
 (exit 77: skipped, no library or no torch 2.x with FSDP2 and Gloo).
 """
 
 import datetime
+import faulthandler
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
+if "--rank" in sys.argv:  # before torch's import: the parent asks for every thread's stack on a hang
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 WORLD = 2
@@ -44,9 +53,12 @@ def unpack(bits, count):
     return ((flat.unsqueeze(1) >> shifts) & 1).reshape(-1)[:count].bool()
 
 
-def init(rank, store_file):
-    dist.init_process_group("gloo", init_method="file://" + store_file, rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=60))
+TIMEOUT = datetime.timedelta(seconds=60)
+
+
+def init(rank, store):
+    """A process group on the case's own prefix of the parent's TCPStore."""
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD, timeout=TIMEOUT)
 
 
 def prune_every_layer(model, seed):
@@ -73,12 +85,12 @@ def prune_every_layer(model, seed):
 
 # --- DDP -------------------------------------------------------------------------------------------
 
-def ddp_rank(rank, store_file):
+def ddp_rank(rank, store):
     import sieve
     from sieve import masks
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel as DDP
-    init(rank, store_file)
+    init(rank, store)
     # Tanh, not ReLU: no unit is dead for a whole batch, so every kept gradient element is nonzero.
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
                                 torch.nn.Linear(64, 8))
@@ -172,14 +184,14 @@ class Model(torch.nn.Module if torch else object):
         return self.head(x)
 
 
-def fsdp2_rank(rank, store_file, reshard_after_forward, param_dtype=None, reduce_dtype=None):
+def fsdp2_rank(rank, store, reshard_after_forward, param_dtype=None, reduce_dtype=None):
     import sieve
     from sieve import fsdp_masks
     from sieve.masks import _dtype_code_of
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from test_sieve import CycleSim
-    init(rank, store_file)
+    init(rank, store)
     mesh = init_device_mesh("cpu", (WORLD,))
     torch.manual_seed(0)
     model = Model()
@@ -258,30 +270,54 @@ CASES = {"ddp": lambda rank, store: ddp_rank(rank, store),
          "fsdp2_bf16": lambda rank, store: fsdp2_rank(rank, store, True, torch.bfloat16, torch.bfloat16)}
 
 
-def rank_main(rank, directory):
-    """Every case in turn, each on its own process group: {case: result}."""
-    return {case: run(rank, os.path.join(directory, case)) for case, run in CASES.items()}
+def rank_main(rank, port):
+    """Every case in turn, each on its own process group and key prefix: {case: result}."""
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=TIMEOUT)
+    return {case: run(rank, dist.PrefixStore(case, store)) for case, run in CASES.items()}
 
 
 def run_ranks():
-    """Runs every case on WORLD processes; returns each rank's results (its JSON line)."""
+    """Runs every case on WORLD processes; returns each rank's results (its JSON line). The store
+    lives here, in the parent, for the whole run: the ranks come and go as its clients."""
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=TIMEOUT, wait_for_workers=False)
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank", str(rank), tmp], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(WORLD)]
-        results = []
+        env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+        # Output to files, not pipes: a rank never blocks on a full pipe that nobody reads yet.
+        logs = [(open(os.path.join(tmp, "out%d" % r), "w+"), open(os.path.join(tmp, "err%d" % r), "w+"))
+                for r in range(WORLD)]
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank", str(rank), str(store.port)],
+                                  env=env, stdout=logs[rank][0], stderr=logs[rank][1]) for rank in range(WORLD)]
+
+        def tail(rank, n=3000):
+            logs[rank][1].seek(0)
+            return logs[rank][1].read()[-n:]
         try:
+            deadline = time.monotonic() + STEP_TIMEOUT
             for rank, proc in enumerate(procs):
-                out, err = proc.communicate(timeout=STEP_TIMEOUT)
+                try:
+                    proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    for other in procs:
+                        if other.poll() is None:
+                            other.send_signal(signal.SIGUSR1)
+                    time.sleep(3)
+                    raise AssertionError("a rank did not finish in %d s; every rank's stacks:\n%s" % (
+                        STEP_TIMEOUT, "\n".join("rank %d:\n%s" % (r, tail(r, 6000)) for r in range(WORLD))))
                 if proc.returncode != 0:
-                    raise AssertionError("rank %d exited %d:\n%s" % (rank, proc.returncode, err[-3000:]))
-                results.append(json.loads(out.strip().splitlines()[-1]))
+                    raise AssertionError("rank %d exited %d:\n%s" % (rank, proc.returncode, tail(rank)))
+            results = []
+            for rank in range(WORLD):
+                logs[rank][0].seek(0)
+                results.append(json.loads(logs[rank][0].read().strip().splitlines()[-1]))
+            return results
         finally:
             for proc in procs:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()
-        return results
+            for out, err in logs:
+                out.close()
+                err.close()
 
 
 @unittest.skipUnless(HAVE_TORCH, "needs torch 2.x with FSDP2 and Gloo (tools/install-deps.sh: build/venv)")
@@ -321,7 +357,7 @@ class RealStructures(unittest.TestCase):
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--rank":
-        print(json.dumps(rank_main(int(sys.argv[2]), sys.argv[3])))
+        print(json.dumps(rank_main(int(sys.argv[2]), int(sys.argv[3]))))
         sys.exit(0)
     if not (os.environ.get("SIEVE_LIBRARY") or os.environ.get("LD_PRELOAD")):
         print("SKIP: set SIEVE_LIBRARY to the built libnccl-net-sieve.so, or LD_PRELOAD it")
