@@ -100,7 +100,7 @@ class HeaderConstants(unittest.TestCase):
             "_DTYPE_I32": "SIEVE_DTYPE_I32", "_DTYPE_I64": "SIEVE_DTYPE_I64", "_COMMIT_UNION": "SIEVE_COMMIT_UNION",
             "_COMMIT_REFUSED": "SIEVE_COMMIT_REFUSED", "_COMMIT_ACTIVATED": "SIEVE_COMMIT_ACTIVATED",
             "_COMMIT_PENDING": "SIEVE_COMMIT_PENDING", "_TOKEN_WORDS": "SIEVE_COMMIT_TOKEN_WORDS",
-            "_TOKEN_NO_PROXY": "SIEVE_COMMIT_TOKEN_NO_PROXY",
+            "_TOKEN_NO_PROXY": "SIEVE_COMMIT_TOKEN_NO_PROXY", "_CAP_CUDA_COMPACT": "SIEVE_CAP_CUDA_COMPACT",
         }
         for ours, theirs in expected.items():
             self.assertIn(theirs, h, "sieve.h lost %s" % theirs)
