@@ -44,8 +44,11 @@ struct Device {
   std::vector<int> cpus;    // CPUs local to the NIC: where its helper threads run when pinning
   uint16_t pci_vendor = 0;  // 0 when not on PCI or unknown (picks cloud NICs' stripe shapes)
   // What the transport, not the interface, decides (the plugin reports them to NCCL):
-  bool dmabuf = false;             // register_memory accepts dma-bufs (verbs, where the port's probe says so)
-  bool cuda_pointers = false;      // register_memory accepts CUDA device pointers (verbs, with nvidia-peermem loaded)
+  bool dmabuf = false;         // register_memory accepts dma-bufs (verbs, where the port's probe says so)
+  bool cuda_pointers = false;  // register_memory accepts CUDA device pointers (verbs, with nvidia-peermem loaded)
+  // A registration made on one comm serves every comm of the device, and a registration inside a
+  // live one is only a reference to it (verbs: NCCL's regIsGlobal).
+  bool global_registration = false;
   int max_comms = 0;               // 0: bounded by file descriptors only (TCP); verbs: by queue pairs
   uint64_t max_message_bytes = 0;  // 0: no limit of the transport's own; verbs: the port's max_msg_sz too
   static constexpr int kUnknownSpeedMbps = 10000;  // virtio and down links report none

@@ -48,8 +48,12 @@ struct TransportOptions {
   int64_t rate_limit_mbps = 0;  // per device, shared by all connections of this transport; 0 = off
   // Verbs transport (net/ib/) only.
   std::string ib_hca;     // SIEVE_IB_HCA, NCCL_IB_HCA's syntax; empty: every active port
-  int ib_gid_index = -1;  // -1: chosen per port (ib::choose_gid)
-  int ib_qps = 1;         // queue pairs per connection
+  int ib_gid_index = -1;  // RoCE ports only; -1: chosen per port (ib::select_gid)
+  // What the automatic GID choice keeps to on RoCE ports: an address family, and a range
+  // ("10.1.0.0/16", "fd00::/8"; "" for none), NCCL_IB_ADDR_FAMILY / NCCL_IB_ADDR_RANGE's meaning.
+  Family ib_addr_family = Family::Any;
+  std::string ib_addr_range;
+  int ib_qps = 1;  // queue pairs per connection
   // The class of service of a connection, chosen by the connecting side (the listener adopts it):
   // -1 leaves it to the communicator's traffic class (connect's), else 0.
   int ib_traffic_class = -1;  // 0-255: the GRH traffic class (RoCE: DSCP << 2 | ECN)
@@ -60,6 +64,9 @@ struct TransportOptions {
                                  // IBV_ACCESS_RELAXED_ORDERING on NCCL's registrations
   int ib_timeout = 20;           // queue-pair retry timeout, 4.096 us x 2^n per try (1-31)
   int ib_retry_count = 7;        // tries after the first before "retry exceeded" (0-7)
+  // Under adaptive routing, messages above this many bytes carry their immediate in a zero-byte
+  // write of its own behind the data (NCCL_IB_AR_THRESHOLD's meaning and default).
+  int64_t ib_ar_threshold = 8192;
 };
 
 // NCCL's "no traffic class" (NCCL_NET_TRAFFIC_CLASS_UNDEF), for connect without a communicator's.

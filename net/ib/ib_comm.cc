@@ -94,7 +94,10 @@ Status IbRequest::test(Completion* out) { return owner->test(this, out); }
 void* IbRequest::comm_tag() const { return owner->tag(); }
 
 IbComm::IbComm(IbCommConfig config, Connection connection)
-    : config_(std::move(config)), connection_(std::move(connection)), regions_(std::make_shared<RegionTable>()) {
+    : config_(std::move(config)),
+      connection_(std::move(connection)),
+      regions_(config_.registrations ? config_.registrations : std::make_shared<RegionTable>(config_.device)),
+      own_regions_(std::make_shared<RegionList>()) {
   for (uint32_t i = 0; i < requests_.size(); ++i) {
     requests_[i].owner = this;
     requests_[i].index = i;
@@ -216,16 +219,21 @@ Status IbComm::register_region(const MemoryDescriptor& memory, std::unique_ptr<M
   // completion, which PCIe orders after them, and a flush orders GPU memory. An optional access
   // flag: devices that cannot do it ignore it.
   const unsigned access = kRemoteAccess | (config_.relaxed_ordering ? unsigned(IBV_ACCESS_RELAXED_ORDERING) : 0u);
-  return ib::register_region(config_.device, regions_, memory, access, out);
+  return ib::register_region(regions_, own_regions_, memory, access, out);
 }
 
 Status IbComm::find_region(const char* call, const void* data, size_t size, uint32_t* lkey, uint32_t* rkey) const {
-  if (regions_->find(reinterpret_cast<uintptr_t>(data), size, lkey, rkey)) return Status::ok();
+  // This comm's own registrations first (a short list), then the device's (regIsGlobal: NCCL may
+  // register a buffer on one comm and move it on another).
+  const uint64_t begin = reinterpret_cast<uintptr_t>(data);
+  if (own_regions_->find(begin, size, lkey, rkey) || regions_->regions().find(begin, size, lkey, rkey))
+    return Status::ok();
   char where[64];
   snprintf(where, sizeof where, "%p", data);
-  return error(Code::InvalidUsage, std::string(call) + ": the " + bytes_text(size) + " at " + where +
-                                       " are not inside memory registered with this comm (regMr first; the verbs "
-                                       "transport moves only registered memory)");
+  return error(Code::InvalidUsage,
+               std::string(call) + ": the " + bytes_text(size) + " at " + where +
+                   " are not inside memory registered on this comm's device (regMr first; the verbs "
+                   "transport moves only registered memory)");
 }
 
 Status IbComm::post_send(int qp, ibv_send_wr* wr) {
@@ -479,12 +487,12 @@ Status IbSendComm::post_writes(IbRequest* r, const Slot& slot) {
   // Each queue pair used carries its share of the message and one immediate: the receiver counts
   // immediates, so every used queue pair writes, even zero bytes. Under adaptive routing the
   // packets of one write may take different paths and arrive out of order, and a write's
-  // immediate could be delivered before all of its data is placed: above kAdaptiveRoutingBytes the
+  // immediate could be delivered before all of its data is placed: above adaptive_routing_bytes the
   // data goes as a plain write and the immediate in a zero-byte write behind it, which the
   // responder completes only after the earlier write (as NCCL's IB transport does).
   const uint32_t imm = r->too_large ? kImmTooLarge : static_cast<uint32_t>(r->size);
   const size_t share = r->too_large ? 0 : (((r->size + used - 1) / used + 63) / 64) * 64;
-  const bool split = config_.adaptive_routing && r->size > kAdaptiveRoutingBytes;
+  const bool split = config_.adaptive_routing && r->size > config_.adaptive_routing_bytes;
   for (int q = 0; q < used; ++q) {
     const size_t offset = std::min(r->size, q * share);
     const size_t length = std::min(share, r->size - offset);

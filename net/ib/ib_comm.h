@@ -19,6 +19,7 @@
 
 #include "net/connection.h"
 #include "net/ib/device_context.h"
+#include "net/ib/ib_gid.h"
 #include "net/ib/ib_memory.h"
 #include "net/ib/ib_setup.h"
 #include "net/ib/verbs_library.h"
@@ -34,12 +35,18 @@ constexpr size_t kSplitBytesPerQp = 128 * 1024;
 constexpr uint64_t kMaxMessageBytes = (uint64_t(1) << 31) - 1;
 
 // Under adaptive routing, messages above this size send their immediate in a zero-byte write of its
-// own, behind the data (NCCL_IB_AR_THRESHOLD's default).
+// own, behind the data (NCCL_IB_AR_THRESHOLD's default; SIEVE_IB_AR_THRESHOLD sets it).
 constexpr size_t kAdaptiveRoutingBytes = 8192;
 
 struct IbCommConfig {
   std::shared_ptr<DeviceContext> device;
   PortAddress port;
+  // The port as discovered and the GID policy: the GID is chosen again from the port's table at
+  // each connect (ib_gid.h). Null: `port` is used as it is (tests that build a config by hand).
+  std::shared_ptr<const IbPort> port_info;
+  GidPolicy gid_policy;
+  // The device's registrations, shared by all its comms (ib_memory.h). Null: the comm keeps its own.
+  std::shared_ptr<RegionTable> registrations;
   ServiceClass service;  // a listener's becomes the connector's at set-up
   RetryBudget retry;
   int nqps = 1;
@@ -47,6 +54,7 @@ struct IbCommConfig {
   int max_cqe = 0;                                // the device's limit (0: unknown)
   uint64_t max_message_bytes = kMaxMessageBytes;  // the port's limit, if lower (reported as maxP2pBytes)
   bool relaxed_ordering = true;
+  size_t adaptive_routing_bytes = kAdaptiveRoutingBytes;
   bool adaptive_routing = false;  // the fabric may reorder one write's packets: see kAdaptiveRoutingBytes  // NCCL's
                                   // registrations may be written out of PCIe order
   bool gpu_flush =
@@ -150,7 +158,8 @@ class IbComm {
   IbCommConfig config_;
   Connection connection_;
   Failure failure_;
-  std::shared_ptr<RegionTable> regions_;
+  std::shared_ptr<RegionTable> regions_;     // the device's (config_.registrations)
+  std::shared_ptr<RegionList> own_regions_;  // those made on this comm: looked up first
   std::array<IbRequest, kMaxRequests> requests_;
   void* tag_ = nullptr;
   ibv_cq* cq_ = nullptr;

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <memory>
 
+#include "net/ib/ib_gid.h"
+
 namespace sieve::net::ib {
 
 namespace {
@@ -48,13 +50,6 @@ bool gid_is_zero(const ibv_gid& gid) {
   return std::memcmp(&gid, &zero, sizeof(gid)) == 0;
 }
 
-bool gid_is_ipv4_mapped(const ibv_gid& gid) {
-  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  return std::memcmp(gid.raw, prefix, sizeof(prefix)) == 0;
-}
-
-bool gid_is_link_local(const ibv_gid& gid) { return gid.raw[0] == 0xfe && (gid.raw[1] & 0xc0) == 0x80; }
-
 std::string read_line(const std::string& path) {
   std::ifstream in(path);
   std::string line;
@@ -70,8 +65,11 @@ void describe_gid_from_sysfs(const std::string& ibdev_path, int port, GidEntry* 
   entry->netdev = read_line(base + "ndevs/" + std::to_string(entry->index));
 }
 
-void read_gids(const VerbsLibrary& v, ibv_context* ctx, const std::string& ibdev_path, int port, int table_length,
-               IbPort* out) {
+}  // namespace
+
+void read_gid_table(const VerbsLibrary& v, ibv_context* ctx, const std::string& ibdev_path, int port, int table_length,
+                    IbPort* out) {
+  out->gids.clear();
   constexpr int kMaxGidsRead = 256;  // tables are 16-256 long; the entries in use come first
   for (int i = 0; i < std::min(table_length, kMaxGidsRead); ++i) {
     GidEntry entry;
@@ -93,6 +91,8 @@ void read_gids(const VerbsLibrary& v, ibv_context* ctx, const std::string& ibdev
     if (!gid_is_zero(entry.gid)) out->gids.push_back(entry);
   }
 }
+
+namespace {
 
 // NCCL's probe: registering fd -1 fails with EBADF where the kernel and provider know dma-bufs, and
 // with EOPNOTSUPP / EPROTONOSUPPORT where they do not.
@@ -208,7 +208,9 @@ Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, s
       port.dmabuf = dmabuf;
       port.placement = placement;
       port.near_gpus = near_gpus;
-      read_gids(v, context.ctx, ibdev_path, p, port_attr.gid_tbl_len, &port);
+      port.ibdev_path = ibdev_path;
+      port.gid_table_length = port_attr.gid_tbl_len;
+      read_gid_table(v, context.ctx, ibdev_path, p, port_attr.gid_tbl_len, &port);
       int gid = -1;
       if (port.link_layer == LinkLayer::Ethernet && choose_gid(port, -1, &gid).is_ok()) {
         for (const GidEntry& e : port.gids)
@@ -248,18 +250,20 @@ Status parse_hca_spec(const std::string& text, HcaSpec* out) {
         errno = 0;
         const long value = std::strtol(port.c_str(), &end, 10);
         if (port.empty() || *end != '\0' || errno != 0 || value < 1 || value > 255)
-          return error(Code::InvalidArgument, "SIEVE_IB_HCA entry \"" + item + "\": the port after ':' must be 1-255");
+          return error(Code::InvalidArgument,
+                       "SIEVE_IB_HCA (or NCCL_IB_HCA) entry \"" + item + "\": the port after ':' must be 1-255");
         entry.port = static_cast<int>(value);
       }
       if (entry.name.empty())
-        return error(Code::InvalidArgument, "SIEVE_IB_HCA entry \"" + item + "\" names no device");
+        return error(Code::InvalidArgument, "SIEVE_IB_HCA (or NCCL_IB_HCA) entry \"" + item + "\" names no device");
       out->entries.push_back(entry);
     }
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
   if ((out->exclude || out->exact) && out->entries.empty())
-    return error(Code::InvalidArgument, "SIEVE_IB_HCA=\"" + text + "\" names no device after its ^ or =");
+    return error(Code::InvalidArgument,
+                 "SIEVE_IB_HCA (or NCCL_IB_HCA) \"" + text + "\" names no device after its ^ or =");
   return Status::ok();
 }
 
@@ -282,35 +286,9 @@ std::vector<IbPort> select_ports(const std::vector<IbPort>& ports, const HcaSpec
 }
 
 Status choose_gid(const IbPort& port, int configured, int* index) {
-  if (configured >= 0) {
-    for (const GidEntry& e : port.gids)
-      if (e.index == configured) {
-        *index = configured;
-        return Status::ok();
-      }
-    return error(Code::InvalidArgument, "SIEVE_IB_GID_INDEX=" + std::to_string(configured) +
-                                            " names an empty GID entry of " + port.name() +
-                                            " (populated: " + std::to_string(port.gids.size()) + " entries)");
-  }
-  if (port.link_layer == LinkLayer::InfiniBand) {
-    *index = 0;
-    return Status::ok();
-  }
-  // RoCE: routable v2 first (IPv4-mapped, then global IPv6, then link-local), v1 last.
-  const auto rank = [](const GidEntry& e) {
-    if (e.type == GidType::RoCEv2 && gid_is_ipv4_mapped(e.gid)) return 0;
-    if (e.type == GidType::RoCEv2 && !gid_is_link_local(e.gid)) return 1;
-    if (e.type == GidType::RoCEv2) return 2;
-    if (e.type == GidType::RoCEv1) return 3;
-    return 4;
-  };
-  const GidEntry* best = nullptr;
-  for (const GidEntry& e : port.gids)
-    if (!best || rank(e) < rank(*best)) best = &e;
-  if (!best)
-    return error(Code::SystemError, port.name() + " has no populated GID entry (is its netdev up with an address?)");
-  *index = best->index;
-  return Status::ok();
+  GidPolicy policy;
+  policy.index = configured;
+  return select_gid(port, policy, index);
 }
 
 }  // namespace sieve::net::ib

@@ -38,7 +38,9 @@ struct IbPort {
   uint16_t lid = 0;            // InfiniBand only
   bool grh_required = false;   // IBV_QPF_GRH_REQUIRED: every packet needs a GRH (SR-IOV functions, cloud IB)
   uint64_t guid = 0;           // node GUID, host byte order
-  std::vector<GidEntry> gids;  // populated (non-zero) entries only
+  std::vector<GidEntry> gids;  // populated (non-zero) entries only, as last read (read_gid_table)
+  int gid_table_length = 0;    // gid_tbl_len: entries read_gid_table looks at
+  std::string ibdev_path;      // sysfs directory of the device ("" for devices without one)
   std::string netdev;          // paired netdev: of the GID a RoCE connection uses, else topology's pairing
   int max_qp = 0, max_qp_wr = 0, max_sge = 0, max_cqe = 0;
   uint64_t max_msg_sz = 0;  // the largest single request the port carries (mlx5: 1 GiB); 0 when unknown
@@ -54,6 +56,11 @@ struct IbPort {
 // skipped with a note in *notes.
 Status discover_ports(const VerbsLibrary& verbs, const topology::Machine& machine, std::vector<IbPort>* out,
                       std::vector<std::string>* notes);
+
+// Reads the populated entries of port `port`'s GID table into out->gids (replacing them): through
+// _ibv_query_gid_ex where the library has it, else ibv_query_gid and sysfs for the RoCE type.
+void read_gid_table(const VerbsLibrary& verbs, ibv_context* context, const std::string& ibdev_path, int port,
+                    int table_length, IbPort* out);
 
 // SIEVE_IB_HCA, NCCL_IB_HCA's syntax: "mlx5_0:1,mlx5_1" (prefixes; ":port" narrows to one port),
 // "=mlx5_0" (exact names), "^mlx5_2" (exclude). Empty selects every active port.
@@ -72,9 +79,7 @@ bool hca_matches(const HcaSpec& spec, const IbPort& port);
 // The active ports the spec selects, in discovery order.
 std::vector<IbPort> select_ports(const std::vector<IbPort>& ports, const HcaSpec& spec);
 
-// The GID index a RoCE connection from this port uses: `configured` (SIEVE_IB_GID_INDEX) when >= 0
-// and populated, else RoCE v2 with an IPv4-mapped address, then RoCE v2 IPv6, then RoCE v1, then 0.
-// InfiniBand ports use index 0. Error when `configured` names an empty entry.
+// select_gid (ib_gid.h) with only an index configured (SIEVE_IB_GID_INDEX, -1 for none).
 Status choose_gid(const IbPort& port, int configured, int* index);
 
 }  // namespace sieve::net::ib

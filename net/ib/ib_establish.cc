@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "net/log.h"
 #include "net/socket.h"
 
 namespace sieve::net::ib {
@@ -31,7 +32,8 @@ int Establishment::fd() const { return comm() ? comm()->socket() : connection_.c
 
 Status Establishment::create_comm(int nqps) {
   config_.nqps = nqps;
-  Status st;
+  Status st = refresh_port_gid();
+  if (!st.is_ok()) return st;
   if (role_ == Role::Connector) {
     send_ = std::make_unique<IbSendComm>(config_, std::move(connection_));
     st = send_->create();
@@ -40,6 +42,21 @@ Status Establishment::create_comm(int nqps) {
     st = recv_->create();
   }
   return st;
+}
+
+// The GID table may have changed since the transport started (an address added or removed): a
+// queue pair whose source GID entry is gone is refused at RTR, and one whose address moved is
+// unreachable. Each connection reads the table again and takes the GID the policy picks now.
+Status Establishment::refresh_port_gid() {
+  if (!config_.port_info) return Status::ok();
+  const int before = config_.port.gid_index;
+  Status st = refresh_gid(config_.device->verbs(), config_.device->context(), *config_.port_info, config_.gid_policy,
+                          &config_.port);
+  if (!st.is_ok()) return error(st.code(), "connection with " + peer_ + ": " + st.message());
+  if (config_.port.gid_index != before)
+    SIEVE_INFO("%s: GID index %d now (was %d: the GID table changed), for the connection with %s",
+               config_.port.name.c_str(), config_.port.gid_index, before, peer_.c_str());
+  return Status::ok();
 }
 
 Status Establishment::write_pending(bool* complete) {

@@ -30,6 +30,7 @@ class Establishment {
   IbComm* comm() const;
   int fd() const;
   Status create_comm(int nqps);
+  Status refresh_port_gid();
   Status write_pending(bool* complete);
   Status read_into(size_t wanted, bool* complete);
 

@@ -1,5 +1,13 @@
-// Registered memory of the verbs transport: the regions NCCL registers on a comm (looked up by
-// address on every isend/irecv), and the pages Sieve registers for itself (control buffers).
+// Registered memory of the verbs transport: the regions NCCL registers (looked up by address on
+// every isend/irecv), and the pages Sieve registers for itself (control buffers).
+//
+// Registrations belong to the device, not the comm (regIsGlobal=1, as NCCL's IB transport): NCCL
+// registers the same buffer on every comm that moves it (each peer's, and ncclCommRegister's
+// first registration on a loopback comm), and expects a buffer inside an earlier registration to be
+// "nearly immediate". One table per device (one protection domain) keeps each memory registration
+// once, reference-counted: a registration inside the pages of a live one of the same access takes
+// a reference to it instead of pinning the pages again, and the last deregistration unpins. Any comm
+// of the device finds any of its registrations.
 //
 // Registrations cover whole pages. ibv_fork_init (verbs_library.cc) makes rdma-core mark every page
 // a registration touches "don't fork", so a child forked later (a PyTorch DataLoader worker) gets
@@ -43,8 +51,10 @@ class PageBuffer {
 
 class IbRegion;
 
-// The registrations of one comm, looked up by address on every isend/irecv.
-class RegionTable {
+// NCCL's registrations (the caller's buffers), looked up by address on every isend/irecv: one list
+// per comm (those made on it: the lookup that almost always succeeds, as short as before
+// registrations were the device's) and one per device (the rest).
+class RegionList {
  public:
   void add(IbRegion* r);
   void remove(IbRegion* r);
@@ -56,13 +66,50 @@ class RegionTable {
   std::vector<IbRegion*> regions_;
 };
 
+// The registrations of one device, shared by its comms.
+class RegionTable {
+ public:
+  explicit RegionTable(std::shared_ptr<DeviceContext> device) : device_(std::move(device)) {}
+  ~RegionTable();
+  RegionTable(const RegionTable&) = delete;
+  RegionTable& operator=(const RegionTable&) = delete;
+
+  // A memory registration of [begin, end) (page-rounded for host memory and CUDA pointers; the
+  // buffer itself for a dma-buf) with `access`: a live one whose range holds it, of the same kind and
+  // access, with one more reference, else a new one. Errors name the call, the size and the device.
+  Status acquire(const MemoryDescriptor& memory, unsigned access, ibv_mr** out);
+  // Drops one reference; the last deregisters.
+  void release(ibv_mr* mr);
+
+  // Every registration of the device, whichever comm it was made on.
+  RegionList& regions() { return regions_; }
+  const RegionList& regions() const { return regions_; }
+  // Memory registrations alive (each pinned once, whatever its references).
+  size_t pinned() const;
+  const std::shared_ptr<DeviceContext>& device() const { return device_; }
+
+ private:
+  struct Pinned {
+    uint64_t begin, end;  // what the memory registration spans
+    bool dmabuf;
+    unsigned access;
+    ibv_mr* mr;
+    int references;
+  };
+  const std::shared_ptr<DeviceContext> device_;  // the protection domain outlives every registration
+  mutable std::mutex mutex_;                     // guards pinned_; held while registering, never while looking up
+  std::vector<Pinned> pinned_;
+  RegionList regions_;
+};
+
 // One registration; dropping it deregisters (NCCL's deregMr).
 class IbRegion final : public MemoryRegion {
  public:
-  // `base`/`length`: the caller's buffer (what covers() answers for); `mr` may span more (whole pages).
-  // `gpu`: GPU memory (a dma-buf or a CUDA pointer), which the NIC's writes reach only in order
-  // with a flush.
-  IbRegion(std::shared_ptr<RegionTable> table, std::shared_ptr<DeviceContext> device, ibv_mr* mr, uint64_t base,
+  // `base`/`length`: the caller's buffer (what covers() answers for); `mr` (a reference taken from
+  // `table`, dropped here) may span more. `gpu`: GPU memory (a dma-buf or a CUDA pointer), which the
+  // NIC's writes reach only in order with a flush.
+  // `comm_list`: the list of the comm it was made on (null: none), which it outlives if it must.
+  IbRegion(std::shared_ptr<RegionTable> table, std::shared_ptr<RegionList> comm_list, ibv_mr* mr, uint64_t base,
            size_t length, bool gpu);
   ~IbRegion() override;
   bool covers(uint64_t begin, size_t size) const { return mr_ && begin >= base_ && begin + size <= base_ + length_; }
@@ -71,9 +118,9 @@ class IbRegion final : public MemoryRegion {
   bool gpu() const { return gpu_; }
 
  private:
-  const std::shared_ptr<RegionTable> table_;
-  const std::shared_ptr<DeviceContext> device_;  // the protection domain outlives the registration
-  ibv_mr* const mr_;                             // null for an empty registration
+  const std::shared_ptr<RegionTable> table_;  // and through it the protection domain
+  const std::shared_ptr<RegionList> comm_list_;
+  ibv_mr* const mr_;  // null for an empty registration
   const uint64_t base_;
   const size_t length_;
   const bool gpu_;
@@ -84,11 +131,11 @@ class IbRegion final : public MemoryRegion {
 // create under `sysfs_root` (/sys). `which` names the file found.
 bool peer_memory_loaded(const std::string& sysfs_root, std::string* which);
 
-// Registers `memory` on `device` with `access` and adds it to `table`: host memory and CUDA
-// pointers page-rounded at their own addresses (the peer-memory client pins the GPU pages behind
-// them), a dma-buf at the buffer's device address. Zero bytes register nothing (a
-// zero-byte message needs no key). Errors name the call, the size and the device.
-Status register_region(const std::shared_ptr<DeviceContext>& device, const std::shared_ptr<RegionTable>& table,
+// Registers `memory` with `access` in `table` (its device): host memory and CUDA pointers
+// page-rounded at their own addresses (the peer-memory client pins the GPU pages behind them), a
+// dma-buf at the buffer's device address; inside a live registration, a reference to it. Zero bytes
+// register nothing (a zero-byte message needs no key). Errors name the call, the size and the device.
+Status register_region(const std::shared_ptr<RegionTable>& table, const std::shared_ptr<RegionList>& comm_list,
                        const MemoryDescriptor& memory, unsigned access, std::unique_ptr<MemoryRegion>* out);
 
 }  // namespace sieve::net::ib

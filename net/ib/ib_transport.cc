@@ -10,6 +10,7 @@
 #include "net/ib/ib_comm.h"
 #include "net/ib/ib_devices.h"
 #include "net/ib/ib_establish.h"
+#include "net/ib/ib_gid.h"
 #include "net/ib/verbs_library.h"
 #include "net/log.h"
 #include "net/transport.h"
@@ -123,12 +124,15 @@ struct PortEntry {
   IbPort port;
   PortAddress address;
   std::shared_ptr<DeviceContext> device;
+  std::shared_ptr<const IbPort> info;          // `port`, shared with the comms: they read its GID table again
+  std::shared_ptr<RegionTable> registrations;  // the device's, shared by its ports and their comms
 };
 
 class IbTransport final : public Transport {
  public:
-  IbTransport(const TransportOptions& options, std::vector<PortEntry> ports, std::vector<Device> devices)
-      : options_(options), ports_(std::move(ports)), devices_(std::move(devices)) {}
+  IbTransport(const TransportOptions& options, GidPolicy gid_policy, std::vector<PortEntry> ports,
+              std::vector<Device> devices)
+      : options_(options), gid_policy_(std::move(gid_policy)), ports_(std::move(ports)), devices_(std::move(devices)) {}
 
   const std::vector<Device>& devices() const override { return devices_; }
 
@@ -166,6 +170,10 @@ class IbTransport final : public Transport {
     IbCommConfig c;
     c.device = ports_[dev].device;
     c.port = ports_[dev].address;
+    c.port_info = ports_[dev].info;
+    c.registrations = ports_[dev].registrations;
+    c.gid_policy = gid_policy_;
+    c.adaptive_routing_bytes = static_cast<size_t>(options_.ib_ar_threshold);
     c.nqps = options_.ib_qps;
     c.peer_timeout_ms = options_.peer_timeout_ms;
     c.max_cqe = ports_[dev].port.max_cqe;
@@ -182,6 +190,7 @@ class IbTransport final : public Transport {
   }
 
   const TransportOptions options_;
+  const GidPolicy gid_policy_;
   const std::vector<PortEntry> ports_;
   const std::vector<Device> devices_;
   ConnectAttempts attempts_;
@@ -200,6 +209,8 @@ Status check_options(const TransportOptions& o) {
     return error(Code::InvalidArgument, "SIEVE_IB_RETRY_CNT=" + std::to_string(o.ib_retry_count) + " is outside 0-7");
   if (o.ib_pkey_index < 0 || o.ib_pkey_index > 0xffff)
     return error(Code::InvalidArgument, "SIEVE_IB_PKEY=" + std::to_string(o.ib_pkey_index) + " is outside 0-65535");
+  if (o.ib_ar_threshold < 0)
+    return error(Code::InvalidArgument, "SIEVE_IB_AR_THRESHOLD=" + std::to_string(o.ib_ar_threshold) + " is negative");
   return check_common_options(o);
 }
 
@@ -223,13 +234,28 @@ Status read_pkey(const VerbsLibrary& verbs, const DeviceContext& device, const I
   return Status::ok();
 }
 
+Status gid_policy_of(const TransportOptions& o, GidPolicy* out) {
+  *out = GidPolicy{};
+  out->index = o.ib_gid_index;
+  out->family = o.ib_addr_family;
+  Status st = parse_address_range(o.ib_addr_range, "SIEVE_IB_ADDR_RANGE (or NCCL_IB_ADDR_RANGE)", &out->range);
+  if (!st.is_ok()) return st;
+  if (out->range.set && out->family != Family::Any && out->family != out->range.family)
+    return error(Code::InvalidArgument, "the GID address range " + o.ib_addr_range + " is not of the address family " +
+                                            (out->family == Family::IPv4 ? "ipv4" : "ipv6") +
+                                            " asked for (SIEVE_IB_ADDR_FAMILY / SIEVE_IB_ADDR_RANGE, or "
+                                            "NCCL_IB_ADDR_FAMILY / NCCL_IB_ADDR_RANGE): no GID could match both");
+  return Status::ok();
+}
+
 // Opens each selected port's device once and resolves the GID a connection from it uses.
-Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, const std::vector<IbPort>& selected,
-                  std::vector<PortEntry>* out) {
+Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, const GidPolicy& policy,
+                  const std::vector<IbPort>& selected, std::vector<PortEntry>* out) {
   std::unique_ptr<DeviceList> list;
   Status st = DeviceList::get(verbs, &list);
   if (!st.is_ok()) return st;
   std::map<std::string, std::shared_ptr<DeviceContext>> opened;
+  std::map<std::string, std::shared_ptr<RegionTable>> tables;
   for (const IbPort& port : selected) {
     auto it = opened.find(port.device);
     if (it == opened.end()) {
@@ -241,11 +267,14 @@ Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, co
       std::shared_ptr<DeviceContext> context;
       st = DeviceContext::open(verbs, device, port.device, &context);
       if (!st.is_ok()) break;
+      tables[port.device] = std::make_shared<RegionTable>(context);
       it = opened.emplace(port.device, std::move(context)).first;
     }
     PortEntry entry;
     entry.port = port;
+    entry.info = std::make_shared<const IbPort>(port);
     entry.device = it->second;
+    entry.registrations = tables[port.device];
     PortAddress& a = entry.address;
     a.name = port.name();
     a.port = port.port;
@@ -253,11 +282,12 @@ Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, co
     a.lid = port.lid;
     a.grh_required = port.grh_required;
     a.mtu = port.active_mtu;
-    st = choose_gid(port, options.ib_gid_index, &a.gid_index);
+    st = select_gid(port, policy, &a.gid_index);
     if (!st.is_ok()) break;
     st = read_pkey(verbs, *entry.device, port, options.ib_pkey_index, &a);
     if (!st.is_ok()) break;
-    // Discovery read the table already (an InfiniBand port without a populated entry 0 keeps zeros).
+    // Discovery read the table already (an InfiniBand port without a populated entry 0 keeps zeros);
+    // each connection reads it again (Establishment::refresh_port_gid).
     for (const GidEntry& g : port.gids)
       if (g.index == a.gid_index) a.gid = g.gid;
     out->push_back(std::move(entry));
@@ -295,8 +325,11 @@ Status Transport::create_ib(const TransportOptions& options, std::unique_ptr<Tra
   if (!st.is_ok())
     return error(st.code(),
                  "the verbs transport sets up its connections over TCP and found no interface for it: " + st.message());
+  ib::GidPolicy gid_policy;
+  st = ib::gid_policy_of(options, &gid_policy);
+  if (!st.is_ok()) return st;
   std::vector<ib::PortEntry> entries;
-  st = ib::open_ports(*verbs, options, selected, &entries);
+  st = ib::open_ports(*verbs, options, gid_policy, selected, &entries);
   if (!st.is_ok()) return st;
   // GPUDirect RDMA by device pointer, where a peer-memory client is loaded (older kernels and
   // drivers, where dma-buf is not offered); NCCL's IB transport reports NCCL_PTR_CUDA on the same test.
@@ -316,6 +349,7 @@ Status Transport::create_ib(const TransportOptions& options, std::unique_ptr<Tra
     d.pci_vendor = e.port.placement.vendor_id;
     d.dmabuf = e.port.dmabuf && verbs->reg_dmabuf_mr != nullptr;
     d.cuda_pointers = cuda_pointers;
+    d.global_registration = true;  // the device's RegionTable (ib_memory.h)
     d.max_comms = ib::max_comms_of(e.port, options.ib_qps);
     d.max_message_bytes = ib::max_message_bytes(e.port);
     SIEVE_INFO("device %s %s speed %d Mbps numa %d gid index %d%s%s, set-up over %s", d.name.c_str(),
@@ -325,7 +359,7 @@ Status Transport::create_ib(const TransportOptions& options, std::unique_ptr<Tra
                interfaces.front().address.text().c_str());
     devices.push_back(std::move(d));
   }
-  *out = std::make_unique<ib::IbTransport>(options, std::move(entries), std::move(devices));
+  *out = std::make_unique<ib::IbTransport>(options, std::move(gid_policy), std::move(entries), std::move(devices));
   return Status::ok();
 }
 

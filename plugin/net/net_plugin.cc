@@ -124,7 +124,8 @@ template <typename Body> ncclResult_t guarded(const char* call, Body&& body) {
   }
 }
 
-net::TransportOptions options_from(const config::Settings& s) {
+net::TransportOptions options_from(const config::Registry& registry) {
+  const config::Settings& s = registry.settings();
   net::TransportOptions o;
   o.devices.ifname = s.socket_ifname;
   o.devices.family = s.socket_family == "ipv4"   ? net::Family::IPv4
@@ -145,19 +146,11 @@ net::TransportOptions options_from(const config::Settings& s) {
             : s.wire_codec == "on" ? net::TransportOptions::Codec::On
                                    : net::TransportOptions::Codec::Auto;
   o.rate_limit_mbps = s.rate_limit_mbps;
-  o.ib_hca = s.ib_hca;
-  o.ib_gid_index = static_cast<int>(s.ib_gid_index);
-  o.ib_qps = static_cast<int>(s.ib_qps);
-  o.ib_traffic_class = static_cast<int>(sieve_or_nccl(s.ib_tc, "NCCL_IB_TC", 0, 255, -1, std::getenv));
-  o.ib_service_level = static_cast<int>(sieve_or_nccl(s.ib_sl, "NCCL_IB_SL", 0, 15, -1, std::getenv));
-  o.ib_pkey_index = static_cast<int>(sieve_or_nccl(s.ib_pkey, "NCCL_IB_PKEY", 0, 65535, 0, std::getenv));
-  // NCCL's 2 is "where ibv_reg_mr_iova2 exists", which the verbs transport requires: on.
-  o.ib_relaxed_ordering =
-      sieve_or_nccl(s.ib_relaxed_ordering, "NCCL_IB_PCI_RELAXED_ORDERING", 0, 2, 1, std::getenv) != 0;
-  o.ib_adaptive_routing =
-      static_cast<int>(sieve_or_nccl(s.ib_adaptive_routing, "NCCL_IB_ADAPTIVE_ROUTING", 0, 1, -1, std::getenv));
-  o.ib_timeout = static_cast<int>(s.ib_timeout);
-  o.ib_retry_count = static_cast<int>(s.ib_retry_cnt);
+  // The verbs settings NCCL's IB transport has too: SIEVE_IB_*, else NCCL_IB_*, else the default.
+  const std::vector<SharedSetting> decided = resolve_ib_options(registry, std::getenv, &o);
+  for (const SharedSetting& d : decided)
+    if (d.origin == Origin::Nccl)
+      SIEVE_INFO("%s=%s from %s (%s unset)", d.sieve_name, d.value.c_str(), d.nccl_name, d.sieve_name);
   return o;
 }
 
@@ -196,7 +189,7 @@ ncclResult_t acquire_locked(abi::ncclDebugLogger_t logger, std::shared_ptr<Proce
     net::Status token = net::check_job_token(registry.settings().job_token);
     if (!token.is_ok()) return report("init", token);
     auto state = std::make_shared<ProcessState>();
-    state->options = options_from(registry.settings());
+    state->options = options_from(registry);
     std::string why;
     net::Status st = create_transport(registry.settings().transport, state.get(), &why);
     if (!st.is_ok()) return report("init", st);
@@ -347,6 +340,7 @@ ncclResult_t net_properties(int dev, DeviceProperties* props) {
     props->speed_mbps = d.speed_mbps;
     props->max_comms = d.max_comms > 0 ? d.max_comms : honest_max_comms(state->options, d);
     props->max_recvs = 1;
+    props->reg_is_global = d.global_registration ? 1 : 0;
     const size_t max_bytes =
         d.max_message_bytes > 0 ? std::min<size_t>(kMaxNetSizeBytes, d.max_message_bytes) : kMaxNetSizeBytes;
     props->max_p2p_bytes = max_bytes;

@@ -28,6 +28,7 @@ struct DeviceProperties {
   int speed_mbps = 0;
   int max_comms = 0;
   int max_recvs = 1;
+  int reg_is_global = 0;  // regIsGlobal: the transport's registrations are the device's, not a comm's
   size_t max_p2p_bytes = 0;
   size_t max_coll_bytes = 0;
 };

@@ -17,7 +17,7 @@ template <typename Props> ncclResult_t fill_common_v9(int dev, Props* props) {
   props->pciPath = const_cast<char*>(p.pci_path);
   props->guid = p.guid;
   props->ptrSupport = p.ptr_support;
-  props->regIsGlobal = 0;
+  props->regIsGlobal = p.reg_is_global;
   props->forceFlush = 0;
   props->speed = p.speed_mbps;
   props->port = p.port;

@@ -17,7 +17,7 @@ ncclResult_t get_properties(int dev, ncclNetProperties_v8_t* props) {
   props->pciPath = const_cast<char*>(p.pci_path);
   props->guid = p.guid;
   props->ptrSupport = p.ptr_support;
-  props->regIsGlobal = 0;
+  props->regIsGlobal = p.reg_is_global;
   props->speed = p.speed_mbps;
   props->port = p.port;
   props->latency = 0;

@@ -7,7 +7,7 @@ Every name the docs show is looked up where the product defines it, never in a l
                    public header (sieve.h, sieve_version.h) or a CMake option of the build (CMakeCache.txt);
                    `SIEVE_X_*` matches at least one. Every value shown, `SIEVE_X=v`, is accepted by the
                    registry; a value in single quotes, `SIEVE_X='v'`, is one the docs show being refused,
-                   and must be refused.
+                   and must be refused. Every NCCL_IB_* name is one Sieve reads (`ib_settings`).
   metrics          every sieve_..._total name ({a,b} expanded, ... a wildcard) is a metric a stats file
                    holds (written by a short sieve-bench run on loopback), and every sample line shown
                    carries the labels the product gives that metric.
@@ -242,6 +242,15 @@ def variables(docs, product):
                     problems.append("%s: %s matches no variable" % (doc.where(number), name))
             elif name not in known:
                 problems.append("%s: %s is not a variable of the registry, a name of sieve.h or a CMake option" %
+                                (doc.where(number), name))
+    # NCCL's IB variables the docs say Sieve honours: each one sieve-info lists as the twin of a
+    # SIEVE_IB_* setting (its `ib_settings`); NCCL_IB_* matches at least one.
+    twins = {e["nccl_name"] for e in product.sieve_info_json().get("ib_settings", [])}
+    for doc, number, line in everything(docs):
+        for name in re.findall(r"\bNCCL_IB_[A-Z0-9_]*[A-Z0-9*]", line):
+            seen += 1
+            if not (glob_matches(name, twins) if "*" in name else name in twins):
+                problems.append("%s: %s is not an NCCL variable Sieve reads (sieve-info's ib_settings)" %
                                 (doc.where(number), name))
     # Values: SIEVE_X=v and {name: SIEVE_X, value: v}.
     shown = []

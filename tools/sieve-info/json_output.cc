@@ -211,6 +211,17 @@ void write_config(JsonWriter& json, const Report& report) {
   }
   json.end_array();
   json.member_strings("diagnostics", report.config_diagnostics);
+  json.key("ib_settings");
+  json.begin_array();
+  for (const auto& s : report.ib_settings) {
+    json.begin_object();
+    json.member("name", s.sieve_name);
+    json.member("nccl_name", s.nccl_name);
+    json.member("value", s.value);
+    json.member("from", plugin::origin_name(s.origin));
+    json.end_object();
+  }
+  json.end_array();
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "net/devices.h"
+#include "net/ib/ib_gid.h"
 #include "net/log.h"
 #include "plugin/sieve.h"
 #include "plugin/telemetry.h"
@@ -88,7 +89,7 @@ PluginReport inspect_plugin(const std::string& path) {
 }
 
 RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings& settings,
-                        std::vector<std::string>* problems) {
+                        const net::TransportOptions& options, std::vector<std::string>* problems) {
   RdmaReport report;
   const net::ib::VerbsLibrary* verbs = nullptr;
   net::Status st = net::ib::load_verbs(&verbs);
@@ -101,15 +102,21 @@ RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings
   st = net::ib::discover_ports(*verbs, machine, &report.ports, &report.notes);
   if (!st.is_ok()) report.error = st.message();
   net::ib::HcaSpec spec;
-  st = net::ib::parse_hca_spec(settings.ib_hca, &spec);
+  st = net::ib::parse_hca_spec(options.ib_hca, &spec);
   if (!st.is_ok()) problems->push_back("configuration: " + st.message());
   const std::vector<net::ib::IbPort> chosen = net::ib::select_ports(report.ports, spec);
+  net::ib::GidPolicy policy;
+  policy.index = options.ib_gid_index;
+  policy.family = options.ib_addr_family;
+  st =
+      net::ib::parse_address_range(options.ib_addr_range, "SIEVE_IB_ADDR_RANGE (or NCCL_IB_ADDR_RANGE)", &policy.range);
+  if (!st.is_ok()) problems->push_back("configuration: " + st.message());
   for (const net::ib::IbPort& port : report.ports) {
     bool selected = false;
     for (const net::ib::IbPort& c : chosen) selected = selected || c.name() == port.name();
     report.selected.push_back(selected);
     int gid = -1;
-    st = net::ib::choose_gid(port, static_cast<int>(settings.ib_gid_index), &gid);
+    st = net::ib::select_gid(port, policy, &gid);
     if (!st.is_ok() && selected) problems->push_back(st.message());
     report.gid_index.push_back(st.is_ok() ? gid : -1);
   }
@@ -118,7 +125,7 @@ RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings
   else if (settings.transport == "ib" && chosen.empty())
     problems->push_back("SIEVE_TRANSPORT=ib, but no active RDMA port is selected (" +
                         std::to_string(report.ports.size()) + " port(s) found" +
-                        (settings.ib_hca.empty() ? "" : ", SIEVE_IB_HCA=" + settings.ib_hca) + ")");
+                        (options.ib_hca.empty() ? "" : ", SIEVE_IB_HCA or NCCL_IB_HCA=" + options.ib_hca) + ")");
   return report;
 }
 
@@ -270,7 +277,9 @@ Report gather(const ReportOptions& options) {
                        std::to_string(report.copies.copies.size()) + " found, see Copies)";
   }
   std::vector<std::string> rdma_problems;
-  report.rdma = inspect_rdma(report.topology.machine, registry.settings(), &rdma_problems);
+  net::TransportOptions ib_options;
+  report.ib_settings = plugin::resolve_ib_options(registry, std::getenv, &ib_options);
+  report.rdma = inspect_rdma(report.topology.machine, registry.settings(), ib_options, &rdma_problems);
   choose_transport(registry.settings(), &report);
   report.problems = problems_of(report);
   if (!copies_problem.empty()) report.problems.push_back(copies_problem);

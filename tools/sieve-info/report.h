@@ -10,6 +10,7 @@
 #include "net/ib/ib_devices.h"
 #include "net/transport.h"
 #include "plugin/config.h"
+#include "plugin/net/nccl_fallbacks.h"
 #include "tools/nccl_emulator/plugin_loader.h"
 #include "tools/sieve-info/copies.h"
 #include "topology/discover.h"
@@ -62,6 +63,9 @@ struct Report {
   std::string transport;
   std::string transport_why;
   std::vector<config::Effective> config;
+  // The verbs settings NCCL's IB transport has too, with the variable that decided each: the
+  // SIEVE_IB_* one, its NCCL_IB_* twin, or the default.
+  std::vector<plugin::SharedSetting> ib_settings;
   std::vector<std::string> config_diagnostics;
   // Everything that would make a job run other than asked, one line each, naming the cause: the
   // plugin cannot be loaded or started or offers no device, the topology cannot be read, a SIEVE_*

@@ -231,6 +231,15 @@ void print_config(const Report& report, std::ostream& out) {
   }
   table.print(out, "  ");
   for (const auto& line : report.config_diagnostics) out << "  problem: " << line << "\n";
+  if (report.ib_settings.empty()) return;
+  out << "\nVerbs settings NCCL's IB transport shares (the SIEVE_IB_* variable, else NCCL's, else the default)\n";
+  Table shared;
+  for (const auto& s : report.ib_settings)
+    shared.row({s.sieve_name, s.value.empty() ? "(empty)" : s.value,
+                s.origin == plugin::Origin::Sieve  ? std::string("from ") + s.sieve_name
+                : s.origin == plugin::Origin::Nccl ? std::string("from ") + s.nccl_name
+                                                   : std::string("default (") + s.nccl_name + " unset)"});
+  shared.print(out, "  ");
 }
 
 // Which copy is which: a second install (the .deb and a cmake --install to /usr/local) is otherwise

@@ -1,5 +1,6 @@
 // Port selection (SIEVE_IB_HCA) and RoCE GID choice: pure functions over discovered ports.
 #include "net/ib/ib_devices.h"
+#include "net/ib/ib_gid.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -67,6 +68,7 @@ TEST(HcaSpec, BadEntriesAreErrorsNamingThem) {
     Status st = parse_hca_spec(bad, &spec);
     EXPECT_EQ(st.code(), Code::InvalidArgument) << bad;
     EXPECT_NE(st.message().find("SIEVE_IB_HCA"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("NCCL_IB_HCA"), std::string::npos) << st.message() << ": it may have come from there";
   }
 }
 
@@ -96,7 +98,8 @@ TEST(ChooseGid, ConfiguredIndexWinsWhenPopulatedAndIsAnErrorOtherwise) {
   EXPECT_EQ(index, 0);
   Status st = choose_gid(p, 2, &index);
   EXPECT_EQ(st.code(), Code::InvalidArgument);
-  EXPECT_NE(st.message().find("SIEVE_IB_GID_INDEX=2"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("GID index 2"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("SIEVE_IB_GID_INDEX"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("mlx5_0:1"), std::string::npos) << st.message();
 }
 
@@ -114,6 +117,77 @@ TEST(ChooseGid, InfinibandUsesIndexZero) {
   int index = -1;
   ASSERT_TRUE(choose_gid(p, -1, &index).is_ok());
   EXPECT_EQ(index, 0);
+}
+
+// A host with RoCE and InfiniBand ports sets a GID index for its RoCE ports; its IB ports keep their
+// port GID (index 0) instead of failing the transport.
+TEST(ChooseGid, ConfiguredIndexDoesNotApplyToInfinibandPorts) {
+  IbPort p = port("mlx5_1", 1);
+  p.link_layer = LinkLayer::InfiniBand;
+  p.gids = {gid(0, GidType::IB, "fe80::1")};
+  int index = -1;
+  Status st = choose_gid(p, 3, &index);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(index, 0);
+}
+
+// A dual-stack RoCE netdev as mlx5 lists it: v1 and v2 of link-local, IPv4 and global IPv6.
+IbPort dual_stack() {
+  IbPort p = port("mlx5_0", 1);
+  p.gids = {gid(0, GidType::RoCEv1, "fe80::1"),           gid(1, GidType::RoCEv2, "fe80::1"),
+            gid(2, GidType::RoCEv1, "::ffff:10.1.0.5"),   gid(3, GidType::RoCEv2, "::ffff:10.1.0.5"),
+            gid(4, GidType::RoCEv1, "fd00:1::5"),         gid(5, GidType::RoCEv2, "fd00:1::5"),
+            gid(6, GidType::RoCEv2, "::ffff:192.168.3.7")};
+  return p;
+}
+
+int selected(const IbPort& p, Family family, const std::string& range) {
+  GidPolicy policy;
+  policy.family = family;
+  Status st = parse_address_range(range, "SIEVE_IB_ADDR_RANGE", &policy.range);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  int index = -1;
+  st = select_gid(p, policy, &index);
+  return st.is_ok() ? index : -1;
+}
+
+TEST(SelectGid, AddressFamilyAndRangeChooseAmongSeveralAddresses) {
+  const IbPort p = dual_stack();
+  EXPECT_EQ(selected(p, Family::Any, ""), 3);   // IPv4-mapped RoCE v2 first
+  EXPECT_EQ(selected(p, Family::IPv4, ""), 3);  // NCCL_IB_ADDR_FAMILY=AF_INET
+  EXPECT_EQ(selected(p, Family::IPv6, ""), 5);  // AF_INET6: global, never link-local
+  EXPECT_EQ(selected(p, Family::Any, "192.168.0.0/16"), 6);
+  EXPECT_EQ(selected(p, Family::IPv4, "10.1.0.0/16"), 3);
+  EXPECT_EQ(selected(p, Family::Any, "fd00::/8"), 5);
+  EXPECT_EQ(selected(p, Family::Any, "fd00:2::/32"), -1);
+  EXPECT_EQ(selected(p, Family::Any, "10.2.0.0/16"), -1);
+  EXPECT_EQ(selected(p, Family::IPv6, "10.1.0.0/16"), -1);  // a range of the other family matches nothing
+}
+
+TEST(SelectGid, NothingInTheRangeIsAnErrorListingTheTable) {
+  GidPolicy policy;
+  ASSERT_TRUE(parse_address_range("172.16.0.0/12", "NCCL_IB_ADDR_RANGE", &policy.range).is_ok());
+  int index = -1;
+  Status st = select_gid(dual_stack(), policy, &index);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("172.16.0.0/12"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("NCCL_IB_ADDR_RANGE"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("::ffff:192.168.3.7"), std::string::npos) << st.message();
+}
+
+TEST(AddressRange, BadRangesAreErrorsNamingTheVariable) {
+  AddressRange range;
+  for (const char* bad : {"10.0.0.0", "10.0.0.0/33", "fd00::/129", "10.0.0/8", "fd00::/x", "/8", "host/8"}) {
+    Status st = parse_address_range(bad, "NCCL_IB_ADDR_RANGE", &range);
+    EXPECT_EQ(st.code(), Code::InvalidArgument) << bad;
+    EXPECT_NE(st.message().find("NCCL_IB_ADDR_RANGE"), std::string::npos) << st.message();
+  }
+  ASSERT_TRUE(parse_address_range("10.0.0.0/0", "X", &range).is_ok());
+  ibv_gid any{};
+  ASSERT_EQ(inet_pton(AF_INET6, "::ffff:1.2.3.4", any.raw), 1);
+  EXPECT_TRUE(in_range(range, any));
+  ASSERT_EQ(inet_pton(AF_INET6, "fd00::1", any.raw), 1);
+  EXPECT_FALSE(in_range(range, any)) << "an IPv4 range holds IPv4-mapped GIDs only";
 }
 
 }  // namespace

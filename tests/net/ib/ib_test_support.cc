@@ -72,6 +72,16 @@ Posted posted(ibv_wr_opcode opcode) {
   return p;
 }
 
+int live_mrs() {
+  auto* count = symbol<int()>("fake_verbs_live_mrs");
+  return count ? count() : -1;
+}
+
+bool set_gid(const std::string& device, int port, int index, const ibv_gid* gid, ibv_gid_type type) {
+  auto* set = symbol<int(const char*, int, int, const void*, int)>("fake_verbs_set_gid");
+  return set && set(device.c_str(), port, index, gid ? gid->raw : nullptr, static_cast<int>(type)) == 0;
+}
+
 bool set_port_state(const std::string& device, int port, bool active) {
   auto* set = symbol<int(const char*, int, int)>("fake_verbs_set_port_state");
   return set && set(device.c_str(), port, active ? 1 : 0) == 0;

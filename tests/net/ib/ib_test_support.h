@@ -32,6 +32,7 @@ int fork_initialized();
 std::vector<ibv_qp_attr> qp_attributes();  // every live queue pair of this process
 std::vector<ibv_qp_attr> connected_qps();  // those in RTS
 int mr_access(const void* address);        // -1: no registration holds it
+int live_mrs();                            // memory registrations alive in this process
 struct Posted {
   uint64_t requests = 0;
   uint64_t bytes = 0;
@@ -39,6 +40,8 @@ struct Posted {
 Posted posted(ibv_wr_opcode opcode);
 bool set_port_state(const std::string& device, int port, bool active);
 bool device_fatal(const std::string& device);
+// Writes a GID entry (null `raw`: empties it), as an address change on the netdev does.
+bool set_gid(const std::string& device, int port, int index, const ibv_gid* gid, ibv_gid_type type);
 }  // namespace fake
 
 // Sets an environment variable for one scope (FAKE_VERBS_DEVICES: the "hardware" create_ib finds).

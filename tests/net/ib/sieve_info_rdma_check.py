@@ -52,7 +52,28 @@ rc, out, err = run(two, SIEVE_IB_HCA="mlx5_0:x")
 check(rc == 1 and "SIEVE_IB_HCA" in err and "mlx5_0:x" in err, f"bad SIEVE_IB_HCA: exit {rc}, stderr {err!r}")
 
 rc, out, err = run(two, SIEVE_IB_GID_INDEX="9")
-check(rc == 1 and "SIEVE_IB_GID_INDEX=9" in err, f"empty GID index: exit {rc}, stderr {err!r}")
+check(rc == 1 and "GID index 9 (SIEVE_IB_GID_INDEX" in err and "mlx5_0:1" in err and "mlx5_1:1" not in err,
+      f"empty GID index: exit {rc}, stderr {err!r}")
+
+# A GID index chooses among RoCE addresses: the InfiniBand port beside keeps its port GID.
+rc, out, err = run(two, "--json", SIEVE_IB_GID_INDEX="1")
+ports = {p["name"]: p for p in json.loads(out)["rdma"]["ports"]}
+check(rc == 0 and ports["mlx5_0:1"]["gid_index"] == 1 and ports["mlx5_1:1"]["gid_index"] == 0,
+      f"SIEVE_IB_GID_INDEX=1 with a RoCE and an IB port: exit {rc}, stderr {err!r}")
+
+# A cluster tuned for NCCL: its NCCL_IB_* decide where SIEVE_IB_* are unset, and sieve-info says which won.
+rc, out, err = run(two, "--json", NCCL_IB_HCA="=mlx5_1", NCCL_IB_TIMEOUT="22", SIEVE_IB_RETRY_CNT="6",
+                   NCCL_IB_RETRY_CNT="5")
+report = json.loads(out)
+won = {s["name"]: (s["value"], s["from"], s["nccl_name"]) for s in report.get("ib_settings", [])}
+check(won.get("SIEVE_IB_HCA") == ("=mlx5_1", "nccl", "NCCL_IB_HCA"), f"ib_settings {won}")
+check(won.get("SIEVE_IB_TIMEOUT") == ("22", "nccl", "NCCL_IB_TIMEOUT"), f"ib_settings {won}")
+check(won.get("SIEVE_IB_RETRY_CNT") == ("6", "sieve", "NCCL_IB_RETRY_CNT"), f"ib_settings {won}")
+check(won.get("SIEVE_IB_QPS") == ("1", "default", "NCCL_IB_QPS_PER_CONNECTION"), f"ib_settings {won}")
+selected = [p["name"] for p in report["rdma"]["ports"] if p["selected"]]
+check(selected == ["mlx5_1:1"], f"NCCL_IB_HCA==mlx5_1 selected {selected}")
+rc, out, err = run(two, NCCL_IB_TIMEOUT="22")
+check("from NCCL_IB_TIMEOUT" in out and "default (NCCL_IB_RETRY_CNT unset)" in out, f"text output:\n{out}")
 
 rc, out, err = run(two, "--json")
 report = json.loads(out)

@@ -34,8 +34,8 @@ int main(int argc, char** argv) {
   for (int dev = 0; dev < ndev; ++dev) {
     sieve::tools::NetDeviceInfo info;
     if (net->properties(dev, &info) != sieve::tools::kNetSuccess) continue;
-    printf("DEVICE %s PTR %d MAXP2P %zu PORT %d GUID %llx\n", info.name.c_str(), info.ptr_support, info.max_p2p_bytes,
-           info.port, static_cast<unsigned long long>(info.guid));
+    printf("DEVICE %s PTR %d MAXP2P %zu PORT %d GUID %llx GLOBAL %d\n", info.name.c_str(), info.ptr_support,
+           info.max_p2p_bytes, info.port, static_cast<unsigned long long>(info.guid), info.reg_is_global);
   }
   net->finalize();
   return 0;

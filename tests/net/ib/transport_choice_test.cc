@@ -81,6 +81,8 @@ TEST(TransportChoice, AutoWithAnActivePortRunsVerbsAndSaysWhy) {
   ASSERT_EQ(o.devices.size(), 1u) << o.transcript;
   EXPECT_EQ(o.devices[0].rfind("fake0:1 ", 0), 0u) << o.devices[0];
   EXPECT_TRUE(contains(o.transcript, "transport ib (SIEVE_TRANSPORT=auto")) << o.transcript;
+  // regIsGlobal, as NCCL's IB transport: a buffer registered once per device serves every comm.
+  EXPECT_TRUE(contains(o.devices[0], " GLOBAL 1")) << o.devices[0];
 }
 
 // Settings only the other transport reads do nothing: the plugin says so at WARN (the default
@@ -111,11 +113,27 @@ TEST(TransportChoice, NothingIsReportedWithoutEffectWhenEverySettingApplies) {
   EXPECT_FALSE(contains(o.transcript, "no effect")) << o.transcript;
 }
 
+// A cluster tuned for NCCL's IB transport: its NCCL_IB_HCA chooses Sieve's ports too, where
+// SIEVE_IB_HCA is unset, and the log says which variable decided.
+TEST(TransportChoice, NcclIbHcaChoosesThePortsWhereSieveIbHcaIsUnset) {
+  const Outcome o =
+      probe({"SIEVE_TRANSPORT=ib", "FAKE_VERBS_DEVICES=fake0:roce:lo:100;fake1:roce:lo:100", "NCCL_IB_HCA==fake1"});
+  ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
+  ASSERT_EQ(o.devices.size(), 1u) << o.transcript;
+  EXPECT_EQ(o.devices[0].rfind("fake1:1 ", 0), 0u) << o.devices[0];
+  EXPECT_TRUE(contains(o.transcript, "SIEVE_IB_HCA==fake1 from NCCL_IB_HCA")) << o.transcript;
+  const Outcome sieve = probe({"SIEVE_TRANSPORT=ib", "FAKE_VERBS_DEVICES=fake0:roce:lo:100;fake1:roce:lo:100",
+                               "NCCL_IB_HCA==fake1", "SIEVE_IB_HCA==fake0"});
+  ASSERT_EQ(sieve.devices.size(), 1u) << sieve.transcript;
+  EXPECT_EQ(sieve.devices[0].rfind("fake0:1 ", 0), 0u) << sieve.devices[0];
+}
+
 TEST(TransportChoice, TcpStaysTcpWhereVerbsWouldWork) {
   const Outcome o = probe({"SIEVE_TRANSPORT=tcp", "FAKE_VERBS_DEVICES=fake0:roce:lo:100"});
   ASSERT_EQ(o.init, "ncclSuccess") << o.transcript;
   ASSERT_EQ(o.devices.size(), 1u) << o.transcript;
   EXPECT_EQ(o.devices[0].rfind("lo ", 0), 0u) << o.devices[0];
+  EXPECT_TRUE(contains(o.devices[0], " GLOBAL 0")) << o.devices[0] << ": TCP registers nothing, as NCCL's sockets";
 }
 
 // A node without a usable libibverbs: the real one is installed on the build machines and an empty

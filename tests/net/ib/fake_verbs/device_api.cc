@@ -246,7 +246,8 @@ FAKE_VERBS_API int _ibv_query_gid_ex(ibv_context* verbs_context, uint32_t port_n
   std::lock_guard<std::mutex> lock(engine_of(context).mu);
   const Port* port = queried_port(context, port_num);
   if (flags != 0 || entry_size < sizeof(ibv_gid_entry) || port == nullptr) return EINVAL;
-  if (gid_index >= static_cast<uint32_t>(port->gid_count)) return ENODATA;
+  if (gid_index >= static_cast<uint32_t>(port->gid_count) || !port->gid_populated(static_cast<int>(gid_index)))
+    return ENODATA;
   std::memset(entry, 0, entry_size);
   entry->gid = port->gids[gid_index];
   entry->gid_index = gid_index;

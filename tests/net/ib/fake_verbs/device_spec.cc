@@ -40,7 +40,7 @@ std::vector<std::string> split(const std::string& text, char separator) {
 }
 
 constexpr const char* kOptionsHelp =
-    "options: ports=N, down=P, mtu=BYTES, pkey=HEX, grh_required, subnet=HEX16, max_msg_sz=BYTES";
+    "options: ports=N, down=P, mtu=BYTES, pkey=HEX, grh_required, ipv6, subnet=HEX16, max_msg_sz=BYTES";
 
 std::string supported_rates() {
   std::string list;
@@ -65,6 +65,10 @@ bool parse_option(const std::string& option, DeviceSpec* spec, std::string* why)
   char* end = nullptr;
   if (key == "grh_required" && equals == std::string::npos) {
     spec->grh_required = true;
+    return true;
+  }
+  if (key == "ipv6" && equals == std::string::npos) {
+    spec->ipv6 = true;
     return true;
   }
   if (key == "ports" || key == "down") {

@@ -28,11 +28,12 @@ struct DeviceSpec {
   uint8_t active_width = 0;  // IB encoding (ibv_port_attr::active_width)
 
   // Options. Every port of a device has the same link layer, MTU, P_Key table and subnet.
-  int ports = 1;                                   // ports=N (1..kMaxPorts)
-  uint32_t down_ports = 0;                         // down=P (repeatable): port P starts DOWN; bit P-1
-  int active_mtu = 4096;                           // mtu=256|512|1024|2048|4096 (max_mtu stays 4096)
-  std::vector<uint16_t> pkeys{0xffff};             // pkey=HEX (repeatable): the P_Key table, in order
-  bool grh_required = false;                       // grh_required: IBV_QPF_GRH_REQUIRED (SR-IOV VFs, cloud IB)
+  int ports = 1;                        // ports=N (1..kMaxPorts)
+  uint32_t down_ports = 0;              // down=P (repeatable): port P starts DOWN; bit P-1
+  int active_mtu = 4096;                // mtu=256|512|1024|2048|4096 (max_mtu stays 4096)
+  std::vector<uint16_t> pkeys{0xffff};  // pkey=HEX (repeatable): the P_Key table, in order
+  bool grh_required = false;            // grh_required: IBV_QPF_GRH_REQUIRED (SR-IOV VFs, cloud IB)
+  bool ipv6 = false;  // ipv6 (RoCE): the netdev has a global IPv6 address too, a RoCE v2 GID at index 2
   uint64_t subnet_prefix = 0xfe80000000000000ull;  // subnet=HEX (16 digits): the IB subnet prefix
   uint64_t max_msg_sz = 1ull << 30;                // max_msg_sz=BYTES: the port's limit per message (mlx5: 1 GiB)
   std::string options;                             // as written, for key()

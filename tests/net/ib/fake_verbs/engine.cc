@@ -145,6 +145,11 @@ bool Engine::open_port(const DeviceSpec& spec, Port* port, std::string* error) {
     port->gids[1] = ipv4_mapped_gid(port->node);
     port->gid_types[1] = IBV_GID_TYPE_ROCE_V2;
     port->gid_count = 2;
+    if (spec.ipv6) {
+      port->gids[2] = guid_gid(kIpv6GlobalPrefix, port->node);
+      port->gid_types[2] = IBV_GID_TYPE_ROCE_V2;
+      port->gid_count = 3;
+    }
     port->listen_fd = listen_endpoint(roce_endpoint_name(port->node));
   } else if (spec.link == LinkLayer::kInfiniband) {
     port->gids[0] = guid_gid(spec.subnet_prefix, port->node);
@@ -194,6 +199,19 @@ void Engine::set_port_state(Device* device, Port* port, bool active) {
   wake();
 }
 
+void Engine::set_gid(Device* device, Port* port, int index, const ibv_gid* gid, ibv_gid_type type) {
+  port->gids[index] = gid ? *gid : ibv_gid{};
+  port->gid_types[index] = type;
+  if (index >= port->gid_count) port->gid_count = index + 1;
+  ibv_async_event event{};
+  event.event_type = IBV_EVENT_GID_CHANGE;
+  event.element.port_num = port->number;
+  for (Context* context : device->contexts) {
+    if (!context->destroyed) post_async(context, event);
+  }
+  wake();
+}
+
 void Engine::device_fatal(Device* device) {
   if (device->fatal) return;
   device->fatal = true;
@@ -211,6 +229,12 @@ std::vector<const Qp*> Engine::live_qps() const {
     for (const auto& entry : device->qps) qps.push_back(entry.second);
   }
   return qps;
+}
+
+int Engine::live_mrs() const {
+  int n = 0;
+  for (const auto& entry : mrs_by_lkey) n += entry.second->destroyed ? 0 : 1;
+  return n;
 }
 
 const Mr* Engine::mr_covering(const void* address) const {
@@ -280,6 +304,11 @@ void AsyncQueue::close() {
   closed = true;
   char byte = 'c';
   (void)!::write(pipe_fds[1], &byte, 1);
+}
+
+bool Port::gid_populated(int index) const {
+  static const ibv_gid kEmpty{};
+  return index >= 0 && index < gid_count && std::memcmp(&gids[index], &kEmpty, sizeof(kEmpty)) != 0;
 }
 
 uint8_t* Mr::translate(uint64_t address, uint64_t bytes) const {

@@ -45,6 +45,9 @@ class Engine {
   Device* device_named(const std::string& name);
   void set_port_state(Device* device, Port* port, bool active);
   void device_fatal(Device* device);
+  int live_mrs() const;  // with mu held
+  // Writes GID entry `index` of `port` (null: empties it), with IBV_EVENT_GID_CHANGE to every context.
+  void set_gid(Device* device, Port* port, int index, const ibv_gid* gid, ibv_gid_type type);
   std::vector<const Qp*> live_qps() const;
   const Mr* mr_covering(const void* address) const;  // a live MR whose host bytes hold `address`
 

@@ -35,6 +35,8 @@ ibv_gid ipv4_mapped_gid(NodeAddress node) {
   return gid;
 }
 
+bool is_link_local(const ibv_gid& gid) { return gid.raw[0] == 0xfe && (gid.raw[1] & 0xc0) == 0x80; }
+
 bool decode_gid(const ibv_gid& gid, GidForm* form, NodeAddress* node) {
   static const uint8_t kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   if (std::memcmp(gid.raw, kMappedPrefix, sizeof(kMappedPrefix)) == 0) {

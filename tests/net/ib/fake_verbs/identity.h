@@ -32,6 +32,10 @@ uint64_t node_guid(NodeAddress node);  // host order
 constexpr uint64_t kLinkLocalPrefix = 0xfe80000000000000ull;
 ibv_gid guid_gid(uint64_t subnet_prefix, NodeAddress node);
 ibv_gid ipv4_mapped_gid(NodeAddress node);
+// A global IPv6 address of the port's netdev (RoCE v2): fd66:7600::/64 and the GUID. Decodes as
+// GUID-based.
+constexpr uint64_t kIpv6GlobalPrefix = 0xfd66760000000000ull;
+bool is_link_local(const ibv_gid& gid);
 
 // False when `gid` is not one the fake hands out (any subnet prefix: the GUID names the port).
 bool decode_gid(const ibv_gid& gid, GidForm* form, NodeAddress* node);

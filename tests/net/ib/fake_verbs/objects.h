@@ -42,9 +42,12 @@ struct Port {
   uint8_t number = 1;
   NodeAddress node;  // this port's address index
   uint16_t lid = 0;  // IB only
-  ibv_gid gids[2]{};
-  ibv_gid_type gid_types[2]{};
+  // The GID table: gid_count entries (gid_tbl_len); an entry of zeros is empty (an address removed).
+  static constexpr int kMaxGids = 4;
+  ibv_gid gids[kMaxGids]{};
+  ibv_gid_type gid_types[kMaxGids]{};
   int gid_count = 0;
+  bool gid_populated(int index) const;
   int listen_fd = -1;
   bool active = true;  // IBV_PORT_ACTIVE, else DOWN: nothing leaves or arrives through it
   std::chrono::steady_clock::time_point down_since{};

@@ -55,6 +55,13 @@ FAKE_VERBS_API int fake_verbs_mr_access(const void* address) {
   return mr == nullptr ? -1 : static_cast<int>(mr->access);
 }
 
+// Memory registrations alive in this process (each ibv_reg_mr* not yet deregistered).
+FAKE_VERBS_API int fake_verbs_live_mrs(void) {
+  Engine& engine = Engine::current();
+  std::lock_guard<std::mutex> lock(engine.mu);
+  return engine.live_mrs();
+}
+
 // Work requests and payload bytes posted with `opcode` (IBV_WR_*) in this process so far.
 FAKE_VERBS_API void fake_verbs_posted(int opcode, uint64_t* requests, uint64_t* bytes) {
   posted_so_far(static_cast<ibv_wr_opcode>(opcode), requests, bytes);
@@ -83,5 +90,22 @@ FAKE_VERBS_API int fake_verbs_device_fatal(const char* device_name) {
   Device* device = engine.device_named(device_name);
   if (device == nullptr) return -1;
   engine.device_fatal(device);
+  return 0;
+}
+
+// Writes GID entry `index` of port `port_number` of the device named `device`: the 16 bytes at `raw`
+// with `type` (IBV_GID_TYPE_*), or an empty entry when `raw` is null, as the kernel does when an
+// address is added to or removed from the port's netdev: IBV_EVENT_GID_CHANGE to every context open
+// on the device. Queue pairs set up later with an empty source entry are refused. 0, or -1 for no
+// such device, port or index.
+FAKE_VERBS_API int fake_verbs_set_gid(const char* device_name, int port_number, int index, const void* raw, int type) {
+  Engine& engine = Engine::current();
+  std::lock_guard<std::mutex> lock(engine.mu);
+  Device* device = engine.device_named(device_name);
+  Port* port = device == nullptr ? nullptr : device->port(port_number);
+  if (port == nullptr || index < 0 || index >= Port::kMaxGids) return -1;
+  ibv_gid gid{};
+  if (raw != nullptr) std::memcpy(gid.raw, raw, sizeof(gid.raw));
+  engine.set_gid(device, port, index, raw == nullptr ? nullptr : &gid, static_cast<ibv_gid_type>(type));
   return 0;
 }

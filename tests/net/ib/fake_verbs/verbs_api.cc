@@ -147,6 +147,11 @@ int check_address_vector(const Qp* qp, const ibv_ah_attr& ah) {
            port->gid_count);
     return EINVAL;
   }
+  // As the kernel refuses an address vector whose source GID entry is empty (its address was removed).
+  if (ah.is_global && !port->gid_populated(ah.grh.sgid_index)) {
+    refuse("modify_qp(RTR) of QP %u: sgid_index %u is an empty GID entry", qp->qpn(), ah.grh.sgid_index);
+    return EINVAL;
+  }
   GidForm form;
   NodeAddress node;
   if (device->spec.link == LinkLayer::kRoce) {
@@ -160,7 +165,8 @@ int check_address_vector(const Qp* qp, const ibv_ah_attr& ah) {
                 qp->qpn());
       return EINVAL;
     }
-    if (v2 != (form == GidForm::kIpv4Mapped)) {
+    // RoCE v1 GIDs are link-local here; IPv4-mapped and global IPv6 ones are RoCE v2.
+    if (v2 != (form == GidForm::kIpv4Mapped || !is_link_local(ah.grh.dgid))) {
       violation("GID type mismatch: QP %u's sgid_index %u is a RoCE v%d GID but dgid %s is a RoCE v%d GID", qp->qpn(),
                 ah.grh.sgid_index, v2 ? 2 : 1, format_gid(ah.grh.dgid).c_str(), v2 ? 1 : 2);
       return EINVAL;
