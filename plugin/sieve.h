@@ -199,6 +199,27 @@ typedef struct {
 } sieve_stats_t;
 SIEVE_API int sieve_stats_get(sieve_stats_t* out);
 
+/* What this build of the library holds, as SIEVE_CAP_* bits. */
+#define SIEVE_CAP_CUDA_COMPACT 1 /* sieve_compact_gather/scatter run Sieve's CUDA kernels */
+SIEVE_API uint32_t sieve_capabilities(void);
+
+/* Compaction on the GPU for callers that compact their own buffers (Python's sieve.ddp and sieve.fsdp):
+ * the collective proxy's kernels on device pointers, enqueued on stream (a cudaStream_t; NULL: the
+ * legacy default stream), never synchronising or allocating. The mask lies in device memory as the
+ * kernels read it: bits, ceil(count / 32) uint32 words (bit i % 32 of word i / 32 set = element i kept),
+ * and tile_base, ceil(count / T) + 1 uint64 values, T = sieve_compact_tile_elements(): the kept
+ * elements before each tile of T elements, the last one being nnz (the kept elements in all). Elements
+ * move as bits, element_size 2, 4 or 8 bytes. gather: compact[j] = the j-th kept element of src, j < nnz.
+ * scatter: dst[i] = its kept value from compact, +0 (all bits clear) where not kept; dst may be the
+ * gather's src. SIEVE_ERR_UNAVAILABLE where the library was built without CUDA (see
+ * sieve_capabilities()); a CUDA launch failure is SIEVE_ERR_INTERNAL with CUDA's error in
+ * sieve_last_error(). */
+SIEVE_API uint64_t sieve_compact_tile_elements(void);
+SIEVE_API int sieve_compact_gather(const uint32_t* bits, const uint64_t* tile_base, uint64_t count, uint64_t nnz,
+                                   size_t element_size, const void* src, void* compact, void* stream);
+SIEVE_API int sieve_compact_scatter(const uint32_t* bits, const uint64_t* tile_base, uint64_t count, uint64_t nnz,
+                                    size_t element_size, const void* compact, void* dst, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -161,6 +161,9 @@ int publish_collective(const char* function, const void* comm, int collective, s
 }
 
 }  // namespace
+
+int record_failure(int code, const std::string& detail) { return fail(code, detail); }
+
 }  // namespace sieve::plugin
 
 using sieve::plugin::fail;

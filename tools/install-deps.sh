@@ -4,7 +4,7 @@
 #    checks; python3-venv: step 2). Quiet when everything is there (no apt-get update then).
 # 2. A Python virtual environment, made from Debian's /usr/bin/python3, holding PyTorch 2.11 and the
 #    torchvision that matches it from pip (the wheels bring CUDA's libraries and NCCL, and run on a
-#    CPU), plus scikit-build-core (pip install ./tools/python). It lives at $PYTHON_VENV, by default
+#    CPU), plus scikit-build-core (pip install . from the root). It lives at $PYTHON_VENV, by default
 #    /opt/sieve/venv, shared by every checkout and build tree of the machine (a new clone does not
 #    download 4.7 GiB again); CMake's SIEVE_PYTHON points every Python test and tool at its
 #    interpreter. Point PYTHON_VENV at an environment you already have to use that one (it gets

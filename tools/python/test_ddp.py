@@ -2,6 +2,7 @@
 several steps, every loss, gradient and parameter compared bit for bit with DDP's default. Needs a
 torch with Gloo (PyTorch 2.x); skips without one. Run: python tools/python/test_ddp.py"""
 
+import datetime
 import json
 import os
 import sys
@@ -72,8 +73,11 @@ def _same(a, b):
     return all(torch.equal(x, y) for x, y in zip(a, b)) and len(a) == len(b)
 
 
-def _worker(rank, world, store, out, cases):
-    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world)
+def _worker(rank, world, port, out, cases):
+    # A client of the parent's TCPStore (see _run): no rendezvous file, no port picked by one process
+    # and bound by another.
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     torch.set_num_threads(1)
     results = {}
     try:
@@ -115,8 +119,12 @@ def _case(rank, world, case, ref_losses, ref_grads, ref_params):
 def _run(cases, world=2):
     """Every case in one pair of processes (each start imports torch: seconds on a loaded machine).
     Returns [{case: rank's result}] by rank."""
+    # The store lives in this process on a port the kernel picks, and outlives the ranks.
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=60),
+                          wait_for_workers=False)
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # the ranks inherit it
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_worker, args=(world, os.path.join(tmp, "store"), tmp, cases), nprocs=world, join=True)
+        mp.spawn(_worker, args=(world, store.port, tmp, cases), nprocs=world, join=True)
         results = []
         for rank in range(world):
             with open(os.path.join(tmp, "rank%d.json" % rank)) as f:

@@ -8,6 +8,9 @@ processes on loopback, Gloo on the CPU.
   of several steps is captured where FSDP2 calls torch.distributed, and the mask the proxy's rule
   gives it (CycleSim: the next mask of its kind, count and dtype) covers exactly the zeros of the
   buffer it moves (the reduce-scatter's input; the all-gather's whole buffer, every rank's input).
+  Also with weights sharded on dim 1, a block on a second communicator (its shapes withheld), a
+  parameter left without a gradient for one step (that reduce-scatter alone runs dense) and a frozen
+  float64 parameter (FSDP2 gathers that group as bytes: withheld).
 
 The ranks meet through a TCPStore that this process serves on a port the kernel picks (port 0): each
 case under its own key prefix, nothing on the file system, no port chosen by one process and bound by
@@ -27,13 +30,14 @@ import sys
 import tempfile
 import time
 import unittest
+import warnings
 
 if "--rank" in sys.argv:  # before torch's import: the parent asks for every thread's stack on a hang
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 WORLD = 2
-STEP_TIMEOUT = 240  # seconds for the two ranks' whole run (mostly importing torch); a hang fails the test
+STEP_TIMEOUT = 400  # seconds for the two ranks' whole run (mostly importing torch; 210 s seen on the loaded VM)
 
 try:
     import torch
@@ -54,6 +58,14 @@ def unpack(bits, count):
 
 
 TIMEOUT = datetime.timedelta(seconds=60)
+# Every case's models and process groups, alive until the rank ends with os._exit. Freeing them hung a
+# rank about one run in four here, with a file store and with a TCPStore alike: dropping the last
+# reference to a case's ProcessGroupGloo (held by the DDP model, released when the case returns) runs
+# its C++ destructor, and the rank never left the case's return line (faulthandler: no frame below
+# it; Gloo's pt_gloo_runloop thread alive) while the other rank waited for it in the next case's
+# init_process_group until its timeout. Nothing of Sieve runs there; the test keeps the objects
+# instead of tearing Gloo down between cases.
+_KEEP = []
 
 
 def init(rank, store):
@@ -151,6 +163,7 @@ def ddp_rank(rank, store):
     if any(s != signature for s in everyone):
         problems.append("the ranks published different masks: %s" % everyone)
     sieve.retract_all(model, commit_now=False)
+    _KEEP.append((ddp, dist.group.WORLD))
     dist.destroy_process_group()
     return {"problems": problems, "buckets": len(steps[-1]), "masks": len(published),
             "checked": sum(len(s) for s in steps[2:])}
@@ -159,22 +172,27 @@ def ddp_rank(rank, store):
 # --- FSDP2 -----------------------------------------------------------------------------------------
 
 class Block(torch.nn.Module if torch else object):
-    def __init__(self, width):
+    """gate: a parameter that a step may leave out (skip_gate), so that it has no gradient then."""
+
+    def __init__(self, width, gate=False):
         super().__init__()
         self.up, self.down = torch.nn.Linear(width, 2 * width), torch.nn.Linear(2 * width, width)
+        self.gate = torch.nn.Parameter(torch.linspace(0.5, 1.5, width)) if gate else None
+        self.skip_gate = False
 
     def forward(self, x):
-        return x + self.down(torch.tanh(self.up(x)))
+        y = x + self.down(torch.tanh(self.up(x)))
+        return y if self.gate is None or self.skip_gate else y * self.gate
 
 
 class Model(torch.nn.Module if torch else object):
     """FSDP2's usual recipe: identical blocks, each its own fully_shard, and the root holding the
     rest. Sizes chosen so that shards need padding (odd rows over 2 ranks)."""
 
-    def __init__(self, width=10, blocks=3):
+    def __init__(self, width=10, blocks=3, gate=False):
         super().__init__()
         self.inp = torch.nn.Linear(7, width)
-        self.blocks = torch.nn.ModuleList([Block(width) for _ in range(blocks)])
+        self.blocks = torch.nn.ModuleList([Block(width, gate) for _ in range(blocks)])
         self.head = torch.nn.Linear(width, 5)
 
     def forward(self, x):
@@ -184,40 +202,60 @@ class Model(torch.nn.Module if torch else object):
         return self.head(x)
 
 
-def fsdp2_rank(rank, store, reshard_after_forward, param_dtype=None, reduce_dtype=None):
+def fsdp2_rank(rank, store, reshard_after_forward, param_dtype=None, reduce_dtype=None, shard_dim=False,
+               two_groups=False, skip_gate_at=None, frozen_f64=False):
+    """shard_dim: the blocks' weights sharded on dim 1 (shard_placement_fn). two_groups: block 0 on a
+    second process group of the same ranks (a second communicator). skip_gate_at: in that captured
+    step the last block's gate gets no gradient (FSDP2 reduce-scatters the group without it).
+    frozen_f64: the last block holds a frozen float64 parameter (FSDP2 then all-gathers the group as
+    bytes)."""
     import sieve
     from sieve import fsdp_masks
     from sieve.masks import _dtype_code_of
-    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor import Shard
     from test_sieve import CycleSim
     init(rank, store)
     mesh = init_device_mesh("cpu", (WORLD,))
     torch.manual_seed(0)
-    model = Model()
+    model = Model(gate=skip_gate_at is not None)
     prune_every_layer(model, seed=2)
+    if frozen_f64:
+        model.blocks[-1].register_parameter("frozen", torch.nn.Parameter(torch.arange(1.0, 6.0, dtype=torch.float64),
+                                                                         requires_grad=False))
     # FSDP2 gathers the parameters in param_dtype and reduces the gradients in reduce_dtype, which it
     # drops when it equals param_dtype (the gradients are already in it)
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+    placement = (lambda p: Shard(1) if p.dim() == 2 else None) if shard_dim else None
+    for i, block in enumerate(model.blocks):
+        block_mesh = DeviceMesh.from_group(dist.new_group(list(range(WORLD))), "cpu") if two_groups and i == 0 else mesh
+        fully_shard(block, mesh=block_mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy,
+                    shard_placement_fn=placement)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
 
-    calls = []  # (kind, count, dtype, nonzero of the whole buffer the collective moves)
+    calls = []  # (kind, count, dtype, nonzero of the whole buffer the collective moves, communicator, step)
     capturing = [False]
+    step_number = [0]
     real_all_gather, real_reduce_scatter = dist.all_gather_into_tensor, dist.reduce_scatter_tensor
+    comms = {}  # process group -> its number, in the order of first use
+
+    def comm_of(group):
+        return comms.setdefault(dist.group.WORLD if group is None else group, len(comms))
 
     def all_gather(output_tensor, input_tensor, group=None, async_op=False):
         work = real_all_gather(output_tensor, input_tensor, group=group, async_op=async_op)
         if capturing[0]:  # the whole buffer is every rank's input, rank 0's first: the output
             if work is not None:
                 work.wait()
-            calls.append(("all_gather", output_tensor.numel(), output_tensor.dtype, output_tensor.ne(0).clone()))
+            calls.append(("all_gather", output_tensor.numel(), output_tensor.dtype, output_tensor.ne(0).clone(),
+                          comm_of(group), step_number[0]))
         return work
 
     def reduce_scatter(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
         if capturing[0]:
-            calls.append(("reduce_scatter", input.numel(), input.dtype, input.ne(0).clone()))
+            calls.append(("reduce_scatter", input.numel(), input.dtype, input.ne(0).clone(), comm_of(group),
+                          step_number[0]))
         return real_reduce_scatter(output, input, op=op, group=group, async_op=async_op)
     dist.all_gather_into_tensor, dist.reduce_scatter_tensor = all_gather, reduce_scatter
 
@@ -236,21 +274,28 @@ def fsdp2_rank(rank, store, reshard_after_forward, param_dtype=None, reduce_dtyp
         model(torch.randn(6, 7, generator=generator)).square().sum().backward()
         optimizer.step()
     step()
-    result = sieve.publish_fsdp(model, commit_now=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # what is withheld comes back in result["skipped"]
+        result = sieve.publish_fsdp(model, commit_now=False)
     capturing[0] = True
-    for _ in range(3):
+    for step_number[0] in range(3):
+        model.blocks[-1].skip_gate = step_number[0] == skip_gate_at
         step()
     capturing[0] = False
-    problems = ["skipped: %s" % s for s in result["skipped"]]
-    cycle = CycleSim([(kind, count, dtype, bits) for kind, count, dtype, bits in published])
-    for k, (kind, count, dtype, nonzero) in enumerate(calls):
+    # The proxy's rule on each communicator, with its own cursor over the published masks; a call no
+    # mask has the shape of runs dense (allowed, counted: the cases say which calls those must be).
+    cycles = {}
+    dense = []
+    problems = []
+    for k, (kind, count, dtype, nonzero, comm, at) in enumerate(calls):
         expected = (param_dtype if kind == "all_gather" else reduce_dtype or param_dtype) or torch.float32
-        if dtype != expected:
+        if dtype != expected and not (frozen_f64 and kind == "all_gather" and dtype == torch.uint8):
             problems.append("call %d: %s in %s, not %s" % (k, kind, dtype, expected))
             continue
-        entry = cycle.call(kind, count, _dtype_code_of(dtype))
+        cycle = cycles.setdefault(comm, CycleSim(published))
+        entry = cycle.call(kind, count, _dtype_code_of(dtype)) if dtype != torch.uint8 else None
         if entry is None:
-            problems.append("call %d: %s of %d elements has no mask (runs dense)" % (k, kind, count))
+            dense.append({"call": k, "kind": kind, "count": count, "comm": comm, "step": at})
         elif not torch.equal(entry[3], nonzero):
             lost = (~entry[3] & nonzero).nonzero().reshape(-1).tolist()
             zero = (entry[3] & ~nonzero).nonzero().reshape(-1).tolist()
@@ -258,16 +303,23 @@ def fsdp2_rank(rank, store, reshard_after_forward, param_dtype=None, reduce_dtyp
                             % (k, kind, count, len(lost), lost[:20], len(zero), zero[:20]))
     kinds = [c[0] for c in calls]
     sieve.retract_all(model, commit_now=False)
+    _KEEP.append((model, mesh, dist.group.WORLD))
     dist.destroy_process_group()
     return {"problems": problems, "calls": len(calls), "all_gathers": kinds.count("all_gather"),
-            "reduce_scatters": kinds.count("reduce_scatter"), "masks": len(published)}
+            "reduce_scatters": kinds.count("reduce_scatter"), "masks": len(published), "dense": dense,
+            "skipped": result["skipped"], "groups": len(result["groups"]), "comms": len(comms),
+            "uint8_gathers": sum(1 for c in calls if c[2] == torch.uint8)}
 
 
 CASES = {"ddp": lambda rank, store: ddp_rank(rank, store),
          "fsdp2": lambda rank, store: fsdp2_rank(rank, store, True),
          "fsdp2_no_reshard": lambda rank, store: fsdp2_rank(rank, store, False),
          "fsdp2_bf16_params": lambda rank, store: fsdp2_rank(rank, store, True, torch.bfloat16, torch.float32),
-         "fsdp2_bf16": lambda rank, store: fsdp2_rank(rank, store, True, torch.bfloat16, torch.bfloat16)}
+         "fsdp2_bf16": lambda rank, store: fsdp2_rank(rank, store, True, torch.bfloat16, torch.bfloat16),
+         "fsdp2_shard_dim": lambda rank, store: fsdp2_rank(rank, store, True, shard_dim=True),
+         "fsdp2_two_groups": lambda rank, store: fsdp2_rank(rank, store, True, two_groups=True),
+         "fsdp2_skipped_parameter": lambda rank, store: fsdp2_rank(rank, store, True, skip_gate_at=1),
+         "fsdp2_frozen_f64": lambda rank, store: fsdp2_rank(rank, store, True, frozen_f64=True)}
 
 
 def rank_main(rank, port):
@@ -291,20 +343,23 @@ def run_ranks():
         def tail(rank, n=3000):
             logs[rank][1].seek(0)
             return logs[rank][1].read()[-n:]
+        def failed(what):
+            """Every rank still running dumps its stacks; the failure shows every rank's output."""
+            for other in procs:
+                if other.poll() is None:
+                    other.send_signal(signal.SIGUSR1)
+            time.sleep(3)
+            return AssertionError("%s; every rank's output (stacks of those still running):\n%s" % (
+                what, "\n".join("rank %d:\n%s" % (r, tail(r, 6000)) for r in range(WORLD))))
         try:
             deadline = time.monotonic() + STEP_TIMEOUT
             for rank, proc in enumerate(procs):
                 try:
                     proc.wait(timeout=max(1.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    for other in procs:
-                        if other.poll() is None:
-                            other.send_signal(signal.SIGUSR1)
-                    time.sleep(3)
-                    raise AssertionError("a rank did not finish in %d s; every rank's stacks:\n%s" % (
-                        STEP_TIMEOUT, "\n".join("rank %d:\n%s" % (r, tail(r, 6000)) for r in range(WORLD))))
+                    raise failed("a rank did not finish in %d s" % STEP_TIMEOUT) from None
                 if proc.returncode != 0:
-                    raise AssertionError("rank %d exited %d:\n%s" % (rank, proc.returncode, tail(rank)))
+                    raise failed("rank %d exited %d" % (rank, proc.returncode))
             results = []
             for rank in range(WORLD):
                 logs[rank][0].seek(0)
@@ -338,7 +393,7 @@ class RealStructures(unittest.TestCase):
 
     def test_publish_fsdp_covers_fully_shards_real_collectives_in_their_order(self):
         for rank, result in self.results("fsdp2"):
-            self.assertEqual(result["problems"], [], "rank %d" % rank)
+            self.assertEqual((result["problems"], result["dense"]), ([], []), "rank %d" % rank)
             # per step: 4 groups gathered in forward and again in backward (the root too: it was given
             # reshard_after_forward=True), 4 reduce-scatters
             self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 8, 3 * 4))
@@ -346,19 +401,50 @@ class RealStructures(unittest.TestCase):
     def test_publish_fsdp_with_mixed_precision_gathers_in_param_dtype_and_reduces_in_reduce_dtype(self):
         for case in ("fsdp2_bf16_params", "fsdp2_bf16"):  # reduce in float32; in bf16 (= param_dtype)
             for rank, result in self.results(case):
-                self.assertEqual(result["problems"], [], "%s, rank %d" % (case, rank))
+                self.assertEqual((result["problems"], result["dense"]), ([], []), "%s, rank %d" % (case, rank))
                 self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 8, 3 * 4))
 
     def test_publish_fsdp_without_reshard_after_forward(self):
         for rank, result in self.results("fsdp2_no_reshard"):
-            self.assertEqual(result["problems"], [], "rank %d" % rank)
+            self.assertEqual((result["problems"], result["dense"]), ([], []), "rank %d" % rank)
             self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 4, 3 * 4))
+
+    def test_publish_fsdp_with_weights_sharded_on_dim_1(self):
+        for rank, result in self.results("fsdp2_shard_dim"):
+            self.assertEqual((result["problems"], result["dense"], result["skipped"]), ([], [], []), "rank %d" % rank)
+            self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 8, 3 * 4))
+
+    def test_a_shape_on_two_communicators_is_withheld_and_the_rest_compacts(self):
+        for rank, result in self.results("fsdp2_two_groups"):
+            self.assertEqual(result["problems"], [], "rank %d" % rank)
+            self.assertEqual((result["groups"], result["comms"]), (2, 2))
+            self.assertEqual(len(result["skipped"]), 2)  # the blocks' all-gather and reduce-scatter shapes
+            self.assertTrue(all("several communicators" in s for s in result["skipped"]), result["skipped"])
+            # Every call of the blocks (either communicator) runs dense; the root's (2 all-gathers
+            # and a reduce-scatter per step) find their masks.
+            self.assertTrue(all(d["count"] == result["dense"][0]["count"] for d in result["dense"]))
+            self.assertEqual(result["calls"] - len(result["dense"]), 3 * 3)
+
+    def test_a_parameter_without_a_gradient_runs_only_that_reduce_scatter_dense(self):
+        for rank, result in self.results("fsdp2_skipped_parameter"):
+            self.assertEqual(result["problems"], [], "rank %d" % rank)
+            self.assertEqual([(d["kind"], d["step"]) for d in result["dense"]], [("reduce_scatter", 1)])
+            self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 8, 3 * 4))
+
+    def test_a_group_gathered_as_bytes_is_withheld(self):
+        for rank, result in self.results("fsdp2_frozen_f64"):
+            self.assertEqual(result["problems"], [], "rank %d" % rank)
+            self.assertTrue(any("as bytes" in s for s in result["skipped"]), result["skipped"])
+            # the last block's gathers, in bytes, are the only dense calls (forward and backward)
+            self.assertEqual(result["uint8_gathers"], 3 * 2)
+            self.assertEqual(len(result["dense"]), result["uint8_gathers"])
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--rank":
-        print(json.dumps(rank_main(int(sys.argv[2]), int(sys.argv[3]))))
-        sys.exit(0)
+        print(json.dumps(rank_main(int(sys.argv[2]), int(sys.argv[3]))), flush=True)
+        sys.stderr.flush()
+        os._exit(0)  # no destructors of the kept process groups (see _KEEP)
     if not (os.environ.get("SIEVE_LIBRARY") or os.environ.get("LD_PRELOAD")):
         print("SKIP: set SIEVE_LIBRARY to the built libnccl-net-sieve.so, or LD_PRELOAD it")
         sys.exit(77)

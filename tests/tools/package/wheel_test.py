@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`pip install ./tools/python` as a user runs it, into a scratch directory: the wheel builds the
+"""`pip install .` from the checkout's root as a user runs it, into a scratch directory: the wheel builds the
 library with CMake (scikit-build-core) and carries it inside the package; sieve.library_path()
 returns it; `python -m sieve` names it, its preload state, the NCCL it would interpose and the
 exact variables; `python -m sieve run -- CMD` runs CMD with NCCL_NET_PLUGIN and LD_PRELOAD set to
@@ -39,10 +39,10 @@ def main():
     try:
         site = os.path.join(work, "site")
         install = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-                   "--no-build-isolation", "--target", site, os.path.join(source, "tools", "python")]
+                   "--no-build-isolation", "--target", site, source]
         install += ["--config-settings=" + s for s in settings]
         done = subprocess.run(install, capture_output=True, text=True, timeout=1500, cwd=work)
-        check(done.returncode == 0, "pip install ./tools/python failed:\n" + (done.stdout + done.stderr)[-3000:])
+        check(done.returncode == 0, "pip install . failed:\n" + (done.stdout + done.stderr)[-3000:])
         if failures:
             return 1
         library = os.path.join(site, "sieve", "libnccl-net-sieve.so")
@@ -90,7 +90,7 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if not failures:
-        print("pip install ./tools/python: the wheel carries the library; python -m sieve and run use it")
+        print("pip install .: the wheel carries the library; python -m sieve and run use it")
     return 1 if failures else 0
 
 

@@ -26,6 +26,7 @@ from .masks import (commit, publish_collective, publish_mask, publish_pruned_mod
                     retract_all, retract_id, stats)
 from .fsdp_masks import fsdp1_layout, fsdp2_layout, publish_fsdp, semi_structured_masks
 from . import ddp  # the DDP communication hook: needs no library, imports torch only when used
+from . import _kernels  # the hooks' gather/scatter: Sieve's CUDA kernels or torch; imports torch only when used
 
 # The release, as CMakeLists.txt's project(VERSION) and sieve_version() say it (a test checks all three).
 __version__ = "0.1.0"

@@ -13,3 +13,5 @@ _COMMIT_REFUSED, _COMMIT_ACTIVATED, _COMMIT_PENDING = 0, 1, 2
 # makes every rank refuse when no proxy intercepts the all-reduce (INT64_MIN, but word 4).
 _TOKEN_WORDS, _TOKEN_NO_PROXY = 6, 3
 _INT64_MIN = -(1 << 63)
+# sieve_capabilities() bits (SIEVE_CAP_*)
+_CAP_CUDA_COMPACT = 1

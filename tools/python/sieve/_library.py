@@ -97,7 +97,7 @@ def library_path():
         if os.path.isfile(candidate):
             return candidate
     raise SieveError(_ERR_UNAVAILABLE, "no %s goes with this sieve package (%s): install it with pip install "
-                                       "./tools/python, or set SIEVE_LIBRARY to a built copy" % (_LIBRARY_NAME, here))
+                                       ". from a checkout's root, or set SIEVE_LIBRARY to a built copy" % (_LIBRARY_NAME, here))
 
 
 _lib = None

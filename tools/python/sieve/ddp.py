@@ -30,8 +30,10 @@ wire_dtype=torch.bfloat16 (or torch.float16) is LOSSY: the compact buffer travel
 PyTorch's bf16_compress_hook sends dense buckets (cast, divide, all-reduce, cast back), so compaction
 and 16-bit stack. Buckets without an agreed mask still run the default, full-precision hook.
 
-On a GPU, gather and scatter are torch's index_select / index_copy_ on a cached index tensor
-(the library exposes no gather/scatter kernels through its C API yet).
+Gather and scatter (sieve._kernels): on a GPU, Sieve's own CUDA kernels where the library in reach
+was built with CUDA (sieve_compact_gather / sieve_compact_scatter); elsewhere torch, on an index
+computed once per agreed mask (index_select into a reused buffer, index_copy_), or run by run
+(narrow/copy_) for a mask of few contiguous runs.
 """
 
 import hashlib
@@ -79,21 +81,12 @@ def _agree(group, subject, settings, refusal):
 
 
 class _Plan(object):
-    """A bucket's agreed compaction: the kept positions, per device."""
+    """A bucket's agreed compaction (_kernels.Compaction: its index, runs or device mask, computed once)."""
 
     def __init__(self, keep):
-        import torch
-        self.index_cpu = keep.nonzero().reshape(-1)
-        self.kept = int(self.index_cpu.numel())
-        self._by_device = {}
-        self._torch = torch
-
-    def index(self, device):
-        cached = self._by_device.get(device)
-        if cached is None:
-            cached = self.index_cpu.to(device)
-            self._by_device[device] = cached
-        return cached
+        from ._kernels import Compaction
+        self.compaction = Compaction(keep)
+        self.kept = self.compaction.kept
 
 
 class CompactState(object):
@@ -213,8 +206,7 @@ def compact_hook(state, bucket):
         state.stats["elements_sent"] += buffer.numel()
         state.stats["elements_dense"] += buffer.numel()
         return _default(group, buffer)
-    index = plan.index(buffer.device)
-    compact = buffer.index_select(0, index)
+    compact = plan.compaction.gather(buffer)
     if state.wire_dtype is not None:
         compact = compact.to(state.wire_dtype)  # bf16_compress_hook's order: cast, then divide
     compact.div_(group.size())
@@ -223,10 +215,7 @@ def compact_hook(state, bucket):
     state.stats["elements_dense"] += buffer.numel()
 
     def expand(fut):
-        reduced = fut.value()[0]
-        buffer.zero_()
-        buffer.index_copy_(0, index, reduced if reduced.dtype == buffer.dtype else reduced.to(buffer.dtype))
-        return buffer
+        return plan.compaction.scatter(fut.value()[0], buffer)
 
     return dist.all_reduce(compact, group=group, async_op=True).get_future().then(expand)
 

@@ -1,0 +1,168 @@
+"""Gather and scatter of a mask's kept elements, for the hooks that compact buffers themselves (sieve.ddp).
+
+On a CUDA tensor, where the library in reach was built with CUDA (sieve_capabilities() has
+SIEVE_CAP_CUDA_COMPACT), they are Sieve's own kernels (sieve_compact_gather / sieve_compact_scatter, the
+collective proxy's compress/cuda kernels, enqueued on the tensor's current stream). Everywhere else
+(CPU tensors, a library without CUDA, no library at all) they are torch operations on an index
+computed once per mask: index_select into a buffer kept for the next step, and index_copy_; a mask
+whose kept elements form few contiguous runs (structured pruning: whole rows, channels, blocks)
+copies those runs with narrow/copy_ instead of through an index.
+
+The library in reach is the preloaded copy, else the one this package goes with (library_path()); the
+DDP hook needs none, so a missing or unloadable library only means the torch path.
+"""
+
+import ctypes
+
+from ._constants import _CAP_CUDA_COMPACT
+
+__all__ = ["Compaction", "backend_for", "cuda_kernels_available"]
+
+_RUNS_MAX = 64  # at most this many contiguous runs: copied run by run, no index
+_lib = None  # the loaded library with the compact entry points typed, False when there is none
+
+
+def _library():
+    """The library with sieve_compact_* typed, or None (not found, not loadable, or too old)."""
+    global _lib
+    if _lib is None:
+        _lib = False
+        try:
+            from . import _library as found
+            path = found._loaded_path() or found.library_path()
+            lib = ctypes.CDLL(path)
+            lib.sieve_capabilities.restype = ctypes.c_uint32
+            lib.sieve_compact_tile_elements.restype = ctypes.c_uint64
+            for name in ("sieve_compact_gather", "sieve_compact_scatter"):
+                getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
+                                               ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            lib.sieve_strerror.restype = ctypes.c_char_p
+            lib.sieve_last_error.restype = ctypes.c_char_p
+            _lib = lib
+        except (OSError, AttributeError, RuntimeError):  # SieveError is a RuntimeError
+            pass
+    return _lib or None
+
+
+def cuda_kernels_available():
+    """True when the library in reach runs Sieve's CUDA gather/scatter (built with CUDA)."""
+    lib = _library()
+    return bool(lib is not None and lib.sieve_capabilities() & _CAP_CUDA_COMPACT)
+
+
+def backend_for(tensor):
+    """"sieve-cuda" (Sieve's kernels) or "torch" (the fallback) for a buffer like tensor."""
+    if tensor.is_cuda and tensor.element_size() in (2, 4, 8) and cuda_kernels_available():
+        return "sieve-cuda"
+    return "torch"
+
+
+def _runs(keep):
+    """[(start, length)] of keep's contiguous kept runs when there are at most _RUNS_MAX, else None."""
+    import torch
+    flat = keep.to(torch.int8)
+    edges = torch.diff(flat, prepend=flat.new_zeros(1), append=flat.new_zeros(1))
+    starts = (edges == 1).nonzero().reshape(-1)
+    if starts.numel() > _RUNS_MAX:
+        return None
+    ends = (edges == -1).nonzero().reshape(-1)
+    return [(int(s), int(e - s)) for s, e in zip(starts.tolist(), ends.tolist())]
+
+
+class Compaction(object):
+    """One mask's gather and scatter: keep is a 1-D bool tensor (any device) over the buffer."""
+
+    def __init__(self, keep):
+        import torch
+        self._torch = torch
+        keep = keep.detach().reshape(-1).to("cpu", torch.bool)
+        self.count = int(keep.numel())
+        self.index_cpu = keep.nonzero().reshape(-1)
+        self.kept = int(self.index_cpu.numel())
+        self._keep = keep
+        self.runs = _runs(keep)
+        self._by_device = {}  # device -> the index, or the kernels' (bits, tile_base)
+        self._compact = {}  # (device, dtype) -> the compact buffer gather fills, reused
+
+    def _index(self, device):
+        index = self._by_device.get(("index", device))
+        if index is None:
+            index = self.index_cpu.to(device)
+            self._by_device[("index", device)] = index
+        return index
+
+    def _device_layout(self, device):
+        """The kernels' mask on device: LSB-first uint32 bit words and the kept elements before each tile."""
+        layout = self._by_device.get(("layout", device))
+        if layout is None:
+            torch = self._torch
+            tile = int(_library().sieve_compact_tile_elements())
+            words = (self.count + 31) // 32
+            padded = torch.zeros(words * 32, dtype=torch.int64)
+            padded[:self.count] = self._keep.to(torch.int64)
+            weights = torch.tensor([1 << b for b in range(32)], dtype=torch.int64)
+            bits = (padded.view(words, 32) * weights).sum(1)
+            bits = torch.where(bits >= 1 << 31, bits - (1 << 32), bits).to(torch.int32)  # as uint32 bits
+            tiles = (self.count + tile - 1) // tile
+            per_tile = torch.zeros(tiles * tile, dtype=torch.int64)
+            per_tile[:self.count] = self._keep.to(torch.int64)
+            tile_base = torch.zeros(tiles + 1, dtype=torch.int64)
+            tile_base[1:] = per_tile.view(tiles, tile).sum(1).cumsum(0)
+            layout = (bits.to(device), tile_base.to(device))
+            self._by_device[("layout", device)] = layout
+        return layout
+
+    def _compact_buffer(self, like):
+        key = (like.device, like.dtype)
+        compact = self._compact.get(key)
+        if compact is None:
+            compact = like.new_empty(self.kept)
+            self._compact[key] = compact
+        return compact
+
+    def _kernel(self, name, src, dst):
+        import torch
+        bits, tile_base = self._device_layout(src.device)
+        stream = torch.cuda.current_stream(src.device).cuda_stream
+        code = getattr(_library(), name)(bits.data_ptr(), tile_base.data_ptr(), self.count, self.kept,
+                                         src.element_size(), src.data_ptr(), dst.data_ptr(), stream)
+        if code != 0:
+            from ._library import SieveError
+            lib = _library()
+            raise SieveError(code, "%s: %s" % (lib.sieve_strerror(code).decode(), lib.sieve_last_error().decode()))
+
+    def gather(self, buffer):
+        """The kept elements of the 1-D contiguous buffer, in order, in a buffer this Compaction reuses
+        at its next gather (the caller is done with it by then: DDP waits for every bucket per step)."""
+        compact = self._compact_buffer(buffer)
+        if self.kept == 0:
+            return compact
+        if backend_for(buffer) == "sieve-cuda":
+            self._kernel("sieve_compact_gather", buffer, compact)
+        elif self.runs is not None:
+            offset = 0
+            for start, length in self.runs:
+                compact.narrow(0, offset, length).copy_(buffer.narrow(0, start, length))
+                offset += length
+        else:
+            self._torch.index_select(buffer, 0, self._index(buffer.device), out=compact)
+        return compact
+
+    def scatter(self, compact, buffer):
+        """buffer = compact's values where kept, +0.0 elsewhere (every element written)."""
+        if compact.dtype != buffer.dtype:
+            compact = compact.to(buffer.dtype)
+        if self.kept and backend_for(buffer) == "sieve-cuda":
+            self._kernel("sieve_compact_scatter", compact.contiguous(), buffer)
+            return buffer
+        buffer.zero_()
+        if self.kept == 0:
+            return buffer
+        if self.runs is not None:
+            offset = 0
+            for start, length in self.runs:
+                buffer.narrow(0, start, length).copy_(compact.narrow(0, offset, length))
+                offset += length
+        else:
+            buffer.index_copy_(0, self._index(buffer.device), compact)
+        return buffer

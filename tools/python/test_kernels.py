@@ -1,0 +1,177 @@
+"""sieve._kernels and the C API behind it (sieve_capabilities, sieve_compact_gather/scatter):
+
+- the choice: Sieve's CUDA kernels only for a CUDA tensor and a library built with CUDA, torch for
+  every CPU tensor, for a library without CUDA and without any library;
+- the torch path (index, or runs for a mask of few contiguous runs) against boolean indexing;
+- the kernels' mask as the library reads it (LSB-first uint32 words, kept elements before each tile);
+- the C API without a device: clear codes for bad input, SIEVE_ERR_INTERNAL naming CUDA's error for a
+  launch (no crash), SIEVE_ERR_UNAVAILABLE in a build without CUDA;
+- on a GPU (skipped without one, "no device"): the kernels' gather and scatter equal torch's.
+
+Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so SIEVE_TEST_PROXY_BUILT=1 \\
+     /opt/sieve/venv/bin/python tools/python/test_kernels.py   (exit 77 without torch or library)
+"""
+
+import ctypes
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+from sieve import _constants, _kernels  # noqa: E402
+
+CUDA_BUILD = os.environ.get("SIEVE_TEST_PROXY_BUILT") in ("1", "ON", "TRUE", "true")
+HAVE_DEVICE = torch is not None and torch.cuda.is_available()
+
+
+class FakeCudaTensor(object):
+    """What backend_for reads of a tensor, for a CUDA tensor on a machine without one."""
+    is_cuda = True
+
+    def __init__(self, element_size):
+        self._size = element_size
+
+    def element_size(self):
+        return self._size
+
+
+def masks(count, generator):
+    """(name, keep): random, structured (few runs), empty, full, single elements at the tiles' edges."""
+    edges = torch.zeros(count, dtype=torch.bool)
+    edges[[0, 2047, 2048, count - 1]] = True
+    runs = torch.zeros(count, dtype=torch.bool)
+    runs[100:900] = True
+    runs[3000:3100] = True
+    return [("random", torch.rand(count, generator=generator) < 0.3), ("runs", runs), ("edges", edges),
+            ("empty", torch.zeros(count, dtype=torch.bool)), ("full", torch.ones(count, dtype=torch.bool))]
+
+
+class Choice(unittest.TestCase):
+    def tearDown(self):
+        _kernels._lib = None  # found again by the next test
+
+    def test_the_capability_is_the_builds(self):
+        self.assertEqual(_kernels.cuda_kernels_available(), CUDA_BUILD)
+
+    def test_cpu_tensors_always_take_torch(self):
+        for dtype in (torch.float32, torch.bfloat16, torch.float64):
+            self.assertEqual(_kernels.backend_for(torch.zeros(4, dtype=dtype)), "torch")
+
+    def test_cuda_tensors_take_the_kernels_only_from_a_library_built_with_cuda(self):
+        self.assertEqual(_kernels.backend_for(FakeCudaTensor(4)), "sieve-cuda" if CUDA_BUILD else "torch")
+        self.assertEqual(_kernels.backend_for(FakeCudaTensor(1)), "torch", "no 1-byte kernels")
+        _kernels._lib = False  # no library in reach (none found, or it would not load)
+        self.assertFalse(_kernels.cuda_kernels_available())
+        self.assertEqual(_kernels.backend_for(FakeCudaTensor(4)), "torch")
+
+
+class TorchPath(unittest.TestCase):
+    def test_gather_and_scatter_against_boolean_indexing(self):
+        generator = torch.Generator().manual_seed(5)
+        for name, keep in masks(5000, generator):
+            compaction = _kernels.Compaction(keep)
+            self.assertEqual(compaction.runs is not None, name != "random", name)
+            for dtype in (torch.float32, torch.bfloat16):
+                buffer = torch.randn(5000, generator=generator).to(dtype)
+                compact = compaction.gather(buffer)
+                self.assertTrue(torch.equal(compact, buffer[keep]), "%s %s gather" % (name, dtype))
+                out = torch.full((5000,), -0.0 if name == "edges" else 7.0, dtype=dtype)
+                compaction.scatter(compact * 2, out)
+                expected = torch.where(keep, buffer * 2, torch.zeros((), dtype=dtype))
+                self.assertTrue(torch.equal(out.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+                                            expected.view(torch.int16 if dtype == torch.bfloat16 else torch.int32)),
+                                "%s %s scatter: +0.0 where pruned" % (name, dtype))
+
+    def test_the_compact_buffer_is_reused(self):
+        keep = torch.rand(1000, generator=torch.Generator().manual_seed(1)) < 0.5
+        compaction = _kernels.Compaction(keep)
+        first = compaction.gather(torch.randn(1000))
+        self.assertEqual(compaction.gather(torch.randn(1000)).data_ptr(), first.data_ptr())
+
+
+@unittest.skipUnless(CUDA_BUILD, "the library was built without CUDA")
+class KernelMask(unittest.TestCase):
+    def test_bits_and_tile_bases_are_what_the_kernels_read(self):
+        tile = int(_kernels._library().sieve_compact_tile_elements())
+        self.assertEqual(tile, 2048)  # compress/tile_layout.h's kTileElements
+        generator = torch.Generator().manual_seed(9)
+        for name, keep in masks(5000, generator):
+            bits, tile_base = _kernels.Compaction(keep)._device_layout(torch.device("cpu"))
+            self.assertEqual(bits.numel(), (5000 + 31) // 32)
+            words = bits.to(torch.int64) & 0xFFFFFFFF
+            unpacked = ((words.unsqueeze(1) >> torch.arange(32)) & 1).reshape(-1).bool()
+            self.assertTrue(torch.equal(unpacked[:5000], keep) and not unpacked[5000:].any(), name)
+            expected = [0] + [int(keep[:min(5000, (t + 1) * tile)].sum()) for t in range((5000 + tile - 1) // tile)]
+            self.assertEqual(tile_base.tolist(), expected, name)
+
+
+class CApi(unittest.TestCase):
+    def setUp(self):
+        self.lib = ctypes.CDLL(os.environ["SIEVE_LIBRARY"])
+        self.lib.sieve_last_error.restype = ctypes.c_char_p
+        self.lib.sieve_capabilities.restype = ctypes.c_uint32
+        self.words = (ctypes.c_uint64 * 64)()
+        self.p = ctypes.addressof(self.words)
+
+    def call(self, name, *args):
+        function = getattr(self.lib, name)
+        function.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_uint64] * 2 + [ctypes.c_size_t] + [ctypes.c_void_p] * 3
+        code = function(*args)
+        return code, self.lib.sieve_last_error().decode()
+
+    def test_capabilities(self):
+        self.assertEqual(self.lib.sieve_capabilities() & _constants._CAP_CUDA_COMPACT,
+                         _constants._CAP_CUDA_COMPACT if CUDA_BUILD else 0)
+
+    def test_bad_input_and_no_device_are_clear_errors(self):
+        p = self.p
+        for name in ("sieve_compact_gather", "sieve_compact_scatter"):
+            if not CUDA_BUILD:
+                code, why = self.call(name, p, p, 64, 10, 4, p, p, None)
+                self.assertEqual(code, _constants._ERR_UNAVAILABLE)
+                self.assertIn("without CUDA", why)
+                continue
+            for args, code, words in (((None, p, 64, 10, 4, p, p, None), _constants._ERR_INVALID, "NULL"),
+                                      ((p, p, 0, 0, 4, p, p, None), _constants._ERR_INVALID, "count is 0"),
+                                      ((p, p, 64, 65, 4, p, p, None), _constants._ERR_RANGE, "more than count"),
+                                      ((p, p, 64, 10, 3, p, p, None), _constants._ERR_INVALID, "not 2, 4 or 8")):
+                self.assertEqual(self.call(name, *args)[0], code, "%s %s" % (name, args))
+                self.assertIn(words, self.call(name, *args)[1])
+            if not HAVE_DEVICE:  # a launch without a device: CUDA's error, no crash
+                code, why = self.call(name, p, p, 64, 10, 4, p, p, None)
+                self.assertEqual(code, _constants._ERR_INTERNAL)
+                self.assertIn("CUDA error", why)
+
+
+@unittest.skipUnless(HAVE_DEVICE and CUDA_BUILD, "no device")
+class OnTheGpu(unittest.TestCase):
+    def test_the_kernels_equal_torch(self):
+        generator = torch.Generator().manual_seed(3)
+        for name, keep in masks(300001, generator):
+            compaction = _kernels.Compaction(keep)
+            for dtype in (torch.float32, torch.bfloat16, torch.float64):
+                buffer = torch.randn(300001, generator=generator).to(dtype).cuda()
+                self.assertEqual(_kernels.backend_for(buffer), "sieve-cuda")
+                compact = compaction.gather(buffer)
+                self.assertTrue(torch.equal(compact, buffer[keep.cuda()]), "%s %s" % (name, dtype))
+                out = torch.full_like(buffer, 7.0)
+                compaction.scatter(compact * 2, out)
+                torch.cuda.synchronize()
+                self.assertTrue(torch.equal(out, torch.where(keep.cuda(), buffer * 2, torch.zeros_like(buffer))))
+
+
+if __name__ == "__main__":
+    if torch is None:
+        print("SKIP: needs torch")
+        sys.exit(77)
+    if not os.environ.get("SIEVE_LIBRARY"):
+        print("SKIP: set SIEVE_LIBRARY to the built libnccl-net-sieve.so")
+        sys.exit(77)
+    unittest.main()
