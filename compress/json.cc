@@ -22,7 +22,7 @@ class Parser {
 
  private:
   Status fail(const std::string& what) const {
-    return Status::error(Code::kMalformed, "bad JSON at offset " + std::to_string(at_) + ": " + what);
+    return error(Code::kMalformed, "bad JSON at offset " + std::to_string(at_) + ": " + what);
   }
   void skip_space() {
     while (at_ < size_ && (p_[at_] == ' ' || p_[at_] == '\t' || p_[at_] == '\n' || p_[at_] == '\r')) ++at_;
@@ -48,15 +48,15 @@ class Parser {
     if (literal("true")) {
       out->type = Value::Type::kBool;
       out->boolean = true;
-      return Status::ok_status();
+      return ok_status();
     }
     if (literal("false")) {
       out->type = Value::Type::kBool;
-      return Status::ok_status();
+      return ok_status();
     }
     if (literal("null")) {
       out->type = Value::Type::kNull;
-      return Status::ok_status();
+      return ok_status();
     }
     return fail(std::string("unexpected character '") + c + "'");
   }
@@ -67,7 +67,7 @@ class Parser {
     skip_space();
     if (at_ < size_ && p_[at_] == '}') {
       ++at_;
-      return Status::ok_status();
+      return ok_status();
     }
     std::unordered_set<std::string> seen;
     for (;;) {
@@ -91,7 +91,7 @@ class Parser {
       }
       if (at_ < size_ && p_[at_] == '}') {
         ++at_;
-        return Status::ok_status();
+        return ok_status();
       }
       return fail("expected ',' or '}' in an object");
     }
@@ -103,7 +103,7 @@ class Parser {
     skip_space();
     if (at_ < size_ && p_[at_] == ']') {
       ++at_;
-      return Status::ok_status();
+      return ok_status();
     }
     for (;;) {
       skip_space();
@@ -117,7 +117,7 @@ class Parser {
       }
       if (at_ < size_ && p_[at_] == ']') {
         ++at_;
-        return Status::ok_status();
+        return ok_status();
       }
       return fail("expected ',' or ']' in an array");
     }
@@ -147,7 +147,7 @@ class Parser {
     }
     out->type = Value::Type::kNumber;
     out->text.assign(p_ + begin, at_ - begin);
-    return Status::ok_status();
+    return ok_status();
   }
 
   int hex4(size_t at) const {
@@ -190,7 +190,7 @@ class Parser {
       const unsigned char c = static_cast<unsigned char>(p_[at_]);
       if (c == '"') {
         ++at_;
-        return Status::ok_status();
+        return ok_status();
       }
       if (c < 0x20) return fail("control character in a string");
       if (c != '\\') {
@@ -267,7 +267,7 @@ const char* type_name(Value::Type type) {
 }
 
 Status parse(const char* text, size_t size, Value* out) {
-  if (!text && size) return Status::error(Code::kInvalidArgument, "JSON text is null");
+  if (!text && size) return error(Code::kInvalidArgument, "JSON text is null");
   Value v;
   Status s = Parser(text, size).parse_document(&v);
   if (s.ok()) *out = std::move(v);

@@ -18,13 +18,13 @@ bool mul_overflows(uint64_t a, uint64_t b, uint64_t* product) { return __builtin
 
 Status conv_elements(const ConvShape& shape, const uint8_t* keep, uint64_t* total) {
   uint64_t per_filter = 0;
-  if (!keep) return Status::error(Code::kInvalidArgument, "conv mask: keep list is null");
+  if (!keep) return error(Code::kInvalidArgument, "conv mask: keep list is null");
   if (shape.out_channels == 0 || shape.in_channels == 0 || shape.kernel_elements == 0)
-    return Status::error(Code::kInvalidArgument, "conv mask: every dimension must be at least 1");
+    return error(Code::kInvalidArgument, "conv mask: every dimension must be at least 1");
   if (mul_overflows(shape.in_channels, shape.kernel_elements, &per_filter) ||
       mul_overflows(per_filter, shape.out_channels, total))
-    return Status::error(Code::kOutOfRange, "conv mask: element count overflows 64 bits");
-  return Status::ok_status();
+    return error(Code::kOutOfRange, "conv mask: element count overflows 64 bits");
+  return ok_status();
 }
 
 }  // namespace
@@ -85,26 +85,26 @@ void Mask::assign_bitmap(const uint8_t* bits, uint64_t count) {
 }
 
 Status Mask::from_indices(uint64_t count, const uint64_t* indices, size_t n, Mask* out) {
-  if (n && !indices) return Status::error(Code::kInvalidArgument, "index list is null");
+  if (n && !indices) return error(Code::kInvalidArgument, "index list is null");
   Mask m(count);
   for (size_t k = 0; k < n; ++k) {
     if (indices[k] >= count)
-      return Status::error(Code::kOutOfRange, "index " + std::to_string(indices[k]) + " (entry " + std::to_string(k) +
-                                                  ") is past the end (" + std::to_string(count) + " elements)");
+      return error(Code::kOutOfRange, "index " + std::to_string(indices[k]) + " (entry " + std::to_string(k) +
+                                          ") is past the end (" + std::to_string(count) + " elements)");
     m.words_[indices[k] >> 6] |= uint64_t{1} << (indices[k] & 63);
   }
   m.recount();
   *out = std::move(m);
-  return Status::ok_status();
+  return ok_status();
 }
 
 Status Mask::from_ranges(uint64_t count, const uint64_t* starts, const uint64_t* lengths, size_t n, Mask* out) {
-  if (n && (!starts || !lengths)) return Status::error(Code::kInvalidArgument, "range list is null");
+  if (n && (!starts || !lengths)) return error(Code::kInvalidArgument, "range list is null");
   for (size_t k = 0; k < n; ++k) {
     if (starts[k] > count || lengths[k] > count - starts[k])
-      return Status::error(Code::kOutOfRange, "range " + std::to_string(k) + " [" + std::to_string(starts[k]) + ", +" +
-                                                  std::to_string(lengths[k]) + ") is past the end (" +
-                                                  std::to_string(count) + " elements)");
+      return error(Code::kOutOfRange, "range " + std::to_string(k) + " [" + std::to_string(starts[k]) + ", +" +
+                                          std::to_string(lengths[k]) + ") is past the end (" + std::to_string(count) +
+                                          " elements)");
   }
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
@@ -114,15 +114,14 @@ Status Mask::from_ranges(uint64_t count, const uint64_t* starts, const uint64_t*
   for (size_t k : order) {
     if (lengths[k] == 0) continue;
     if (previous != n && starts[k] < previous_end)
-      return Status::error(Code::kOutOfRange,
-                           "range " + std::to_string(k) + " overlaps range " + std::to_string(previous));
+      return error(Code::kOutOfRange, "range " + std::to_string(k) + " overlaps range " + std::to_string(previous));
     previous_end = starts[k] + lengths[k];
     previous = k;
   }
   Mask m(count);
   for (size_t k = 0; k < n; ++k) m.set_range(starts[k], lengths[k], true);
   *out = std::move(m);
-  return Status::ok_status();
+  return ok_status();
 }
 
 Status Mask::from_conv_filters(const ConvShape& shape, const uint8_t* keep, Mask* out) {
@@ -134,7 +133,7 @@ Status Mask::from_conv_filters(const ConvShape& shape, const uint8_t* keep, Mask
   for (uint64_t o = 0; o < shape.out_channels; ++o)
     if (keep[o]) m.set_range(o * per_filter, per_filter, true);
   *out = std::move(m);
-  return Status::ok_status();
+  return ok_status();
 }
 
 Status Mask::from_conv_input_channels(const ConvShape& shape, const uint8_t* keep, Mask* out) {
@@ -146,18 +145,18 @@ Status Mask::from_conv_input_channels(const ConvShape& shape, const uint8_t* kee
     for (uint64_t i = 0; i < shape.in_channels; ++i)
       if (keep[i]) m.set_range((o * shape.in_channels + i) * shape.kernel_elements, shape.kernel_elements, true);
   *out = std::move(m);
-  return Status::ok_status();
+  return ok_status();
 }
 
 Status Mask::merge_or(const Mask& a, const Mask& b, Mask* out) {
   if (a.count_ != b.count_)
-    return Status::error(Code::kInvalidArgument, "cannot merge masks of " + std::to_string(a.count_) + " and " +
-                                                     std::to_string(b.count_) + " elements");
+    return error(Code::kInvalidArgument, "cannot merge masks of " + std::to_string(a.count_) + " and " +
+                                             std::to_string(b.count_) + " elements");
   Mask m(a.count_);
   for (size_t w = 0; w < m.words_.size(); ++w) m.words_[w] = a.words_[w] | b.words_[w];
   m.recount();
   *out = std::move(m);
-  return Status::ok_status();
+  return ok_status();
 }
 
 bool Mask::any_kept(uint64_t first, uint64_t last) const {

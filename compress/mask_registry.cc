@@ -25,15 +25,15 @@ void MaskRegistry::count_entries() { size_.store(entries_.size() + collectives_.
 
 Status MaskRegistry::publish(const void* base, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id,
                              uint64_t scope) {
-  if (!base) return Status::error(Code::kInvalidArgument, "buffer address is null");
-  if (!mask || mask->count() == 0) return Status::error(Code::kInvalidArgument, "mask has no elements");
+  if (!base) return error(Code::kInvalidArgument, "buffer address is null");
+  if (!mask || mask->count() == 0) return error(Code::kInvalidArgument, "mask has no elements");
   const uintptr_t start = reinterpret_cast<uintptr_t>(base);
   uint64_t bytes = 0;
   uintptr_t end = 0;
   if (__builtin_mul_overflow(mask->count(), uint64_t(dtype_size(dtype)), &bytes) ||
       __builtin_add_overflow(start, bytes, &end))
-    return Status::error(Code::kOutOfRange, "a buffer of " + std::to_string(mask->count()) + " " + dtype_name(dtype) +
-                                                " elements at this address wraps around the address space");
+    return error(Code::kOutOfRange, "a buffer of " + std::to_string(mask->count()) + " " + dtype_name(dtype) +
+                                        " elements at this address wraps around the address space");
 
   std::unique_lock lock(mutex_);
   // Unstage every entry overlapping [start, end): the one starting before `start` (if it reaches
@@ -45,9 +45,9 @@ Status MaskRegistry::publish(const void* base, DType dtype, std::shared_ptr<cons
   }
   for (auto o = it; o != entries_.end() && o->first < end; ++o)
     if (o->second->scope() != scope)
-      return Status::error(Code::kOutOfRange,
-                           "the buffer overlaps a mask staged for another communicator (or for "
-                           "every communicator); retract that one first");
+      return error(Code::kOutOfRange,
+                   "the buffer overlaps a mask staged for another communicator (or for "
+                   "every communicator); retract that one first");
   while (it != entries_.end() && it->first < end) {
     unstage(it->second);
     it = entries_.erase(it);
@@ -58,32 +58,31 @@ Status MaskRegistry::publish(const void* base, DType dtype, std::shared_ptr<cons
   count_entries();
   if (id) *id = new_id;
   ++generation_;
-  return Status::ok_status();
+  return ok_status();
 }
 
 Status MaskRegistry::publish_collective(MaskTarget target, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id,
                                         uint64_t scope) {
-  if (target == MaskTarget::kBuffer)
-    return Status::error(Code::kInvalidArgument, "a collective's mask needs a collective");
-  if (!mask || mask->count() == 0) return Status::error(Code::kInvalidArgument, "mask has no elements");
+  if (target == MaskTarget::kBuffer) return error(Code::kInvalidArgument, "a collective's mask needs a collective");
+  if (!mask || mask->count() == 0) return error(Code::kInvalidArgument, "mask has no elements");
   std::unique_lock lock(mutex_);
   const uint64_t new_id = next_id_++;
   collectives_.push_back(std::make_shared<const PublishedMask>(0, dtype, new_id, std::move(mask), target, scope));
   count_entries();
   if (id) *id = new_id;
   ++generation_;
-  return Status::ok_status();
+  return ok_status();
 }
 
 Status MaskRegistry::retract(const void* base) {
   std::unique_lock lock(mutex_);
   auto it = entries_.find(reinterpret_cast<uintptr_t>(base));
-  if (it == entries_.end()) return Status::error(Code::kNotFound, "no mask is published at this address");
+  if (it == entries_.end()) return error(Code::kNotFound, "no mask is published at this address");
   unstage(it->second);
   entries_.erase(it);
   count_entries();
   ++generation_;
-  return Status::ok_status();
+  return ok_status();
 }
 
 Status MaskRegistry::retract_id(uint64_t id) {
@@ -94,14 +93,13 @@ Status MaskRegistry::retract_id(uint64_t id) {
     entries_.erase(it);
   } else {
     auto c = std::find_if(collectives_.begin(), collectives_.end(), [id](const auto& e) { return e->id() == id; });
-    if (c == collectives_.end())
-      return Status::error(Code::kNotFound, "no published mask has id " + std::to_string(id));
+    if (c == collectives_.end()) return error(Code::kNotFound, "no published mask has id " + std::to_string(id));
     unstage(*c);
     collectives_.erase(c);
   }
   count_entries();
   ++generation_;
-  return Status::ok_status();
+  return ok_status();
 }
 
 std::shared_ptr<const PublishedMask> MaskRegistry::find(const void* base) const {
@@ -140,17 +138,17 @@ StagedEntries MaskRegistry::snapshot(uint64_t scope) const {
 Status MaskRegistry::released(uint64_t id, bool* out) const {
   std::unique_lock lock(mutex_);  // prunes unstaged_
   if (id == 0 || id >= next_id_)
-    return Status::error(Code::kNotFound, "no mask was ever published with id " + std::to_string(id));
+    return error(Code::kNotFound, "no mask was ever published with id " + std::to_string(id));
   const auto staged = [id](const std::shared_ptr<const PublishedMask>& e) { return e->id() == id; };
   if (std::any_of(collectives_.begin(), collectives_.end(), staged) ||
       std::any_of(entries_.begin(), entries_.end(), [&](const auto& e) { return staged(e.second); })) {
     *out = false;
-    return Status::ok_status();
+    return ok_status();
   }
   auto it = unstaged_.find(id);
   if (it != unstaged_.end() && it->second.expired()) unstaged_.erase(it), it = unstaged_.end();
   *out = it == unstaged_.end();
-  return Status::ok_status();
+  return ok_status();
 }
 
 uint64_t MaskRegistry::generation() const {

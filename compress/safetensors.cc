@@ -15,7 +15,7 @@
 namespace sieve::compress {
 namespace {
 
-Status malformed(const std::string& what) { return Status::error(Code::kMalformed, what); }
+Status malformed(const std::string& what) { return error(Code::kMalformed, what); }
 
 std::string quoted(const std::string& name) { return "tensor \"" + name + "\""; }
 
@@ -54,7 +54,7 @@ Status read_tensor(const std::string& name, const json::Value& v, uint64_t data_
   if (__builtin_mul_overflow(t->elements, uint64_t(element_size), &bytes) || bytes != t->end - t->begin)
     return malformed(quoted(name) + ": shape and dtype need " + std::to_string(bytes) +
                      " bytes but data_offsets span " + std::to_string(t->end - t->begin));
-  return Status::ok_status();
+  return ok_status();
 }
 
 }  // namespace
@@ -69,7 +69,7 @@ size_t safetensors_dtype_size(const std::string& dtype) {
 }
 
 Status parse_safetensors(const uint8_t* bytes, size_t size, SafetensorsView* out) {
-  if (!bytes && size) return Status::error(Code::kInvalidArgument, "no file contents");
+  if (!bytes && size) return error(Code::kInvalidArgument, "no file contents");
   if (size < 8)
     return malformed("file of " + std::to_string(size) + " bytes is too short for the 8-byte header length");
   uint64_t header = 0;
@@ -125,7 +125,7 @@ Status parse_safetensors(const uint8_t* bytes, size_t size, SafetensorsView* out
   if (expected != view.data_size)
     return malformed("data section has " + std::to_string(view.data_size - expected) + " bytes no tensor describes");
   *out = std::move(view);
-  return Status::ok_status();
+  return ok_status();
 }
 
 Status masks_from_safetensors(const uint8_t* bytes, size_t size, MaskFile* out) {
@@ -159,7 +159,7 @@ Status masks_from_safetensors(const uint8_t* bytes, size_t size, MaskFile* out) 
     file.combined.copy_bits(m.first, part, 0, part.count());
   }
   *out = std::move(file);
-  return Status::ok_status();
+  return ok_status();
 }
 
 uint64_t default_mask_file_limit() {
@@ -175,30 +175,30 @@ Status load_mask_file(const std::string& path, MaskFile* out, uint64_t max_bytes
   if (max_bytes == 0) max_bytes = default_mask_file_limit();
   // Non-blocking, so a FIFO cannot stall the caller; the type is checked before anything is read.
   const int raw = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (raw < 0) return Status::error(Code::kIo, "cannot open " + path + ": " + std::strerror(errno));
+  if (raw < 0) return error(Code::kIo, "cannot open " + path + ": " + std::strerror(errno));
   std::unique_ptr<int, void (*)(int*)> fd(new int(raw), [](int* f) {
     ::close(*f);
     delete f;
   });
   struct stat info {};
-  if (::fstat(raw, &info) != 0) return Status::error(Code::kIo, "cannot stat " + path + ": " + std::strerror(errno));
-  if (S_ISDIR(info.st_mode)) return Status::error(Code::kInvalidArgument, path + " is a directory, not a mask file");
-  if (!S_ISREG(info.st_mode)) return Status::error(Code::kInvalidArgument, path + " is not a regular file");
+  if (::fstat(raw, &info) != 0) return error(Code::kIo, "cannot stat " + path + ": " + std::strerror(errno));
+  if (S_ISDIR(info.st_mode)) return error(Code::kInvalidArgument, path + " is a directory, not a mask file");
+  if (!S_ISREG(info.st_mode)) return error(Code::kInvalidArgument, path + " is not a regular file");
   const uint64_t size = static_cast<uint64_t>(info.st_size);
   if (size > max_bytes)
-    return Status::error(Code::kInvalidArgument, path + " is " + std::to_string(size) + " bytes, more than the " +
-                                                     std::to_string(max_bytes) + "-byte limit");
+    return error(Code::kInvalidArgument, path + " is " + std::to_string(size) + " bytes, more than the " +
+                                             std::to_string(max_bytes) + "-byte limit");
   std::vector<uint8_t> bytes(static_cast<size_t>(size));
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::read(raw, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::error(Code::kIo, "cannot read " + path + ": " + std::strerror(errno));
-    if (n == 0) return Status::error(Code::kIo, "cannot read " + path + ": it shrank while read");
+    if (n < 0) return error(Code::kIo, "cannot read " + path + ": " + std::strerror(errno));
+    if (n == 0) return error(Code::kIo, "cannot read " + path + ": it shrank while read");
     done += static_cast<size_t>(n);
   }
   Status s = masks_from_safetensors(bytes.data(), bytes.size(), out);
-  if (!s.ok()) return Status::error(s.code(), path + ": " + s.message());
+  if (!s.ok()) return error(s.code(), path + ": " + s.message());
   return s;
 }
 

@@ -16,20 +16,21 @@ enum class Code {
   kIo,               // the operating system refused (open, read)
 };
 
-class Status {
+class [[nodiscard]] Status {
  public:
   Status() = default;
-  static Status ok_status() { return Status(); }
-  static Status error(Code code, std::string message) { return Status(code, std::move(message)); }
+  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
 
  private:
-  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
   Code code_ = Code::kOk;
   std::string message_;
 };
+
+inline Status ok_status() { return {}; }
+inline Status error(Code code, std::string message) { return Status(code, std::move(message)); }
 
 }  // namespace sieve::compress

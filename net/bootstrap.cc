@@ -9,33 +9,33 @@ namespace {
 
 Status check_device_index(int dev, size_t count) {
   if (dev < 0 || static_cast<size_t>(dev) >= count)
-    return error(Code::InvalidArgument,
+    return error(Code::kInvalidArgument,
                  "device " + std::to_string(dev) + " does not exist (" + std::to_string(count) + " devices)");
-  return Status::ok();
+  return ok_status();
 }
 
 }  // namespace
 
 Status open_bootstrap_listener(const std::vector<Device>& devices, int dev, Handle* handle, BootstrapListener* out) {
   Status st = check_device_index(dev, devices.size());
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   SocketAddress bound;
   st = make_listener(devices[dev].address, &out->fd, &bound);
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   wire::HandleFields fields;
   fields.address = bound;
   fields.listener_nonce = random64();
   wire::encode_handle(fields, handle->bytes);
   out->address = bound.text();
   out->nonce = fields.listener_nonce;
-  return Status::ok();
+  return ok_status();
 }
 
 Status read_peer_handle(const std::vector<Device>& devices, int dev, const Handle& handle, wire::HandleFields* out) {
   Status st = check_device_index(dev, devices.size());
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   st = wire::decode_handle(handle.bytes, out);
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   const Device& local = devices[dev];
   SocketAddress& remote = out->address;
   if (remote.family() == AF_INET6 && local.address.family() == AF_INET6) {
@@ -43,13 +43,14 @@ Status read_peer_handle(const std::vector<Device>& devices, int dev, const Handl
     if (IN6_IS_ADDR_LINKLOCAL(&r->sin6_addr))
       r->sin6_scope_id = reinterpret_cast<const sockaddr_in6*>(&local.address.storage)->sin6_scope_id;
   }
-  return Status::ok();
+  return ok_status();
 }
 
 Status check_common_options(const TransportOptions& o) {
   if (o.peer_timeout_ms < 100)
-    return error(Code::InvalidArgument, "SIEVE_PEER_TIMEOUT_MS=" + std::to_string(o.peer_timeout_ms) + " is below 100");
-  return Status::ok();
+    return error(Code::kInvalidArgument,
+                 "SIEVE_PEER_TIMEOUT_MS=" + std::to_string(o.peer_timeout_ms) + " is below 100");
+  return ok_status();
 }
 
 topology::Machine placement_machine(const topology::Options& options) {
@@ -74,7 +75,7 @@ Status ConnectAttempts::progress(Handle* handle, const wire::HandleFields& field
     if (id != 0) {
       auto it = attempts_.find(id);
       if (it == attempts_.end())
-        return error(Code::InvalidArgument, "handle names a connect attempt this process does not know");
+        return error(Code::kInvalidArgument, "handle names a connect attempt this process does not know");
       attempt = it->second.get();
     } else {
       id = ++last_id_;
@@ -84,7 +85,7 @@ Status ConnectAttempts::progress(Handle* handle, const wire::HandleFields& field
   }
   // Outside the lock: other connects (other comms of NCCL's proxy thread) progress meanwhile.
   Status st = attempt->progress(comm);
-  if (!st.is_ok() || *comm) {
+  if (!st.ok() || *comm) {
     std::lock_guard<std::mutex> lock(mutex_);
     attempts_.erase(id);
     wire::set_handle_pending(handle->bytes, 0);

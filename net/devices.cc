@@ -159,7 +159,7 @@ void place_devices(const topology::Machine& machine, std::vector<Device>& device
 
 Status discover_devices(const DeviceFilter& filter, const topology::Machine& machine, std::vector<Device>* out) {
   ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return error(Code::SystemError, std::string("getifaddrs: ") + std::strerror(errno));
+  if (getifaddrs(&list) != 0) return error(Code::kSystemError, std::string("getifaddrs: ") + std::strerror(errno));
   std::vector<InterfaceAddress> candidates;
   for (ifaddrs* a = list; a; a = a->ifa_next) {
     if (!a->ifa_addr) continue;
@@ -176,12 +176,12 @@ Status discover_devices(const DeviceFilter& filter, const topology::Machine& mac
   freeifaddrs(list);
   *out = select_devices(candidates, filter);
   if (out->empty()) {
-    return error(Code::SystemError,
+    return error(Code::kSystemError,
                  "no usable network interface" +
                      (filter.ifname.empty() ? std::string() : " matches SIEVE_SOCKET_IFNAME=" + filter.ifname));
   }
   place_devices(machine, *out);
-  return Status::ok();
+  return ok_status();
 }
 
 }  // namespace sieve::net

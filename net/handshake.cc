@@ -39,7 +39,7 @@ bool writable_now(int fd) {
 }
 
 Status handshake_error(const std::string& peer, const Status& cause) {
-  return error(Code::RemoteError, "handshake with " + peer + " failed: " + cause.message());
+  return error(Code::kRemoteError, "handshake with " + peer + " failed: " + cause.message());
 }
 
 }  // namespace
@@ -68,7 +68,7 @@ Status Connector::progress(Connection* out, bool* done) {
     sockets_.resize(nsocks + 1);
     for (size_t i = 0; i < sockets_.size(); ++i) {
       Status st = start_connect(handle_.address, &sockets_[i].fd);
-      if (!st.is_ok()) return st;
+      if (!st.ok()) return st;
       wire::Hello& h = sockets_[i].hello;
       h.socket_index = static_cast<uint16_t>(i);
       h.nsocks = static_cast<uint16_t>(nsocks);
@@ -82,15 +82,15 @@ Status Connector::progress(Connection* out, bool* done) {
   bool all_done = true;
   for (auto& s : sockets_) {
     Status st = step(s);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
     all_done = all_done && s.stage == Stage::Done;
   }
   if (!all_done) {
     if (Clock::now() > deadline_)
-      return error(Code::RemoteError, "connecting to " + peer_ + ": no complete handshake within " +
-                                          std::to_string(std::max(options_.peer_timeout_ms, kMinConnectWaitMs)) +
-                                          " ms");
-    return Status::ok();
+      return error(Code::kRemoteError, "connecting to " + peer_ + ": no complete handshake within " +
+                                           std::to_string(std::max(options_.peer_timeout_ms, kMinConnectWaitMs)) +
+                                           " ms");
+    return ok_status();
   }
   Connection& c = *out;
   c.peer = peer_;
@@ -102,15 +102,15 @@ Status Connector::progress(Connection* out, bool* done) {
   tune_connection(c.control.get(), options_.peer_timeout_ms);
   for (auto& fd : c.data) tune_connection(fd.get(), options_.peer_timeout_ms);
   *done = true;
-  return Status::ok();
+  return ok_status();
 }
 
 Status Connector::step(Socket& s) {
   const int fd = s.fd.get();
   if (s.stage == Stage::Connecting) {
-    if (!writable_now(fd)) return Status::ok();
+    if (!writable_now(fd)) return ok_status();
     int err = connect_error(fd);
-    if (err) return error(Code::RemoteError, "connecting to " + peer_ + ": " + errno_text(err));
+    if (err) return error(Code::kRemoteError, "connecting to " + peer_ + ": " + errno_text(err));
     s.stage = Stage::SendHello;
     s.message = PartialMessage{};
     s.message.size = wire::kHelloBytes;
@@ -118,28 +118,28 @@ Status Connector::step(Socket& s) {
   }
   if (s.stage == Stage::SendHello) {
     Status st = write_message(fd, &s.message, peer_);
-    if (!st.is_ok()) return handshake_error(peer_, st);
-    if (!s.message.complete()) return Status::ok();
+    if (!st.ok()) return handshake_error(peer_, st);
+    if (!s.message.complete()) return ok_status();
     s.stage = Stage::ReadWelcome;
     s.message = PartialMessage{};
     s.message.size = wire::kWelcomeBytes;
   }
   if (s.stage == Stage::ReadWelcome) {
     Status st = read_message(fd, &s.message, peer_);
-    if (!st.is_ok()) return handshake_error(peer_, st);
-    if (!s.message.complete()) return Status::ok();
+    if (!st.ok()) return handshake_error(peer_, st);
+    if (!s.message.complete()) return ok_status();
     wire::Welcome w;
     st = wire::decode_welcome(s.message.data, &w);
-    if (!st.is_ok()) return handshake_error(peer_, st);
+    if (!st.ok()) return handshake_error(peer_, st);
     Digest expected = wire::handshake_mac(options_.job_token, wire::Role::Listener, s.hello, w.server_nonce);
     if (!digest_equal(expected.data(), w.mac.data(), expected.size()))
       return error(
-          Code::RemoteError,
+          Code::kRemoteError,
           "listener " + peer_ + " did not prove the job token (SIEVE_JOB_TOKEN differs or is set on one side only)");
     if ((w.caps & wire::kCapVerbs) != (s.hello.caps & wire::kCapVerbs))
-      return error(Code::InvalidUsage, "listener " + peer_ + " uses the " + carrier_name(w.caps) +
-                                           " transport, this side " + carrier_name(s.hello.caps) +
-                                           ": set SIEVE_TRANSPORT alike on every node");
+      return error(Code::kInvalidUsage, "listener " + peer_ + " uses the " + carrier_name(w.caps) +
+                                            " transport, this side " + carrier_name(s.hello.caps) +
+                                            ": set SIEVE_TRANSPORT alike on every node");
     s.caps = w.caps & s.hello.caps;
     wire::Proof proof{wire::handshake_mac(options_.job_token, wire::Role::Connector, s.hello, w.server_nonce)};
     s.stage = Stage::SendProof;
@@ -149,10 +149,10 @@ Status Connector::step(Socket& s) {
   }
   if (s.stage == Stage::SendProof) {
     Status st = write_message(fd, &s.message, peer_);
-    if (!st.is_ok()) return handshake_error(peer_, st);
+    if (!st.ok()) return handshake_error(peer_, st);
     if (s.message.complete()) s.stage = Stage::Done;
   }
-  return Status::ok();
+  return ok_status();
 }
 
 // ---------------------------------------------------------------- listener
@@ -211,7 +211,7 @@ void HandshakeListener::accept_new() {
     SocketAddress peer;
     bool got = false;
     Status st = accept_one(listener_.get(), &fd, &peer, &got);
-    if (!st.is_ok()) {
+    if (!st.ok()) {
       warn(": " + st.message());  // out of descriptors, say: once per call would flood the log
       return;
     }
@@ -279,13 +279,13 @@ bool HandshakeListener::step(Pending& p) {
   const int fd = p.fd.get();
   if (p.stage == Stage::ReadHello) {
     Status st = read_message(fd, &p.message, p.peer);
-    if (!st.is_ok()) {
+    if (!st.ok()) {
       reject(p.peer, st.message());
       return false;
     }
     if (!p.message.complete()) return true;
     st = wire::decode_hello(p.message.data, &p.hello);
-    if (!st.is_ok()) {
+    if (!st.ok()) {
       reject(p.peer, st.message());
       return false;
     }
@@ -307,7 +307,7 @@ bool HandshakeListener::step(Pending& p) {
   }
   if (p.stage == Stage::SendWelcome) {
     Status st = write_message(fd, &p.message, p.peer);
-    if (!st.is_ok()) {
+    if (!st.ok()) {
       reject(p.peer, st.message());
       return false;
     }
@@ -322,14 +322,14 @@ bool HandshakeListener::step(Pending& p) {
   }
   if (p.stage == Stage::ReadProof) {
     Status st = read_message(fd, &p.message, p.peer);
-    if (!st.is_ok()) {
+    if (!st.ok()) {
       reject(p.peer, st.message());
       return false;
     }
     if (!p.message.complete()) return true;
     wire::Proof proof;
     st = wire::decode_proof(p.message.data, &proof);
-    if (!st.is_ok()) {
+    if (!st.ok()) {
       reject(p.peer, st.message());
       return false;
     }

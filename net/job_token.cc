@@ -52,9 +52,9 @@ double job_token_bits(const std::string& token) {
 }
 
 Status check_job_token(const std::string& token) {
-  if (token.empty()) return Status::ok();
+  if (token.empty()) return ok_status();
   const double bits = job_token_bits(token);
-  if (bits >= kMinJobTokenBits) return Status::ok();
+  if (bits >= kMinJobTokenBits) return ok_status();
   const std::string body = without_padding(token);
   char text[400];
   std::snprintf(text, sizeof text,
@@ -62,7 +62,7 @@ Status check_job_token(const std::string& token) {
                 "at least %d are required (length x log2 of the alphabet: e.g. 32 hex digits, `openssl rand -hex 16`, "
                 "or 22 base64 characters)",
                 body.size(), alphabet_of(body), bits, kMinJobTokenBits);
-  return error(Code::InvalidUsage, text);
+  return error(Code::kInvalidUsage, text);
 }
 
 bool address_is_local(const SocketAddress& address) {

@@ -28,7 +28,7 @@ std::string errno_text(int err) { return std::strerror(err); }
 
 namespace {
 
-Status sys_error(const std::string& what, int err) { return error(Code::SystemError, what + ": " + errno_text(err)); }
+Status sys_error(const std::string& what, int err) { return error(Code::kSystemError, what + ": " + errno_text(err)); }
 
 }  // namespace
 
@@ -48,7 +48,7 @@ Status make_listener(const SocketAddress& address, Fd* out, SocketAddress* bound
     return sys_error("getsockname", errno);
   bound->length = len;
   *out = std::move(fd);
-  return Status::ok();
+  return ok_status();
 }
 
 Status start_connect(const SocketAddress& address, Fd* out) {
@@ -58,9 +58,9 @@ Status start_connect(const SocketAddress& address, Fd* out) {
   ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address.storage), address.length) != 0 &&
       errno != EINPROGRESS)
-    return error(Code::RemoteError, "connect to " + address.text() + ": " + errno_text(errno));
+    return error(Code::kRemoteError, "connect to " + address.text() + ": " + errno_text(errno));
   *out = std::move(fd);
-  return Status::ok();
+  return ok_status();
 }
 
 int connect_error(int fd) {
@@ -78,13 +78,12 @@ Status accept_one(int listen_fd, Fd* out, SocketAddress* peer, bool* got_one) {
   if (fd < 0) {
     int err = errno;
     // A client that vanished between SYN and accept is its own problem, not the listener's.
-    if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED || err == EPROTO)
-      return Status::ok();
+    if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED || err == EPROTO) return ok_status();
     return sys_error("accept", err);
   }
   *got_one = true;
   out->reset(fd);
-  return Status::ok();
+  return ok_status();
 }
 
 void tune_connection(int fd, int peer_timeout_ms) {
@@ -121,7 +120,7 @@ int AckWatch::remaining_ms(int timeout_ms) const {
 Status AckWatch::check(int fd, int timeout_ms, const std::string& peer) {
   tcp_info info{};
   socklen_t length = sizeof(info);
-  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return Status::ok();  // cannot tell: not dead
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return ok_status();  // cannot tell: not dead
   // What tells a live receiver from a vanished one: a live receiver that stops reading closes its
   // window; one that reads acknowledges. Data waiting behind an open window with no acknowledgement
   // is a vanished host or a cut network, whichever side drops the packets: retransmissions are not
@@ -133,7 +132,7 @@ Status AckWatch::check(int fd, int timeout_ms, const std::string& peer) {
   const bool unanswered = waiting && (window_known ? info.tcpi_snd_wnd > 0 : info.tcpi_retransmits > 0);
   if (!unanswered) {
     reset();
-    return Status::ok();
+    return ok_status();
   }
   const int64_t now = steady_ms();
   // Unanswered since the later of the last acknowledgement and the last write (or, where the caller
@@ -145,10 +144,10 @@ Status AckWatch::check(int fd, int timeout_ms, const std::string& peer) {
     unanswered_since_ms_ = std::max(now - static_cast<int64_t>(info.tcpi_last_ack_recv), written);
   }
   if (now - unanswered_since_ms_ >= timeout_ms)
-    return error(Code::RemoteError, "peer " + peer + " acknowledged nothing for " +
-                                        std::to_string(now - unanswered_since_ms_) +
-                                        " ms (its host is down or the network is cut; SIEVE_PEER_TIMEOUT_MS)");
-  return Status::ok();
+    return error(Code::kRemoteError, "peer " + peer + " acknowledged nothing for " +
+                                         std::to_string(now - unanswered_since_ms_) +
+                                         " ms (its host is down or the network is cut; SIEVE_PEER_TIMEOUT_MS)");
+  return ok_status();
 }
 
 int unacknowledged_bytes(int fd) {
@@ -211,23 +210,23 @@ Status read_message(int fd, PartialMessage* m, const std::string& peer) {
   while (!m->complete()) {
     iovec v{m->data + m->done, m->size - m->done};
     IoResult r = read_some(fd, &v, 1);
-    if (r.would_block) return Status::ok();
-    if (r.closed) return error(Code::RemoteError, "peer " + peer + " closed the connection during the handshake");
-    if (r.error) return error(Code::RemoteError, "reading from " + peer + ": " + errno_text(r.error));
+    if (r.would_block) return ok_status();
+    if (r.closed) return error(Code::kRemoteError, "peer " + peer + " closed the connection during the handshake");
+    if (r.error) return error(Code::kRemoteError, "reading from " + peer + ": " + errno_text(r.error));
     m->done += r.bytes;
   }
-  return Status::ok();
+  return ok_status();
 }
 
 Status write_message(int fd, PartialMessage* m, const std::string& peer) {
   while (!m->complete()) {
     iovec v{m->data + m->done, m->size - m->done};
     IoResult r = write_some(fd, &v, 1);
-    if (r.would_block) return Status::ok();
-    if (r.error) return error(Code::RemoteError, "writing to " + peer + ": " + errno_text(r.error));
+    if (r.would_block) return ok_status();
+    if (r.error) return error(Code::kRemoteError, "writing to " + peer + ": " + errno_text(r.error));
     m->done += r.bytes;
   }
-  return Status::ok();
+  return ok_status();
 }
 
 uint64_t random64() {

@@ -4,12 +4,12 @@ namespace sieve::net {
 
 const char* code_name(Code code) {
   switch (code) {
-    case Code::Ok: return "ok";
-    case Code::InvalidArgument: return "invalid argument";
-    case Code::InvalidUsage: return "invalid usage";
-    case Code::SystemError: return "system error";
-    case Code::RemoteError: return "remote error";
-    case Code::InternalError: return "internal error";
+    case Code::kOk: return "ok";
+    case Code::kInvalidArgument: return "invalid argument";
+    case Code::kInvalidUsage: return "invalid usage";
+    case Code::kSystemError: return "system error";
+    case Code::kRemoteError: return "remote error";
+    case Code::kInternalError: return "internal error";
   }
   return "?";
 }

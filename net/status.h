@@ -7,12 +7,12 @@
 namespace sieve::net {
 
 enum class Code {
-  Ok,
-  InvalidArgument,  // the caller passed something malformed (bad handle, bad device)
-  InvalidUsage,     // legal calls in an illegal combination (send larger than the posted receive)
-  SystemError,      // the OS refused (socket, thread, memory)
-  RemoteError,      // the peer closed, reset, went silent or broke the protocol
-  InternalError,    // unsupported request or a Sieve bug
+  kOk,
+  kInvalidArgument,  // the caller passed something malformed (bad handle, bad device)
+  kInvalidUsage,     // legal calls in an illegal combination (send larger than the posted receive)
+  kSystemError,      // the OS refused (socket, thread, memory)
+  kRemoteError,      // the peer closed, reset, went silent or broke the protocol
+  kInternalError,    // unsupported request or a Sieve bug
 };
 
 const char* code_name(Code code);
@@ -22,16 +22,16 @@ class [[nodiscard]] Status {
   Status() = default;
   Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
 
-  static Status ok() { return {}; }
-  bool is_ok() const { return code_ == Code::Ok; }
+  bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
 
  private:
-  Code code_ = Code::Ok;
+  Code code_ = Code::kOk;
   std::string message_;
 };
 
+inline Status ok_status() { return {}; }
 inline Status error(Code code, std::string message) { return Status(code, std::move(message)); }
 
 }  // namespace sieve::net

@@ -8,12 +8,12 @@ namespace {
 Status host_only_registration(const MemoryDescriptor& memory, std::unique_ptr<MemoryRegion>* out) {
   out->reset();
   if (memory.is_dmabuf())
-    return error(Code::InternalError, "dma-buf registration is not supported by the TCP transport (host memory only)");
+    return error(Code::kInternalError, "dma-buf registration is not supported by the TCP transport (host memory only)");
   if (memory.cuda)
-    return error(Code::InternalError, "GPU memory cannot be registered with the TCP transport (host memory only)");
+    return error(Code::kInternalError, "GPU memory cannot be registered with the TCP transport (host memory only)");
   // Host memory is read and written by the kernel's socket calls: nothing to pin, nothing to keep.
   *out = std::make_unique<MemoryRegion>();
-  return Status::ok();
+  return ok_status();
 }
 
 }  // namespace
@@ -28,7 +28,7 @@ Status RecvComm::register_memory(const MemoryDescriptor& memory, std::unique_ptr
 
 Status RecvComm::flush(void*, size_t, MemoryRegion*, Request** request) {
   *request = nullptr;
-  return Status::ok();
+  return ok_status();
 }
 
 Transport::Choice Transport::choose(Asked asked, bool verbs_usable, size_t active_ports,

@@ -7,7 +7,7 @@ namespace sieve::net {
 
 Status Transport::create_ib(const TransportOptions&, std::unique_ptr<Transport>* out) {
   out->reset();
-  return error(Code::SystemError, kVerbsNotBuilt);
+  return error(Code::kSystemError, kVerbsNotBuilt);
 }
 
 }  // namespace sieve::net

@@ -40,7 +40,7 @@ uint64_t get64(const uint8_t* p) {
 Status bad(const char* what, uint32_t got) {
   char text[96];
   std::snprintf(text, sizeof(text), "bad %s magic 0x%08x", what, got);
-  return error(Code::RemoteError, text);
+  return error(Code::kRemoteError, text);
 }
 
 }  // namespace
@@ -65,10 +65,10 @@ void encode_handle(const HandleFields& h, uint8_t* out) {
 }
 
 Status decode_handle(const uint8_t* in, HandleFields* h) {
-  if (get32(in) != kHandleMagic) return error(Code::InvalidArgument, "not a Sieve handle (bad magic)");
+  if (get32(in) != kHandleMagic) return error(Code::kInvalidArgument, "not a Sieve handle (bad magic)");
   if (get16(in + 4) != kVersion)
-    return error(Code::InvalidArgument, "Sieve handle of version " + std::to_string(get16(in + 4)) +
-                                            ", this library speaks " + std::to_string(kVersion));
+    return error(Code::kInvalidArgument, "Sieve handle of version " + std::to_string(get16(in + 4)) +
+                                             ", this library speaks " + std::to_string(kVersion));
   *h = HandleFields{};
   uint16_t family = get16(in + 6);
   if (family == 4) {
@@ -85,13 +85,13 @@ Status decode_handle(const uint8_t* in, HandleFields* h) {
     std::memcpy(&h->address.storage, &in6, sizeof(in6));
     h->address.length = sizeof(in6);
   } else {
-    return error(Code::InvalidArgument, "Sieve handle with unknown address family " + std::to_string(family));
+    return error(Code::kInvalidArgument, "Sieve handle with unknown address family " + std::to_string(family));
   }
   h->address.set_port(get16(in + 8));
-  if (h->address.port() == 0) return error(Code::InvalidArgument, "Sieve handle without a port");
+  if (h->address.port() == 0) return error(Code::kInvalidArgument, "Sieve handle without a port");
   h->listener_nonce = get64(in + 32);
   h->pending_connect = get64(in + kPendingOffset);
-  return Status::ok();
+  return ok_status();
 }
 
 uint64_t handle_pending(const uint8_t* in) { return get64(in + kPendingOffset); }
@@ -113,7 +113,7 @@ void encode_hello(const Hello& h, uint8_t* out) {
 Status decode_hello(const uint8_t* in, Hello* h) {
   if (get32(in) != kHelloMagic) return bad("hello", get32(in));
   if (get16(in + 4) != kVersion)
-    return error(Code::RemoteError, "peer speaks protocol version " + std::to_string(get16(in + 4)));
+    return error(Code::kRemoteError, "peer speaks protocol version " + std::to_string(get16(in + 4)));
   h->socket_index = get16(in + 6);
   h->nsocks = get16(in + 8);
   h->caps = get32(in + 12);
@@ -124,11 +124,11 @@ Status decode_hello(const uint8_t* in, Hello* h) {
   // A verbs connection is its bootstrap socket alone; a TCP one has 1-16 data sockets besides.
   const bool verbs = (h->caps & kCapVerbs) != 0;
   if ((verbs ? h->nsocks != 0 : h->nsocks < 1) || h->nsocks > 16 || h->socket_index > h->nsocks)
-    return error(Code::RemoteError,
+    return error(Code::kRemoteError,
                  "hello with socket " + std::to_string(h->socket_index) + " of " + std::to_string(h->nsocks));
   if (h->chunk_size < 4096 || h->chunk_size > (1ull << 30))
-    return error(Code::RemoteError, "hello with chunk size " + std::to_string(h->chunk_size));
-  return Status::ok();
+    return error(Code::kRemoteError, "hello with chunk size " + std::to_string(h->chunk_size));
+  return ok_status();
 }
 
 void encode_welcome(const Welcome& w, uint8_t* out) {
@@ -143,11 +143,11 @@ void encode_welcome(const Welcome& w, uint8_t* out) {
 Status decode_welcome(const uint8_t* in, Welcome* w) {
   if (get32(in) != kWelcomeMagic) return bad("welcome", get32(in));
   if (get16(in + 4) != kVersion)
-    return error(Code::RemoteError, "peer speaks protocol version " + std::to_string(get16(in + 4)));
+    return error(Code::kRemoteError, "peer speaks protocol version " + std::to_string(get16(in + 4)));
   w->caps = get32(in + 8);
   w->server_nonce = get64(in + 16);
   std::memcpy(w->mac.data(), in + 24, w->mac.size());
-  return Status::ok();
+  return ok_status();
 }
 
 void encode_proof(const Proof& p, uint8_t* out) {
@@ -159,7 +159,7 @@ void encode_proof(const Proof& p, uint8_t* out) {
 Status decode_proof(const uint8_t* in, Proof* p) {
   if (get32(in) != kProofMagic) return bad("proof", get32(in));
   std::memcpy(p->mac.data(), in + 8, p->mac.size());
-  return Status::ok();
+  return ok_status();
 }
 
 Digest handshake_mac(const std::string& token, Role role, const Hello& hello, uint64_t server_nonce) {
@@ -183,14 +183,14 @@ Status decode_frame(const uint8_t* in, uint64_t expected_sequence, uint32_t allo
   f->sequence = get64(in + 8);
   f->length = get64(in + 16);
   if (f->sequence != expected_sequence)
-    return error(Code::RemoteError,
+    return error(Code::kRemoteError,
                  "frame sequence " + std::to_string(f->sequence) + ", expected " + std::to_string(expected_sequence));
   if (f->flags & ~allowed_flags) {
     char text[64];
     std::snprintf(text, sizeof(text), "frame with unexpected flags 0x%x", f->flags);
-    return error(Code::RemoteError, text);
+    return error(Code::kRemoteError, text);
   }
-  return Status::ok();
+  return ok_status();
 }
 
 void encode_chunk(const ChunkHeader& c, uint8_t* out) {
@@ -203,11 +203,11 @@ void encode_chunk(const ChunkHeader& c, uint8_t* out) {
 Status check_chunk(const uint8_t* in, const ChunkHeader& expected) {
   if (get32(in) != kChunkMagic) return bad("chunk", get32(in));
   if (get32(in + 4) != expected.length || get64(in + 8) != expected.sequence || get64(in + 16) != expected.offset)
-    return error(Code::RemoteError, "chunk header out of step with the stream (message " +
-                                        std::to_string(get64(in + 8)) + " offset " + std::to_string(get64(in + 16)) +
-                                        ", expected message " + std::to_string(expected.sequence) + " offset " +
-                                        std::to_string(expected.offset) + ")");
-  return Status::ok();
+    return error(Code::kRemoteError, "chunk header out of step with the stream (message " +
+                                         std::to_string(get64(in + 8)) + " offset " + std::to_string(get64(in + 16)) +
+                                         ", expected message " + std::to_string(expected.sequence) + " offset " +
+                                         std::to_string(expected.offset) + ")");
+  return ok_status();
 }
 
 StripePlan plan_stripes(uint64_t length, int nsocks, uint64_t chunk_size) {

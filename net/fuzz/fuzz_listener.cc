@@ -76,7 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   loopback.length = sizeof a;
   Fd listen_fd;
   SocketAddress bound;
-  if (!make_listener(loopback, &listen_fd, &bound).is_ok()) return 0;
+  if (!make_listener(loopback, &listen_fd, &bound).ok()) return 0;
   TransportOptions options;
   options.peer_timeout_ms = 60000;  // no deadline inside one run: the outcome must not depend on timing
   const Carrier carrier = (in.byte() & 1) ? Carrier::Verbs : Carrier::Tcp;
@@ -120,7 +120,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         uint8_t welcome[wire::kWelcomeBytes];
         if (::recv(c->fd.get(), welcome, sizeof welcome, MSG_DONTWAIT) != static_cast<ssize_t>(sizeof welcome)) break;
         wire::Welcome w;
-        if (!wire::decode_welcome(welcome, &w).is_ok()) break;
+        if (!wire::decode_welcome(welcome, &w).ok()) break;
         wire::Proof proof{wire::handshake_mac("", wire::Role::Connector, c->hello, w.server_nonce)};
         if (in.byte() & 1) proof.mac[0] ^= 1;
         uint8_t bytes[wire::kProofBytes];

@@ -54,14 +54,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.progress = TransportOptions::Progress::Inline;
   options.peer_timeout_ms = 60000;
   TcpRecvComm comm(std::move(connection), options);
-  if (!comm.start(StripeWorker::Direction::Receive).is_ok()) return 0;
+  if (!comm.start(StripeWorker::Direction::Receive).ok()) return 0;
 
   size_t capacity[2];
   for (size_t& c : capacity) c = (size_t{in.byte()} << 8 | in.byte()) * 16;  // up to 1 MiB
   std::vector<std::vector<char>> buffers = {std::vector<char>(capacity[0] + 1), std::vector<char>(capacity[1] + 1)};
   Request* requests[2] = {nullptr, nullptr};
   for (int r = 0; r < 2; ++r)
-    if (!comm.irecv(buffers[r].data(), capacity[r], &requests[r]).is_ok()) return 0;
+    if (!comm.irecv(buffers[r].data(), capacity[r], &requests[r]).ok()) return 0;
 
   while (in.size > 0) {  // records: socket, length, bytes
     const size_t socket = in.byte() % senders.size();
@@ -79,10 +79,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int tests = 0;
     for (; tests < 100000; ++tests) {
       st = requests[r]->test(&done);
-      if (!st.is_ok() || done.done) break;
+      if (!st.ok() || done.done) break;
     }
     if (tests == 100000) std::abort();  // neither done nor failed after its peer closed: a hang
-    if (!st.is_ok()) break;             // the comm failed: later requests fail with it
+    if (!st.ok()) break;                // the comm failed: later requests fail with it
     if (done.size > capacity[r]) std::abort();
   }
   return 0;

@@ -22,18 +22,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size < ib::kSetupBytes) return 0;
     std::vector<uint8_t> in(data, data + ib::kSetupBytes);  // exact size: reads past it are caught
     ib::SetupInfo info;
-    if (!ib::decode_setup(in.data(), &info).is_ok()) return 0;
+    if (!ib::decode_setup(in.data(), &info).ok()) return 0;
     if (info.qpn.empty() || info.qpn.size() > size_t(ib::kMaxQps) || info.psn.size() != info.qpn.size()) std::abort();
     uint8_t out[ib::kSetupBytes];
     ib::encode_setup(info, out);
     ib::SetupInfo again;
-    if (!ib::decode_setup(out, &again).is_ok() || again.qpn != info.qpn || again.psn != info.psn ||
+    if (!ib::decode_setup(out, &again).ok() || again.qpn != info.qpn || again.psn != info.psn ||
         again.mtu != info.mtu || again.lid != info.lid || again.pkey != info.pkey)
       std::abort();
     return 0;
   }
   ib::HcaSpec spec;
   const Status st = ib::parse_hca_spec(std::string(reinterpret_cast<const char*>(data), size), &spec);
-  if (!st.is_ok() && st.message().empty()) std::abort();
+  if (!st.ok() && st.message().empty()) std::abort();
   return 0;
 }

@@ -14,17 +14,17 @@ Status DeviceContext::open(const VerbsLibrary& verbs, ibv_device* device, const 
                            std::shared_ptr<DeviceContext>* out) {
   std::shared_ptr<DeviceContext> d(new DeviceContext(verbs, name));
   d->context_ = verbs.open_device(device);
-  if (!d->context_) return error(Code::SystemError, "ibv_open_device(" + name + ") failed: " + errno_text(errno));
+  if (!d->context_) return error(Code::kSystemError, "ibv_open_device(" + name + ") failed: " + errno_text(errno));
   // Events are read from the comms' progress, which must never block on an empty queue.
   const int fd = d->context_->async_fd;
   const int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
-    return error(Code::SystemError,
+    return error(Code::kSystemError,
                  "making the async event descriptor of " + name + " non-blocking failed: " + errno_text(errno));
   d->pd_ = verbs.alloc_pd(d->context_);
-  if (!d->pd_) return error(Code::SystemError, "ibv_alloc_pd on " + name + " failed: " + errno_text(errno));
+  if (!d->pd_) return error(Code::kSystemError, "ibv_alloc_pd on " + name + " failed: " + errno_text(errno));
   *out = std::move(d);
-  return Status::ok();
+  return ok_status();
 }
 
 DeviceContext::~DeviceContext() {
@@ -44,12 +44,12 @@ Status DeviceContext::health(const std::vector<const void*>& objects) {
     next_read_ = now + kEventInterval;
     read_events();
   }
-  if (!fatal_.empty()) return error(Code::SystemError, fatal_);
+  if (!fatal_.empty()) return error(Code::kSystemError, fatal_);
   for (const void* object : objects) {
     auto broken = broken_.find(object);
-    if (broken != broken_.end()) return error(Code::SystemError, broken->second);
+    if (broken != broken_.end()) return error(Code::kSystemError, broken->second);
   }
-  return Status::ok();
+  return ok_status();
 }
 
 void DeviceContext::forget(const void* object) {

@@ -119,21 +119,21 @@ Status IbComm::create() {
   const std::string& dev = config_.device->name();
   int cqe = config_.nqps * (kSendDepth + kRecvDepth) + kSendDepth + kRecvDepth;  // + the flush loopback
   if (config_.max_cqe > 0 && cqe > config_.max_cqe)
-    return error(Code::SystemError, dev + " allows " + std::to_string(config_.max_cqe) + " completions per queue, " +
-                                        std::to_string(cqe) + " needed for " + std::to_string(config_.nqps) +
-                                        " queue pairs (lower SIEVE_IB_QPS)");
+    return error(Code::kSystemError, dev + " allows " + std::to_string(config_.max_cqe) + " completions per queue, " +
+                                         std::to_string(cqe) + " needed for " + std::to_string(config_.nqps) +
+                                         " queue pairs (lower SIEVE_IB_QPS)");
   cq_ = v.create_cq(config_.device->context(), cqe, nullptr, nullptr, 0);
   if (!cq_)
-    return error(Code::SystemError,
+    return error(Code::kSystemError,
                  "ibv_create_cq(" + std::to_string(cqe) + ") on " + dev + " failed: " + errno_text(errno));
   device_objects_.push_back(cq_);
   Status allocated = PageBuffer::allocate(kMaxRequests * kAnnounceBytes + 64, &control_);
-  if (!allocated.is_ok())
+  if (!allocated.ok())
     return error(allocated.code(), "control buffer for a comm on " + dev + ": " + allocated.message());
   control_mr_ = v.reg_mr_iova2(config_.device->pd(), control_.data(), control_.size(),
                                reinterpret_cast<uintptr_t>(control_.data()), IBV_ACCESS_LOCAL_WRITE);
   if (!control_mr_)
-    return error(Code::SystemError, "ibv_reg_mr of the control buffer on " + dev + " failed: " + errno_text(errno));
+    return error(Code::kSystemError, "ibv_reg_mr of the control buffer on " + dev + " failed: " + errno_text(errno));
   for (int q = 0; q < config_.nqps; ++q) {
     ibv_qp_init_attr init{};
     init.send_cq = cq_;
@@ -145,14 +145,14 @@ Status IbComm::create() {
     init.cap.max_recv_sge = 1;
     init.sq_sig_all = 0;
     ibv_qp* qp = v.create_qp(config_.device->pd(), &init);
-    if (!qp) return error(Code::SystemError, "ibv_create_qp on " + dev + " failed: " + errno_text(errno));
+    if (!qp) return error(Code::kSystemError, "ibv_create_qp on " + dev + " failed: " + errno_text(errno));
     qps_.push_back(qp);
     device_objects_.push_back(qp);
     psn_.push_back(random_psn());
     Status st = qp_to_init(v, qp, config_.port);
-    if (!st.is_ok()) return error(st.code(), st.message() + " (" + config_.port.name + ")");
+    if (!st.ok()) return error(st.code(), st.message() + " (" + config_.port.name + ")");
   }
-  return Status::ok();
+  return ok_status();
 }
 
 SetupInfo IbComm::local_setup() const {
@@ -172,32 +172,32 @@ SetupInfo IbComm::local_setup() const {
 
 Status IbComm::check_peer(const SetupInfo& remote) const {
   if (remote.link_layer != config_.port.link_layer)
-    return error(Code::InvalidUsage, "peer " + connection_.peer + "'s port is " +
-                                         (remote.link_layer == LinkLayer::Ethernet ? "RoCE" : "InfiniBand") + ", " +
-                                         config_.port.name + " is not: the two cannot be connected");
+    return error(Code::kInvalidUsage, "peer " + connection_.peer + "'s port is " +
+                                          (remote.link_layer == LinkLayer::Ethernet ? "RoCE" : "InfiniBand") + ", " +
+                                          config_.port.name + " is not: the two cannot be connected");
   if (!same_partition(remote.pkey, config_.port.pkey)) {
     char keys[96];
     snprintf(keys, sizeof keys, "P_Key 0x%04x, %s uses 0x%04x at index %d", remote.pkey, config_.port.name.c_str(),
              config_.port.pkey, config_.port.pkey_index);
-    return error(Code::InvalidUsage, "peer " + connection_.peer + " is in another InfiniBand partition (" + keys +
-                                         "): the switches drop every packet between them; set SIEVE_IB_PKEY (or "
-                                         "NCCL_IB_PKEY) to an index of the same partition on every node");
+    return error(Code::kInvalidUsage, "peer " + connection_.peer + " is in another InfiniBand partition (" + keys +
+                                          "): the switches drop every packet between them; set SIEVE_IB_PKEY (or "
+                                          "NCCL_IB_PKEY) to an index of the same partition on every node");
   }
-  return Status::ok();
+  return ok_status();
 }
 
 Status IbComm::connect(const SetupInfo& remote) {
   Status checked = check_peer(remote);
-  if (!checked.is_ok()) return checked;
+  if (!checked.ok()) return checked;
   if (remote.qpn.size() != qps_.size())
-    return error(Code::RemoteError, "peer " + connection_.peer + " set up " + std::to_string(remote.qpn.size()) +
-                                        " queue pairs, this side " + std::to_string(qps_.size()));
+    return error(Code::kRemoteError, "peer " + connection_.peer + " set up " + std::to_string(remote.qpn.size()) +
+                                         " queue pairs, this side " + std::to_string(qps_.size()));
   remote_gid_ = remote.gid;
   remote_qpns_ = remote.qpn;
   for (size_t q = 0; q < qps_.size(); ++q) {
     Status st = qp_to_rts(verbs(), qps_[q], config_.port, psn_[q], remote, remote.qpn[q], remote.psn[q],
                           config_.service, config_.retry);
-    if (!st.is_ok()) return error(st.code(), st.message() + " (queue pair to " + connection_.peer + ")");
+    if (!st.ok()) return error(st.code(), st.message() + " (queue pair to " + connection_.peer + ")");
   }
   return prepare();
 }
@@ -236,10 +236,10 @@ Status IbComm::find_region(const char* call, const void* data, size_t size, uint
   // register a buffer on one comm and move it on another).
   const uint64_t begin = reinterpret_cast<uintptr_t>(data);
   if (own_regions_->find(begin, size, lkey, rkey) || regions_->regions().find(begin, size, lkey, rkey))
-    return Status::ok();
+    return ok_status();
   char where[64];
   snprintf(where, sizeof where, "%p", data);
-  return error(Code::InvalidUsage,
+  return error(Code::kInvalidUsage,
                std::string(call) + ": the " + bytes_text(size) + " at " + where +
                    " are not inside memory registered on this comm's device (regMr first; the verbs "
                    "transport moves only registered memory)");
@@ -249,18 +249,18 @@ Status IbComm::post_send(int qp, ibv_send_wr* wr) {
   ibv_send_wr* bad = nullptr;
   int rc = ibv_post_send(qps_[qp], wr, &bad);
   if (rc != 0)
-    return error(Code::SystemError, "ibv_post_send on queue pair " + std::to_string(qp) + " to " + connection_.peer +
-                                        " failed: " + errno_text(rc));
-  return Status::ok();
+    return error(Code::kSystemError, "ibv_post_send on queue pair " + std::to_string(qp) + " to " + connection_.peer +
+                                         " failed: " + errno_text(rc));
+  return ok_status();
 }
 
 Status IbComm::post_recv(int qp, ibv_recv_wr* wr) {
   ibv_recv_wr* bad = nullptr;
   int rc = ibv_post_recv(qps_[qp], wr, &bad);
   if (rc != 0)
-    return error(Code::SystemError, "ibv_post_recv on queue pair " + std::to_string(qp) + " to " + connection_.peer +
-                                        " failed: " + errno_text(rc));
-  return Status::ok();
+    return error(Code::kSystemError, "ibv_post_recv on queue pair " + std::to_string(qp) + " to " + connection_.peer +
+                                         " failed: " + errno_text(rc));
+  return ok_status();
 }
 
 void IbComm::progress() {
@@ -268,7 +268,7 @@ void IbComm::progress() {
   for (int round = 0; round < 8; ++round) {
     const int n = ibv_poll_cq(cq_, 16, wcs);
     if (n < 0) {
-      failure_.set(error(Code::SystemError, "ibv_poll_cq failed on the comm to " + connection_.peer));
+      failure_.set(error(Code::kSystemError, "ibv_poll_cq failed on the comm to " + connection_.peer));
       return;
     }
     for (int i = 0; i < n; ++i) {
@@ -276,7 +276,7 @@ void IbComm::progress() {
       if (wc.status != IBV_WC_SUCCESS) {
         if (landed_before_close(wc)) continue;
         // The first error completion fails the comm; the ones it flushes after it add nothing.
-        failure_.set(error(Code::SystemError, describe_failed(wc)));
+        failure_.set(error(Code::kSystemError, describe_failed(wc)));
         if (IbRequest* r = request_of(wc)) {
           r->work_failed = true;
           // An unsignaled data write is not pending: the write with its immediate, queued behind
@@ -318,7 +318,7 @@ void IbComm::check_device() {
   if (now < next_device_check_ || device_lost_) return;
   next_device_check_ = now + DeviceContext::kEventInterval;
   Status st = config_.device->health(device_objects_);
-  if (st.is_ok()) return;
+  if (st.ok()) return;
   device_lost_ = config_.device->lost();
   failure_.set(error(st.code(), st.message() + " (comm with " + connection_.peer + ")"));
 }
@@ -354,7 +354,7 @@ void IbComm::check_liveness(bool now_please) {
         goodbye_read_ += static_cast<size_t>(n);
         if (goodbye_read_ < kGoodbyeBytes) continue;
         if (get32(goodbye_) != kGoodbyeMagic) {
-          failure_.set(error(Code::RemoteError, "peer " + connection_.peer + " sent a malformed goodbye"));
+          failure_.set(error(Code::kRemoteError, "peer " + connection_.peer + " sent a malformed goodbye"));
           return;
         }
         peer_said_goodbye_ = true;
@@ -366,7 +366,7 @@ void IbComm::check_liveness(bool now_please) {
       n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
       if (n > 0) {
         failure_.set(error(
-            Code::RemoteError,
+            Code::kRemoteError,
             "peer " + connection_.peer + " sent bytes on the verbs liveness socket, which carries none after set-up"));
         return;
       }
@@ -378,8 +378,8 @@ void IbComm::check_liveness(bool now_please) {
                                  : "connection failed: " + errno_text(errno);
   }
   if (now - peer_closed_at_ >= kCloseGrace)
-    failure_.set(error(Code::RemoteError, "peer " + connection_.peer + " " + peer_closed_reason_ +
-                                              " (its process ended or its comm was closed)"));
+    failure_.set(error(Code::kRemoteError, "peer " + connection_.peer + " " + peer_closed_reason_ +
+                                               " (its process ended or its comm was closed)"));
 }
 
 Status IbComm::finish(IbRequest* request, Completion* out) {
@@ -389,7 +389,7 @@ Status IbComm::finish(IbRequest* request, Completion* out) {
   out->sent = request->kind == IbRequest::Kind::Send;
   out->message = request->kind != IbRequest::Kind::Flush;
   request->busy = false;
-  return Status::ok();
+  return ok_status();
 }
 
 Status IbComm::report(IbRequest* request, const Status& status) {
@@ -408,9 +408,9 @@ Status IbComm::fail(const Status& status) {
 Status IbSendComm::prepare() {
   for (uint32_t i = 0; i < kMaxRequests; ++i) {
     Status st = post_announce_receive(i);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
   }
-  return Status::ok();
+  return ok_status();
 }
 
 Status IbSendComm::post_announce_receive(uint32_t i) {
@@ -425,18 +425,18 @@ Status IbSendComm::post_announce_receive(uint32_t i) {
 Status IbSendComm::isend(const void* data, size_t size, Request** request) {
   *request = nullptr;
   if (failure_.failed()) return failure_.surface();
-  if (size > 0 && !data) return error(Code::InvalidArgument, "isend of " + bytes_text(size) + " from a null buffer");
+  if (size > 0 && !data) return error(Code::kInvalidArgument, "isend of " + bytes_text(size) + " from a null buffer");
   if (size > config_.max_message_bytes)
-    return error(Code::InvalidUsage, "isend of " + bytes_text(size) + " to " + connection_.peer + ": " +
-                                         config_.port.name + " carries at most " +
-                                         bytes_text(config_.max_message_bytes) + " per message (its maxP2pBytes)");
+    return error(Code::kInvalidUsage, "isend of " + bytes_text(size) + " to " + connection_.peer + ": " +
+                                          config_.port.name + " carries at most " +
+                                          bytes_text(config_.max_message_bytes) + " per message (its maxP2pBytes)");
   uint32_t lkey = 0;
   if (size > 0) {
     Status st = find_region("isend", data, size, &lkey, nullptr);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
   }
   IbRequest* r = free_request();
-  if (!r) return Status::ok();  // kMaxRequests outstanding: NCCL retries
+  if (!r) return ok_status();  // kMaxRequests outstanding: NCCL retries
   r->kind = IbRequest::Kind::Send;
   r->data = static_cast<char*>(const_cast<void*>(data));
   r->size = size;
@@ -446,7 +446,7 @@ Status IbSendComm::isend(const void* data, size_t size, Request** request) {
   *request = r;
   progress();
   match();
-  return Status::ok();
+  return ok_status();
 }
 
 void IbSendComm::on_completion(const ibv_wc& wc) {
@@ -456,17 +456,17 @@ void IbSendComm::on_completion(const ibv_wc& wc) {
     const uint8_t* m = announce(i);
     Slot slot{get64(m + 8), get64(m + 16), get64(m + 24), get32(m + 4)};
     if (get32(m) != kAnnounceMagic || wc.byte_len != kAnnounceBytes || slot.sequence != next_slot_sequence_) {
-      failure_.set(error(Code::RemoteError, "peer " + connection_.peer +
-                                                " announced a receive out of order or malformed "
-                                                "(sequence " +
-                                                std::to_string(slot.sequence) + ", expected " +
-                                                std::to_string(next_slot_sequence_) + ")"));
+      failure_.set(error(Code::kRemoteError, "peer " + connection_.peer +
+                                                 " announced a receive out of order or malformed "
+                                                 "(sequence " +
+                                                 std::to_string(slot.sequence) + ", expected " +
+                                                 std::to_string(next_slot_sequence_) + ")"));
       return;
     }
     ++next_slot_sequence_;
     slots_.push_back(slot);
     Status st = post_announce_receive(i);  // at once: the peer may announce again as soon as a receive is done
-    if (!st.is_ok()) failure_.set(st);
+    if (!st.ok()) failure_.set(st);
     return;
   }
   if (kind == Work::Write) {
@@ -495,7 +495,7 @@ void IbSendComm::match() {
     waiting_.pop_front();
     slots_.pop_front();
     Status st = post_writes(r, slot);
-    if (!st.is_ok()) failure_.set(st);
+    if (!st.ok()) failure_.set(st);
   }
 }
 
@@ -505,9 +505,9 @@ Status IbSendComm::post_writes(IbRequest* r, const Slot& slot) {
   r->too_large = r->size > slot.capacity;
   r->posted = true;
   if (r->too_large)
-    r->error = error(Code::InvalidUsage, "isend of " + bytes_text(r->size) + " to " + connection_.peer +
-                                             " is larger than the receive it posted (" + bytes_text(slot.capacity) +
-                                             "): a send larger than its receive is an error");
+    r->error = error(Code::kInvalidUsage, "isend of " + bytes_text(r->size) + " to " + connection_.peer +
+                                              " is larger than the receive it posted (" + bytes_text(slot.capacity) +
+                                              "): a send larger than its receive is an error");
   // Each queue pair used carries its share of the message and one immediate: the receiver counts
   // immediates, so every used queue pair writes, even zero bytes. Under adaptive routing the
   // packets of one write may take different paths and arrive out of order, and a write's
@@ -547,15 +547,15 @@ Status IbSendComm::post_writes(IbRequest* r, const Slot& slot) {
       wr.num_sge = 1;
     }
     Status st = post_send(q, first);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
     ++r->pending;
   }
-  return Status::ok();
+  return ok_status();
 }
 
 Status IbSendComm::test(IbRequest* r, Completion* out) {
   *out = Completion{};
-  if (!r->busy) return error(Code::InvalidUsage, "test of a request that is not outstanding");
+  if (!r->busy) return error(Code::kInvalidUsage, "test of a request that is not outstanding");
   progress();
   match();
   if (r->posted && r->pending == 0) {
@@ -567,11 +567,11 @@ Status IbSendComm::test(IbRequest* r, Completion* out) {
   }
   if (failure_.failed()) {
     // Writes still queued finish as flushed (the queue pairs are in error) before the buffer is let go.
-    if (r->posted && r->pending > 0 && flushes_will_come()) return Status::ok();
+    if (r->posted && r->pending > 0 && flushes_will_come()) return ok_status();
     r->busy = false;
     return failure_.surface();
   }
-  return Status::ok();
+  return ok_status();
 }
 
 // ---------------------------------------------------------------- receive
@@ -599,16 +599,16 @@ void IbRecvComm::landed(uint64_t sequence) {
 Status IbRecvComm::prepare() {
   if (config_.gpu_flush) {
     Status st = create_loopback();
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
   }
   expecting_.resize(nqps());
   for (int q = 0; q < nqps(); ++q) {
     for (int i = 0; i < kRecvDepth; ++i) {
       Status st = post_data_receive(q);
-      if (!st.is_ok()) return st;
+      if (!st.ok()) return st;
     }
   }
-  return Status::ok();
+  return ok_status();
 }
 
 Status IbRecvComm::post_data_receive(int qp) {
@@ -624,16 +624,16 @@ Status IbRecvComm::irecv(void* data, size_t capacity, Request** request) {
   *request = nullptr;
   if (failure_.failed()) return failure_.surface();
   if (capacity > 0 && !data)
-    return error(Code::InvalidArgument, "irecv of " + bytes_text(capacity) + " into a null buffer");
+    return error(Code::kInvalidArgument, "irecv of " + bytes_text(capacity) + " into a null buffer");
   uint32_t rkey = 0;
   if (capacity > 0) {
     Status st = find_region("irecv", data, capacity, nullptr, &rkey);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
   }
   if (sends_in_flight_ >= kSendDepth) progress();
-  if (sends_in_flight_ >= kSendDepth) return Status::ok();  // announcements not yet acknowledged: retry
+  if (sends_in_flight_ >= kSendDepth) return ok_status();  // announcements not yet acknowledged: retry
   IbRequest* r = free_request();
-  if (!r) return Status::ok();
+  if (!r) return ok_status();
   r->kind = IbRequest::Kind::Recv;
   r->data = static_cast<char*>(data);
   r->capacity = capacity;
@@ -655,11 +655,11 @@ Status IbRecvComm::irecv(void* data, size_t capacity, Request** request) {
   wr.sg_list = &sge;
   wr.num_sge = 1;
   Status st = post_send(0, &wr);
-  if (!st.is_ok()) return fail(st);
+  if (!st.ok()) return fail(st);
   ++sends_in_flight_;
   *request = r;
   progress();
-  return Status::ok();
+  return ok_status();
 }
 
 void IbRecvComm::on_completion(const ibv_wc& wc) {
@@ -676,13 +676,13 @@ void IbRecvComm::on_completion(const ibv_wc& wc) {
   if (kind != Work::DataRecv || failure_.failed()) return;
   const int q = work_qp(wc.wr_id);
   Status st = post_data_receive(q);  // at once: the peer may write again as soon as it has a slot
-  if (!st.is_ok()) {
+  if (!st.ok()) {
     failure_.set(st);
     return;
   }
   if (q >= nqps() || expecting_[q].empty() || !(wc.wc_flags & IBV_WC_WITH_IMM)) {
-    failure_.set(error(Code::RemoteError, "peer " + connection_.peer + " wrote on queue pair " + std::to_string(q) +
-                                              " with no receive expecting it"));
+    failure_.set(error(Code::kRemoteError, "peer " + connection_.peer + " wrote on queue pair " + std::to_string(q) +
+                                               " with no receive expecting it"));
     return;
   }
   IbRequest* r = expecting_[q].front();
@@ -691,8 +691,8 @@ void IbRecvComm::on_completion(const ibv_wc& wc) {
   if (imm & kImmTooLarge) {
     r->too_large = true;
   } else if (r->pending < r->used_qps && r->size != imm) {
-    failure_.set(error(Code::RemoteError, "peer " + connection_.peer + " announced two sizes for one message (" +
-                                              std::to_string(r->size) + " and " + std::to_string(imm) + ")"));
+    failure_.set(error(Code::kRemoteError, "peer " + connection_.peer + " announced two sizes for one message (" +
+                                               std::to_string(r->size) + " and " + std::to_string(imm) + ")"));
     return;
   } else {
     r->size = imm;
@@ -702,30 +702,30 @@ void IbRecvComm::on_completion(const ibv_wc& wc) {
 
 Status IbRecvComm::test(IbRequest* r, Completion* out) {
   *out = Completion{};
-  if (!r->busy) return error(Code::InvalidUsage, "test of a request that is not outstanding");
+  if (!r->busy) return error(Code::kInvalidUsage, "test of a request that is not outstanding");
   progress();
   if (r->kind == IbRequest::Kind::Flush) {
     // Its read references the region: it ends (done or flushed) before the region may go.
     if (r->pending == 0 && !r->work_failed) return finish(r, out);
-    if (r->pending > 0 && (!failure_.failed() || flushes_will_come())) return Status::ok();
+    if (r->pending > 0 && (!failure_.failed() || flushes_will_come())) return ok_status();
     r->busy = false;
     return failure_.surface();
   }
   if (r->pending == 0) {
     if (r->too_large)
-      return report(r, error(Code::InvalidUsage,
+      return report(r, error(Code::kInvalidUsage,
                              "peer " + connection_.peer + " sent a message larger than the " + bytes_text(r->capacity) +
                                  " receive posted for it: a send larger than its receive is an error"));
     if (r->kind == IbRequest::Kind::Recv && r->size > r->capacity)
-      return report(r, error(Code::RemoteError, "peer " + connection_.peer + " wrote " + bytes_text(r->size) +
-                                                    " into a " + bytes_text(r->capacity) + " receive"));
+      return report(r, error(Code::kRemoteError, "peer " + connection_.peer + " wrote " + bytes_text(r->size) +
+                                                     " into a " + bytes_text(r->capacity) + " receive"));
     return finish(r, out);
   }
   if (failure_.failed()) {
     r->busy = false;
     return failure_.surface();
   }
-  return Status::ok();
+  return ok_status();
 }
 
 Status IbRecvComm::create_loopback() {
@@ -739,19 +739,19 @@ Status IbRecvComm::create_loopback() {
   init.cap.max_recv_sge = 1;
   ibv_qp* qp = verbs().create_qp(config_.device->pd(), &init);
   if (!qp)
-    return error(Code::SystemError,
+    return error(Code::kSystemError,
                  "ibv_create_qp (flush loopback) on " + config_.device->name() + " failed: " + errno_text(errno));
   Status st = qp_to_init(verbs(), qp, config_.port);
   SetupInfo self = local_setup();
   const uint32_t psn = random_psn();
-  if (st.is_ok()) st = qp_to_rts(verbs(), qp, config_.port, psn, self, qp->qp_num, psn, config_.service, config_.retry);
-  if (!st.is_ok()) {
+  if (st.ok()) st = qp_to_rts(verbs(), qp, config_.port, psn, self, qp->qp_num, psn, config_.service, config_.retry);
+  if (!st.ok()) {
     verbs().destroy_qp(qp);
     return error(st.code(), st.message() + " (flush loopback on " + config_.port.name + ")");
   }
   loopback_ = qp;
   device_objects_.push_back(qp);
-  return Status::ok();
+  return ok_status();
 }
 
 Status IbRecvComm::flush(void* data, size_t size, MemoryRegion* region, Request** request) {
@@ -759,16 +759,16 @@ Status IbRecvComm::flush(void* data, size_t size, MemoryRegion* region, Request*
   if (failure_.failed()) return failure_.surface();
   auto* ib_region = dynamic_cast<IbRegion*>(region);
   // Host memory is coherent with the NIC's writes: only GPU memory needs the read.
-  if (!ib_region || !ib_region->gpu() || size == 0) return Status::ok();
+  if (!ib_region || !ib_region->gpu() || size == 0) return ok_status();
   if (!ib_region->covers(reinterpret_cast<uintptr_t>(data), size))
-    return error(Code::InvalidUsage, "flush: the " + bytes_text(size) + " are not inside the region given");
+    return error(Code::kInvalidUsage, "flush: the " + bytes_text(size) + " are not inside the region given");
   if (!loopback_)  // GPU memory registered where the transport did not report taking it
-    return error(Code::InvalidUsage, "flush on the comm from " + connection_.peer + ": " + config_.port.name +
-                                         " was not reported to take GPU memory, so the comm has no flush queue pair");
+    return error(Code::kInvalidUsage, "flush on the comm from " + connection_.peer + ": " + config_.port.name +
+                                          " was not reported to take GPU memory, so the comm has no flush queue pair");
   IbRequest* r = free_request();
   if (!r)
-    return error(Code::InternalError, "flush on the comm from " + connection_.peer + ": " +
-                                          std::to_string(kMaxRequests) + " requests already outstanding");
+    return error(Code::kInternalError, "flush on the comm from " + connection_.peer + ": " +
+                                           std::to_string(kMaxRequests) + " requests already outstanding");
   r->kind = IbRequest::Kind::Flush;
   r->pending = 1;
   // Reading back a few bytes through the NIC orders the NIC's earlier writes into that memory
@@ -788,10 +788,10 @@ Status IbRecvComm::flush(void* data, size_t size, MemoryRegion* region, Request*
   if (rc != 0) {
     r->busy = false;
     return fail(
-        error(Code::SystemError, "ibv_post_send (flush read) on " + config_.port.name + " failed: " + errno_text(rc)));
+        error(Code::kSystemError, "ibv_post_send (flush read) on " + config_.port.name + " failed: " + errno_text(rc)));
   }
   *request = r;
-  return Status::ok();
+  return ok_status();
 }
 
 }  // namespace sieve::net::ib

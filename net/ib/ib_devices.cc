@@ -157,7 +157,7 @@ Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, s
   out->clear();
   std::unique_ptr<DeviceList> devices;
   Status st = DeviceList::get(v, &devices);
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   for (int d = 0; d < devices->size(); ++d) {
     ibv_device* device = (*devices)[d];
     const std::string name = v.get_device_name(device);
@@ -222,7 +222,7 @@ Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, s
       port.gid_table_length = port_attr.gid_tbl_len;
       read_gid_table(v, context.ctx, ibdev_path, p, port_attr.gid_tbl_len, &port);
       int gid = -1;
-      if (port.link_layer == LinkLayer::Ethernet && choose_gid(port, -1, &gid).is_ok()) {
+      if (port.link_layer == LinkLayer::Ethernet && choose_gid(port, -1, &gid).ok()) {
         for (const GidEntry& e : port.gids)
           if (e.index == gid) port.netdev = e.netdev;
       }
@@ -230,7 +230,7 @@ Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, s
       out->push_back(std::move(port));
     }
   }
-  return Status::ok();
+  return ok_status();
 }
 
 Status parse_hca_spec(const std::string& text, HcaSpec* out) {
@@ -260,21 +260,21 @@ Status parse_hca_spec(const std::string& text, HcaSpec* out) {
         errno = 0;
         const long value = std::strtol(port.c_str(), &end, 10);
         if (port.empty() || *end != '\0' || errno != 0 || value < 1 || value > 255)
-          return error(Code::InvalidArgument,
+          return error(Code::kInvalidArgument,
                        "SIEVE_IB_HCA (or NCCL_IB_HCA) entry \"" + item + "\": the port after ':' must be 1-255");
         entry.port = static_cast<int>(value);
       }
       if (entry.name.empty())
-        return error(Code::InvalidArgument, "SIEVE_IB_HCA (or NCCL_IB_HCA) entry \"" + item + "\" names no device");
+        return error(Code::kInvalidArgument, "SIEVE_IB_HCA (or NCCL_IB_HCA) entry \"" + item + "\" names no device");
       out->entries.push_back(entry);
     }
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
   if ((out->exclude || out->exact) && out->entries.empty())
-    return error(Code::InvalidArgument,
+    return error(Code::kInvalidArgument,
                  "SIEVE_IB_HCA (or NCCL_IB_HCA) \"" + text + "\" names no device after its ^ or =");
-  return Status::ok();
+  return ok_status();
 }
 
 bool hca_matches(const HcaSpec& spec, const IbPort& port) {

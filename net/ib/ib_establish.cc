@@ -33,7 +33,7 @@ int Establishment::fd() const { return comm() ? comm()->socket() : connection_.c
 Status Establishment::create_comm(int nqps) {
   config_.nqps = nqps;
   Status st = refresh_port_gid();
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   if (role_ == Role::Connector) {
     send_ = std::make_unique<IbSendComm>(config_, std::move(connection_));
     st = send_->create();
@@ -48,15 +48,15 @@ Status Establishment::create_comm(int nqps) {
 // queue pair whose source GID entry is gone is refused at RTR, and one whose address moved is
 // unreachable. Each connection reads the table again and takes the GID the policy picks now.
 Status Establishment::refresh_port_gid() {
-  if (!config_.port_info) return Status::ok();
+  if (!config_.port_info) return ok_status();
   const int before = config_.port.gid_index;
   Status st = refresh_gid(config_.device->verbs(), config_.device->context(), *config_.port_info, config_.gid_policy,
                           &config_.port);
-  if (!st.is_ok()) return error(st.code(), "connection with " + peer_ + ": " + st.message());
+  if (!st.ok()) return error(st.code(), "connection with " + peer_ + ": " + st.message());
   if (config_.port.gid_index != before)
     SIEVE_INFO("%s: GID index %d now (was %d: the GID table changed), for the connection with %s",
                config_.port.name.c_str(), config_.port.gid_index, before, peer_.c_str());
-  return Status::ok();
+  return ok_status();
 }
 
 Status Establishment::write_pending(bool* complete) {
@@ -64,12 +64,12 @@ Status Establishment::write_pending(bool* complete) {
   while (out_done_ < out_.size()) {
     iovec iov{out_.data() + out_done_, out_.size() - out_done_};
     IoResult r = write_some(fd(), &iov, 1);
-    if (r.failed()) return error(Code::RemoteError, "queue-pair set-up with " + peer_ + ": " + errno_text(r.error));
-    if (r.would_block) return Status::ok();
+    if (r.failed()) return error(Code::kRemoteError, "queue-pair set-up with " + peer_ + ": " + errno_text(r.error));
+    if (r.would_block) return ok_status();
     out_done_ += r.bytes;
   }
   *complete = true;
-  return Status::ok();
+  return ok_status();
 }
 
 Status Establishment::read_into(size_t wanted, bool* complete) {
@@ -78,14 +78,14 @@ Status Establishment::read_into(size_t wanted, bool* complete) {
   while (in_done_ < wanted) {
     iovec iov{in_.data() + in_done_, wanted - in_done_};
     IoResult r = read_some(fd(), &iov, 1);
-    if (r.closed) return error(Code::RemoteError, "peer " + peer_ + " closed the connection during queue-pair set-up");
-    if (r.failed()) return error(Code::RemoteError, "queue-pair set-up with " + peer_ + ": " + errno_text(r.error));
-    if (r.would_block) return Status::ok();
+    if (r.closed) return error(Code::kRemoteError, "peer " + peer_ + " closed the connection during queue-pair set-up");
+    if (r.failed()) return error(Code::kRemoteError, "queue-pair set-up with " + peer_ + ": " + errno_text(r.error));
+    if (r.would_block) return ok_status();
     in_done_ += r.bytes;
   }
   *complete = true;
   in_done_ = 0;
-  return Status::ok();
+  return ok_status();
 }
 
 Status Establishment::progress(bool* done) {
@@ -96,35 +96,35 @@ Status Establishment::progress(bool* done) {
     if (out_.empty()) {
       if (role_ == Role::Connector) {
         st = create_comm(config_.nqps);
-        if (!st.is_ok()) return st;
+        if (!st.ok()) return st;
       }
       out_.resize(kSetupBytes);
       encode_setup(comm()->local_setup(), out_.data());
       out_done_ = 0;
     }
     st = write_pending(&complete);
-    if (!st.is_ok()) return st;
-    if (complete && !refusal_.is_ok()) return refusal_;
+    if (!st.ok()) return st;
+    if (complete && !refusal_.ok()) return refusal_;
     if (complete) stage_ = role_ == Role::Connector ? Stage::ReadSetup : Stage::ReadReady;
   }
   if (stage_ == Stage::ReadSetup) {
     st = read_into(kSetupBytes, &complete);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
     if (complete) {
       SetupInfo remote;
       st = decode_setup(in_.data(), &remote);
-      if (!st.is_ok()) return error(st.code(), st.message() + " (from " + peer_ + ")");
+      if (!st.ok()) return error(st.code(), st.message() + " (from " + peer_ + ")");
       if (role_ == Role::Listener) {
         // The connector chose SIEVE_IB_QPS and the service class: one class both ways.
         config_.service = remote.service;
         st = create_comm(static_cast<int>(remote.qpn.size()));
-        if (!st.is_ok()) return st;
+        if (!st.ok()) return st;
         // A peer this side cannot reach still gets the answer, so it can say why too; the
         // queue pairs stay unconnected and the refusal follows the answer.
         refusal_ = comm()->check_peer(remote);
       }
-      if (refusal_.is_ok()) st = comm()->connect(remote);
-      if (!st.is_ok()) return st;
+      if (refusal_.ok()) st = comm()->connect(remote);
+      if (!st.ok()) return st;
       out_.clear();
       if (role_ == Role::Connector) {
         out_.push_back(kReady);
@@ -138,26 +138,26 @@ Status Establishment::progress(bool* done) {
   }
   if (stage_ == Stage::SendReady) {
     st = write_pending(&complete);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
     if (complete) stage_ = Stage::Done;
   }
   if (stage_ == Stage::ReadReady) {
     st = read_into(1, &complete);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
     if (complete) {
       if (in_[0] != kReady)
-        return error(Code::RemoteError, "peer " + peer_ + " broke the queue-pair set-up (no ready mark)");
+        return error(Code::kRemoteError, "peer " + peer_ + " broke the queue-pair set-up (no ready mark)");
       stage_ = Stage::Done;
     }
   }
   if (stage_ == Stage::Done) {
     *done = true;
-    return Status::ok();
+    return ok_status();
   }
   if (Clock::now() > deadline_)
-    return error(Code::RemoteError, "queue-pair set-up with " + peer_ + " did not finish within " +
-                                        std::to_string(std::max(config_.peer_timeout_ms, kMinSetupWaitMs)) + " ms");
-  return Status::ok();
+    return error(Code::kRemoteError, "queue-pair set-up with " + peer_ + " did not finish within " +
+                                         std::to_string(std::max(config_.peer_timeout_ms, kMinSetupWaitMs)) + " ms");
+  return ok_status();
 }
 
 }  // namespace sieve::net::ib

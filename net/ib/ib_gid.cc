@@ -46,10 +46,10 @@ int rank(const GidEntry& e) {
 
 Status parse_address_range(const std::string& text, const char* variable, AddressRange* out) {
   *out = AddressRange{};
-  if (text.empty()) return Status::ok();
+  if (text.empty()) return ok_status();
   const auto bad = [&](const std::string& why) {
-    return error(Code::InvalidArgument, std::string(variable) + "=" + text + ": " + why +
-                                            " (an address range is address/length, e.g. 10.1.0.0/16 or fd00::/8)");
+    return error(Code::kInvalidArgument, std::string(variable) + "=" + text + ": " + why +
+                                             " (an address range is address/length, e.g. 10.1.0.0/16 or fd00::/8)");
   };
   const size_t slash = text.find('/');
   if (slash == std::string::npos) return bad("no /length");
@@ -77,7 +77,7 @@ Status parse_address_range(const std::string& text, const char* variable, Addres
   }
   out->set = true;
   out->text = text;
-  return Status::ok();
+  return ok_status();
 }
 
 bool in_range(const AddressRange& range, const ibv_gid& gid) {
@@ -100,17 +100,17 @@ Status select_gid(const IbPort& port, const GidPolicy& policy, int* index) {
   // and must keep its IB ports.
   if (port.link_layer == LinkLayer::InfiniBand) {
     *index = routable_gid_index(port);
-    return Status::ok();
+    return ok_status();
   }
   if (policy.index >= 0) {
     for (const GidEntry& e : port.gids)
       if (e.index == policy.index) {
         *index = policy.index;
-        return Status::ok();
+        return ok_status();
       }
-    return error(Code::InvalidArgument, "GID index " + std::to_string(policy.index) +
-                                            " (SIEVE_IB_GID_INDEX, or NCCL_IB_GID_INDEX) names an empty entry of " +
-                                            port.name() + " (" + table_text(port) + ")");
+    return error(Code::kInvalidArgument, "GID index " + std::to_string(policy.index) +
+                                             " (SIEVE_IB_GID_INDEX, or NCCL_IB_GID_INDEX) names an empty entry of " +
+                                             port.name() + " (" + table_text(port) + ")");
   }
   // A range implies its family; a family set beside a range of the other one matches nothing.
   const Family family = policy.family != Family::Any ? policy.family : policy.range.family;
@@ -124,11 +124,11 @@ Status select_gid(const IbPort& port, const GidPolicy& policy, int* index) {
   }
   if (best) {
     *index = best->index;
-    return Status::ok();
+    return ok_status();
   }
   if (port.gids.empty())
-    return error(Code::SystemError, port.name() + " has no populated GID entry (is its netdev up with an address?)");
-  return error(Code::InvalidArgument,
+    return error(Code::kSystemError, port.name() + " has no populated GID entry (is its netdev up with an address?)");
+  return error(Code::kInvalidArgument,
                "no GID of " + port.name() + " is a routable " + family_text(family) + " address" +
                    (policy.range.set ? " in " + policy.range.text : std::string()) +
                    " (SIEVE_IB_ADDR_FAMILY / SIEVE_IB_ADDR_RANGE, or NCCL_IB_ADDR_FAMILY / NCCL_IB_ADDR_RANGE); "
@@ -142,12 +142,12 @@ Status refresh_gid(const VerbsLibrary& verbs, ibv_context* context, const IbPort
   read_gid_table(verbs, context, port.ibdev_path, port.port, port.gid_table_length, &now);
   int index = 0;
   Status st = select_gid(now, policy, &index);
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   address->gid_index = index;
   address->gid = ibv_gid{};  // an InfiniBand port without a populated entry 0 keeps zeros
   for (const GidEntry& g : now.gids)
     if (g.index == index) address->gid = g.gid;
-  return Status::ok();
+  return ok_status();
 }
 
 }  // namespace sieve::net::ib

@@ -48,11 +48,11 @@ Status PageBuffer::allocate(size_t bytes, PageBuffer* out) {
   const size_t size = (std::max<size_t>(bytes, 1) + page_size() - 1) / page_size() * page_size();
   void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (data == MAP_FAILED)
-    return error(Code::SystemError, "mmap of " + bytes_text(size) + " failed: " + errno_text(errno));
+    return error(Code::kSystemError, "mmap of " + bytes_text(size) + " failed: " + errno_text(errno));
   *out = PageBuffer();
   out->data_ = static_cast<uint8_t*>(data);
   out->size_ = size;
-  return Status::ok();
+  return ok_status();
 }
 
 // ---------------------------------------------------------------- registrations
@@ -80,28 +80,28 @@ Status RegionTable::acquire(const MemoryDescriptor& memory, unsigned access, ibv
   {
     std::lock_guard<std::mutex> lock(mutex_);
     *out = reuse();
-    if (*out) return Status::ok();
+    if (*out) return ok_status();
   }
   // Pinning takes long for large buffers: not under the lock other comms' registrations wait on.
   ibv_mr* mr = nullptr;
   if (dmabuf) {
     if (!v.reg_dmabuf_mr)
-      return error(Code::InternalError, "dma-buf registration needs ibv_reg_dmabuf_mr, which " + v.path +
-                                            " does not have (rdma-core 34 or newer)");
+      return error(Code::kInternalError, "dma-buf registration needs ibv_reg_dmabuf_mr, which " + v.path +
+                                             " does not have (rdma-core 34 or newer)");
     // The address NCCL passes is the buffer's device address: it becomes the region's iova, so
     // isend/irecv find it by that address and the peer writes to it.
     mr = v.reg_dmabuf_mr(device_->pd(), memory.dmabuf_offset, memory.size, base, memory.dmabuf_fd,
                          static_cast<int>(access));
     if (!mr)
-      return error(Code::SystemError, "ibv_reg_dmabuf_mr of " + bytes_text(memory.size) + " (fd " +
-                                          std::to_string(memory.dmabuf_fd) + ") on " + device_->name() +
-                                          " failed: " + errno_text(errno));
+      return error(Code::kSystemError, "ibv_reg_dmabuf_mr of " + bytes_text(memory.size) + " (fd " +
+                                           std::to_string(memory.dmabuf_fd) + ") on " + device_->name() +
+                                           " failed: " + errno_text(errno));
   } else {
     mr = v.reg_mr_iova2(device_->pd(), reinterpret_cast<void*>(begin), end - begin, begin, access);
     if (!mr)
-      return error(Code::SystemError, "ibv_reg_mr of " + bytes_text(memory.size) +
-                                          (memory.cuda ? " of GPU memory (nvidia-peermem)" : "") + " on " +
-                                          device_->name() + " failed: " + errno_text(errno));
+      return error(Code::kSystemError, "ibv_reg_mr of " + bytes_text(memory.size) +
+                                           (memory.cuda ? " of GPU memory (nvidia-peermem)" : "") + " on " +
+                                           device_->name() + " failed: " + errno_text(errno));
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -109,11 +109,11 @@ Status RegionTable::acquire(const MemoryDescriptor& memory, unsigned access, ibv
     if (!*out) {
       pinned_.push_back({begin, end, dmabuf, access, mr, 1});
       *out = mr;
-      return Status::ok();
+      return ok_status();
     }
   }
   v.dereg_mr(mr);
-  return Status::ok();
+  return ok_status();
 }
 
 void RegionTable::release(ibv_mr* mr) {
@@ -189,15 +189,15 @@ Status register_region(const std::shared_ptr<RegionTable>& table, const std::sha
   const uint64_t base = reinterpret_cast<uintptr_t>(memory.data);
   if (memory.size == 0) {
     *out = std::make_unique<IbRegion>(table, comm_list, nullptr, base, 0, memory.is_gpu());
-    return Status::ok();
+    return ok_status();
   }
   if (!memory.data)
-    return error(Code::InvalidArgument, "register_memory of " + bytes_text(memory.size) + " at a null address");
+    return error(Code::kInvalidArgument, "register_memory of " + bytes_text(memory.size) + " at a null address");
   ibv_mr* mr = nullptr;
   Status st = table->acquire(memory, access, &mr);
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   *out = std::make_unique<IbRegion>(table, comm_list, mr, base, memory.size, memory.is_gpu());
-  return Status::ok();
+  return ok_status();
 }
 
 }  // namespace sieve::net::ib

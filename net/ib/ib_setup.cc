@@ -35,9 +35,9 @@ bool known_mtu(int mtu) { return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096; }
 Status modify(const VerbsLibrary& verbs, ibv_qp* qp, ibv_qp_attr* attr, int mask, const char* step) {
   int rc = verbs.modify_qp(qp, attr, mask);
   if (rc != 0)
-    return error(Code::SystemError,
+    return error(Code::kSystemError,
                  std::string("ibv_modify_qp to ") + step + " failed: " + errno_text(rc > 0 ? rc : errno));
-  return Status::ok();
+  return ok_status();
 }
 
 }  // namespace
@@ -62,18 +62,18 @@ void encode_setup(const SetupInfo& info, uint8_t* out) {
 
 Status decode_setup(const uint8_t* in, SetupInfo* out) {
   if (get32(in) != kSetupMagic)
-    return error(Code::RemoteError, "queue-pair set-up: bad magic (not a Sieve verbs peer)");
+    return error(Code::kRemoteError, "queue-pair set-up: bad magic (not a Sieve verbs peer)");
   if (get16(in + 4) != kSetupVersion)
-    return error(Code::RemoteError, "queue-pair set-up: version " + std::to_string(get16(in + 4)) + ", expected " +
-                                        std::to_string(kSetupVersion));
-  if (in[6] > 1) return error(Code::RemoteError, "queue-pair set-up: unknown link layer " + std::to_string(in[6]));
+    return error(Code::kRemoteError, "queue-pair set-up: version " + std::to_string(get16(in + 4)) + ", expected " +
+                                         std::to_string(kSetupVersion));
+  if (in[6] > 1) return error(Code::kRemoteError, "queue-pair set-up: unknown link layer " + std::to_string(in[6]));
   if (!known_mtu(in[7]))
-    return error(Code::RemoteError, "queue-pair set-up: unknown MTU code " + std::to_string(in[7]));
+    return error(Code::kRemoteError, "queue-pair set-up: unknown MTU code " + std::to_string(in[7]));
   const uint16_t nqps = get16(in + 10);
   if (nqps < 1 || nqps > kMaxQps)
-    return error(Code::RemoteError, "queue-pair set-up: " + std::to_string(nqps) + " queue pairs (1-16 allowed)");
+    return error(Code::kRemoteError, "queue-pair set-up: " + std::to_string(nqps) + " queue pairs (1-16 allowed)");
   if (in[29] > 15)
-    return error(Code::RemoteError, "queue-pair set-up: service level " + std::to_string(in[29]) + " (0-15)");
+    return error(Code::kRemoteError, "queue-pair set-up: service level " + std::to_string(in[29]) + " (0-15)");
   out->link_layer = in[6] ? LinkLayer::Ethernet : LinkLayer::InfiniBand;
   out->mtu = static_cast<ibv_mtu>(in[7]);
   out->lid = get16(in + 8);
@@ -87,7 +87,7 @@ Status decode_setup(const uint8_t* in, SetupInfo* out) {
     out->qpn[i] = get32(in + kQpsOffset + 8 * i) & 0xffffff;
     out->psn[i] = get32(in + kQpsOffset + 4 + 8 * i) & 0xffffff;
   }
-  return Status::ok();
+  return ok_status();
 }
 
 bool same_partition(uint16_t a, uint16_t b) { return (a & 0x7fff) == (b & 0x7fff) && ((a | b) & 0x8000) != 0; }
@@ -139,7 +139,7 @@ Status qp_to_rts(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local
                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
                      "RTR");
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   attr = ibv_qp_attr{};
   attr.qp_state = IBV_QPS_RTS;
   attr.timeout = retry.timeout;

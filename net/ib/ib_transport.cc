@@ -62,7 +62,7 @@ class IbListenComm final : public ListenComm {
     for (size_t i = 0; i < establishing_.size();) {
       bool done = false;
       Status st = establishing_[i]->progress(&done);
-      if (!st.is_ok()) {
+      if (!st.ok()) {
         // An authenticated peer whose set-up failed: dropped like a bad handshake, the listener lives on.
         ++rejected_;
         SIEVE_WARN("listener %s dropped %s: %s", handshakes_.address().c_str(), establishing_[i]->peer().c_str(),
@@ -73,11 +73,11 @@ class IbListenComm final : public ListenComm {
       if (done) {
         *comm = establishing_[i]->take_recv();
         establishing_.erase(establishing_.begin() + i);
-        return Status::ok();
+        return ok_status();
       }
       ++i;
     }
-    return Status::ok();
+    return ok_status();
   }
 
   uint64_t take_rejected() override {
@@ -104,14 +104,14 @@ class IbConnect final : public ConnectAttempt {
       Connection c;
       bool done = false;
       Status st = connector_.progress(&c, &done);
-      if (!st.is_ok() || !done) return st;
+      if (!st.ok() || !done) return st;
       establishment_ = std::make_unique<Establishment>(Establishment::Role::Connector, config_, std::move(c));
     }
     bool done = false;
     Status st = establishment_->progress(&done);
-    if (!st.is_ok() || !done) return st;
+    if (!st.ok() || !done) return st;
     *comm = establishment_->take_send();
-    return Status::ok();
+    return ok_status();
   }
 
  private:
@@ -140,11 +140,11 @@ class IbTransport final : public Transport {
     comm->reset();
     BootstrapListener listener;
     Status st = open_bootstrap_listener(devices_, dev, handle, &listener);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
     SIEVE_INFO("listening on %s for verbs connections on %s", listener.address.c_str(), devices_[dev].name.c_str());
     *comm = std::make_unique<IbListenComm>(options_, std::move(listener.fd), listener.nonce,
                                            std::move(listener.address), config(dev));
-    return Status::ok();
+    return ok_status();
   }
 
   using Transport::connect;
@@ -152,7 +152,7 @@ class IbTransport final : public Transport {
     comm->reset();
     wire::HandleFields fields;
     Status st = read_peer_handle(devices_, dev, *handle, &fields);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
     const auto make = [&]() -> std::unique_ptr<ConnectAttempt> {
       IbCommConfig c = config(dev);
       c.service = service_class(options_, traffic_class);
@@ -198,19 +198,19 @@ class IbTransport final : public Transport {
 
 Status check_options(const TransportOptions& o) {
   if (o.ib_qps < 1 || o.ib_qps > kMaxQps)
-    return error(Code::InvalidArgument, "SIEVE_IB_QPS=" + std::to_string(o.ib_qps) + " is outside 1-16");
+    return error(Code::kInvalidArgument, "SIEVE_IB_QPS=" + std::to_string(o.ib_qps) + " is outside 1-16");
   if (o.ib_traffic_class > 255)
-    return error(Code::InvalidArgument, "SIEVE_IB_TC=" + std::to_string(o.ib_traffic_class) + " is outside 0-255");
+    return error(Code::kInvalidArgument, "SIEVE_IB_TC=" + std::to_string(o.ib_traffic_class) + " is outside 0-255");
   if (o.ib_service_level > 15)
-    return error(Code::InvalidArgument, "SIEVE_IB_SL=" + std::to_string(o.ib_service_level) + " is outside 0-15");
+    return error(Code::kInvalidArgument, "SIEVE_IB_SL=" + std::to_string(o.ib_service_level) + " is outside 0-15");
   if (o.ib_timeout < 1 || o.ib_timeout > 31)
-    return error(Code::InvalidArgument, "SIEVE_IB_TIMEOUT=" + std::to_string(o.ib_timeout) + " is outside 1-31");
+    return error(Code::kInvalidArgument, "SIEVE_IB_TIMEOUT=" + std::to_string(o.ib_timeout) + " is outside 1-31");
   if (o.ib_retry_count < 0 || o.ib_retry_count > 7)
-    return error(Code::InvalidArgument, "SIEVE_IB_RETRY_CNT=" + std::to_string(o.ib_retry_count) + " is outside 0-7");
+    return error(Code::kInvalidArgument, "SIEVE_IB_RETRY_CNT=" + std::to_string(o.ib_retry_count) + " is outside 0-7");
   if (o.ib_pkey_index < 0 || o.ib_pkey_index > 0xffff)
-    return error(Code::InvalidArgument, "SIEVE_IB_PKEY=" + std::to_string(o.ib_pkey_index) + " is outside 0-65535");
+    return error(Code::kInvalidArgument, "SIEVE_IB_PKEY=" + std::to_string(o.ib_pkey_index) + " is outside 0-65535");
   if (o.ib_ar_threshold < 0)
-    return error(Code::InvalidArgument, "SIEVE_IB_AR_THRESHOLD=" + std::to_string(o.ib_ar_threshold) + " is negative");
+    return error(Code::kInvalidArgument, "SIEVE_IB_AR_THRESHOLD=" + std::to_string(o.ib_ar_threshold) + " is negative");
   return check_common_options(o);
 }
 
@@ -226,12 +226,12 @@ Status read_pkey(const VerbsLibrary& verbs, const DeviceContext& device, const I
                  PortAddress* a) {
   __be16 pkey = 0;
   if (verbs.query_pkey(device.context(), static_cast<uint8_t>(port.port), index, &pkey) != 0)
-    return error(Code::InvalidArgument, "SIEVE_IB_PKEY (or NCCL_IB_PKEY) index " + std::to_string(index) +
-                                            " is not in the P_Key table of " + port.name() + " (" +
-                                            std::to_string(port.pkey_table_length) + " entries)");
+    return error(Code::kInvalidArgument, "SIEVE_IB_PKEY (or NCCL_IB_PKEY) index " + std::to_string(index) +
+                                             " is not in the P_Key table of " + port.name() + " (" +
+                                             std::to_string(port.pkey_table_length) + " entries)");
   a->pkey_index = index;
   a->pkey = be16toh(pkey);
-  return Status::ok();
+  return ok_status();
 }
 
 Status gid_policy_of(const TransportOptions& o, GidPolicy* out) {
@@ -239,13 +239,13 @@ Status gid_policy_of(const TransportOptions& o, GidPolicy* out) {
   out->index = o.ib_gid_index;
   out->family = o.ib_addr_family;
   Status st = parse_address_range(o.ib_addr_range, "SIEVE_IB_ADDR_RANGE (or NCCL_IB_ADDR_RANGE)", &out->range);
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   if (out->range.set && out->family != Family::Any && out->family != out->range.family)
-    return error(Code::InvalidArgument, "the GID address range " + o.ib_addr_range + " is not of the address family " +
-                                            (out->family == Family::IPv4 ? "ipv4" : "ipv6") +
-                                            " asked for (SIEVE_IB_ADDR_FAMILY / SIEVE_IB_ADDR_RANGE, or "
-                                            "NCCL_IB_ADDR_FAMILY / NCCL_IB_ADDR_RANGE): no GID could match both");
-  return Status::ok();
+    return error(Code::kInvalidArgument, "the GID address range " + o.ib_addr_range + " is not of the address family " +
+                                             (out->family == Family::IPv4 ? "ipv4" : "ipv6") +
+                                             " asked for (SIEVE_IB_ADDR_FAMILY / SIEVE_IB_ADDR_RANGE, or "
+                                             "NCCL_IB_ADDR_FAMILY / NCCL_IB_ADDR_RANGE): no GID could match both");
+  return ok_status();
 }
 
 // Opens each selected port's device once and resolves the GID a connection from it uses.
@@ -253,7 +253,7 @@ Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, co
                   const std::vector<IbPort>& selected, std::vector<PortEntry>* out) {
   std::unique_ptr<DeviceList> list;
   Status st = DeviceList::get(verbs, &list);
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   std::map<std::string, std::shared_ptr<DeviceContext>> opened;
   std::map<std::string, std::shared_ptr<RegionTable>> tables;
   for (const IbPort& port : selected) {
@@ -261,12 +261,12 @@ Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, co
     if (it == opened.end()) {
       ibv_device* device = list->find(port.device);
       if (!device) {
-        st = error(Code::SystemError, "RDMA device " + port.device + " disappeared");
+        st = error(Code::kSystemError, "RDMA device " + port.device + " disappeared");
         break;
       }
       std::shared_ptr<DeviceContext> context;
       st = DeviceContext::open(verbs, device, port.device, &context);
-      if (!st.is_ok()) break;
+      if (!st.ok()) break;
       tables[port.device] = std::make_shared<RegionTable>(context);
       it = opened.emplace(port.device, std::move(context)).first;
     }
@@ -283,9 +283,9 @@ Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, co
     a.grh_required = port.grh_required;
     a.mtu = port.active_mtu;
     st = select_gid(port, policy, &a.gid_index);
-    if (!st.is_ok()) break;
+    if (!st.ok()) break;
     st = read_pkey(verbs, *entry.device, port, options.ib_pkey_index, &a);
-    if (!st.is_ok()) break;
+    if (!st.ok()) break;
     // Discovery read the table already (an InfiniBand port without a populated entry 0 keeps zeros);
     // each connection reads it again (Establishment::refresh_port_gid).
     for (const GidEntry& g : port.gids)
@@ -300,37 +300,37 @@ Status open_ports(const VerbsLibrary& verbs, const TransportOptions& options, co
 
 Status Transport::create_ib(const TransportOptions& options, std::unique_ptr<Transport>* out) {
   Status st = ib::check_options(options);
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   const ib::VerbsLibrary* verbs = nullptr;
   st = ib::load_verbs(&verbs);
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   const topology::Machine machine = placement_machine(options.topology);
   std::vector<ib::IbPort> ports;
   std::vector<std::string> notes;
   st = ib::discover_ports(*verbs, machine, &ports, &notes);
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   for (const auto& note : notes) SIEVE_INFO("rdma: %s", note.c_str());
   ib::HcaSpec spec;
   st = ib::parse_hca_spec(options.ib_hca, &spec);
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   const std::vector<ib::IbPort> selected = ib::select_ports(ports, spec);
   if (selected.empty())
-    return error(Code::SystemError,
+    return error(Code::kSystemError,
                  "no active RDMA port" +
                      (options.ib_hca.empty() ? std::string() : " matches SIEVE_IB_HCA=" + options.ib_hca) +
                      " (ports found: " + ib::port_list(ports) + ", libibverbs " + verbs->path + ")");
   // Queue pairs are set up over a TCP connection: an IP interface SIEVE_SOCKET_IFNAME selects.
   std::vector<Device> interfaces;
   st = discover_devices(options.devices, machine, &interfaces);
-  if (!st.is_ok())
+  if (!st.ok())
     return error(st.code(),
                  "the verbs transport sets up its connections over TCP and found no interface for it: " + st.message());
   ib::GidPolicy gid_policy;
   st = ib::gid_policy_of(options, &gid_policy);
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   std::vector<ib::PortEntry> entries;
   st = ib::open_ports(*verbs, options, gid_policy, selected, &entries);
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   // GPUDirect RDMA by device pointer, where a peer-memory client is loaded (older kernels and
   // drivers, where dma-buf is not offered); NCCL's IB transport reports NCCL_PTR_CUDA on the same test.
   std::string peer_memory;
@@ -360,7 +360,7 @@ Status Transport::create_ib(const TransportOptions& options, std::unique_ptr<Tra
     devices.push_back(std::move(d));
   }
   *out = std::make_unique<ib::IbTransport>(options, std::move(gid_policy), std::move(entries), std::move(devices));
-  return Status::ok();
+  return ok_status();
 }
 
 }  // namespace sieve::net

@@ -28,8 +28,8 @@ Status load_once(VerbsLibrary* v) {
   void* handle = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!handle) {
     const char* why = dlerror();
-    return error(Code::SystemError, std::string(kLibrary) + " could not be loaded (" + (why ? why : "unknown reason") +
-                                        "); install rdma-core's libibverbs1 and the provider for the NIC");
+    return error(Code::kSystemError, std::string(kLibrary) + " could not be loaded (" + (why ? why : "unknown reason") +
+                                         "); install rdma-core's libibverbs1 and the provider for the NIC");
   }
   std::string missing;
   bind(handle, "ibv_get_device_list", v->get_device_list, true, &missing);
@@ -64,7 +64,7 @@ Status load_once(VerbsLibrary* v) {
     v->path = info.dli_fname;
   else v->path = kLibrary;
   if (!missing.empty())
-    return error(Code::SystemError, v->path + " lacks " + missing + " (rdma-core older than 29?); verbs unavailable");
+    return error(Code::kSystemError, v->path + " lacks " + missing + " (rdma-core older than 29?); verbs unavailable");
   // Before any buffer is registered, as NCCL's IB transport does: on kernels that do not keep
   // registered pages across fork() themselves (before 5.13), a child forked while buffers are
   // registered (a PyTorch DataLoader worker) would leave the parent's RDMA writing into pages the
@@ -74,7 +74,7 @@ Status load_once(VerbsLibrary* v) {
         "ibv_fork_init failed (%s): a process that forks while verbs buffers are registered may corrupt "
         "them; start the job with RDMAV_FORK_SAFE=1, or keep workers from forking after NCCL starts",
         std::strerror(rc > 0 ? rc : errno));
-  return Status::ok();
+  return ok_status();
 }
 
 }  // namespace
@@ -92,7 +92,7 @@ Status load_verbs(const VerbsLibrary** out) {
   static Status result;
   static std::once_flag once;
   std::call_once(once, [] { result = load_once(&library); });
-  *out = result.is_ok() ? &library : nullptr;
+  *out = result.ok() ? &library : nullptr;
   return result;
 }
 
@@ -101,14 +101,14 @@ Status DeviceList::get(const VerbsLibrary& verbs, std::unique_ptr<DeviceList>* o
   errno = 0;
   ibv_device** list = verbs.get_device_list(&count);
   if (!list && errno == ENOSYS)
-    return error(Code::SystemError,
+    return error(Code::kSystemError,
                  "the kernel offers no RDMA devices (no InfiniBand/RoCE driver loaded: "
                  "ibv_get_device_list says \"Function not implemented\")");
   if (!list)
-    return error(Code::SystemError,
+    return error(Code::kSystemError,
                  std::string("ibv_get_device_list failed: ") + std::strerror(errno ? errno : ENODEV));
   out->reset(new DeviceList(verbs, list, count));
-  return Status::ok();
+  return ok_status();
 }
 
 DeviceList::~DeviceList() { verbs_.free_device_list(list_); }

@@ -30,7 +30,7 @@ Status TcpComm::start(StripeWorker::Direction direction) {
                                                       options_.rate_limiter.get()));
     workers_.back()->start_inline();
     inline_ = true;
-    return Status::ok();
+    return ok_status();
   }
   const int wanted = options_.nthreads > 0 ? options_.nthreads : auto_nthreads(nsocks());
   const int nthreads = std::max(1, std::min(wanted, nsocks()));
@@ -42,7 +42,7 @@ Status TcpComm::start(StripeWorker::Direction direction) {
                                                       options_.peer_timeout_ms, options_.codec,
                                                       options_.rate_limiter.get()));
     Status st = workers_.back()->start();
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
     if (!options_.helper_cpus.empty()) {
       // Placement is an optimisation: a refusal (a cgroup without those CPUs) leaves the thread floating.
       std::string refused = topology::pin_thread_to(workers_.back()->thread().native_handle(), options_.helper_cpus);
@@ -50,7 +50,7 @@ Status TcpComm::start(StripeWorker::Direction direction) {
         SIEVE_WARN("helper thread for %s not pinned: %s", connection_.peer.c_str(), refused.c_str());
     }
   }
-  return Status::ok();
+  return ok_status();
 }
 
 void TcpComm::progress_inline() {
@@ -121,24 +121,24 @@ Status TcpComm::finish(Slot* slot, Completion* out) {
   out->wire_bytes = slot->wire_bytes + slot->codec_wire_bytes.load(std::memory_order_acquire);
   out->sent = dynamic_cast<TcpSendComm*>(this) != nullptr;
   slot->busy = false;
-  return Status::ok();
+  return ok_status();
 }
 
 Status TcpComm::report_failure(Slot* slot) {
   for (auto& w : workers_)
-    if (!w->quiesced()) return Status::ok();
+    if (!w->quiesced()) return ok_status();
   slot->busy = false;
   return failure_.surface();
 }
 
 Status TcpComm::test(Slot* slot, Completion* out) {
   *out = Completion{};
-  if (!slot->busy) return error(Code::InvalidUsage, "test on a request that is not outstanding");
+  if (!slot->busy) return error(Code::kInvalidUsage, "test on a request that is not outstanding");
   static_cast<void>(progress_control());  // a failure is also recorded in failure_, reported below
   progress_inline();
   if (slot->control_done && slot->stripes_left.load(std::memory_order_acquire) == 0) return finish(slot, out);
   if (failure_.failed()) return report_failure(slot);
-  return Status::ok();
+  return ok_status();
 }
 
 namespace {
@@ -155,9 +155,9 @@ Status TcpSendComm::isend(const void* data, size_t size, Request** request) {
   *request = nullptr;
   if (failure_.failed()) return failure_.surface();
   if (size > 0 && !data)
-    return error(Code::InvalidArgument, "isend of " + std::to_string(size) + " bytes from a null buffer");
+    return error(Code::kInvalidArgument, "isend of " + std::to_string(size) + " bytes from a null buffer");
   Slot* slot = free_slot();
-  if (!slot) return Status::ok();  // kMaxRequests outstanding: NCCL retries
+  if (!slot) return ok_status();  // kMaxRequests outstanding: NCCL retries
   slot->data = static_cast<char*>(const_cast<void*>(data));
   slot->size = size;
   slot->sequence = next_sequence_++;
@@ -172,7 +172,7 @@ Status TcpSendComm::isend(const void* data, size_t size, Request** request) {
   *request = slot;
   Status st = progress_control();
   progress_inline();
-  return st.is_ok() ? Status::ok() : st;
+  return st.ok() ? ok_status() : st;
 }
 
 Status TcpSendComm::progress_control() {
@@ -191,9 +191,9 @@ Status TcpSendComm::progress_control() {
     IoResult r = write_some(fd, iov, count);
     if (r.would_block) {
       Status alive = control_acks_.check(fd, options_.peer_timeout_ms, connection_.peer);
-      return alive.is_ok() ? Status::ok() : fail(alive);
+      return alive.ok() ? ok_status() : fail(alive);
     }
-    if (r.error) return fail(error(Code::RemoteError, "sending to " + connection_.peer + ": " + errno_text(r.error)));
+    if (r.error) return fail(error(Code::kRemoteError, "sending to " + connection_.peer + ": " + errno_text(r.error)));
     control_acks_.wrote();
     s->control_moved += r.bytes;
     if (options_.rate_limiter) options_.rate_limiter->charge(r.bytes);  // paid for by the helpers' next stripes
@@ -202,7 +202,7 @@ Status TcpSendComm::progress_control() {
       control_queue_.pop_front();
     }
   }
-  return Status::ok();
+  return ok_status();
 }
 
 // ---------------------------------------------------------------- receive
@@ -210,9 +210,9 @@ Status TcpSendComm::progress_control() {
 Status TcpRecvComm::irecv(void* data, size_t capacity, Request** request) {
   *request = nullptr;
   if (failure_.failed()) return failure_.surface();
-  if (capacity > 0 && !data) return error(Code::InvalidArgument, "irecv into a null buffer");
+  if (capacity > 0 && !data) return error(Code::kInvalidArgument, "irecv into a null buffer");
   Slot* slot = free_slot();
-  if (!slot) return Status::ok();
+  if (!slot) return ok_status();
   slot->data = static_cast<char*>(data);
   slot->capacity = capacity;
   slot->sequence = next_sequence_++;
@@ -221,20 +221,21 @@ Status TcpRecvComm::irecv(void* data, size_t capacity, Request** request) {
   *request = slot;
   Status st = progress_control();
   progress_inline();
-  return st.is_ok() ? Status::ok() : st;
+  return st.ok() ? ok_status() : st;
 }
 
 Status TcpRecvComm::read_header(bool* complete) {
   *complete = false;
   iovec v{header_ + header_moved_, sizeof(header_) - header_moved_};
   IoResult r = read_some(connection_.control.get(), &v, 1);
-  if (r.would_block) return Status::ok();
-  if (r.closed) return fail(error(Code::RemoteError, "peer " + connection_.peer + " closed the connection"));
-  if (r.error) return fail(error(Code::RemoteError, "receiving from " + connection_.peer + ": " + errno_text(r.error)));
+  if (r.would_block) return ok_status();
+  if (r.closed) return fail(error(Code::kRemoteError, "peer " + connection_.peer + " closed the connection"));
+  if (r.error)
+    return fail(error(Code::kRemoteError, "receiving from " + connection_.peer + ": " + errno_text(r.error)));
   header_moved_ += r.bytes;
   last_control_progress_ = Clock::now();
   *complete = header_moved_ == sizeof(header_);
-  return Status::ok();
+  return ok_status();
 }
 
 Status TcpRecvComm::progress_control() {
@@ -245,10 +246,10 @@ Status TcpRecvComm::progress_control() {
       IoResult r = read_some(connection_.control.get(), &v, 1);
       if (r.would_block) break;
       if (r.closed)
-        return fail(
-            error(Code::RemoteError, "peer " + connection_.peer + " closed the connection in the middle of a message"));
+        return fail(error(Code::kRemoteError,
+                          "peer " + connection_.peer + " closed the connection in the middle of a message"));
       if (r.error)
-        return fail(error(Code::RemoteError, "receiving from " + connection_.peer + ": " + errno_text(r.error)));
+        return fail(error(Code::kRemoteError, "receiving from " + connection_.peer + ": " + errno_text(r.error)));
       s->control_moved += r.bytes;
       last_control_progress_ = Clock::now();
       if (s->control_moved == s->size) {
@@ -257,29 +258,29 @@ Status TcpRecvComm::progress_control() {
       }
       continue;
     }
-    if (awaiting_header_.empty()) return Status::ok();
+    if (awaiting_header_.empty()) return ok_status();
     bool complete = false;
     Status st = read_header(&complete);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
     if (!complete) break;
     header_moved_ = 0;
     Slot* s = awaiting_header_.front();
     awaiting_header_.pop_front();
     wire::FrameHeader frame;
     st = wire::decode_frame(header_, s->sequence, allowed, &frame);
-    if (!st.is_ok())
-      return fail(error(Code::RemoteError, "corrupt stream from " + connection_.peer + ": " + st.message()));
+    if (!st.ok())
+      return fail(error(Code::kRemoteError, "corrupt stream from " + connection_.peer + ": " + st.message()));
     if (frame.length > s->capacity)
       return fail(
-          error(Code::InvalidUsage, "peer " + connection_.peer + " sent a message of " + std::to_string(frame.length) +
-                                        " bytes but the posted receive holds only " + std::to_string(s->capacity) +
-                                        " (a send larger than its receive is not allowed)"));
+          error(Code::kInvalidUsage, "peer " + connection_.peer + " sent a message of " + std::to_string(frame.length) +
+                                         " bytes but the posted receive holds only " + std::to_string(s->capacity) +
+                                         " (a send larger than its receive is not allowed)"));
     s->size = frame.length;
     s->inline_payload = frame.flags & wire::kFlagInline;
     s->codec = frame.flags & wire::kFlagCodec;
     if (s->inline_payload && s->codec)
       return fail(
-          error(Code::RemoteError, "corrupt stream from " + connection_.peer + ": an inline frame flagged as codec"));
+          error(Code::kRemoteError, "corrupt stream from " + connection_.peer + ": an inline frame flagged as codec"));
     uint32_t stripes = 0;
     if (s->inline_payload) {
       if (s->size == 0) s->control_done = true;
@@ -294,10 +295,10 @@ Status TcpRecvComm::progress_control() {
   if ((header_moved_ > 0 || reading_inline_) && !failure_.failed()) {
     auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_control_progress_).count();
     if (waited >= options_.peer_timeout_ms)
-      return fail(error(Code::RemoteError, "peer " + connection_.peer + " sent nothing for " + std::to_string(waited) +
-                                               " ms in the middle of a message (SIEVE_PEER_TIMEOUT_MS)"));
+      return fail(error(Code::kRemoteError, "peer " + connection_.peer + " sent nothing for " + std::to_string(waited) +
+                                                " ms in the middle of a message (SIEVE_PEER_TIMEOUT_MS)"));
   }
-  return Status::ok();
+  return ok_status();
 }
 
 }  // namespace sieve::net

@@ -35,28 +35,28 @@ Status check_codec_header(const uint8_t* header, size_t stripe_length, const std
   compress::FrameInfo info;
   compress::DecodeStatus st = compress::read_frame_info(header, kCodecHeaderBytes, &info);
   if (st != compress::DecodeStatus::kOk)
-    return error(Code::RemoteError, "corrupt codec frame from " + peer + ": " + compress::decode_status_message(st));
+    return error(Code::kRemoteError, "corrupt codec frame from " + peer + ": " + compress::decode_status_message(st));
   if (info.raw_length != stripe_length || info.frame_length < kCodecHeaderBytes ||
       info.frame_length > compress::encode_bound(stripe_length) ||
       (!info.zero_elided && info.frame_length != kCodecHeaderBytes + stripe_length))
-    return error(Code::RemoteError, "corrupt codec frame from " + peer + ": it announces " +
-                                        std::to_string(info.raw_length) + " bytes in a frame of " +
-                                        std::to_string(info.frame_length) + " for a stripe of " +
-                                        std::to_string(stripe_length));
+    return error(Code::kRemoteError, "corrupt codec frame from " + peer + ": it announces " +
+                                         std::to_string(info.raw_length) + " bytes in a frame of " +
+                                         std::to_string(info.frame_length) + " for a stripe of " +
+                                         std::to_string(stripe_length));
   *body = info.frame_length - kCodecHeaderBytes;
   *zero_elided = info.zero_elided;
-  return Status::ok();
+  return ok_status();
 }
 
 Status decode_stripe(const uint8_t* frame, size_t frame_length, char* dst, size_t length, const std::string& peer) {
   size_t out = 0;
   compress::DecodeStatus st = compress::decode(frame, frame_length, dst, length, &out);
   if (st != compress::DecodeStatus::kOk)
-    return error(Code::RemoteError, "corrupt codec frame from " + peer + ": " + compress::decode_status_message(st));
+    return error(Code::kRemoteError, "corrupt codec frame from " + peer + ": " + compress::decode_status_message(st));
   if (out != length)
-    return error(Code::RemoteError, "corrupt codec frame from " + peer + ": decoded " + std::to_string(out) +
-                                        " bytes for a stripe of " + std::to_string(length));
-  return Status::ok();
+    return error(Code::kRemoteError, "corrupt codec frame from " + peer + ": decoded " + std::to_string(out) +
+                                         " bytes for a stripe of " + std::to_string(length));
+  return ok_status();
 }
 
 }  // namespace sieve::net

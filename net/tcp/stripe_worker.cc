@@ -123,13 +123,13 @@ StripeWorker::~StripeWorker() {
 
 Status StripeWorker::start() {
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) return error(Code::SystemError, "eventfd: " + errno_text(errno));
+  if (wake_fd_ < 0) return error(Code::kSystemError, "eventfd: " + errno_text(errno));
   try {
     thread_ = std::thread([this] { run(); });
   } catch (const std::exception& e) {
-    return error(Code::SystemError, std::string("cannot start a helper thread: ") + e.what());
+    return error(Code::kSystemError, std::string("cannot start a helper thread: ") + e.what());
   }
-  return Status::ok();
+  return ok_status();
 }
 
 void StripeWorker::enqueue(const Stripe& stripe) {
@@ -216,7 +216,8 @@ bool StripeWorker::prepare(size_t socket, Stripe& s) {
     uint8_t* frame = scratch_[socket].get(bound);
     const size_t n = compress::encode(s.data, s.length, frame, bound);
     if (n == 0) {
-      fail(error(Code::InternalError, "codec refused a stripe of " + std::to_string(s.length) + " bytes for " + peer_));
+      fail(
+          error(Code::kInternalError, "codec refused a stripe of " + std::to_string(s.length) + " bytes for " + peer_));
       return false;
     }
     s.in_scratch = true;
@@ -236,7 +237,7 @@ bool StripeWorker::accept_codec_header(size_t socket, Stripe& s) {
   size_t body = 0;
   bool zero_elided = false;
   Status st = check_codec_header(s.codec_header, s.length, peer_, &body, &zero_elided);
-  if (!st.is_ok()) {
+  if (!st.ok()) {
     fail(st);
     return false;
   }
@@ -258,7 +259,7 @@ bool StripeWorker::complete(size_t socket, Stripe& s) {
   if (s.codec) {
     if (direction_ == Direction::Receive && s.in_scratch) {
       Status st = decode_stripe(scratch_[socket].get(0), kCodecHeaderBytes + s.body_length, s.data, s.length, peer_);
-      if (!st.is_ok()) {
+      if (!st.ok()) {
         fail(st);
         return false;
       }
@@ -309,12 +310,12 @@ bool StripeWorker::pump(size_t socket, bool* progressed, size_t* budget) {
     if (direction_ == Direction::Send && rate_limiter_) rate_limiter_->refund(offered - r.bytes);
     if (r.would_block) return true;
     if (r.closed) {
-      fail(error(Code::RemoteError, "peer " + peer_ + " closed the connection in the middle of a message"));
+      fail(error(Code::kRemoteError, "peer " + peer_ + " closed the connection in the middle of a message"));
       return false;
     }
     if (r.error) {
-      fail(error(Code::RemoteError, std::string(direction_ == Direction::Send ? "sending to " : "receiving from ") +
-                                        peer_ + ": " + errno_text(r.error)));
+      fail(error(Code::kRemoteError, std::string(direction_ == Direction::Send ? "sending to " : "receiving from ") +
+                                         peer_ + ": " + errno_text(r.error)));
       return false;
     }
     *budget -= std::min(*budget, r.bytes);
@@ -341,8 +342,8 @@ bool StripeWorker::advance(size_t socket, size_t bytes) {
   if (direction_ == Direction::Receive) {
     if (header_now_complete) {
       Status st = wire::check_chunk(s.header, s.expected);
-      if (!st.is_ok()) {
-        fail(error(Code::RemoteError, "corrupt stream from " + peer_ + ": " + st.message()));
+      if (!st.ok()) {
+        fail(error(Code::kRemoteError, "corrupt stream from " + peer_ + ": " + st.message()));
         return false;
       }
     }
@@ -446,13 +447,13 @@ void StripeWorker::poll_sockets(int timeout_ms, bool compute_timeout) {
     if (fds[k].fd == wake_fd_) continue;
     bool idle = socket_of[k] < 0 || queues_[socket_of[k]].empty();
     if (direction_ == Direction::Send && idle && (fds[k].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
-      fail(error(Code::RemoteError, "peer " + peer_ + " closed the connection"));
+      fail(error(Code::kRemoteError, "peer " + peer_ + " closed the connection"));
       return;
     }
   }
   if (direction_ == Direction::Send && watch_fd_ >= 0) {
     Status st = watch_acks_.check(watch_fd_, peer_timeout_ms_, peer_);
-    if (!st.is_ok()) {
+    if (!st.ok()) {
       fail(st);
       return;
     }
@@ -463,7 +464,7 @@ void StripeWorker::poll_sockets(int timeout_ms, bool compute_timeout) {
       if (i < 0 || (!queues_[i].empty() && (fds[k].revents & POLLOUT))) continue;
       // Idle sockets too: check() passes unless written data waits unacknowledged.
       Status st = ack_watch_[i].check(sockets_[i], peer_timeout_ms_, peer_);
-      if (!st.is_ok()) {
+      if (!st.ok()) {
         fail(st);
         return;
       }
@@ -479,8 +480,8 @@ void StripeWorker::poll_sockets(int timeout_ms, bool compute_timeout) {
       if (fds[k].revents & POLLIN) continue;
       auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(later - last_progress_[i]).count();
       if (waited >= peer_timeout_ms_) {
-        fail(error(Code::RemoteError, "peer " + peer_ + " sent nothing for " + std::to_string(waited) +
-                                          " ms in the middle of a message (SIEVE_PEER_TIMEOUT_MS)"));
+        fail(error(Code::kRemoteError, "peer " + peer_ + " sent nothing for " + std::to_string(waited) +
+                                           " ms in the middle of a message (SIEVE_PEER_TIMEOUT_MS)"));
         return;
       }
     }

@@ -20,13 +20,14 @@ constexpr size_t kRateBurstChunks = 4;  // the shaper lets this many stripes go 
 
 Status check_options(const TransportOptions& o) {
   if (o.nsocks < 0 || o.nsocks > kMaxSockets)
-    return error(Code::InvalidArgument, "SIEVE_NSOCKS=" + std::to_string(o.nsocks) + " is outside 0-16 (0 = auto)");
+    return error(Code::kInvalidArgument, "SIEVE_NSOCKS=" + std::to_string(o.nsocks) + " is outside 0-16 (0 = auto)");
   if (o.nthreads < 0 || o.nthreads > kMaxSockets)
-    return error(Code::InvalidArgument, "SIEVE_NTHREADS=" + std::to_string(o.nthreads) + " is outside 0-16 (0 = auto)");
+    return error(Code::kInvalidArgument,
+                 "SIEVE_NTHREADS=" + std::to_string(o.nthreads) + " is outside 0-16 (0 = auto)");
   if (o.chunk_size < 4096 || o.chunk_size > (1u << 30))
-    return error(Code::InvalidArgument, "SIEVE_CHUNK_SIZE=" + std::to_string(o.chunk_size) + " is outside 4K-1G");
+    return error(Code::kInvalidArgument, "SIEVE_CHUNK_SIZE=" + std::to_string(o.chunk_size) + " is outside 4K-1G");
   if (o.rate_limit_mbps < 0)
-    return error(Code::InvalidArgument, "SIEVE_RATE_LIMIT_MBPS=" + std::to_string(o.rate_limit_mbps) + " is negative");
+    return error(Code::kInvalidArgument, "SIEVE_RATE_LIMIT_MBPS=" + std::to_string(o.rate_limit_mbps) + " is negative");
   return check_common_options(o);
 }
 
@@ -57,12 +58,12 @@ class TcpListenComm final : public ListenComm {
     Connection c;
     bool got = false;
     handshakes_.accept(&c, &got);
-    if (!got) return Status::ok();
+    if (!got) return ok_status();
     auto recv = std::make_unique<TcpRecvComm>(std::move(c), comm_options(options_, helper_cpus_, nullptr));
     Status st = recv->start(StripeWorker::Direction::Receive);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
     *comm = std::move(recv);
-    return Status::ok();
+    return ok_status();
   }
   uint64_t take_rejected() override { return handshakes_.take_rejected(); }
 
@@ -85,12 +86,12 @@ struct TcpConnect final : ConnectAttempt {
     Connection c;
     bool done = false;
     Status st = connector.progress(&c, &done);
-    if (!st.is_ok() || !done) return st;
+    if (!st.ok() || !done) return st;
     auto send = std::make_unique<TcpSendComm>(std::move(c), comm_options(options, helper_cpus, rate_limiter));
     st = send->start(StripeWorker::Direction::Send);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
     *comm = std::move(send);
-    return Status::ok();
+    return ok_status();
   }
 
   const TransportOptions options;
@@ -117,11 +118,11 @@ class TcpTransport final : public Transport {
     comm->reset();
     BootstrapListener listener;
     Status st = open_bootstrap_listener(devices_, dev, handle, &listener);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
     SIEVE_INFO("listening on %s (%s)", listener.address.c_str(), devices_[dev].name.c_str());
     *comm = std::make_unique<TcpListenComm>(options_, std::move(listener.fd), listener.nonce,
                                             std::move(listener.address), helper_cpus(dev));
-    return Status::ok();
+    return ok_status();
   }
 
   // The communicator's traffic class has no meaning for TCP here (no DSCP is set on its sockets).
@@ -129,7 +130,7 @@ class TcpTransport final : public Transport {
     comm->reset();
     wire::HandleFields fields;
     Status st = read_peer_handle(devices_, dev, *handle, &fields);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
     const auto make = [&]() -> std::unique_ptr<ConnectAttempt> {
       // The connecting side picks the shape: the listener takes whatever socket count arrives.
       TransportOptions shaped = options_;
@@ -168,11 +169,11 @@ class TcpTransport final : public Transport {
 
 Status Transport::create_tcp(const TransportOptions& options, std::unique_ptr<Transport>* out) {
   Status st = check_options(options);
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   const topology::Machine machine = placement_machine(options.topology);
   std::vector<Device> devices;
   st = discover_devices(options.devices, machine, &devices);
-  if (!st.is_ok()) return st;
+  if (!st.ok()) return st;
   const bool pin = topology::should_pin(options.pin_threads, machine.numa_nodes.size());
   for (const auto& d : devices)
     SIEVE_INFO("device %s %s speed %d Mbps numa %d%s%s%s%s", d.name.c_str(), d.address.text().c_str(), d.speed_mbps,
@@ -180,7 +181,7 @@ Status Transport::create_tcp(const TransportOptions& options, std::unique_ptr<Tr
                pin && !d.cpus.empty() ? ", helper threads on cpus " : "",
                pin ? topology::cpu_list_text(d.cpus).c_str() : "");
   *out = std::make_unique<TcpTransport>(options, std::move(devices), pin);
-  return Status::ok();
+  return ok_status();
 }
 
 }  // namespace sieve::net

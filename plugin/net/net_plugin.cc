@@ -92,18 +92,18 @@ template <typename Comm> CommWrapper* wrap(std::shared_ptr<ProcessState> state, 
 
 ncclResult_t to_nccl(net::Code code) {
   switch (code) {
-    case net::Code::Ok: return ncclSuccess;
-    case net::Code::InvalidArgument: return ncclInvalidArgument;
-    case net::Code::InvalidUsage: return ncclInvalidUsage;
-    case net::Code::SystemError: return ncclSystemError;
-    case net::Code::RemoteError: return ncclRemoteError;
-    case net::Code::InternalError: return ncclInternalError;
+    case net::Code::kOk: return ncclSuccess;
+    case net::Code::kInvalidArgument: return ncclInvalidArgument;
+    case net::Code::kInvalidUsage: return ncclInvalidUsage;
+    case net::Code::kSystemError: return ncclSystemError;
+    case net::Code::kRemoteError: return ncclRemoteError;
+    case net::Code::kInternalError: return ncclInternalError;
   }
   return ncclInternalError;
 }
 
 ncclResult_t report(const char* call, const net::Status& st) {
-  if (st.is_ok()) return ncclSuccess;
+  if (st.ok()) return ncclSuccess;
   SIEVE_WARN("%s failed (%s): %s", call, net::code_name(st.code()), st.message().c_str());
   return to_nccl(st.code());
 }
@@ -178,12 +178,12 @@ net::TransportOptions options_from(const config::Registry& registry) {
 // `why` is that reason, for the lines that follow.
 net::Status create_transport(config::TransportChoice choice_asked, ProcessState* state, std::string* why) {
   const net::Transport::Asked asked = transport_asked(choice_asked);
-  net::Status verbs = net::error(net::Code::InvalidUsage, "not tried");
+  net::Status verbs = net::error(net::Code::kInvalidUsage, "not tried");
   if (asked != net::Transport::Asked::Tcp) verbs = net::Transport::create_ib(state->options, &state->transport);
-  if (asked == net::Transport::Asked::Ib && !verbs.is_ok())
+  if (asked == net::Transport::Asked::Ib && !verbs.ok())
     return net::error(verbs.code(), "SIEVE_TRANSPORT=ib: " + verbs.message());
-  const net::Transport::Choice choice = net::Transport::choose(
-      asked, verbs.is_ok(), verbs.is_ok() ? state->transport->devices().size() : 0, verbs.message());
+  const net::Transport::Choice choice =
+      net::Transport::choose(asked, verbs.ok(), verbs.ok() ? state->transport->devices().size() : 0, verbs.message());
   *why = choice.why;
   state->verbs = choice.verbs;
   if (asked != net::Transport::Asked::Tcp) SIEVE_INFO("transport %s (%s)", choice.verbs ? "ib" : "tcp", why->c_str());
@@ -208,12 +208,12 @@ ncclResult_t acquire_locked(abi::ncclDebugLogger_t logger, std::shared_ptr<Proce
     start_process_log();  // after the logger: NCCL's log is where a job's user looks
     // A weak token gives a false sense of safety: one welcome lets a dictionary find it offline.
     net::Status token = net::check_job_token(registry.settings().job_token);
-    if (!token.is_ok()) return report("init", token);
+    if (!token.ok()) return report("init", token);
     auto state = std::make_shared<ProcessState>();
     state->options = options_from(registry);
     std::string why;
     net::Status st = create_transport(registry.settings().transport, state.get(), &why);
-    if (!st.is_ok()) return report("init", st);
+    if (!st.ok()) return report("init", st);
     warn_settings_without_effect(registry, state->verbs, why);
     g_state = std::move(state);
     start_stats_export(registry.settings());  // warns itself when it cannot
@@ -380,7 +380,7 @@ ncclResult_t net_listen(void* ctx, int dev, void* handle, void** listen_comm) {
     wrapper->state = state;
     wrapper->dev = dev;
     net::Status st = state->transport->listen(dev, static_cast<net::Handle*>(handle), &wrapper->comm);
-    if (!st.is_ok()) return report("listen", st);
+    if (!st.ok()) return report("listen", st);
     *listen_comm = wrapper.release();
     return ncclSuccess;
   });
@@ -396,7 +396,7 @@ ncclResult_t net_connect(void* ctx, int dev, int traffic_class, void* handle, vo
     if (traffic_class == abi::NCCL_NET_TRAFFIC_CLASS_UNDEF && context) traffic_class = context->traffic_class;
     std::unique_ptr<net::SendComm> comm;
     net::Status st = state->transport->connect(dev, traffic_class, static_cast<net::Handle*>(handle), &comm);
-    if (!st.is_ok()) return report("connect", st);
+    if (!st.ok()) return report("connect", st);
     if (comm) *send_comm = wrap(state, std::move(comm), dev);
     return ncclSuccess;
   });
@@ -410,7 +410,7 @@ ncclResult_t net_accept(void* listen_comm, void** recv_comm) {
     std::unique_ptr<net::RecvComm> comm;
     net::Status st = listener->comm->accept(&comm);
     add(process_stats().connections_rejected, listener->comm->take_rejected());
-    if (!st.is_ok()) return report("accept", st);
+    if (!st.ok()) return report("accept", st);
     if (comm) *recv_comm = wrap(listener->state, std::move(comm), listener->dev);
     return ncclSuccess;
   });
@@ -424,7 +424,7 @@ ncclResult_t register_memory(const char* call, void* comm, const net::MemoryDesc
     *mhandle = nullptr;
     std::unique_ptr<net::MemoryRegion> region;
     net::Status st = static_cast<CommWrapper*>(comm)->register_memory(memory, &region);
-    if (!st.is_ok()) return report(call, st);
+    if (!st.ok()) return report(call, st);
     *mhandle = region.release();
     return ncclSuccess;
   });
@@ -477,7 +477,7 @@ ncclResult_t net_isend(void* send_comm, void* data, size_t size, int tag, void* 
     net::Status st = wrapper->send->isend(data, size, &r);
     *request = r;
     if (r) wrapper->traffic->posted();
-    return st.is_ok() ? ncclSuccess : to_nccl(st.code());  // the comm logged its failure
+    return st.ok() ? ncclSuccess : to_nccl(st.code());  // the comm logged its failure
   });
 }
 
@@ -497,7 +497,7 @@ ncclResult_t net_irecv(void* recv_comm, int n, void** data, const size_t* sizes,
     net::Status st = wrapper->recv->irecv(data[0], sizes[0], &r);
     *request = r;
     if (r) wrapper->traffic->posted();
-    return st.is_ok() ? ncclSuccess : to_nccl(st.code());
+    return st.ok() ? ncclSuccess : to_nccl(st.code());
   });
 }
 
@@ -512,7 +512,7 @@ ncclResult_t net_iflush(void* recv_comm, int n, void** data, int* sizes, void** 
     net::Status st =
         wrapper->recv->flush(data[0], static_cast<size_t>(sizes[0]), static_cast<net::MemoryRegion*>(mhandles[0]), &r);
     *request = r;
-    return st.is_ok() ? ncclSuccess : report("iflush", st);
+    return st.ok() ? ncclSuccess : report("iflush", st);
   });
 }
 
@@ -524,7 +524,7 @@ ncclResult_t net_test(void* request, int* done, size_t* size) {
     auto* r = static_cast<net::Request*>(request);
     auto* traffic = static_cast<CommTraffic*>(r->comm_tag());  // read before test frees the slot
     net::Status st = r->test(&c);
-    if (!st.is_ok()) return to_nccl(st.code());  // logged once by the comm, with the peer
+    if (!st.ok()) return to_nccl(st.code());  // logged once by the comm, with the peer
     if (c.done) {
       *done = 1;
       if (size) *size = c.size;

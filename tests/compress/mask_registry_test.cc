@@ -136,7 +136,8 @@ TEST(MaskRegistry, ConcurrentPublishersAndReadersSeeWholeEntries) {
         const int b = (i + w) % 8;
         ASSERT_TRUE(r.publish(buffers.data() + 256 * b, DType::kF32, every_other(256, uint64_t(i % 2)), nullptr).ok());
         if (i % 7 == 0) r.snapshot();
-        if (i % 5 == 0) r.retract(buffers.data() + 256 * b);
+        // Another writer may have retracted this buffer first: either answer is right here.
+        if (i % 5 == 0) (void)r.retract(buffers.data() + 256 * b);
       }
     });
   for (auto& t : writers) t.join();

@@ -38,7 +38,7 @@ TEST(ReadPeerHandle, ALinkLocalListenerIsReachedThroughOurOwnInterface) {
   Device local;
   local.address = ipv6("fe80::2", 3, 0);
   wire::HandleFields fields;
-  ASSERT_TRUE(read_peer_handle({local}, 0, handle_for(ipv6("fe80::1", 7, 4000)), &fields).is_ok());
+  ASSERT_TRUE(read_peer_handle({local}, 0, handle_for(ipv6("fe80::1", 7, 4000)), &fields).ok());
   EXPECT_EQ(scope_of(fields.address), 3u) << "the listener's interface index names an interface of its host";
   EXPECT_EQ(fields.address.port(), 4000);
   EXPECT_EQ(fields.listener_nonce, 42u);
@@ -48,7 +48,7 @@ TEST(ReadPeerHandle, AGlobalListenerAddressIsLeftAsSent) {
   Device local;
   local.address = ipv6("fe80::2", 3, 0);
   wire::HandleFields fields;
-  ASSERT_TRUE(read_peer_handle({local}, 0, handle_for(ipv6("fd00::1", 0, 4000)), &fields).is_ok());
+  ASSERT_TRUE(read_peer_handle({local}, 0, handle_for(ipv6("fd00::1", 0, 4000)), &fields).ok());
   EXPECT_EQ(scope_of(fields.address), 0u);
 }
 
@@ -58,7 +58,7 @@ TEST(ReadPeerHandle, AGarbledHandleIsRefused) {
   Handle h{};
   std::fill(std::begin(h.bytes), std::end(h.bytes), uint8_t{0xA5});
   wire::HandleFields fields;
-  EXPECT_FALSE(read_peer_handle({local}, 0, h, &fields).is_ok());
+  EXPECT_FALSE(read_peer_handle({local}, 0, h, &fields).ok());
 }
 
 TEST(ReadPeerHandle, ADeviceThatIsNotOursIsRefusedByIndexAndCount) {
@@ -67,7 +67,7 @@ TEST(ReadPeerHandle, ADeviceThatIsNotOursIsRefusedByIndexAndCount) {
   wire::HandleFields fields;
   for (int dev : {1, -1}) {
     Status st = read_peer_handle({local}, dev, handle_for(ipv6("fd00::1", 0, 4000)), &fields);
-    EXPECT_EQ(st.code(), Code::InvalidArgument);
+    EXPECT_EQ(st.code(), Code::kInvalidArgument);
     EXPECT_NE(st.message().find("device " + std::to_string(dev) + " does not exist (1 devices)"), std::string::npos)
         << st.message();
   }
@@ -77,7 +77,7 @@ TEST(OpenBootstrapListener, ADeviceThatIsNotOursIsRefusedBeforeAnySocketOpens) {
   Handle h{};
   BootstrapListener listener;
   Status st = open_bootstrap_listener({}, 0, &h, &listener);
-  EXPECT_EQ(st.code(), Code::InvalidArgument);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_NE(st.message().find("device 0 does not exist (0 devices)"), std::string::npos) << st.message();
   EXPECT_FALSE(listener.fd.valid());
 }

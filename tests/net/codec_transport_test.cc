@@ -52,16 +52,16 @@ void transfer(const TransportOptions& sender, const TransportOptions& receiver, 
   ASSERT_NE(tx, nullptr);
   ASSERT_NE(rx, nullptr);
   Pair pair;
-  ASSERT_TRUE(connect_pair(*rx, *tx, &pair).is_ok());
+  ASSERT_TRUE(connect_pair(*rx, *tx, &pair).ok());
   std::vector<char> in(data.size() + extra_capacity + 1, 0x5a);
   Request* r = nullptr;
   Request* s = nullptr;
-  ASSERT_TRUE(pair.recv->irecv(in.data(), data.size() + extra_capacity, &r).is_ok());
-  ASSERT_TRUE(pair.send->isend(data.data(), data.size(), &s).is_ok());
+  ASSERT_TRUE(pair.recv->irecv(in.data(), data.size() + extra_capacity, &r).ok());
+  ASSERT_TRUE(pair.send->isend(data.data(), data.size(), &s).ok());
   ASSERT_NE(r, nullptr);
   ASSERT_NE(s, nullptr);
   Status st = testing::wait_both(s, &result->sent, r, &result->received, std::chrono::seconds(60));
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_EQ(result->sent.size, data.size());
   EXPECT_EQ(result->received.size, data.size());
   EXPECT_EQ(result->sent.wire_bytes, result->received.wire_bytes) << "both ends count the same wire bytes";
@@ -185,15 +185,15 @@ TEST(CodecDelivery, ManyMessagesInFlightMixSparseAndDense) {
   ASSERT_NE(tx, nullptr);
   ASSERT_NE(rx, nullptr);
   Pair pair;
-  ASSERT_TRUE(connect_pair(*rx, *tx, &pair).is_ok());
+  ASSERT_TRUE(connect_pair(*rx, *tx, &pair).ok());
   constexpr int kCount = 16;
   std::vector<std::vector<char>> out, in;
   std::vector<Request*> sends(kCount), recvs(kCount);
   for (int i = 0; i < kCount; ++i) {
     out.push_back(make_data(300000 + 4097 * i, i % 2 ? 2 : 4, i % 3 ? 80 : 0, 100 + i));
     in.emplace_back(out.back().size(), 0);
-    ASSERT_TRUE(pair.recv->irecv(in[i].data(), in[i].size(), &recvs[i]).is_ok());
-    ASSERT_TRUE(pair.send->isend(out[i].data(), out[i].size(), &sends[i]).is_ok());
+    ASSERT_TRUE(pair.recv->irecv(in[i].data(), in[i].size(), &recvs[i]).ok());
+    ASSERT_TRUE(pair.send->isend(out[i].data(), out[i].size(), &sends[i]).ok());
     ASSERT_NE(sends[i], nullptr);
     ASSERT_NE(recvs[i], nullptr);
   }
@@ -201,7 +201,7 @@ TEST(CodecDelivery, ManyMessagesInFlightMixSparseAndDense) {
   for (int i = 0; i < kCount; ++i) {
     Completion cs, cr;
     Status st = testing::wait_both(sends[i], &cs, recvs[i], &cr);
-    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(in[i], out[i]) << "message " << i;
     logical += cr.size;
     wire_sent += cs.wire_bytes;

@@ -156,13 +156,13 @@ TEST(Discover, FindsLoopbackWhenAskedFor) {
   std::vector<Device> d;
   const topology::Machine machine = topology::discover({}).machine;
   Status st = discover_devices({"=lo", Family::IPv4}, machine, &d);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].address.text(), "127.0.0.1");
   EXPECT_TRUE(d[0].pci_path.empty());
   EXPECT_GT(d[0].speed_mbps, 0);
   Status none = discover_devices({"=no-such-interface", Family::Any}, machine, &d);
-  EXPECT_EQ(none.code(), Code::SystemError);
+  EXPECT_EQ(none.code(), Code::kSystemError);
   EXPECT_NE(none.message().find("SIEVE_SOCKET_IFNAME"), std::string::npos);
 }
 

@@ -20,7 +20,7 @@ using testing::make_transport;
 // A raw TCP client to the listener named by a handle.
 Fd raw_client(const Handle& handle) {
   wire::HandleFields fields;
-  EXPECT_TRUE(wire::decode_handle(handle.bytes, &fields).is_ok());
+  EXPECT_TRUE(wire::decode_handle(handle.bytes, &fields).ok());
   Fd fd(::socket(fields.address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
   EXPECT_EQ(::connect(fd.get(), reinterpret_cast<const sockaddr*>(&fields.address.storage), fields.address.length), 0);
   return fd;
@@ -39,10 +39,10 @@ void drive(Transport& a, Transport& b, Handle& handle, ListenComm& listener, Con
            std::chrono::milliseconds deadline = std::chrono::seconds(10)) {
   auto end = std::chrono::steady_clock::now() + deadline;
   while ((!c->send || !c->recv) && std::chrono::steady_clock::now() < end) {
-    if (!c->send && c->connect_status.is_ok()) c->connect_status = b.connect(0, &handle, &c->send);
-    if (!c->recv && c->accept_status.is_ok()) c->accept_status = listener.accept(&c->recv);
+    if (!c->send && c->connect_status.ok()) c->connect_status = b.connect(0, &handle, &c->send);
+    if (!c->recv && c->accept_status.ok()) c->accept_status = listener.accept(&c->recv);
     c->rejected += listener.take_rejected();
-    if (!c->connect_status.is_ok() && !c->recv) break;
+    if (!c->connect_status.ok() && !c->recv) break;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   (void)a;
@@ -53,10 +53,10 @@ void expect_working(Connecting& c) {
   char out[100], in[100] = {};
   std::memset(out, 7, sizeof(out));
   Request *s = nullptr, *r = nullptr;
-  ASSERT_TRUE(c.recv->irecv(in, sizeof(in), &r).is_ok());
-  ASSERT_TRUE(c.send->isend(out, sizeof(out), &s).is_ok());
+  ASSERT_TRUE(c.recv->irecv(in, sizeof(in), &r).ok());
+  ASSERT_TRUE(c.send->isend(out, sizeof(out), &s).ok());
   Completion cs, cr;
-  ASSERT_TRUE(testing::wait_both(s, &cs, r, &cr).is_ok());
+  ASSERT_TRUE(testing::wait_both(s, &cs, r, &cr).ok());
   EXPECT_EQ(std::memcmp(in, out, sizeof(in)), 0);
 }
 
@@ -65,7 +65,7 @@ TEST(Handshake, GarbageAndWrongNonceClientsAreDroppedRealPeerConnects) {
   ASSERT_NE(t, nullptr);
   Handle handle;
   std::unique_ptr<ListenComm> listener;
-  ASSERT_TRUE(t->listen(0, &handle, &listener).is_ok());
+  ASSERT_TRUE(t->listen(0, &handle, &listener).ok());
 
   Fd garbage = raw_client(handle);
   const char junk[64] = "GET / HTTP/1.1\r\nHost: example\r\n\r\n";
@@ -84,7 +84,7 @@ TEST(Handshake, GarbageAndWrongNonceClientsAreDroppedRealPeerConnects) {
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (c.rejected < 2 && std::chrono::steady_clock::now() < end) {
     std::unique_ptr<RecvComm> none;
-    ASSERT_TRUE(listener->accept(&none).is_ok());
+    ASSERT_TRUE(listener->accept(&none).ok());
     c.rejected += listener->take_rejected();
   }
   EXPECT_EQ(c.rejected, 2u);
@@ -99,7 +99,7 @@ TEST(Handshake, SilentClientDoesNotBlockAndIsDroppedAfterTimeout) {
   ASSERT_NE(t, nullptr);
   Handle handle;
   std::unique_ptr<ListenComm> listener;
-  ASSERT_TRUE(t->listen(0, &handle, &listener).is_ok());
+  ASSERT_TRUE(t->listen(0, &handle, &listener).ok());
   Fd silent = raw_client(handle);  // connects and never says a word
 
   Connecting c;
@@ -109,7 +109,7 @@ TEST(Handshake, SilentClientDoesNotBlockAndIsDroppedAfterTimeout) {
   uint64_t rejected = c.rejected;
   while (rejected == 0 && std::chrono::steady_clock::now() < end) {
     std::unique_ptr<RecvComm> none;
-    ASSERT_TRUE(listener->accept(&none).is_ok());
+    ASSERT_TRUE(listener->accept(&none).ok());
     rejected += listener->take_rejected();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -123,7 +123,7 @@ TEST(Handshake, MatchingJobTokenConnects) {
   auto b = make_transport(o);
   Handle handle;
   std::unique_ptr<ListenComm> listener;
-  ASSERT_TRUE(a->listen(0, &handle, &listener).is_ok());
+  ASSERT_TRUE(a->listen(0, &handle, &listener).ok());
   Connecting c;
   drive(*a, *b, handle, *listener, &c);
   expect_working(c);
@@ -138,10 +138,10 @@ void expect_refused(const std::string& listener_token, const std::string& connec
   auto b = make_transport(co);
   Handle handle;
   std::unique_ptr<ListenComm> listener;
-  ASSERT_TRUE(a->listen(0, &handle, &listener).is_ok());
+  ASSERT_TRUE(a->listen(0, &handle, &listener).ok());
   Connecting c;
   drive(*a, *b, handle, *listener, &c, std::chrono::seconds(3));
-  EXPECT_EQ(c.connect_status.code(), Code::RemoteError);
+  EXPECT_EQ(c.connect_status.code(), Code::kRemoteError);
   EXPECT_NE(c.connect_status.message().find("job token"), std::string::npos) << c.connect_status.message();
   EXPECT_EQ(c.recv, nullptr);
 }
@@ -167,13 +167,13 @@ TEST(Handshake, ConnectToNothingFailsWithoutHanging) {
   auto t = make_transport(loopback_options());
   Handle handle;
   std::unique_ptr<ListenComm> listener;
-  ASSERT_TRUE(t->listen(0, &handle, &listener).is_ok());
+  ASSERT_TRUE(t->listen(0, &handle, &listener).ok());
   listener.reset();  // port closed: connection refused
   std::unique_ptr<SendComm> send;
   Status st;
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (st.is_ok() && !send && std::chrono::steady_clock::now() < end) st = t->connect(0, &handle, &send);
-  EXPECT_EQ(st.code(), Code::RemoteError) << st.message();
+  while (st.ok() && !send && std::chrono::steady_clock::now() < end) st = t->connect(0, &handle, &send);
+  EXPECT_EQ(st.code(), Code::kRemoteError) << st.message();
 }
 
 TEST(Handshake, ForeignHandleIsInvalidArgument) {
@@ -181,7 +181,7 @@ TEST(Handshake, ForeignHandleIsInvalidArgument) {
   Handle handle;
   std::memset(handle.bytes, 0xab, sizeof(handle.bytes));
   std::unique_ptr<SendComm> send;
-  EXPECT_EQ(t->connect(0, &handle, &send).code(), Code::InvalidArgument);
+  EXPECT_EQ(t->connect(0, &handle, &send).code(), Code::kInvalidArgument);
 }
 
 }  // namespace

@@ -14,20 +14,20 @@ namespace {
 
 TEST(JobToken, ADictionaryWordIsRefusedWithTheRuleNotTheToken) {
   const Status st = check_job_token("hunter2");
-  EXPECT_EQ(st.code(), Code::InvalidUsage);
+  EXPECT_EQ(st.code(), Code::kInvalidUsage);
   EXPECT_NE(st.message().find("128"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("7 characters from a 36-symbol alphabet"), std::string::npos) << st.message();
   EXPECT_EQ(st.message().find("hunter2"), std::string::npos) << "the error shows the token";
 }
 
 TEST(JobToken, LengthTimesAlphabetDecides) {
-  EXPECT_TRUE(check_job_token("").is_ok()) << "no token: allowed (and warned about when multi-node)";
-  EXPECT_TRUE(check_job_token(std::string(32, 'a') + "").is_ok()) << "32 hex digits: 128 bits";
-  EXPECT_FALSE(check_job_token("0123456789abcdef0123456789abcde").is_ok()) << "31 hex digits";
-  EXPECT_TRUE(check_job_token("q3Vx9+Lk/2mZ8sT0pW4yRb==").is_ok()) << "22 base64 characters and padding";
-  EXPECT_FALSE(check_job_token("q3Vx9+Lk/2mZ8sT0pW4yR==").is_ok()) << "21 base64 characters";
-  EXPECT_TRUE(check_job_token("012345678901234567890123456789012345678").is_ok()) << "39 decimal digits: 129 bits";
-  EXPECT_FALSE(check_job_token("correct-horse").is_ok());
+  EXPECT_TRUE(check_job_token("").ok()) << "no token: allowed (and warned about when multi-node)";
+  EXPECT_TRUE(check_job_token(std::string(32, 'a') + "").ok()) << "32 hex digits: 128 bits";
+  EXPECT_FALSE(check_job_token("0123456789abcdef0123456789abcde").ok()) << "31 hex digits";
+  EXPECT_TRUE(check_job_token("q3Vx9+Lk/2mZ8sT0pW4yRb==").ok()) << "22 base64 characters and padding";
+  EXPECT_FALSE(check_job_token("q3Vx9+Lk/2mZ8sT0pW4yR==").ok()) << "21 base64 characters";
+  EXPECT_TRUE(check_job_token("012345678901234567890123456789012345678").ok()) << "39 decimal digits: 129 bits";
+  EXPECT_FALSE(check_job_token("correct-horse").ok());
   EXPECT_NEAR(job_token_bits("ffff"), 16.0, 1e-9);
   EXPECT_NEAR(job_token_bits(std::string(10, 'A') + "b"), 11 * std::log2(62.0), 1e-9);
 }

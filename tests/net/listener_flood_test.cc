@@ -46,12 +46,12 @@ struct Listening {
   std::unique_ptr<ListenComm> listener;
 
   explicit Listening(const TransportOptions& o) : transport(make_transport(o)) {
-    EXPECT_TRUE(transport->listen(0, &handle, &listener).is_ok());
-    EXPECT_TRUE(wire::decode_handle(handle.bytes, &fields).is_ok());
+    EXPECT_TRUE(transport->listen(0, &handle, &listener).ok());
+    EXPECT_TRUE(wire::decode_handle(handle.bytes, &fields).ok());
   }
   uint64_t poll_listener() {
     std::unique_ptr<RecvComm> none;
-    EXPECT_TRUE(listener->accept(&none).is_ok());
+    EXPECT_TRUE(listener->accept(&none).ok());
     EXPECT_EQ(none, nullptr);
     return listener->take_rejected();
   }
@@ -66,9 +66,9 @@ bool connect_through(Listening& l, Transport& connector, std::deque<Fd>* idle, i
   Status cs, as;
   const auto end = Steady::now() + std::chrono::seconds(10);
   while ((!send || !recv) && Steady::now() < end) {
-    if (!send && cs.is_ok()) cs = connector.connect(0, &l.handle, &send);
-    if (!recv && as.is_ok()) as = l.listener->accept(&recv);
-    if (!cs.is_ok() || !as.is_ok()) break;
+    if (!send && cs.ok()) cs = connector.connect(0, &l.handle, &send);
+    if (!recv && as.ok()) as = l.listener->accept(&recv);
+    if (!cs.ok() || !as.ok()) break;
     for (int i = 0; i < per_round; ++i) {
       idle->push_back(raw_client(l.fields));
       if (idle->size() > keep_open) idle->pop_front();
@@ -91,7 +91,7 @@ TEST(ListenerFlood, IdleFloodDoesNotEvictTheRealConnector) {
   // ...the real connector connects and sends its hello...
   std::unique_ptr<SendComm> send;
   for (int i = 0; i < 3 && !send; ++i) {
-    ASSERT_TRUE(connector->connect(0, &l.handle, &send).is_ok());
+    ASSERT_TRUE(connector->connect(0, &l.handle, &send).ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   // ...and more silent sockets queue behind it before the listener next looks.
@@ -156,7 +156,7 @@ Fd authenticated_socket(Listening& l, uint64_t id, uint16_t index, uint16_t nsoc
   EXPECT_EQ(got, sizeof(in)) << "no welcome for socket " << index << " of connection " << id;
   if (got != sizeof(in)) return fd;
   wire::Welcome w;
-  EXPECT_TRUE(wire::decode_welcome(in, &w).is_ok());
+  EXPECT_TRUE(wire::decode_welcome(in, &w).ok());
   uint8_t proof[wire::kProofBytes];
   wire::encode_proof({wire::handshake_mac("", wire::Role::Connector, hello, w.server_nonce)}, proof);
   EXPECT_EQ(::send(fd.get(), proof, sizeof(proof), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(proof)));

@@ -74,17 +74,17 @@ TEST(RateLimitedTransport, DeliversExactly) {
   ASSERT_NE(tx, nullptr);
   ASSERT_NE(rx, nullptr);
   testing::Pair pair;
-  ASSERT_TRUE(testing::connect_pair(*rx, *tx, &pair).is_ok());
+  ASSERT_TRUE(testing::connect_pair(*rx, *tx, &pair).ok());
   for (size_t size : {size_t(1000), size_t(4u << 20) + 5}) {
     std::vector<char> out(size), in(size, 0);
     for (size_t i = 0; i < size; ++i) out[i] = static_cast<char>(i * 31 + 7);
     Request* r = nullptr;
     Request* s = nullptr;
-    ASSERT_TRUE(pair.recv->irecv(in.data(), size, &r).is_ok());
-    ASSERT_TRUE(pair.send->isend(out.data(), size, &s).is_ok());
+    ASSERT_TRUE(pair.recv->irecv(in.data(), size, &r).ok());
+    ASSERT_TRUE(pair.send->isend(out.data(), size, &s).ok());
     Completion cs, cr;
     Status st = testing::wait_both(s, &cs, r, &cr);
-    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(cr.size, size);
     EXPECT_EQ(in, out);
   }
@@ -95,7 +95,7 @@ TEST(RateLimitedTransport, NegativeRateIsRefused) {
   o.rate_limit_mbps = -1;
   std::unique_ptr<Transport> t;
   Status st = Transport::create_tcp(o, &t);
-  EXPECT_EQ(st.code(), Code::InvalidArgument);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_NE(st.message().find("SIEVE_RATE_LIMIT_MBPS"), std::string::npos);
 }
 

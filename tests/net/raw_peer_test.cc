@@ -49,7 +49,7 @@ struct RawSender {
 
   bool connect(const Handle& handle) {
     wire::HandleFields fields;
-    if (!wire::decode_handle(handle.bytes, &fields).is_ok()) return false;
+    if (!wire::decode_handle(handle.bytes, &fields).ok()) return false;
     Fd* fds[2] = {&control, &data};
     for (uint16_t i = 0; i < 2; ++i) {
       fds[i]->reset(::socket(fields.address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -61,7 +61,7 @@ struct RawSender {
       if (!send_all(fds[i]->get(), buf, wire::kHelloBytes)) return false;
       if (!recv_all(fds[i]->get(), buf, wire::kWelcomeBytes)) return false;
       wire::Welcome w;
-      if (!wire::decode_welcome(buf, &w).is_ok()) return false;
+      if (!wire::decode_welcome(buf, &w).ok()) return false;
       wire::encode_proof({wire::handshake_mac("", wire::Role::Connector, hello, w.server_nonce)}, buf);
       if (!send_all(fds[i]->get(), buf, wire::kProofBytes)) return false;
     }
@@ -82,11 +82,11 @@ class RawPeer : public ::testing::Test {
     o.peer_timeout_ms = 300;
     transport_ = make_transport(o);
     ASSERT_NE(transport_, nullptr);
-    ASSERT_TRUE(transport_->listen(0, &handle_, &listener_).is_ok());
+    ASSERT_TRUE(transport_->listen(0, &handle_, &listener_).ok());
     std::thread client([&] { connected_ = raw_.connect(handle_); });
     auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (!recv_ && std::chrono::steady_clock::now() < end) {
-      ASSERT_TRUE(listener_->accept(&recv_).is_ok());
+      ASSERT_TRUE(listener_->accept(&recv_).ok());
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     client.join();
@@ -100,7 +100,7 @@ class RawPeer : public ::testing::Test {
     in.resize(capacity);
     Request* r = nullptr;
     Status st = recv_->irecv(in.data(), capacity, &r);
-    if (!st.is_ok()) return st;
+    if (!st.ok()) return st;
     return testing::wait(r, c, std::chrono::seconds(5));
   }
 
@@ -117,7 +117,7 @@ TEST_F(RawPeer, WellFormedInlineMessageArrives) {
   ASSERT_TRUE(send_all(raw_.control.get(), "hello", 5));
   Completion c;
   std::vector<char> in;
-  ASSERT_TRUE(receive(100, &c, &in).is_ok());
+  ASSERT_TRUE(receive(100, &c, &in).ok());
   EXPECT_EQ(c.size, 5u);
   EXPECT_EQ(std::string(in.data(), 5), "hello");
 }
@@ -127,7 +127,7 @@ TEST_F(RawPeer, BadFrameMagicIsRemoteError) {
   ASSERT_TRUE(send_all(raw_.control.get(), junk, sizeof(junk)));
   Completion c;
   Status st = receive(100, &c);
-  EXPECT_EQ(st.code(), Code::RemoteError);
+  EXPECT_EQ(st.code(), Code::kRemoteError);
   EXPECT_NE(st.message().find("magic"), std::string::npos) << st.message();
 }
 
@@ -135,14 +135,14 @@ TEST_F(RawPeer, WrongSequenceIsRemoteError) {
   ASSERT_TRUE(raw_.frame(wire::kFlagInline, 3, 0));
   Completion c;
   Status st = receive(100, &c);
-  EXPECT_EQ(st.code(), Code::RemoteError);
+  EXPECT_EQ(st.code(), Code::kRemoteError);
   EXPECT_NE(st.message().find("sequence"), std::string::npos) << st.message();
 }
 
 TEST_F(RawPeer, UnnegotiatedCodecFlagIsRemoteError) {
   ASSERT_TRUE(raw_.frame(wire::kFlagInline | wire::kFlagCodec, 0, 0));
   Completion c;
-  EXPECT_EQ(receive(100, &c).code(), Code::RemoteError);
+  EXPECT_EQ(receive(100, &c).code(), Code::kRemoteError);
 }
 
 TEST_F(RawPeer, StripeHeaderOutOfStepIsRemoteError) {
@@ -155,7 +155,7 @@ TEST_F(RawPeer, StripeHeaderOutOfStepIsRemoteError) {
   ASSERT_TRUE(send_all(raw_.data.get(), payload.data(), payload.size()));
   Completion c;
   Status st = receive(length, &c);
-  EXPECT_EQ(st.code(), Code::RemoteError);
+  EXPECT_EQ(st.code(), Code::kRemoteError);
   EXPECT_NE(st.message().find("out of step"), std::string::npos) << st.message();
 }
 
@@ -169,7 +169,7 @@ TEST_F(RawPeer, SenderStuckMidStripeTimesOut) {
   ASSERT_TRUE(send_all(raw_.data.get(), half.data(), half.size()));  // then silence, socket open
   Completion c;
   Status st = receive(length, &c);
-  EXPECT_EQ(st.code(), Code::RemoteError);
+  EXPECT_EQ(st.code(), Code::kRemoteError);
   EXPECT_NE(st.message().find("SIEVE_PEER_TIMEOUT_MS"), std::string::npos) << st.message();
 }
 
@@ -178,7 +178,7 @@ TEST_F(RawPeer, SenderStuckMidInlinePayloadTimesOut) {
   ASSERT_TRUE(send_all(raw_.control.get(), "partial", 7));
   Completion c;
   Status st = receive(1000, &c);
-  EXPECT_EQ(st.code(), Code::RemoteError);
+  EXPECT_EQ(st.code(), Code::kRemoteError);
   EXPECT_NE(st.message().find("SIEVE_PEER_TIMEOUT_MS"), std::string::npos) << st.message();
 }
 
@@ -186,18 +186,18 @@ TEST_F(RawPeer, IdleSenderIsNotAnError) {
   // A posted receive with nothing sent is a slow peer, not a dead one: no error, just not done.
   std::vector<char> in(100);
   Request* r = nullptr;
-  ASSERT_TRUE(recv_->irecv(in.data(), in.size(), &r).is_ok());
+  ASSERT_TRUE(recv_->irecv(in.data(), in.size(), &r).ok());
   auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(700);  // > peer timeout
   while (std::chrono::steady_clock::now() < end) {
     Completion c;
-    ASSERT_TRUE(r->test(&c).is_ok());
+    ASSERT_TRUE(r->test(&c).ok());
     ASSERT_FALSE(c.done);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_TRUE(raw_.frame(wire::kFlagInline, 0, 2));
   ASSERT_TRUE(send_all(raw_.control.get(), "ok", 2));
   Completion c;
-  ASSERT_TRUE(testing::wait(r, &c).is_ok());
+  ASSERT_TRUE(testing::wait(r, &c).ok());
   EXPECT_EQ(c.size, 2u);
 }
 
@@ -235,7 +235,7 @@ TEST_F(RawCodecPeer, ZeroElidedStripeDecodesIntoTheBuffer) {
   ASSERT_TRUE(send_codec_stripe(length, frame));
   Completion c;
   std::vector<char> in;
-  ASSERT_TRUE(receive(length + 10, &c, &in).is_ok());
+  ASSERT_TRUE(receive(length + 10, &c, &in).ok());
   EXPECT_EQ(c.size, length);
   EXPECT_EQ(c.wire_bytes, wire::kFrameHeaderBytes + wire::kChunkHeaderBytes + frame.size());
   EXPECT_EQ(std::memcmp(in.data(), original.data(), length), 0);
@@ -249,7 +249,7 @@ TEST_F(RawCodecPeer, CorruptBitmapIsRemoteErrorNamingThePeer) {
   ASSERT_TRUE(send_codec_stripe(length, frame));
   Completion c;
   Status st = receive(length, &c);
-  EXPECT_EQ(st.code(), Code::RemoteError);
+  EXPECT_EQ(st.code(), Code::kRemoteError);
   EXPECT_NE(st.message().find("corrupt codec frame from 127.0.0.1"), std::string::npos) << st.message();
 }
 
@@ -261,7 +261,7 @@ TEST_F(RawCodecPeer, FrameAnnouncingMoreThanItsStripeIsRefused) {
   Completion c;
   std::vector<char> in;
   Status st = receive(length, &c, &in);
-  EXPECT_EQ(st.code(), Code::RemoteError);
+  EXPECT_EQ(st.code(), Code::kRemoteError);
   EXPECT_NE(st.message().find("corrupt codec frame"), std::string::npos) << st.message();
 }
 
@@ -271,7 +271,7 @@ TEST_F(RawCodecPeer, GarbageCodecHeaderIsRemoteError) {
   ASSERT_TRUE(send_codec_stripe(length, frame));
   Completion c;
   Status st = receive(length, &c);
-  EXPECT_EQ(st.code(), Code::RemoteError);
+  EXPECT_EQ(st.code(), Code::kRemoteError);
   EXPECT_NE(st.message().find("corrupt codec frame"), std::string::npos) << st.message();
 }
 
@@ -279,7 +279,7 @@ TEST_F(RawCodecPeer, InlineFrameFlaggedCodecIsRemoteError) {
   ASSERT_TRUE(raw_.frame(wire::kFlagInline | wire::kFlagCodec, 0, 4));
   ASSERT_TRUE(send_all(raw_.control.get(), "abcd", 4));
   Completion c;
-  EXPECT_EQ(receive(100, &c).code(), Code::RemoteError);
+  EXPECT_EQ(receive(100, &c).code(), Code::kRemoteError);
 }
 
 }  // namespace

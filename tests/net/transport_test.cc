@@ -55,7 +55,7 @@ class TransportTest : public ::testing::TestWithParam<Mover> {
   void SetUp() override {
     transport_ = make_transport(options_for(GetParam()));
     ASSERT_NE(transport_, nullptr);
-    ASSERT_TRUE(connect_pair(*transport_, *transport_, &pair_).is_ok());
+    ASSERT_TRUE(connect_pair(*transport_, *transport_, &pair_).ok());
   }
 
   // One message each way through the pair; checks bytes and reported sizes.
@@ -64,13 +64,13 @@ class TransportTest : public ::testing::TestWithParam<Mover> {
     std::vector<char> in(recv_capacity + 1, 0x5a);
     Request* r = nullptr;
     Request* s = nullptr;
-    ASSERT_TRUE(pair_.recv->irecv(in.data(), recv_capacity, &r).is_ok());
-    ASSERT_TRUE(pair_.send->isend(out.data(), send_size, &s).is_ok());
+    ASSERT_TRUE(pair_.recv->irecv(in.data(), recv_capacity, &r).ok());
+    ASSERT_TRUE(pair_.send->isend(out.data(), send_size, &s).ok());
     ASSERT_NE(r, nullptr);
     ASSERT_NE(s, nullptr);
     Completion cr, cs;
     Status st = testing::wait_both(s, &cs, r, &cr);
-    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(cs.size, send_size);
     EXPECT_EQ(cr.size, send_size);
     EXPECT_TRUE(cs.sent);
@@ -108,23 +108,23 @@ TEST_P(TransportTest, ThirtyTwoOutstandingThenNullRequest) {
   for (int i = 0; i < kCount; ++i) {
     out.push_back(pattern(size, i));
     in.emplace_back(size);
-    ASSERT_TRUE(pair_.send->isend(out[i].data(), size, &sends[i]).is_ok());
+    ASSERT_TRUE(pair_.send->isend(out[i].data(), size, &sends[i]).ok());
     ASSERT_NE(sends[i], nullptr) << i;
-    ASSERT_TRUE(pair_.recv->irecv(in[i].data(), size, &recvs[i]).is_ok());
+    ASSERT_TRUE(pair_.recv->irecv(in[i].data(), size, &recvs[i]).ok());
     ASSERT_NE(recvs[i], nullptr) << i;
   }
   Request* extra = reinterpret_cast<Request*>(1);
   std::vector<char> spare(size);
-  ASSERT_TRUE(pair_.send->isend(spare.data(), size, &extra).is_ok());
+  ASSERT_TRUE(pair_.send->isend(spare.data(), size, &extra).ok());
   EXPECT_EQ(extra, nullptr);
   extra = reinterpret_cast<Request*>(1);
-  ASSERT_TRUE(pair_.recv->irecv(spare.data(), size, &extra).is_ok());
+  ASSERT_TRUE(pair_.recv->irecv(spare.data(), size, &extra).ok());
   EXPECT_EQ(extra, nullptr);
   // Complete in reverse order of posting: test order must not matter.
   for (int i = kCount - 1; i >= 0; --i) {
     Completion cs, cr;
     Status st = testing::wait_both(sends[i], &cs, recvs[i], &cr);
-    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(cr.size, size);
     EXPECT_EQ(in[i], out[i]) << "message " << i;
   }
@@ -135,16 +135,16 @@ TEST_P(TransportTest, SendLargerThanReceiveIsInvalidUsage) {
   std::vector<char> out = pattern(4096, 1);
   std::vector<char> in(1024 + 16, 0x11);
   Request *s = nullptr, *r = nullptr;
-  ASSERT_TRUE(pair_.recv->irecv(in.data(), 1024, &r).is_ok());
-  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok());
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), 1024, &r).ok());
+  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).ok());
   Completion c;
   Status st = testing::wait(r, &c);
-  EXPECT_EQ(st.code(), Code::InvalidUsage) << st.message();
+  EXPECT_EQ(st.code(), Code::kInvalidUsage) << st.message();
   EXPECT_NE(st.message().find("4096"), std::string::npos) << st.message();
   for (size_t i = 1024; i < in.size(); ++i) ASSERT_EQ(in[i], 0x11) << "overflow at " << i;
   // The comm stays failed: a later receive reports the same error instead of hanging.
   Request* again = nullptr;
-  EXPECT_EQ(pair_.recv->irecv(in.data(), 1024, &again).code(), Code::InvalidUsage);
+  EXPECT_EQ(pair_.recv->irecv(in.data(), 1024, &again).code(), Code::kInvalidUsage);
   pair_.send.reset();  // its request never completes: close it before its buffer goes
 }
 
@@ -152,10 +152,10 @@ TEST_P(TransportTest, LargeSendLargerThanReceiveIsInvalidUsage) {
   std::vector<char> out = pattern(1 << 20, 1);
   std::vector<char> in(64 * 1024);
   Request *s = nullptr, *r = nullptr;
-  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).is_ok());
-  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok());
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).ok());
+  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).ok());
   Completion c;
-  EXPECT_EQ(testing::wait(r, &c).code(), Code::InvalidUsage);
+  EXPECT_EQ(testing::wait(r, &c).code(), Code::kInvalidUsage);
   pair_.send.reset();  // its request never completes: close it before its buffer goes
 }
 
@@ -165,15 +165,15 @@ TEST_P(TransportTest, ClosedReceiverFailsPendingSend) {
   Status st;
   // A few sends: the first may still fit in kernel buffers; the failure must surface quickly.
   auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < 8 && st.is_ok(); ++i) {
+  for (int i = 0; i < 8 && st.ok(); ++i) {
     Request* s = nullptr;
     st = pair_.send->isend(out.data(), out.size(), &s);
-    if (st.is_ok() && s) {
+    if (st.ok() && s) {
       Completion c;
       st = testing::wait(s, &c, std::chrono::seconds(10));
     }
   }
-  EXPECT_EQ(st.code(), Code::RemoteError) << st.message();
+  EXPECT_EQ(st.code(), Code::kRemoteError) << st.message();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
@@ -182,27 +182,27 @@ TEST_P(TransportTest, ClosedReceiverFailsSmallInlineSends) {
   char small[64] = {};
   Status st;
   auto start = std::chrono::steady_clock::now();
-  while (st.is_ok() && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+  while (st.ok() && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
     Request* s = nullptr;
     st = pair_.send->isend(small, sizeof(small), &s);
-    if (st.is_ok() && s) {
+    if (st.ok() && s) {
       Completion c;
       st = testing::wait(s, &c, std::chrono::seconds(5));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  EXPECT_EQ(st.code(), Code::RemoteError) << st.message();
+  EXPECT_EQ(st.code(), Code::kRemoteError) << st.message();
   EXPECT_NE(st.message().find("127.0.0.1"), std::string::npos) << "the error names the peer: " << st.message();
 }
 
 TEST_P(TransportTest, ClosedSenderFailsPendingReceive) {
   std::vector<char> in(1 << 20);
   Request* r = nullptr;
-  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).is_ok());
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).ok());
   pair_.send.reset();
   Completion c;
   Status st = testing::wait(r, &c, std::chrono::seconds(5));
-  EXPECT_EQ(st.code(), Code::RemoteError) << st.message();
+  EXPECT_EQ(st.code(), Code::kRemoteError) << st.message();
 }
 
 // A receiver that is alive but does not drain its socket for longer than SIEVE_PEER_TIMEOUT_MS (its
@@ -215,26 +215,26 @@ TEST_P(TransportTest, AReceiverThatStopsReadingLongerThanThePeerTimeoutIsNotDecl
   auto transport = make_transport(options);
   ASSERT_NE(transport, nullptr);
   Pair pair;
-  ASSERT_TRUE(connect_pair(*transport, *transport, &pair).is_ok());
+  ASSERT_TRUE(connect_pair(*transport, *transport, &pair).ok());
   std::vector<char> out = pattern(64 << 20, 11);  // far more than the socket buffers hold
   Request* s = nullptr;
-  ASSERT_TRUE(pair.send->isend(out.data(), out.size(), &s).is_ok());
+  ASSERT_TRUE(pair.send->isend(out.data(), out.size(), &s).ok());
   ASSERT_NE(s, nullptr);
   // The sender makes what progress it can while nobody reads, for several peer timeouts.
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(6 * options.peer_timeout_ms);
   while (std::chrono::steady_clock::now() < until) {
     Completion c;
     Status st = s->test(&c);
-    ASSERT_TRUE(st.is_ok()) << "a slow receiver was declared dead: " << st.message();
+    ASSERT_TRUE(st.ok()) << "a slow receiver was declared dead: " << st.message();
     ASSERT_FALSE(c.done) << "64 MiB cannot have been delivered to a receiver that never read";
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   std::vector<char> in(out.size());
   Request* r = nullptr;
-  ASSERT_TRUE(pair.recv->irecv(in.data(), in.size(), &r).is_ok());
+  ASSERT_TRUE(pair.recv->irecv(in.data(), in.size(), &r).ok());
   Completion cs, cr;
   Status st = testing::wait_both(s, &cs, r, &cr);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_EQ(cr.size, out.size());
   EXPECT_EQ(std::memcmp(in.data(), out.data(), out.size()), 0);
 }
@@ -248,15 +248,15 @@ TEST_P(TransportTest, ManyMessagesKeepOrder) {
     out.push_back(pattern(sizes[i], 100 + i));
     in.emplace_back(1 << 20);
     Request* rr = nullptr;
-    ASSERT_TRUE(pair_.recv->irecv(in[i].data(), in[i].size(), &rr).is_ok());
+    ASSERT_TRUE(pair_.recv->irecv(in[i].data(), in[i].size(), &rr).ok());
     r.push_back(rr);
     Request* ss = nullptr;
-    ASSERT_TRUE(pair_.send->isend(out[i].data(), sizes[i], &ss).is_ok());
+    ASSERT_TRUE(pair_.send->isend(out[i].data(), sizes[i], &ss).ok());
     s.push_back(ss);
   }
   for (size_t i = 0; i < 8; ++i) {
     Completion cs, cr;
-    ASSERT_TRUE(testing::wait_both(s[i], &cs, r[i], &cr).is_ok());
+    ASSERT_TRUE(testing::wait_both(s[i], &cs, r[i], &cr).ok());
     ASSERT_EQ(cr.size, sizes[i]);
     if (sizes[i]) { EXPECT_EQ(std::memcmp(in[i].data(), out[i].data(), sizes[i]), 0) << i; }
   }
@@ -267,16 +267,16 @@ TEST(TransportIpv6, LoopbackRoundTrip) {
   o.devices.family = Family::IPv6;
   std::unique_ptr<Transport> t;
   Status st = Transport::create_tcp(o, &t);
-  if (!st.is_ok()) GTEST_SKIP() << "no IPv6 loopback here: " << st.message();
+  if (!st.ok()) GTEST_SKIP() << "no IPv6 loopback here: " << st.message();
   ASSERT_EQ(t->devices()[0].address.family(), AF_INET6);
   Pair pair;
-  ASSERT_TRUE(connect_pair(*t, *t, &pair).is_ok());
+  ASSERT_TRUE(connect_pair(*t, *t, &pair).ok());
   std::vector<char> out = pattern(300 * 1024, 5), in(out.size());
   Request *s = nullptr, *r = nullptr;
-  ASSERT_TRUE(pair.recv->irecv(in.data(), in.size(), &r).is_ok());
-  ASSERT_TRUE(pair.send->isend(out.data(), out.size(), &s).is_ok());
+  ASSERT_TRUE(pair.recv->irecv(in.data(), in.size(), &r).ok());
+  ASSERT_TRUE(pair.send->isend(out.data(), out.size(), &s).ok());
   Completion cs, cr;
-  ASSERT_TRUE(testing::wait_both(s, &cs, r, &cr).is_ok());
+  ASSERT_TRUE(testing::wait_both(s, &cs, r, &cr).ok());
   EXPECT_EQ(in, out);
   EXPECT_NE(pair.send->peer().find("[::1]"), std::string::npos) << pair.send->peer();
 }
@@ -299,7 +299,7 @@ TEST(TransportProgress, InlineConnectionsStartNoThreadsAndHelperConnectionsDo) {
     ASSERT_NE(transport, nullptr);
     const size_t before = threads_in_process();
     Pair pair;
-    ASSERT_TRUE(connect_pair(*transport, *transport, &pair).is_ok());
+    ASSERT_TRUE(connect_pair(*transport, *transport, &pair).ok());
     const size_t added = threads_in_process() - before;
     if (mover == Mover::Helpers || mover == Mover::AutoSingleSocket)
       EXPECT_GE(added, 2u) << "one helper per side at least";
@@ -336,13 +336,13 @@ TEST(TransportOptions, AutoAndExplicitShapesInteroperate) {
   for (auto [listener, connector] :
        {std::pair{a.get(), b.get()}, std::pair{b.get(), a.get()}, std::pair{a.get(), a.get()}}) {
     Pair pair;
-    ASSERT_TRUE(connect_pair(*listener, *connector, &pair).is_ok());
+    ASSERT_TRUE(connect_pair(*listener, *connector, &pair).ok());
     std::vector<char> out = pattern(3 * 1000 * 1000 + 17, 9), in(out.size());
     Request *s = nullptr, *r = nullptr;
-    ASSERT_TRUE(pair.recv->irecv(in.data(), in.size(), &r).is_ok());
-    ASSERT_TRUE(pair.send->isend(out.data(), out.size(), &s).is_ok());
+    ASSERT_TRUE(pair.recv->irecv(in.data(), in.size(), &r).ok());
+    ASSERT_TRUE(pair.send->isend(out.data(), out.size(), &s).ok());
     Completion cs, cr;
-    ASSERT_TRUE(testing::wait_both(s, &cs, r, &cr).is_ok());
+    ASSERT_TRUE(testing::wait_both(s, &cs, r, &cr).ok());
     EXPECT_EQ(cr.size, out.size());
     EXPECT_EQ(in, out);
   }
@@ -383,21 +383,21 @@ TEST(TransportOptions, OutOfRangeValuesAreRefused) {
   TransportOptions o = loopback_options();
   std::unique_ptr<Transport> t;
   o.nsocks = -1;
-  EXPECT_EQ(Transport::create_tcp(o, &t).code(), Code::InvalidArgument);
+  EXPECT_EQ(Transport::create_tcp(o, &t).code(), Code::kInvalidArgument);
   o = loopback_options();
   o.nsocks = 17;
-  EXPECT_EQ(Transport::create_tcp(o, &t).code(), Code::InvalidArgument);
+  EXPECT_EQ(Transport::create_tcp(o, &t).code(), Code::kInvalidArgument);
   o = loopback_options();
   o.nthreads = 17;
-  EXPECT_EQ(Transport::create_tcp(o, &t).code(), Code::InvalidArgument);
+  EXPECT_EQ(Transport::create_tcp(o, &t).code(), Code::kInvalidArgument);
   o = loopback_options();
   o.chunk_size = 100;
-  EXPECT_EQ(Transport::create_tcp(o, &t).code(), Code::InvalidArgument);
+  EXPECT_EQ(Transport::create_tcp(o, &t).code(), Code::kInvalidArgument);
   o = loopback_options();
   Handle h;
   std::unique_ptr<ListenComm> l;
-  ASSERT_TRUE(Transport::create_tcp(o, &t).is_ok());
-  EXPECT_EQ(t->listen(3, &h, &l).code(), Code::InvalidArgument);
+  ASSERT_TRUE(Transport::create_tcp(o, &t).ok());
+  EXPECT_EQ(t->listen(3, &h, &l).code(), Code::kInvalidArgument);
 }
 
 std::string mover_name(const ::testing::TestParamInfo<Mover>& info) {

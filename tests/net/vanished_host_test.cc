@@ -33,33 +33,33 @@ int run_cut_scenario(const char* rule, size_t message) {
   options.peer_timeout_ms = 500;
   auto transport = testing::make_transport(options);
   testing::Pair pair;
-  if (!transport || !testing::connect_pair(*transport, *transport, &pair).is_ok()) return kSetupFailed;
+  if (!transport || !testing::connect_pair(*transport, *transport, &pair).ok()) return kSetupFailed;
   std::vector<char> out(256 << 20, 1), in(out.size());
   Request* r = nullptr;
   Request* s = nullptr;
-  if (!pair.recv->irecv(in.data(), in.size(), &r).is_ok()) return kSetupFailed;
+  if (!pair.recv->irecv(in.data(), in.size(), &r).ok()) return kSetupFailed;
   Completion c;
   if (message == 0) {
-    if (!pair.send->isend(out.data(), out.size(), &s).is_ok()) return kSetupFailed;
+    if (!pair.send->isend(out.data(), out.size(), &s).ok()) return kSetupFailed;
     // Let data flow, then cut the link.
     for (int i = 0; i < 20; ++i)
-      if (!s->test(&c).is_ok() || c.done) return kSetupFailed;
+      if (!s->test(&c).ok() || c.done) return kSetupFailed;
   }
   if (std::system((std::string("iptables -I ") + rule + " -p tcp -j DROP 2>/dev/null").c_str()) != 0)
     return kNoNamespace;
   const auto cut = std::chrono::steady_clock::now();
   const auto deadline = cut + std::chrono::milliseconds(4 * options.peer_timeout_ms);
   // Small sends complete into the kernel's buffer; the comm must still fail, seen on a later call.
-  Status st = Status::ok();
-  while (st.is_ok() && std::chrono::steady_clock::now() < deadline) {
-    if (s == nullptr && !(st = pair.send->isend(out.data(), message, &s)).is_ok()) break;
+  Status st = ok_status();
+  while (st.ok() && std::chrono::steady_clock::now() < deadline) {
+    if (s == nullptr && !(st = pair.send->isend(out.data(), message, &s)).ok()) break;
     if (s == nullptr) continue;  // not accepted now: try again
     st = s->test(&c);
-    if (st.is_ok() && c.done) s = nullptr;
+    if (st.ok() && c.done) s = nullptr;
   }
   const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - cut);
-  if (st.is_ok()) return kNoError;
-  if (st.code() != Code::RemoteError) return kWrongError;
+  if (st.ok()) return kNoError;
+  if (st.code() != Code::kRemoteError) return kWrongError;
   std::fprintf(stderr, "sender (%s): declared dead %lld ms after the cut (SIEVE_PEER_TIMEOUT_MS=%d): %s\n", rule,
                static_cast<long long>(elapsed.count()), options.peer_timeout_ms, st.message().c_str());
   return kDeclaredDead;

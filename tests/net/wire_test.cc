@@ -41,7 +41,7 @@ TEST(Frame, RoundTrip) {
   uint8_t bytes[wire::kFrameHeaderBytes];
   wire::encode_frame({wire::kFlagInline, 77, 123456789012ull}, bytes);
   wire::FrameHeader f;
-  ASSERT_TRUE(wire::decode_frame(bytes, 77, wire::kFlagInline, &f).is_ok());
+  ASSERT_TRUE(wire::decode_frame(bytes, 77, wire::kFlagInline, &f).ok());
   EXPECT_EQ(f.flags, wire::kFlagInline);
   EXPECT_EQ(f.sequence, 77u);
   EXPECT_EQ(f.length, 123456789012ull);
@@ -51,12 +51,12 @@ TEST(Frame, RejectsBadMagicSequenceAndFlags) {
   uint8_t bytes[wire::kFrameHeaderBytes];
   wire::FrameHeader f;
   wire::encode_frame({0, 5, 10}, bytes);
-  EXPECT_EQ(wire::decode_frame(bytes, 6, wire::kFlagInline, &f).code(), Code::RemoteError);
+  EXPECT_EQ(wire::decode_frame(bytes, 6, wire::kFlagInline, &f).code(), Code::kRemoteError);
   wire::encode_frame({wire::kFlagCodec, 5, 10}, bytes);
   Status st = wire::decode_frame(bytes, 5, wire::kFlagInline, &f);
-  EXPECT_EQ(st.code(), Code::RemoteError);
+  EXPECT_EQ(st.code(), Code::kRemoteError);
   EXPECT_NE(st.message().find("flags"), std::string::npos);
-  EXPECT_TRUE(wire::decode_frame(bytes, 5, wire::kFlagInline | wire::kFlagCodec, &f).is_ok());
+  EXPECT_TRUE(wire::decode_frame(bytes, 5, wire::kFlagInline | wire::kFlagCodec, &f).ok());
   wire::encode_frame({0, 5, 10}, bytes);
   bytes[1] ^= 0xff;
   EXPECT_NE(wire::decode_frame(bytes, 5, wire::kFlagInline, &f).message().find("magic"), std::string::npos);
@@ -66,12 +66,12 @@ TEST(Chunk, HeaderMustMatchThePlan) {
   uint8_t bytes[wire::kChunkHeaderBytes];
   wire::ChunkHeader c{4096, 9, 8192};
   wire::encode_chunk(c, bytes);
-  EXPECT_TRUE(wire::check_chunk(bytes, c).is_ok());
-  EXPECT_FALSE(wire::check_chunk(bytes, {4096, 10, 8192}).is_ok());
-  EXPECT_FALSE(wire::check_chunk(bytes, {4096, 9, 0}).is_ok());
-  EXPECT_FALSE(wire::check_chunk(bytes, {4095, 9, 8192}).is_ok());
+  EXPECT_TRUE(wire::check_chunk(bytes, c).ok());
+  EXPECT_FALSE(wire::check_chunk(bytes, {4096, 10, 8192}).ok());
+  EXPECT_FALSE(wire::check_chunk(bytes, {4096, 9, 0}).ok());
+  EXPECT_FALSE(wire::check_chunk(bytes, {4095, 9, 8192}).ok());
   bytes[0] = 0;
-  EXPECT_FALSE(wire::check_chunk(bytes, c).is_ok());
+  EXPECT_FALSE(wire::check_chunk(bytes, c).ok());
 }
 
 TEST(StripePlan, CoversTheMessageWithBoundedChunks) {
@@ -103,7 +103,7 @@ TEST(Handle, RoundTripIpv4AndIpv6) {
   uint8_t bytes[wire::kHandleBytes];
   wire::encode_handle(h, bytes);
   wire::HandleFields back;
-  ASSERT_TRUE(wire::decode_handle(bytes, &back).is_ok());
+  ASSERT_TRUE(wire::decode_handle(bytes, &back).ok());
   EXPECT_EQ(back.address.text(), "10.0.0.1:4321");
   EXPECT_EQ(back.listener_nonce, h.listener_nonce);
   EXPECT_EQ(back.pending_connect, 0u);
@@ -117,14 +117,14 @@ TEST(Handle, RoundTripIpv4AndIpv6) {
   std::memcpy(&h.address.storage, &in6, sizeof(in6));
   h.address.length = sizeof(in6);
   wire::encode_handle(h, bytes);
-  ASSERT_TRUE(wire::decode_handle(bytes, &back).is_ok());
+  ASSERT_TRUE(wire::decode_handle(bytes, &back).ok());
   EXPECT_EQ(back.address.text(), "[::1]:5555");
 }
 
 TEST(Handle, RejectsForeignBytes) {
   uint8_t bytes[wire::kHandleBytes] = {};
   wire::HandleFields h;
-  EXPECT_EQ(wire::decode_handle(bytes, &h).code(), Code::InvalidArgument);
+  EXPECT_EQ(wire::decode_handle(bytes, &h).code(), Code::kInvalidArgument);
 }
 
 TEST(Handshake, MessagesRoundTripAndValidate) {
@@ -132,7 +132,7 @@ TEST(Handshake, MessagesRoundTripAndValidate) {
   uint8_t hb[wire::kHelloBytes];
   wire::encode_hello(hello, hb);
   wire::Hello back{};
-  ASSERT_TRUE(wire::decode_hello(hb, &back).is_ok());
+  ASSERT_TRUE(wire::decode_hello(hb, &back).ok());
   EXPECT_EQ(back.socket_index, 3);
   EXPECT_EQ(back.nsocks, 4);
   EXPECT_EQ(back.listener_nonce, 111u);
@@ -142,21 +142,21 @@ TEST(Handshake, MessagesRoundTripAndValidate) {
   wire::Hello bad = hello;
   bad.socket_index = 5;
   wire::encode_hello(bad, hb);
-  EXPECT_FALSE(wire::decode_hello(hb, &back).is_ok());
+  EXPECT_FALSE(wire::decode_hello(hb, &back).ok());
   bad = hello;
   bad.nsocks = 0;
   wire::encode_hello(bad, hb);
-  EXPECT_FALSE(wire::decode_hello(hb, &back).is_ok());
+  EXPECT_FALSE(wire::decode_hello(hb, &back).ok());
 
   wire::Welcome w{0, 999, wire::handshake_mac("k", wire::Role::Listener, hello, 999)};
   uint8_t wb[wire::kWelcomeBytes];
   wire::encode_welcome(w, wb);
   wire::Welcome wback{};
-  ASSERT_TRUE(wire::decode_welcome(wb, &wback).is_ok());
+  ASSERT_TRUE(wire::decode_welcome(wb, &wback).ok());
   EXPECT_EQ(wback.server_nonce, 999u);
   EXPECT_EQ(wback.mac, w.mac);
   wb[0] ^= 1;
-  EXPECT_FALSE(wire::decode_welcome(wb, &wback).is_ok());
+  EXPECT_FALSE(wire::decode_welcome(wb, &wback).ok());
 }
 
 // A verbs connection is its bootstrap socket alone: no data sockets, and only with the carrier bit.
@@ -165,17 +165,17 @@ TEST(Handshake, HelloWithoutDataSocketsIsAVerbsConnectionOnly) {
   wire::Hello back{};
   wire::Hello verbs{0, 0, wire::kCapVerbs, 111, 222, 333, 1 << 20};
   wire::encode_hello(verbs, hb);
-  ASSERT_TRUE(wire::decode_hello(hb, &back).is_ok());
+  ASSERT_TRUE(wire::decode_hello(hb, &back).ok());
   EXPECT_EQ(back.nsocks, 0);
   EXPECT_EQ(back.caps, wire::kCapVerbs);
   wire::Hello with_data = verbs;
   with_data.nsocks = 2;
   wire::encode_hello(with_data, hb);
-  EXPECT_FALSE(wire::decode_hello(hb, &back).is_ok()) << "a verbs hello announcing data sockets";
+  EXPECT_FALSE(wire::decode_hello(hb, &back).ok()) << "a verbs hello announcing data sockets";
   wire::Hello tcp = verbs;
   tcp.caps = 0;
   wire::encode_hello(tcp, hb);
-  EXPECT_FALSE(wire::decode_hello(hb, &back).is_ok()) << "a TCP hello without data sockets";
+  EXPECT_FALSE(wire::decode_hello(hb, &back).ok()) << "a TCP hello without data sockets";
 }
 
 TEST(Handshake, MacDependsOnTokenRoleNoncesAndSocket) {

@@ -102,7 +102,7 @@ RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings
 #else
   const net::ib::VerbsLibrary* verbs = nullptr;
   net::Status st = net::ib::load_verbs(&verbs);
-  if (!st.is_ok()) {
+  if (!st.ok()) {
     report.error = st.message();
     if (settings.transport == config::TransportChoice::Ib)
       problems->push_back("SIEVE_TRANSPORT=ib, but " + report.error);
@@ -110,25 +110,25 @@ RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings
   }
   report.library = verbs->path;
   st = net::ib::discover_ports(*verbs, machine, &report.ports, &report.notes);
-  if (!st.is_ok()) report.error = st.message();
+  if (!st.ok()) report.error = st.message();
   net::ib::HcaSpec spec;
   st = net::ib::parse_hca_spec(options.ib_hca, &spec);
-  if (!st.is_ok()) problems->push_back("configuration: " + st.message());
+  if (!st.ok()) problems->push_back("configuration: " + st.message());
   const std::vector<net::ib::IbPort> chosen = net::ib::select_ports(report.ports, spec);
   net::ib::GidPolicy policy;
   policy.index = options.ib_gid_index;
   policy.family = options.ib_addr_family;
   st =
       net::ib::parse_address_range(options.ib_addr_range, "SIEVE_IB_ADDR_RANGE (or NCCL_IB_ADDR_RANGE)", &policy.range);
-  if (!st.is_ok()) problems->push_back("configuration: " + st.message());
+  if (!st.ok()) problems->push_back("configuration: " + st.message());
   for (const net::ib::IbPort& port : report.ports) {
     bool selected = false;
     for (const net::ib::IbPort& c : chosen) selected = selected || c.name() == port.name();
     report.selected.push_back(selected);
     int gid = -1;
     st = net::ib::select_gid(port, policy, &gid);
-    if (!st.is_ok() && selected) problems->push_back(st.message());
-    report.gid_index.push_back(st.is_ok() ? gid : -1);
+    if (!st.ok() && selected) problems->push_back(st.message());
+    report.gid_index.push_back(st.ok() ? gid : -1);
   }
   const bool ib_asked = settings.transport == config::TransportChoice::Ib;
   if (ib_asked && chosen.empty() && !report.error.empty())

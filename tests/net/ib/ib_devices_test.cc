@@ -37,7 +37,7 @@ const std::vector<IbPort> kPorts = {port("mlx5_0", 1), port("mlx5_0", 2), port("
 std::vector<std::string> selected(const std::string& text) {
   HcaSpec spec;
   Status st = parse_hca_spec(text, &spec);
-  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_TRUE(st.ok()) << st.message();
   return names(select_ports(kPorts, spec));
 }
 
@@ -66,7 +66,7 @@ TEST(HcaSpec, BadEntriesAreErrorsNamingThem) {
   HcaSpec spec;
   for (const char* bad : {"mlx5_0:", "mlx5_0:x", "mlx5_0:0", "mlx5_0:256", ":1", "^", "="}) {
     Status st = parse_hca_spec(bad, &spec);
-    EXPECT_EQ(st.code(), Code::InvalidArgument) << bad;
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << bad;
     EXPECT_NE(st.message().find("SIEVE_IB_HCA"), std::string::npos) << st.message();
     EXPECT_NE(st.message().find("NCCL_IB_HCA"), std::string::npos) << st.message() << ": it may have come from there";
   }
@@ -77,16 +77,16 @@ TEST(ChooseGid, RoceV2Ipv4MappedWinsThenGlobalV2ThenV1) {
   p.gids = {gid(0, GidType::RoCEv1, "fe80::1"), gid(1, GidType::RoCEv2, "fe80::1"),
             gid(2, GidType::RoCEv2, "2001:db8::5"), gid(3, GidType::RoCEv2, "::ffff:10.0.0.5")};
   int index = -1;
-  ASSERT_TRUE(choose_gid(p, -1, &index).is_ok());
+  ASSERT_TRUE(choose_gid(p, -1, &index).ok());
   EXPECT_EQ(index, 3);
   p.gids.pop_back();
-  ASSERT_TRUE(choose_gid(p, -1, &index).is_ok());
+  ASSERT_TRUE(choose_gid(p, -1, &index).ok());
   EXPECT_EQ(index, 2);
   p.gids.pop_back();
-  ASSERT_TRUE(choose_gid(p, -1, &index).is_ok());
+  ASSERT_TRUE(choose_gid(p, -1, &index).ok());
   EXPECT_EQ(index, 1);
   p.gids.pop_back();
-  ASSERT_TRUE(choose_gid(p, -1, &index).is_ok());
+  ASSERT_TRUE(choose_gid(p, -1, &index).ok());
   EXPECT_EQ(index, 0);
 }
 
@@ -94,10 +94,10 @@ TEST(ChooseGid, ConfiguredIndexWinsWhenPopulatedAndIsAnErrorOtherwise) {
   IbPort p = port("mlx5_0", 1);
   p.gids = {gid(0, GidType::RoCEv1, "fe80::1"), gid(3, GidType::RoCEv2, "::ffff:10.0.0.5")};
   int index = -1;
-  ASSERT_TRUE(choose_gid(p, 0, &index).is_ok());
+  ASSERT_TRUE(choose_gid(p, 0, &index).ok());
   EXPECT_EQ(index, 0);
   Status st = choose_gid(p, 2, &index);
-  EXPECT_EQ(st.code(), Code::InvalidArgument);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_NE(st.message().find("GID index 2"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("SIEVE_IB_GID_INDEX"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("mlx5_0:1"), std::string::npos) << st.message();
@@ -106,7 +106,7 @@ TEST(ChooseGid, ConfiguredIndexWinsWhenPopulatedAndIsAnErrorOtherwise) {
 TEST(ChooseGid, RocePortWithoutGidsIsAnError) {
   int index = -1;
   Status st = choose_gid(port("mlx5_0", 1), -1, &index);
-  EXPECT_FALSE(st.is_ok());
+  EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("mlx5_0:1"), std::string::npos) << st.message();
 }
 
@@ -115,7 +115,7 @@ TEST(ChooseGid, InfinibandUsesIndexZero) {
   p.link_layer = LinkLayer::InfiniBand;
   p.gids = {gid(0, GidType::IB, "fe80::1")};
   int index = -1;
-  ASSERT_TRUE(choose_gid(p, -1, &index).is_ok());
+  ASSERT_TRUE(choose_gid(p, -1, &index).ok());
   EXPECT_EQ(index, 0);
 }
 
@@ -127,7 +127,7 @@ TEST(ChooseGid, ConfiguredIndexDoesNotApplyToInfinibandPorts) {
   p.gids = {gid(0, GidType::IB, "fe80::1")};
   int index = -1;
   Status st = choose_gid(p, 3, &index);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_EQ(index, 0);
 }
 
@@ -145,10 +145,10 @@ int selected(const IbPort& p, Family family, const std::string& range) {
   GidPolicy policy;
   policy.family = family;
   Status st = parse_address_range(range, "SIEVE_IB_ADDR_RANGE", &policy.range);
-  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_TRUE(st.ok()) << st.message();
   int index = -1;
   st = select_gid(p, policy, &index);
-  return st.is_ok() ? index : -1;
+  return st.ok() ? index : -1;
 }
 
 TEST(SelectGid, AddressFamilyAndRangeChooseAmongSeveralAddresses) {
@@ -166,10 +166,10 @@ TEST(SelectGid, AddressFamilyAndRangeChooseAmongSeveralAddresses) {
 
 TEST(SelectGid, NothingInTheRangeIsAnErrorListingTheTable) {
   GidPolicy policy;
-  ASSERT_TRUE(parse_address_range("172.16.0.0/12", "NCCL_IB_ADDR_RANGE", &policy.range).is_ok());
+  ASSERT_TRUE(parse_address_range("172.16.0.0/12", "NCCL_IB_ADDR_RANGE", &policy.range).ok());
   int index = -1;
   Status st = select_gid(dual_stack(), policy, &index);
-  ASSERT_FALSE(st.is_ok());
+  ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("172.16.0.0/12"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("NCCL_IB_ADDR_RANGE"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("::ffff:192.168.3.7"), std::string::npos) << st.message();
@@ -179,10 +179,10 @@ TEST(AddressRange, BadRangesAreErrorsNamingTheVariable) {
   AddressRange range;
   for (const char* bad : {"10.0.0.0", "10.0.0.0/33", "fd00::/129", "10.0.0/8", "fd00::/x", "/8", "host/8"}) {
     Status st = parse_address_range(bad, "NCCL_IB_ADDR_RANGE", &range);
-    EXPECT_EQ(st.code(), Code::InvalidArgument) << bad;
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << bad;
     EXPECT_NE(st.message().find("NCCL_IB_ADDR_RANGE"), std::string::npos) << st.message();
   }
-  ASSERT_TRUE(parse_address_range("10.0.0.0/0", "X", &range).is_ok());
+  ASSERT_TRUE(parse_address_range("10.0.0.0/0", "X", &range).ok());
   ibv_gid any{};
   ASSERT_EQ(inet_pton(AF_INET6, "::ffff:1.2.3.4", any.raw), 1);
   EXPECT_TRUE(in_range(range, any));

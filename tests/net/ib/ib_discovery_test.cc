@@ -12,7 +12,7 @@ namespace {
 const VerbsLibrary& fake_verbs() {
   const VerbsLibrary* verbs = nullptr;
   Status st = load_verbs(&verbs);
-  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_TRUE(st.ok()) << st.message();
   if (!verbs) std::abort();
   // The real libibverbs is installed on development machines: make sure it is not the one tested.
   EXPECT_NE(verbs->path.find("fake_verbs"), std::string::npos) << verbs->path;
@@ -23,7 +23,7 @@ std::vector<IbPort> discover(const char* devices, std::vector<std::string>* note
   setenv("FAKE_VERBS_DEVICES", devices, 1);
   std::vector<IbPort> ports;
   Status st = discover_ports(fake_verbs(), topology::Machine{}, &ports, notes);
-  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_TRUE(st.ok()) << st.message();
   return ports;
 }
 
@@ -54,7 +54,7 @@ TEST(IbDiscovery, RocePortWithItsGidsSpeedAndNetdev) {
   EXPECT_GT(p.max_qp, 0);
   ASSERT_GE(p.gids.size(), 2u);
   int index = -1;
-  ASSERT_TRUE(choose_gid(p, -1, &index).is_ok());
+  ASSERT_TRUE(choose_gid(p, -1, &index).ok());
   const GidEntry* chosen = nullptr;
   for (const GidEntry& e : p.gids)
     if (e.index == index) chosen = &e;
@@ -96,7 +96,7 @@ TEST(IbDiscovery, NoDevicesIsAnEmptyListNotAnError) { EXPECT_TRUE(discover("").e
 TEST(IbDiscovery, HcaSpecSelectsAmongDiscoveredPorts) {
   std::vector<IbPort> ports = discover("mlx5_0:roce:lo:100;mlx5_1:ib::100");
   HcaSpec spec;
-  ASSERT_TRUE(parse_hca_spec("^mlx5_0", &spec).is_ok());
+  ASSERT_TRUE(parse_hca_spec("^mlx5_0", &spec).ok());
   std::vector<IbPort> chosen = select_ports(ports, spec);
   ASSERT_EQ(chosen.size(), 1u);
   EXPECT_EQ(chosen[0].name(), "mlx5_1:1");

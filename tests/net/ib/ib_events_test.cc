@@ -35,21 +35,21 @@ TEST_F(IbTransportTest, APortThatComesBackWithinTheRetryBudgetLosesNothing) {
   auto recv_region = reg_recv(in.data(), in.size());
   ASSERT_TRUE(fake::set_port_state("flap0", 1, false));
   Request *r = nullptr, *s = nullptr;
-  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).is_ok());
-  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok());
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).ok());
+  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).ok());
   ASSERT_NE(r, nullptr);
   ASSERT_NE(s, nullptr);
   // Both comms see the event (each polls its device at most every 50 ms) while the port is down.
   Completion cr, cs;
   for (int i = 0; i < 4; ++i) {
     std::this_thread::sleep_for(ib::DeviceContext::kEventInterval);
-    ASSERT_TRUE(r->test(&cr).is_ok());
-    ASSERT_TRUE(s->test(&cs).is_ok());
+    ASSERT_TRUE(r->test(&cr).ok());
+    ASSERT_TRUE(s->test(&cs).ok());
     ASSERT_FALSE(cr.done);
   }
   ASSERT_TRUE(fake::set_port_state("flap0", 1, true));
   Status st = testing::wait_both(s, &cs, r, &cr);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_EQ(cr.size, out.size());
   EXPECT_TRUE(same_bytes(in.data(), out.data(), out.size()));
   roundtrip(300000, 300000, 3);
@@ -69,11 +69,11 @@ TEST_F(IbTransportTest, APortDownForLongerThanTheRetryBudgetFailsWithRetryExceed
   ASSERT_TRUE(fake::set_port_state("down0", 1, false));
   Request* r = nullptr;
   Status st = pair_.recv->irecv(in.data(), in.size(), &r);
-  if (st.is_ok() && r) {
+  if (st.ok() && r) {
     Completion cr;
     st = testing::wait(r, &cr);
   }
-  EXPECT_EQ(st.code(), Code::SystemError) << st.message();
+  EXPECT_EQ(st.code(), Code::kSystemError) << st.message();
   EXPECT_NE(st.message().find("retry"), std::string::npos) << st.message();
   // What NCCL's message carries: the numeric status, the queue pair, the GIDs, and the hint.
   for (const char* part : {"(status 12)", "on queue pair ", "remote queue pair ", "local GID ", "remote GID ",
@@ -100,23 +100,23 @@ TEST_F(IbTransportTest, AFatalDeviceErrorFailsOutstandingRequestsNamingTheDevice
   std::vector<unsigned char> out = pattern(65536, 7);
   auto send_region = reg_send(out.data(), out.size());
   Request* s = nullptr;
-  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok());  // no receive: it waits
+  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).ok());  // no receive: it waits
   ASSERT_NE(s, nullptr);
   ASSERT_TRUE(fake::device_fatal("fatal0"));
   Completion cs;
   Status st = testing::wait(s, &cs);
-  EXPECT_EQ(st.code(), Code::SystemError) << st.message();
+  EXPECT_EQ(st.code(), Code::kSystemError) << st.message();
   EXPECT_NE(st.message().find("RDMA device fatal0 had a fatal error"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find(pair_.send->peer()), std::string::npos) << st.message();
   std::vector<unsigned char> in(4096);
   auto recv_region = reg_recv(in.data(), in.size());
   Request* r = nullptr;
   st = pair_.recv->irecv(in.data(), in.size(), &r);
-  if (st.is_ok() && r) {
+  if (st.ok() && r) {
     Completion cr;
     st = testing::wait(r, &cr);
   }
-  EXPECT_FALSE(st.is_ok()) << "a receive on a failed device completed";
+  EXPECT_FALSE(st.ok()) << "a receive on a failed device completed";
 }
 
 }  // namespace

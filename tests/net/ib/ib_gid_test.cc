@@ -69,13 +69,13 @@ TEST_F(IbTransportTest, AnAddressRangeNoGidIsInIsAnErrorNamingIt) {
   TransportOptions o = ib_options();
   o.ib_addr_range = "192.168.0.0/16";
   Status st = Transport::create_ib(o, &transport_);
-  ASSERT_FALSE(st.is_ok());
+  ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("192.168.0.0/16"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("NCCL_IB_ADDR_RANGE"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("rn:1"), std::string::npos) << st.message();
   o.ib_addr_range = "10.0.0.0";
   st = Transport::create_ib(o, &transport_);
-  ASSERT_FALSE(st.is_ok());
+  ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("/length"), std::string::npos) << st.message();
 }
 
@@ -84,11 +84,11 @@ TEST_F(IbTransportTest, AnAddressRangeNoGidIsInIsAnErrorNamingIt) {
 // one discovery saw is refused at RTR.
 TEST_F(IbTransportTest, AConnectionAfterAGidChangeUsesThePortsCurrentGid) {
   ScopedEnv devices("FAKE_VERBS_DEVICES", "gc:roce:lo:100:ipv6");
-  ASSERT_TRUE(Transport::create_ib(ib_options(), &transport_).is_ok());
+  ASSERT_TRUE(Transport::create_ib(ib_options(), &transport_).ok());
   violations_before_ = fake::violations();
   ASSERT_TRUE(fake::set_gid("gc", 1, 1, nullptr, IBV_GID_TYPE_ROCE_V2));
   Status st = testing::connect_pair(*transport_, *transport_, &pair_);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   roundtrip(70000, 70000, 4);
   const auto indices = sgid_indices();
   ASSERT_FALSE(indices.empty());

@@ -101,7 +101,7 @@ TEST_F(IbTransportTest, PeersInDifferentPartitionsAreRefusedAtSetUpNamingSievePk
   one.ib_pkey_index = 1;
   two.ib_pkey_index = 2;
   const Status st = connect_failure(one, two);
-  EXPECT_EQ(st.code(), Code::InvalidUsage) << st.message();
+  EXPECT_EQ(st.code(), Code::kInvalidUsage) << st.message();
   EXPECT_NE(st.message().find("SIEVE_IB_PKEY"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("0x8001"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("0x8002"), std::string::npos) << st.message();
@@ -200,15 +200,15 @@ TEST_F(AdaptiveRoutingTest, AFailedDataWriteFailsTheSendOnceNothingCanTouchItsBu
   auto send_region = reg_send(out.data(), out.size());
   auto recv_region = reg_recv(in.data(), in.size());
   Request *r = nullptr, *s = nullptr;
-  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).is_ok());
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).ok());
   recv_region.reset();
   const fake::Posted data = fake::posted(IBV_WR_RDMA_WRITE);
-  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok());
+  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).ok());
   Completion cs;
   Status st = testing::wait(s, &cs);
   EXPECT_EQ(fake::posted(IBV_WR_RDMA_WRITE).requests, data.requests + 1) << "the data went as a plain write";
-  ASSERT_FALSE(st.is_ok()) << "a write with a deregistered key completed";
-  EXPECT_EQ(st.code(), Code::SystemError) << st.message();
+  ASSERT_FALSE(st.ok()) << "a write with a deregistered key completed";
+  EXPECT_EQ(st.code(), Code::kSystemError) << st.message();
   EXPECT_NE(st.message().find("RDMA write on ar2:1"), std::string::npos) << st.message();
   ++violations_before_;  // the one violation this test provokes on purpose
 }
@@ -253,7 +253,7 @@ TEST(IbTransportOptions, APkeyIndexBeyondThePortsTableIsRefusedNamingTheVariable
   o.ib_pkey_index = 2;
   std::unique_ptr<Transport> t;
   const Status st = Transport::create_ib(o, &t);
-  EXPECT_EQ(st.code(), Code::InvalidArgument);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_NE(st.message().find("SIEVE_IB_PKEY"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("part2:1 (2 entries)"), std::string::npos) << st.message();
 }

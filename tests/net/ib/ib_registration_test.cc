@@ -16,21 +16,21 @@ using namespace ib_test;
 std::unique_ptr<MemoryRegion> reg(SendComm& comm, void* data, size_t size) {
   std::unique_ptr<MemoryRegion> r;
   Status st = comm.register_memory({data, size, -1, 0}, &r);
-  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_TRUE(st.ok()) << st.message();
   return r;
 }
 
 std::unique_ptr<MemoryRegion> reg(RecvComm& comm, void* data, size_t size) {
   std::unique_ptr<MemoryRegion> r;
   Status st = comm.register_memory({data, size, -1, 0}, &r);
-  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_TRUE(st.ok()) << st.message();
   return r;
 }
 
 TEST_F(IbTransportTest, ABufferRegisteredOnEveryCommOfADeviceIsPinnedOnce) {
   ASSERT_NO_FATAL_FAILURE(connect());
   testing::Pair second;
-  ASSERT_TRUE(testing::connect_pair(*transport_, *transport_, &second).is_ok());
+  ASSERT_TRUE(testing::connect_pair(*transport_, *transport_, &second).ok());
   std::vector<unsigned char> buffer(1 << 20, 1);
   const int before = fake::live_mrs();
   auto a = reg(*pair_.send, buffer.data(), buffer.size());
@@ -70,7 +70,7 @@ TEST_F(IbTransportTest, ALargerRegistrationOverASmallerOnePinsItsOwnPages) {
 TEST_F(IbTransportTest, ARegistrationOnOneCommServesEveryCommOfTheDevice) {
   ASSERT_NO_FATAL_FAILURE(connect());
   testing::Pair second;
-  ASSERT_TRUE(testing::connect_pair(*transport_, *transport_, &second).is_ok());
+  ASSERT_TRUE(testing::connect_pair(*transport_, *transport_, &second).ok());
   const size_t size = 300000;
   std::vector<unsigned char> out = pattern(size, 7);
   std::vector<unsigned char> in(size, kCanary);
@@ -79,12 +79,12 @@ TEST_F(IbTransportTest, ARegistrationOnOneCommServesEveryCommOfTheDevice) {
   pair_ = testing::Pair{};  // the comms they were registered on are gone
   Request *r = nullptr, *s = nullptr;
   Status st = second.recv->irecv(in.data(), size, &r);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   st = second.send->isend(out.data(), size, &s);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   Completion cr, cs;
   st = testing::wait_both(s, &cs, r, &cr, std::chrono::seconds(60));
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_EQ(cr.size, size);
   EXPECT_TRUE(same_bytes(in.data(), out.data(), size));
   second = testing::Pair{};

@@ -39,10 +39,10 @@ struct Progress {
       if (done[i]) continue;
       Completion c;
       Status st = requests[i]->test(&c);
-      if (!st.is_ok()) return st;
+      if (!st.ok()) return st;
       done[i] = c.done;
     }
-    return Status::ok();
+    return ok_status();
   }
 };
 
@@ -57,15 +57,15 @@ TEST_F(IbTransportTest, SplitsAcrossQueuePairsNeverLandALinesFlagBeforeItsData) 
   auto recv_region = reg_recv(in.data(), in.size());
   fake::hold_writes(in.data(), true);  // the queue pair carrying the first part stalls
   Request *r = nullptr, *s = nullptr;
-  ASSERT_TRUE(pair_.recv->irecv(in.data(), capacity, &r).is_ok() && r);
-  ASSERT_TRUE(pair_.send->isend(out.data(), size, &s).is_ok() && s);
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), capacity, &r).ok() && r);
+  ASSERT_TRUE(pair_.send->isend(out.data(), size, &s).ok() && s);
   Progress both({s, r});
   // The second and third parts land (each in order within its write): wait for a byte near the
   // end of each, past where either way of cutting puts their starts.
   const auto give_up = std::chrono::steady_clock::now() + kCap;
   while (!(in[200000] && in[size - 1]) && std::chrono::steady_clock::now() < give_up) {
     Status st = both.step();
-    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_TRUE(st.ok()) << st.message();
   }
   ASSERT_TRUE(in[200000] && in[size - 1]) << "the queue pairs not held delivered nothing";
   EXPECT_FALSE(both.done[1]) << "the receive completed with a part still held";
@@ -78,7 +78,7 @@ TEST_F(IbTransportTest, SplitsAcrossQueuePairsNeverLandALinesFlagBeforeItsData) 
   fake::hold_writes(in.data(), false);
   while (!(both.done[0] && both.done[1]) && std::chrono::steady_clock::now() < give_up + kCap) {
     Status st = both.step();
-    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_TRUE(st.ok()) << st.message();
   }
   ASSERT_TRUE(both.done[0] && both.done[1]);
   EXPECT_TRUE(same_bytes(in.data(), out.data(), size));
@@ -101,12 +101,12 @@ TEST_F(IbTransportTest, SmallMessagesRotateOverTheQueuePairs) {
   std::vector<Request*> recvs, sends;
   for (int i = 0; i < kMessages; ++i) {
     Request* r = nullptr;
-    ASSERT_TRUE(pair_.recv->irecv(in[i].data(), in[i].size(), &r).is_ok() && r);
+    ASSERT_TRUE(pair_.recv->irecv(in[i].data(), in[i].size(), &r).ok() && r);
     recvs.push_back(r);
   }
   for (int i = 0; i < kMessages; ++i) {
     Request* s = nullptr;
-    ASSERT_TRUE(pair_.send->isend(out[i].data(), out[i].size(), &s).is_ok() && s);
+    ASSERT_TRUE(pair_.send->isend(out[i].data(), out[i].size(), &s).ok() && s);
     sends.push_back(s);
   }
   std::vector<Request*> all = sends;
@@ -120,7 +120,7 @@ TEST_F(IbTransportTest, SmallMessagesRotateOverTheQueuePairs) {
   auto give_up = std::chrono::steady_clock::now() + kCap;
   while (!later_done() && std::chrono::steady_clock::now() < give_up) {
     Status st = progress.step();
-    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_TRUE(st.ok()) << st.message();
   }
   EXPECT_TRUE(later_done()) << "messages behind the stalled one waited on its queue pair";
   EXPECT_FALSE(progress.done[kMessages]) << "the held message completed";
@@ -129,7 +129,7 @@ TEST_F(IbTransportTest, SmallMessagesRotateOverTheQueuePairs) {
   while (std::count(progress.done.begin(), progress.done.end(), true) < 2 * kMessages &&
          std::chrono::steady_clock::now() < give_up) {
     Status st = progress.step();
-    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_TRUE(st.ok()) << st.message();
   }
   for (int i = 0; i < kMessages; ++i) EXPECT_TRUE(same_bytes(in[i].data(), out[i].data(), 4096)) << "message " << i;
 }
@@ -143,11 +143,11 @@ TEST_F(IbTransportTest, TheRotationStaysInStepAcrossARefusedMessage) {
   auto send_region = reg_send(out.data(), out.size());
   auto recv_region = reg_recv(in.data(), in.size());
   Request *r = nullptr, *s = nullptr;
-  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).is_ok() && r);  // queue pair 1
-  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok() && s);
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).ok() && r);  // queue pair 1
+  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).ok() && s);
   Completion cs, cr;
-  EXPECT_EQ(testing::wait(s, &cs).code(), Code::InvalidUsage);
-  EXPECT_EQ(testing::wait(r, &cr).code(), Code::InvalidUsage);
+  EXPECT_EQ(testing::wait(s, &cs).code(), Code::kInvalidUsage);
+  EXPECT_EQ(testing::wait(r, &cr).code(), Code::kInvalidUsage);
   for (uint32_t i = 0; i < 4; ++i) roundtrip(3000 + i, 4096, 3 + i);  // queue pairs 2, 0, 1, 2
   roundtrip(300000, 3 * ib::kSplitBytesPerQp, 9);                     // all three, from queue pair 0
   roundtrip(64, 64, 10);

@@ -124,32 +124,32 @@ TransportOptions ib_options(int qps) {
 
 void IbTransportTest::connect(const TransportOptions& options) {
   Status st = Transport::create_ib(options, &transport_);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   violations_before_ = fake::violations();
   ASSERT_NE(violations_before_, ~uint64_t(0)) << "the fake libibverbs is not the one loaded (LD_LIBRARY_PATH)";
   st = testing::connect_pair(*transport_, *transport_, &pair_);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
 }
 
 void IbTransportTest::connect(const TransportOptions& listener, const TransportOptions& connector, int traffic_class) {
   Status st = Transport::create_ib(listener, &transport_);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   st = Transport::create_ib(connector, &connector_transport_);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   violations_before_ = fake::violations();
   ASSERT_NE(violations_before_, ~uint64_t(0)) << "the fake libibverbs is not the one loaded (LD_LIBRARY_PATH)";
   st = testing::connect_pair(*transport_, *connector_transport_, &pair_, traffic_class);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
 }
 
 Status IbTransportTest::connect_failure(const TransportOptions& listener, const TransportOptions& connector) {
   Status st = Transport::create_ib(listener, &transport_);
-  if (st.is_ok()) st = Transport::create_ib(connector, &connector_transport_);
-  EXPECT_TRUE(st.is_ok()) << st.message();
-  if (!st.is_ok()) return st;
+  if (st.ok()) st = Transport::create_ib(connector, &connector_transport_);
+  EXPECT_TRUE(st.ok()) << st.message();
+  if (!st.ok()) return st;
   violations_before_ = fake::violations();
   st = testing::connect_pair(*transport_, *connector_transport_, &pair_);
-  EXPECT_FALSE(st.is_ok()) << "connected";
+  EXPECT_FALSE(st.ok()) << "connected";
   return st;
 }
 
@@ -161,14 +161,14 @@ void IbTransportTest::TearDown() {
 std::unique_ptr<MemoryRegion> IbTransportTest::reg_send(const void* data, size_t size) {
   std::unique_ptr<MemoryRegion> r;
   Status st = pair_.send->register_memory({const_cast<void*>(data), size, -1, 0}, &r);
-  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_TRUE(st.ok()) << st.message();
   return r;
 }
 
 std::unique_ptr<MemoryRegion> IbTransportTest::reg_recv(void* data, size_t size) {
   std::unique_ptr<MemoryRegion> r;
   Status st = pair_.recv->register_memory({data, size, -1, 0}, &r);
-  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_TRUE(st.ok()) << st.message();
   return r;
 }
 
@@ -178,12 +178,12 @@ void IbTransportTest::roundtrip(size_t size, size_t capacity, uint32_t seed) {
   auto send_region = reg_send(out.data(), out.size());
   auto recv_region = reg_recv(in.data(), capacity);
   Request *r = nullptr, *s = nullptr;
-  ASSERT_TRUE(pair_.recv->irecv(in.data(), capacity, &r).is_ok());
-  ASSERT_TRUE(pair_.send->isend(out.data(), size, &s).is_ok());
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), capacity, &r).ok());
+  ASSERT_TRUE(pair_.send->isend(out.data(), size, &s).ok());
   ASSERT_TRUE(r && s);
   Completion cr, cs;
   Status st = testing::wait_both(s, &cs, r, &cr, std::chrono::seconds(60));
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_EQ(cs.size, size);
   EXPECT_EQ(cr.size, size);
   EXPECT_TRUE(cs.sent);

@@ -29,7 +29,7 @@ TEST_F(IbTransportTest, VerbsAreMadeForkSafeBeforeAnyBufferIsRegistered) {
   std::vector<unsigned char> buffer(4096);
   std::unique_ptr<MemoryRegion> region;
   Status st = pair_.send->register_memory({buffer.data(), buffer.size(), -1, 0}, &region);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_EQ(fake::fork_initialized(), 1);  // the registration did not come first
 }
 
@@ -73,23 +73,23 @@ TEST_F(IbTransportTest, ThirtyTwoOutstandingEachWayAndTheThirtyThirdWaits) {
     regions.push_back(reg_recv(in[i].data(), in[i].size()));
   }
   for (int i = 0; i < kCount; ++i) {
-    ASSERT_TRUE(pair_.recv->irecv(in[i].data(), kSize, &recvs[i]).is_ok());
+    ASSERT_TRUE(pair_.recv->irecv(in[i].data(), kSize, &recvs[i]).ok());
     ASSERT_NE(recvs[i], nullptr) << "irecv " << i;
   }
   Request* extra = reinterpret_cast<Request*>(1);
-  ASSERT_TRUE(pair_.recv->irecv(in[0].data(), kSize, &extra).is_ok());
+  ASSERT_TRUE(pair_.recv->irecv(in[0].data(), kSize, &extra).ok());
   EXPECT_EQ(extra, nullptr) << "a 33rd receive must wait for a free slot";
   for (int i = 0; i < kCount; ++i) {
-    ASSERT_TRUE(pair_.send->isend(out[i].data(), out[i].size(), &sends[i]).is_ok());
+    ASSERT_TRUE(pair_.send->isend(out[i].data(), out[i].size(), &sends[i]).ok());
     ASSERT_NE(sends[i], nullptr) << "isend " << i;
   }
   extra = reinterpret_cast<Request*>(1);
-  ASSERT_TRUE(pair_.send->isend(out[0].data(), 1, &extra).is_ok());
+  ASSERT_TRUE(pair_.send->isend(out[0].data(), 1, &extra).ok());
   EXPECT_EQ(extra, nullptr) << "a 33rd send must wait for a free slot";
   for (int i = 0; i < kCount; ++i) {
     Completion cs, cr;
     Status st = testing::wait_both(sends[i], &cs, recvs[i], &cr);
-    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(cr.size, out[i].size());
     EXPECT_TRUE(same_bytes(in[i].data(), out[i].data(), out[i].size())) << "message " << i;
   }
@@ -102,15 +102,15 @@ TEST_F(IbTransportTest, SendLargerThanItsReceiveFailsBothSidesWithoutOverflowAnd
   auto send_region = reg_send(out.data(), out.size());
   auto recv_region = reg_recv(in.data(), in.size());
   Request *r = nullptr, *s = nullptr;
-  ASSERT_TRUE(pair_.recv->irecv(in.data(), 4096, &r).is_ok());
-  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok());
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), 4096, &r).ok());
+  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).ok());
   Completion cr, cs;
   Status sent = testing::wait(s, &cs);
   Status received = testing::wait(r, &cr);
-  EXPECT_EQ(sent.code(), Code::InvalidUsage) << sent.message();
+  EXPECT_EQ(sent.code(), Code::kInvalidUsage) << sent.message();
   EXPECT_NE(sent.message().find("1048576"), std::string::npos) << sent.message();
   EXPECT_NE(sent.message().find("4096"), std::string::npos) << sent.message();
-  EXPECT_EQ(received.code(), Code::InvalidUsage) << received.message();
+  EXPECT_EQ(received.code(), Code::kInvalidUsage) << received.message();
   for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(in[i], kCanary) << "byte " << i << " was written";
   // Both sides counted the refused message the same way: the next one arrives intact.
   roundtrip(3000, 4096, 6);
@@ -130,18 +130,18 @@ TEST_F(IbTransportTest, SeveralQueuePairsCarryLargeAndSmallMessagesInterleaved) 
     regions.push_back(reg_send(out[i].data(), out[i].size()));
     regions.push_back(reg_recv(in[i].data(), in[i].size()));
     Request* r = nullptr;
-    ASSERT_TRUE(pair_.recv->irecv(in[i].data(), in[i].size(), &r).is_ok());
+    ASSERT_TRUE(pair_.recv->irecv(in[i].data(), in[i].size(), &r).ok());
     recvs.push_back(r);
   }
   for (size_t i = 0; i < std::size(sizes); ++i) {
     Request* s = nullptr;
-    ASSERT_TRUE(pair_.send->isend(out[i].data(), out[i].size(), &s).is_ok());
+    ASSERT_TRUE(pair_.send->isend(out[i].data(), out[i].size(), &s).ok());
     sends.push_back(s);
   }
   for (size_t i = 0; i < std::size(sizes); ++i) {
     Completion cs, cr;
     Status st = testing::wait_both(sends[i], &cs, recvs[i], &cr);
-    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(cr.size, sizes[i]);
     EXPECT_TRUE(same_bytes(in[i].data(), out[i].data(), sizes[i])) << "message " << i;
     for (size_t b = sizes[i]; b < in[i].size(); ++b) ASSERT_EQ(in[i][b], kCanary) << "message " << i;
@@ -153,16 +153,16 @@ TEST_F(IbTransportTest, UnregisteredBuffersAreInvalidUsageNamingRegistration) {
   std::vector<unsigned char> buffer(8192);
   Request* r = nullptr;
   Status st = pair_.send->isend(buffer.data(), buffer.size(), &r);
-  EXPECT_EQ(st.code(), Code::InvalidUsage);
+  EXPECT_EQ(st.code(), Code::kInvalidUsage);
   EXPECT_NE(st.message().find("registered"), std::string::npos) << st.message();
   EXPECT_EQ(r, nullptr);
   st = pair_.recv->irecv(buffer.data(), buffer.size(), &r);
-  EXPECT_EQ(st.code(), Code::InvalidUsage);
+  EXPECT_EQ(st.code(), Code::kInvalidUsage);
   EXPECT_EQ(r, nullptr);
   // A registration that covers only part of the buffer is no registration for all of it.
   auto part = reg_send(buffer.data(), 4096);
   st = pair_.send->isend(buffer.data(), buffer.size(), &r);
-  EXPECT_EQ(st.code(), Code::InvalidUsage) << st.message();
+  EXPECT_EQ(st.code(), Code::kInvalidUsage) << st.message();
   // Zero bytes need no memory at all.
   roundtrip(0, 0, 9);
 }
@@ -174,20 +174,20 @@ TEST_F(IbTransportTest, AnErrorCompletionFailsTheCommNamingThePeer) {
   auto send_region = reg_send(out.data(), out.size());
   auto recv_region = reg_recv(in.data(), in.size());
   Request *r = nullptr, *s = nullptr;
-  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).is_ok());
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).ok());
   // The receive announced its key; deregistering now makes the sender's write use a dead key.
   recv_region.reset();
-  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok());
+  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).ok());
   Completion cs;
   Status st = testing::wait(s, &cs);
-  ASSERT_FALSE(st.is_ok()) << "a write with a deregistered key completed";
-  EXPECT_EQ(st.code(), Code::SystemError) << st.message();
+  ASSERT_FALSE(st.ok()) << "a write with a deregistered key completed";
+  EXPECT_EQ(st.code(), Code::kSystemError) << st.message();
   EXPECT_NE(st.message().find("remote access error (status 10) on queue pair "), std::string::npos) << st.message();
   EXPECT_NE(st.message().find(" to " + pair_.send->peer() + " ("), std::string::npos) << st.message();
   // The failure stays: the comm refuses further work with the same error.
   Request* again = nullptr;
   Status next = pair_.send->isend(out.data(), out.size(), &again);
-  EXPECT_EQ(next.code(), Code::SystemError);
+  EXPECT_EQ(next.code(), Code::kSystemError);
   EXPECT_EQ(again, nullptr);
   ++violations_before_;  // the one violation this test provokes on purpose
 }
@@ -197,14 +197,14 @@ TEST_F(IbTransportTest, ClosingTheSenderGivesAWaitingReceiverAnErrorNamingThePee
   std::vector<unsigned char> in(4096);
   auto recv_region = reg_recv(in.data(), in.size());
   Request* r = nullptr;
-  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).is_ok());
+  ASSERT_TRUE(pair_.recv->irecv(in.data(), in.size(), &r).ok());
   const std::string peer = pair_.recv->peer();
   pair_.send.reset();
   Completion cr;
   Status st = testing::wait(r, &cr);
   // Whichever notices first: the closed liveness socket, or the announcement the peer's queue pair
   // no longer answers (retry counter exceeded); either names the peer.
-  EXPECT_TRUE(st.code() == Code::RemoteError || st.code() == Code::SystemError) << st.message();
+  EXPECT_TRUE(st.code() == Code::kRemoteError || st.code() == Code::kSystemError) << st.message();
   EXPECT_NE(st.message().find(peer), std::string::npos) << st.message();
 }
 
@@ -224,10 +224,10 @@ TEST_F(IbTransportTest, ClosingCommsWithRequestsInFlightIsClean) {
       regions.push_back(reg_send(out[i].data(), kSize));
       regions.push_back(reg_recv(in[i].data(), kSize));
       Request *r = nullptr, *s = nullptr;
-      ASSERT_TRUE(pair_.recv->irecv(in[i].data(), kSize, &r).is_ok());
-      ASSERT_TRUE(pair_.send->isend(out[i].data(), kSize, &s).is_ok());
+      ASSERT_TRUE(pair_.recv->irecv(in[i].data(), kSize, &r).ok());
+      ASSERT_TRUE(pair_.send->isend(out[i].data(), kSize, &s).ok());
       Completion c;
-      ASSERT_TRUE(s->test(&c).is_ok());
+      ASSERT_TRUE(s->test(&c).ok());
     }
     if (sender_first) {
       pair_.send.reset();
@@ -252,29 +252,29 @@ TEST_F(IbTransportTest, FlushReadsBackADmaBufRegionAndSkipsHostMemory) {
   ASSERT_NE(mapped, MAP_FAILED);
   std::unique_ptr<MemoryRegion> dmabuf;
   Status st = pair_.recv->register_memory({mapped, size, fd, 0}, &dmabuf);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   std::vector<unsigned char> out = pattern(size / 2, 21);
   auto send_region = reg_send(out.data(), out.size());
   Request *r = nullptr, *s = nullptr;
-  ASSERT_TRUE(pair_.recv->irecv(mapped, size, &r).is_ok());
-  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok());
+  ASSERT_TRUE(pair_.recv->irecv(mapped, size, &r).ok());
+  ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).ok());
   Completion cs, cr;
   st = testing::wait_both(s, &cs, r, &cr);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_EQ(std::memcmp(mapped, out.data(), out.size()), 0);
   Request* flush = nullptr;
   st = pair_.recv->flush(mapped, cr.size, dmabuf.get(), &flush);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   ASSERT_NE(flush, nullptr) << "device memory must be flushed";
   Completion cf;
   st = testing::wait(flush, &cf);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_FALSE(cf.message) << "a flush is not a message";
   EXPECT_EQ(fake::connected_qps().size(), 3u) << "the flush made no queue pair of its own";
   std::vector<unsigned char> host(4096);
   auto host_region = reg_recv(host.data(), host.size());
   flush = reinterpret_cast<Request*>(1);
-  ASSERT_TRUE(pair_.recv->flush(host.data(), host.size(), host_region.get(), &flush).is_ok());
+  ASSERT_TRUE(pair_.recv->flush(host.data(), host.size(), host_region.get(), &flush).ok());
   EXPECT_EQ(flush, nullptr) << "host memory has nothing to flush";
   dmabuf.reset();
   munmap(mapped, size);
@@ -320,22 +320,22 @@ TEST_F(IbTransportTest, WithNvidiaPeermemLoadedCudaPointersAreRegisteredAndFlush
     device_memory.cuda = true;
     std::unique_ptr<MemoryRegion> region;
     Status st = pair_.recv->register_memory(device_memory, &region);
-    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_TRUE(st.ok()) << st.message();
     std::vector<unsigned char> out = pattern(size / 4, 23);
     auto send_region = reg_send(out.data(), out.size());
     Request *r = nullptr, *s = nullptr;
-    ASSERT_TRUE(pair_.recv->irecv(gpu, size, &r).is_ok());
-    ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).is_ok());
+    ASSERT_TRUE(pair_.recv->irecv(gpu, size, &r).ok());
+    ASSERT_TRUE(pair_.send->isend(out.data(), out.size(), &s).ok());
     Completion cs, cr;
     st = testing::wait_both(s, &cs, r, &cr);
-    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(std::memcmp(gpu, out.data(), out.size()), 0);
     Request* flush = nullptr;
     st = pair_.recv->flush(gpu, cr.size, region.get(), &flush);
-    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_TRUE(st.ok()) << st.message();
     ASSERT_NE(flush, nullptr) << "GPU memory must be flushed";
     Completion cf;
-    EXPECT_TRUE(testing::wait(flush, &cf).is_ok());
+    EXPECT_TRUE(testing::wait(flush, &cf).ok());
     region.reset();
     send_region.reset();
     munmap(gpu, size);
@@ -344,7 +344,7 @@ TEST_F(IbTransportTest, WithNvidiaPeermemLoadedCudaPointersAreRegisteredAndFlush
   TransportOptions o = ib_options();
   o.topology.sysfs_root = none.root();
   std::unique_ptr<Transport> without;
-  ASSERT_TRUE(Transport::create_ib(o, &without).is_ok());
+  ASSERT_TRUE(Transport::create_ib(o, &without).ok());
   EXPECT_FALSE(without->devices()[0].cuda_pointers) << "no peer-memory client, no CUDA pointers";
 }
 
@@ -367,7 +367,7 @@ TEST_F(IbTransportTest, AMessageAboveThePortsLimitIsRefusedNamingIt) {
   static char byte;
   Request* s = nullptr;
   Status st = pair_.send->isend(&byte, (size_t(1) << 30) + 1, &s);
-  EXPECT_EQ(st.code(), Code::InvalidUsage) << st.message();
+  EXPECT_EQ(st.code(), Code::kInvalidUsage) << st.message();
   EXPECT_NE(st.message().find("carries at most 1073741824 bytes"), std::string::npos) << st.message();
   EXPECT_EQ(s, nullptr);
 }
@@ -377,7 +377,7 @@ TEST_F(IbTransportTest, AMessageAboveThePortsLimitIsRefusedNamingIt) {
 TEST(IbTransportMismatch, TcpAndVerbsPeersRefuseEachOtherNamingSieveTransport) {
   std::unique_ptr<Transport> verbs, tcp;
   Status st = Transport::create_ib(ib_options(), &verbs);
-  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_TRUE(st.ok()) << st.message();
   tcp = testing::make_transport(testing::loopback_options());
   ASSERT_NE(tcp, nullptr);
   for (const bool verbs_listens : {true, false}) {
@@ -385,7 +385,7 @@ TEST(IbTransportMismatch, TcpAndVerbsPeersRefuseEachOtherNamingSieveTransport) {
     Transport& connector_side = verbs_listens ? *tcp : *verbs;
     testing::Pair pair;
     st = testing::connect_pair(listener_side, connector_side, &pair);
-    EXPECT_FALSE(st.is_ok()) << (verbs_listens ? "tcp -> verbs" : "verbs -> tcp") << " connected";
+    EXPECT_FALSE(st.ok()) << (verbs_listens ? "tcp -> verbs" : "verbs -> tcp") << " connected";
     EXPECT_NE(st.message().find("SIEVE_TRANSPORT"), std::string::npos) << st.message();
   }
 }
@@ -393,7 +393,7 @@ TEST(IbTransportMismatch, TcpAndVerbsPeersRefuseEachOtherNamingSieveTransport) {
 TEST(IbTransportOptions, OutOfRangeQueuePairCountIsRefusedNamingTheVariable) {
   std::unique_ptr<Transport> t;
   Status st = Transport::create_ib(ib_options(17), &t);
-  EXPECT_EQ(st.code(), Code::InvalidArgument);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_NE(st.message().find("SIEVE_IB_QPS"), std::string::npos) << st.message();
 }
 

@@ -172,7 +172,7 @@ TEST(StripeWorker, AReceivingHelperSleepsUntilABatchSpanningItsQueuedStripesArri
   Message sent(1, 4, 64 * 1024, 'c');
   Message received(1, 4, 64 * 1024, 'x');
   for (const Stripe& s : received.stripes) worker.enqueue(s);  // queued before the helper runs
-  ASSERT_TRUE(worker.start().is_ok());
+  ASSERT_TRUE(worker.start().ok());
   ASSERT_TRUE(eventually([&] { return worker.waiting(); }));
 
   int lowat = 0;
@@ -189,7 +189,7 @@ TEST(StripeWorker, AHelperWaitingOnItsSocketIsNotWokenForMoreStripesOfIt) {
   TcpPair p = tcp_pair();
   Failure failure;
   StripeWorker worker(StripeWorker::Direction::Send, {p.near.get()}, -1, &failure, "test peer", 5000);
-  ASSERT_TRUE(worker.start().is_ok());
+  ASSERT_TRUE(worker.start().ok());
   Message first(1, 1, 16 << 20, 'd');  // more than the socket buffers hold: the helper blocks
   Message second(2, 1, 4096, 'e');
   worker.enqueue(first.stripes[0]);
@@ -220,7 +220,7 @@ TEST(StripeWorker, AnIdleHelperIsWokenForNewStripes) {
   TcpPair p = tcp_pair();
   Failure failure;
   StripeWorker worker(StripeWorker::Direction::Send, {p.near.get()}, -1, &failure, "test peer", 5000);
-  ASSERT_TRUE(worker.start().is_ok());
+  ASSERT_TRUE(worker.start().ok());
   ASSERT_TRUE(eventually([&] { return worker.waiting(); }));
   Message m(1, 2, 4096, 'f');
   for (const Stripe& s : m.stripes) worker.enqueue(s);

@@ -551,10 +551,10 @@ class Runner {
   }
 
   void retract(int t) {
-    for (uint64_t id : collective_ids_[size_t(t)]) r_.registry.retract_id(id);
+    for (uint64_t id : collective_ids_[size_t(t)]) EXPECT_TRUE(r_.registry.retract_id(id).ok());
     collective_ids_[size_t(t)].clear();
     if (!ids_[size_t(t)]) return;
-    r_.registry.retract_id(ids_[size_t(t)]);
+    EXPECT_TRUE(r_.registry.retract_id(ids_[size_t(t)]).ok());
     retiring_.emplace_back(slot_[size_t(t)], ids_[size_t(t)]);
     ids_[size_t(t)] = 0;
   }

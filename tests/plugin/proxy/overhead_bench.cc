@@ -2,6 +2,7 @@
 // out (a backend that does nothing): a call on a communicator with no commit (it passes through),
 // and compacted calls after a commit, alone and in a group. Nanoseconds per call, from one run.
 #include <benchmark/benchmark.h>
+#include <cstdlib>
 
 #include "plugin/proxy/proxy.h"
 #include "tests/plugin/proxy/null_backend.h"
@@ -24,7 +25,7 @@ struct Setup {
     if (!committed) return;
     auto mask = std::make_shared<compress::Mask>(kCount, false);
     for (uint64_t i = 0; i < kCount; i += 5) mask->set_range(i, 1, true);
-    registry.publish(buffer.data(), compress::DType::kF32, mask, nullptr);
+    if (!registry.publish(buffer.data(), compress::DType::kF32, mask, nullptr).ok()) std::abort();
     proxy.commit(kComm, kStream, 0, nullptr);
   }
   int call() {
@@ -66,7 +67,8 @@ struct Shared {
   Shared() {
     auto mask = std::make_shared<compress::Mask>(kCount, false);
     for (uint64_t i = 0; i < kCount; i += 5) mask->set_range(i, 1, true);
-    for (auto& b : buffers) registry.publish(b.data(), compress::DType::kF32, mask, nullptr);
+    for (auto& b : buffers)
+      if (!registry.publish(b.data(), compress::DType::kF32, mask, nullptr).ok()) std::abort();
     for (int c = 0; c < 8; ++c) proxy.commit(comm(c), kStream, 0, nullptr);
   }
   static Comm comm(int c) { return reinterpret_cast<Comm>(0x1000 + 0x100 * c); }
