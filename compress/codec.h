@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The lossless wire codec: removes zero words from any byte buffer, self-describing, exact.
 //
 // Frame (little-endian):

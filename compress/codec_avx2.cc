@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AVX2 codec loops (chosen at run time; the rest of the library targets baseline x86-64).
 // 32-bit words: compare with zero, then vpermd through a table moves the nonzero lanes together.
 // 16-bit words: pshufb through a table, eight words at a time. Full-width stores may write past the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AVX-512 (F, BW, VL) codec loops, chosen at run time. 32-bit words use vpcompressd/vpexpandd
 // directly. 16-bit words are widened to 32-bit lanes for vpcompressd, because the 16-bit compress
 // instructions need VBMI2, which this path does not assume. Stores are full registers kept inside

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal: the per-ISA inner loops of the codec. Each kernel handles a prefix of whole blocks and
 // returns how many words it did; the scalar kernels finish from there. Blocks are multiples of 8
 // words, so a kernel always stops on a bitmap byte boundary.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The portable codec loops: the reference the SIMD paths must match bit for bit, and the finish
 // of every path (the last words past the final whole SIMD block).
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal: shuffle tables for the AVX2 paths, built at compile time. Index = one bitmap byte
 // (8 words, bit i set = word i nonzero).
 #pragma once

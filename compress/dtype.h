@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element types of published buffers: one vocabulary for the C API's SIEVE_DTYPE_* codes, the mask
 // registry and the collective proxy, so a mask is stored and read back with the dtype it was
 // published with (two dtypes of one width are different dtypes).

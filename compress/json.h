@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small strict JSON reader for file headers (safetensors). RFC 8259 grammar, nesting bounded,
 // duplicate object keys refused, numbers kept as text so 64-bit integers survive exactly. Errors
 // name the byte offset. Not a general-purpose library: it reads headers of at most a few MB.

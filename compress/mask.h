@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A sparsity mask over N elements: bit i set = element i is kept (sent), clear = pruned (known zero).
 // Stored as a little-endian bitmap of 64-bit words whose bits past N are always zero, so equality,
 // hashing and merging can work a word at a time. Builders accept every form trainers produce: byte

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Masks published for buffers: the staging area behind sieve_mask_publish*() and sieve_mask_retract*().
 //
 // A publish stages a mask for the buffer [base, base + count * size of dtype); one that overlaps

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Learns a buffer's mask from its zeros (PacTrain's idea): fed the nonzero pattern of successive
 // observations of one buffer (all-reduce outputs, identical on every rank), it declares the pattern
 // stable after K identical observations in a row. Once stable, an observation with fewer nonzeros

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reads safetensors files (8-byte little-endian header length N, N bytes of JSON describing each
 // tensor's dtype, shape and [begin, end) offsets into the data that follows) and turns their BOOL
 // and U8 tensors into masks: nonzero = kept, tensors concatenated in data-offset order. Everything

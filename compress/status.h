@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The result of compress/ operations that can fail: a code the C API maps to its own codes and a
 // message for the user. compress/ never logs; callers decide where messages go.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The layout the GPU gather/scatter kernels consume: the kept elements of a span of a mask as a
 // bitmap (one bit per element, 32 per word, bit 0 = the span's first element) plus, per tile of
 // kTileElements, how many elements before the tile are kept. A kernel block takes a tile, counts

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What every transport does to start a connection, kept in one place: a listening socket whose
 // address and nonce travel in the handle, connect attempts found again by the id NCCL carries back
 // in that handle, device index checks, and the machine devices are placed on.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a finished handshake hands to a comm: the sockets of one connection and what both sides agreed.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which network interfaces Sieve uses, and what it reports about them. Kept in one place so the
 // topology work can replace discovery (PCI paths, speeds) without touching the transport.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Connection establishment as non-blocking state machines. NCCL calls connect and accept again and
 // again; each call moves every socket of the connection as far as it can without waiting.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SIEVE_JOB_TOKEN: what it must be, and the warning for a multi-node job that runs without one.
 //
 // The token gates the handshake only: a peer must prove it knows it (a keyed hash; the token never

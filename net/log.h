@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sieve's log facade. Every line carries the fixed "NET/Sieve" prefix and a subsystem. Inside NCCL
 // the plugin installs a sink that forwards to NCCL's logger with the subsystem as NCCL's debug flags
 // (so NCCL_DEBUG and NCCL_DEBUG_SUBSYS govern them); elsewhere (tools, tests) lines at or above the

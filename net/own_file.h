@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Files Sieve writes beside other users' files (the stats file's .lock, the hang dump, in a metrics
 // directory others may write to): opened so that nobody else's symlink, hard link or file can be
 // written through. Lives in net/, the bottom library, because plugin/ and plugin/proxy/ both write.

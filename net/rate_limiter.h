@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SIEVE_RATE_LIMIT_MBPS: a token bucket per device, shared by every connection of that device in
 // the process, so a slow link can be emulated where tc is not allowed. Only helper threads wait on
 // it (the caller's thread never sleeps); inline messages on the control socket are charged without

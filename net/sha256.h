@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SHA-256 and HMAC-SHA-256 (FIPS 180-4, RFC 2104), written here so the job-token handshake needs no
 // crypto dependency. Used only to prove knowledge of SIEVE_JOB_TOKEN; the token never leaves the host.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Thin RAII and error handling over POSIX sockets. Every socket Sieve makes is non-blocking; the
 // helpers here never wait, they report how far they got.
 #pragma once

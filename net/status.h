@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Typed result of every transport call. net/ knows no NCCL types: plugin/ maps Code to ncclResult_t.
 #pragma once
 

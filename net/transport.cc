@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The interface's defaults: what a transport without registered memory (TCP) does.
 #include "net/transport.h"
 

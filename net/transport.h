@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one internal interface of Sieve's transport. plugin/ wraps it in NCCL's versioned ABI tables;
 // tests and tools drive it directly. No NCCL types here: sizes are size_t, results are Status.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Everything Sieve puts on the wire, with explicit little-endian encoding and full validation:
 // the listen handle (carried by NCCL's bootstrap), the per-socket handshake (hello, welcome, proof),
 // the per-message frame header on the control socket and the chunk header on the data sockets.

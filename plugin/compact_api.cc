@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sieve_capabilities() and sieve_compact_gather/scatter (sieve.h): the collective proxy's gather and
 // scatter kernels (compress/cuda) offered to callers that compact their own buffers. Compiled into the
 // library in every build; SIEVE_COMPACT_CUDA (set where CUDA is found) decides whether the kernels are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The typed SIEVE_* configuration registry. Every variable is declared once in config_params.def;
 // this header turns that table into typed settings, describes them for sieve-info and the README,
 // and reports unknown SIEVE_* names (with the closest known name), values that do not parse or lie

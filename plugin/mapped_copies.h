@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Copies of this library mapped into one process: NCCL_NET_PLUGIN=<path> and LD_PRELOAD by name can
 // each map another file (the .deb's and a /usr/local install), and then masks published through one
 // copy's C API never reach the proxy of the other, nor do its settings. Said once per process.

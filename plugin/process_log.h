@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The library's log for this process, set up once by whichever face runs first (the net plugin's
 // init, the collective proxy's first call): SIEVE_LOG_LEVEL for the stderr fallback, and one warning
 // per configuration problem of the registry. NCCL initialises the plugin once per communicator and

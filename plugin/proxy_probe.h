@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A hook between the two faces of the library: when NCCL initialises the net plugin, NCCL is
 // loaded and the collective proxy (built only with CUDA) can check that it will see collectives.
 // The proxy registers its check at load time; the net plugin runs it once. No dependency from the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Sieve's public C API for trainers and scripts (C99; also usable through Python's ctypes).
  *
  * A trainer publishes the sparsity masks of the buffers it will all-reduce (gradients or whole

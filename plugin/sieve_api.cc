@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C API of sieve.h. Every entry point catches everything: a C caller (or ctypes) gets a code
 // and a message, never an exception.
 #include "plugin/sieve.h"

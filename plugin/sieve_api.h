@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C++ side of the C API that the rest of plugin/ uses: the process's mask registry, which
 // sieve_mask_publish() fills and the collective proxy reads.
 #pragma once

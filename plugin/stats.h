@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Process-wide counters behind sieve_stats_get(). Process-wide on purpose: the C API has no handle,
 // and a trainer asks "what did this process send". The net plugin face adds traffic as requests
 // complete; the collective proxy adds collective counts. Relaxed atomics: counters, not sync.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SIEVE_STATS_FILE: the process's traffic written for ops. A file exists only once it holds real
 // totals: it is written every SIEVE_STATS_INTERVAL seconds while the net plugin is in use, when
 // NCCL finalizes a communicator's context, when the process's last connection closes, and at exit.

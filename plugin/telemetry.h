@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Telemetry for ops: a snapshot of what this process moved (totals, per device, per peer) rendered
 // as JSON or Prometheus text, and a writer that puts it in SIEVE_STATS_FILE every
 // SIEVE_STATS_INTERVAL seconds and whenever its owner asks (plugin/stats_export.h says when). Each

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Configures and builds Sieve into build/ (or $BUILD_DIR). Extra arguments go to cmake. Compiles go
 # through ccache when it is installed (CMakeLists.txt sets that up, SIEVE_CCACHE).
 # (Not SIEVE_* names: those belong to the plugin's registry, which reports unknown ones.)

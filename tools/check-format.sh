@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Fails when a tracked C, C++ or CUDA file differs from what clang-format makes of it with the
-# repository's .clang-format (clang-format 14, Debian 12's). Prints the files and the fix.
+# repository's .clang-format (clang-format 14, Debian 12's), or when a tracked source, script or
+# CMake file lacks the SPDX license line in its first three lines. Prints the files and the fix.
 # Runs from any directory; needs a git checkout (it checks what git tracks, nothing generated).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,4 +21,16 @@ if ((${#bad[@]} > 0)); then
   echo "check-format: fix with: clang-format -i ${bad[*]}" >&2
   exit 1
 fi
-echo "check-format: ${#files[@]} files formatted"
+# The license line: every file a contributor writes code in (CONTRIBUTING.md).
+mapfile -t licensed < <(git ls-files -- '*.c' '*.cc' '*.h' '*.cu' '*.cuh' '*.cpp' '*.py' '*.sh' '*.cmake' \
+                          '*.in' '*.toml' '*CMakeLists.txt' .ci/run)
+unlicensed=()
+for f in "${licensed[@]}"; do
+  [[ -L $f ]] || head -3 "$f" | grep -q 'SPDX-License-Identifier: Apache-2.0' || unlicensed+=("$f")
+done
+if ((${#unlicensed[@]} > 0)); then
+  echo "check-format: ${#unlicensed[@]} file(s) without 'SPDX-License-Identifier: Apache-2.0' in their first 3 lines:" >&2
+  printf '  %s\n' "${unlicensed[@]}" >&2
+  exit 1
+fi
+echo "check-format: ${#files[@]} files formatted, ${#licensed[@]} files carry the SPDX line"

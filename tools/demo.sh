@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The demo: 4 emulated nodes all-reduce a pruned ResNet-50's gradients through the Sieve plugin,
 # dense and compacted back to back, on a 1 Gbit/s virtual switch (as root: network namespaces
 # shaped by tc; otherwise loopback), with PyTorch's Gloo on the same link for comparison when it

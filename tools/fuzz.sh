@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the libFuzzer targets with clang in build-fuzz/ and runs each for a short fixed time (20 s)
 # under ctest: the codec decoder, codec round trip and safetensors reader (compress/fuzz), the wire
 # decoders, the handshake listener, the receive stream and the verbs set-up message (net/fuzz), the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs what Sieve builds, tests, packages and benchmarks with, in two steps:
 # 1. Debian packages (dpkg-dev and file: CPack's DEB generator; lintian and man-db: the package's
 #    checks; python3-venv: step 2). Quiet when everything is there (no apt-get update then).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Every CPU suite of the collective proxy (each proxy_* test binary: the suites against the fake
 # backend, the allocation count; not the GPU suites, which skip without a device) built and run under
 # ThreadSanitizer and under AddressSanitizer + UBSan, each in its own build tree beside the main one.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The test command: installs packages, checks the formatting of the sources (tools/check-format.sh),
 # builds, runs each libFuzzer target for a short fixed time,
 # builds the GPU kit (where nvcc is; its tests, label gpu-kit, then find it built instead of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "topology/cuda_probe.h"
 
 #include <dlfcn.h>

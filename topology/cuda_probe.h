@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA device ordinals for GPUs found on PCI, from the CUDA driver when it can be loaded. Sieve
 // has no link dependency on CUDA: libcuda is opened at run time and its absence is not an error.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Entry point of topology/: one call that describes the machine the plugin runs on (or the one an
 // hwloc XML file describes), with notes for the caller to log.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reads NICs, GPUs and NUMA nodes through hwloc 2.x, from the live machine or from an XML
 // topology (as written by `lstopo --of xml`).
 #pragma once

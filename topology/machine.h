@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What topology/ reports about a machine: its NICs, GPUs and NUMA nodes, each PCI device with the
 // chain of bridges above it so GPU<->NIC distances can be classified after the hwloc handle is gone.
 // Plain data: copyable, no hwloc types, safe to keep for the life of the plugin.

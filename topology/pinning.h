@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Placing helper threads on the CPUs next to the NIC they serve.
 #pragma once
 

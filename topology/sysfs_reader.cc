@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "topology/sysfs_reader.h"
 
 #include <dirent.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reads NICs, NUMA nodes and CPUs from Linux sysfs: the fallback where hwloc sees no PCI devices
 // (VMs, containers) and the source of what hwloc does not record (link speed, virtual interfaces).
 #pragma once

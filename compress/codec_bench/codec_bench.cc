@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sieve-codec-bench: encode and decode throughput of the wire codec per core (one thread), by SIMD
 // level, element type (fp32 / bf16) and density (fraction of nonzero elements), plus the encoded
 // size as a fraction of the raw bytes ("ratio" counter). Buffers are 1 MiB by default (cache

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Buffers shaped like masked gradients for the wire codec's benchmark and its tests: one generator,
 // so that what the tests prove and what the benchmark measures are the same kind of data.
 #pragma once

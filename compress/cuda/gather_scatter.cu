@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA kernels behind gather_scatter.h. Templated on the element's storage type (uint16/32/64): the
 // kernels copy bits, so one instantiation serves f16 and bf16, another f32.
 //

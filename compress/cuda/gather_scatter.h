@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host-side entry points of the CUDA kernels of the collective proxy. Plain C++ (no CUDA types) so
 // plugin/proxy's CUDA backend and the GPU tests call them without CUDA headers. Every function
 // enqueues work on `stream` (a cudaStream_t) and returns the launch's cudaError_t as an int (0 =

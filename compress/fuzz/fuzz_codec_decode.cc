@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the codec decoder with arbitrary frames and destination sizes. Every SIMD level this CPU
 // has must give the same status and the same bytes; ASan checks that nothing outside the input or
 // the exactly-sized destination is touched.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the encoder: any bytes, any word size and alignment must decode back exactly, and every
 // SIMD level must write the scalar path's frame bit for bit.
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the safetensors mask reader (header length, strict JSON, offsets, shapes). Accepted files
 // must be self-consistent; refused ones must say why.
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the handshake listener's state machine (net/handshake.cc) against a real listening socket
 // on loopback, fed by up to 24 client sockets the input drives: connect, raw bytes in pieces of any
 // size (partial reads), well-formed hellos with chosen fields (right or wrong nonce, connection

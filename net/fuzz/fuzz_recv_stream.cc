@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes a TCP receive comm's stream (net/tcp/comm.cc, net/tcp/stripe_worker.cc,
 // net/tcp/stripe_codec.cc): frame headers on the control socket, stripe headers and codec frames on
 // the data sockets, exactly as a peer would send them, over socket pairs. The input picks the connection's shape (data

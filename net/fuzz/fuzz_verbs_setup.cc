@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes what the verbs transport reads before any RDMA (net/ib/ib_setup.cc): the peer's set-up
 // message from the authenticated bootstrap socket (queue pairs, PSNs, link layer, MTU, GID, service
 // class, P_Key), and SIEVE_IB_HCA's port list. The first byte picks which. An accepted set-up

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes every decoder of what crosses the wire (net/wire.h): the listen handle, hello, welcome,
 // proof, the frame header and the chunk header. The first byte picks the decoder; the rest is the
 // message, copied to a buffer of its exact size so a read past it is caught. What a decoder accepts

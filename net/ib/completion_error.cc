@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "net/ib/completion_error.h"
 
 #include <arpa/inet.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a work completion in error tells the user, as much as NCCL's IB transport tells: the status
 // (text and number), the work it ended, the queue pairs at both ends and their GIDs, the port, the
 // vendor's code, and for the errors that have a usual cause, what to check.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One opened RDMA device and its protection domain, shared by every comm and registration on it;
 // the last holder (the transport, a comm, or a registration outliving its comm) closes it.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "net/ib/ib_comm.h"
 
 #include <endian.h>

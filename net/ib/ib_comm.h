@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The verbs send and receive comms. Receiver-driven: each irecv tells the sender where its buffer
 // is (a SEND on queue pair 0 carrying sequence, address, rkey and capacity, consumed by receives the
 // sender keeps posted); the sender, once it has both its isend and that slot, RDMA-writes the

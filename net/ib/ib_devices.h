@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which RDMA ports Sieve can use and what it reports about them: discovery through the verbs table,
 // placement from topology/ (PCI path, NUMA node, local CPUs, nearest GPUs), selection by
 // SIEVE_IB_HCA in NCCL's syntax, and the GID a RoCE connection uses. Pure data once discovered.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One side's queue-pair set-up over the connection the shared handshake authenticated, as a
 // non-blocking state machine driven by connect/accept. The connector sends its set-up first; the
 // listener adopts its queue-pair count, connects its queue pairs (RTR, RTS, receives posted) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which GID a connection from a port uses, with NCCL's knobs: a fixed index (SIEVE_IB_GID_INDEX, or
 // NCCL_IB_GID_INDEX), or an address family and range (SIEVE_IB_ADDR_FAMILY / SIEVE_IB_ADDR_RANGE, or
 // NCCL_IB_ADDR_FAMILY / NCCL_IB_ADDR_RANGE) that the automatic choice must keep to. Hosts with both

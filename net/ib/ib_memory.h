@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Registered memory of the verbs transport: the regions NCCL registers (looked up by address on
 // every isend/irecv), and the pages Sieve registers for itself (control buffers).
 //

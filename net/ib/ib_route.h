@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Routed InfiniBand, as NCCL's IB transport addresses it (net_ib connect.cc). Inside a subnet the
 // switches deliver by LID. Between subnets a packet must carry a GRH (the routers forward by GID)
 // and a DLID the local subnet delivers to a router: on fabrics routed by FLID ("foreign LID"), the

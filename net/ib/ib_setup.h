@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What two verbs endpoints tell each other over the authenticated bootstrap socket before any RDMA,
 // and the queue-pair state transitions that use it. One fixed-size, little-endian, validated
 // message per side (the listener answers the connector's), then one "ready" byte per side once its

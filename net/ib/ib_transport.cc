@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The verbs implementation of Transport: the ports SIEVE_IB_HCA selects, one protection domain per
 // device, a bootstrap listener on an IP interface (the shared, authenticated handshake with no data
 // sockets), and comms whose queue pairs are set up over that socket.

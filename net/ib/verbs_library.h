@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libibverbs, loaded at run time. Sieve never links against it: the same library runs TCP on a
 // machine without rdma-core, and a test selects a stand-in (tests/net/ib/fake_verbs) by putting it
 // first in LD_LIBRARY_PATH. Every verbs call the transport makes goes through this one table.

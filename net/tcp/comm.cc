@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "net/tcp/comm.h"
 
 #include "net/log.h"

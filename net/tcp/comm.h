@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The TCP send and receive comms: framing on the control socket (driven by the caller's thread, so
 // small messages cost no thread hand-off) and stripes on the data sockets (driven by helper
 // threads, or inline by the caller's thread too).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How a stripe travels when its message carries wire::kFlagCodec: its chunk header, then one codec
 // frame (compress/codec.h) for the stripe's bytes. A stripe that would not shrink goes as a raw
 // codec frame whose payload is sent straight from the user's buffer (no copy). Under `auto` a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Moves stripes of large messages over a few data sockets of one connection, straight from the
 // sender's buffer and straight into the posted receive buffer. Either on its own helper thread,
 // which sleeps in poll() when idle (no spinning: CPU is scarce next to the training job) and is woken

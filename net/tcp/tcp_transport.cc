@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The TCP implementation of Transport: device list, listen, and connect attempts kept by id so the
 // handle NCCL passes back can name the attempt in progress.
 #include <algorithm>

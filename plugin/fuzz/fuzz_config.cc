@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the SIEVE_* registry as the environment feeds it: lines NAME=VALUE (known names, near
 // misses, garbage) become the snapshot a Registry is built from. Every value in force must be one
 // its variable accepts; each typed parser must agree with in_range on what parses.

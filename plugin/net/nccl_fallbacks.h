@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The NCCL variables Sieve reads, never writes: where a SIEVE_IB_* variable of the same meaning is
 // unset, NCCL's decides (kIbTwins lists them), so a cluster already tuned for NCCL's own IB
 // transport (its NICs, its GID, its lossless class, its partition, its retry budget, relaxed

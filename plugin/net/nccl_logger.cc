@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Forwards net/log.h lines to NCCL's logger, so NCCL_DEBUG and NCCL_DEBUG_SUBSYS govern them and
 // they land in NCCL's own log file next to NCCL's lines. Each subsystem goes out as the flags NCCL's
 // own code uses for such lines (its IB transport logs set-up as INIT|NET), warnings as NCCL's WARN

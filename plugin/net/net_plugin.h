@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one internal adapter between NCCL's net ABI and net::Transport. Every versioned shim
 // (shim_v8.cc ... shim_v11.cc) is a thin table over these functions: they take the widest types
 // (size_t sizes, a context), map net::Status to ncclResult_t, log errors through NCCL's logger and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Traffic per connection (device, peer), for the telemetry snapshot's per-peer and per-device
 // tables. Each comm the plugin opens registers one entry; its counters outlive the comm so a
 // snapshot taken at exit still shows what every connection carried.

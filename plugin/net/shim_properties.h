@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Property filling and test shared by the v9-v12 shims (their property structs share a prefix).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ncclNetPlugin_v10 (NCCL 2.24 - 2.26): profiler callback, per-connection config, profiler handles.
 #include "plugin/net/abi/net_v10.h"
 #include "plugin/net/net_plugin.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The v11 entry points whose signatures v12 kept (v12 changed only the properties and the virtual
 // NIC structs), so the v12 table reuses them instead of a copy.
 #pragma once

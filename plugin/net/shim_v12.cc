@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ncclNetPlugin_v12 (NCCL 2.29 - 2.30): v11 with wider virtual-NIC properties and rail/plane ids;
 // NCCL 2.30 tries it first. Every entry but getProperties is v11's (the signatures did not change).
 #include "plugin/net/abi/net_v12.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How the ranks of a communicator agree, at a commit, before anything changes which collectives they
 // issue.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hang forensics: the last collectives each communicator issued, readable from another thread while
 // the communicator is stuck. Two ranks' dumps side by side show where their sequences diverged (the
 // question every NCCL hang starts with: "which rank, and at which call?").

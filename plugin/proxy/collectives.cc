@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What each interposed collective runs: dense, compacted on an agreed published mask, or on a
 // learned one. Every path that compacts was decided from agreed inputs only (proxy.h); from the
 // decision on, a local failure aborts the communicator instead of skipping or changing the collective.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Commits and learned-mask votes: the only collectives the proxy issues of its own accord, each at
 // a point of the communicator's sequence that the trainer's program fixes (its commit call) or that
 // the outputs of earlier collectives fix (a learned mask's stability), never a process-wide state.

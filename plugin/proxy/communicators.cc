@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The proxy's communicators, aborts, hang forensics and the calling thread's state. NCCL groups are
 // in groups.cc, commits and learned-mask votes in commit.cc, what each collective runs in
 // collectives.cc.

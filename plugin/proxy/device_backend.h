@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the collective proxy needs from a GPU and from the real NCCL, behind one interface: the CUDA
 // backend (cuda_backend.cc) implements it with the compress/cuda kernels and the NCCL entry points
 // found among the loaded objects (real_nccl.h); tests implement it on host memory with ranks as

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The device form of one agreed mask on one communicator: what its all-reduces, reduce-scatters and
 // all-gathers compact with. Built only while a commit or a learned mask is being agreed (never on the
 // hot path), from inputs identical on every rank (the mask, the communicator's size, the job-wide

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NCCL groups as the proxy follows them: what a collective inside a group must do after it (gathers
 // before the group's launch, scatters, records and votes after), run at the outermost ncclGroupEnd
 // in call order, or dropped with the group by ncclGroupSimulateEnd.

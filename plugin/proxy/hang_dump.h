@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hang forensics on demand: a signal (SIEVE_DUMP_SIGNAL, SIGUSR1 by default) makes the process log
 // what the collective proxy knows about every communicator (Proxy::describe_state), without stopping
 // anything. The handler only writes a byte to a pipe (all a signal handler may safely do); a helper

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Learned masks (SIEVE_TRACK) for one collective signature: a communicator, an element count and an
 // element type, all-reduced with sum or avg. The signature is what every rank sees identically (the
 // k-th call of a signature is the same logical call on every rank whatever the allocators did), so

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The collective proxy's host logic: what each interposed all-reduce, reduce-scatter and all-gather
 // runs (dense, or compacted on an agreed mask), commits, learned masks, NCCL groups, non-blocking
 // communicators, CUDA graph capture, aborts and communicator lifetimes. NCCL-free and CUDA-free: the

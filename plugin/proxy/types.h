@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The collective proxy's own vocabulary, free of NCCL and CUDA so that its host logic builds and is
 // tested on machines without either. The CUDA backend maps these to ncclDataType_t / ncclRedOp_t.
 // Element types are compress::DType, the one enum of the C API, the mask registry and the proxy: a

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Runs sieve-codec-bench the way a user does and checks what it says, never how fast it is:
 --help lists every option and exits 0; --version names the tool and the project's version; a bad
 option value is refused naming the option; the default run is a short sweep that announces its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `sieve-info masks`, driven in-process on files the test writes.
 #include "tools/sieve-info/masks_command.h"
 

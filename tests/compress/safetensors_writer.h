@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test helper: writes small safetensors files (header JSON + data), well-formed or deliberately not.
 #pragma once
 

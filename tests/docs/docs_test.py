@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The user documentation (README.md, CONTRIBUTING.md and docs/*.md) against the product, so that they cannot drift.
 
 Every name the docs show is looked up where the product defines it, never in a list kept here:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The connecting side's reading of a handle: the same for both transports, since both connect a
 // bootstrap socket to the listener's address.
 #include "net/bootstrap.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The zero-eliding codec on the wire: which frames go out for each pairing of SIEVE_WIRE_CODEC
 // settings (and a peer that predates the codec), exact delivery of sparse and dense messages of
 // awkward sizes with the codec forced on, and the logical vs wire byte counts test reports.

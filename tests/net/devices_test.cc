@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Interface selection with NCCL's SIEVE_SOCKET_IFNAME syntax, from synthetic interface lists.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

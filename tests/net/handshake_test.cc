@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Listener robustness: stray and garbage clients are dropped while the real peer still connects;
 // the job token is proven, never sent; a wrong token is refused on both sides.
 #include <gtest/gtest.h>

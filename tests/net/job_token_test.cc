@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SIEVE_JOB_TOKEN's strength rule (said in the error, the token never in it), and the once-per-
 // process warning for a connection to another host without a token. Nothing here sends a packet.
 #include "net/job_token.h"

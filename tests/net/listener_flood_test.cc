@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What reaching the listening port can make a listener hold, against a real listener on loopback:
 // a flood of idle connections must not push the real connector out, its warnings are rate-limited,
 // and authenticated connections that never bring their other sockets cannot exhaust descriptors.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SIEVE_RATE_LIMIT_MBPS: the token bucket's arithmetic on an injected clock, and a shaped transfer
 // that still delivers exactly (its rate is measured by the benchmarks, never timed here).
 #include <gtest/gtest.h>

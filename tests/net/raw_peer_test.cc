@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A hand-written sender speaking Sieve's wire protocol over plain blocking sockets: it lets the
 // tests put exactly the bytes they want on the wire (corrupt frames, a stripe cut in half) and
 // checks that the receiving comm reports each problem as an error instead of hanging or overflowing.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A TCP-only build: rdma-core's headers hidden from a fresh configure (CMAKE_IGNORE_PATH over the
 # directory holding infiniband/verbs.h, what a machine without libibverbs-dev looks like), SIEVE_VERBS
 # left at AUTO. The configure must say "transports TCP only", the library and sieve-info must build

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers for tests that drive both ends of a transport from one thread over loopback.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sender and receiver over loopback through the internal API: sizes from 0 B to 64 MiB, receives
 // posted larger than the send, 32 outstanding requests, a send larger than its receive, a dead peer.
 #include <gtest/gtest.h>

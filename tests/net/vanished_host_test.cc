@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A peer whose host vanishes mid-transfer (no RST, no FIN, nothing acknowledged) must still be
 // declared dead within about SIEVE_PEER_TIMEOUT_MS, now that the kernel's TCP_USER_TIMEOUT is no
 // longer used (it also killed slow receivers, see transport_test). The cut is made with a DROP

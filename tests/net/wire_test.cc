@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Framing and handshake messages: round trips and validation of every field, SHA-256/HMAC vectors.
 #include <gtest/gtest.h>
 

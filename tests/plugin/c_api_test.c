@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Exercises sieve.h from C99, linked against the built shared library: every entry point, bad input
  * included. A plain C program (no GoogleTest): it prints each failed check and exits nonzero. */
 #include "plugin/sieve.h"

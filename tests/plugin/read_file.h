@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The whole contents of a file the code under test wrote ("" when it cannot be read).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The README's configuration table is what users read: it must name every variable of the
 // registry and nothing else, state each one's default and range as the registry has them, and
 // what it promises about bad values ("reported, naming the range, and the default kept") must be

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Discovery from hwloc XML topologies of machines this host is not: a 2-socket node with 8 GPUs and
 // 4 NICs behind PCIe switches, a single-socket box with one dual-port NIC, a VM without PCI.
 #include <gtest/gtest.h>

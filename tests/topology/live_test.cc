@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // This machine: what discover() reports must agree with /sys/class/net/*/device and with lstopo.
 #include <dirent.h>
 #include <gtest/gtest.h>

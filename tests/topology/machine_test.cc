@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Classification, NIC choice and CPU lists on hand-built placements (no hwloc involved).
 #include <gtest/gtest.h>
 

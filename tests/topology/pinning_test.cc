@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Thread placement: the auto rule, and pinning that reports instead of failing hard.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Runs sieve-info and checks what it prints: --json parses and lists every SIEVE_* variable of
 plugin/config_params.def; its NICs agree with /sys/class/net/*/device; the plugin's devices (when
 it offers any) are NICs of the topology with the same PCI path; a topology file gives the expected

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sysfs fallback on a fake /sys tree: a virtio NIC whose device is not itself a PCI function,
 // a NIC and its RDMA device behind a PCIe switch on NUMA node 1, and a virtual interface.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where a tool finds what ships with it, from where its own executable lies, never from a path
 // compiled into it (a build tree's path in an installed binary would make it run the build's copy
 // once the installed one is gone, and makes the package differ by where it was built):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one JSON writer of the tools (sieve-info, sieve-bench, sieve-perf): objects, arrays, strings
 // (escaped per RFC 8259), numbers, bools. It places commas itself, so callers write members in order
 // and cannot produce broken JSON. Numbers are written so a reader gets them back exactly and a person

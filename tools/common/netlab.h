@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A namespace lab from tools/share/netlab.sh for tests and tools: N nodes (namespaces) on a virtual
 // switch with addresses 10.77.0.(i+1), optionally shaped, removed by the destructor even when the
 // caller fails half-way.

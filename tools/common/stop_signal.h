@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Ctrl-C, SIGTERM and SIGHUP for the tools that build labs and start processes: the handlers only
 // record the signal, and every long wait (tools/common/subprocess.h, the tools' own loops) gives up
 // once one is recorded, so the tool unwinds through its destructors, which kill and reap its

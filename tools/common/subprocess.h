@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Child processes for tests and tools: spawned with a piped stdin/stdout, read line by line with a
 // deadline, waited for with a deadline, and always killed and reaped by the destructor so no caller
 // can leave a process behind or hang on one. Reads and waits also give up once the tool received a

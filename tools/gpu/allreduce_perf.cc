@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sieve-allreduce-perf: one rank of a plain NCCL all-reduce benchmark, measured the way nccl-tests
 // measures it (out of place, f32 sum, time per call averaged over a fixed number of calls, algorithm
 // bandwidth = bytes / time, bus bandwidth = algorithm bandwidth x 2(n-1)/n), with the result checked.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the GPU kit: everything a GPU machine needs to run every GPU check of Sieve with one command
 # (DIR/run.sh), made here on a machine without a GPU so the GPU's minutes go to the checks alone.
 #

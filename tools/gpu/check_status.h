@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA and NCCL calls in the GPU kit's NCCL programs: a call that does not succeed ends the rank
 // through tools/gpu/cli.h's fail(fmt, ...), which names the program and the rank and exits.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the GPU kit's programs share on their command line: how they end on an error (one line
 // naming the program and the rank, exit status 1) and how they read a size ("4096", "256K", "1M",
 // "1G"), so every program reports and refuses a bad value alike. Header-only: each program is one

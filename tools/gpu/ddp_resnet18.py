@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One rank of a PyTorch DDP job training a ResNet-18 (defined here: torchvision is not needed)
 pruned 80 % with torch.nn.utils.prune, on synthetic data. Started by the GPU kit's step 5
 (kit/step5_ddp.py, through run.sh) or tools/gpu/run_ddp_resnet18.sh, which run it without the

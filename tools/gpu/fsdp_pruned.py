@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One rank of a PyTorch FSDP2 job (fully_shard) training a small MLP pruned 80 % with
 torch.nn.utils.prune on synthetic data, twice: parameters and gradient reduction in fp32, then in
 bf16 (MixedPrecisionPolicy). The GPU kit's step 6 (kit/step6_fsdp.py) runs it without the collective

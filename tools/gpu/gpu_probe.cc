@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sieve-gpu-probe: what this machine offers the GPU kit, asked of the driver itself. It loads
 // libcuda.so.1 and libnccl.so.2 at run time (it links neither, so it runs on a machine without a
 // driver and says so) and reports the driver's CUDA version against the runtime the kit was built

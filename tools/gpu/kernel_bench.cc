@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sieve-proxy-kernel-bench: gather/scatter bandwidth of the collective proxy's kernels against a
 // device-to-device cudaMemcpy of the same useful bytes, in one run (ratios, not absolute times, are
 // the result). Bar (DESIGN.md): gather/scatter >= 80 % of the copy.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sieve-proxy-rank: one rank of a multi-process NCCL job on a GPU machine, driving the collective
 // proxy the way a trainer does: NCCL linked normally, libnccl-net-sieve.so loaded (NCCL also loads it
 // as its net plugin when NCCL_NET_PLUGIN names it), masks published through the C API, and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs every GPU check of Sieve from a kit made by tools/gpu/bundle.sh, in one command:
 #
 #   bash DIR/run.sh [--quick] [--limit SECONDS | --budget SECONDS] [--no-canary] [--out RESULTS] [STEPS]

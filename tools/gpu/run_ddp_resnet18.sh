@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The end-to-end check of the collective proxy on a GPU machine: a 2-rank PyTorch DDP job (both ranks
 # on GPU 0, distinct NCCL_HOSTIDs, all traffic through the Sieve net plugin) trains a ResNet-18 pruned
 # 80 % for STEPS steps, once plainly and once with the proxy (LD_PRELOAD + published masks). Prints

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Benchmarks of the collective proxy on a GPU machine (one run, ratios):
 #  1. gather/scatter kernels against a device-to-device copy (bar: >= 0.80);
 #  2. 2-rank all-reduce of COUNT f32 over a shaped 1 Gbit/s link (netlab namespaces, both ranks on

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Turns a GPU kit run's summary.json (tools/gpu/run.sh) into the README's "Measured on a GPU"
 section: the machine in one paragraph, one line per step, then a table per step that measured
 something. Markdown on stdout.

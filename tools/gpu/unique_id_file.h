@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The NCCL unique id of a multi-process job on one machine, handed from rank 0 to the others through
 // a file (no MPI, no torch store): rank 0 writes it under a temporary name and renames it into place,
 // so a reader never sees half an id; the others poll for it until a deadline.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Drives ncclNet_v8..v12 through one facade. The per-version differences are few (init/listen/connect
 // signatures, int vs size_t sizes, profiler handles), so each call is one switch on the version.
 #include "tools/nccl_emulator/plugin_loader.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small loader for NCCL net plugins: dlopen a library by path or by NCCL's plugin name, resolve
 // ncclNetPlugin_vN, and drive whichever version was chosen through ONE version-independent facade.
 // Conformance tests, sieve-perf and sieve-bench use it so that every exported ABI version is exercised

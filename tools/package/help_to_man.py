@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes a tool's manual page from its --help, gzipped as Debian installs man pages.
 
 The page is the --help text itself (so the manual and the tool cannot disagree), under NAME and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Removes what one `cmake --install` put on this machine, from the manifest CMake wrote for it
 # (BUILD/install_manifest.txt). For the /usr/local install beside the Debian package: files that a
 # Debian package owns are left to apt (dpkg -S says whose they are), so the package's copy survives.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Checks sieve's DDP communication hook under real DDP: 2 processes, Gloo on loopback, a pruned model,
 several steps, every loss, gradient and parameter compared bit for bit with DDP's default. Needs a
 torch with Gloo (PyTorch 2.x); skips without one. Run: python tools/python/test_ddp.py"""

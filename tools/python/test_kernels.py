@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """sieve._kernels and the C API behind it (sieve_capabilities, sieve_compact_gather/scatter):
 
 - the choice: Sieve's CUDA kernels only for a CUDA tensor and a library built with CUDA, torch for

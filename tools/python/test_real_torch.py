@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The mask helpers against the real structures of PyTorch 2.11, not stand-ins: two ranks as
 processes on loopback, Gloo on the CPU.
 

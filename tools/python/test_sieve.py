@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Checks the ctypes binding against the built library, without a GPU (the C API only records
 addresses). Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so python3 tools/python/test_sieve.py
 (or with LD_PRELOAD instead). The library-finding and C API checks need nothing else; the tensor

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """sieve.fsdp on real FSDP2 (fully_shard on a CPU mesh, Gloo, 2 processes on loopback): every step's
 loss and every parameter bit-identical to FSDP2 as is, with a step that leaves one parameter and one
 whole block without a gradient, under mixed precision, and on the refusal paths.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """sieve.fsdp's compacted reduce-scatter at 4 Gloo ranks (4 processes on loopback, no FSDP): every
 output shard bit-identical to Gloo's own reduce_scatter_tensor of the dense buffer, for segments of
 odd and even length and a segment whose first elements are pruned. Gloo runs it as a ring all-reduce

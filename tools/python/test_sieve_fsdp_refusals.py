@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """sieve.fsdp's refusals on real FSDP2 (fully_shard on a CPU mesh, Gloo, 2 processes on loopback): a
 group sieve.fsdp cannot map exactly (tensor parallel on a 2-D mesh, parameters on different meshes in
 one group, an all-gather extension) is refused with one warning line naming it and the reason, keeps

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Real DDP training on Gloo, one process per node: the ranks sieve-bench --train ddp starts.
 
 Each node runs in its own network namespace (by hand: tools/share/netlab.sh exec I python3

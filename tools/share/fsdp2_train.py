@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """One rank of sieve-bench --train fsdp2: real FSDP2 training (fully_shard on a CPU mesh, Gloo).
 
 Trains a pruned model for --steps steps in one of three modes and prints one JSON line: every step's

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch's Gloo all-reduce of a model's gradient buckets: the real peer sieve-bench compares with.
 
 One process per node, each in its node's network namespace (sieve-bench --gloo starts them; by

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # netlab: several "nodes" on one machine, each in its own network namespace, joined by a virtual
 # switch, optionally shaped. Used alone, by the conformance tests, by sieve-perf and sieve-bench.
 #

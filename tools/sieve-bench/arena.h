@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element buffers aligned for the reduction loops and page-aligned for the transport.
 #pragma once
 

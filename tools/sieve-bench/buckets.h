@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DDP's gradient buckets: parameters in reverse registration order (the order backward produces
 // gradients), packed greedily into buckets closed once they reach the cap; the first bucket is
 // capped at 1 MiB so the first all-reduce starts early (torch's _DEFAULT_FIRST_BUCKET_BYTES).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element types sieve-bench reduces (compress::DType's f32 and bf16, the only two parse_dtype
 // admits), and their sums on the CPU (NCCL's ncclSum for fp32 and bf16).
 #pragma once

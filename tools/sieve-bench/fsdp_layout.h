@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A model as FSDP2 (fully_shard) moves it: parameter groups, one per wrapped module, and for each
 // group the buffer its all-gather of parameters and reduce-scatter of gradients carry, sharded over
 // the ranks; plus how Sieve's collective proxy compacts those collectives for a pruned model.

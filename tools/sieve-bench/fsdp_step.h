@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One node's share of an FSDP training step's traffic (sieve-bench --fsdp): the all-gather of every
 // group's parameters in forward order, then the reduce-scatter of every group's gradients in
 // backward order, each a ring collective over the group's rank-major buffer (fsdp_layout.h).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The real peer: PyTorch's Gloo all-reduce (tools/share/gloo_allreduce.py, under --python's PyTorch) run by
 // N processes in the same namespaces, over the same link, on the same bucket sizes.
 #pragma once

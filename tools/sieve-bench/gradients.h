@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Gradient values whose sums are exact in any order: ±k * 2^-s with 1 <= k <= K, K chosen so every
 // partial sum over the nodes stays an integer the type holds exactly (2^24 for fp32, 256 for bf16).
 // For fp32 K is large, so values fill the mantissa as real gradients do: a value whose low bytes

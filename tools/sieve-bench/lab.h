@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The namespace lab sieve-bench's runs share (tools/share/netlab.sh): brought up for a run, removed on every
 // exit path through the destructor.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sieve-bench: the main job of Sieve on emulated nodes. See usage_text() in options.cc.
 #include <cstdio>
 #include <string>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --masks FILE.safetensors: the user's own model, described by its pruning masks. Every BOOL/U8
 // tensor of the file is one parameter (name, shape, kept elements), in the file's data order —
 // the order torch.save / safetensors' save_file write a state dict in, i.e. registration order.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Gradient layouts of well-known models, generated from their published architectures (the
 // torchvision definitions), in the order PyTorch's named_parameters() yields them. sieve-bench needs
 // only shapes: the traffic of a data-parallel all-reduce depends on sizes, order and pruning alone.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One emulated node: a child process that enters its network namespace, loads the plugin, joins
 // the ring and runs the all-reduces the orchestrator paces. It talks to the orchestrator over a
 // SOCK_SEQPACKET socket made before fork, one text message per packet:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs a whole sieve-bench: builds the workload, brings up the lab (namespaces as root, loopback
 // otherwise), starts N node processes per mode, paces their iterations, gathers their numbers,
 // optionally runs the Gloo peer on the same lab, and always tears everything down: children are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ring's two connections through the network plugin, driven as NCCL's proxy drives them:
 // non-blocking connect/accept, memory registered once per comm, NULL requests retried, test polled.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which gradient elements a pruned model still has. Every node computes the same masks from the
 // same seed (the RNG is ours, not the standard library's, so every build agrees), just as every
 // rank of a real job holds the same pruning masks.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a sieve-bench run measured, and the three ways it is shown: the table, --json, and a
 // progress bar on stderr when stderr is a terminal.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Ring all-reduce as NCCL runs it: the buffer in N slices; N-1 reduce-scatter steps then N-1
 // all-gather steps; each step's slice goes out in chunks with several in flight, and chunk c of
 // step s+1 leaves as soon as chunk c of step s has arrived (and been reduced) — the pipeline that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sieve-bench --train ddp: real DDP training (tools/share/ddp_train.py: PyTorch, Gloo) with one rank per
 // node of the namespace lab, shaped like the rest of sieve-bench's runs. The ranks train and measure;
 // rank 0 writes the report (a table, or one JSON object with --json), which this prints as it is.

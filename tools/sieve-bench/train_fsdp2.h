@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sieve-bench --train fsdp2: real FSDP2 training (PyTorch's fully_shard on a CPU mesh, Gloo) by N
 // Python ranks (tools/share/fsdp2_train.py) in the namespace lab, once per mode: FSDP2 as is, Sieve's
 // custom collectives (sieve.fsdp), and at more than 2 nodes FSDP2 as is regrouped and sharded on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sieve-impair: netem for kernels without sch_netem. Packets that an iptables NFQUEUE rule hands to
 // user space (metadata only, never the payload) get a fate from Impairment: dropped, passed at once,
 // or held and passed later, which delays them and, with jitter or --reorder, reorders them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What netem would do to one packet, decided in user space: drop it, send it now, or send it at a
 // later time. Pure logic (no sockets, no clock reads) so the schedule is testable and reproducible
 // from a seed; sieve-impair applies the decisions to packets held in an NFQUEUE.

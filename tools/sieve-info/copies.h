@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every copy of the library the dynamic loader could find, and the one it takes for a load by name:
 // NCCL_NET_PLUGIN=sieve (NCCL dlopens libnccl-net-sieve.so) and LD_PRELOAD=libnccl-net-sieve.so both
 // search LD_LIBRARY_PATH, then ldconfig's cache, then the default directories. With the Debian

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sieve-info: what the Sieve plugin sees on this machine (or in an hwloc XML topology): its
 // version and exported ABI versions, NICs, GPUs, the GPU x NIC distance matrix, and the effective
 // SIEVE_* configuration. Text by default, --json for machines.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `sieve-info masks FILE [--json]`: checks a safetensors mask file before a run and reports its
 // mask tensors (BOOL/U8, in data-offset order), elements, kept elements and density.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The two renderings of a Report: readable text (default) and JSON (--json) for machines.
 #pragma once
 

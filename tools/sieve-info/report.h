@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What sieve-info reports, gathered once and printed as text or JSON: the plugin library and the
 // ABI versions it exports, the devices it offers NCCL, the machine as topology/ sees it (with the
 // IP addresses of each interface), and the effective SIEVE_* configuration.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds NCCL's own socket transport (src/transport/net_socket.cc, NCCL 2.28) from an NCCL source
 # tree the caller provides into OUT_DIR/libnccl-net-ncclsocket-src.so, an ext-net plugin exporting
 # ncclNetPlugin_v11, for `sieve-perf --compare`. Unlike libnccl-net-ncclsocket.so (which forwards

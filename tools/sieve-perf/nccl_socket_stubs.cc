@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rest of NCCL that its socket transport (src/transport/net_socket.cc) reaches for, reduced to
 // what a GPU-less benchmark host needs, so that build-nccl-socket-plugin.sh can build NCCL's own
 // transport from a caller's NCCL tree into an ext-net plugin for `sieve-perf --compare`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sieve-perf: point-to-point throughput of the plugin against iperf3 on the same link in the same
 // run, and the CPU seconds both ends spend per GB moved. Links: loopback, a veth pair between two
 // namespaces (unshaped) and the same pair shaped by tbf to 1 and 10 Gbit/s (tools/share/netlab.sh).

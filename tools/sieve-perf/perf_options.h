@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sieve-perf's command line. Every value is checked here, before any process, lab or iperf3 run
 // starts, and a bad one is reported naming its option.
 #pragma once

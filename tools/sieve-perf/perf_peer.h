@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One end of a sieve-perf stream: the plugin loaded through tools/common's loader, `window` messages
 // of `size` bytes outstanding, for `seconds`. The sender ends the stream with `window` empty messages,
 // exactly enough to complete every receive the receiver still has posted, so both ends close with

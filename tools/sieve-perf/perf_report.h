@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What sieve-perf measured per link, its verdict against the bars, and the two ways it is shown:
 // the Markdown table on stdout and --json (through the tools' one JSON writer).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes what SIEVE_TOPO_FILE feeds: an XML topology read through hwloc into a Machine
 // (topology/hwloc_reader.cc walks whatever tree hwloc builds from it). Seeds: the test fixtures.
 // A refusal must say why; ASan/UBSan watch the walk over whatever hwloc accepted.

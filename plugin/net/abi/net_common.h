@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Types shared by every version of NCCL's net plugin ABI, declared here from NCCL's documented
 // ext-net interface (tag v2.28.9-1). Kept in namespace sieve::abi so that translation units which
 // also include NCCL's own nccl.h (the collective proxy) see no clash. Only plugin/ includes this.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NCCL net plugin ABI v11 (NCCL 2.27 - 2.28): init once per communicator with a context,
 // finalize, setNetAttr, maxMultiRequestSize.
 #pragma once

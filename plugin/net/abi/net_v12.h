@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NCCL net plugin ABI v12 (NCCL 2.29 - 2.30): the v11 function table with wider virtual-NIC
 // properties (8 devices per NIC) and rail/plane ids in the device properties. NCCL 2.30's loader
 // tries v12 first.

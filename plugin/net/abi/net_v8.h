@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NCCL net plugin ABI v8 (NCCL 2.19 - 2.21). Declared from the documented interface.
 #pragma once
 

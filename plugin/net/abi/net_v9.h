@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NCCL net plugin ABI v9 (NCCL 2.22 - 2.23): size_t sizes in isend/irecv, virtual devices.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "plugin/proxy/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>

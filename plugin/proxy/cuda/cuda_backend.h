@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeviceBackend on a real GPU: the compress/cuda kernels, CUDA runtime memory, events and streams,
 // and the real NCCL (real_nccl.h). Allocations happen on the calling thread's current device, which
 // must be the communicator's (PyTorch's ProcessGroupNCCL sets it around every collective; the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The interposed NCCL entry points. Under LD_PRELOAD the dynamic linker binds a trainer's calls to
 // the collectives, the group calls and the communicator teardown calls here (and their pnccl*
 // aliases, which share NCCL's group state); when NCCL merely dlopens this library as its net plugin

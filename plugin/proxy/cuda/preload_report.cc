@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one line a preloaded proxy says when NCCL was loaded but never used: a job on a machine without
 // a GPU (PyTorch refuses init_process_group("nccl") before any NCCL call), or a launcher that imports
 // torch. It names the NCCL the proxy would have interposed and its version, so a user sees that the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "plugin/proxy/cuda/real_nccl.h"
 
 #include <dlfcn.h>

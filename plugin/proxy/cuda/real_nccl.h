@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The real NCCL entry points behind the interposed ones. Looked up lazily: first with
 // dlsym(RTLD_NEXT) (the object after this one in the lookup order: libnccl when LD_PRELOADed), then
 // in every other loaded object (dl_iterate_phdr), libnccl* first. The proxy and its backend call

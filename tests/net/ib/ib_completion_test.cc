@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a failed work completion says (completion_error.h) and how a port's rate is read: pure
 // functions, no device.
 #include <arpa/inet.h>

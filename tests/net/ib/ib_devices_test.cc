@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Port selection (SIEVE_IB_HCA) and RoCE GID choice: pure functions over discovered ports.
 #include "net/ib/ib_devices.h"
 #include "net/ib/ib_gid.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Port discovery through the dlopen'd verbs table, over the fake libibverbs (LD_LIBRARY_PATH puts it
 // first; FAKE_VERBS_DEVICES, read when devices are listed, describes the "hardware").
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the verbs transport does with the device's asynchronous events: failures that completions
 // would never report (a fatal device error: nothing completes any more) fail the comms they break,
 // naming the event, and only those; a port going down leaves the queue pairs' retry budget to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which GID a verbs connection uses on hosts with several addresses, InfiniBand beside RoCE, and a
 // GID table that changes under the job: over the fake libibverbs, whose RoCE ports with `ipv6` list
 // a link-local RoCE v1, an IPv4-mapped RoCE v2 and a global IPv6 RoCE v2 GID (indices 0, 1, 2).

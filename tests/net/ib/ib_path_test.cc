@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How the verbs transport addresses its peer on real fabrics: global routes where InfiniBand needs
 // them, and the path attributes a connection's queue pairs are given.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Registration at scale: NCCL registers a buffer on every comm that moves it (one per peer, and
 // ncclCommRegister's first one on a loopback comm). The verbs transport pins it once per device,
 // reference-counted, and any comm of the device finds any of its registrations (regIsGlobal=1).

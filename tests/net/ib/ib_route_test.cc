@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Routed InfiniBand (ib_route.h): peers in other subnets are addressed by the FLID their routable
 // GID carries, as NCCL addresses them; against a fake whose routers forward FLIDs only.
 #include <gtest/gtest.h>

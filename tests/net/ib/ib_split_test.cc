@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How a connection with several queue pairs (SIEVE_IB_QPS) spreads messages over them, against a
 // fake that delivers one queue pair's writes while another's are held: queue pairs are independent
 // streams, so nothing may depend on their order except what the immediates say.

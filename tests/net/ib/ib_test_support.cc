@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tests/net/ib/ib_test_support.h"
 
 #include <dlfcn.h>

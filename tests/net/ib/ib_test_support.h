@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the verbs transport's tests share: both ends of a connection in this process over the fake
 // libibverbs (tests/net/ib/fake_verbs, first in LD_LIBRARY_PATH through ctest), the fake's own
 // view of what the transport did (violations, queue-pair attributes, registrations, posted work),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The verbs transport through the internal interface, both ends in this process, over the fake
 // libibverbs (see ib_test_support.h): the data path, its limits, its errors and closing.
 #include <gtest/gtest.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """sieve-info's RDMA listing over the fake libibverbs: every port with link layer, speed, GIDs and
 the GID a connection uses; SIEVE_IB_HCA's selection; and the problems that make it exit 1
 (SIEVE_TRANSPORT=ib with nothing usable, a malformed SIEVE_IB_HCA, an empty SIEVE_IB_GID_INDEX, a

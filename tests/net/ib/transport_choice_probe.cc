@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sieve_transport_choice_probe: loads the built plugin as NCCL would, initialises it and prints what
 // it chose, for transport_choice_test (which runs it under different environments, since the
 // plugin reads its configuration once per process). The plugin's log lines go to stdout too.

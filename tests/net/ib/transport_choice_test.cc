@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SIEVE_TRANSPORT through the plugin NCCL loads: ib is ib or an init error that says why (never a
 // silent fallback), auto takes ib where the fake offers a port and TCP where it offers none, saying
 // which and why. Each case is a fresh process (the probe), as the configuration is read once.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stripe worker's system calls and wake-ups: plain stripes queued on a socket move together in
 // one sendmsg/readv, a receiving helper sleeps until a batch spanning its queued stripes has
 // arrived, and a helper already waiting on a socket for its stripes is not woken for more of them.

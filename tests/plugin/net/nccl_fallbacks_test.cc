@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SIEVE_IB_TC, SIEVE_IB_SL and SIEVE_IB_PKEY fall back to NCCL's variables of the same meaning, as
 // NCCL parses them, and never to a value NCCL's own transport would refuse.
 #include "plugin/net/nccl_fallbacks.h"

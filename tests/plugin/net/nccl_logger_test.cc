@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sieve's lines in NCCL's log: each subsystem goes out as NCCL's flags, warnings as NCCL's own WARN
 // (every flag, so NCCL_DEBUG_SUBSYS cannot hide them), and a line NCCL will not print is neither
 // formatted nor are its arguments evaluated.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The adapter behind the ABI shims: reference-counted process state, properties, status mapping,
 // memory registration rules, and a message through net_* exactly as the shims pass it.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The plugin refuses to start with a weak SIEVE_JOB_TOKEN, saying the rule. Its own executable: the
 // registry reads the environment once per process.
 #include <gtest/gtest.h>

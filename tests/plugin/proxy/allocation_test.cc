@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // "Nothing is allocated on the hot path" (docs/DESIGN.md), counted: after a commit and a warm-up,
 // compacted collectives — alone, in groups, reduce-scatter and all-gather — and pass-through calls
 // allocate nothing. Review: a std::function per compacted call allocated once per call.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The communicator's call history that hang reports print: each record reads back as it was noted,
 // with its element type (any of compress::DType's) or none for a call the proxy passed through.
 #include "plugin/proxy/call_history.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA graph capture (issue 46): a rank that captures what another issues eagerly (NCCL allows it)
 // with SIEVE_PROXY_VERIFY=1 or learned masks, captured plans across many commits, and captured
 // groups, whose collectives NCCL captures at the group's end (the fake models that).

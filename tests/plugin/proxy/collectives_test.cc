@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reduce-scatter and all-gather (FSDP) and union masks (PruneX's OR-merge) on the CPU: outputs
 // equal the dense ones exactly, for every communicator size from 2 to 8.
 #include <gtest/gtest.h>

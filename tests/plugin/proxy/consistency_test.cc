@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The first law of the proxy as a property: for random programs — publishes, commits, retracts,
 // frees with address reuse that differs per rank, groups (nested, simulated, with stream work before
 // their end, with one buffer read twice), captures and replays, non-blocking communicators, learned

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue 34, item 6: SIEVE_DUMP_SIGNAL is handled from the moment the library is preloaded, before
 any NCCL call: a rank hung in NCCL's init must report on SIGUSR1, not die of it (exit 138). A shell
 preloading the library sends itself the signal and must live on; with SIEVE_DUMP_SIGNAL=off it dies

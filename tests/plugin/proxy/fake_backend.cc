@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tests/plugin/proxy/fake_backend.h"
 
 #include <atomic>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A DeviceBackend on host memory for the proxy's CPU tests. Ranks are threads of one test; each
 // communicator is a FakeWorld whose collectives are real rendezvous: they reduce, scatter and gather
 // every rank's data, and when ranks disagree on what they call (the kind of collective or its count:

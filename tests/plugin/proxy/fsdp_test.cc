@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FSDP's pattern on the CPU: every step allocates fresh buffers for its all-gathers (parameters)
 // and reduce-scatters (gradients), so masks name collectives, not addresses. Emulated as FSDP2 lays
 // them out: each parameter sharded along its first dimension, each shard padded to the same length,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SIEVE_DUMP_SIGNAL: a signal makes the process report, on a helper thread, and a handler installed
 // before Sieve's still runs. The report goes beside SIEVE_STATS_FILE.
 #include "plugin/proxy/hang_dump.h"

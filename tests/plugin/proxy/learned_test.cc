@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Learned masks (SIEVE_TRACK) on the CPU: only after an agreed commit, keyed by signature
 // (communicator, count, dtype), only for sum and avg, switched to compact through a vote at a call
 // fixed by the stability count and the lag, identically on every rank; a violation (or a call on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A communicator's life around aborts (issue 46): the proxy's own abort against a watchdog thread
 // polling ncclCommGetAsyncError, the job's teardown after an abort that kept the handle (NCCL's
 // ncclCommRevoke), and a new communicator at a dead one's address.

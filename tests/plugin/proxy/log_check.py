@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The collective proxy's log in a job that preloads Sieve without using it as NCCL's net plugin
 (so the plugin's init never runs): a configuration problem is still warned, once; SIEVE_LOG_LEVEL
 still governs stderr; every line has the one format "LEVEL NET/Sieve message".

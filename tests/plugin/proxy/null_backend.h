@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A DeviceBackend that does nothing: what is left of a call is the proxy's own host work. For the
 // allocation test and the per-call overhead benchmark. It is rank 0 of two whose peer mirrors it:
 // its exchanges return its own words (their max), so a commit is agreed.

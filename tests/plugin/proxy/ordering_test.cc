@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What decides how a collective runs, and what may not (issue 34): the order of calls on a
 // communicator and NCCL's group nesting do; which thread issued a call, a publish meant for another
 // communicator, and where a verification happened to fail do not. Ranks are threads on the fake

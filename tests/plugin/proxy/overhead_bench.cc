@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the collective proxy adds to one interposed call on the host, with the device and NCCL taken
 // out (a backend that does nothing): a call on a communicator with no commit (it passes through),
 // and compacted calls after a commit, alone and in a group. Nanoseconds per call, from one run.

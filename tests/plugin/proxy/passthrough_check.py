@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The interposed NCCL entry points on a machine without a GPU: they must pass through to the real
 NCCL when it is loaded, fail cleanly (ncclSystemError, a warning) when it is not, and never recurse
 into themselves. One mode per process, because the real symbols are resolved once per process.

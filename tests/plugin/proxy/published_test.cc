@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The proxy's published-mask path on the CPU: commits as collectives, activation, exact compaction,
 // groups, captures, non-blocking communicators, aborts, verification and forensics, and each way a
 // review found that an earlier proxy could make ranks diverge, as a named regression test. Ranks are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Ranks as threads for the proxy's CPU tests: each rank has its own registry (what its trainer
 // published), counters, fake backend and Proxy, over shared FakeWorlds (communicators).
 #pragma once

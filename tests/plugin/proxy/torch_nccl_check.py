@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """First contact with PyTorch's own NCCL, on a machine without a GPU (issue 35, item 6).
 
 One PyTorch process with the library LD_PRELOADed, symbols bound eagerly (LD_BIND_NOW=1) and the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The command-line contract every Sieve tool keeps: --help exits 0 and lists every option, --version
 # prints "<tool> <version>" and exits 0, and a bad value exits 2 with a message naming its option.
 # --help names no file of Sieve's source tree (tools/..., tests/...): an installed tool's user has none.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tools/common/json_writer.h"
 
 #include <gtest/gtest.h>

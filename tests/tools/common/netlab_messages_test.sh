@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # netlab.sh never fails silently: `status` of a lab that is not up says so (exit 1), and `up` with an
 # impairment on a kernel without netem and no sieve-impair anywhere says what is missing (exit 2)
 # instead of dying under `set -e` while looking for it. The second part needs root.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A lab whose owner died without `down` (SIGKILL, OOM, a test timeout) is reported orphaned by
 # `status --all`, removed with its sieve-impair daemons by the next `up`, and `down --all` removes
 # every recorded lab. Runs in a private state directory, so it never touches other callers' labs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NetLab's reading of a node's shaper: the tbf's held-back count from `tc -s qdisc`, and -1 where
 // the node has no tbf (the live half needs root and network namespaces; skipped otherwise).
 #include <gtest/gtest.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Root without CAP_NET_ADMIN (a container): the namespace lab cannot be built, and the tools say why
 # instead of failing blindly. sieve-bench runs on loopback when nothing needs the lab (and says so),
 # and refuses impairments naming the reason; sieve-perf keeps loopback and reports the namespace

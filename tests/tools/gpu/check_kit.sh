@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Checks a GPU kit made by tools/gpu/bundle.sh, on the CPU, so a kit that cannot run on the GPU
 # machine fails here rather than there.
 #

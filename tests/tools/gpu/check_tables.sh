@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # tools/gpu/summary_tables.py on the sample summary gives exactly the tables recorded beside it.
 # (After a deliberate change of the tables: python3 tools/gpu/summary_tables.py
 # tests/tools/gpu/sample_summary.json > tests/tools/gpu/sample_tables.md, and read the diff.)

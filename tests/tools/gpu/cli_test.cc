@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GPU kit's programs read sizes one way (tools/gpu/cli.h): what each accepts and refuses.
 #include "tools/gpu/cli.h"
 

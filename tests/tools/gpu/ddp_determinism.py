@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tools/gpu/ddp_resnet18.py asks for deterministic algorithms with warn_only=True before it joins
 the process group (an op without a deterministic kernel warns instead of ending the kit's step 5),
 as fsdp_pruned.py does. Run on the CPU: CUDA is reported present and init_process_group stops the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A stand-in for the NVIDIA driver's libcuda.so.1 with one fake GPU, for testing the GPU kit's
  * run.sh on a machine without a GPU: it answers exactly the calls sieve-gpu-probe makes (driver
  * version, one device, its name, compute capability, memory, PCI id) and nothing else, so every

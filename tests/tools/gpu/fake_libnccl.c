@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A stand-in for NCCL's libnccl.so.2, for testing the GPU kit's NCCL canary and NCCL steps on a
  * machine without a GPU. sieve-allreduce-perf makes its communicator before any CUDA call, so what
  * this library does in ncclCommInitRank is what the canary sees. FAKE_NCCL chooses it:

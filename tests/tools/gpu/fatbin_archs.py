@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Lists the device code embedded in ELF files, as `cuobjdump --list-elf --list-ptx` would (which
 the CPU machines here do not have): the .nv_fatbin section holds fat binaries, each a 16-byte header
 (magic 0xBA55ED50, version, header size, size of its entries) followed by entries, each with its own

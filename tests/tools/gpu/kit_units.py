@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The GPU kit's decisions, each on its own, without running the kit:
 
     kit_units.py Sanitizer   compute-sanitizer found beside nvcc and under /usr/local/cuda*/compute-sanitizer/;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run.sh of a GPU kit on this machine, which has no GPU, in each way a GPU machine can lack one, with
 # a fake driver that makes every step run and fail, and with a fake NCCL that fails or hangs:
 #

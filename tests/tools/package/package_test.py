@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks the Debian package the way a user meets it, without installing it over this machine.
 
 `build` (the ctest fixture) runs CPack and extracts the .deb with `dpkg-deb -x` into WORK/root; every

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # tools/package/uninstall.cmake (the `uninstall` target) removes the files a manifest lists and the
 # Sieve-only directories they leave empty, says which were already gone, touches nothing else, and
 # refuses without a manifest. A hand-made manifest under a temporary prefix: no install needed.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """`pip install .` from the checkout's root as a user runs it, into a scratch directory: the wheel builds the
 library with CMake (scikit-build-core) and carries it inside the package; sieve.library_path()
 returns it; `python -m sieve` names it, its preload state, the NCCL it would interpose and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sieve-bench commands the README and docs/PERFORMANCE.md show are commands sieve-bench takes:
 // every line of theirs that starts with build/tools/sieve-bench/sieve-bench (a shell example or a
 // measurement's command) parses, its comment left out.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A failed sieve-bench run claims nothing that did not happen: its JSON says what was asked for
 # ("nodes" as requested) and "exact": null, and its progress bar (on a terminal) never shows the
 # iterations it did not finish. The second part stops a run by its deadline: at 100 Mbit/s three

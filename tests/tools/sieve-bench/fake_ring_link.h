@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // In-process fake ring links for the ring collectives' tests: every node a thread, every ring
 // edge a channel that matches sends to receives in posting order, completes a send only once its
 // receive took the data (a rendezvous, the strictest transport), and now and then refuses a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FSDP's groups, its dim-0 sharding with padding, and the proxy's shard compaction, checked against
 // numbers worked out by hand from torch.chunk's rule and the proxy's.
 #include <gtest/gtest.h>

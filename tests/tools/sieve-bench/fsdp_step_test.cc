@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An FSDP step's collectives over in-process fake links, every rank a thread: dense, compacted
 // (each shard compacted and padded to the largest shard's kept count, as the proxy does) and
 // codec; compacted equals the dense run of the pruned model bit for bit; what each rank sends is

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The Gloo peer's FSDP step (tools/share/gloo_allreduce.py --shards) on loopback, 3 ranks: every rank
 # reports every all-gathered element and its reduced shard exact, how it reduced (reduce_scatter,
 # or all_reduce where this Gloo has none), and its all-gathers' share of the step. Skipped (77)

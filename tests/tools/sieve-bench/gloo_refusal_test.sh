@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `sieve-bench --gloo` refuses at once, with the reason, when this machine's PyTorch cannot run the
 # comparison: no PyTorch at all, or a Gloo that cannot sum the dtype (Debian 12's torch 1.13 cannot
 # sum bf16). Nothing is built first: no namespace lab, no node. Stand-in `torch` packages on

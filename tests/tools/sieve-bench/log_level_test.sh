@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # SIEVE_LOG_LEVEL governs Sieve's lines on the tools' stderr, as the README says: the plugin the
 # tools load logs through their logger, which must honour it (it used to print warnings only).
 #

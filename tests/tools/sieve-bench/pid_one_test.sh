@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # sieve-bench as the first process of a PID namespace, as in `docker run IMAGE sieve-bench ...` or a
 # Kubernetes Job: its nodes' parent is then PID 1, which must not read as "the orchestrator died".
 # Needs root (a PID namespace); skipped (77) without.

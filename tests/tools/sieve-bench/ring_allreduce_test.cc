@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ring schedule over in-process fake links (fake_ring_link.h).
 #include <gtest/gtest.h>
 

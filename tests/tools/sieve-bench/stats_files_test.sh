@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # SIEVE_STATS_FILE from sieve-bench's nodes, as an operator sets it: every node's file holds the
 # bytes it really moved (the nodes end with _exit, which skips static destructors, so the totals
 # must be written when the plugin's connections close and NCCL finalizes it), and the run leaves

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # sieve-bench --train ddp at 2 nodes, 3 steps, DDP's default and Sieve's exact hook: real DDP training
 # on Gloo in the namespace lab, and every loss of every rank bit-identical between the two modes
 # (a + b = b + a: at 2 ranks compaction changes no sum). Skipped (77) where the lab cannot be built

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # sieve-impair run by a user without root says it needs root, not that another program holds the
 # queue. Needs root to drop to nobody; skipped (77) without.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # build-nccl-socket-plugin.sh refuses what is not an NCCL source tree: a usage line without its two
 # arguments, and the missing file named (before OUT_DIR is created) for a directory that is not one.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # sieve-perf without root: loopback is measured and reported, the namespace link is reported as not
 # run (exit status 1), instead of discarding loopback's results. Needs root to drop to nobody.
 #

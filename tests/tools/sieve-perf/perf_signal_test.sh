@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # sieve-perf stopped by SIGTERM (while iperf3 runs) or SIGINT (while its Sieve peers stream) exits
 # with 128 + the signal and leaves nothing behind: no namespace of its lab, no lab record under
 # /run/sieve-netlab, none of the processes it started (iperf3 -s/-c, its peers). Needs root,

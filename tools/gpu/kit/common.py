@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What every step of the GPU kit shares: its arguments, the time it has left, running programs with a
 deadline (their whole process group killed when it passes), launching the ranks of a multi-process
 job, reading GoogleTest's JSON report, and writing the step's one result file.

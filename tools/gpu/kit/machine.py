@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The machine section of a kit run: prints what the machine is (host, CPU, memory, GPUs as nvidia-smi
 and the driver see them, NCCL, PyTorch, compute-sanitizer, the kit's own build) and decides whether
 the steps can run. Writes all of it to --json.

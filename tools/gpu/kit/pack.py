@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Packs a kit run's results into OUT as three files, well inside what a remote run may bring back
 (at most 8 files of at most 16 MiB): summary.json (the machine and every step's result), summary.md
 (the README's "Measured on a GPU" tables, made by summary_tables.py) and logs.tar.gz (every log and

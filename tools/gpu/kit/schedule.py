@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Runs the kit's steps in the order given, each in a session of its own with its own time budget,
 skipping a step whose minimum no longer fits before the deadline; a step that fails, crashes or runs
 out of time does not stop the next. The NCCL canary (step 0) runs before the first NCCL step, and its

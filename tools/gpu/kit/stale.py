@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Ends what an earlier run of this kit left running: a device call cut short at its limit ends
 run.sh, but the steps run in sessions of their own, so their ranks may still hold the GPU (and its
 memory) when the next call starts. Every process the kit starts inherits SIEVE_GPU_KIT_DIR (the kit's

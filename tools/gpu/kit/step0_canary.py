@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Step 0, the NCCL canary: before any NCCL step, 2 ranks all-reduce 1 MiB once through NCCL's own
 Socket transport and once through the Sieve net plugin (sieve-allreduce-perf, NCCL_DEBUG=INFO), the
 whole within 45 s. The scheduler reads its verdict (data["verdict"]):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Step 1: the collective proxy's kernel tests on the GPU (gather, scatter, violation records, graph
 capture; every element size). The same tests under compute-sanitizer are step 7, last: the sanitizer
 is the slowest part and the one a machine most often refuses."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Step 2: gather/scatter bandwidth of the proxy's kernels against a device-to-device copy of the same
 useful bytes (sieve-proxy-kernel-bench: f16/f32/f64, kept runs of 256 and scattered elements, density
 0.5/0.2/0.1). Target (docs/DESIGN.md): the kernels draw at least 80 % of the copy's bandwidth."""

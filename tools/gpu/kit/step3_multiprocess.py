@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Step 3: the collective proxy's multi-process tests under the machine's real NCCL: 2 ranks (4 for
 reduce-scatter/all-gather) on one GPU, each its own NCCL "host", all traffic through the Sieve net
 plugin. Every dtype and op compacted equals dense; reduce-scatter and all-gather; union masks; a

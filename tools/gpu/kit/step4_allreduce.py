@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Step 4: real NCCL all-reduce through the Sieve net plugin against NCCL's own socket transport
 (NCCL_NET=Sieve vs NCCL_NET=Socket), 2 and 4 ranks on one GPU (each its own NCCL "host", loopback),
 1 MiB to 1 GiB of f32 (256 MiB in the quick profile): bus bandwidth as nccl-tests computes it, every

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Step 5: PyTorch DDP, ResNet-18 pruned 80 %, 2 ranks on one GPU, all traffic through the Sieve net
 plugin: dense (no proxy), published masks (LD_PRELOAD proxy, sieve.publish_pruned_model), learned
 masks (SIEVE_TRACK=on) and observed masks (SIEVE_TRACK=observe: learning without compacting). Losses

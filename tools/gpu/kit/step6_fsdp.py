@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Step 6: PyTorch FSDP2 (fully_shard), 2 ranks on one GPU, an MLP pruned 80 %, gradients reduced in
 fp32 and in bf16: dense (no proxy) against Sieve (LD_PRELOAD proxy, sieve.publish_fsdp after the first
 step), all traffic through the Sieve net plugin. Losses compared bit for bit. Where the proxy

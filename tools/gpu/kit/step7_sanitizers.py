@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Step 7: the proxy's kernel tests under compute-sanitizer's memcheck (out-of-bounds and misaligned
 accesses) and racecheck (shared-memory hazards). A sanitizer that cannot run here ("Device not
 supported", as on gVisor; no error summary; an exit status other than 0 and its own error code) makes

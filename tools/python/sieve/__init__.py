@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Python binding of Sieve's C API (sieve.h) through ctypes: no compiled extension.
 
 Finds the libnccl-net-sieve.so that LD_PRELOAD put into the process, publishes the sparsity masks of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """python -m sieve: what a job needs to use Sieve, and a launcher that sets it.
 
     python -m sieve                      version, library, preload state, the NCCL it would interpose

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The constants of Sieve's C API, as plugin/sieve.h defines them (test_sieve.py's
 HeaderConstants checks every one against the header, so a change there fails a test, not a job)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Gather and scatter of a mask's kept elements, for the hooks that compact buffers themselves (sieve.ddp).
 
 On a CUDA tensor, where the library in reach was built with CUDA (sieve_capabilities() has

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Finding and loading libnccl-net-sieve.so, and the C API's structs (sieve.h)."""
 
 import ctypes

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A DDP communication hook that all-reduces only the kept elements of each gradient bucket.
 
     state = sieve.ddp.CompactState(ddp_model)              # every rank, after pruning

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """sieve.fsdp: FSDP2's own custom-collective API (fully_shard's set_custom_reduce_scatter and
 set_custom_all_gather) compacting pruned parameter groups, exactly.
 

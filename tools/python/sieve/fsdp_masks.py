@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """FSDP: the masks of its collectives (FSDP2 fully_shard and FSDP1), computed from the model's
 structure and published as masks that name a collective."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Masks on buffers: publish, retract, commit on a process group, query, counters; and the masks of
 models pruned with torch.nn.utils.prune (DDP's buckets)."""
 

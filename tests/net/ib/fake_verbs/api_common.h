@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the exported entry points (device_api.cc, verbs_api.cc, test_hooks.cc) share: how a call is
 // refused as real libibverbs refuses it, how an object handed in is checked, and the process-wide
 // state rdma-core itself keeps (handles, fork safety).

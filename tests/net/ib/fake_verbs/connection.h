@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One non-blocking unix stream between a requester QP and a responder device endpoint, with the
 // output queue and the input parser state the service thread keeps for it. Nothing here blocks:
 // a peer that stops reading only stops this connection.

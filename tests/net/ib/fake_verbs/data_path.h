@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The functions behind ibv_context::ops that verbs.h's inline ibv_post_send, ibv_post_recv and
 // ibv_poll_cq call, and what the data path counts for tests (test_hooks.cc).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The exported entry points about devices and ports: listing, opening (an extended verbs_context,
 // as real rdma-core always returns), device, port, GID and P_Key queries, async events, fork safety.
 #include <endian.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fake devices a process sees, from FAKE_VERBS_DEVICES (read at every ibv_get_device_list):
 // semicolon-separated `name:link:netdev:gbps[:options]`, link `roce`, `ib`, `efa` or `iwarp`, options
 // a comma-separated list that makes the ports behave as some real hardware does (below).

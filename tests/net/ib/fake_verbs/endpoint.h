@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where device endpoints listen: abstract unix sockets by default (they vanish with their process,
 // but belong to one network namespace), or socket files under FAKE_VERBS_SOCKET_DIR, which processes
 // in different network namespaces (emulated nodes) can reach as long as they share the directory.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The process-wide state of the fake: the device registry, every verbs object, and the service
 // thread that moves RC traffic between QPs (in this process or another one on the machine) over
 // unix sockets (endpoint.h). One mutex guards it all except CQ entries (see Cq::mu), so polling a CQ

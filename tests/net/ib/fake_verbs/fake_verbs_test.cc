@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fake libibverbs.so.1, driven as the transport drives it: entry points through dlopen/dlsym of
 // the fake's own path, the data path through verbs.h's inline wrappers (context->ops).
 #include "tests/net/ib/fake_verbs/test_support.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the fake does that real ports and adapters do and a lenient fake would not: the extended
 // context rdma-core always opens, several ports per device, ports that are down, MTUs below 4096,
 // P_Key tables, ports that require a GRH, IB subnets, the limit of one message, EFA and iWARP

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Addresses of the fake devices. Two processes on one machine are two "nodes", so every address is
 // derived from the process id and the device's index in that process's registry:
 //   node GUID          02:66:76:<index>:<pid, 4 bytes big-endian>   ("fv" = fake verbs)

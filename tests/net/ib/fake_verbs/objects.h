@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fake's verbs objects. Each one embeds the public libibverbs struct the caller sees (as the
 // first member of a standard-layout Shell, so the caller's pointer leads back to it) and is never
 // freed: a destroyed object stays as a tombstone, so a caller that keeps using it is caught (a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the RC engine's two ends (requester.cc, responder.cc) and its loop (service.cc) share: how
 // work requests map onto wire.h's messages, the service thread's budgets, and the timers real
 // hardware runs (transport retry, RNR retry), in the IB encodings the QP attributes use.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The requester end of an RC connection: a QP's first work in RTS opens a stream to the remote
 // port's endpoint, says Hello (who it is, which QP it wants, its sq_psn, its path attributes) and
 // streams its work requests; answers complete them in order. A port that is down sends nothing and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The responder end of an RC connection: a port's endpoint accepts streams from requester QPs,
 // checks each one's Hello against the target QP's RTR attributes (pairing, addresses, PSN, P_Key,
 // routing between subnets), applies its requests to registered memory or posted receives, and

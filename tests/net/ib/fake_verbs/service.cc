@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The RC engine's service thread and what both ends of a connection share: completions, QP errors,
 // connection bookkeeping, and the loop that moves every connection's bytes.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Names for completion statuses and async events, for callers' error messages.
 #include <infiniband/verbs.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Exports only the fake has, for tests: what the "hardware" saw (violations, queue-pair attributes,
 // registration flags, posted work by opcode) and the hardware events a test injects (a port going
 // down or up, a device's fatal error). A test finds them with dlsym on the loaded libibverbs.so.1,

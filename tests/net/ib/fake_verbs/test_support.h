@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the fake's own tests share: every entry point loaded from the fake (the test is never linked
 // against a libibverbs), the data path through verbs.h's inline wrappers (context->ops), and helpers
 // that open devices, connect QPs and post work.

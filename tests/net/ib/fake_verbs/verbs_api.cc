@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The exported entry points for protection domains, memory regions, completion queues and queue
 // pairs (unversioned, the real signatures from <infiniband/verbs.h>). Calls real libibverbs rejects
 // up front fail the same way here (errno values, with a note on stderr saying why); calls real

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tests/net/ib/fake_verbs/violation.h"
 
 #include <atomic>

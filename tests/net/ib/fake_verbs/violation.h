@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How the fake reacts to a caller that breaks the verbs contract (a wrong key, a post on a QP that is
 // not ready, a CQ overflow...): one line on stderr, then abort() so any test using the fake fails
 // loudly, or, with FAKE_VERBS_VIOLATIONS=report, carry on as hardware would (an error completion,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What travels between a requester QP and the responder QP's device endpoint: one unix stream per
 // requester QP, requests one way, responses the other, in order. Both ends are on one machine and
 // built from one source, so structs go as they are.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // In-process ABI conformance: the built library is dlopened as NCCL would, through each exported
 // ncclNetPlugin_vN, and both ends of a loopback connection are driven from this one process (NCCL's
 // own pattern for a rank talking to itself through the network).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the two-process conformance tests need besides tools::Child and tools::NetLab: the listening
 // TCP sockets of a process (to aim stray clients at the plugin's listen port without knowing its
 // handle layout), and plain TCP clients opened from inside a namespace.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Delivery over a bad link: two namespaces whose egress loses 1 % of the packets, delays them
 // 2 ms ± 1 ms and lets 25 % overtake the rest (netem, or sieve-impair over NFQUEUE where the kernel has
 // no netem). Dense and sparse (80 % zero fp32) messages from 0 B to 16 MiB must arrive byte-exact

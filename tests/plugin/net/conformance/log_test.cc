@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the plugin's log looks like to a user: a configuration problem is warned once per process,
 // however often NCCL initialises and finalises the plugin (NCCL 2.28 does so per communicator),
 // and outside NCCL every line on stderr has the one format "LEVEL NET/Sieve message", without

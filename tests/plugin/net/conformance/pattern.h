@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Deterministic message contents and sizes shared by both ends of a conformance transfer, so the
 // receiver can check every byte without the sender telling it anything out of band.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sieve_conformance_peer: one end of a two-process conformance test. The test (conformance_test.cc)
 // starts a receiver, reads "HANDLE <hex>" from its stdout, starts a sender with --handle, and reads
 // each side's verdict line ("OK ...", "FAIL ...", "ERROR <ms> ..."). The peer loads the plugin itself

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tests/plugin/net/conformance/peer_streams.h"
 
 #include <time.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One end of a conformance transfer: a window of outstanding requests kept full, tested oldest first,
 // the way NCCL's proxy drives a connection. Used by the conformance peer program.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Two-process conformance: a receiver and a sender process (sieve_conformance_peer) load the built
 // plugin through every exported ABI version and talk over loopback, or from two network namespaces
 // joined through a veth switch that the test builds and removes. Every wait is bounded.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // When a GPU test may skip: only where there is no device (no driver installed, or none visible), as
 // on CI. Any other CUDA failure, a driver older than the runtime included, fails the test with the
 // reason: a GPU machine that cannot run the tests must not look like a machine without a GPU.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA backend and the compress/cuda kernels on a real GPU: gather and the one-pass scatter
 // (in place and out of place, exact zeros) against the host reference of the same tile layout, for
 // every element size and for unaligned spans (the shards of reduce-scatter and all-gather); the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Several NCCL "nodes" on one GPU through the collective proxy: two sieve-proxy-rank processes with
 // distinct NCCL_HOSTIDs, all traffic through the Sieve net plugin (NCCL_NET=Sieve), all-reducing
 // through the interposed ncclAllReduce; every dtype and op compacted must equal the dense result, and
