@@ -21,7 +21,13 @@ Per mode and step: every rank's loss, this node's kernel tx bytes on --ifname (r
 so the barriers that line the ranks up are not counted), the step's seconds (the slowest rank's) and
 its communication seconds: the time during which at least one bucket was in flight, a bucket
 counting from the moment the last rank called its hook to the moment the last rank's hook future
-completed (compaction and expansion included; comm_seconds()).
+completed (compaction and expansion included; comm_seconds()). That one figure is split two ways:
+the all-reduce alone (allreduce_seconds(): each all-reduce a hook issues counts from the moment the
+last rank issued it, after compaction in Sieve's modes, to the moment the last rank's all-reduce
+future completed, the union as above) and the hook's own work around its all-reduce
+(compaction_seconds(): for Sieve's modes the gather before and the scatter after; for the others
+what they do there, e.g. the default's division; none where a hook issues all-reduces from
+callbacks, as PowerSGD does).
 
 DDP runs with broadcast_buffers=False: the masks of torch.nn.utils.prune are module buffers, and DDP
 would otherwise broadcast them all from rank 0 before every forward (measured: 22 MB per node per
@@ -35,6 +41,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 MODES = ("default", "sieve", "sieve-bf16", "bf16-compress", "powersgd", "default-alt")
@@ -79,12 +86,16 @@ def probe():
 
 class Timer(object):
     """Wraps a comm hook (self.hook, a function as DDP checks hooks): records each bucket's index,
-    the hook's call and its future's completion (time.monotonic: one clock for every process of the
-    machine, so the ranks' records can be lined up)."""
+    the hook's call and its future's completion, and (while installed) every all-reduce this process
+    issues: the bucket whose hook issued it from the hook's own thread (None when issued elsewhere,
+    e.g. from a future's callback), its issue and its completion (time.monotonic: one clock for every
+    process of the machine, so the ranks' records can be lined up)."""
 
     def __init__(self, inner):
         self.spans = []
-        spans = self.spans
+        self.reduces = []
+        spans, reduces = self.spans, self.reduces
+        inside = threading.local()
 
         def timed_hook(state, bucket):
             start, index = time.monotonic(), bucket.index()
@@ -93,15 +104,56 @@ class Timer(object):
                 spans.append((index, start, time.monotonic()))
                 return fut.value()
 
-            return inner(state, bucket).then(done)
+            inside.bucket = index
+            try:
+                return inner(state, bucket).then(done)
+            finally:
+                inside.bucket = None
+
+        def timed_all_reduce(real):
+            def all_reduce(*args, **kwargs):
+                record = [getattr(inside, "bucket", None), time.monotonic(), None]
+                work = real(*args, **kwargs)
+                reduces.append(record)  # in issue order: every rank issues the same collectives in the same order
+                if work is None:  # synchronous: done on return
+                    record[2] = time.monotonic()
+                else:  # registered before the hook's own callbacks, so it runs first, before any expansion
+                    work.get_future().add_done_callback(lambda _: record.__setitem__(2, time.monotonic()))
+                return work
+
+            return all_reduce
 
         self.hook = timed_hook
+        self._wrap = timed_all_reduce
+
+    def __enter__(self):
+        """Times torch.distributed.all_reduce (what every hook here calls, by module attribute)."""
+        import torch.distributed as dist
+        self._real = dist.all_reduce
+        dist.all_reduce = self._wrap(self._real)
+        return self
+
+    def __exit__(self, *_):
+        import torch.distributed as dist
+        dist.all_reduce = self._real
 
     def take(self):
-        """This step's records; clears them."""
-        taken = sorted(self.spans)
+        """This step's records (bucket spans, all-reduce records); clears them."""
+        taken = (sorted(self.spans), [tuple(r) for r in self.reduces])
         del self.spans[:]
+        del self.reduces[:]
         return taken
+
+
+def union_seconds(intervals):
+    """The length of the union of (start, end) intervals."""
+    total, reach = 0.0, None
+    for a, b in sorted(intervals):
+        if reach is None or a > reach:
+            total, reach = total + (b - a), b
+        elif b > reach:
+            total, reach = total + (b - reach), b
+    return total
 
 
 def comm_seconds(records):
@@ -114,13 +166,30 @@ def comm_seconds(records):
         for index, start, end in rank_records:
             s, e = by_bucket.get(index, (start, end))
             by_bucket[index] = (max(s, start), max(e, end))
-    total, reach = 0.0, None
-    for a, b in sorted(by_bucket.values()):
-        if reach is None or a > reach:
-            total, reach = total + (b - a), b
-        elif b > reach:
-            total, reach = total + (b - reach), b
-    return total
+    return union_seconds(by_bucket.values())
+
+
+def allreduce_seconds(reduces):
+    """A step's all-reduce time alone from every rank's all-reduce records: the k-th all-reduce of
+    the step (the same collective on every rank) counts from the moment the last rank issued it to
+    the moment the last rank's future completed; the union of those intervals."""
+    spans = [(max(r[k][1] for r in reduces), max(r[k][2] for r in reduces))
+             for k in range(min(len(r) for r in reduces))]
+    return union_seconds(spans)
+
+
+def compaction_seconds(records, reduces):
+    """A step's hook work outside its all-reduces on the slowest rank: per bucket, its hook's span less
+    the all-reduces its hook issued (for Sieve: the gather before and the scatter after), summed over
+    the buckets. None when an all-reduce was issued outside a hook call (PowerSGD's from a callback):
+    then no all-reduce can be told to its bucket."""
+    per_rank = []
+    for spans, rank_reduces in zip(records, reduces):
+        if any(bucket is None for bucket, _, _ in rank_reduces):
+            return None
+        per_rank.append(sum(end - start - union_seconds([(a, b) for bucket, a, b in rank_reduces if bucket == index])
+                            for index, start, end in spans))
+    return max(per_rank) if per_rank else None
 
 
 def in_bucket_order(inner):
@@ -181,11 +250,19 @@ def run_mode(args, mode, torch, dist, torchvision, prune):
         hook = in_bucket_order(powerSGD_hook.powerSGD_hook)
     timer = Timer(hook)
     ddp.register_comm_hook(state, timer.hook)
+    with timer:
+        result = train(args, torch, dist, ddp, timer)
+    if state is not None and hasattr(state, "stats"):
+        result["hook_stats"] = dict(state.stats)
+    return result
+
+
+def train(args, torch, dist, ddp, timer):
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     generator = torch.Generator().manual_seed(1000 + args.rank)
     data = [(torch.randn(args.batch, 3, args.image, args.image, generator=generator),
              torch.randint(0, 10, (args.batch,), generator=generator)) for _ in range(args.batches)]
-    losses, seconds, comm, tx = [], [], [], []
+    losses, seconds, comm, reduces, tx = [], [], [], [], []
     for step in range(args.steps):
         x, y = data[step % len(data)]
         dist.barrier()
@@ -197,13 +274,12 @@ def run_mode(args, mode, torch, dist, torchvision, prune):
         optimizer.step()
         seconds.append(time.perf_counter() - start)
         after = tx_bytes(args.ifname)
-        comm.append(timer.take())
+        spans, step_reduces = timer.take()
+        comm.append(spans)
+        reduces.append(step_reduces)
         tx.append(after - before if before is not None and after is not None else -1)
         losses.append(loss.item())
-    result = {"losses": losses, "seconds": seconds, "comm_spans": comm, "tx_bytes": tx}
-    if state is not None and hasattr(state, "stats"):
-        result["hook_stats"] = dict(state.stats)
-    return result
+    return {"losses": losses, "seconds": seconds, "comm_spans": comm, "allreduce_spans": reduces, "tx_bytes": tx}
 
 
 def median(values):
@@ -226,12 +302,20 @@ def summarise(args, per_rank, kept, elements, torch_version):
             "losses": [r["losses"] for r in ranks],
             "step_seconds": [max(r["seconds"][s] for r in ranks) for s in range(args.steps)],
             "comm_seconds": [comm_seconds([r["comm_spans"][s] for r in ranks]) for s in range(args.steps)],
+            "allreduce_seconds": [allreduce_seconds([r["allreduce_spans"][s] for r in ranks])
+                                  for s in range(args.steps)],
+            "compaction_seconds": [compaction_seconds([r["comm_spans"][s] for r in ranks],
+                                                      [r["allreduce_spans"][s] for r in ranks])
+                                   for s in range(args.steps)],
             "tx_bytes": [sum(r["tx_bytes"][s] for r in ranks) / world for s in range(args.steps)],
         }
         if "hook_stats" in ranks[0]:
             entry["hook_stats"] = ranks[0]["hook_stats"]
         entry["median_step_seconds"] = median(entry["step_seconds"][steady])
         entry["median_comm_seconds"] = median(entry["comm_seconds"][steady])
+        entry["median_allreduce_seconds"] = median(entry["allreduce_seconds"][steady])
+        compaction = entry["compaction_seconds"][steady]
+        entry["median_compaction_seconds"] = None if None in compaction else median(compaction)
         entry["median_tx_bytes"] = median(entry["tx_bytes"][steady])
         if default is not None:
             ref = [r["default"] for r in per_rank]
@@ -251,10 +335,14 @@ def summarise(args, per_rank, kept, elements, torch_version):
                 m["wire_vs_default"] = m["median_tx_bytes"] / d["median_tx_bytes"]
             if d["median_comm_seconds"] > 0:
                 m["comm_vs_default"] = m["median_comm_seconds"] / d["median_comm_seconds"]
+            if d["median_allreduce_seconds"] > 0:
+                m["allreduce_vs_default"] = m["median_allreduce_seconds"] / d["median_allreduce_seconds"]
         if "sieve" in by_name:
             s = by_name["sieve"]
             goals = {"wire_at_most": kept + 0.01, "wire": s.get("wire_vs_default"),
                      "comm_at_most": 1.15 * kept, "comm": s.get("comm_vs_default"),
+                     "allreduce": s.get("allreduce_vs_default"),
+                     "compaction_seconds": s.get("median_compaction_seconds"),
                      "losses_identical_to_default": s.get("losses_identical_to_default"),
                      "max_loss_difference": s.get("max_loss_difference")}
             if "default-alt" in by_name:
@@ -271,8 +359,9 @@ def table(report):
                report["steps"], report["batch"], report["image"], report["image"], report["steady_from_step"],
                " (after DDP's bucket rebuild)" if report["steady_from_step"] >= 3 else ""),
            "",
-           "%-14s %10s %8s %9s %8s %9s %8s %10s %s" % ("mode", "wire MB", "x dflt", "comm s", "x dflt", "step s",
-                                                        "loss 1", "loss last", "vs default")]
+           "%-14s %10s %8s %9s %8s %9s %8s %9s %9s %8s %10s %s" % (
+               "mode", "wire MB", "x dflt", "comm s", "x dflt", "allred s", "x dflt", "compact s", "step s", "loss 1",
+               "loss last", "vs default")]
     for m in report["modes"]:
         if "losses_identical_to_default" not in m:
             same = ""
@@ -280,9 +369,12 @@ def table(report):
             same = "bit-identical"
         else:
             same = "max diff %.3g" % m["max_loss_difference"]
-        out.append("%-14s %10.2f %8.3f %9.3f %8.3f %9.3f %8.4f %10.4f %s" % (
+        compaction = m["median_compaction_seconds"]
+        out.append("%-14s %10.2f %8.3f %9.3f %8.3f %9.3f %8.3f %9s %9.3f %8.4f %10.4f %s" % (
             m["name"], m["median_tx_bytes"] / 1e6, m.get("wire_vs_default", 0), m["median_comm_seconds"],
-            m.get("comm_vs_default", 0), m["median_step_seconds"], m["losses"][0][0], m["losses"][0][-1], same))
+            m.get("comm_vs_default", 0), m["median_allreduce_seconds"], m.get("allreduce_vs_default", 0),
+            "-" if compaction is None else "%.3f" % compaction, m["median_step_seconds"], m["losses"][0][0],
+            m["losses"][0][-1], same))
     g = report.get("goals")
     if g:
         out.append("")
@@ -290,6 +382,9 @@ def table(report):
                    "losses %s" % (g["wire"] or 0, g["wire_at_most"], g["comm"] or 0, g["comm_at_most"],
                                   "bit-identical to default" if g["losses_identical_to_default"]
                                   else "differ by at most %.3g" % g["max_loss_difference"]))
+        out.append("sieve: of which all-reduce alone %.3f of default's all-reduce (goal <= %.3f plus latency), "
+                   "compaction (gather and scatter) %.3f s per step" % (g["allreduce"] or 0, g["comm_at_most"],
+                                                                        g["compaction_seconds"] or 0))
         if "default_alt_max_loss_difference" in g:
             out.append("default under another bucket size differs from default by at most %.3g (reduction order)" %
                        g["default_alt_max_loss_difference"])

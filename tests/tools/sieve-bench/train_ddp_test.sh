@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # sieve-bench --train ddp at 2 nodes, 3 steps, DDP's default and Sieve's exact hook: real DDP training
 # on Gloo in the namespace lab, and every loss of every rank bit-identical between the two modes
-# (a + b = b + a: at 2 ranks compaction changes no sum). Skipped (77) where the lab cannot be built
+# (a + b = b + a: at 2 ranks compaction changes no sum), and the communication time split into the
+# all-reduce alone and the hook's compaction. Skipped (77) where the lab cannot be built
 # or PYTHON has no PyTorch 2.x with torchvision.
 #
 #   train_ddp_test.sh SIEVE_BENCH PYTHON
@@ -34,6 +35,19 @@ if not stats.get("compacted") or stats.get("dense"):
     problems.append("the hook did not compact every bucket: %s" % stats)
 if not 0 < sieve["median_tx_bytes"] < 0.5 * default["median_tx_bytes"]:
     problems.append("wire bytes: sieve %s, default %s" % (sieve["median_tx_bytes"], default["median_tx_bytes"]))
+# The split of the communication time: the all-reduce alone lies inside each bucket's hook span, so per
+# step it is positive and at most the communication time; Sieve's hook spends time around it (gather,
+# scatter) on every step.
+for mode in (default, sieve):
+    comm, alone, compaction = (mode.get(k) for k in ("comm_seconds", "allreduce_seconds", "compaction_seconds"))
+    if not alone or not compaction or len(alone) != 3 or len(compaction) != 3:
+        problems.append("%s: no per-step all-reduce and compaction times: %s, %s" % (mode["name"], alone, compaction))
+    elif not all(0 < a <= c for a, c in zip(alone, comm)):
+        problems.append("%s: all-reduce alone %s not within communication %s" % (mode["name"], alone, comm))
+    elif mode is sieve and not all(x is not None and x > 0 for x in compaction):
+        problems.append("sieve: compaction times %s" % compaction)
+    elif "median_allreduce_seconds" not in mode or "median_compaction_seconds" not in mode:
+        problems.append("%s: no medians of the split" % mode["name"])
 for p in problems:
     print("FAIL: " + p)
 if not problems:
