@@ -220,11 +220,11 @@ def main():
     codes = []
     for p in procs:
         try:
-            codes.append(p.wait(timeout=240))
+            codes.append(p.wait(timeout=480))
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            print("FAIL: a rank did not finish in 240 s")
+            print("FAIL: a rank did not finish in 480 s")
             return 1
     if any(codes):
         print("FAIL: rank exit codes %s" % codes)

@@ -16,16 +16,18 @@ published alive until a commit has released its mask, so no address is reused un
 the garbage collector decides nothing.
 
 The package, by concern: _library (finding and loading the library), _constants (sieve.h's values),
-masks (publish, retract, commit, counters, pruned models), fsdp_masks (FSDP's collectives for the
-preloaded proxy), ddp (a DDP communication hook that compacts buckets itself, on any backend, without
-LD_PRELOAD), fsdp (FSDP2's custom collectives: sieve.fsdp.compact(model)), and
-`python -m sieve` (__main__: what to set, and a launcher).
+masks (publish, retract, commit, counters, pruned models), fsdp_layout (where FSDP's flat buffers put
+each parameter), fsdp_masks (FSDP's collectives for the preloaded proxy), ddp (a DDP communication
+hook that compacts buckets itself, on any backend, without LD_PRELOAD), fsdp (FSDP2's custom
+collectives: sieve.fsdp.compact(model)), _kernels (their gather and scatter), and `python -m sieve`
+(__main__: what to set, and a launcher).
 """
 
 from ._library import SieveError, library, library_path
 from .masks import (commit, publish_collective, publish_mask, publish_pruned_model, publish_ranges, query, retract,
                     retract_all, retract_id, stats)
-from .fsdp_masks import fsdp1_layout, fsdp2_layout, publish_fsdp, semi_structured_masks
+from .fsdp_layout import fsdp1_layout, fsdp2_layout
+from .fsdp_masks import publish_fsdp, semi_structured_masks
 from . import ddp  # the DDP communication hook: needs no library, imports torch only when used
 from . import _kernels  # the hooks' gather/scatter: Sieve's CUDA kernels or torch; imports torch only when used
 

@@ -33,6 +33,7 @@ try:  # the module imports without torch (the package does), compact() needs it
 except ImportError:
     torch = dist = None
 
+from . import fsdp_layout as _layout
 from . import fsdp_masks as _masks
 from ._constants import _ERR_INVALID
 from ._library import SieveError
@@ -251,7 +252,7 @@ def _group_plan(state, module, label, names, masks, used):
         dim = getattr(getattr(p, "fsdp_placement", None), "dim", 0)
         shape = tuple(p._orig_size)
         try:
-            bits = _masks.fsdp2_layout([shape], world_size, [_masks._keep_of(keep, shape, name)
+            bits = _layout.fsdp2_layout([shape], world_size, [_layout._keep_of(keep, shape, name)
                                                              if keep is not None else None], [dim])
         except SieveError as error:
             return str(error)
