@@ -71,6 +71,7 @@ EXPECTED_FILES = {
     PYTHONDIR + "/sieve/_constants.py",
     PYTHONDIR + "/sieve/_library.py",
     PYTHONDIR + "/sieve/_installed.py",
+    PYTHONDIR + "/sieve/_kernels.py",
     PYTHONDIR + "/sieve/masks.py",
     PYTHONDIR + "/sieve/fsdp_masks.py",
     PREFIX + "/share/sieve/netlab.sh",
