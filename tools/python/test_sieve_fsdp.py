@@ -6,13 +6,12 @@ whole block without a gradient, under mixed precision, and on the refusal paths.
 Run it alone: python test_sieve_fsdp.py (exit 77: no torch with FSDP2 custom collectives here)."""
 
 import os
-import socket
-import subprocess
 import sys
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from fsdp_test_ranks import run_ranks  # noqa: E402
 
 try:
     import torch
@@ -171,29 +170,9 @@ def worker(rank, world, port):
 
 
 def main():
-    if len(sys.argv) > 1:
-        worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
-        return 0
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, __file__, str(r), "2", str(port)], env=env) for r in range(2)]
-    codes = []
-    for p in procs:
-        try:
-            codes.append(p.wait(timeout=480))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            print("FAIL: a rank did not finish in 480 s")
-            return 1
-    if any(codes):
-        print("FAIL: rank exit codes %s" % codes)
-        return 1
-    print("OK: FSDP2 with sieve.fsdp bit-identical to FSDP2 at 2 ranks (fp32, bf16/fp32, bf16; skipped "
-          "gradients; refusal and fallback)")
-    return 0
+    return run_ranks(__file__, worker, 2, 480,
+                     "OK: FSDP2 with sieve.fsdp bit-identical to FSDP2 at 2 ranks (fp32, bf16/fp32, bf16; skipped "
+                     "gradients; refusal and fallback)")
 
 
 if __name__ == "__main__":

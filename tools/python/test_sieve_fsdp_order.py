@@ -9,12 +9,11 @@ that (the first world - 1 elements travel, the length keeps S's parity) differs 
 Run it alone: python test_sieve_fsdp_order.py (exit 77: no torch here)."""
 
 import os
-import socket
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from fsdp_test_ranks import run_ranks  # noqa: E402
 
 try:
     import torch
@@ -77,29 +76,8 @@ def worker(rank, world, port):
 
 
 def main():
-    if len(sys.argv) > 1:
-        worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
-        return 0
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, __file__, str(r), str(WORLD), str(port)], env=env)
-             for r in range(WORLD)]
-    codes = []
-    for p in procs:
-        try:
-            codes.append(p.wait(timeout=240))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            print("FAIL: a rank did not finish in 240 s")
-            return 1
-    if any(codes):
-        print("FAIL: rank exit codes %s" % codes)
-        return 1
-    print("OK: Sieve's compacted reduce-scatter bit-identical to Gloo's own at 4 ranks (odd and even segments)")
-    return 0
+    return run_ranks(__file__, worker, WORLD, 240,
+                     "OK: Sieve's compacted reduce-scatter bit-identical to Gloo's own at 4 ranks (odd and even segments)")
 
 
 if __name__ == "__main__":
