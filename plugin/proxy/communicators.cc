@@ -62,6 +62,18 @@ struct ThreadCache {
 };
 thread_local ThreadCache t_cache;
 
+std::atomic<uint64_t> g_next_thread_serial{1};
+
+// This thread's number (never reused, unlike std::thread::id) and what to undo when it exits.
+struct ThreadExit {
+  const uint64_t serial = g_next_thread_serial.fetch_add(1);
+  std::vector<std::function<void()>> forget;  // one per proxy this thread called
+  ~ThreadExit() {
+    for (auto& f : forget) f();
+  }
+};
+thread_local ThreadExit t_exit;
+
 }  // namespace
 
 Proxy::Proxy(DeviceBackend& backend, const compress::MaskRegistry& registry, ProxyOptions options, ProcessStats& stats)
@@ -74,7 +86,8 @@ Proxy::Proxy(DeviceBackend& backend, const compress::MaskRegistry& registry, Pro
         return options;
       }()),
       fingerprint_(options_.fingerprint()),
-      stats_(stats) {}
+      stats_(stats),
+      threads_(std::make_shared<ThreadStates>()) {}
 
 // --- communicators ---------------------------------------------------------------------------
 
@@ -268,12 +281,37 @@ std::string Proxy::describe_state(const char* why) const {
 
 // --- the calling thread ----------------------------------------------------------------------
 
+struct Proxy::ThreadStates {
+  std::mutex mutex;
+  std::unordered_map<uint64_t, std::unique_ptr<ThreadState>> by_thread;  // by ThreadExit::serial
+};
+
 Proxy::ThreadState& Proxy::thread_state() {
   if (t_cache.proxy == id_) return *static_cast<ThreadState*>(t_cache.thread_state);
-  std::lock_guard lock(mutex_);
-  ThreadState& ts = threads_[std::this_thread::get_id()];  // unordered_map references stay valid on insert
-  t_cache = ThreadCache{id_, &ts, nullptr, nullptr};
-  return ts;
+  ThreadExit& self = t_exit;
+  ThreadState* ts = nullptr;
+  {
+    std::lock_guard lock(threads_->mutex);
+    auto& slot = threads_->by_thread[self.serial];
+    if (!slot) {
+      slot = std::make_unique<ThreadState>();
+      // A proxy gone before the thread needs nothing undone; the state is freed outside the lock
+      // (its communicators' last references may go with it).
+      self.forget.push_back([weak = std::weak_ptr<ThreadStates>(threads_), serial = self.serial] {
+        auto states = weak.lock();
+        if (!states) return;
+        std::unique_ptr<ThreadState> gone;
+        std::lock_guard held(states->mutex);
+        auto it = states->by_thread.find(serial);
+        if (it == states->by_thread.end()) return;
+        gone = std::move(it->second);
+        states->by_thread.erase(it);
+      });
+    }
+    ts = slot.get();
+  }
+  t_cache = ThreadCache{id_, ts, nullptr, nullptr};
+  return *ts;
 }
 
 }  // namespace sieve::plugin::proxy

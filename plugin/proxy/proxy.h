@@ -307,7 +307,10 @@ class Proxy {
   // that must all reach a collective for any of them to return).
   mutable std::mutex mutex_;
   std::unordered_map<Comm, std::shared_ptr<CommState>> comms_;
-  std::unordered_map<std::thread::id, ThreadState> threads_;
+  // Each calling thread's state, removed when the thread exits: a later thread, which may get the
+  // same std::thread::id, starts afresh instead of inheriting a dead thread's armed token or group.
+  struct ThreadStates;
+  std::shared_ptr<ThreadStates> threads_;
   // Communicators torn down since a graph captured one of their plans: kept while the process lives.
   std::vector<std::shared_ptr<CommState>> orphaned_;
   std::atomic<bool> warned_uncommitted_{false};

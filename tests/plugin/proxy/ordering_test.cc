@@ -88,6 +88,34 @@ TEST(OrderingTest, ThreadsTakingTurnsKeepOneCompactionPerPlanAndGroup) {
   EXPECT_EQ(world.mismatches(), 0u);
 }
 
+// A thread's state lives as long as the thread. A thread that arms a commit token and exits without
+// its all-reduce leaves nothing armed for the next thread, which glibc usually gives the same
+// std::thread::id (the exited thread's cached stack). Before, the proxy kept each thread's state by
+// that id: the next thread inherited the dead one's armed token, and an ordinary all-reduce of the
+// same buffer ran as a commit on this rank only (and ThreadSanitizer saw two threads share a state).
+TEST(OrderingTest, AThreadThatExitsLeavesNoArmedTokenToTheNextThread) {
+  FakeWorld world(2);
+  auto ranks = make_ranks(world);
+  run_ranks(ranks, [&](Rank& r) {
+    int64_t words[kVoteWords] = {1, 2, 3, 4, 5, 6};
+    if (r.rank == 0) std::thread([&] { r.proxy.arm_commit(words, 0); }).join();
+    Path path = Path::kCommit;
+    auto reduce = [&] {
+      EXPECT_EQ(r.settle(r.proxy.all_reduce(words, words, kVoteWords, DType::kI64, ReduceOp::kMax, kComm, kStream,
+                                            &path)),
+                0)
+          << r.backend.error;
+    };
+    if (r.rank == 0)
+      std::thread(reduce).join();
+    else
+      reduce();
+    EXPECT_NE(path, Path::kCommit) << "rank " << r.rank;
+    EXPECT_EQ(words[5], 6);
+  });
+  EXPECT_EQ(world.mismatches(), 0u);
+}
+
 // Item 4: a publish meant for another communicator, landing before communicator A's commit on one
 // rank and after it on the other, must not decide A's verdict: scoped to its communicator, it is
 // not part of what A votes on. Before, a commit took every mask staged in the process, so A's
