@@ -90,6 +90,27 @@ class TorchPath(unittest.TestCase):
                                             expected.view(torch.int16 if dtype == torch.bfloat16 else torch.int32)),
                                 "%s %s scatter: +0.0 where pruned" % (name, dtype))
 
+    def test_pieces_cover_the_compact_buffer_once_and_put_each_element_back(self):
+        generator = torch.Generator().manual_seed(6)
+        keep = torch.rand(5000, generator=generator) < 0.3
+        compaction = _kernels.Compaction(keep)
+        self.assertTrue(compaction.pipelines(torch.zeros(5000)))
+        pieces = compaction.pieces(211)
+        self.assertEqual([o for o, _ in pieces], list(range(0, compaction.kept, 211)))
+        self.assertEqual(sum(n for _, n in pieces), compaction.kept)
+        self.assertEqual(compaction.pieces(compaction.kept + 5), [(0, compaction.kept)])
+        buffer = torch.randn(5000, generator=generator)
+        gathered = [compaction.gather_piece(buffer, o, n).clone() for o, n in pieces]
+        self.assertTrue(torch.equal(torch.cat(gathered), buffer[keep]))
+        out = torch.zeros(5000)
+        for (offset, _), piece in reversed(list(zip(pieces, gathered))):  # in any order
+            compaction.scatter_piece((piece * 2).to(torch.bfloat16), out, offset)
+        expected = torch.where(keep, (buffer * 2).to(torch.bfloat16).float(), torch.zeros(()))
+        self.assertTrue(torch.equal(out, expected))
+        runs = torch.zeros(5000, dtype=torch.bool)
+        runs[10:20] = True
+        self.assertFalse(_kernels.Compaction(runs).pipelines(torch.zeros(5000)), "runs are plain copies")
+
     def test_the_compact_buffer_is_reused(self):
         keep = torch.rand(1000, generator=torch.Generator().manual_seed(1)) < 0.5
         compaction = _kernels.Compaction(keep)

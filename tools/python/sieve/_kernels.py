@@ -149,6 +149,33 @@ class Compaction(object):
             self._torch.index_select(buffer, 0, self._index(buffer.device), out=compact)
         return compact
 
+    def pipelines(self, buffer):
+        """True when gather_piece/scatter_piece serve this buffer: the torch index path on the host,
+        where gather and scatter are the CPU's own work and pieces let them overlap the wire (on a GPU
+        they are kernels on the stream, and runs are plain copies)."""
+        return backend_for(buffer) == "torch" and not buffer.is_cuda and self.runs is None
+
+    def pieces(self, elements):
+        """[(offset, length)]: the compact buffer cut into consecutive pieces of `elements` kept
+        elements (the last one shorter); a function of the mask alone, so equal on every rank."""
+        elements = max(1, int(elements))
+        return [(offset, min(elements, self.kept - offset)) for offset in range(0, self.kept, elements)]
+
+    def gather_piece(self, buffer, offset, length):
+        """Kept elements [offset, offset + length) of the host buffer, in their own slice of the
+        compact buffer (pieces never share one: several may be in flight at once)."""
+        piece = self._compact_buffer(buffer).narrow(0, offset, length)
+        self._torch.index_select(buffer, 0, self.index_cpu.narrow(0, offset, length), out=piece)
+        return piece
+
+    def scatter_piece(self, piece, buffer, offset):
+        """Writes a piece back to its kept elements; the pruned ones are the caller's to zero (once,
+        after every gather_piece of the buffer)."""
+        if piece.dtype != buffer.dtype:
+            piece = piece.to(buffer.dtype)
+        buffer.index_copy_(0, self.index_cpu.narrow(0, offset, piece.numel()), piece)
+        return buffer
+
     def scatter(self, compact, buffer):
         """buffer = compact's values where kept, +0.0 elsewhere (every element written)."""
         if compact.dtype != buffer.dtype:

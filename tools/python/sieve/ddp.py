@@ -34,7 +34,10 @@ and 16-bit stack. Buckets without an agreed mask still run the default, full-pre
 Gather and scatter (sieve._kernels): on a GPU, Sieve's own CUDA kernels where the library in reach
 was built with CUDA (sieve_compact_gather / sieve_compact_scatter); elsewhere torch, on an index
 computed once per agreed mask (index_select into a reused buffer, index_copy_), or run by run
-(narrow/copy_) for a mask of few contiguous runs.
+(narrow/copy_) for a mask of few contiguous runs. On the host, where gather and scatter are the
+CPU's own work, a bucket with more than piece_elements kept elements (PIECE_ELEMENTS unless given)
+goes out in pieces of that many, each all-reduced as soon as it is gathered and scattered back as
+soon as its sum arrives, so that the copies overlap the wire instead of adding to it.
 """
 
 import hashlib
@@ -44,7 +47,11 @@ __all__ = ["CompactState", "compact_hook", "register"]
 
 # plugin/proxy/agreement.h: the refusals a vote carries in its fifth word.
 _REFUSAL_NONE, _REFUSAL_COULD_NOT_PREPARE = 0, 1
-_HOOK_VERSION = 1  # part of the settings: ranks running different hook logic never compact together
+_HOOK_VERSION = 2  # part of the settings: ranks running different hook logic never compact together
+# A host bucket's compact buffer goes out in pieces of this many kept elements (1 MiB of float32):
+# large enough that a piece's all-reduce is mostly wire time, small enough that gathering the next
+# and scattering the last overlap it.
+PIECE_ELEMENTS = 1 << 18
 
 
 def _int64(digest):
@@ -99,10 +106,13 @@ class CompactState(object):
     (lossy). stats counts what the hook did on this rank: buckets compacted and dense, elements sent
     and the elements the default hook would have sent, and the votes."""
 
-    def __init__(self, model, process_group=None, masks=None, wire_dtype=None):
+    def __init__(self, model, process_group=None, masks=None, wire_dtype=None, piece_elements=PIECE_ELEMENTS):
         import torch
         if wire_dtype not in (None, torch.bfloat16, torch.float16):
             raise ValueError("wire_dtype must be None, torch.bfloat16 or torch.float16, not %r" % (wire_dtype,))
+        if int(piece_elements) < 1:
+            raise ValueError("piece_elements must be at least 1, not %r" % (piece_elements,))
+        self.piece_elements = int(piece_elements)
         self.module = getattr(model, "module", model)
         self.process_group = process_group
         self.wire_dtype = wire_dtype
@@ -115,7 +125,8 @@ class CompactState(object):
             raise ValueError("masks names %s, which the model has no parameter of" % ", ".join(unknown))
         self._plans = {}  # (bucket index, parameter names) -> _Plan, or None for dense
         self.epoch = 0
-        self.stats = {"compacted": 0, "dense": 0, "elements_sent": 0, "elements_dense": 0, "votes": 0, "agreed": 0}
+        self.stats = {"compacted": 0, "dense": 0, "elements_sent": 0, "elements_dense": 0, "votes": 0, "agreed": 0,
+                      "pieces": 0}
 
     def update_masks(self, masks=None):
         """Masks changed (pruned again, or new `masks`): every bucket votes again at its next step.
@@ -171,7 +182,9 @@ class CompactState(object):
             subject = _hash(key, buffer.numel(), str(buffer.dtype), bytes(keep.numpy().tobytes()))
         except (ValueError, RuntimeError):  # refused on this rank; every rank still votes
             refusal, subject = _REFUSAL_COULD_NOT_PREPARE, 0
-        settings = _hash(_HOOK_VERSION, group.size(), str(self.wire_dtype))
+        # The piece size and the buffer's device decide how many all-reduces a bucket issues: ranks
+        # that would issue different numbers never compact together.
+        settings = _hash(_HOOK_VERSION, group.size(), str(self.wire_dtype), self.piece_elements, buffer.device.type)
         self.stats["votes"] += 1
         plan = None
         if _agree(group, subject, settings, refusal):
@@ -207,13 +220,15 @@ def compact_hook(state, bucket):
         state.stats["elements_sent"] += buffer.numel()
         state.stats["elements_dense"] += buffer.numel()
         return _default(group, buffer)
+    state.stats["compacted"] += 1
+    state.stats["elements_sent"] += plan.kept
+    state.stats["elements_dense"] += buffer.numel()
+    if plan.compaction.pipelines(buffer) and plan.kept > state.piece_elements:
+        return _pipelined(state, group, plan.compaction, buffer)
     compact = plan.compaction.gather(buffer)
     if state.wire_dtype is not None:
         compact = compact.to(state.wire_dtype)  # bf16_compress_hook's order: cast, then divide
     compact.div_(group.size())
-    state.stats["compacted"] += 1
-    state.stats["elements_sent"] += plan.kept
-    state.stats["elements_dense"] += buffer.numel()
 
     def expand(fut):
         return plan.compaction.scatter(fut.value()[0], buffer)
@@ -221,8 +236,42 @@ def compact_hook(state, bucket):
     return dist.all_reduce(compact, group=group, async_op=True).get_future().then(expand)
 
 
-def register(ddp_model, masks=None, wire_dtype=None, process_group=None):
+def _pipelined(state, group, compaction, buffer):
+    """A host bucket in pieces: each piece's all-reduce starts as soon as it is gathered, while the
+    next is gathered; each is scattered back as soon as its sum arrives, while later ones are on the
+    wire. The pieces are the mask's (equal on every rank), issued in order, so every rank issues the
+    same all-reduces in the same order; each element is summed by an all-reduce as in the one-piece
+    path (at 2 ranks bit-identical to the default hook)."""
+    import functools
+
+    import torch
+    import torch.distributed as dist
+    in_flight = []
+    for offset, length in compaction.pieces(state.piece_elements):
+        piece = compaction.gather_piece(buffer, offset, length)
+        if state.wire_dtype is not None:
+            piece = piece.to(state.wire_dtype)
+        piece.div_(group.size())
+        in_flight.append((offset, dist.all_reduce(piece, group=group, async_op=True).get_future()))
+    state.stats["pieces"] += len(in_flight)
+    buffer.zero_()  # every kept element is read by now; the scatters put the sums back
+
+    def expand(offset, fut):
+        return compaction.scatter_piece(fut.value()[0], buffer, offset)
+
+    scattered = [fut.then(functools.partial(expand, offset)) for offset, fut in in_flight]
+
+    def whole(fut):
+        for piece in fut.value():
+            piece.value()  # a piece's error is the bucket's
+        return buffer
+
+    return torch.futures.collect_all(scattered).then(whole)
+
+
+def register(ddp_model, masks=None, wire_dtype=None, process_group=None, piece_elements=None):
     """Registers compact_hook on a DistributedDataParallel model; returns its CompactState."""
-    state = CompactState(ddp_model, process_group=process_group, masks=masks, wire_dtype=wire_dtype)
+    state = CompactState(ddp_model, process_group=process_group, masks=masks, wire_dtype=wire_dtype,
+                         piece_elements=piece_elements or PIECE_ELEMENTS)
     ddp_model.register_comm_hook(state, compact_hook)
     return state
