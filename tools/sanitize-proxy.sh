@@ -26,11 +26,7 @@ for sanitizer in thread address; do
     binary=$(find "$dir/tests" -type f -name "$target" -perm -u+x | head -n 1)
     [ -n "$binary" ] || { echo "sanitize-proxy: $target was not built" >&2; exit 1; }
     echo "sanitize-proxy: $sanitizer: $target"
-    # Under TSan's timing a rank of this test commits leftover masks of the aborted phase before it
-    # (a refused commit, not a race: it passes in the plain and ASan builds); left out there only.
-    filter=()
-    [[ $sanitizer == thread ]] && filter=(--gtest_filter=-LifetimeTest.ANewCommunicatorAtADeadOnesAddressIsNotTakenForIt)
-    timeout 600 "$binary" --gtest_brief=1 "${filter[@]}"
+    timeout 600 "$binary" --gtest_brief=1
   done
   unset TSAN_OPTIONS ASAN_OPTIONS UBSAN_OPTIONS
 done
