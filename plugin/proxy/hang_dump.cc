@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -19,9 +20,13 @@
 namespace sieve::plugin::proxy {
 namespace {
 
+int g_pipe_read = -1;
 int g_pipe_write = -1;
 struct sigaction g_previous {};
 std::function<void()>* g_dump = nullptr;  // set once, never freed: a forked child needs it too
+// A forked child's reader, wanted since the fork and started at its first safe point
+// (start_forked_dump_reader): a thread cannot safely be started in the fork itself.
+std::atomic<bool> g_reader_wanted{false};
 
 void on_signal(int signo, siginfo_t* info, void* context) {
   const int saved = errno;
@@ -35,17 +40,26 @@ void on_signal(int signo, siginfo_t* info, void* context) {
   }
 }
 
-// The pipe and the thread that reads it (and reports). False, with *why, when either failed.
-bool start_reader(std::string* why) {
+// The pipe: the handler writes without ever blocking (a full pipe drops the byte), the reader
+// blocks. Only async-signal-safe calls, for the forked child. False when it could not be made.
+bool open_pipe() {
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
-    *why = std::string("pipe: ") + std::strerror(errno);
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return false;
+  const int flags = fcntl(fds[0], F_GETFL);
+  if (flags < 0 || fcntl(fds[0], F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    close(fds[0]);
+    close(fds[1]);
     return false;
   }
-  // The reader blocks; only the writer, in the handler, must never block.
-  fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) & ~O_NONBLOCK);
+  g_pipe_read = fds[0];
+  g_pipe_write = fds[1];
+  return true;
+}
+
+// The thread that reads the pipe and reports. False, with *why, when it could not be started.
+bool start_reader(std::string* why) {
   try {
-    std::thread([fd = fds[0]] {
+    std::thread([fd = g_pipe_read] {
       char buffer[64];
       for (;;) {
         const ssize_t n = read(fd, buffer, sizeof buffer);
@@ -54,24 +68,24 @@ bool start_reader(std::string* why) {
       }
     }).detach();
   } catch (const std::exception& e) {
-    close(fds[0]);
-    close(fds[1]);
     *why = std::string("no helper thread: ") + e.what();
     return false;
   }
-  g_pipe_write = fds[1];
   return true;
 }
 
-// A forked child has the handler but neither the helper thread (threads do not survive fork) nor a
-// pipe of its own (its writes would wake the parent's thread, which would report the parent's
-// state): it gets both, so that it reports its own.
+// A forked child has the handler but not the helper thread (threads do not survive fork), and the
+// parent's pipe, whose bytes would wake the parent's thread to report the parent's state. It gets a
+// pipe of its own here, with async-signal-safe calls only (all POSIX allows in the child of a
+// multi-threaded fork); its reader starts at its first safe point, and a signal before that is kept
+// in the pipe until then. A child that never reaches one (a DataLoader worker) is not killed by the
+// signal and reports nothing: it has no communicator of its own.
 void after_fork_in_child() {
   if (g_pipe_write < 0) return;
-  close(g_pipe_write);  // the parent's pipe
-  g_pipe_write = -1;
-  std::string why;
-  (void)start_reader(&why);  // without it the child's signal does nothing, and kills nothing
+  close(g_pipe_write);
+  close(g_pipe_read);
+  g_pipe_read = g_pipe_write = -1;
+  if (open_pipe()) g_reader_wanted.store(true, std::memory_order_release);
 }
 
 }  // namespace
@@ -81,7 +95,16 @@ bool install_dump_signal(int signo, std::function<void()> dump, std::string* why
   bool installed = false;
   std::call_once(once, [&] {
     g_dump = new std::function<void()>(std::move(dump));
-    if (!start_reader(why)) return;
+    if (!open_pipe()) {
+      *why = std::string("pipe: ") + std::strerror(errno);
+      return;
+    }
+    if (!start_reader(why)) {
+      close(g_pipe_read);
+      close(g_pipe_write);
+      g_pipe_read = g_pipe_write = -1;
+      return;
+    }
     pthread_atfork(nullptr, nullptr, &after_fork_in_child);
     struct sigaction action {};
     action.sa_sigaction = on_signal;
@@ -95,6 +118,12 @@ bool install_dump_signal(int signo, std::function<void()> dump, std::string* why
     installed = true;
   });
   return installed;
+}
+
+void start_forked_dump_reader() {
+  if (!g_reader_wanted.load(std::memory_order_acquire) || !g_reader_wanted.exchange(false)) return;
+  std::string why;
+  if (!start_reader(&why)) g_reader_wanted.store(true);  // tried again at the next safe point
 }
 
 std::string dump_path(const std::string& stats_file) {

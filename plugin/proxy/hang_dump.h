@@ -15,6 +15,11 @@ namespace sieve::plugin::proxy {
 // `dump` runs on the helper thread at each delivery. False, with *why, when it could not be set up.
 bool install_dump_signal(int signo, std::function<void()> dump, std::string* why);
 
+// In a process forked after install_dump_signal, starts the child's own helper thread (a no-op
+// elsewhere, one atomic load): call it from a safe point, e.g. every interposed NCCL call. Until
+// then the child's signals wait in its pipe.
+void start_forked_dump_reader();
+
 // Where a report also goes when SIEVE_STATS_FILE is set: a file in that file's directory (or in it,
 // when it names a directory), "sieve-proxy-state.<host>.<pid>.txt"; "" when it is not set.
 std::string dump_path(const std::string& stats_file);

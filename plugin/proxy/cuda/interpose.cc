@@ -146,8 +146,10 @@ const bool kDumpSignalInstalled = install_dump_signal_at_load();
 
 // Every interposed call starts here: the process's log is set up (SIEVE_LOG_LEVEL, each configuration
 // problem warned once) before anything can warn, also in a job that preloads the proxy without
-// Sieve as its net plugin, whose init would otherwise do it.
+// Sieve as its net plugin, whose init would otherwise do it; and a forked child's state reports
+// start (the first safe point after its fork).
 const RealNccl& nccl_for_call() {
+  start_forked_dump_reader();
   note_nccl_in_use();
   start_process_log();
   return real_nccl();
