@@ -111,6 +111,20 @@ class TorchPath(unittest.TestCase):
         runs[10:20] = True
         self.assertFalse(_kernels.Compaction(runs).pipelines(torch.zeros(5000)), "runs are plain copies")
 
+    def test_gather_into_a_slice_of_a_larger_buffer(self):
+        keep = torch.rand(3000, generator=torch.Generator().manual_seed(2)) < 0.4
+        compaction = _kernels.Compaction(keep)
+        buffer = torch.randn(3000)
+        larger = torch.full((compaction.kept + 10,), 9.0)
+        compaction.gather(buffer, out=larger.narrow(0, 5, compaction.kept))
+        self.assertTrue(torch.equal(larger[5:5 + compaction.kept], buffer[keep]))
+        self.assertTrue(torch.equal(larger[:5], torch.full((5,), 9.0)), "nothing outside the slice")
+        self.assertTrue(torch.equal(larger[-5:], torch.full((5,), 9.0)))
+        with self.assertRaises(ValueError):
+            compaction.gather(buffer, out=larger.narrow(0, 0, compaction.kept + 1))
+        with self.assertRaises(ValueError):
+            compaction.gather(buffer, out=torch.empty(compaction.kept, dtype=torch.float64))
+
     def test_the_compact_buffer_is_reused(self):
         keep = torch.rand(1000, generator=torch.Generator().manual_seed(1)) < 0.5
         compaction = _kernels.Compaction(keep)

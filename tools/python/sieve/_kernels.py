@@ -132,10 +132,14 @@ class Compaction(object):
             lib = _library()
             raise SieveError(code, "%s: %s" % (lib.sieve_strerror(code).decode(), lib.sieve_last_error().decode()))
 
-    def gather(self, buffer):
-        """The kept elements of the 1-D contiguous buffer, in order, in a buffer this Compaction reuses
-        at its next gather (the caller is done with it by then: DDP waits for every bucket per step)."""
-        compact = self._compact_buffer(buffer)
+    def gather(self, buffer, out=None):
+        """The kept elements of the 1-D contiguous buffer, in order: into `out` (a contiguous tensor of
+        `kept` elements and buffer's dtype, e.g. a slice of a larger compact buffer) when given, else
+        into a buffer this Compaction reuses at its next gather (the caller is done with it by then:
+        DDP waits for every bucket per step)."""
+        compact = self._compact_buffer(buffer) if out is None else out
+        if compact.numel() != self.kept or compact.dtype != buffer.dtype or not compact.is_contiguous():
+            raise ValueError("gather's out must be %d contiguous %s elements" % (self.kept, buffer.dtype))
         if self.kept == 0:
             return compact
         if backend_for(buffer) == "sieve-cuda":

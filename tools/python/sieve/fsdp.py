@@ -22,6 +22,9 @@ elementwise operation as FSDP's own reduce-scatter, and every pruned one is zero
 ranks each output shard equals FSDP's bit for bit (a sum of two is commutative); at more ranks the
 compacted layout keeps Gloo's ring order (_Layout.maps), and another backend's order for another
 buffer size may differ in the last bits.
+
+Gather and scatter are sieve._kernels' (one Compaction per rank segment: the elements of that segment
+that travel): Sieve's own CUDA kernels on CUDA tensors where the library has them, torch elsewhere.
 """
 
 import hashlib
@@ -36,6 +39,7 @@ except ImportError:
 from . import fsdp_layout as _layout
 from . import fsdp_masks as _masks
 from ._constants import _ERR_INVALID
+from ._kernels import Compaction
 from ._library import SieveError
 
 __all__ = ["compact", "uncompact", "stats", "CompactReduceScatter", "CompactAllGather"]
@@ -62,9 +66,10 @@ class _Layout(object):
 
     def maps(self, members):
         """For the parameters `members` (indices, group order): dict(segment S, length L of every rank's
-        compacted segment (its flag at L - 1), src: indices into the flat world x S buffer, dst: their
-        places in the world x L compacted buffer, mine/mine_dst: this rank's, pruned_all/pruned_mine:
-        the pruned places).
+        compacted segment (its flag at L - 1), travel: per rank r a sieve._kernels.Compaction of the
+        elements of r's segment that travel, packed at the start of r's compacted segment (Sieve's
+        CUDA kernels on a GPU, torch elsewhere), pruned_all/pruned_mine: the pruned places of the flat
+        world x S buffer and of this rank's segment).
 
         The compacted layout keeps the sum order of Gloo's ring (what reduce_scatter_tensor runs on
         Gloo: an all-reduce whose chunks are 2 * ceil(S / 2) elements long, each chunk summed in its
@@ -85,15 +90,9 @@ class _Layout(object):
         length = int(travel.sum(dim=1).max()) + 1 if w else 1
         if (length - segment) % 2:
             length += 1
-        src, dst = [], []
-        for r in range(w):
-            idx = travel[r].nonzero().reshape(-1)
-            src.append(idx + r * segment)
-            dst.append(torch.arange(idx.numel()) + r * length)
         pruned = (~bits).reshape(-1).nonzero().reshape(-1)
         found = {
-            "segment": segment, "length": length, "src": torch.cat(src), "dst": torch.cat(dst),
-            "mine": src[self.rank] - self.rank * segment, "mine_dst": dst[self.rank] - self.rank * length,
+            "segment": segment, "length": length, "travel": [Compaction(travel[r]) for r in range(w)],
             "pruned_all": pruned, "pruned_mine": (~bits[self.rank]).nonzero().reshape(-1),
         }
         self._maps[members] = found
@@ -137,8 +136,10 @@ class CompactReduceScatter(object):
         n = maps["length"]
         flat = input_tensor
         flag = bool(flat.index_select(0, _on(flat, maps["pruned_all"])).ne(0).any())
+        segment = maps["segment"]
         buffer = flat.new_zeros(w * n)
-        buffer.index_copy_(0, _on(flat, maps["dst"]), flat.index_select(0, _on(flat, maps["src"])))
+        for r, travel in enumerate(maps["travel"]):
+            travel.gather(flat.narrow(0, r * segment, segment), out=buffer.narrow(0, r * n, travel.kept))
         # Every destination segment carries this rank's flag, so every rank receives the same reduced
         # flag (the sum, or the average, of all ranks' flags) and decides alike.
         buffer.view(w, n)[:, n - 1] = 1.0 if flag else 0.0
@@ -151,8 +152,8 @@ class CompactReduceScatter(object):
             _warn_fallback(self.label, "reduce-scatter", "a gradient")
             return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
         _counters["compacted"] += 1
-        output_tensor.zero_()
-        output_tensor.index_copy_(0, _on(flat, maps["mine"]), received.index_select(0, _on(flat, maps["mine_dst"])))
+        mine = maps["travel"][layout.rank]
+        mine.scatter(received.narrow(0, 0, mine.kept), output_tensor)  # zero where nothing travelled
         return None  # done synchronously: FSDP waits only on a returned Work
 
 
@@ -180,7 +181,8 @@ class CompactAllGather(object):
         mine = input_tensor.reshape(-1)
         flag = bool(mine.index_select(0, _on(mine, maps["pruned_mine"])).ne(0).any())
         buffer = mine.new_zeros(n)
-        buffer.index_copy_(0, _on(mine, maps["mine_dst"]), mine.index_select(0, _on(mine, maps["mine"])))
+        own = maps["travel"][layout.rank]
+        own.gather(mine, out=buffer.narrow(0, 0, own.kept))
         buffer[n - 1] = 1 if flag else 0
         received = mine.new_empty(w * n)
         dist.all_gather_into_tensor(received, buffer, group=group)
@@ -192,8 +194,9 @@ class CompactAllGather(object):
             return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
         _counters["compacted"] += 1
         out = output_tensor.reshape(-1)
-        out.zero_()
-        out.index_copy_(0, _on(out, maps["src"]), received.index_select(0, _on(out, maps["dst"])))
+        segment = maps["segment"]
+        for r, travel in enumerate(maps["travel"]):  # each zero where nothing travelled
+            travel.scatter(received.narrow(0, r * n, travel.kept), out.narrow(0, r * segment, segment))
         return None
 
 
