@@ -5,6 +5,7 @@ odd and even length and a segment whose first elements are pruned. Gloo runs it 
 whose chunks are 2 * ceil(S / 2) elements: with S odd, chunk c starts c elements into rank c's
 segment, and those elements are summed in chunk c - 1's order; a compacted layout that does not keep
 that (the first world - 1 elements travel, the length keeps S's parity) differs in the last bits.
+Also in bfloat16, FSDP2's reduce_dtype=torch.bfloat16.
 
 Run it alone: python test_sieve_fsdp_order.py (exit 77: no torch here)."""
 
@@ -32,10 +33,11 @@ def values(rank, n, seed):
     return (torch.randn(n, generator=g) * torch.exp(torch.randn(n, generator=g) * 3)).float()
 
 
-def case(shapes, seed, head):
+def case(shapes, seed, head, dtype=torch.float32):
     """One group of parameters of these shapes, 80 % pruned (the same masks on every rank), the
     first world - 1 elements of every rank's segment kept (head True) or pruned, the gradients zero
-    where pruned: Sieve's reduce-scatter against Gloo's on the same input."""
+    where pruned: Sieve's reduce-scatter against Gloo's on the same input, in dtype (FSDP2's
+    reduce_dtype: float32, or bfloat16 with MixedPrecisionPolicy(reduce_dtype=torch.bfloat16))."""
     rank = dist.get_rank()
     g = torch.Generator().manual_seed(seed)
     parts = []
@@ -46,18 +48,19 @@ def case(shapes, seed, head):
     layout = sieve_fsdp._Layout(parts, WORLD, rank)
     keep = torch.cat(parts, dim=1).reshape(-1)
     segment = keep.numel() // WORLD
-    flat = values(rank, keep.numel(), seed).masked_fill(~keep, 0.0)
-    dense = torch.empty(segment)
+    flat = values(rank, keep.numel(), seed).masked_fill(~keep, 0.0).to(dtype)
+    dense = torch.empty(segment, dtype=dtype)
     dist.reduce_scatter_tensor(dense, flat.clone())
     rs = sieve_fsdp.CompactReduceScatter("case", layout, dist.group.WORLD, None)
     rs.with_grad = tuple(range(len(parts)))
-    out = torch.full((segment,), float("nan"))
+    out = torch.full((segment,), float("nan"), dtype=dtype)
     before = sieve_fsdp.stats()["compacted"]
     assert rs(out, flat, dist.group.WORLD, dist.ReduceOp.SUM) is None
     assert sieve_fsdp.stats()["compacted"] == before + 1, "the reduce-scatter did not compact"
-    differ = int((out.view(torch.int32) != dense.view(torch.int32)).sum())
-    assert differ == 0, "segment %d (shapes %s): %d of %d elements differ from Gloo's own" % (
-        segment, shapes, differ, segment)
+    bits = torch.int16 if dtype == torch.bfloat16 else torch.int32
+    differ = int((out.view(bits) != dense.view(bits)).sum())
+    assert differ == 0, "segment %d (shapes %s, %s): %d of %d elements differ from Gloo's own" % (
+        segment, shapes, dtype, differ, segment)
     return segment
 
 
@@ -70,6 +73,9 @@ def worker(rank, world, port):
             segments.append(case([(64, 147), (64,), (10, 513), (13,)], seed, seed % 2 == 0))  # odd
         segments.append(case([(256, 256), (256,)], 3, True))  # even
         segments.append(case([(1001, 97)], 4, False))  # odd, 251 rows a rank, the last rank short
+        for seed in range(4):  # FSDP2's bf16 reduce (reduce_dtype=torch.bfloat16)
+            case([(64, 147), (10, 512), (10,)], seed, True, torch.bfloat16)
+            case([(256, 256), (256,)], seed, seed % 2 == 0, torch.bfloat16)
         assert any(s % 2 for s in segments) and any(s % 2 == 0 for s in segments), segments
     finally:
         dist.destroy_process_group()
@@ -77,7 +83,8 @@ def worker(rank, world, port):
 
 def main():
     return run_ranks(__file__, worker, WORLD, 240,
-                     "OK: Sieve's compacted reduce-scatter bit-identical to Gloo's own at 4 ranks (odd and even segments)")
+                     "OK: Sieve's compacted reduce-scatter bit-identical to Gloo's own at 4 ranks (odd and even "
+                     "segments, float32 and bfloat16)")
 
 
 if __name__ == "__main__":
