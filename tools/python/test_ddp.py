@@ -203,6 +203,21 @@ class CompactStateChecks(unittest.TestCase):
         with self.assertRaises(ValueError):
             sieve_ddp.CompactState(_model(1), piece_elements=0)
 
+    def test_pieces_by_default_only_where_a_sum_has_no_order(self):
+        from sieve import ddp as sieve_ddp
+
+        class Group(object):
+            def __init__(self, n):
+                self.n = n
+
+            def size(self):
+                return self.n
+
+        state = sieve_ddp.CompactState(_model(1))
+        self.assertEqual(state._pieces_of(Group(2)), sieve_ddp.PIECE_ELEMENTS)
+        self.assertEqual(state._pieces_of(Group(4)), 0, "one piece: the ring's order as one all-reduce")
+        self.assertEqual(sieve_ddp.CompactState(_model(1), piece_elements=5)._pieces_of(Group(4)), 5)
+
 
 if __name__ == "__main__":
     unittest.main()

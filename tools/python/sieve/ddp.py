@@ -35,9 +35,12 @@ Gather and scatter (sieve._kernels): on a GPU, Sieve's own CUDA kernels where th
 was built with CUDA (sieve_compact_gather / sieve_compact_scatter); elsewhere torch, on an index
 computed once per agreed mask (index_select into a reused buffer, index_copy_), or run by run
 (narrow/copy_) for a mask of few contiguous runs. On the host, where gather and scatter are the
-CPU's own work, a bucket with more than piece_elements kept elements (PIECE_ELEMENTS unless given)
-goes out in pieces of that many, each all-reduced as soon as it is gathered and scattered back as
-soon as its sum arrives, so that the copies overlap the wire instead of adding to it.
+CPU's own work, a bucket with more than piece_elements kept elements goes out in pieces of that many,
+each all-reduced as soon as it is gathered and scattered back as soon as its sum arrives, so that the
+copies overlap the wire instead of adding to it. By default (piece_elements=None) only on a group of
+2 ranks, where a sum has no order and the pieces are bit-identical to one all-reduce, in pieces of
+PIECE_ELEMENTS; on larger groups each piece is its own ring and sums in another order (the noise of
+another bucket size), so there pieces are used only when piece_elements is given.
 """
 
 import hashlib
@@ -103,16 +106,18 @@ class CompactState(object):
     model: the DDP-wrapped model or its module (parameter names as module.named_parameters() gives
     them). process_group: the group DDP reduces on (None: the default group). masks: {name: keep}
     besides torch.nn.utils.prune's. wire_dtype: None (exact) or torch.bfloat16 / torch.float16
-    (lossy). stats counts what the hook did on this rank: buckets compacted and dense, elements sent
-    and the elements the default hook would have sent, and the votes."""
+    (lossy). piece_elements: a host bucket's piece size (None: PIECE_ELEMENTS on a group of 2 ranks,
+    one piece on larger ones; the module's doc says why). stats counts what the hook did on this
+    rank: buckets compacted and dense, elements sent and the elements the default hook would have
+    sent, the votes, and the pieces of host buckets sent in pieces."""
 
-    def __init__(self, model, process_group=None, masks=None, wire_dtype=None, piece_elements=PIECE_ELEMENTS):
+    def __init__(self, model, process_group=None, masks=None, wire_dtype=None, piece_elements=None):
         import torch
         if wire_dtype not in (None, torch.bfloat16, torch.float16):
             raise ValueError("wire_dtype must be None, torch.bfloat16 or torch.float16, not %r" % (wire_dtype,))
-        if int(piece_elements) < 1:
+        if piece_elements is not None and int(piece_elements) < 1:
             raise ValueError("piece_elements must be at least 1, not %r" % (piece_elements,))
-        self.piece_elements = int(piece_elements)
+        self.piece_elements = None if piece_elements is None else int(piece_elements)
         self.module = getattr(model, "module", model)
         self.process_group = process_group
         self.wire_dtype = wire_dtype
@@ -149,6 +154,12 @@ class CompactState(object):
             raise ValueError("the mask of %s has %d elements, the parameter %d" % (name, keep.numel(), param.numel()))
         return keep.detach().reshape(-1).ne(0).cpu()
 
+    def _pieces_of(self, group):
+        """The piece size of a host bucket on group, 0 for one piece (see the module's doc)."""
+        if self.piece_elements is not None:
+            return self.piece_elements
+        return PIECE_ELEMENTS if group.size() == 2 else 0
+
     def _bucket_keep(self, names, params, buffer):
         """The bucket's keep over its flat buffer: DDP lays the parameters out back to back in the
         bucket's order."""
@@ -184,7 +195,8 @@ class CompactState(object):
             refusal, subject = _REFUSAL_COULD_NOT_PREPARE, 0
         # The piece size and the buffer's device decide how many all-reduces a bucket issues: ranks
         # that would issue different numbers never compact together.
-        settings = _hash(_HOOK_VERSION, group.size(), str(self.wire_dtype), self.piece_elements, buffer.device.type)
+        settings = _hash(_HOOK_VERSION, group.size(), str(self.wire_dtype), self._pieces_of(group),
+                         buffer.device.type)
         self.stats["votes"] += 1
         plan = None
         if _agree(group, subject, settings, refusal):
@@ -223,8 +235,9 @@ def compact_hook(state, bucket):
     state.stats["compacted"] += 1
     state.stats["elements_sent"] += plan.kept
     state.stats["elements_dense"] += buffer.numel()
-    if plan.compaction.pipelines(buffer) and plan.kept > state.piece_elements:
-        return _pipelined(state, group, plan.compaction, buffer)
+    pieces = state._pieces_of(group)
+    if pieces and plan.compaction.pipelines(buffer) and plan.kept > pieces:
+        return _pipelined(state, group, plan.compaction, buffer, pieces)
     compact = plan.compaction.gather(buffer)
     if state.wire_dtype is not None:
         compact = compact.to(state.wire_dtype)  # bf16_compress_hook's order: cast, then divide
@@ -236,7 +249,7 @@ def compact_hook(state, bucket):
     return dist.all_reduce(compact, group=group, async_op=True).get_future().then(expand)
 
 
-def _pipelined(state, group, compaction, buffer):
+def _pipelined(state, group, compaction, buffer, piece_elements):
     """A host bucket in pieces: each piece's all-reduce starts as soon as it is gathered, while the
     next is gathered; each is scattered back as soon as its sum arrives, while later ones are on the
     wire. The pieces are the mask's (equal on every rank), issued in order, so every rank issues the
@@ -247,7 +260,7 @@ def _pipelined(state, group, compaction, buffer):
     import torch
     import torch.distributed as dist
     in_flight = []
-    for offset, length in compaction.pieces(state.piece_elements):
+    for offset, length in compaction.pieces(piece_elements):
         piece = compaction.gather_piece(buffer, offset, length)
         if state.wire_dtype is not None:
             piece = piece.to(state.wire_dtype)
@@ -272,6 +285,6 @@ def _pipelined(state, group, compaction, buffer):
 def register(ddp_model, masks=None, wire_dtype=None, process_group=None, piece_elements=None):
     """Registers compact_hook on a DistributedDataParallel model; returns its CompactState."""
     state = CompactState(ddp_model, process_group=process_group, masks=masks, wire_dtype=wire_dtype,
-                         piece_elements=piece_elements or PIECE_ELEMENTS)
+                         piece_elements=piece_elements)
     ddp_model.register_comm_hook(state, compact_hook)
     return state
