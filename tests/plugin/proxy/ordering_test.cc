@@ -101,15 +101,12 @@ TEST(OrderingTest, AThreadThatExitsLeavesNoArmedTokenToTheNextThread) {
     if (r.rank == 0) std::thread([&] { r.proxy.arm_commit(words, 0); }).join();
     Path path = Path::kCommit;
     auto reduce = [&] {
-      EXPECT_EQ(r.settle(r.proxy.all_reduce(words, words, kVoteWords, DType::kI64, ReduceOp::kMax, kComm, kStream,
-                                            &path)),
-                0)
+      EXPECT_EQ(
+          r.settle(r.proxy.all_reduce(words, words, kVoteWords, DType::kI64, ReduceOp::kMax, kComm, kStream, &path)), 0)
           << r.backend.error;
     };
-    if (r.rank == 0)
-      std::thread(reduce).join();
-    else
-      reduce();
+    if (r.rank == 0) std::thread(reduce).join();
+    else reduce();
     EXPECT_NE(path, Path::kCommit) << "rank " << r.rank;
     EXPECT_EQ(words[5], 6);
   });
