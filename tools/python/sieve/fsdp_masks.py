@@ -672,7 +672,9 @@ def publish_fsdp(model, group=None, commit_now=True, union=False, masks=None, fo
     whose; use sieve.fsdp.compact(model) (FSDP2's custom collectives) to compact those exactly. So a
     step that skips a parameter, a group that does not run, an eval forward or gradient
     accumulation never makes a call take another group's mask: a call whose shape no mask names runs
-    dense. The masks are published in the order one step issues the collectives (_issue_order).
+    dense. The masks are published in the order _issue_order predicts for one step; the order is
+    not what matches them (FSDP1 with forward_prefetch issues its backward reduce-scatters in
+    another order, measured on PyTorch 2.11, and every call still takes its own shape's mask).
     SIEVE_PROXY_VERIFY=1 reports a mask that does not fit its data.
 
     Withheld, and said so once (a wrong mask silently drops gradients or parameters): a shape with
