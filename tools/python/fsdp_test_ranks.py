@@ -1,11 +1,21 @@
 # SPDX-License-Identifier: Apache-2.0
 """The launcher the FSDP2 tests share: this script runs itself once per rank (argv: rank, world,
-port), on loopback with Gloo, and the parent waits for every rank within a bound."""
+port), on loopback with Gloo, and the parent waits for every rank within a bound. The rendezvous is a
+TCPStore the parent serves on a port the kernel picks (no port chosen by one process and bound by
+another, which a third could take in between); ranks join it with init_gloo."""
 
+import datetime
 import os
-import socket
 import subprocess
 import sys
+
+
+def init_gloo(rank, world, port, seconds=120):
+    """A rank's default process group: Gloo, through the parent's store on `port`."""
+    import torch.distributed as dist
+    timeout = datetime.timedelta(seconds=seconds)
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
 
 
 def run_ranks(script, worker, world, timeout, ok_message):
@@ -14,9 +24,10 @@ def run_ranks(script, worker, world, timeout, ok_message):
     if len(sys.argv) > 1:
         worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
         return 0
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    import torch.distributed as dist
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=timeout))
+    port = store.port  # served until this function returns, after every rank has exited
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
     procs = [subprocess.Popen([sys.executable, script, str(r), str(world), str(port)], env=env)
              for r in range(world)]

@@ -11,7 +11,7 @@ import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from fsdp_test_ranks import run_ranks  # noqa: E402
+from fsdp_test_ranks import init_gloo, run_ranks  # noqa: E402
 
 try:
     import torch
@@ -159,7 +159,7 @@ def case_refused():
 
 
 def worker(rank, world, port):
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world)
+    init_gloo(rank, world, port)
     try:
         case_exact(label="fp32 sgd", sgd=True)
         case_exact(MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32), "bf16/fp32 reduce")

@@ -14,7 +14,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from fsdp_test_ranks import run_ranks  # noqa: E402
+from fsdp_test_ranks import init_gloo, run_ranks  # noqa: E402
 
 try:
     import torch
@@ -65,7 +65,7 @@ def case(shapes, seed, head, dtype=torch.float32):
 
 
 def worker(rank, world, port):
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world)
+    init_gloo(rank, world, port)
     try:
         segments = []
         for seed in range(8):  # compacted lengths of either parity

@@ -13,7 +13,7 @@ import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from fsdp_test_ranks import run_ranks  # noqa: E402
+from fsdp_test_ranks import init_gloo, run_ranks  # noqa: E402
 
 try:
     import torch
@@ -198,7 +198,7 @@ def case(variant, reason):
 
 
 def worker(rank, world, port):
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world)
+    init_gloo(rank, world, port)
     try:
         case("tensor_parallel", "is a DTensor on a 2-D mesh dp=2 x tp=1 (tensor parallel)")
         case("mixed_meshes", "its parameters are on different meshes (blocks.1.gate.weight on dp=2 x tp=1")
