@@ -299,27 +299,6 @@ class Tensors(unittest.TestCase):
 # test_real_torch.py, not against stand-ins here.
 
 
-class CycleSim(object):
-    """A cursor over published masks: a call takes the first entry of its kind, count and dtype at or
-    after the cursor, wrapping, and the cursor moves past it; no entry: the call runs dense (None).
-    The proxy once matched so; Proxy::match_cycle (plugin/proxy/collectives.cc) now runs a call dense
-    when masks of its shape differ, and takes the one mask otherwise. Here it shows what the order of
-    the table (_issue_order) is for: with a cursor, one step of calls finds each group's own mask."""
-
-    def __init__(self, entries):
-        self.cycle, self.cursor = list(entries), 0
-
-    def call(self, kind, count, dtype):
-        n = len(self.cycle)
-        for k in range(n):
-            i = (self.cursor + k) % n
-            entry = self.cycle[i]
-            if entry[0] == kind and entry[1] == count and entry[2] == dtype:
-                self.cursor = i + 1
-                return entry
-        return None
-
-
 def cxx_emulation_mask(numels, keeps, n):
     """tests/plugin/proxy/fsdp_test.cc's Group::mask, element by element: shards of ceil(numel / n), rank-major,
     padding pruned (the C++ emulation flattens parameters, i.e. 1-D ones)."""
@@ -496,27 +475,6 @@ class FsdpIssueOrder(unittest.TestCase):
         units[3].backward_prefetch = ["2", "1"]  # set_modules_to_backward_prefetch on block 3 only
         units[2].backward_prefetch = []
         self.assertEqual(issued(units), "AG R AG 1 AG 2 AG 3 AG 3 AG 2 AG 1 RS 3 RS 2 RS 1 RS R")
-
-    def test_the_cycle_gives_identical_blocks_their_own_masks_and_a_naive_one_does_not(self):
-        # Three identical blocks: their all-gathers share a shape, their reduce-scatters another.
-        order = ["AG R", "AG 1", "AG 2", "AG 3", "AG 3", "AG 2", "RS 3", "AG 1", "RS 2", "RS 1", "RS R"]
-        shape = {"AG R": ("all_gather", 10), "RS R": ("reduce_scatter", 10)}
-        for k in "123":
-            shape["AG " + k], shape["RS " + k] = ("all_gather", 64), ("reduce_scatter", 64)
-
-        def run(cycle, steps=3):
-            sim = CycleSim([shape[c] + ("f32", c) for c in cycle])
-            wrong = []
-            for _ in range(steps):
-                for call in order:
-                    got = sim.call(*(shape[call] + ("f32",)))
-                    if got is None or got[3] != call:
-                        wrong.append((call, got and got[3]))
-            return wrong
-
-        self.assertEqual(run(order), [])
-        naive = ["AG R", "AG 1", "AG 2", "AG 3", "AG 3", "AG 2", "AG 1", "RS 3", "RS 2", "RS 1", "RS R"]
-        self.assertIn(("RS 2", "RS 3"), run(naive), "all-gathers first, then reduce-scatters: block 2 gets block 3's")
 
 
 # Why a commit with no proxy to take its token is refused: in a CUDA build, the token's all-reduce
