@@ -145,19 +145,24 @@ class Compaction(object):
         if backend_for(buffer) == "sieve-cuda":
             self._kernel("sieve_compact_gather", buffer, compact)
         elif self.runs is not None:
-            offset = 0
-            for start, length in self.runs:
+            for start, offset, length in self._run_places():
                 compact.narrow(0, offset, length).copy_(buffer.narrow(0, start, length))
-                offset += length
         else:
             self._torch.index_select(buffer, 0, self._index(buffer.device), out=compact)
         return compact
+
+    def _run_places(self):
+        """(start in the buffer, offset in the compact buffer, length) of each kept run."""
+        offset = 0
+        for start, length in self.runs:
+            yield start, offset, length
+            offset += length
 
     def pipelines(self, buffer):
         """True when gather_piece/scatter_piece serve this buffer: the torch index path on the host,
         where gather and scatter are the CPU's own work and pieces let them overlap the wire (on a GPU
         they are kernels on the stream, and runs are plain copies)."""
-        return backend_for(buffer) == "torch" and not buffer.is_cuda and self.runs is None
+        return not buffer.is_cuda and self.runs is None
 
     def pieces(self, elements):
         """[(offset, length)]: the compact buffer cut into consecutive pieces of `elements` kept
@@ -191,10 +196,8 @@ class Compaction(object):
         if self.kept == 0:
             return buffer
         if self.runs is not None:
-            offset = 0
-            for start, length in self.runs:
+            for start, offset, length in self._run_places():
                 buffer.narrow(0, start, length).copy_(compact.narrow(0, offset, length))
-                offset += length
         else:
             buffer.index_copy_(0, self._index(buffer.device), compact)
         return buffer
