@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Checks sieve's DDP communication hook under real DDP: 2 processes, Gloo on loopback, a pruned model,
 several steps, every loss, gradient and parameter compared bit for bit with DDP's default. Needs a
-torch with Gloo (PyTorch 2.x); skips without one. Run: python tools/python/test_ddp.py"""
+torch with Gloo (PyTorch 2.x); skipped as a whole without one. Run: python tools/python/test_ddp.py"""
 
 import datetime
 import json
@@ -13,16 +13,12 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-try:
-    import torch
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-    import torch.nn.utils.prune as prune
-except ImportError:
-    torch = None
+from suite import main, require_torch  # noqa: E402
 
-needs_gloo = unittest.skipUnless(torch is not None and dist.is_available() and dist.is_gloo_available(),
-                                 "needs torch with Gloo")
+torch = require_torch(gloo=True)
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+import torch.nn.utils.prune as prune  # noqa: E402
 STEPS = 4
 
 
@@ -142,7 +138,6 @@ def _run(cases, world=2):
         return results
 
 
-@needs_gloo
 class CompactHookUnderRealDdp(unittest.TestCase):
     def test_two_ranks_every_loss_gradient_and_parameter_bit_identical_to_the_default(self):
         for rank, r in enumerate(r["exact"] for r in self._results):
@@ -192,7 +187,6 @@ class CompactHookUnderRealDdp(unittest.TestCase):
         cls._results = _run(["exact", "pieces", "disagree", "bf16"])
 
 
-@needs_gloo
 class CompactStateChecks(unittest.TestCase):
     def test_refuses_a_wire_dtype_it_cannot_send_and_masks_of_unknown_parameters(self):
         from sieve import ddp as sieve_ddp
@@ -220,4 +214,4 @@ class CompactStateChecks(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    main()

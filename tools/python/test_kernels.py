@@ -7,10 +7,11 @@
 - the kernels' mask as the library reads it (LSB-first uint32 words, kept elements before each tile);
 - the C API without a device: clear codes for bad input, SIEVE_ERR_INTERNAL naming CUDA's error for a
   launch (no crash), SIEVE_ERR_UNAVAILABLE in a build without CUDA;
-- on a GPU (skipped without one, "no device"): the kernels' gather and scatter equal torch's.
+- with --gpu, on a GPU only (skipped as a whole without one): the kernels' gather and scatter equal
+  torch's.
 
 Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so SIEVE_TEST_PROXY_BUILT=1 \\
-     /opt/sieve/venv/bin/python tools/python/test_kernels.py   (exit 77 without torch or library)
+     /opt/sieve/venv/bin/python tools/python/test_kernels.py [--gpu]   (exit 77 without torch, or device)
 """
 
 import ctypes
@@ -21,15 +22,13 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-try:
-    import torch
-except ImportError:
-    torch = None
+from suite import main, require_torch, skip_script  # noqa: E402
 
+torch = require_torch()
 from sieve import _constants, _kernels  # noqa: E402
 
 CUDA_BUILD = os.environ.get("SIEVE_TEST_PROXY_BUILT") in ("1", "ON", "TRUE", "true")
-HAVE_DEVICE = torch is not None and torch.cuda.is_available()
+HAVE_DEVICE = torch.cuda.is_available()
 
 
 class FakeCudaTensor(object):
@@ -132,7 +131,6 @@ class TorchPath(unittest.TestCase):
         self.assertEqual(compaction.gather(torch.randn(1000)).data_ptr(), first.data_ptr())
 
 
-@unittest.skipUnless(CUDA_BUILD, "the library was built without CUDA")
 class KernelMask(unittest.TestCase):
     def test_bits_and_tile_bases_are_what_the_kernels_read(self):
         tile = int(_kernels._library().sieve_compact_tile_elements())
@@ -186,7 +184,6 @@ class CApi(unittest.TestCase):
                 self.assertIn("CUDA error", why)
 
 
-@unittest.skipUnless(HAVE_DEVICE and CUDA_BUILD, "no device")
 class OnTheGpu(unittest.TestCase):
     def test_the_kernels_equal_torch(self):
         generator = torch.Generator().manual_seed(3)
@@ -204,10 +201,13 @@ class OnTheGpu(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    if torch is None:
-        print("SKIP: needs torch")
-        sys.exit(77)
     if not os.environ.get("SIEVE_LIBRARY"):
-        print("SKIP: set SIEVE_LIBRARY to the built libnccl-net-sieve.so")
-        sys.exit(77)
-    unittest.main()
+        sys.exit("FAILED: set SIEVE_LIBRARY to the built libnccl-net-sieve.so")
+    if sys.argv[1:] == ["--gpu"]:
+        if not HAVE_DEVICE:
+            skip_script("no CUDA device")
+        if not CUDA_BUILD:
+            sys.exit("FAILED: a device, but the library was built without CUDA")
+        main([sys.argv[0], "OnTheGpu"])
+    main([sys.argv[0]] + [name for name, value in sorted(globals().items()) if isinstance(value, type)
+                          and issubclass(value, unittest.TestCase) and value is not OnTheGpu])

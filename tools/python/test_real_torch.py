@@ -24,7 +24,7 @@ case under its own key prefix, nothing on the file system, no port chosen by one
 another. On a hang, every rank's Python stacks are dumped (faulthandler on SIGUSR1) into the failure.
 
 Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so /opt/sieve/venv/bin/python tools/python/test_real_torch.py
-(exit 77: skipped, no library or no torch 2.x with FSDP2 and Gloo).
+(exit 77: skipped as a whole, no torch 2.x with FSDP2 and Gloo; no library is a failure).
 """
 
 import datetime
@@ -46,15 +46,14 @@ sys.path.insert(0, HERE)
 WORLD = 2
 STEP_TIMEOUT = 400  # seconds for the two ranks' whole run (mostly importing torch; 210 s seen on the loaded VM)
 
-try:
-    import torch
-    import torch.distributed as dist
-    import torch.distributed.fsdp as _fsdp
-    HAVE_TORCH = hasattr(_fsdp, "fully_shard")  # FSDP2: torch >= 2.6
-    HAVE_TORCH = HAVE_TORCH and dist.is_gloo_available()
-except ImportError:
-    torch = None
-    HAVE_TORCH = False
+from suite import main, require_torch, skip_script  # noqa: E402
+
+torch = require_torch(gloo=True)
+import torch.distributed as dist  # noqa: E402
+import torch.distributed.fsdp as _fsdp  # noqa: E402
+
+if not hasattr(_fsdp, "fully_shard"):
+    skip_script("needs FSDP2 (torch >= 2.6), this is torch %s" % torch.__version__)
 
 
 def unpack(bits, count):
@@ -688,7 +687,6 @@ def run_ranks():
                 err.close()
 
 
-@unittest.skipUnless(HAVE_TORCH, "needs torch 2.x with FSDP2 and Gloo (tools/install-deps.sh: build/venv)")
 class RealStructures(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -852,9 +850,5 @@ if __name__ == "__main__":
         sys.stderr.flush()
         os._exit(0)  # no destructors of the kept process groups (see _KEEP)
     if not (os.environ.get("SIEVE_LIBRARY") or os.environ.get("LD_PRELOAD")):
-        print("SKIP: set SIEVE_LIBRARY to the built libnccl-net-sieve.so, or LD_PRELOAD it")
-        sys.exit(77)
-    if not HAVE_TORCH:
-        print("SKIP: needs torch 2.x with FSDP2 and Gloo")
-        sys.exit(77)
-    unittest.main()
+        sys.exit("FAILED: set SIEVE_LIBRARY to the built libnccl-net-sieve.so, or LD_PRELOAD it")
+    main()

@@ -1,8 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Checks the ctypes binding against the built library, without a GPU (the C API only records
 addresses). Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so python3 tools/python/test_sieve.py
-(or with LD_PRELOAD instead). The library-finding and C API checks need nothing else; the tensor
-checks need torch and skip one by one without it."""
+(or with LD_PRELOAD instead). Needs torch (the tensor checks); skipped as a whole without it."""
 
 import ctypes
 import os
@@ -16,15 +15,12 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-try:
-    import torch
-except ImportError:
-    torch = None
+from suite import main, require_torch  # noqa: E402
 
+torch = require_torch()
 import sieve  # noqa: E402
 from sieve import _library, fsdp_masks, masks  # noqa: E402
 
-needs_torch = unittest.skipUnless(torch is not None, "needs torch (tools/install-deps.sh: build/venv)")
 LIBRARY = os.environ.get("SIEVE_LIBRARY") or _library._loaded_path()
 
 
@@ -163,7 +159,6 @@ class CApiThroughCtypes(unittest.TestCase):
         self.assertEqual(caught.exception.code, -3)
 
 
-@needs_torch
 class Tensors(unittest.TestCase):
     def setUp(self):
         self.before = sieve.stats()["masks_published"]
@@ -354,7 +349,6 @@ def nonzero_where_kept(keep, seed, dtype=torch.float32 if torch else None):
     return (magnitude * sign * keep.ne(0)).to(dtype)
 
 
-@needs_torch
 class FsdpLayout(unittest.TestCase):
     def test_a_hand_computed_group_on_two_ranks(self):
         # A: 5 x 2, ceil(5 / 2) = 3 rows a rank (rank 1: rows 3-4 and one padded row); B: 3, 2 a rank.
@@ -438,7 +432,6 @@ def issued(units):
     return " ".join(("AG " if kind == "all_gather" else "RS ") + group.name for kind, group, _ in fsdp_masks._issue_order(units))
 
 
-@needs_torch
 class FsdpIssueOrder(unittest.TestCase):
     """The order of one step's collectives, derived by hand from 2.11's hooks: FSDP2 pre-backward
     all-gathers its group if resharded, then prefetches the group before it in post-forward order;
@@ -485,7 +478,6 @@ else:
     NO_PROXY_REASON, NO_PROXY_WARNING = "no collective proxy in this process", "built without the collective proxy"
 
 
-@needs_torch
 class CommitOnAProcessGroup(unittest.TestCase):
     """commit() is a collective on a torch.distributed group. Here the group is Gloo on the CPU, so no
     proxy intercepts the token (as on a rank without LD_PRELOAD): the commit is refused, says why,
@@ -524,6 +516,5 @@ class CommitOnAProcessGroup(unittest.TestCase):
 
 if __name__ == "__main__":
     if not LIBRARY:
-        print("SKIP: set SIEVE_LIBRARY to the built libnccl-net-sieve.so, or LD_PRELOAD it")
-        sys.exit(77)
-    unittest.main()
+        sys.exit("FAILED: set SIEVE_LIBRARY to the built libnccl-net-sieve.so, or LD_PRELOAD it")
+    main()

@@ -3,7 +3,7 @@
 loss and every parameter bit-identical to FSDP2 as is, with a step that leaves one parameter and one
 whole block without a gradient, under mixed precision, and on the refusal paths.
 
-Run it alone: python test_sieve_fsdp.py (exit 77: no torch with FSDP2 custom collectives here)."""
+Run it alone: python test_sieve_fsdp.py (exit 77: no torch with Gloo here)."""
 
 import os
 import sys
@@ -13,16 +13,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from fsdp_test_ranks import init_gloo, run_ranks  # noqa: E402
 
-try:
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
-    from torch.distributed.device_mesh import init_device_mesh
-    import torch.nn.utils.prune as prune
-    import sieve.fsdp as sieve_fsdp
-except ImportError as error:  # pragma: no cover - the skip
-    print("SKIP: %s" % error)
-    sys.exit(77)
+from suite import require_torch  # noqa: E402
+
+torch = require_torch(gloo=True)
+import torch.distributed as dist  # noqa: E402
+from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy  # noqa: E402
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+import torch.nn.utils.prune as prune  # noqa: E402
+import sieve.fsdp as sieve_fsdp  # noqa: E402
 
 STEPS = 4
 

@@ -7,7 +7,7 @@ segment, and those elements are summed in chunk c - 1's order; a compacted layou
 that (the first world - 1 elements travel, the length keeps S's parity) differs in the last bits.
 Also in bfloat16, FSDP2's reduce_dtype=torch.bfloat16.
 
-Run it alone: python test_sieve_fsdp_order.py (exit 77: no torch here)."""
+Run it alone: python test_sieve_fsdp_order.py (exit 77: no torch with Gloo here)."""
 
 import os
 import sys
@@ -16,13 +16,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from fsdp_test_ranks import init_gloo, run_ranks  # noqa: E402
 
-try:
-    import torch
-    import torch.distributed as dist
-    import sieve.fsdp as sieve_fsdp
-except ImportError as error:  # pragma: no cover - the skip
-    print("SKIP: %s" % error)
-    sys.exit(77)
+from suite import require_torch  # noqa: E402
+
+torch = require_torch(gloo=True)
+import torch.distributed as dist  # noqa: E402
+import sieve.fsdp as sieve_fsdp  # noqa: E402
 
 WORLD = 4
 

@@ -5,7 +5,7 @@ one group, an all-gather extension) is refused with one warning line naming it a
 FSDP's own collectives, and trains bit-identically to FSDP2 as is, while the model's other groups
 are still compacted.
 
-Run it alone: python test_sieve_fsdp_refusals.py (exit 77: no torch with FSDP2 custom collectives here)."""
+Run it alone: python test_sieve_fsdp_refusals.py (exit 77: no torch with Gloo here)."""
 
 import os
 import sys
@@ -15,21 +15,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from fsdp_test_ranks import init_gloo, run_ranks  # noqa: E402
 
-try:
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-    import torch.nn.utils.prune as prune
-    import torch.utils._pytree as pytree
-    from torch.utils._python_dispatch import return_and_correct_aliasing
-    import sieve.fsdp as sieve_fsdp
-except ImportError as error:  # pragma: no cover - the skip
-    print("SKIP: %s" % error)
-    sys.exit(77)
+from suite import require_torch  # noqa: E402
+
+torch = require_torch(gloo=True)
+import torch.distributed as dist  # noqa: E402
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from torch.distributed.fsdp import fully_shard  # noqa: E402
+from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter  # noqa: E402
+from torch.distributed.tensor import Replicate  # noqa: E402
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module  # noqa: E402
+import torch.nn.utils.prune as prune  # noqa: E402
+import torch.utils._pytree as pytree  # noqa: E402
+from torch.utils._python_dispatch import return_and_correct_aliasing  # noqa: E402
+import sieve.fsdp as sieve_fsdp  # noqa: E402
 
 STEPS = 3
 

@@ -10,7 +10,7 @@ init_process_group("nccl"). Checked:
 - Sieve says exactly one line, naming the NCCL the wheel ships (nvidia/nccl/lib/libnccl.so.2) and
   its version, as ncclGetVersion gives it.
 
-    torch_nccl_check.py LIBRARY      (exit 77: no torch with the nvidia-nccl wheel, or no proxy build)
+    torch_nccl_check.py LIBRARY      (exit 77: no torch with the nvidia-nccl wheel)
 """
 import ctypes
 import glob
@@ -56,7 +56,12 @@ def main():
     library = os.path.realpath(sys.argv[1])
     if "ncclAllReduce" not in subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True,
                                              text=True).stdout:
-        skip("this build has no collective proxy (no CUDA)")
+        print("FAIL: %s exports no ncclAllReduce, though this test is registered only in a build with CUDA" % library)
+        return 1
+    try:
+        import torch  # noqa: F401 (present, and importable)
+    except ImportError as error:
+        skip("%s has no torch (tools/install-deps.sh): %s" % (sys.executable, error))
     nccl, version = wheel_nccl()
     if not nccl:
         skip("%s has no torch with the nvidia-nccl wheel (tools/install-deps.sh)" % sys.executable)
