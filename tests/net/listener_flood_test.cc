@@ -127,13 +127,17 @@ TEST(ListenerFlood, DropWarningsAreRateLimited) {
   log::set_sink(count_warnings);
   uint64_t dropped = 0;
   std::deque<Fd> idle;
+  const auto start = Steady::now();
   for (int round = 0; round < 4; ++round) {
     for (int i = 0; i < 100; ++i) idle.push_back(raw_client(l.fields));
     for (int i = 0; i < 4; ++i) dropped += l.poll_listener();
   }
   log::set_sink(nullptr);
   EXPECT_GE(dropped, 200u);  // 400 silent sockets, far beyond what the listener keeps
-  EXPECT_LE(g_warnings.load(), 10) << "one warning per dropped socket floods the log";
+  // The listener warns a few lines per 10 s window (and one line for the rest): bounded per window
+  // that the flood lasted, so a slow machine gets its windows and no timing is assumed.
+  const long windows = 1 + std::chrono::duration_cast<std::chrono::seconds>(Steady::now() - start).count() / 10;
+  EXPECT_LE(g_warnings.load(), 10 * windows) << "one warning per dropped socket floods the log";
   EXPECT_GE(g_warnings.load(), 1) << "drops must still be reported";
 }
 

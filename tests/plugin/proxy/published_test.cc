@@ -8,6 +8,7 @@
 #include <chrono>
 #include <future>
 
+#include "tests/common/liveness.h"
 #include "tests/plugin/proxy/rank_harness.h"
 
 namespace sieve::plugin::proxy {
@@ -829,10 +830,12 @@ TEST(ProxyTest, AnAbortFromAnotherThreadReturnsAtOnceWhileACommitWaits) {
     r.proxy.forget(kComm);
     return dead;
   });
-  ASSERT_EQ(watchdog.wait_for(std::chrono::seconds(1)), std::future_status::ready) << "abort must win within 1 s";
+  ASSERT_EQ(watchdog.wait_for(liveness::bound(std::chrono::seconds(1))), std::future_status::ready)
+      << "abort must win within 1 s";
   EXPECT_FALSE(watchdog.get());
   auto result = committed.get_future();
-  ASSERT_EQ(result.wait_for(std::chrono::seconds(1)), std::future_status::ready) << "the waiting commit ends too";
+  ASSERT_EQ(result.wait_for(liveness::bound(std::chrono::seconds(1))), std::future_status::ready)
+      << "the waiting commit ends too";
   EXPECT_NE(result.get(), 0);
   trainer.join();
   EXPECT_EQ(log.count("collective proxy state (ncclCommAbort)"), 1u);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/liveness.h"
 #include "tests/plugin/net/conformance/harness.h"
 #include "tools/nccl_emulator/plugin_loader.h"
 
@@ -160,7 +161,8 @@ class TwoProcess : public ::testing::TestWithParam<std::tuple<int, Link>> {
         << survivor.transcript();
     ASSERT_EQ(line.rfind("ERROR ", 0), 0u) << line;
     const long long error_at = atoll(line.c_str() + 6);
-    EXPECT_LE(error_at - killed_at, 5000) << "error came " << error_at - killed_at << " ms after the kill: " << line;
+    EXPECT_LE(error_at - killed_at, liveness::bound(std::chrono::milliseconds(5000)).count())
+        << "error came " << error_at - killed_at << " ms after the kill: " << line;
     survivor.close_stdin();
     expect_clean_exit(survivor, "survivor");
   }
