@@ -16,4 +16,4 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DSIEVE_BUILD_FUZZERS=ON -DSIE
 fuzzers=(codec_decode codec_roundtrip safetensors wire listener recv_stream verbs_setup topology_file config)
 cmake --build "$build" -j "$(nproc)" --target "${fuzzers[@]/#/sieve-fuzz-}"
 cd "$build"
-ctest --output-on-failure --timeout 120 -R '_fuzz_'
+ctest --output-on-failure --timeout 120 -R '_fuzz_' --output-junit "$build/ctest-junit.xml"

@@ -61,7 +61,7 @@ HARDWARE = {
 }
 
 # ctest labels registered only where the hardware is, with the reason.
-HARDWARE_LABELS = {"rdma": "the rdma.* suites are registered only where /sys/class/infiniband lists a device"}
+HARDWARE_LABELS = {"needs-rdma": "the rdma.* suites are registered only where /sys/class/infiniband lists a device"}
 
 
 class CheckFailed(Exception):
