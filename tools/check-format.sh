@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Fails when a tracked C, C++ or CUDA file differs from what clang-format makes of it with the
 # repository's .clang-format (clang-format 14, Debian 12's), or when a tracked source, script or
-# CMake file lacks the SPDX license line in its first three lines. Prints the files and the fix.
+# CMake file lacks the SPDX license line in its first three lines, or when a comment, script or
+# document names a path into the tree that does not exist (tools/check-paths.py). Prints the files and
+# the fix.
 # Runs from any directory; needs a git checkout (it checks what git tracks, nothing generated).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,4 +35,5 @@ if ((${#unlicensed[@]} > 0)); then
   printf '  %s\n' "${unlicensed[@]}" >&2
   exit 1
 fi
-echo "check-format: ${#files[@]} files formatted, ${#licensed[@]} files carry the SPDX line"
+python3 "$root/tools/check-paths.py" "$root"
+echo "check-format: ${#files[@]} files formatted, ${#licensed[@]} files carry the SPDX line, every path named exists"

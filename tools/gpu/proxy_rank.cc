@@ -3,7 +3,7 @@
 // proxy the way a trainer does: NCCL linked normally, libnccl-net-sieve.so loaded (NCCL also loads it
 // as its net plugin when NCCL_NET_PLUGIN names it), masks published through the C API, and
 // all-reduces called through the library's interposed ncclAllReduce. Several ranks share one GPU when
-// each has its own NCCL_HOSTID (tools/gpu/run_proxy_ranks.sh and tests/plugin/proxy/gpu set that up).
+// each has its own NCCL_HOSTID (tools/gpu/run_proxy_bench.sh and tests/plugin/proxy/gpu set that up).
 //
 //   sieve-proxy-rank --rank R --nranks N --id-file F --library L check     every dtype and op, compact vs dense
 //   ... learned                      SIEVE_TRACK=1: learn, compact, violate, fall back
