@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// ncclNetPlugin_v12 (NCCL 2.29 - 2.30): v11 with wider virtual-NIC properties and rail/plane ids;
-// NCCL 2.30 tries it first. Every entry but getProperties is v11's (the signatures did not change).
+// ncclNetPlugin_v12 (added in NCCL 2.30, which tries it first; 2.28 stops at v11): v11 with wider
+// virtual-NIC properties and rail/plane ids. Every entry but getProperties is v11's (the signatures
+// did not change).
 #include "plugin/net/abi/net_v12.h"
 #include "plugin/net/shim_properties.h"
 #include "plugin/net/shim_v11.h"

@@ -8,6 +8,7 @@ import datetime
 import os
 import subprocess
 import sys
+import time
 
 
 def init_gloo(rank, world, port, seconds=120):
@@ -32,9 +33,10 @@ def run_ranks(script, worker, world, timeout, ok_message):
     procs = [subprocess.Popen([sys.executable, script, str(r), str(world), str(port)], env=env)
              for r in range(world)]
     codes = []
+    deadline = time.monotonic() + timeout  # one deadline for all ranks, not `timeout` per rank
     for p in procs:
         try:
-            codes.append(p.wait(timeout=timeout))
+            codes.append(p.wait(timeout=max(0.0, deadline - time.monotonic())))
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// NCCL net plugin ABI v12 (NCCL 2.29 - 2.30): the v11 function table with wider virtual-NIC
-// properties (8 devices per NIC) and rail/plane ids in the device properties. NCCL 2.30's loader
-// tries v12 first.
+// NCCL net plugin ABI v12 (added in NCCL 2.30, whose loader tries it first; 2.28 loads up to v11):
+// the v11 function table with wider virtual-NIC properties (8 devices per NIC) and rail/plane ids in
+// the device properties.
 #pragma once
 
 #include "plugin/net/abi/net_v11.h"
