@@ -3,7 +3,7 @@
 // declared dead within about SIEVE_PEER_TIMEOUT_MS, now that the kernel's TCP_USER_TIMEOUT is no
 // longer used (it also killed slow receivers, see transport_test). The cut is made with a DROP
 // rule in a private network namespace, so the machine's own network is untouched; without root
-// (no namespace) the test skips. Both directions of issue 43: packets dropped on their way in (a
+// (no namespace) the test skips. Both directions: packets dropped on their way in (a
 // black-holed receiver: the sender's retransmissions go unanswered) and on their way out of the
 // sender's own host (a black-holed sender namespace: the kernel never counts those as retransmitted,
 // and sends that completed into the kernel's buffer leave nothing blocked). Each must be declared

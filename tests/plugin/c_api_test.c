@@ -67,7 +67,7 @@ int main(void) {
   expect_error(sieve_mask_publish(other, 0, SIEVE_DTYPE_F32, bits, &id), SIEVE_ERR_INVALID_ARGUMENT);
   expect_error(sieve_mask_publish(other, 64, 42, bits, &id), SIEVE_ERR_UNKNOWN_DTYPE);
   expect_error(sieve_mask_publish(other, 64, SIEVE_DTYPE_F32, NULL, &id), SIEVE_ERR_INVALID_ARGUMENT);
-  /* Issue 34, item 8: bits with a length; a short array is refused, never read past its end. */
+  /* Bits with a length: a short array is refused, never read past its end. */
   expect_error(sieve_mask_publish_for(NULL, other, 64, SIEVE_DTYPE_F32, bits, 7, &id), SIEVE_ERR_RANGE);
   expect_error(sieve_mask_publish_for(NULL, other, 57, SIEVE_DTYPE_F32, bits, 7, &id), SIEVE_ERR_RANGE);
   expect_error(sieve_collective_mask_publish_for(NULL, SIEVE_COLLECTIVE_ALL_GATHER, 64, SIEVE_DTYPE_F32, bits, 0, NULL),
@@ -140,7 +140,7 @@ int main(void) {
     CHECK(sieve_mask_retract_id(collective_id + 1) == SIEVE_OK);
   }
 
-  /* Masks for one communicator (issue 34): a short bits array is refused, never read past; scopes
+  /* Masks for one communicator: a short bits array is refused, never read past; scopes
    * never overlap; NULL is every communicator, as the unscoped entry points. */
   {
     static float scoped[64];

@@ -316,7 +316,7 @@ TEST(Telemetry, ASharedStatsPathIsWrittenByOneLiveProcess) {
   EXPECT_NE(access((pattern + ".lock").c_str(), F_OK), 0) << "the released claim left its lock file";
 }
 
-// One after another, too (issue 43): a process that finds the name unclaimed but holding a finished
+// One after another, too: a process that finds the name unclaimed but holding a finished
 // process's final totals writes its own file instead of overwriting them; the process that wrote
 // the file goes on writing it after a stop and a new start.
 TEST(Telemetry, ASharedStatsPathNeverOverwritesAnEarlierProcesssTotals) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Two copies of the library on one machine (issue 43): the .deb's and a /usr/local install.
+# Two copies of the library on one machine: the .deb's and a /usr/local install.
 #  1. sieve-info lists every copy the loader finds, in its order, and which one a load by name takes
 #     (NCCL_NET_PLUGIN=sieve, LD_PRELOAD=libnccl-net-sieve.so): here the first on LD_LIBRARY_PATH.
 #  2. An installed sieve-info whose own copy is not the one loaded by name fails the check, saying so.
