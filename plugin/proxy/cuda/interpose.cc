@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -86,8 +87,14 @@ ProxyOptions options_from(const config::Settings& s) {
 void report(const std::string& text) {
   SIEVE_WARN("%s", text.c_str());
   const std::string path = dump_path(config::Registry::process().settings().stats_file);
-  std::string why;
-  if (!path.empty() && !append_report(path, text, &why)) SIEVE_WARN("collective proxy: %s", why.c_str());
+  if (path.empty()) return;
+  // Where the reports go once another user took the predictable name: one file for the process.
+  static std::mutex mutex;
+  static std::string fallback;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::string why, note;
+  if (!append_report(path, text, &why, &fallback, &note)) SIEVE_WARN("collective proxy: %s", why.c_str());
+  if (!note.empty()) SIEVE_WARN("collective proxy: %s", note.c_str());
 }
 
 // The process's proxy once built, for the dump signal's helper thread (which must not build it).
