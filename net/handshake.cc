@@ -63,8 +63,8 @@ Status Connector::progress(Connection* out, bool* done) {
       SIEVE_WARN(
           "connecting to %s, another host, without SIEVE_JOB_TOKEN: any process that sees NCCL's handle "
           "(it crosses NCCL's bootstrap in clear) can join this job's connections; set one SIEVE_JOB_TOKEN of "
-          "at least %d bits on every node, e.g. from `openssl rand -hex 16` (warned once per process)",
-          peer_.c_str(), kMinJobTokenBits);
+          "at least %zu random bytes on every node, e.g. from `openssl rand -hex 16` (warned once per process)",
+          peer_.c_str(), kMinJobTokenBytes);
     const int nsocks = carrier_ == Carrier::Verbs ? 0 : options_.nsocks;
     sockets_.resize(nsocks + 1);
     for (size_t i = 0; i < sockets_.size(); ++i) {
