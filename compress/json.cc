@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "compress/json.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <unordered_set>
@@ -10,7 +11,8 @@ namespace {
 
 class Parser {
  public:
-  Parser(const char* text, size_t size) : p_(text), size_(size) {}
+  Parser(const char* text, size_t size, size_t max_values = SIZE_MAX)
+      : p_(text), size_(size), max_values_(max_values) {}
 
   Status parse_document(Value* out) {
     skip_space();
@@ -19,6 +21,50 @@ class Parser {
     skip_space();
     if (at_ < size_) return fail("unexpected text after the JSON value");
     return s;
+  }
+
+  // One object, member by member: each value is built under a fresh budget, handed over, dropped.
+  Status parse_members(const MemberFn& each) {
+    skip_space();
+    if (at_ >= size_ || p_[at_] != '{') return fail("expected an object");
+    ++at_;
+    skip_space();
+    if (at_ < size_ && p_[at_] == '}') {
+      ++at_;
+    } else {
+      std::unordered_set<std::string> seen;
+      for (;;) {
+        skip_space();
+        if (at_ >= size_ || p_[at_] != '"') return fail("expected a string key");
+        std::string key;
+        Status s = parse_string(&key);
+        if (!s.ok()) return s;
+        if (!seen.insert(key).second) return fail("duplicate key \"" + key + "\"");
+        skip_space();
+        if (at_ >= size_ || p_[at_] != ':') return fail("expected ':' after a key");
+        ++at_;
+        skip_space();
+        values_left_ = max_values_;
+        Value value;
+        s = parse_value(&value, 1);
+        if (!s.ok()) return s;
+        s = each(key, value);
+        if (!s.ok()) return s;
+        skip_space();
+        if (at_ < size_ && p_[at_] == ',') {
+          ++at_;
+          continue;
+        }
+        if (at_ < size_ && p_[at_] == '}') {
+          ++at_;
+          break;
+        }
+        return fail("expected ',' or '}' in an object");
+      }
+    }
+    skip_space();
+    if (at_ < size_) return fail("unexpected text after the JSON value");
+    return ok_status();
   }
 
  private:
@@ -37,6 +83,8 @@ class Parser {
 
   Status parse_value(Value* out, int depth) {
     if (depth > kMaxDepth) return fail("nesting deeper than " + std::to_string(kMaxDepth));
+    if (values_left_ == 0) return fail("more than " + std::to_string(max_values_) + " values in one member");
+    --values_left_;
     if (at_ >= size_) return fail("unexpected end of text");
     const char c = p_[at_];
     if (c == '{') return parse_object(out, depth);
@@ -234,6 +282,8 @@ class Parser {
   const char* p_;
   size_t size_;
   size_t at_ = 0;
+  size_t max_values_;
+  size_t values_left_ = SIZE_MAX;
 };
 
 }  // namespace
@@ -273,6 +323,11 @@ Status parse(const char* text, size_t size, Value* out) {
   Status s = Parser(text, size).parse_document(&v);
   if (s.ok()) *out = std::move(v);
   return s;
+}
+
+Status parse_object_members(const char* text, size_t size, size_t max_values, const MemberFn& each) {
+  if (!text && size) return error(Code::kInvalidArgument, "JSON text is null");
+  return Parser(text, size, max_values).parse_members(each);
 }
 
 std::string escape(const std::string& text) {

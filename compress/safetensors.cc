@@ -36,6 +36,9 @@ Status read_tensor(const std::string& name, const json::Value& v, uint64_t data_
   const size_t element_size = safetensors_dtype_size(t->dtype);
   if (!element_size) return malformed(quoted(name) + ": unsupported dtype \"" + t->dtype + "\"");
   if (shape->type != json::Value::Type::kArray) return malformed(quoted(name) + ": shape is not an array");
+  if (shape->items.size() > kMaxTensorRank)
+    return malformed(quoted(name) + ": shape has " + std::to_string(shape->items.size()) + " dimensions, more than " +
+                     std::to_string(kMaxTensorRank));
   t->elements = 1;
   for (const auto& d : shape->items) {
     uint64_t dim = 0;
@@ -83,31 +86,35 @@ Status parse_safetensors(const uint8_t* bytes, size_t size, SafetensorsView* out
   if (header < 2 || bytes[8] != '{')
     return malformed("not a safetensors file: what follows the 8-byte header length is not a JSON object");
   if (header > kMaxSafetensorsHeader)
-    return malformed("header length " + std::to_string(header) + " exceeds the 100 MB limit");
+    return malformed("header length " + std::to_string(header) + " exceeds the " +
+                     std::to_string(kMaxSafetensorsHeader >> 20) +
+                     " MiB limit of a mask file's header (a mask per weight of the largest models needs a "
+                     "few MB; safetensors' own limit is 100 MB)");
 
-  json::Value root;
-  Status s = json::parse(reinterpret_cast<const char*>(bytes + 8), header, &root);
-  if (!s.ok()) return malformed("header: " + s.message());
-  if (root.type != json::Value::Type::kObject) return malformed("header is not a JSON object");
-
+  // Member by member: a tree of the whole header would cost about 70 times its size.
   SafetensorsView view;
   view.data = bytes + 8 + header;
   view.data_size = size - 8 - header;
-  for (const auto& m : root.members) {
-    if (m.first == "__metadata__") {
-      if (m.second.type != json::Value::Type::kObject) return malformed("__metadata__ is not an object");
-      for (const auto& kv : m.second.members) {
-        if (kv.second.type != json::Value::Type::kString)
-          return malformed("__metadata__ value \"" + kv.first + "\" is not a string");
-        view.metadata.emplace_back(kv.first, kv.second.text);
-      }
-      continue;
-    }
-    TensorInfo t;
-    s = read_tensor(m.first, m.second, view.data_size, &t);
-    if (!s.ok()) return s;
-    view.tensors.push_back(std::move(t));
-  }
+  Status s =
+      json::parse_object_members(reinterpret_cast<const char*>(bytes + 8), header, kMaxHeaderEntryValues,
+                                 [&view](const std::string& key, json::Value& value) {
+                                   if (key == "__metadata__") {
+                                     if (value.type != json::Value::Type::kObject)
+                                       return malformed("__metadata__ is not an object");
+                                     for (auto& kv : value.members) {
+                                       if (kv.second.type != json::Value::Type::kString)
+                                         return malformed("__metadata__ value \"" + kv.first + "\" is not a string");
+                                       view.metadata.emplace_back(kv.first, std::move(kv.second.text));
+                                     }
+                                     return ok_status();
+                                   }
+                                   TensorInfo t;
+                                   Status read = read_tensor(key, value, view.data_size, &t);
+                                   if (read.ok()) view.tensors.push_back(std::move(t));
+                                   return read;
+                                 });
+  if (s.code() == Code::kMalformed && s.message().rfind("bad JSON", 0) == 0) return malformed("header: " + s.message());
+  if (!s.ok()) return s;
   std::stable_sort(view.tensors.begin(), view.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });

@@ -16,8 +16,16 @@
 
 namespace sieve::compress {
 
-// safetensors' own limit on the JSON header.
-constexpr uint64_t kMaxSafetensorsHeader = 100u << 20;
+// The JSON header of a mask file: far below safetensors' own 100 MB limit. A header spends about 100
+// to 150 bytes per tensor (name, dtype, shape, offsets); a mask file holds at most one tensor per
+// weight, and the largest open checkpoints have about 1e5 tensors: a few MB (a 70B Llama: 723).
+constexpr uint64_t kMaxSafetensorsHeader = 16u << 20;
+// A tensor's rank: PyTorch's kernels stop at 25 dimensions.
+constexpr size_t kMaxTensorRank = 64;
+// The JSON values of one header entry: a tensor needs 6 plus its rank; __metadata__ one per string.
+// The header is read entry by entry (compress/json.h), so its memory is this many values at a time,
+// plus what the tensors keep: a few times the header's size, never the 70 times of a whole tree.
+constexpr size_t kMaxHeaderEntryValues = 4096;
 
 struct TensorInfo {
   std::string name;

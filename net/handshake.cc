@@ -24,6 +24,8 @@ constexpr auto kWarnWindow = std::chrono::seconds(10);
 // The listener answers only when NCCL calls accept on its side, which a slow rank may do late:
 // a connect waits at least this long for the welcome (a dead listener is refused or reset sooner).
 constexpr int kMinConnectWaitMs = 30000;
+// How often one socket of a connect may be dropped by the listener before its welcome, and connect again.
+constexpr int kMaxSocketRetries = 16;
 
 // The codec works on data sockets, which a verbs connection does not have: RDMA writes land in the
 // receiver's buffer directly, with nothing in between to expand elided words.
@@ -63,8 +65,8 @@ Status Connector::progress(Connection* out, bool* done) {
       SIEVE_WARN(
           "connecting to %s, another host, without SIEVE_JOB_TOKEN: any process that sees NCCL's handle "
           "(it crosses NCCL's bootstrap in clear) can join this job's connections; set one SIEVE_JOB_TOKEN of "
-          "at least %d bits on every node, e.g. from `openssl rand -hex 16` (warned once per process)",
-          peer_.c_str(), kMinJobTokenBits);
+          "at least %zu random bytes on every node, e.g. from `openssl rand -hex 16` (warned once per process)",
+          peer_.c_str(), kMinJobTokenBytes);
     const int nsocks = carrier_ == Carrier::Verbs ? 0 : options_.nsocks;
     sockets_.resize(nsocks + 1);
     for (size_t i = 0; i < sockets_.size(); ++i) {
@@ -106,6 +108,22 @@ Status Connector::progress(Connection* out, bool* done) {
   return ok_status();
 }
 
+// A listener under a flood may drop a socket whose hello it has not read yet (it cannot tell it from
+// the flood's); the socket connects again, a bounded number of times, until the connect's deadline.
+// One the listener welcomed is never retried: what it refused then (token, transport) stays refused.
+Status Connector::dropped_before_welcome(Socket& s, const Status& cause) {
+  if (s.retries >= kMaxSocketRetries || Clock::now() > deadline_) return handshake_error(peer_, cause);
+  ++s.retries;
+  Fd fresh;
+  Status st = start_connect(handle_.address, &fresh);
+  if (!st.ok()) return handshake_error(peer_, cause);
+  s.fd = std::move(fresh);
+  s.hello.client_nonce = random64();
+  s.stage = Stage::Connecting;
+  s.message = PartialMessage{};
+  return ok_status();
+}
+
 Status Connector::step(Socket& s) {
   const int fd = s.fd.get();
   if (s.stage == Stage::Connecting) {
@@ -119,7 +137,7 @@ Status Connector::step(Socket& s) {
   }
   if (s.stage == Stage::SendHello) {
     Status st = write_message(fd, &s.message, peer_);
-    if (!st.ok()) return handshake_error(peer_, st);
+    if (!st.ok()) return dropped_before_welcome(s, st);
     if (!s.message.complete()) return ok_status();
     s.stage = Stage::ReadWelcome;
     s.message = PartialMessage{};
@@ -127,7 +145,7 @@ Status Connector::step(Socket& s) {
   }
   if (s.stage == Stage::ReadWelcome) {
     Status st = read_message(fd, &s.message, peer_);
-    if (!st.ok()) return handshake_error(peer_, st);
+    if (!st.ok()) return s.message.done == 0 ? dropped_before_welcome(s, st) : handshake_error(peer_, st);
     if (!s.message.complete()) return ok_status();
     wire::Welcome w;
     st = wire::decode_welcome(s.message.data, &w);
@@ -242,9 +260,14 @@ bool HandshakeListener::make_room(const Pending& fresh) {
       ++by_source[p->source];
     }
   }
-  // Which source loses its oldest socket that has shown nothing: the newcomer's own when it is at
-  // its share, else the one holding most when all places are taken.
+  // Which socket that has shown nothing goes: the oldest of the newcomer's own source when that is
+  // at its share, else, when all places are taken, the oldest of all. Not the oldest of the source
+  // holding most: a real connector opens all its sockets from one address at once, so against a
+  // flood from many addresses it would be that source, and lose its sockets before their hellos
+  // arrive over a link with delay. Oldest first gives every socket as long as the flood takes to
+  // bring kMaxUnproven more.
   std::string victim_source;
+  bool any_source = false;
   if (fresh_proven) {
     if (proven >= kMaxProven) {  // showed the nonce, never finished: the oldest such goes
       for (size_t i = 0; i < pending_.size(); ++i)
@@ -259,14 +282,12 @@ bool HandshakeListener::make_room(const Pending& fresh) {
   if (by_source[fresh.source] >= kMaxUnprovenPerSource) {
     victim_source = fresh.source;
   } else if (unproven >= kMaxUnproven) {
-    size_t most = 0;
-    for (const auto& [source, count] : by_source)
-      if (count > most) most = count, victim_source = source;
+    any_source = true;
   } else {
     return true;
   }
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    if (pending_[i]->stage == Stage::ReadHello && pending_[i]->source == victim_source) {
+  for (size_t i = 0; i < pending_.size(); ++i) {  // in arrival order
+    if (pending_[i]->stage == Stage::ReadHello && (any_source || pending_[i]->source == victim_source)) {
       reject(pending_[i]->peer, "too many connections that sent nothing valid; dropping the oldest");
       pending_.erase(pending_.begin() + i);
       return true;

@@ -43,8 +43,10 @@ class Connector {
     PartialMessage message;
     wire::Hello hello{};
     uint32_t caps = 0;
+    int retries = 0;  // connects again after the listener dropped it before its welcome
   };
   Status step(Socket& s);
+  Status dropped_before_welcome(Socket& s, const Status& cause);
 
   const TransportOptions options_;
   const Carrier carrier_;
@@ -60,10 +62,12 @@ class Connector {
 // strays, garbage, wrong nonces or tokens and the too slow.
 //
 // Anyone who can reach the port can open sockets, so what they may hold is bounded, and bounded so
-// that a flood cannot push the real connector out: a socket is read as soon as it is accepted (the
-// real connector's hello is usually there by then), and one that has shown the listener's nonce
-// is never evicted for one that has shown nothing. Of those that have shown nothing, one source
-// address holds at most a share, and the oldest of the fullest source goes first. Connections
+// that a flood cannot push the real connector out: the kernel hands a socket over once its first
+// bytes arrived (TCP_DEFER_ACCEPT, net/socket.h), a socket is read as soon as it is accepted, and
+// one that has shown the listener's nonce is never evicted for one that has shown nothing. Of those
+// that have shown nothing, one source address holds at most a share (at it, its own oldest goes);
+// with every place taken, the oldest of all goes. A connector whose socket was dropped before its
+// welcome connects it again. Connections
 // whose sockets authenticated but are not all there are bounded in number too (the oldest goes),
 // and one socket that does not fit drops its whole connection. Warnings about dropped sockets
 // are rate-limited: a port scanner must not flood the log either.

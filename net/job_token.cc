@@ -4,7 +4,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cmath>
 #include <cstdio>
 
 #include "net/socket.h"
@@ -18,51 +17,61 @@ bool all_of(const std::string& s, bool (*in)(unsigned char)) {
     if (!in(c)) return false;
   return true;
 }
+bool any_of(const std::string& s, bool (*in)(unsigned char)) {
+  for (unsigned char c : s)
+    if (in(c)) return true;
+  return false;
+}
 bool digit(unsigned char c) { return c >= '0' && c <= '9'; }
+bool lower(unsigned char c) { return c >= 'a' && c <= 'z'; }
+bool upper(unsigned char c) { return c >= 'A' && c <= 'Z'; }
 bool lower_hex(unsigned char c) { return digit(c) || (c >= 'a' && c <= 'f'); }
 bool upper_hex(unsigned char c) { return digit(c) || (c >= 'A' && c <= 'F'); }
-bool lower_alnum(unsigned char c) { return digit(c) || (c >= 'a' && c <= 'z'); }
-bool upper_alnum(unsigned char c) { return digit(c) || (c >= 'A' && c <= 'Z'); }
-bool alnum(unsigned char c) { return lower_alnum(c) || (c >= 'A' && c <= 'Z'); }
-bool base64(unsigned char c) { return alnum(c) || c == '+' || c == '/' || c == '-' || c == '_'; }
-bool printable(unsigned char c) { return c >= 0x20 && c < 0x7f; }
+bool hex_letter(unsigned char c) { return (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+bool base64(unsigned char c) { return digit(c) || lower(c) || upper(c) || c == '+' || c == '/'; }
+bool base64url(unsigned char c) { return digit(c) || lower(c) || upper(c) || c == '-' || c == '_'; }
 
-int alphabet_of(const std::string& s) {
-  if (all_of(s, digit)) return 10;
-  if (all_of(s, lower_hex) || all_of(s, upper_hex)) return 16;
-  if (all_of(s, lower_alnum) || all_of(s, upper_alnum)) return 36;
-  if (all_of(s, alnum)) return 62;
-  if (all_of(s, base64)) return 64;
-  if (all_of(s, printable)) return 95;
-  return 256;
-}
-
-std::string without_padding(const std::string& token) {
+// Why `token` is not random bytes in hex or base64, or "" when it is.
+std::string not_random(const std::string& token) {
+  constexpr size_t kHexDigits = 2 * kMinJobTokenBytes;                   // 32
+  constexpr size_t kBase64Characters = (8 * kMinJobTokenBytes + 5) / 6;  // 22
+  if (all_of(token, lower_hex) || all_of(token, upper_hex)) {
+    if (token.size() < kHexDigits)
+      return "it is " + std::to_string(token.size()) + " hex digits, fewer than " + std::to_string(kHexDigits);
+    // 32 random hex digits lack letters or digits with odds of 3e-7 and 2e-14.
+    if (!any_of(token, digit) || !any_of(token, hex_letter))
+      return "its hex digits are all letters or all digits, as random bytes' almost never are";
+    return "";
+  }
   size_t end = token.size();
-  while (end > 0 && token[end - 1] == '=') --end;
+  while (end > 0 && token[end - 1] == '=' && token.size() - end < 2) --end;
   const std::string body = token.substr(0, end);
-  return end < token.size() && all_of(body, base64) ? body : token;
+  const bool padded = end < token.size();
+  if (!all_of(body, base64) && !all_of(body, base64url))
+    return "it has characters neither hex nor base64 holds (spaces, punctuation, a mix of both base64 alphabets)";
+  if (body.size() < kBase64Characters)
+    return "it is " + std::to_string(body.size()) + " base64 characters, fewer than " +
+           std::to_string(kBase64Characters);
+  if (body.size() % 4 == 1 || (padded && token.size() % 4 != 0)) return "it is not a whole base64 encoding";
+  // The encoding of 16 random bytes lacks one letter case with odds of about 2e-5; a phrase of
+  // words (the welcome lets whoever sees it test guesses offline) nearly always does.
+  if (!any_of(body, lower) || !any_of(body, upper))
+    return "its base64 letters are all of one case, as random bytes' almost never are (a phrase of words?)";
+  return "";
 }
 
 }  // namespace
 
-double job_token_bits(const std::string& token) {
-  const std::string body = without_padding(token);
-  if (body.empty()) return 0;
-  return static_cast<double>(body.size()) * std::log2(static_cast<double>(alphabet_of(body)));
-}
-
 Status check_job_token(const std::string& token) {
   if (token.empty()) return ok_status();
-  const double bits = job_token_bits(token);
-  if (bits >= kMinJobTokenBits) return ok_status();
-  const std::string body = without_padding(token);
-  char text[400];
+  const std::string why = not_random(token);
+  if (why.empty()) return ok_status();
+  char text[600];
   std::snprintf(text, sizeof text,
-                "SIEVE_JOB_TOKEN is too weak: %zu characters from a %d-symbol alphabet carry at most %.0f bits, "
-                "at least %d are required (length x log2 of the alphabet: e.g. 32 hex digits, `openssl rand -hex 16`, "
-                "or 22 base64 characters)",
-                body.size(), alphabet_of(body), bits, kMinJobTokenBits);
+                "SIEVE_JOB_TOKEN must be generated, not chosen: hex or base64 of at least %zu random bytes (at least "
+                "128 bits), e.g. `openssl rand -hex 16` (32 hex digits) or `openssl rand -base64 16`; this one is "
+                "refused: %s",
+                kMinJobTokenBytes, why.c_str());
   return error(Code::kInvalidUsage, text);
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <string>
 
 #include "net/devices.h"
@@ -16,16 +17,15 @@
 
 namespace sieve::net {
 
-// A welcome lets whoever sees it test guesses offline, so a token must resist a dictionary: at
-// least this many bits by the rule below.
-constexpr int kMinJobTokenBits = 128;
+// A welcome lets whoever sees it test guesses offline, so a token must not be guessable: only
+// tokens random by construction are accepted, the hex or base64 encoding (standard or URL-safe,
+// '=' padding optional) of at least this many bytes. A chosen phrase is refused: characters
+// neither encoding has (a space, most punctuation), or, in base64, letters of one case only, which
+// the encoding of random bytes almost never has (about 2e-5 for 16 bytes: generate another).
+constexpr size_t kMinJobTokenBytes = 16;
 
-// Entropy bound of a token: its length times log2 of the smallest alphabet holding every character
-// (digits 10, hex digits of one case 16, one case and digits 36, letters and digits 62, base64 64
-// with '=' padding not counted, printable ASCII 95, anything else 256). An upper bound: a phrase
-// of dictionary words scores far above what it holds, so generate the token (openssl rand -hex 16).
-double job_token_bits(const std::string& token);
-// ok for no token or one of at least kMinJobTokenBits; else InvalidUsage saying the rule (never the token).
+// ok for no token or one of that form; else InvalidUsage saying the rule and what the token lacks
+// (never the token).
 Status check_job_token(const std::string& token);
 
 // True when `address` is one of this host's own (a socket can bind to it); sends nothing.

@@ -43,6 +43,12 @@ Status make_listener(const SocketAddress& address, Fd* out, SocketAddress* bound
   if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&local.storage), local.length) != 0)
     return sys_error("bind " + local.text(), errno);
   if (::listen(fd.get(), 256) != 0) return sys_error("listen", errno);
+  // Every peer speaks first (its hello), so the kernel hands over a connection only once its first
+  // bytes are there: a socket that says nothing never takes a place among the listener's pending
+  // sockets for the defer period, and a real connector's sockets arrive with their hellos, even
+  // over a link with delay, where they were accepted before and a flood could push them out first.
+  const int defer_s = kDeferAcceptSeconds;
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s, sizeof(defer_s));
   *bound = local;
   socklen_t len = sizeof(bound->storage);
   if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound->storage), &len) != 0)

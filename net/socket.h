@@ -40,6 +40,9 @@ class Fd {
   int fd_ = -1;
 };
 
+// A listener's connections are handed over once their first bytes arrived (TCP_DEFER_ACCEPT), or
+// after about this long without any (the kernel's SYN-ACK retransmits decide when exactly).
+constexpr int kDeferAcceptSeconds = 2;
 // Listening socket on `address` (port 0: any), non-blocking; *bound gets the real port.
 Status make_listener(const SocketAddress& address, Fd* out, SocketAddress* bound);
 // Starts a non-blocking connect; completion is seen as writability, then connect_error().

@@ -242,68 +242,71 @@ std::string expand_stats_path(const std::string& pattern, int pid, const std::st
   return out;
 }
 
-namespace {
-
-std::string directory_of(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-}  // namespace
-
 std::string stats_path_problem(const std::string& path) {
   struct stat st {};
   if (path.empty() || path.back() == '/' || (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)))
     return path + " is a directory: name a file in it, e.g. " + (path.back() == '/' ? path : path + "/") +
            "sieve-%h-%p.prom";
-  const std::string directory = directory_of(path);
-  if (::stat(directory.c_str(), &st) != 0)
-    return "its directory " + directory + " cannot be used: " + std::strerror(errno);
-  if (!S_ISDIR(st.st_mode)) return "its directory " + directory + " is not a directory";
-  return "";
+  std::string problem;
+  const int dir_fd = net::open_safe_directory(net::split_path(path).first, &problem);
+  if (dir_fd >= 0) ::close(dir_fd);
+  return problem;
 }
 
 bool stats_directory_writable(const std::string& path, std::string* error) {
-  std::string tmp = path + ".tmp.XXXXXX";
-  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  const auto [dir, name] = net::split_path(path);
+  std::string problem;
+  const int dir_fd = net::open_safe_directory(dir, &problem);
+  std::string tmp;
+  const int fd = dir_fd < 0 ? -1 : net::create_unique_file_at(dir_fd, name + ".tmp.", "", 0600, &tmp);
   if (fd < 0) {
-    if (error) *error = "cannot write stats file " + path + ": " + std::strerror(errno);
+    if (error) *error = "cannot write stats file " + path + ": " + (dir_fd < 0 ? problem : std::strerror(errno));
+    if (dir_fd >= 0) ::close(dir_fd);
     return false;
   }
   ::close(fd);
-  ::unlink(tmp.c_str());
+  ::unlinkat(dir_fd, tmp.c_str(), 0);
+  ::close(dir_fd);
   return true;
 }
 
 std::unique_ptr<StatsFileClaim> StatsFileClaim::take(const std::string& path, std::string* error) {
   const std::string lock_path = path + ".lock";
+  const auto [dir, name] = net::split_path(lock_path);
+  // The directory may be shared: never under a symlinked or foreign directory, never through a
+  // planted symlink, never another user's file.
+  const int dir_fd = net::open_safe_directory(dir, error);
+  if (dir_fd < 0) {
+    if (error) *error = "cannot lock " + lock_path + ": " + *error;
+    return nullptr;
+  }
   // A releasing holder removes the lock file: a lock taken on a file that is no longer (or not
   // yet again) at lock_path protects nothing, so take the lock on whatever is there now.
   for (int attempt = 0; attempt < 8; ++attempt) {
-    // The directory may be shared: never through a planted symlink, never another user's file.
-    const int fd = net::open_own_file(lock_path, O_RDWR, 0600, error);
-    if (fd < 0) return nullptr;
+    const int fd = net::open_own_file_at(dir_fd, name, lock_path, O_RDWR, 0600, error);
+    if (fd < 0) break;
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       if (error) *error = errno == EWOULDBLOCK ? "" : "cannot lock " + lock_path + ": " + std::strerror(errno);
       ::close(fd);
-      return nullptr;
+      break;
     }
     struct stat held {
     }, named{};
-    if (::fstat(fd, &held) == 0 && ::stat(lock_path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
-        held.st_ino == named.st_ino)
-      return std::unique_ptr<StatsFileClaim>(new StatsFileClaim(fd, lock_path));
+    if (::fstat(fd, &held) == 0 && ::fstatat(dir_fd, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+        held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+      return std::unique_ptr<StatsFileClaim>(new StatsFileClaim(fd, dir_fd, name));
     ::close(fd);
+    if (attempt == 7 && error) *error = "cannot hold " + lock_path + ": other processes keep replacing it";
   }
-  if (error) *error = "cannot hold " + lock_path + ": other processes keep replacing it";
+  ::close(dir_fd);
   return nullptr;
 }
 
 StatsFileClaim::~StatsFileClaim() {
   // Removed while still locked, so no other process can lock this file and then lose it.
-  ::unlink(lock_path_.c_str());
+  ::unlinkat(dir_fd_, name_.c_str(), 0);
   ::close(fd_);  // releases the lock
+  ::close(dir_fd_);
 }
 
 namespace {
@@ -319,10 +322,59 @@ std::string with_pid(const std::string& path, int pid) {
 
 }  // namespace
 
+namespace {
+
+// Why `path`'s name is held by something this process must not replace (another user's file, a
+// link, a FIFO), or "" when it is free or a file of this user's own.
+std::string squatter(const std::string& path) {
+  const auto [dir, name] = net::split_path(path);
+  const int dir_fd = net::open_safe_directory(dir, nullptr);
+  if (dir_fd < 0) return "";  // the writer says why it cannot write there
+  struct stat st {};
+  std::string why;
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (!S_ISREG(st.st_mode)) why = path + " is taken by something that is not a regular file";
+    else if (st.st_uid != ::geteuid()) why = path + " is taken by a file of user " + std::to_string(st.st_uid);
+    else if (st.st_nlink != 1) why = path + " is taken by a file with " + std::to_string(st.st_nlink) + " links";
+  }
+  ::close(dir_fd);
+  return why;
+}
+
+// A name beside `path` that nobody can have taken first: random, made with O_EXCL, then freed for
+// the writer's rename.
+std::string unique_beside(const std::string& path) {
+  const auto [dir, name] = net::split_path(path);
+  const int dir_fd = net::open_safe_directory(dir, nullptr);
+  if (dir_fd < 0) return path;
+  const size_t dot = name.rfind('.');
+  const bool has_extension = dot != std::string::npos && dot > 0;
+  std::string unique;
+  const int fd = net::create_unique_file_at(dir_fd, (has_extension ? name.substr(0, dot) : name) + ".",
+                                            has_extension ? name.substr(dot) : "", 0600, &unique);
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlinkat(dir_fd, unique.c_str(), 0);
+  }
+  ::close(dir_fd);
+  return fd < 0 ? path : (dir == "/" ? "/" : dir + "/") + unique;
+}
+
+// `path`, or when another user took its name first, a unique name beside it (said in *note).
+std::string unsquatted(const std::string& pattern, const std::string& path, std::string* note) {
+  const std::string why = squatter(path);
+  if (why.empty()) return path;
+  const std::string own = unique_beside(path);
+  *note = "SIEVE_STATS_FILE=" + pattern + ": " + why + "; this process writes " + own + " instead";
+  return own;
+}
+
+}  // namespace
+
 std::string choose_stats_path(const std::string& pattern, int pid, const std::string& host,
                               std::unique_ptr<StatsFileClaim>* claim, std::string* note, const std::string& previous) {
   const std::string path = expand_stats_path(pattern, pid, host);
-  if (pattern.find("%p") != std::string::npos) return path;
+  if (pattern.find("%p") != std::string::npos) return unsquatted(pattern, path, note);
   std::string error;
   *claim = StatsFileClaim::take(path, &error);
   std::string why = error.empty() ? path + " is written by another live process" : error;
@@ -330,18 +382,25 @@ std::string choose_stats_path(const std::string& pattern, int pid, const std::st
     // Unclaimed, but a file there is a finished process's final totals (a scraper may not have read
     // them yet): never written over, unless this process wrote it itself.
     struct stat st {};
-    if (path == previous || ::lstat(path.c_str(), &st) != 0) return path;
+    const std::string taken = path == previous ? "" : squatter(path);
+    if (path == previous || (taken.empty() && ::lstat(path.c_str(), &st) != 0)) return path;
     claim->reset();
-    why = path + " holds the final totals of an earlier process";
+    why = taken.empty() ? path + " holds the final totals of an earlier process" : taken;
   }
   const std::string own = with_pid(path, pid);
   *note = "SIEVE_STATS_FILE=" + pattern + ": " + why + "; this process writes " + own +
           " instead (put %p in the name to give every process its own file)";
-  return own;
+  std::string squatted;
+  const std::string chosen = unsquatted(pattern, own, &squatted);
+  if (!squatted.empty()) *note += "; " + squatted.substr(squatted.find(": ") + 2);
+  return chosen;
 }
 
 StatsWriter::StatsWriter(std::string path, StatsFormat format, int64_t interval_s, Source source, unsigned mode)
     : path_(std::move(path)), format_(format), source_(std::move(source)), mode_(mode & 0644) {
+  // The directory is opened once, checked, and held: a symlink put on its path later changes
+  // nothing, so the periodic rewrite can never land in another user's directory.
+  dir_fd_ = net::open_safe_directory(net::split_path(path_).first, &dir_problem_);
   if (interval_s > 0) thread_ = std::thread([this, interval_s] { run(interval_s); });
 }
 
@@ -353,6 +412,7 @@ StatsWriter::~StatsWriter() {
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
   write_now();
+  if (dir_fd_ >= 0) ::close(dir_fd_);
 }
 
 void StatsWriter::run(int64_t interval_s) {
@@ -371,19 +431,24 @@ bool StatsWriter::write_now(std::string* error) {
   // A temporary file of this write's own (another process, or this writer's periodic thread, may be
   // writing the same path), renamed over the path: readers see a whole file, old or new. Its name
   // does not end in .prom, so a textfile collector never reads it half written.
-  std::string tmp = path_ + ".tmp.XXXXXX";
-  // mkostemp creates it with O_EXCL, mode 0600; wider only as SIEVE_STATS_MODE asks (a scraper
-  // running as another user). rename replaces a symlink at path_, never writes through it.
-  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (dir_fd_ < 0) {
+    if (error) *error = "cannot write stats file " + path_ + ": " + dir_problem_;
+    return false;
+  }
+  const std::string name = net::split_path(path_).second;
+  std::string tmp;
+  // Created with O_EXCL, mode 0600; wider only as SIEVE_STATS_MODE asks (a scraper running as
+  // another user). renameat replaces a symlink at the name, never writes through it.
+  const int fd = net::create_unique_file_at(dir_fd_, name + ".tmp.", "", 0600, &tmp);
   if (fd >= 0 && mode_ != 0600) ::fchmod(fd, mode_);
   std::FILE* f = fd >= 0 ? ::fdopen(fd, "w") : nullptr;
   if (fd >= 0 && !f) ::close(fd);
   bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
   if (f && std::fclose(f) != 0) ok = false;
-  if (ok && std::rename(tmp.c_str(), path_.c_str()) != 0) ok = false;
+  if (ok && ::renameat(dir_fd_, tmp.c_str(), dir_fd_, name.c_str()) != 0) ok = false;
   if (!ok) {
     if (error) *error = "cannot write stats file " + path_ + ": " + std::strerror(errno);
-    if (fd >= 0) std::remove(tmp.c_str());
+    if (fd >= 0) ::unlinkat(dir_fd_, tmp.c_str(), 0);
   }
   return ok;
 }

@@ -110,9 +110,10 @@ class StatsFileClaim {
   StatsFileClaim& operator=(const StatsFileClaim&) = delete;
 
  private:
-  StatsFileClaim(int fd, std::string lock_path) : fd_(fd), lock_path_(std::move(lock_path)) {}
+  StatsFileClaim(int fd, int dir_fd, std::string name) : fd_(fd), dir_fd_(dir_fd), name_(std::move(name)) {}
   int fd_;
-  std::string lock_path_;
+  int dir_fd_;        // the lock's directory, held: the lock is removed from where it was taken
+  std::string name_;  // the lock's name in it
 };
 
 // The file this process writes for SIEVE_STATS_FILE=`pattern`. With %p every process has its own.
@@ -147,6 +148,8 @@ class StatsWriter {
   void run(int64_t interval_s);
 
   std::string path_;
+  int dir_fd_ = -1;          // path_'s directory, opened once (net::open_safe_directory)
+  std::string dir_problem_;  // why it could not be, when dir_fd_ < 0
   StatsFormat format_;
   Source source_;
   unsigned mode_;

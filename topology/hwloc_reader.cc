@@ -13,6 +13,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "topology/hwloc_xml_check.h"
+
 namespace sieve::topology {
 
 namespace {
@@ -239,56 +241,8 @@ std::string read_topology_file(const std::string& path, std::string* contents) {
   return why;
 }
 
-namespace {
-
-// hwloc 2.9 crashes on some malformed objects (found by topology/fuzz): a null bitmap dereferenced
-// when an object has a set but not its complete_ twin, an assertion on a set that is not a
-// bitmap. (Either twin alone crashes it.) Such files are refused here, with the reason, instead of killing the job
-// inside hwloc.
-bool is_bitmap(const std::string& v) {  // hwloc's syntax: "0xf...f," then 0x<1-8 hex digits>, comma-separated
-  std::string rest = v.rfind("0xf...f", 0) == 0 ? v.substr(7) : v;
-  if (v.size() > 7 && rest.rfind(",", 0) == 0) rest = rest.substr(1);
-  if (rest.empty()) return v == "0xf...f";
-  size_t start = 0;
-  for (;;) {
-    const size_t comma = rest.find(',', start);
-    const std::string part = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (part.size() < 3 || part.size() > 10 || part.compare(0, 2, "0x") != 0 ||
-        part.find_first_not_of("0123456789abcdefABCDEF", 2) != std::string::npos)
-      return false;
-    if (comma == std::string::npos) return true;
-    start = comma + 1;
-  }
-}
-
-std::string incomplete_object(const std::string& name, const std::string& xml) {
-  for (size_t at = xml.find("<object"); at != std::string::npos; at = xml.find("<object", at + 1)) {
-    const size_t end = xml.find('>', at);
-    const std::string tag = xml.substr(at, end == std::string::npos ? std::string::npos : end - at);
-    const std::string where = "topology file '" + name + "': the object at byte " + std::to_string(at);
-    for (const char* set : {"cpuset", "nodeset"}) {
-      // Quoted, as lstopo writes them: hwloc's parser does not see an attribute without quotes.
-      const bool has = tag.find(std::string(" ") + set + "=\"") != std::string::npos;
-      const bool complete = tag.find(std::string(" complete_") + set + "=\"") != std::string::npos;
-      if (has != complete)  // lstopo writes both or neither
-        return where +
-               (has ? std::string(" has a ") + set + " but no complete_" + set
-                    : std::string(" has a complete_") + set + " but no " + set) +
-               " (not a file lstopo wrote)";
-    }
-    for (size_t eq = tag.find("set=\""); eq != std::string::npos; eq = tag.find("set=\"", eq + 1)) {
-      const size_t open = eq + 5, close = tag.find('"', open);
-      const std::string value = tag.substr(open, close == std::string::npos ? std::string::npos : close - open);
-      if (!is_bitmap(value)) return where + " has a set that is not a bitmap: \"" + value.substr(0, 40) + "\"";
-    }
-  }
-  return "";
-}
-
-}  // namespace
-
 bool read_with_hwloc_xml(const std::string& name, const std::string& xml, Machine& machine, std::string& error) {
-  error = incomplete_object(name, xml);
+  error = check_hwloc_xml(name, xml);
   if (!error.empty()) return false;
   HwlocTopology topology;
   error = topology.load(name, xml);

@@ -142,11 +142,42 @@ std::string dump_path(const std::string& stats_file) {
   return dir + "sieve-proxy-state." + host + "." + std::to_string(getpid()) + ".txt";
 }
 
-bool append_report(const std::string& path, const std::string& report, std::string* why) {
-  // The name is predictable and its directory may be shared: never through a symlink or into a
-  // file that is not this user's own (net/own_file.h); readable by this user only.
-  const int fd = net::open_own_file(path, O_WRONLY | O_APPEND, 0600, why);
-  if (fd < 0) return false;
+bool append_report(const std::string& path, const std::string& report, std::string* why, std::string* fallback,
+                   std::string* note) {
+  // The name is predictable and its directory may be shared: never under a symlinked or foreign
+  // directory, never through a symlink or into a file that is not this user's own (net/own_file.h);
+  // readable by this user only. A name another user took first is left to them: the report goes to
+  // a name of its own beside it, which later reports reuse (*fallback).
+  const auto [dir, name] = net::split_path(path);
+  std::string problem;
+  const int dir_fd = net::open_safe_directory(dir, &problem);
+  if (dir_fd < 0) {
+    if (why) *why = "cannot write " + path + ": " + problem;
+    return false;
+  }
+  int fd = -1;
+  if (fallback && !fallback->empty()) {
+    fd = net::open_own_file_at(dir_fd, net::split_path(*fallback).second, *fallback, O_WRONLY | O_APPEND, 0600,
+                               &problem);
+  } else {
+    bool squatted = false;
+    fd = net::open_own_file_at(dir_fd, name, path, O_WRONLY | O_APPEND, 0600, &problem, &squatted);
+    if (fd < 0 && squatted && fallback) {
+      const size_t dot = name.rfind(".txt");
+      std::string unique;
+      fd = net::create_unique_file_at(dir_fd, (dot == std::string::npos ? name : name.substr(0, dot)) + ".", ".txt",
+                                      0600, &unique);
+      if (fd >= 0) {
+        *fallback = (dir == "/" ? "/" : dir + "/") + unique;
+        if (note) *note = problem + "; this process's reports go to " + *fallback + " instead";
+      }
+    }
+  }
+  ::close(dir_fd);
+  if (fd < 0) {
+    if (why) *why = problem;
+    return false;
+  }
   const std::time_t now = std::time(nullptr);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));

@@ -24,7 +24,11 @@ void start_forked_dump_reader();
 // when it names a directory), "sieve-proxy-state.<host>.<pid>.txt"; "" when it is not set.
 std::string dump_path(const std::string& stats_file);
 // Appends `report` to `path` with a timestamp, in a file of this user's own (mode 0600, never
-// through a symlink); false with *why when it could not.
-bool append_report(const std::string& path, const std::string& report, std::string* why = nullptr);
+// through a symlink, in a directory reached through none that only this user or root can rename
+// files in); false with *why when it could not. With `fallback`: when something not this user's own
+// file holds the name (squatted in a shared directory), the report goes to a new file of a unique
+// name beside it, *fallback names it for the next reports, and *note says so.
+bool append_report(const std::string& path, const std::string& report, std::string* why = nullptr,
+                   std::string* fallback = nullptr, std::string* note = nullptr);
 
 }  // namespace sieve::plugin::proxy

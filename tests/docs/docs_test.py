@@ -41,6 +41,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -574,6 +575,8 @@ def scenarios(product):
          dict(python_env, SIEVE_LIBRARY="/opt/nope.so")),
         ("--plugin naming a missing file", bench + ["--plugin", "/nope.so", "--loopback", "--quiet"], {}),
         ("SIEVE_STATS_FILE naming a directory, a job", bench + stats, {"SIEVE_STATS_FILE": "A_DIRECTORY"}),
+        ("a stats file in a shared directory without the sticky bit, a job", bench + stats,
+         {"SIEVE_STATS_FILE": "A_SHARED_DIRECTORY"}),
         ("a job's INFO lines", bench + stats, {"SIEVE_LOG_LEVEL": "info"}),
     ] + ([
         ("verbs asked for, SIEVE_IB_HCA selects no port", info + ["--json"],
@@ -636,12 +639,15 @@ def troubleshooting(docs, product):
                 env = dict(env, SIEVE_LIBRARY=copy)
             if env.get("SIEVE_STATS_FILE") == "A_DIRECTORY":
                 env = dict(env, SIEVE_STATS_FILE=scratch)
+            if env.get("SIEVE_STATS_FILE") == "A_SHARED_DIRECTORY":
+                shared = os.path.join(scratch, "shared")
+                os.makedirs(shared, exist_ok=True)
+                os.chmod(shared, 0o777)
+                env = dict(env, SIEVE_STATS_FILE=os.path.join(shared, "s.prom"))
             done = run(command, env=env, timeout=120)
             outputs.append((what, re.sub(r"[ \t]+", " ", done.stdout + done.stderr)))
     finally:
-        for f in glob.glob(scratch + "/*"):
-            os.remove(f)
-        os.rmdir(scratch)
+        shutil.rmtree(scratch)
     sources = None
     problems = []
     for number, line in rows:

@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // Listener robustness: stray and garbage clients are dropped while the real peer still connects;
 // the job token is proven, never sent; a wrong token is refused on both sides.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
+#include <vector>
 
+#include "net/handshake.h"
 #include "net/socket.h"
 #include "net/wire.h"
 #include "tests/net/transport_harness.h"
@@ -93,6 +98,63 @@ TEST(Handshake, GarbageAndWrongNonceClientsAreDroppedRealPeerConnects) {
   EXPECT_LE(::recv(garbage.get(), &b, 1, 0), 0);
 }
 
+// Issue 52, item 1: a listener under a flood may drop a real connector's socket before reading its
+// hello; the connector connects that socket again instead of failing the connect. Here a stand-in
+// listener drops the first socket it accepts and completes the handshake of every other.
+TEST(Handshake, ASocketDroppedBeforeItsWelcomeConnectsAgain) {
+  TransportOptions o = loopback_options();
+  o.nsocks = 1;
+  o.nthreads = 1;
+  SocketAddress any;
+  sockaddr_in loopback{};
+  loopback.sin_family = AF_INET;
+  loopback.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::memcpy(&any.storage, &loopback, sizeof(loopback));
+  any.length = sizeof(loopback);
+  Fd listening;
+  SocketAddress bound;
+  ASSERT_TRUE(make_listener(any, &listening, &bound).ok());
+  wire::HandleFields fields;
+  fields.address = bound;
+  fields.listener_nonce = 0x5eed;
+  std::atomic<int> accepted{0}, welcomed{0};
+  std::thread listener([&] {
+    const int flags = ::fcntl(listening.get(), F_GETFL);
+    ::fcntl(listening.get(), F_SETFL, flags & ~O_NONBLOCK);
+    std::vector<Fd> kept;
+    while (welcomed.load() < 2) {
+      Fd fd(::accept4(listening.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!fd.valid()) return;
+      if (accepted.fetch_add(1) == 0) continue;  // dropped unread, as under a flood
+      uint8_t in[wire::kHelloBytes];
+      if (::recv(fd.get(), in, sizeof(in), MSG_WAITALL) != static_cast<ssize_t>(sizeof(in))) return;
+      wire::Hello hello;
+      if (!wire::decode_hello(in, &hello).ok()) return;
+      uint8_t out[wire::kWelcomeBytes];
+      wire::encode_welcome({0, 77, wire::handshake_mac("", wire::Role::Listener, hello, 77)}, out);
+      if (::send(fd.get(), out, sizeof(out), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(out))) return;
+      uint8_t proof[wire::kProofBytes];
+      if (::recv(fd.get(), proof, sizeof(proof), MSG_WAITALL) != static_cast<ssize_t>(sizeof(proof))) return;
+      welcomed.fetch_add(1);
+      kept.push_back(std::move(fd));
+    }
+  });
+  Connector connector(o, fields, Carrier::Tcp);
+  Connection connection;
+  bool done = false;
+  Status st;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done && st.ok() && std::chrono::steady_clock::now() < end) {
+    st = connector.progress(&connection, &done);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(st.ok()) << st.message();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(accepted.load(), 3) << "two sockets, one of them twice";
+  ::shutdown(listening.get(), SHUT_RDWR);
+  listener.join();
+}
+
 TEST(Handshake, SilentClientDoesNotBlockAndIsDroppedAfterTimeout) {
   TransportOptions o = loopback_options();
   o.peer_timeout_ms = 300;
@@ -119,7 +181,7 @@ TEST(Handshake, SilentClientDoesNotBlockAndIsDroppedAfterTimeout) {
 
 TEST(Handshake, MatchingJobTokenConnects) {
   TransportOptions o = loopback_options();
-  o.job_token = "correct horse battery staple";
+  o.job_token = "9c41d2e07b5a3f86d1e04a7c2b9f5e31";  // a token the rule accepts (net/job_token.h)
   auto a = make_transport(o);
   auto b = make_transport(o);
   Handle handle;

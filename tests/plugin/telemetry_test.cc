@@ -430,5 +430,115 @@ TEST(Telemetry, AStatsPathThatCannotBeAFileIsExplained) {
   rmdir(dir.c_str());
 }
 
+// Issue 52, item 2: O_NOFOLLOW guards only a path's last component. With a symbolic link for the
+// directory, the stats file and its lock were written into another user's private directory.
+TEST(Telemetry, NothingIsWrittenUnderASymlinkedDirectory) {
+  char victim[] = "/tmp/sieve-victim-XXXXXX";
+  char attacker[] = "/tmp/sieve-attacker-XXXXXX";
+  ASSERT_NE(mkdtemp(victim), nullptr);
+  ASSERT_NE(mkdtemp(attacker), nullptr);
+  const std::string link = std::string(attacker) + "/metrics";
+  ASSERT_EQ(symlink(victim, link.c_str()), 0);
+  const std::string path = link + "/stats.json";
+  EXPECT_NE(stats_path_problem(path).find("symbolic link"), std::string::npos) << stats_path_problem(path);
+  std::string error;
+  {
+    StatsWriter w(path, StatsFormat::Json, 0, sample);
+    EXPECT_FALSE(w.write_now(&error));
+    EXPECT_NE(error.find("symbolic link"), std::string::npos) << error;
+  }
+  EXPECT_FALSE(StatsFileClaim::take(path, &error));
+  EXPECT_NE(error.find("symbolic link"), std::string::npos) << error;
+  std::string written;
+  EXPECT_FALSE(stats_directory_writable(path, &written));
+  struct stat st {};
+  EXPECT_NE(stat((std::string(victim) + "/stats.json").c_str(), &st), 0) << "written through the link";
+  EXPECT_NE(stat((std::string(victim) + "/stats.json.lock").c_str(), &st), 0) << "locked through the link";
+
+  // During a run: the writer's directory is swapped for a link to the victim's; the periodic
+  // rewrite must not follow it there and replace the victim's own stats.json.
+  const std::string real = std::string(attacker) + "/real";
+  ASSERT_EQ(mkdir(real.c_str(), 0700), 0);
+  {
+    StatsWriter w(real + "/stats.json", StatsFormat::Json, 0, sample);
+    ASSERT_TRUE(w.write_now(&error)) << error;
+    const std::string moved = std::string(attacker) + "/moved";
+    ASSERT_EQ(rename(real.c_str(), moved.c_str()), 0);
+    ASSERT_EQ(symlink(victim, real.c_str()), 0);
+    EXPECT_TRUE(w.write_now(&error)) << error;  // into the directory it opened, wherever that went
+    EXPECT_NE(stat((std::string(victim) + "/stats.json").c_str(), &st), 0) << "the rewrite followed the link";
+    std::remove((moved + "/stats.json").c_str());
+    rmdir(moved.c_str());
+  }
+  std::remove(real.c_str());
+  std::remove(link.c_str());
+  std::remove((std::string(victim) + "/stats.json").c_str());
+  rmdir(victim);
+  rmdir(attacker);
+}
+
+// A directory others can write to lets them rename files in it: refused unless it is sticky (as
+// /tmp) and owned by this user or root.
+TEST(Telemetry, ADirectoryOthersCanWriteIsRefusedUnlessSticky) {
+  char dir[] = "/tmp/sieve-shared-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/stats.json";
+  ASSERT_EQ(chmod(dir, 0777), 0);
+  EXPECT_NE(stats_path_problem(path).find("not sticky"), std::string::npos) << stats_path_problem(path);
+  std::string error;
+  {
+    StatsWriter w(path, StatsFormat::Json, 0, sample);
+    EXPECT_FALSE(w.write_now(&error));
+    EXPECT_NE(error.find("not sticky"), std::string::npos) << error;
+  }
+  ASSERT_EQ(chmod(dir, 0775), 0);  // writable by the group only: the same
+  EXPECT_NE(stats_path_problem(path).find("not sticky"), std::string::npos);
+  ASSERT_EQ(chmod(dir, 01777), 0);
+  EXPECT_EQ(stats_path_problem(path), "");
+  if (geteuid() == 0) {  // only root can hand a directory to another user
+    ASSERT_EQ(chown(dir, 65534, 65534), 0);
+    EXPECT_NE(stats_path_problem(path).find("belongs to user 65534"), std::string::npos) << stats_path_problem(path);
+    ASSERT_EQ(chown(dir, 0, 0), 0);
+  }
+  rmdir(dir);
+}
+
+// Another user can take a predictable name first in a shared (sticky) directory; the process then
+// writes a name of its own beside it, and says so, rather than nothing at all.
+TEST(Telemetry, ASquattedStatsNameFallsBackToAUniqueOne) {
+  char dir[] = "/tmp/sieve-squat-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  ASSERT_EQ(chmod(dir, 01777), 0);
+  const std::string pattern = std::string(dir) + "/node-%p.prom";
+  const std::string predictable = std::string(dir) + "/node-9.prom";
+  ASSERT_EQ(mkfifo(predictable.c_str(), 0666), 0);  // anything but this user's own file
+  std::unique_ptr<StatsFileClaim> claim;
+  std::string note;
+  const std::string chosen = choose_stats_path(pattern, 9, "h", &claim, &note);
+  EXPECT_NE(chosen, predictable);
+  EXPECT_EQ(chosen.rfind(std::string(dir) + "/node-9.", 0), 0u) << chosen;
+  EXPECT_NE(note.find("instead"), std::string::npos) << note;
+  {
+    StatsWriter w(chosen, StatsFormat::Json, 0, sample);
+    std::string error;
+    EXPECT_TRUE(w.write_now(&error)) << error;
+  }
+  std::remove(chosen.c_str());
+  std::remove(predictable.c_str());
+
+  // Without %p: the lock and the name with the pid, both taken.
+  const std::string shared = std::string(dir) + "/node.prom";
+  ASSERT_EQ(mkfifo((shared + ".lock").c_str(), 0666), 0);
+  ASSERT_EQ(mkfifo((std::string(dir) + "/node.9.prom").c_str(), 0666), 0);
+  note.clear();
+  const std::string second = choose_stats_path(shared, 9, "h", &claim, &note);
+  EXPECT_NE(second, shared);
+  EXPECT_NE(second, std::string(dir) + "/node.9.prom");
+  EXPECT_NE(note.find("instead"), std::string::npos) << note;
+  std::remove((shared + ".lock").c_str());
+  std::remove((std::string(dir) + "/node.9.prom").c_str());
+  rmdir(dir);
+}
+
 }  // namespace
 }  // namespace sieve::plugin

@@ -252,11 +252,58 @@ TEST(TopologyFile, AnObjectWithoutItsCompleteSetIsRefusedNotACrash) {
   ASSERT_NE(pu, std::string::npos);
   const size_t plain = xml.find(" nodeset=", pu);
   ASSERT_NE(plain, std::string::npos);
-  xml.replace(plain, 9, " nodese4=");
+  xml.replace(plain, 9, " nodesex=");  // a name hwloc reads, and ignores
   std::ofstream(path) << xml;
   found = discover(options);
   EXPECT_FALSE(found.ok);
   EXPECT_NE(found.error.find("complete_nodeset but no nodeset"), std::string::npos) << found.error;
+  std::remove(path.c_str());
+}
+
+// hwloc's XML parser stops reading a tag's attributes at the first text it cannot read and ignores
+// the rest: a complete_cpuset past such text is never seen, and hwloc 2.9 dereferences the null set
+// (hwloc_bitmap_compare_first, the crash the topology fuzzer found). A NUL byte, or a <topology> tag
+// that never ends, crash it too. Each is refused with the reason, before hwloc sees the file.
+TEST(TopologyFile, TextHwlocCannotReadIsRefusedNotACrash) {
+  std::ifstream in(std::string(SIEVE_TOPOLOGY_FIXTURES) + "/single_socket_1nic.xml");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string good = text.str();
+  const std::string core =
+      "<object type=\"Core\" os_index=\"0\" cpuset=\"0x00000001\" complete_cpuset=\"0x00000001\" "
+      "nodeset=\"0x00000001\" complete_nodeset=\"0x00000001\" gp_index=\"4\">";
+  const size_t at = good.find(core);
+  ASSERT_NE(at, std::string::npos);
+  const std::string path = testing::TempDir() + "/sieve_unreadable_topology.xml";
+  Options options;
+  options.xml_file = path;
+  auto refused = [&](const std::string& xml, const std::string& reason) {
+    std::ofstream(path, std::ios::trunc) << xml;
+    Discovery found = discover(options);
+    EXPECT_FALSE(found.ok);
+    EXPECT_NE(found.error.find(reason), std::string::npos) << found.error;
+  };
+
+  std::string xml = good;
+  xml.replace(at, core.size(),
+              "<object type=\"Core\" os_index=\"0\" cpuset=\"0x00000001\" nodeset=\"0x00000001\" "
+              "complete_nodeset=\"0x00000001\" gp_index=\"4\" Stop complete_cpuset=\"0x00000001\">");
+  refused(xml, "cannot read: \"Stop complete_cpuset=");
+
+  xml = good;  // the same with a single-quoted value, which libxml2 would read and hwloc's parser not
+  xml.replace(at, core.size(),
+              "<object type=\"Core\" os_index=\"0\" cpuset=\"0x00000001\" nodeset=\"0x00000001\" "
+              "complete_nodeset=\"0x00000001\" gp_index=\"4\" complete_cpuset='0x00000001'>");
+  refused(xml, "cannot read");
+
+  xml = good;
+  xml.insert(xml.find("<topology") + 10, std::string("\0", 1));
+  refused(xml, "NUL byte");
+
+  refused("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<topology version=\"2.0\"", "never ends");
+
+  std::ofstream(path, std::ios::trunc) << good;  // the untouched file still reads
+  EXPECT_TRUE(discover(options).ok);
   std::remove(path.c_str());
 }
 

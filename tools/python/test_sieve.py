@@ -72,6 +72,32 @@ class FindsTheRightLibrary(unittest.TestCase):
         self.assertIn("the dynamic loader cannot load it", done.stderr)
 
 
+    @unittest.skipUnless(shutil.which("cc"), "needs a C compiler to build the planted library")
+    def test_the_doctor_loads_no_library_from_the_current_directory(self):
+        # Issue 52: `python -m sieve` found nvidia/nccl/lib/libnccl.so.2 through sys.path, which under
+        # -m starts with the current directory, and loaded it: its constructor ran. A library planted
+        # there (one whose constructor leaves a mark) must be neither loaded nor named.
+        with tempfile.TemporaryDirectory() as cwd:
+            planted = os.path.join(cwd, "nvidia", "nccl", "lib")
+            os.makedirs(planted)
+            mark = os.path.join(cwd, "constructor-ran")
+            source = os.path.join(cwd, "planted.c")
+            with open(source, "w") as out:
+                out.write('#include <stdio.h>\n__attribute__((constructor)) static void planted(void) {\n'
+                          '  FILE* f = fopen("%s", "w"); if (f) fclose(f); }\n'
+                          'int ncclGetVersion(int* v) { *v = 22809; return 0; }\n' % mark)
+            built = subprocess.run(["cc", "-shared", "-fPIC", "-o", os.path.join(planted, "libnccl.so.2"), source],
+                                   capture_output=True, text=True)
+            self.assertEqual(built.returncode, 0, built.stderr)
+            environment = {k: v for k, v in os.environ.items() if k not in ("SIEVE_LIBRARY", "LD_PRELOAD")}
+            environment.update(PYTHONPATH=HERE, SIEVE_LIBRARY=LIBRARY)
+            done = subprocess.run([sys.executable, "-m", "sieve"], cwd=cwd, env=environment, capture_output=True,
+                                  text=True, timeout=60)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertIn("NCCL it would interpose", done.stdout)
+            self.assertNotIn(cwd, done.stdout)
+            self.assertFalse(os.path.exists(mark), "the planted library was loaded:\n" + done.stdout)
+
 class HeaderConstants(unittest.TestCase):
     """sieve/_constants.py is written by hand from plugin/sieve.h: every value must be the header's."""
     SOURCE = os.path.normpath(os.path.join(HERE, "..", ".."))

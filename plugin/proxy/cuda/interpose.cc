@@ -13,8 +13,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -87,8 +87,14 @@ ProxyOptions options_from(const config::Settings& s) {
 void report(const std::string& text) {
   SIEVE_WARN("%s", text.c_str());
   const std::string path = dump_path(config::Registry::process().settings().stats_file);
-  std::string why;
-  if (!path.empty() && !append_report(path, text, &why)) SIEVE_WARN("collective proxy: %s", why.c_str());
+  if (path.empty()) return;
+  // Where the reports go once another user took the predictable name: one file for the process.
+  static std::mutex mutex;
+  static std::string fallback;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::string why, note;
+  if (!append_report(path, text, &why, &fallback, &note)) SIEVE_WARN("collective proxy: %s", why.c_str());
+  if (!note.empty()) SIEVE_WARN("collective proxy: %s", note.c_str());
 }
 
 // The process's proxy once built, for the dump signal's helper thread (which must not build it).
@@ -122,17 +128,15 @@ void dump_on_signal() {
          std::to_string(getpid()) + " yet");
 }
 
-// Installed when the library is loaded (preloaded: the proxy's face), not at the first NCCL call: a
-// signal sent to a rank hung in NCCL's init, before any collective, must report, not kill it (the
-// default action of SIGUSR1). A handler the process already has is kept and called after ours. The
-// variable is read through a registry of its own: the process's registry snapshots the environment
-// once, and a trainer may still set SIEVE_* variables after load, before its first NCCL call.
-bool install_dump_signal_at_load() {
+// Installed at the process's first interposed NCCL call (ncclCommInitRank or earlier), not when the
+// library loads: a preloaded library must start nothing the host program did not ask for, and its
+// helper thread broke programs that change credentials (glibc's set-id calls must reach every thread;
+// `setpriv --clear-groups` aborted). A rank hung in NCCL's init has made that call, so a signal sent
+// to it reports rather than kills it (SIGUSR1's default action). A handler the process already has is
+// kept and called after ours.
+bool install_dump_signal_for_process() {
   if (!preloaded()) return false;
-  const char* value = getenv("SIEVE_DUMP_SIGNAL");
-  std::map<std::string, std::string> env;
-  if (value) env["SIEVE_DUMP_SIGNAL"] = value;
-  const config::DumpSignal signal = config::Registry(env).settings().dump_signal;
+  const config::DumpSignal signal = config::Registry::process().settings().dump_signal;
   if (signal == config::DumpSignal::Off) return false;
   std::string why;
   const int signo = signal == config::DumpSignal::Usr2 ? SIGUSR2 : SIGUSR1;
@@ -142,16 +146,16 @@ bool install_dump_signal_at_load() {
   return false;
 }
 
-const bool kDumpSignalInstalled = install_dump_signal_at_load();
-
 // Every interposed call starts here: the process's log is set up (SIEVE_LOG_LEVEL, each configuration
 // problem warned once) before anything can warn, also in a job that preloads the proxy without
 // Sieve as its net plugin, whose init would otherwise do it; and a forked child's state reports
-// start (the first safe point after its fork).
+// start (the first safe point after its fork), and SIEVE_DUMP_SIGNAL's handler is installed.
 const RealNccl& nccl_for_call() {
   start_forked_dump_reader();
   note_nccl_in_use();
   start_process_log();
+  static const bool dump_signal_installed = install_dump_signal_for_process();
+  (void)dump_signal_installed;
   return real_nccl();
 }
 

@@ -169,5 +169,46 @@ TEST(HangDump, TheReportIsNeverWrittenThroughAPlantedLinkOrIntoAnotherUsersFile)
   rmdir(dir);
 }
 
+// Issue 52, item 2: a symbolic link for the directory (not only for the name) is not followed, and
+// a name another user took first in a shared directory sends the report to a unique name beside it.
+TEST(HangDump, TheReportIsNeverWrittenUnderASymlinkedDirectoryAndSurvivesASquattedName) {
+  char victim[] = "/tmp/sieve-victim-XXXXXX";
+  char shared[] = "/tmp/sieve-shared-XXXXXX";
+  ASSERT_NE(mkdtemp(victim), nullptr);
+  ASSERT_NE(mkdtemp(shared), nullptr);
+  const std::string link = std::string(shared) + "/dumps";
+  ASSERT_EQ(symlink(victim, link.c_str()), 0);
+  const std::string through = dump_path(link);
+  std::string why, fallback, note;
+  EXPECT_FALSE(append_report(through, "planted", &why, &fallback, &note));
+  EXPECT_NE(why.find("symbolic link"), std::string::npos) << why;
+  EXPECT_EQ(rmdir(victim), 0) << "a file was written into the linked directory";
+  std::remove(link.c_str());
+
+  ASSERT_EQ(chmod(shared, 0777), 0);  // others can rename files in it
+  const std::string path = dump_path(shared);
+  EXPECT_FALSE(append_report(path, "open", &why, &fallback, &note));
+  EXPECT_NE(why.find("not sticky"), std::string::npos) << why;
+
+  ASSERT_EQ(chmod(shared, 01777), 0);
+  ASSERT_EQ(mkfifo(path.c_str(), 0666), 0);  // the predictable name, taken first
+  ASSERT_TRUE(append_report(path, "first", &why, &fallback, &note)) << why;
+  EXPECT_NE(fallback, "");
+  EXPECT_NE(fallback, path);
+  EXPECT_NE(note.find(fallback + " instead"), std::string::npos) << note;
+  note.clear();
+  ASSERT_TRUE(append_report(path, "second", &why, &fallback, &note)) << why;
+  EXPECT_EQ(note, "") << "said once";
+  const std::string text = contents(fallback);
+  EXPECT_NE(text.find("first\n"), std::string::npos);
+  EXPECT_NE(text.find("second\n"), std::string::npos);
+  struct stat st {};
+  ASSERT_EQ(stat(fallback.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::remove(fallback.c_str());
+  std::remove(path.c_str());
+  rmdir(shared);
+}
+
 }  // namespace
 }  // namespace sieve::plugin::proxy

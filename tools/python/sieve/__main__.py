@@ -8,25 +8,40 @@ Exit status: 0; 2 for a usage error or no library to point at; run: the command'
 """
 
 import ctypes
-import importlib.util
 import os
 import shlex
+import site
 import sys
+import sysconfig
 
 from . import __version__
 from ._library import SieveError, _loaded_path, library_path
 
 
+def _site_directories():
+    """The installed environment's site-packages directories, absolute and resolved. Not sys.path: under
+    `python -m` it starts with the current directory, and a library found there would run its
+    constructor when loaded (a file planted where an operator runs this doctor would run code)."""
+    found = [sysconfig.get_paths()[key] for key in ("purelib", "platlib")]
+    found += site.getsitepackages() if hasattr(site, "getsitepackages") else []
+    if site.ENABLE_USER_SITE:
+        found.append(site.getusersitepackages())
+    resolved = []
+    for directory in found:
+        real = os.path.realpath(directory)
+        if os.path.isabs(directory) and os.path.isdir(real) and real not in resolved:
+            resolved.append(real)
+    return resolved
+
+
 def _wheel_nccl():
-    """libnccl.so.2 of the nvidia-nccl wheel PyTorch's pip wheels depend on, if installed (found without
-    importing torch: it is what libtorch_cuda.so loads through its RUNPATH)."""
-    try:
-        spec = importlib.util.find_spec("nvidia")
-    except (ImportError, ValueError):
-        return None
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        candidate = os.path.join(root, "nccl", "lib", "libnccl.so.2")
-        if os.path.isfile(candidate):
+    """libnccl.so.2 of the nvidia-nccl wheel PyTorch's pip wheels depend on, if installed in this
+    environment (found without importing torch: it is what libtorch_cuda.so loads through its RUNPATH),
+    as a resolved absolute path inside one of the environment's site-packages directories."""
+    for root in _site_directories():
+        candidate = os.path.realpath(os.path.join(root, "nvidia", "nccl", "lib", "libnccl.so.2"))
+        # The resolved file must still be inside the environment: a symbolic link out of it is not the wheel's.
+        if os.path.commonpath([candidate, root]) == root and os.path.isfile(candidate):
             return candidate
     return None
 

@@ -239,9 +239,9 @@ TEST_P(TwoProcess, StrayAndGarbageClientsAreDroppedAndTheRealPeerStillConnects) 
 
 TEST_P(TwoProcess, WrongJobTokenIsRefused) {
   std::string handle;
-  auto receiver = start_receiver("token", &handle, {"SIEVE_JOB_TOKEN=bravo-secret-5e0c41d9a7b3f26e8c"});
+  auto receiver = start_receiver("token", &handle, {"SIEVE_JOB_TOKEN=b7a05e0c41d9a7b3f26e8c19d4f0a6e2"});
   ASSERT_TRUE(receiver);
-  auto sender = start("send", "token", handle, {"SIEVE_JOB_TOKEN=alpha-secret-9d27f1c4e06ab853d1"});
+  auto sender = start("send", "token", handle, {"SIEVE_JOB_TOKEN=a1f09d27f1c4e06ab853d1c7e2b94f08"});
   ASSERT_TRUE(sender);
   const auto [received, sent] = verdicts(*receiver, *sender, 30000);
   EXPECT_EQ(received.rfind("OK refused", 0), 0u) << "receiver: " << received;
@@ -251,7 +251,9 @@ TEST_P(TwoProcess, WrongJobTokenIsRefused) {
   expect_clean_exit(*sender, "sender");
 }
 
-TEST_P(TwoProcess, MatchingJobTokenConnects) { transfer("small", {"SIEVE_JOB_TOKEN=same-secret-3b8e6f0a2d5c7914e"}); }
+TEST_P(TwoProcess, MatchingJobTokenConnects) {
+  transfer("small", {"SIEVE_JOB_TOKEN=5a3e3b8e6f0a2d5c7914e0b6d1c8f27a"});
+}
 
 std::string name_of(const ::testing::TestParamInfo<std::tuple<int, Link>>& param) {
   return std::string(std::get<1>(param.param) == Link::Loopback ? "loopback" : "netns") + "_v" +
