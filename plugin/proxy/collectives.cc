@@ -344,7 +344,7 @@ int Proxy::compact_in(CommState& cs, const Compaction& c, Stream stream) {
   return kResultInternalError;
 }
 
-// Issue 34, item 7: a published mask is trusted (its pruned values are dropped), but a dishonest
+// A published mask is trusted (its pruned values are dropped), but a dishonest
 // one is no longer silent. The count runs on the device after the gather; the host adds what the
 // last copy brought back (it lags by the calls still in flight) and warns once per communicator.
 int Proxy::count_pruned(CommState& cs, EntryPlan& plan, const DeviceLayout& layout, const void* src, bool last,

@@ -98,7 +98,7 @@ TEST(Handshake, GarbageAndWrongNonceClientsAreDroppedRealPeerConnects) {
   EXPECT_LE(::recv(garbage.get(), &b, 1, 0), 0);
 }
 
-// Issue 52, item 1: a listener under a flood may drop a real connector's socket before reading its
+// A listener under a flood may drop a real connector's socket before reading its
 // hello; the connector connects that socket again instead of failing the connect. Here a stand-in
 // listener drops the first socket it accepts and completes the handshake of every other.
 TEST(Handshake, ASocketDroppedBeforeItsWelcomeConnectsAgain) {

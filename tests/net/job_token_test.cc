@@ -20,7 +20,7 @@ TEST(JobToken, ADictionaryWordIsRefusedWithTheRuleNotTheToken) {
   EXPECT_EQ(st.message().find("hunter2"), std::string::npos) << "the error shows the token";
 }
 
-// Issue 52, item 5: one welcome lets whoever sees it test guesses offline, and a word phrase
+// One welcome lets whoever sees it test guesses offline, and a word phrase
 // passed the old rule (length x log2 of its alphabet: 28 characters of base64's alphabet made
 // "168 bits"). Only tokens random by construction pass: hex or base64 of at least 16 bytes.
 TEST(JobToken, AWordPhraseIsRefusedAndGeneratedTokensPass) {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Issue 52, item 1, over a real round trip: two network namespaces joined by a link that delays
+// The many-address flood over a real round trip: two network namespaces joined by a link that delays
 // every packet (netem, or sieve-impair where the kernel has none). Node 0 holds 250 more addresses
 // and floods node 1's listener from all of them with sockets that say nothing, while a real
 // connector, also on node 0, makes connection after connection. Every one must be accepted. The

@@ -221,7 +221,7 @@ bool accepted(Listening& l) {
   return recv != nullptr;
 }
 
-// Issue 52, item 1: over a link with delay the real connector's sockets were accepted before their
+// Over a link with delay the real connector's sockets were accepted before their
 // hellos arrived, and a flood from many source addresses pushed them out first: as the source
 // holding most, all its sockets opened at once from one address. Here its 9 sockets connect and
 // their hellos are held back while 253 other addresses open silent sockets.

@@ -430,7 +430,7 @@ TEST(Telemetry, AStatsPathThatCannotBeAFileIsExplained) {
   rmdir(dir.c_str());
 }
 
-// Issue 52, item 2: O_NOFOLLOW guards only a path's last component. With a symbolic link for the
+// O_NOFOLLOW guards only a path's last component. With a symbolic link for the
 // directory, the stats file and its lock were written into another user's private directory.
 TEST(Telemetry, NothingIsWrittenUnderASymlinkedDirectory) {
   char victim[] = "/tmp/sieve-victim-XXXXXX";

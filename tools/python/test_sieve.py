@@ -57,7 +57,7 @@ class FindsTheRightLibrary(unittest.TestCase):
         self.assertIn("no such file", done.stderr)
 
     def test_sieve_library_takes_a_name_as_ld_preload_does(self):
-        # Issue 43: a name without a slash is found by the dynamic loader (here through
+        # A name without a slash is found by the dynamic loader (here through
         # LD_LIBRARY_PATH), and names the preloaded copy when that copy was loaded under it.
         directory = os.path.dirname(os.path.realpath(LIBRARY))
         name = os.path.basename(LIBRARY)
@@ -74,7 +74,7 @@ class FindsTheRightLibrary(unittest.TestCase):
 
     @unittest.skipUnless(shutil.which("cc"), "needs a C compiler to build the planted library")
     def test_the_doctor_loads_no_library_from_the_current_directory(self):
-        # Issue 52: `python -m sieve` found nvidia/nccl/lib/libnccl.so.2 through sys.path, which under
+        # `python -m sieve` once found nvidia/nccl/lib/libnccl.so.2 through sys.path, which under
         # -m starts with the current directory, and loaded it: its constructor ran. A library planted
         # there (one whose constructor leaves a mark) must be neither loaded nor named.
         with tempfile.TemporaryDirectory() as cwd:
@@ -253,7 +253,7 @@ class Tensors(unittest.TestCase):
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
     def test_integers_past_uint64_are_refused_not_wrapped(self):
-        """Issue 34.8: ctypes wraps 2**70 to 0 (and 2**64 + 4 to 4), so (0, 2**70) became an empty
+        """ctypes wraps 2**70 to 0 (and 2**64 + 4 to 4), so (0, 2**70) became an empty
         range and the mask pruned everything."""
         grad = torch.zeros(100)
         for ranges, said in (([(0, 2 ** 70)], "range 0's length is 1180591620717411303424"),
@@ -278,7 +278,7 @@ class Tensors(unittest.TestCase):
         sieve.retract_id(mask_id)
 
     def test_a_list_where_a_tensor_belongs_is_a_sieve_error(self):
-        """Issue 34.8: a plain list gave AttributeError ('list' object has no attribute ...)."""
+        """A plain list gave AttributeError ('list' object has no attribute ...)."""
         grad = torch.zeros(8)
         calls = [lambda: sieve.publish_mask([0.0] * 8, torch.ones(8)), lambda: sieve.publish_mask(grad, [1] * 8),
                  lambda: sieve.publish_ranges([0.0] * 8, [(0, 2)]), lambda: sieve.retract([0.0] * 8),

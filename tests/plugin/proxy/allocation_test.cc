@@ -84,7 +84,7 @@ TEST(AllocationTest, CompactedAndPassThroughCallsAllocateNothing) {
   EXPECT_EQ(stats.collectives_compacted.load(), 101u * 5);
 }
 
-// Issue 34, item 8: SIEVE_TRACK=observe read each record into a fresh mask, one allocation per
+// SIEVE_TRACK=observe read each record into a fresh mask, one allocation per
 // all-reduce. The record is read into the signature's own mask now.
 TEST(AllocationTest, ObservedAllReducesAllocateNothingAfterWarmUp) {
   NullBackend backend;

@@ -20,7 +20,7 @@
 namespace sieve::plugin::proxy {
 namespace {
 
-// Issue 34, item 6: a forked child's signal woke the parent's helper thread (through the inherited
+// A forked child's signal woke the parent's helper thread (through the inherited
 // pipe), so the parent reported and the child did not. Each process reports for itself now, its
 // helper thread started at its first safe point, not in the fork (where POSIX allows only
 // async-signal-safe calls). Runs in
@@ -169,7 +169,7 @@ TEST(HangDump, TheReportIsNeverWrittenThroughAPlantedLinkOrIntoAnotherUsersFile)
   rmdir(dir);
 }
 
-// Issue 52, item 2: a symbolic link for the directory (not only for the name) is not followed, and
+// A symbolic link for the directory (not only for the name) is not followed, and
 // a name another user took first in a shared directory sends the report to a unique name beside it.
 TEST(HangDump, TheReportIsNeverWrittenUnderASymlinkedDirectoryAndSurvivesASquattedName) {
   char victim[] = "/tmp/sieve-victim-XXXXXX";

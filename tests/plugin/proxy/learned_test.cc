@@ -208,7 +208,7 @@ TEST(LearnedTest, AProposalInsideAGroupIsVotedAfterTheGroup) {
   });
 }
 
-// Issue 46, finding 3: a captured call stayed dense while a rank issuing it eagerly compacted it. A
+// A captured call stayed dense while a rank issuing it eagerly compacted it. A
 // learned all-reduce cannot be captured: it is refused (the communicator aborted), leaving no record.
 TEST(LearnedTest, CapturedLearnedCallsAreRefusedAndLeaveNoRecord) {
   FakeWorld world(1);
@@ -379,7 +379,7 @@ TEST(LearnedTest, ObserveModeChangesNoCollectiveAndCountsWhatItWouldSave) {
   EXPECT_EQ(ranks[1]->stats.learned_calls_observed.load(), 0u);
 }
 
-// Issue 46, finding 1: a buffer whose pattern flips every 4 calls cost a vote and dropped values in
+// A buffer whose pattern flips every 4 calls cost a vote and dropped values in
 // every cycle, forever (15 votes and 7,500 values in 120 calls with the defaults). Fallbacks back off
 // exponentially, like refusals, and the fourth retires the signature: dense, logged and counted once.
 TEST(LearnedTest, APatternThatKeepsFlippingBacksOffAndIsRetired) {

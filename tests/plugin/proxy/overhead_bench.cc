@@ -56,7 +56,7 @@ void CompactedInItsOwnGroup(benchmark::State& state) {
 }
 BENCHMARK(CompactedInItsOwnGroup);
 
-// Issue 46: 2-4 threads issuing calls at once, through one Proxy (one process), each on its own
+// 2-4 threads issuing calls at once, through one Proxy (one process), each on its own
 // communicator (a process group per thread) or all on one (taking turns under its lock, as NCCL
 // requires of callers). ns per call per thread; items_per_second is the total across threads.
 struct Shared {

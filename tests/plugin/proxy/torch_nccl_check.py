@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""First contact with PyTorch's own NCCL, on a machine without a GPU (issue 35, item 6).
+"""First contact with PyTorch's own NCCL, on a machine without a GPU.
 
 One PyTorch process with the library LD_PRELOADed, symbols bound eagerly (LD_BIND_NOW=1) and the
 dynamic loader's binding report on (LD_DEBUG=bindings, into files), calls

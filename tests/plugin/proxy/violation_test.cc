@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Issue 34, item 7: a published mask that prunes a nonzero value. The result stays the trusted one
+// A published mask that prunes a nonzero value. The result stays the trusted one
 // (the mask's: the value is dropped), but each rank counts such values on the device, per
 // communicator (`mask_violations`), and warns once.
 #include <gtest/gtest.h>
