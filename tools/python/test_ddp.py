@@ -5,6 +5,7 @@ torch with Gloo (PyTorch 2.x); skips without one. Run: python tools/python/test_
 
 import datetime
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -179,8 +180,16 @@ def _case(rank, world, case, ref_losses, ref_grads, ref_params):
         # to the default's dense all-reduce on every rank, the others stay compacted.
         change = "outside" if case == "outside_pieces" else case
         ref = _train(rank, world, "default", change=change)
-        losses, grads, params, state = _train(rank, world, "sieve", change=change,
-                                              piece_elements=97 if case == "outside_pieces" else None)
+        said = []
+        handler = logging.Handler()
+        handler.emit = said.append
+        logging.getLogger("sieve").addHandler(handler)
+        try:
+            losses, grads, params, state = _train(rank, world, "sieve", change=change,
+                                                  piece_elements=97 if case == "outside_pieces" else None)
+        finally:
+            logging.getLogger("sieve").removeHandler(handler)
+        result["said"] = [record.getMessage() for record in said]
         result["losses_equal"] = [a.hex() for a in losses] == [a.hex() for a in ref[0]]
         result["grads_equal"] = all(_same(a, b) for a, b in zip(grads, ref[1]))
         result["params_equal"] = all(_same(a, b) for a, b in zip(params, ref[2]))
@@ -257,6 +266,8 @@ class CompactHookUnderRealDdp(unittest.TestCase):
             self.assertTrue(r["grads_equal"], "%s, rank %d: a gradient differs from the default's" % (case, rank))
             self.assertTrue(r["params_equal"], "%s, rank %d: a parameter differs from the default's" % (case, rank))
             self.assertGreater(r["stats"]["fallback"], 0, "%s, rank %d: nothing fell back" % (case, rank))
+            self.assertEqual(len(r["said"]), 1, "%s, rank %d: said %s, not once" % (case, rank, r["said"]))
+            self.assertIn("nonzero (or NaN) where its mask prunes", r["said"][0])
         # The flags are summed by the all-reduce itself: every rank falls back on the same buckets.
         self.assertEqual(results[0]["stats"], results[1]["stats"], "%s: the ranks decided differently" % case)
         return results
