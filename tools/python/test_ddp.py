@@ -51,10 +51,12 @@ def _raw(tensor):
 
 # What a user's training may do to a pruned model that the masks Sieve agreed on do not say:
 # each is applied identically under DDP's default hook and under Sieve's.
-def _regrow(step, rank, model):
-    """From step 2 on, every rank regrows a third of the first convolution's and the first linear's
-    pruned weights (prune keeps their values in weight_orig) and never calls update_masks()."""
-    if step == 2:
+def _regrow(step, rank, model, at=2):
+    """From step `at` on, every rank regrows a third of the first convolution's and the first
+    linear's pruned weights (prune keeps their values in weight_orig) and never calls update_masks().
+    It must come after DDP's bucket rebuild, whose new buckets vote on the masks of their time (step
+    1; under static_graph step 2)."""
+    if step == at:
         for module in (model[0], model[7]):
             module.weight_mask.view(-1)[::3] = 1.0
 
@@ -81,7 +83,8 @@ def _outside(model):
     return 1e-3 * sum((m.weight_orig ** 2).sum() for m in model if hasattr(m, "weight_orig"))
 
 
-def _train(rank, world, mode, rank_masks=None, bucket_cap_mb=0.01, piece_elements=None, change=None):
+def _train(rank, world, mode, rank_masks=None, bucket_cap_mb=0.01, piece_elements=None, change=None,
+           static_graph=False):
     """STEPS steps of SGD with momentum on rank's own synthetic batches; returns losses and the
     bits of every gradient and parameter after each step, and the hook's state. change: None,
     "regrow", "nan" or "outside" (see _regrow, _nan_at_pruned, _outside)."""
@@ -89,7 +92,7 @@ def _train(rank, world, mode, rank_masks=None, bucket_cap_mb=0.01, piece_element
     from sieve import ddp as sieve_ddp
     model = _model(7)
     nan_step = _nan_at_pruned(model) if change == "nan" else None
-    ddp = DDP(model, bucket_cap_mb=bucket_cap_mb)
+    ddp = DDP(model, bucket_cap_mb=bucket_cap_mb, static_graph=static_graph)
     state = None
     if mode in ("sieve", "sieve_bf16"):
         state = sieve_ddp.register(ddp, masks=rank_masks,
@@ -100,7 +103,7 @@ def _train(rank, world, mode, rank_masks=None, bucket_cap_mb=0.01, piece_element
     losses, grads, params = [], [], []
     for step in range(STEPS):
         if change == "regrow":
-            _regrow(step, rank, model)
+            _regrow(step, rank, model, at=3 if static_graph else 2)
         if nan_step is not None:
             nan_step["step"] = step
         x = torch.randn(4, 3, 8, 8, generator=generator)
@@ -175,17 +178,19 @@ def _case(rank, world, case, ref_losses, ref_grads, ref_params):
         result["losses_equal"] = [a.hex() for a in losses] == [a.hex() for a in ref_losses]
         result["params_equal"] = all(_same(a, b) for a, b in zip(params, ref_params))
         result["stats"] = state.stats
-    elif case in ("regrow", "nan", "outside", "outside_pieces"):
+    elif case in ("regrow", "nan", "outside", "outside_pieces", "static_regrow"):
         # Each against the default under the same change: the buckets the change touches fall back
-        # to the default's dense all-reduce on every rank, the others stay compacted.
-        change = "outside" if case == "outside_pieces" else case
-        ref = _train(rank, world, "default", change=change)
+        # to the default's dense all-reduce on every rank, the others stay compacted. static_graph:
+        # DDP's first step calls every hook from its own end-of-backward callback.
+        change = {"outside_pieces": "outside", "static_regrow": "regrow"}.get(case, case)
+        static = case == "static_regrow"
+        ref = _train(rank, world, "default", change=change, static_graph=static)
         said = []
         handler = logging.Handler()
         handler.emit = said.append
         logging.getLogger("sieve").addHandler(handler)
         try:
-            losses, grads, params, state = _train(rank, world, "sieve", change=change,
+            losses, grads, params, state = _train(rank, world, "sieve", change=change, static_graph=static,
                                                   piece_elements=97 if case == "outside_pieces" else None)
         finally:
             logging.getLogger("sieve").removeHandler(handler)
@@ -276,6 +281,9 @@ class CompactHookUnderRealDdp(unittest.TestCase):
         for r in self._check_fallback("regrow"):
             self.assertGreater(r["stats"]["compacted"], r["stats"]["fallback"], "untouched buckets stay compacted")
 
+    def test_regrowth_under_static_graph_gives_the_defaults_result(self):
+        self._check_fallback("static_regrow")
+
     def test_a_nan_at_a_pruned_position_gives_the_defaults_nans(self):
         for r in self._check_fallback("nan"):
             self.assertTrue(r["nan_in_params"], "the default's NaN reached the parameters; so must Sieve's")
@@ -298,7 +306,8 @@ class CompactHookUnderRealDdp(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls._results = _run(["exact", "pieces", "disagree", "bf16", "regrow", "nan", "outside", "outside_pieces"])
+        cls._results = _run(["exact", "pieces", "disagree", "bf16", "regrow", "nan", "outside", "outside_pieces",
+                            "static_regrow"])
 
 
 @needs_gloo

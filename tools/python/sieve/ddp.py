@@ -31,10 +31,11 @@ sees it and that bucket runs the default's division and all-reduce on the untouc
 (on a second process group of the same ranks, so the fallback, issued from the all-reduce's callback,
 never races the hook's own all-reduces; buckets settle in issue order, so every rank issues its
 fallbacks in the same order), counted in stats["fallback"] and said once through the "sieve" logger.
-The check costs one count_nonzero pass over the bucket and one over the kept elements per call
-(measured on the host: docs/PERFORMANCE.md). On a CUDA bucket the flag is read on the host in the
-all-reduce future's callback; NCCL completes a future when the collective is enqueued, so that read
-waits for the bucket's all-reduce before the backward goes on (not measured: no GPU here).
+The check costs, per call, |x| into a scratch buffer and a count of its nonzero integer bits over
+the bucket and over its kept elements (measured on the host: docs/PERFORMANCE.md). On a CUDA bucket
+the flag is read on the host in the all-reduce future's callback; NCCL completes a future when the
+collective is enqueued, so that read waits for the bucket's all-reduce before the backward goes on
+(not measured: no GPU here).
 
 Otherwise the kept elements are summed by the same all-reduce as the dense bucket's; at 2 ranks every
 sum is bit-identical to the default hook's (a + b = b + a), with one stated exception, the sign of
