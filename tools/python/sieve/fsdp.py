@@ -19,9 +19,13 @@ that rank holds anything nonzero (or NaN) where the mask prunes. The flag travel
 collective, so every rank sees the same flags and, where one is set, every rank runs FSDP's own
 collective on the original buffer instead. Elsewhere every kept element is reduced by the same
 elementwise operation as FSDP's own reduce-scatter, and every pruned one is zero on every rank: at 2
-ranks each output shard equals FSDP's bit for bit (a sum of two is commutative); at more ranks the
-compacted layout keeps Gloo's ring order (_Layout.maps), and another backend's order for another
-buffer size may differ in the last bits.
+ranks each output shard equals FSDP's bit for bit (a sum of two is commutative) with one exception,
+the sign of zero: a pruned element is +0.0 where FSDP's sum of -0.0 values gives -0.0, and a
+compacted all-gather writes +0.0 where a shard held -0.0 (equal values; an SGD momentum buffer can
+carry such a zero into a parameter). At more ranks the compacted layout keeps Gloo's ring order
+(_Layout.maps), and another backend's order for another buffer size may differ in the last bits.
+stats() counts every element sent, a fallback's dense re-run included. compact(model) again
+re-prunes (its docstring says how).
 
 Gather and scatter are sieve._kernels' (one Compaction per rank segment: the elements of that segment
 that travel): Sieve's own CUDA kernels on CUDA tensors where the library has them, torch elsewhere.
