@@ -117,7 +117,7 @@ def _train(rank, world, mode, rank_masks=None, bucket_cap_mb=0.01, piece_element
         optimizer.step()
         params.append([_bits(p) for p in model.parameters()])
         losses.append(loss.item())
-    _train.raw = [_raw(p) for p in model.parameters()]
+    _train.raw = [_raw(p) for p in model.parameters()] + [_raw(p.grad) for p in model.parameters()]
     return losses, grads, params, state
 
 
@@ -153,7 +153,7 @@ def _case(rank, world, case, ref_losses, ref_grads, ref_params):
         result["stats"] = state.stats
         result["losses_moved"] = losses[-1] != losses[0]
         # Sieve's stated exception: at a pruned position +0.0 where the default may give -0.0. Every
-        # raw difference must be one of those (SGD's momentum keeps a gradient's sign of zero).
+        # raw difference of the last step's parameters and gradients must be one of those.
         signs = others = 0
         for a, b in zip(_train.raw, _train.raw_default):
             differ = a != b
