@@ -54,10 +54,10 @@ class Net(torch.nn.Module):
         return self.out(x)
 
 
-def build(mp=None, rank_mask_seed=None, masks=None):
+def build(mp=None, rank_mask_seed=None, masks=None, zero=True):
     """The test net, fully_shard wrapped. masks None: pruned 50 % with torch.nn.utils.prune (the pruned
     weights zeroed in weight_orig too); a dict: the same weights only zeroed (their gradients are not
-    masked), their masks filled in by name."""
+    masked; zero=False: not even zeroed), their masks filled in by name."""
     torch.manual_seed(0)
     net = Net()
     for i, block in enumerate(net.blocks):
@@ -65,8 +65,9 @@ def build(mp=None, rank_mask_seed=None, masks=None):
             lin = getattr(block, part)
             if masks is not None:
                 keep = lin.weight.abs() > lin.weight.abs().median()
-                with torch.no_grad():
-                    lin.weight.masked_fill_(~keep, 0.0)
+                if zero:
+                    with torch.no_grad():
+                        lin.weight.masked_fill_(~keep, 0.0)
                 masks["blocks.%d.%s.weight" % (i, part)] = keep
                 continue
             prune.l1_unstructured(lin, "weight", amount=0.5)
@@ -84,18 +85,22 @@ def build(mp=None, rank_mask_seed=None, masks=None):
 
 
 def bits(t):
+    """t's bits, zero's sign folded (x + 0.0 turns -0.0 into +0.0): Sieve's one stated exception to
+    bit-identity, +0.0 at a pruned position where FSDP's sum of -0.0 values gives -0.0."""
     t = t.detach()
     t = t.full_tensor() if hasattr(t, "full_tensor") else t
-    return t.float().view(torch.int32).clone()
+    return (t.float() + 0.0).view(torch.int32).clone()
 
 
-def train(net, steps=STEPS, sgd=False):
+def train(net, steps=STEPS, sgd=False, between=None):
     # SGD with momentum keeps a gradient's sign of zero in its buffer; Adam's moments do not.
     opt = (torch.optim.SGD(net.parameters(), lr=1e-2, momentum=0.9) if sgd else
            torch.optim.Adam(net.parameters(), lr=1e-2))
     g = torch.Generator().manual_seed(100 + dist.get_rank())
     losses = []
     for step in range(steps):
+        if between is not None:
+            between(step, net)
         x = torch.randn(8, 6, generator=g)
         y = torch.randn(8, 3, generator=g)
         net.skip_block = 1 if step == 2 else None
@@ -156,6 +161,89 @@ def case_refused():
     same("fallback", dense, result)
 
 
+def linears(net):
+    return [(i, getattr(block, part)) for i, block in enumerate(net.blocks) for part in ("up", "down", "gate")]
+
+
+def reprune(net):
+    """The same on every rank: the even blocks' masks grow (a third of their pruned weights come back,
+    at weight_orig's zeros, where build left them), the odd blocks' shrink (a third of their kept
+    weights go, zeroed in every rank's shard of weight_orig)."""
+    from torch.distributed.tensor import distribute_tensor
+    g = torch.Generator().manual_seed(5)
+    for i, lin in linears(net):
+        mask = lin.weight_mask
+        pick = torch.rand(mask.shape, generator=g) < 1 / 3
+        new = (mask.bool() | pick) if i % 2 == 0 else (mask.bool() & ~pick)
+        orig = lin.weight_orig
+        dropped = distribute_tensor((~new).float(), orig.device_mesh, orig.placements).to_local().bool()
+        with torch.no_grad():
+            orig.to_local().masked_fill_(dropped, 0.0)
+        mask.copy_(new.float())
+
+
+def case_reprune():
+    """Re-pruning mid-training with compact() again: masks grown and shrunk after step 2, every loss
+    and parameter as FSDP2's under the same re-prune, the new masks in the installed collectives."""
+    def dense_between(step, net):
+        if step == 2:
+            reprune(net)
+
+    dense = train(build(), sgd=True, between=dense_between)
+    counts = {}
+
+    def sieve_between(step, net):
+        if step == 2:
+            reprune(net)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                counts["outcome"] = sieve_fsdp.compact(net)
+            counts["warnings"] = [str(w.message) for w in caught]
+            counts["before"] = sieve_fsdp.stats()
+
+    net = build()
+    assert all(v == "compacted" for k, v in sieve_fsdp.compact(net).items() if k.startswith("blocks."))
+    result = train(net, sgd=True, between=sieve_between)
+    same("re-pruned", dense, result)
+    outcome = counts["outcome"]
+    assert all(v == "compacted" for k, v in outcome.items() if k.startswith("blocks.")), outcome
+    assert not counts["warnings"], counts["warnings"]
+    after = sieve_fsdp.stats()
+    # With the old masks' collectives, the grown weights' gradients would raise every check.
+    assert after["fallback"] == counts["before"]["fallback"], "a re-pruned collective fell back"
+    assert after["compacted"] - counts["before"]["compacted"] >= 3 * 2, (counts["before"], after)
+    for i, block in enumerate(net.blocks):
+        group = block._get_fsdp_state()._fsdp_param_group
+        layout = group._reduce_scatter_comm.layout
+        pruned = sum(int((lin.weight_mask == 0).sum()) for _, lin in linears(net)[3 * i:3 * i + 3])
+        assert layout.pruned == pruned, "blocks.%d: the collective prunes %d, the masks %d" % (i, layout.pruned, pruned)
+        assert isinstance(group._all_gather_comm, sieve_fsdp.CompactAllGather)
+    sieve_fsdp.uncompact(net)
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
+    group = net.blocks[0]._get_fsdp_state()._fsdp_param_group
+    assert type(group._reduce_scatter_comm) is DefaultReduceScatter and type(group._all_gather_comm) is DefaultAllGather
+
+
+def case_fallback_counted():
+    """Gradients-only compaction (weights not zeroed where the masks prune, so the all-gather is
+    FSDP's) whose gradients are not masked: every reduce-scatter falls back, and stats() counts the
+    compacted attempt and the dense re-run both."""
+    dense = train(build(masks={}, zero=False), steps=2)
+    masks = {}
+    net = build(masks=masks, zero=False)
+    outcome = sieve_fsdp.compact(net, masks=masks)
+    assert all(v == "gradients only" for k, v in outcome.items() if k.startswith("blocks.")), outcome
+    before = sieve_fsdp.stats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = train(net, steps=2)
+    after = sieve_fsdp.stats()
+    same("fallback counted", dense, result)
+    delta = {k: after[k] - before[k] for k in after}
+    assert delta["fallback"] == 3 * 2 and delta["compacted"] == 0, delta
+    assert delta["elements_sent"] > delta["elements_dense"], "the dense re-runs are not counted: %s" % delta
+
+
 def worker(rank, world, port):
     init_gloo(rank, world, port)
     try:
@@ -163,14 +251,16 @@ def worker(rank, world, port):
         case_exact(MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32), "bf16/fp32 reduce")
         case_exact(MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16), "bf16 reduce")
         case_refused()
+        case_reprune()
+        case_fallback_counted()
     finally:
         dist.destroy_process_group()
 
 
 def main():
     return run_ranks(__file__, worker, 2, 480,
-                     "OK: FSDP2 with sieve.fsdp bit-identical to FSDP2 at 2 ranks (fp32, bf16/fp32, bf16; skipped "
-                     "gradients; refusal and fallback)")
+                     "OK: FSDP2 with sieve.fsdp bit-identical to FSDP2 at 2 ranks, the sign of zero aside (fp32, "
+                     "bf16/fp32, bf16; skipped gradients; refusal and fallback, counted; re-pruning)")
 
 
 if __name__ == "__main__":

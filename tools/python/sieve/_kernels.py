@@ -170,12 +170,21 @@ class Compaction(object):
         elements = max(1, int(elements))
         return [(offset, min(elements, self.kept - offset)) for offset in range(0, self.kept, elements)]
 
-    def gather_piece(self, buffer, offset, length):
-        """Kept elements [offset, offset + length) of the host buffer, in their own slice of the
-        compact buffer (pieces never share one: several may be in flight at once)."""
-        piece = self._compact_buffer(buffer).narrow(0, offset, length)
+    def gather_piece(self, buffer, offset, length, out=None):
+        """Kept elements [offset, offset + length) of the host buffer: into `out` (contiguous, `length`
+        elements) when given, else into their own slice of the compact buffer (pieces never share
+        one: several may be in flight at once)."""
+        piece = self._compact_buffer(buffer).narrow(0, offset, length) if out is None else out
         self._torch.index_select(buffer, 0, self.index_cpu.narrow(0, offset, length), out=piece)
         return piece
+
+    def piece_region(self, offset, length):
+        """(start, end): the part of the buffer a piece of kept elements [offset, offset + length)
+        answers for: from its first kept element (the buffer's start for the first piece) to the
+        next piece's first (the buffer's end for the last). The pieces' regions tile the buffer."""
+        start = 0 if offset == 0 else int(self.index_cpu[offset])
+        end = self.count if offset + length >= self.kept else int(self.index_cpu[offset + length])
+        return start, end
 
     def scatter_piece(self, piece, buffer, offset):
         """Writes a piece back to its kept elements; the pruned ones are the caller's to zero (once,

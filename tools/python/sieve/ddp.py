@@ -21,11 +21,31 @@ world size, all-reduce), on every rank. A vote happens once per bucket per mask 
 a bucket (index, parameters) not yet decided, which DDP makes equal on every rank, and again after
 update_masks(), which every rank calls at the same point.
 
-Exactness: the kept elements are summed by the same all-reduce as the dense bucket's; at 2 ranks every
-sum is bit-identical to the default hook's (a + b = b + a). Pruned elements come back as +0.0 where the
-default may give -0.0 (a pruned product's zero keeps the sign of its factor): equal values, and
-no parameter update can tell them apart. With more ranks the backend may sum in another order for a
-shorter buffer (the same reduction-order noise as another bucket size).
+Exactness is checked on every call, not trusted: each rank counts the nonzero (or NaN, or inf)
+elements of the bucket where the mask prunes (a regrown weight without update_masks(), a NaN that
+prune's grad x mask keeps, a gradient term outside the mask, as weight decay in the loss gives) and
+sends 0 or 1 as one more element of the same compacted all-reduce: no extra collective, no extra
+round trip; the sum is a count no larger than the world size, exact in any float dtype, and an
+element of its own, which no NaN among the gradients reaches. Where the sum is not zero, every rank
+sees it and that bucket runs the default's division and all-reduce on the untouched buffer instead
+(on a second process group of the same ranks, so the fallback, issued from the all-reduce's callback,
+never races the hook's own all-reduces; buckets settle in issue order, so every rank issues its
+fallbacks in the same order), counted in stats["fallback"] and said once through the "sieve" logger.
+The check costs, per call, |x| into a scratch buffer and a count of its nonzero integer bits over
+the bucket and over its kept elements (measured on the host: docs/PERFORMANCE.md). On a CUDA bucket
+the flag is read on the host in the all-reduce future's callback; NCCL completes a future when the
+collective is enqueued, so that read waits for the bucket's all-reduce before the backward goes on
+(not measured: no GPU here).
+
+Otherwise the kept elements are summed by the same all-reduce as the dense bucket's; at 2 ranks every
+sum is bit-identical to the default hook's (a + b = b + a), with one stated exception, the sign of
+zero: a pruned element comes back as +0.0 where the default gives -0.0 when every rank's gradient
+there is -0.0 (a pruned product's zero keeps the sign of its factor). The values are equal, every
+sum, product and comparison sees no difference; an SGD momentum buffer or a parameter updated from
+it may then hold +0.0 where the default's holds -0.0. Reproducing the sign would need one bit per
+pruned element from every rank on the wire (1/32 of a dense fp32 bucket per pruned element). With
+more ranks the backend may sum in another order for a shorter buffer (the same reduction-order noise
+as another bucket size).
 
 wire_dtype=torch.bfloat16 (or torch.float16) is LOSSY: the compact buffer travels in 16 bits, as
 PyTorch's bf16_compress_hook sends dense buckets (cast, divide, all-reduce, cast back), so compaction
@@ -40,17 +60,21 @@ each all-reduced as soon as it is gathered and scattered back as soon as its sum
 copies overlap the wire instead of adding to it. By default (piece_elements=None) only on a group of
 2 ranks, where a sum has no order and the pieces are bit-identical to one all-reduce, in pieces of
 PIECE_ELEMENTS; on larger groups each piece is its own ring and sums in another order (the noise of
-another bucket size), so there pieces are used only when piece_elements is given.
+another bucket size), so there pieces are used only when piece_elements is given. Each piece carries
+the flag of the part of the bucket it answers for (from its first kept element to the next piece's)
+and falls back alone.
 """
 
 import hashlib
+import logging
 import struct
+import threading
 
 __all__ = ["CompactState", "compact_hook", "register"]
 
 # plugin/proxy/agreement.h: the refusals a vote carries in its fifth word.
 _REFUSAL_NONE, _REFUSAL_COULD_NOT_PREPARE = 0, 1
-_HOOK_VERSION = 2  # part of the settings: ranks running different hook logic never compact together
+_HOOK_VERSION = 3  # part of the settings: ranks running different hook logic never compact together
 # A host bucket's compact buffer goes out in pieces of this many kept elements (1 MiB of float32):
 # large enough that a piece's all-reduce is mostly wire time, small enough that gathering the next
 # and scattering the last overlap it.
@@ -98,6 +122,16 @@ class _Plan(object):
         from ._kernels import Compaction
         self.compaction = Compaction(keep)
         self.kept = self.compaction.kept
+        self._wire = {}  # (device, dtype, pieces) -> the buffer the pieces and their flags travel in, reused
+
+    def wire(self, like, pieces):
+        """kept + pieces elements like `like`: each piece's kept elements followed by its flag."""
+        key = (like.device, like.dtype, pieces)
+        wire = self._wire.get(key)
+        if wire is None:
+            wire = like.new_empty(self.kept + pieces)
+            self._wire[key] = wire
+        return wire
 
 
 class CompactState(object):
@@ -108,8 +142,11 @@ class CompactState(object):
     besides torch.nn.utils.prune's. wire_dtype: None (exact) or torch.bfloat16 / torch.float16
     (lossy). piece_elements: a host bucket's piece size (None: PIECE_ELEMENTS on a group of 2 ranks,
     one piece on larger ones; the module's doc says why). stats counts what the hook did on this
-    rank: buckets compacted and dense, elements sent and the elements the default hook would have
-    sent, the votes, and the pieces of host buckets sent in pieces."""
+    rank: buckets compacted (sent compacted, whatever their check said) and dense (no agreed mask),
+    fallback (compacted buckets, or pieces of one, that a rank's check sent again as the default's
+    dense all-reduce), elements sent (flags and every fallback's dense elements included) and the
+    elements the default hook would have sent, the votes, and the pieces of host buckets sent in
+    pieces."""
 
     def __init__(self, model, process_group=None, masks=None, wire_dtype=None, piece_elements=None):
         import torch
@@ -130,12 +167,44 @@ class CompactState(object):
             raise ValueError("masks names %s, which the model has no parameter of" % ", ".join(unknown))
         self._plans = {}  # (bucket index, parameter names) -> _Plan, or None for dense
         self.epoch = 0
-        self.stats = {"compacted": 0, "dense": 0, "elements_sent": 0, "elements_dense": 0, "votes": 0, "agreed": 0,
-                      "pieces": 0}
+        self.stats = {"compacted": 0, "dense": 0, "fallback": 0, "elements_sent": 0, "elements_dense": 0, "votes": 0,
+                      "agreed": 0, "pieces": 0}
+        # The checks settle on Gloo's threads (a future's callbacks) while the hook counts on
+        # autograd's: one lock over stats.
+        self._lock = threading.Lock()
+        # The last settled piece of any bucket: each piece settles after the one issued before it, so
+        # every rank issues its fallbacks in the same order (see _settle).
+        self._last = None
+        self._fallback_groups = {}  # process group -> the group its fallbacks run on
+        self._warned = False
+        self._scratch = {}  # (device, dtype) -> a buffer for _nonzero, as large as the largest bucket
+
+    def _nonzero(self, tensor):
+        """How many elements of the 1-D float tensor are neither +0.0 nor -0.0 (NaN counts), as a
+        0-d tensor on its device: |x| into a scratch buffer, its bits counted as integers. On the host
+        torch's count_nonzero of floats is several times slower where zeros and nonzeros mix (57 ms
+        against 12 ms for 11 M elements, measured: docs/PERFORMANCE.md)."""
+        import torch
+        key = (tensor.device, tensor.dtype)
+        scratch = self._scratch.get(key)
+        if scratch is None or scratch.numel() < tensor.numel():
+            scratch = tensor.new_empty(tensor.numel())
+            self._scratch[key] = scratch  # the hook uses it synchronously, one bucket after the other
+        out = scratch.narrow(0, 0, tensor.numel())
+        torch.abs(tensor, out=out)  # clears the sign bit: -0.0 becomes +0.0, all bits zero
+        ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
+        return out.view(ints).count_nonzero()
+
+    def _count(self, **amounts):
+        with self._lock:
+            for key, amount in amounts.items():
+                self.stats[key] += amount
 
     def update_masks(self, masks=None):
-        """Masks changed (pruned again, or new `masks`): every bucket votes again at its next step.
-        Call it on every rank at the same point, between steps."""
+        """Masks changed (pruned again, regrown, or new `masks`): every bucket votes again at its next
+        step, on the masks it finds then. Call it on every rank at the same point, between steps. A
+        rank that regrows weights without it still gets the default's result (the check sends the
+        buckets dense, counted in stats["fallback"]) but saves nothing on them."""
         if masks is not None:
             self._given = dict(masks)
         self._plans.clear()
@@ -197,14 +266,69 @@ class CompactState(object):
         # that would issue different numbers never compact together.
         settings = _hash(_HOOK_VERSION, group.size(), str(self.wire_dtype), self._pieces_of(group),
                          buffer.device.type)
-        self.stats["votes"] += 1
+        self._count(votes=1)
         plan = None
         if _agree(group, subject, settings, refusal):
-            self.stats["agreed"] += 1
+            self._count(agreed=1)
             if not bool(keep.all()):
                 plan = _Plan(keep)
+                self._fallback_group(group)  # created here, where every rank is, never in a callback
         self._plans[key] = plan
         return plan
+
+    def _fallback_group(self, group):
+        """The process group (same ranks, same backend) a bucket's fallback all-reduce runs on. A
+        fallback is issued from a future's callback, on a thread of the backend's: on the bucket's
+        own group it would race the all-reduces the hook issues from autograd's thread, and the
+        ranks could issue them in different orders."""
+        import torch.distributed as dist
+        found = self._fallback_groups.get(group)
+        if found is None:
+            found = dist.new_group(ranks=dist.get_process_group_ranks(group), backend=dist.get_backend(group),
+                                   use_local_synchronization=True)
+            self._fallback_groups[group] = found
+        return found
+
+    def _settle(self, group, plan, buffer, sent, whole):
+        """The future of a compacted bucket: each piece's all-reduce (kept elements and flag) settles
+        after the piece issued before it (of this bucket or an earlier one), so fallbacks go out in
+        issue order on every rank. A piece whose summed flag is zero is scattered back (+0.0 where
+        the mask prunes); otherwise its region of the buffer, untouched so far, runs the default's
+        division and all-reduce, on every rank alike."""
+        import functools
+
+        import torch
+        settled = []
+        for future, offset, length, region in sent:
+            waits = [future] if self._last is None else [self._last, future]
+            step = torch.futures.collect_all(waits).then(
+                functools.partial(self._settle_piece, group, plan, buffer, future, offset, length, region, whole))
+            self._last = step.then(_swallow)  # a failed piece fails its bucket, never the next one
+            settled.append(step)
+        if len(settled) == 1:
+            return settled[0]
+        return torch.futures.collect_all(settled).then(functools.partial(_whole, buffer))
+
+    def _settle_piece(self, group, plan, buffer, future, offset, length, region, whole, _):
+        import torch.distributed as dist
+        reduced = future.value()[0]  # this piece's error, if any
+        if not _flag_up(reduced, length):
+            values = reduced.narrow(0, 0, length)
+            if whole:
+                return plan.compaction.scatter(values, buffer)
+            region.zero_()  # the pieces' regions tile the buffer: each zeroes its own
+            plan.compaction.scatter_piece(values, buffer, offset)
+            return buffer
+        self._count(fallback=1, elements_sent=region.numel())
+        if not self._warned:
+            self._warned = True
+            logging.getLogger("sieve").warning(
+                "sieve.ddp: a bucket ran as DDP's default all-reduce on every rank: a rank's gradient is nonzero "
+                "(or NaN) where its mask prunes (weights regrown without update_masks()? a gradient term outside "
+                "the mask?); said once, counted in stats['fallback']")
+        region.div_(group.size())
+        dist.all_reduce(region, group=self._fallback_groups[group])
+        return buffer
 
 
 def _group_of(state):
@@ -221,65 +345,64 @@ def _default(group, buffer):
 
 def compact_hook(state, bucket):
     """DDP communication hook (register_comm_hook(state, compact_hook)): the bucket's kept elements
-    are gathered, divided by the world size, all-reduced on state's process group and scattered
-    back; a bucket without an agreed mask runs as DDP's default hook."""
+    are gathered, divided by the world size, all-reduced on state's process group with this rank's
+    check flag, and scattered back; where any rank's flag is up, or the bucket has no agreed mask,
+    the bucket runs as DDP's default hook."""
     import torch.distributed as dist
     group = _group_of(state)
     buffer = bucket.buffer()
     plan = state._plan(bucket, buffer, group)
     if plan is None:
-        state.stats["dense"] += 1
-        state.stats["elements_sent"] += buffer.numel()
-        state.stats["elements_dense"] += buffer.numel()
+        state._count(dense=1, elements_sent=buffer.numel(), elements_dense=buffer.numel())
         return _default(group, buffer)
-    state.stats["compacted"] += 1
-    state.stats["elements_sent"] += plan.kept
-    state.stats["elements_dense"] += buffer.numel()
     pieces = state._pieces_of(group)
     if pieces and plan.compaction.pipelines(buffer) and plan.kept > pieces:
-        return _pipelined(state, group, plan.compaction, buffer, pieces)
-    compact = plan.compaction.gather(buffer)
-    if state.wire_dtype is not None:
-        compact = compact.to(state.wire_dtype)  # bf16_compress_hook's order: cast, then divide
-    compact.div_(group.size())
-
-    def expand(fut):
-        return plan.compaction.scatter(fut.value()[0], buffer)
-
-    return dist.all_reduce(compact, group=group, async_op=True).get_future().then(expand)
-
-
-def _pipelined(state, group, compaction, buffer, piece_elements):
-    """A host bucket in pieces: each piece's all-reduce starts as soon as it is gathered, while the
-    next is gathered; each is scattered back as soon as its sum arrives, while later ones are on the
-    wire. The pieces are the mask's (equal on every rank), issued in order, so every rank issues the
-    same all-reduces in the same order; each element is summed by an all-reduce as in the one-piece
-    path (at 2 ranks bit-identical to the default hook)."""
-    import functools
-
-    import torch
-    import torch.distributed as dist
-    in_flight = []
-    for offset, length in compaction.pieces(piece_elements):
-        piece = compaction.gather_piece(buffer, offset, length)
+        cuts = plan.compaction.pieces(pieces)
+    else:
+        cuts = [(0, plan.kept)]
+    state._count(compacted=1, elements_sent=plan.kept + len(cuts), elements_dense=buffer.numel(),
+                 pieces=len(cuts) if len(cuts) > 1 else 0)
+    wire = plan.wire(buffer, len(cuts))
+    sent = []
+    for number, (offset, length) in enumerate(cuts):
+        piece = wire.narrow(0, offset + number, length + 1)  # its kept elements, then its flag
+        kept = piece.narrow(0, 0, length)
+        if len(cuts) == 1:
+            plan.compaction.gather(buffer, out=kept)
+            region = buffer
+        else:
+            plan.compaction.gather_piece(buffer, offset, length, out=kept)
+            start, end = plan.compaction.piece_region(offset, length)
+            region = buffer.narrow(0, start, end - start)
+        # Nonzero (or NaN, or inf) elements of the region that the mask prunes, counted before the
+        # division and the cast, which could turn a tiny one into zero.
+        stray = state._nonzero(region) - state._nonzero(kept)
         if state.wire_dtype is not None:
-            piece = piece.to(state.wire_dtype)
+            piece = piece.to(state.wire_dtype)  # bf16_compress_hook's order: cast, then divide
         piece.div_(group.size())
-        in_flight.append((offset, dist.all_reduce(piece, group=group, async_op=True).get_future()))
-    state.stats["pieces"] += len(in_flight)
-    buffer.zero_()  # every kept element is read by now; the scatters put the sums back
+        # Each rank adds 0 or 1: the sum is a small count, exact in any float dtype, and an element
+        # of its own, so a NaN among the gradients cannot reach it.
+        piece.narrow(0, length, 1).copy_(stray.clamp(max=1).to(piece.dtype).reshape(1))
+        future = dist.all_reduce(piece, group=group, async_op=True).get_future()
+        sent.append((future, offset, length, region))
+    return state._settle(group, plan, buffer, sent, whole=len(cuts) == 1)
 
-    def expand(offset, fut):
-        return compaction.scatter_piece(fut.value()[0], buffer, offset)
 
-    scattered = [fut.then(functools.partial(expand, offset)) for offset, fut in in_flight]
+def _flag_up(reduced, length):
+    return bool(reduced[length].ne(0))
 
-    def whole(fut):
-        for piece in fut.value():
-            piece.value()  # a piece's error is the bucket's
-        return buffer
 
-    return torch.futures.collect_all(scattered).then(whole)
+def _swallow(fut):
+    try:
+        fut.value()
+    except Exception:  # the piece's own future reports it; the next piece only waits for it
+        pass
+
+
+def _whole(buffer, fut):
+    for piece in fut.value():
+        piece.value()  # a piece's error is the bucket's
+    return buffer
 
 
 def register(ddp_model, masks=None, wire_dtype=None, process_group=None, piece_elements=None):

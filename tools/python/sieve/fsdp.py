@@ -19,9 +19,13 @@ that rank holds anything nonzero (or NaN) where the mask prunes. The flag travel
 collective, so every rank sees the same flags and, where one is set, every rank runs FSDP's own
 collective on the original buffer instead. Elsewhere every kept element is reduced by the same
 elementwise operation as FSDP's own reduce-scatter, and every pruned one is zero on every rank: at 2
-ranks each output shard equals FSDP's bit for bit (a sum of two is commutative); at more ranks the
-compacted layout keeps Gloo's ring order (_Layout.maps), and another backend's order for another
-buffer size may differ in the last bits.
+ranks each output shard equals FSDP's bit for bit (a sum of two is commutative) with one exception,
+the sign of zero: a pruned element is +0.0 where FSDP's sum of -0.0 values gives -0.0, and a
+compacted all-gather writes +0.0 where a shard held -0.0 (equal values; an SGD momentum buffer can
+carry such a zero into a parameter). At more ranks the compacted layout keeps Gloo's ring order
+(_Layout.maps), and another backend's order for another buffer size may differ in the last bits.
+stats() counts every element sent, a fallback's dense re-run included. compact(model) again
+re-prunes (its docstring says how).
 
 Gather and scatter are sieve._kernels' (one Compaction per rank segment: the elements of that segment
 that travel): Sieve's own CUDA kernels on CUDA tensors where the library has them, torch elsewhere.
@@ -49,9 +53,10 @@ _counters = {"compacted": 0, "dense": 0, "fallback": 0, "elements_sent": 0, "ele
 
 def stats():
     """This process's counts: collectives run compacted, run dense (not agreed or not mappable),
-    fallen back to dense because a pruned element was nonzero; elements this rank sent in the
-    compacted collectives (flags and padding to the largest segment included) and what FSDP's own
-    collectives would have sent instead."""
+    fallen back to dense because a pruned element was nonzero; elements this rank sent for the
+    collectives Sieve handled (a ring's share: flags and padding to the largest segment included, and
+    a fallback's compacted attempt and its dense re-run both), and what FSDP's own collectives would
+    have sent instead."""
     return dict(_counters)
 
 
@@ -108,6 +113,13 @@ def _dense_sent(numel, world_size, kind):
     return numel * (world_size - 1) // world_size if kind == "reduce_scatter" else numel * (world_size - 1)
 
 
+def _count_dense(numel, world_size, kind):
+    # A collective Sieve's object ran as FSDP's own: its bytes are sent, and are what FSDP sends.
+    _counters["dense"] += 1
+    _counters["elements_sent"] += _dense_sent(numel, world_size, kind)
+    _counters["elements_dense"] += _dense_sent(numel, world_size, kind)
+
+
 # FSDP2's ReduceScatter and AllGather (torch.distributed.fsdp._fully_shard._fsdp_api) are interfaces
 # FSDP never checks with isinstance: these implement them (allocate, __call__) without importing them,
 # so the package imports where torch is missing.
@@ -120,6 +132,7 @@ class CompactReduceScatter(object):
         self.label, self.layout, self.group = label, layout, group
         self._params = group_of_params
         self.with_grad = None  # set by the group's post_backward wrapper each step
+        self.original = None  # the collective compact() replaced (None: FSDP's default)
 
     def allocate(self, size, *, dtype, device):
         return torch.empty(*size, dtype=dtype, device=device)
@@ -131,7 +144,7 @@ class CompactReduceScatter(object):
         w = layout.world_size
         if (maps is None or group is not self.group or input_tensor.dim() != 1 or output_tensor.dim() != 1
                 or input_tensor.numel() != w * maps["segment"] or output_tensor.numel() != maps["segment"]):
-            _counters["dense"] += 1
+            _count_dense(input_tensor.numel(), group.size(), "reduce_scatter")
             return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
         n = maps["length"]
         flat = input_tensor
@@ -149,6 +162,7 @@ class CompactReduceScatter(object):
         _counters["elements_dense"] += _dense_sent(input_tensor.numel(), w, "reduce_scatter")
         if bool(received[n - 1].ne(0)):
             _counters["fallback"] += 1
+            _counters["elements_sent"] += _dense_sent(input_tensor.numel(), w, "reduce_scatter")  # the re-run's
             _warn_fallback(self.label, "reduce-scatter", "a gradient")
             return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
         _counters["compacted"] += 1
@@ -164,6 +178,7 @@ class CompactAllGather(object):
     def __init__(self, label, layout, group, dtype):
         self.label, self.layout, self.group, self.dtype = label, layout, group, dtype
         self._members = tuple(range(len(layout.parts)))
+        self.original = None  # the collective compact() replaced (None: FSDP's default)
 
     def allocate(self, size, *, dtype, device):
         return torch.empty(*size, dtype=dtype, device=device)
@@ -175,7 +190,7 @@ class CompactAllGather(object):
         if (group is not self.group or input_tensor.dtype != self.dtype or input_tensor.numel() != maps["segment"]
                 or output_tensor.numel() != w * maps["segment"]):
             # Another group (reshard_after_forward=int regathers on a smaller mesh) or another buffer.
-            _counters["dense"] += 1
+            _count_dense(input_tensor.numel(), group.size(), "all_gather")
             return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
         n = maps["length"]
         mine = input_tensor.reshape(-1)
@@ -190,6 +205,7 @@ class CompactAllGather(object):
         _counters["elements_dense"] += _dense_sent(mine.numel(), w, "all_gather")
         if bool(received.view(w, n)[:, n - 1].ne(0).any()):
             _counters["fallback"] += 1
+            _counters["elements_sent"] += _dense_sent(mine.numel(), w, "all_gather")  # the re-run's
             _warn_fallback(self.label, "all-gather", "a parameter")
             return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
         _counters["compacted"] += 1
@@ -351,12 +367,20 @@ def compact(model, masks=None):
     A group whose masks the ranks do not all agree on, or that cannot be mapped exactly (several
     parameter groups on one module, tensor-parallel DTensors, all-gather extensions), keeps FSDP's own
     collectives, with one warning line. The all-gather compacts only where every rank's pruned weights
-    are exactly zero (torch.nn.utils.prune keeps them in weight_orig); zero them to compact it too."""
+    are exactly zero (torch.nn.utils.prune keeps them in weight_orig); zero them to compact it too.
+
+    Re-pruning is this same call: after masks change (pruned further, regrown, new `masks`), call
+    compact(model) again on every rank at the same point, between steps. It first puts back the
+    collectives an earlier compact() replaced (uncompact()), then plans, agrees and installs every
+    group anew from the masks as they are now. Until then the collectives of the earlier masks keep
+    running: still exact (their check sends a regrown weight's gradient dense, counted in
+    stats()["fallback"]), but saving nothing where the masks moved."""
     if torch is None or not hasattr(getattr(model, "set_custom_reduce_scatter", None), "__call__"):
         raise SieveError(_ERR_INVALID, "sieve.fsdp.compact takes a model wrapped by fully_shard of PyTorch >= 2.11 "
                                        "(its set_custom_reduce_scatter and set_custom_all_gather)")
     masks = dict(masks or {})
     _root_state(model)
+    uncompact(model)  # a second call re-prunes: every group is planned from its masks as they are now
     names = _masks._module_names(model)
     used = set()
     plans = []
@@ -392,10 +416,13 @@ def compact(model, masks=None):
                 result[label] = "nothing pruned"
                 continue
             reduce_scatter = CompactReduceScatter(label, layout, comm, group)
+            reduce_scatter.original = group._reduce_scatter_comm  # what uncompact() puts back
             _record_grads(group, reduce_scatter)
             module.set_custom_reduce_scatter(reduce_scatter)
             if gather:
-                module.set_custom_all_gather(CompactAllGather(label, layout, comm, gather_dtype))
+                all_gather = CompactAllGather(label, layout, comm, gather_dtype)
+                all_gather.original = group._all_gather_comm
+                module.set_custom_all_gather(all_gather)
             result[label] = "compacted" if gather else "gradients only"
     return result
 
@@ -424,7 +451,9 @@ def _record_grads(group, reduce_scatter):
 
 
 def uncompact(model):
-    """Puts FSDP's own collectives back on every module compact() equipped."""
+    """Puts back, on every module compact() equipped, the collectives it found there (FSDP's own):
+    training goes on exactly as FSDP2 without Sieve. Every rank calls it at the same point, between
+    steps. compact(model) again re-prunes by itself; this is for going back to FSDP's collectives."""
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
     for state, module in _masks._fsdp2_states(model):
         for group in _masks._state_groups(state):
@@ -432,6 +461,6 @@ def uncompact(model):
             if wrapped is not None:
                 group.post_backward = wrapped
             if isinstance(group._reduce_scatter_comm, CompactReduceScatter):
-                group._reduce_scatter_comm = DefaultReduceScatter()
+                group._reduce_scatter_comm = group._reduce_scatter_comm.original or DefaultReduceScatter()
             if isinstance(group._all_gather_comm, CompactAllGather):
-                group._all_gather_comm = DefaultAllGather()
+                group._all_gather_comm = group._all_gather_comm.original or DefaultAllGather()
