@@ -24,11 +24,12 @@ from sieve import _library, fsdp_masks, masks  # noqa: E402
 LIBRARY = os.environ.get("SIEVE_LIBRARY") or _library._loaded_path()
 
 
-def run_python(code, **env):
-    """Runs code in a fresh interpreter with exactly these Sieve-related variables."""
+def run_python(code, PYTHONPATH_FIRST=None, **env):
+    """Runs code in a fresh interpreter with exactly these Sieve-related variables (the package from
+    PYTHONPATH_FIRST when given, else this checkout's)."""
     environment = {k: v for k, v in os.environ.items() if k not in ("SIEVE_LIBRARY", "LD_PRELOAD")}
     environment.update(env)
-    environment["PYTHONPATH"] = HERE
+    environment["PYTHONPATH"] = PYTHONPATH_FIRST or HERE
     return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=60)
 
 
@@ -70,6 +71,39 @@ class FindsTheRightLibrary(unittest.TestCase):
         done = run_python("import sieve; sieve.library()", SIEVE_LIBRARY="libnccl-net-sieve-nowhere.so")
         self.assertNotEqual(done.returncode, 0)
         self.assertIn("the dynamic loader cannot load it", done.stderr)
+
+    def test_one_loader_maps_one_copy_for_the_c_api_and_the_kernels(self):
+        # Issue 54: the kernels took the package's copy before SIEVE_LIBRARY, so a process with both
+        # mapped two copies (two mask registries, two sets of counters).
+        probe = ("import sieve\n"
+                 "from sieve import _kernels, _library\n"
+                 "kernels = _kernels._library()\n"
+                 "try:\n"
+                 "    print('same' if sieve.library() is kernels else 'different')\n"
+                 "except sieve.SieveError as e:\n"
+                 "    print('refused: %s' % e)\n"
+                 "print(getattr(_library, '_lib_path', None))\n"
+                 "print(len({line.split()[-1] for line in open('/proc/self/maps') if 'libnccl-net-sieve' in line}))\n")
+        with tempfile.TemporaryDirectory() as tmp:  # a wheel's layout: the library inside the package
+            shutil.copytree(os.path.join(HERE, "sieve"), os.path.join(tmp, "sieve"),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            carried = os.path.join(tmp, "sieve", "libnccl-net-sieve.so")
+            shutil.copy(LIBRARY, carried)
+            # without SIEVE_LIBRARY or a preload the kernels take the package's copy, and the C API then
+            # has that copy (it is the one loaded), or refuses a SIEVE_LIBRARY set since that names another
+            for env, said, path in (({"SIEVE_LIBRARY": LIBRARY}, "same", LIBRARY),
+                                    ({"LD_PRELOAD": LIBRARY}, "same", LIBRARY), ({}, "same", carried)):
+                done = run_python(probe, PYTHONPATH_FIRST=tmp, **env)
+                lines = done.stdout.splitlines()
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertTrue(lines[0].startswith(said), (env, lines))
+                self.assertEqual(os.path.realpath(lines[1]), os.path.realpath(path), env)
+                self.assertEqual(lines[2], "1", "%s: more than one copy mapped" % env)
+            late = probe.replace("kernels = _kernels._library()\n", "kernels = _kernels._library()\nimport os\n"
+                                 "os.environ['SIEVE_LIBRARY'] = %r\n" % LIBRARY)
+            lines = run_python(late, PYTHONPATH_FIRST=tmp).stdout.splitlines()
+            self.assertTrue(lines[0].startswith("refused: SIEVE_LIBRARY=%s, but another copy" % LIBRARY), lines)
+            self.assertEqual(lines[2], "1")
 
 
     @unittest.skipUnless(shutil.which("cc"), "needs a C compiler to build the planted library")
@@ -177,6 +211,20 @@ class CApiThroughCtypes(unittest.TestCase):
         _library._check(sieve.library().sieve_mask_query(ctypes.c_void_p(address), ctypes.byref(info)))
         self.assertEqual((info.mask_id, info.kept), (new, 4))
         masks._retract_id(new)
+        self.assertEqual(sieve.stats()["masks_published"], self.before)
+
+    def test_a_short_bitmap_is_refused_not_read_past_its_end(self):
+        # Issue 54: the binding publishes through the _for entry points, which take the length of bits.
+        buffer = (ctypes.c_float * 64)()
+        for publish in (lambda bits: masks._publish_bits(ctypes.addressof(buffer), 64, 0, bits),
+                        lambda bits: masks._publish_collective_bits("all_gather", 64, 0, bits)):
+            with self.assertRaises(sieve.SieveError) as caught:
+                publish(b"\xff" * 7)  # 64 elements need 8 bytes
+            self.assertEqual(caught.exception.code, -3)
+            self.assertIn("bits", str(caught.exception))
+        self.assertEqual(sieve.stats()["masks_published"], self.before)
+        mask_id = masks._publish_collective_bits("all_gather", 64, 0, b"\xff" * 8)
+        sieve.retract_id(mask_id)
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
     def test_an_impossible_count_is_refused_not_a_crash(self):

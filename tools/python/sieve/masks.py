@@ -105,7 +105,8 @@ def _publish_bits(address, count, dtype, bits, owner=None):
     alive until a commit has released the mask. A mask it replaces is retired the same way."""
     previous = _id_at(address)
     mask_id = ctypes.c_uint64(0)
-    _check(library().sieve_mask_publish(ctypes.c_void_p(address), count, dtype, bits, ctypes.byref(mask_id)))
+    _check(library().sieve_mask_publish_for(None, ctypes.c_void_p(address), count, dtype, bits, len(bits),
+                                            ctypes.byref(mask_id)))
     if previous:
         _retiring.add(previous)
     _hold(mask_id.value, owner)
@@ -148,8 +149,8 @@ def publish_ranges(tensor, ranges):
     lengths = (ctypes.c_uint64 * max(n, 1))(*[l for _, l in checked])
     previous = _id_at(address)
     mask_id = ctypes.c_uint64(0)
-    _check(library().sieve_mask_publish_ranges(ctypes.c_void_p(address), count, dtype, starts, lengths, n,
-                                               ctypes.byref(mask_id)))
+    _check(library().sieve_mask_publish_ranges_for(None, ctypes.c_void_p(address), count, dtype, starts, lengths, n,
+                                                   ctypes.byref(mask_id)))
     if previous:
         _retiring.add(previous)
     _hold(mask_id.value, tensor)
@@ -163,7 +164,8 @@ def _publish_collective_bits(kind, count, dtype, bits):
     if kind not in _COLLECTIVES:
         raise SieveError(_ERR_INVALID, "unknown collective %r (reduce_scatter or all_gather)" % (kind,))
     mask_id = ctypes.c_uint64(0)
-    _check(library().sieve_collective_mask_publish(_COLLECTIVES[kind], count, dtype, bits, ctypes.byref(mask_id)))
+    _check(library().sieve_collective_mask_publish_for(None, _COLLECTIVES[kind], count, dtype, bits, len(bits),
+                                                       ctypes.byref(mask_id)))
     return mask_id.value
 
 
