@@ -42,7 +42,7 @@ have() {  # the environment already holds these versions: nothing to do
 import importlib.metadata as m
 import torch, torchvision  # noqa: F401 (importable, not only recorded)
 assert torch.__version__.startswith("2.11.") and torchvision.__version__.startswith("0.26.")
-m.version("scikit-build-core")
+assert int(m.version("scikit-build-core").split(".")[0]) >= 1  # pyproject.toml's [[tool.dynamic-metadata]]
 PY
 }
 [[ -x $python ]] && have && exit 0
@@ -51,5 +51,5 @@ if [[ ! -x $python ]]; then
   /usr/bin/python3 -m venv "$venv"
 fi
 echo "install-deps: installing ${torch_spec[*]} scikit-build-core into $venv (a few GiB the first time)"
-"$python" -m pip install --quiet --disable-pip-version-check "${torch_spec[@]}" "scikit-build-core>=0.10"
+"$python" -m pip install --quiet --disable-pip-version-check "${torch_spec[@]}" "scikit-build-core>=1.0"
 have || { echo "install-deps: $venv still lacks torch 2.11 / torchvision 0.26 after pip install" >&2; exit 1; }

@@ -176,6 +176,31 @@ class HeaderConstants(unittest.TestCase):
             project = re.search(r"project\(sieve VERSION ([0-9.]+)", f.read()).group(1)
         self.assertEqual(sieve.__version__, project)
         self.assertEqual(sieve.library().sieve_version().decode().split()[0].split("-")[0], project)
+        with open(os.path.join(self.SOURCE, "pyproject.toml")) as f:
+            pyproject = f.read()
+        self.assertIn('input = "CMakeLists.txt"', pyproject, "the wheel's version is project()'s")
+        with open(os.path.join(HERE, "sieve", "__init__.py")) as f:
+            self.assertNotRegex(f.read(), r"(?m)^__version__ *=", "no second version to drift")
+
+    def test_the_version_follows_project_wherever_the_package_is(self):
+        # Issue 54: one source, project(VERSION); each way of installing the package carries it on.
+        probe = "import sieve; print(sieve.__version__)"
+        with tempfile.TemporaryDirectory() as tmp:
+            package = os.path.join(tmp, "tools", "python", "sieve")
+            shutil.copytree(os.path.join(HERE, "sieve"), package, ignore=shutil.ignore_patterns("__pycache__"))
+            with open(os.path.join(tmp, "CMakeLists.txt"), "w") as f:  # a checkout of another release
+                f.write("cmake_minimum_required(VERSION 3.18)\nproject(sieve VERSION 9.8.7 LANGUAGES C CXX)\n")
+            done = run_python(probe, PYTHONPATH_FIRST=os.path.dirname(package))
+            self.assertEqual((done.returncode, done.stdout.strip()), (0, "9.8.7"), done.stderr)
+            with open(os.path.join(package, "_installed.py"), "w") as f:  # what cmake --install writes
+                f.write('LIBRARY = "../libnccl-net-sieve.so"\nVERSION = "9.8.8"\n')
+            done = run_python(probe, PYTHONPATH_FIRST=os.path.dirname(package))
+            self.assertEqual((done.returncode, done.stdout.strip()), (0, "9.8.8"), done.stderr)
+            os.unlink(os.path.join(tmp, "CMakeLists.txt"))
+            os.unlink(os.path.join(package, "_installed.py"))
+            done = run_python(probe, PYTHONPATH_FIRST=os.path.dirname(package), SIEVE_LIBRARY=LIBRARY)
+            self.assertEqual((done.returncode, done.stdout.strip()),
+                             (0, sieve.library().sieve_version().decode().split()[0].split("-")[0]), done.stderr)
 
 
 class CApiThroughCtypes(unittest.TestCase):

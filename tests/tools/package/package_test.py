@@ -71,6 +71,7 @@ EXPECTED_FILES = {
     PYTHONDIR + "/sieve/_constants.py",
     PYTHONDIR + "/sieve/_library.py",
     PYTHONDIR + "/sieve/_installed.py",
+    PYTHONDIR + "/sieve/py.typed",
     PYTHONDIR + "/sieve/_kernels.py",
     PYTHONDIR + "/sieve/masks.py",
     PYTHONDIR + "/sieve/fsdp_masks.py",
@@ -589,6 +590,8 @@ def python(p):
     # the tree is unpacked (the record is relative).
     found = run([interpreter, "-c", "import os, sieve; print(os.path.realpath(sieve.library_path()))"], env=env, cwd=work)
     check(found.stdout.strip() == library, "library_path() is %r, not the installed %s" % (found.stdout.strip(), library))
+    version = run([interpreter, "-c", "import sieve; print(sieve.__version__)"], env=env, cwd=work).stdout.strip()
+    check(version == p.args.version, "sieve.__version__ is %r, the project's %s" % (version, p.args.version))
     told = run([interpreter, "-m", "sieve"], env=env, cwd=work)
     named = re.findall(r"(?m)^library: (/\S+)$", told.stdout)
     check(named and os.path.realpath(named[0]) == library and "export LD_PRELOAD=" in told.stdout,
