@@ -232,7 +232,7 @@ class Model(torch.nn.Module if torch else object):
         return self.head(x)
 
 
-class Capture(object):
+class Capture:
     """Records, while `on`, every collective FSDP issues where it calls torch.distributed (module
     attributes, looked up at each call): the kind, the whole buffer it moves (count, dtype, nonzeros),
     its communicator (numbered in order of first use) and the step. The whole buffer: a reduce-scatter's
@@ -279,7 +279,7 @@ class Capture(object):
         dist.all_gather_into_tensor, dist.reduce_scatter_tensor, dist.all_gather = self.saved
 
 
-class Published(object):
+class Published:
     """What publish_fsdp publishes, in order: (kind, count, sieve dtype code, bool bits); still published."""
 
     def __init__(self):
@@ -351,7 +351,8 @@ def check(calls, published, plan_comms, steps_in_order, expect_dtype=None, in_or
             continue
         for i, (call, entry) in enumerate(zip(issued, expected)):
             if shape(call) != entry[:3]:
-                problems.append("step %d, mask %d: published for %s, the call is %s" % (step, i, entry[:3], shape(call)))
+                problems.append("step %d, mask %d: published for %s, the call is %s" % (step, i, entry[:3],
+                                                                                        shape(call)))
             elif not torch.equal(entry[3], call["nonzero"]):
                 problems.append(differ("step %d, mask %d" % (step, i), entry[3], call))
     return problems, dense, compacted, ambiguous
@@ -488,7 +489,8 @@ def fsdp2_api_rank(rank, store):
     train_steps(model, optimizer, generator, None, 1)
     order = [model, model.blocks[1], model.blocks[0]]
     plain = fsdp_masks._fsdp_plan(model, forward_order=order)[0][0][1]
-    given = fsdp_masks._fsdp_plan(model, forward_order=order, masks={"head.bias": torch.tensor([1, 0, 1, 0, 1])})[0][0][1]
+    bias = {"head.bias": torch.tensor([1, 0, 1, 0, 1])}
+    given = fsdp_masks._fsdp_plan(model, forward_order=order, masks=bias)[0][0][1]
     if any(e.label == "<root>" for e in plain) or not any(e.label == "<root>" for e in given):
         problems.append("head.bias by name: the root's collectives are published only with it: %s, then %s" % (
             [e.label for e in plain], [e.label for e in given]))
@@ -579,7 +581,7 @@ def fsdp1_rank(rank, store, strategy="FULL_SHARD", prefetch="BACKWARD_PRE", para
     if forward_prefetch_limit is not None:
         wrapped._exec_order_data._forward_prefetch_limit = forward_prefetch_limit  # shared by every instance
     padded = any(any(h.flat_param._is_padding_mask) for h in [m._handle for m in wrapped.modules()
-                                                                 if isinstance(m, FSDP) and m._handle is not None])
+                                                              if isinstance(m, FSDP) and m._handle is not None])
     capture, published = Capture(), Published()
     if by_name:  # the plan only: training keeps no zeros there (FSDP1's names lose their wrapper prefix)
         root = [e for e in fsdp_masks._fsdp_plan(wrapped)[0][0][1] if e.label == "<root>"]
@@ -634,8 +636,8 @@ CASES = [("fsdp2_reshard_to_2", 4, lambda rank, store: fsdp2_rank(rank, store, 4
                                                               reduce_dtype=torch.bfloat16)),
          ("fsdp2_shard_dim", WORLD, lambda rank, store: fsdp2_rank(rank, store, shard_dim=True)),
          ("fsdp2_two_groups", WORLD, lambda rank, store: fsdp2_rank(rank, store, two_groups=True)),
-         ("fsdp2_two_groups_one_unpruned", WORLD, lambda rank, store: fsdp2_rank(rank, store, two_groups=True,
-                                                                                  unpruned_block=0)),
+         ("fsdp2_two_groups_one_unpruned", WORLD,
+          lambda rank, store: fsdp2_rank(rank, store, two_groups=True, unpruned_block=0)),
          ("fsdp2_skipped_parameter", WORLD, lambda rank, store: fsdp2_rank(rank, store, skip_gate_at=1)),
          ("fsdp2_no_reshard_skipped_parameter", WORLD,
           lambda rank, store: fsdp2_rank(rank, store, reshard_after_forward=False, skip_gate_at=1)),
@@ -660,7 +662,8 @@ def rank_main(rank, port):
 
 def run_ranks():
     """Runs every case on RANKS processes (ranks past WORLD take part only in the cases of more
-    ranks); returns each rank's results (its JSON line). The store lives here, in the parent, for the whole run: the ranks come and go as its clients."""
+    ranks); returns each rank's results (its JSON line). The store lives here, in the parent, for the
+    whole run: the ranks come and go as its clients."""
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=TIMEOUT, wait_for_workers=False)
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
@@ -673,6 +676,7 @@ def run_ranks():
         def tail(rank, n=3000):
             logs[rank][1].seek(0)
             return logs[rank][1].read()[-n:]
+
         def failed(what):
             """Every rank still running dumps its stacks; the failure shows every rank's output."""
             for other in procs:

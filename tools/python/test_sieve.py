@@ -104,7 +104,6 @@ class FindsTheRightLibrary(unittest.TestCase):
             self.assertTrue(lines[0].startswith("refused: SIEVE_LIBRARY=%s, but another copy" % LIBRARY), lines)
             self.assertEqual(lines[2], "1")
 
-
     @unittest.skipUnless(shutil.which("cc"), "needs a C compiler to build the planted library")
     def test_the_doctor_loads_no_library_from_the_current_directory(self):
         # `python -m sieve` once found nvidia/nccl/lib/libnccl.so.2 through sys.path, which under
@@ -130,6 +129,7 @@ class FindsTheRightLibrary(unittest.TestCase):
             self.assertIn("NCCL it would interpose", done.stdout)
             self.assertNotIn(cwd, done.stdout)
             self.assertFalse(os.path.exists(mark), "the planted library was loaded:\n" + done.stdout)
+
 
 class HeaderConstants(unittest.TestCase):
     """sieve/_constants.py is written by hand from plugin/sieve.h: every value must be the header's."""
@@ -478,7 +478,8 @@ class FsdpLayout(unittest.TestCase):
             values = [nonzero_where_kept(k, case * 10 + i) for i, k in enumerate(keeps)]
             bits = sieve.fsdp2_layout(shapes, n, keeps, dims)
             self.assertTrue(torch.equal(bits, fsdp2_gather_buffer(values, n, dims).ne(0)), "all-gather, case %d" % case)
-            self.assertTrue(torch.equal(bits, fsdp2_scatter_buffer(values, n, dims).ne(0)), "reduce-scatter, case %d" % case)
+            self.assertTrue(torch.equal(bits, fsdp2_scatter_buffer(values, n, dims).ne(0)),
+                            "reduce-scatter, case %d" % case)
 
     def test_fsdp1_hand_computed_flat_parameter(self):
         # [p0: 3][alignment padding: 1][p1: 2] = 6 elements, padded to 8 on 4 ranks.
@@ -527,7 +528,8 @@ def units_and_groups(spec):
 
 
 def issued(units):
-    return " ".join(("AG " if kind == "all_gather" else "RS ") + group.name for kind, group, _ in fsdp_masks._issue_order(units))
+    return " ".join(("AG " if kind == "all_gather" else "RS ") + group.name
+                    for kind, group, _ in fsdp_masks._issue_order(units))
 
 
 class FsdpIssueOrder(unittest.TestCase):

@@ -207,8 +207,8 @@ def worker(rank, world, port):
 
 def main():
     return run_ranks(__file__, worker, 2, 480,
-                     "OK: tensor parallel, parameters on different meshes and an all-gather extension refused with one line "
-                     "each, trained bit-identically to FSDP2 as is, the other groups compacted")
+                     "OK: tensor parallel, parameters on different meshes and an all-gather extension refused with "
+                     "one line each, trained bit-identically to FSDP2 as is, the other groups compacted")
 
 
 if __name__ == "__main__":
