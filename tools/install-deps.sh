@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Installs what Sieve builds, tests, packages and benchmarks with, in two steps:
 # 1. Debian packages (dpkg-dev and file: CPack's DEB generator; lintian and man-db: the package's
-#    checks; python3-venv: step 2). Quiet when everything is there (no apt-get update then).
+#    checks; flake8: the format check's Python lint; python3-venv: step 2). Quiet when everything is there (no apt-get update then).
 # 2. A Python virtual environment, made from Debian's /usr/bin/python3, holding PyTorch 2.11 and the
 #    torchvision that matches it from pip (the wheels bring CUDA's libraries and NCCL, and run on a
 #    CPU), plus scikit-build-core (pip install . from the root). It lives at $PYTHON_VENV, by default
@@ -18,7 +18,7 @@ torch_spec=("torch==2.11.*" "torchvision==0.26.*")
 
 packages=(build-essential dpkg-dev file cmake ccache pkg-config git libgtest-dev libgmock-dev googletest libbenchmark-dev
           libhwloc-dev hwloc libibverbs-dev iproute2 iperf3 clang clang-format libclang-rt-14-dev python3 python3-venv procps
-          libnetfilter-queue-dev iptables lintian man-db)
+          libnetfilter-queue-dev iptables lintian man-db flake8)
 packages+=("$@")  # extra Debian packages a caller asks for
 
 missing=()
