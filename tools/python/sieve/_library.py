@@ -161,7 +161,8 @@ _lib_is_package_copy = False
 
 
 def library() -> ctypes.CDLL:
-    """The C library (found once: the preloaded copy, else $SIEVE_LIBRARY)."""
+    """The C library (found once: the preloaded copy, else $SIEVE_LIBRARY; where sieve._kernels already
+    loaded the package's copy, that copy, which is the loaded one)."""
     global _lib, _lib_path, _lib_is_package_copy
     if _lib is None or _lib_is_package_copy:
         found = _find_library()  # once the kernels loaded the package's copy, that is the loaded copy
