@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Installs what Sieve builds, tests, packages and benchmarks with, in two steps:
 # 1. Debian packages (dpkg-dev and file: CPack's DEB generator; lintian and man-db: the package's
-#    checks; python3-venv: step 2). Quiet when everything is there (no apt-get update then).
+#    checks; flake8: the format check's Python lint; python3-venv: step 2). Quiet when everything is there (no apt-get update then).
 # 2. A Python virtual environment, made from Debian's /usr/bin/python3, holding PyTorch 2.11 and the
 #    torchvision that matches it from pip (the wheels bring CUDA's libraries and NCCL, and run on a
 #    CPU), plus scikit-build-core (pip install . from the root). It lives at $PYTHON_VENV, by default
@@ -18,7 +18,7 @@ torch_spec=("torch==2.11.*" "torchvision==0.26.*")
 
 packages=(build-essential dpkg-dev file cmake ccache pkg-config git libgtest-dev libgmock-dev googletest libbenchmark-dev
           libhwloc-dev hwloc libibverbs-dev iproute2 iperf3 clang clang-format libclang-rt-14-dev python3 python3-venv procps
-          libnetfilter-queue-dev iptables lintian man-db)
+          libnetfilter-queue-dev iptables lintian man-db flake8)
 packages+=("$@")  # extra Debian packages a caller asks for
 
 missing=()
@@ -42,7 +42,7 @@ have() {  # the environment already holds these versions: nothing to do
 import importlib.metadata as m
 import torch, torchvision  # noqa: F401 (importable, not only recorded)
 assert torch.__version__.startswith("2.11.") and torchvision.__version__.startswith("0.26.")
-m.version("scikit-build-core")
+assert int(m.version("scikit-build-core").split(".")[0]) >= 1  # pyproject.toml's [[tool.dynamic-metadata]]
 PY
 }
 [[ -x $python ]] && have && exit 0
@@ -51,5 +51,5 @@ if [[ ! -x $python ]]; then
   /usr/bin/python3 -m venv "$venv"
 fi
 echo "install-deps: installing ${torch_spec[*]} scikit-build-core into $venv (a few GiB the first time)"
-"$python" -m pip install --quiet --disable-pip-version-check "${torch_spec[@]}" "scikit-build-core>=0.10"
+"$python" -m pip install --quiet --disable-pip-version-check "${torch_spec[@]}" "scikit-build-core>=1.0"
 have || { echo "install-deps: $venv still lacks torch 2.11 / torchvision 0.26 after pip install" >&2; exit 1; }

@@ -82,7 +82,7 @@ def judge(runs, have, expect):
     expected = {label: "always" for label in expect}
     expected.update({NEEDS + what: "host has " + what for what in have})
     rows = []
-    for label in sorted(set(counts) | set(expected), key=lambda l: (l.startswith(NEEDS), l)):
+    for label in sorted(set(counts) | set(expected), key=lambda name: (name.startswith(NEEDS), name)):
         c = counts[label]
         why = expected.get(label)
         if label.startswith(NEEDS) and label[len(NEEDS):] not in have:

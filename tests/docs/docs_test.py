@@ -364,7 +364,7 @@ def metrics(docs, product):
             if shown not in labels.get(sample.group(1), set()):
                 problems.append("%s: %s with labels %s; the product's samples of it carry %s" %
                                 (doc.where(number), sample.group(1), sorted(shown),
-                                 [sorted(l) for l in labels.get(sample.group(1), [])]))
+                                 [sorted(label) for label in labels.get(sample.group(1), [])]))
     if problems:
         problems.append("(the stats file's metrics: %s)" % ", ".join(sorted(names)))
     check(not problems, "\n".join(problems))
@@ -421,7 +421,8 @@ def python(docs, product):
 TOOL_NAMES = ("sieve-info", "sieve-perf", "sieve-bench", "sieve-impair", "netlab.sh", "build-nccl-socket-plugin.sh",
               "sieve-codec-bench", "run.sh", "bundle.sh", "sieve_conformance_peer")
 # Scripts run from the source tree (the GPU kit's run.sh answers --help there too).
-SCRIPTS = {"netlab.sh": "tools/share/netlab.sh", "build-nccl-socket-plugin.sh": "tools/sieve-perf/build-nccl-socket-plugin.sh",
+SCRIPTS = {"netlab.sh": "tools/share/netlab.sh",
+           "build-nccl-socket-plugin.sh": "tools/sieve-perf/build-nccl-socket-plugin.sh",
            "run.sh": "tools/gpu/run.sh", "bundle.sh": "tools/gpu/bundle.sh"}
 SEPARATORS = {"|", "||", "&&", ";", ">", ">>", "2>", "<", "<<<", "&", ")", "(", "\\"}
 
@@ -460,8 +461,8 @@ def commands(docs, product):
                 for option in [w.split("=")[0] for w in rest if w.startswith("--")]:
                     seen += 1
                     if not option_in(option, help_text):
-                        problems.append("%s: %s%s does not offer %s (%s)" % (doc.where(number), tool,
-                                                                            " " + sub if sub else "", option, text))
+                        problems.append("%s: %s%s does not offer %s (%s)" % (
+                            doc.where(number), tool, " " + sub if sub else "", option, text))
                 if tool == "netlab.sh":
                     plain = [w for j, w in enumerate(rest) if not w.startswith("-") and
                              not (j > 0 and rest[j - 1] == "--prefix")]
@@ -664,7 +665,8 @@ def troubleshooting(docs, product):
         for fragment in re.split(r"\.\.\.|…|<[^<>]+>|\bN\b|0x", text):
             fragment = fragment.strip(" ,;:()")
             if len(fragment) >= 12 and fragment not in sources:
-                problems.append("%s: %r is not in the product's sources (%s)" % (deploy.where(number), fragment, reason))
+                problems.append("%s: %r is not in the product's sources (%s)" % (deploy.where(number), fragment,
+                                                                                 reason))
     check(not problems, "\n".join(problems))
     print("%d lines of docs/DEPLOY.md's tables: each printed by a tool here, or (%s) made of the sources' text" %
           (len(rows), "; ".join(HARDWARE)))

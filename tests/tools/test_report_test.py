@@ -7,7 +7,8 @@
 - On the real suite, with torch taken off the path: every Python suite of this build (labels python
   and needs-torch) is copied, with its command, environment and skip code, into a project of its own,
   run by ctest with a `torch` package first on PYTHONPATH that cannot be imported, and judged as
-  tools/test.sh judges on a host that installed torch. The scripts must skip (not pass), and the report must fail naming them.
+  tools/test.sh judges on a host that installed torch. The scripts must skip (not pass), and the report
+  must fail naming them.
 
     test_report_test.py SOURCE_DIR BUILD_DIR CTEST
 """
@@ -61,7 +62,8 @@ class OnSmallProjects(unittest.TestCase):
 
     def test_a_clean_run_passes_and_prints_the_table(self):
         code, out = self.judge([("ok", ["true"], {"LABELS": ["area"]}),
-                                ("gpu", ["sh", "-c", "exit 77"], {"LABELS": ["area", "needs-gpu"], "SKIP_RETURN_CODE": 77})],
+                                ("gpu", ["sh", "-c", "exit 77"],
+                                 {"LABELS": ["area", "needs-gpu"], "SKIP_RETURN_CODE": 77})],
                                "--expect", "area")
         self.assertEqual(code, 0, out)
         self.assertRegex(out, r"area\s+yes\s+always\s+2\s+1\s+0\s+1")
@@ -72,11 +74,13 @@ class OnSmallProjects(unittest.TestCase):
         cases = {
             "a failure": ([("bad", ["false"], {"LABELS": ["area"]})], [], "bad failed"),
             "no label": ([("bare", ["true"], {})], [], "bare carries no label"),
-            "a skip naming nothing": ([("quiet", ["sh", "-c", "exit 77"], {"LABELS": ["area"], "SKIP_RETURN_CODE": 77})],
-                                      [], "quiet was skipped on a host that has what it needs (it names no needs-label)"),
+            "a skip naming nothing": ([("quiet", ["sh", "-c", "exit 77"],
+                                        {"LABELS": ["area"], "SKIP_RETURN_CODE": 77})], [],
+                                      "quiet was skipped on a host that has what it needs (it names no needs-label)"),
             "a skip of what the host has": ([("py", ["sh", "-c", "exit 77"],
                                               {"LABELS": ["area", "needs-torch"], "SKIP_RETURN_CODE": 77})],
-                                            ["--have", "torch"], "py was skipped on a host that has what it needs (needs-torch)"),
+                                            ["--have", "torch"],
+                                            "py was skipped on a host that has what it needs (needs-torch)"),
             "a suite never registered": ([("ok", ["true"], {"LABELS": ["area"]})], ["--have", "cuda-toolkit"],
                                          "suite needs-cuda-toolkit was expected (host has cuda-toolkit)"),
             "an area that did not run": ([("ok", ["true"], {"LABELS": ["area"]})], ["--expect", "docs"],

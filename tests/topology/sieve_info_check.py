@@ -191,11 +191,12 @@ rc, text, err = run()
 for device in live["plugin"]["devices"] if live["plugin"] else []:
     nic = live_nics.get(device["name"])
     unknown = nic is not None and nic["speed_mbps"] <= 0
-    check(device.get("speed_assumed") == unknown, f"plugin device {device['name']}: speed_assumed {device.get('speed_assumed')}, "
+    check(device.get("speed_assumed") == unknown,
+          f"plugin device {device['name']}: speed_assumed {device.get('speed_assumed')}, "
           f"topology speed {nic and nic['speed_mbps']}")
-    line = [l for l in text.splitlines() if l.startswith(f"  device {device['index']} ")]
+    line = [row for row in text.splitlines() if row.startswith(f"  device {device['index']} ")]
     check(line and (("assumed" in line[0]) == unknown), f"text line for device {device['name']}: {line}")
-    nic_rows = [l for l in text.splitlines() if l.startswith(f"  {device['name']} ")]
+    nic_rows = [row for row in text.splitlines() if row.startswith(f"  {device['name']} ")]
     if unknown:
         check(nic_rows and "unknown" in nic_rows[0], f"NIC row of {device['name']} with unknown speed: {nic_rows}")
 rc, out, err = run("--json", "--topo", node)
@@ -204,7 +205,8 @@ check(topo_report["plugin"].get("topology_file") == "" and topo_report["topology
       f"--topo: plugin topology_file {topo_report['plugin'].get('topology_file')!r}")
 rc, text, err = run("--topo", node)
 plugin_section = text.split("\nTopology")[0]
-check("this machine" in plugin_section, f"--topo: the plugin section does not say its devices are this machine's:\n{plugin_section}")
+check("this machine" in plugin_section,
+      f"--topo: the plugin section does not say its devices are this machine's:\n{plugin_section}")
 
 
 def columns_stay_apart(text, header_start, label):
@@ -243,7 +245,8 @@ columns_stay_apart(text, "  SIEVE_SOCKET_IFNAME ", "Configuration")
 # leave a stats file of its own (a series of a process that moved nothing) where Prometheus reads.
 stats_dir = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"sieve-info-stats-{os.getpid()}")
 os.mkdir(stats_dir)
-rc, out, err = run("--json", env_extra={"SIEVE_STATS_FILE": stats_dir + "/s-%p.prom", "SIEVE_STATS_FORMAT": "prometheus"})
+rc, out, err = run("--json",
+                   env_extra={"SIEVE_STATS_FILE": stats_dir + "/s-%p.prom", "SIEVE_STATS_FORMAT": "prometheus"})
 check(os.listdir(stats_dir) == [], f"sieve-info wrote {os.listdir(stats_dir)} for SIEVE_STATS_FILE")
 for name in os.listdir(stats_dir):
     os.remove(os.path.join(stats_dir, name))

@@ -27,11 +27,13 @@ def table(header, rows):
 def machine_paragraph(summary):
     m, kit = summary.get("machine", {}), summary.get("kit", {})
     driver, torch, host = m.get("driver", {}), m.get("torch", {}), m.get("host", {})
-    gpus = ", ".join("%s (compute capability %s, %d GiB)" % (d["name"], d["compute_capability"], d["memory_MiB"] // 1024)
+    gpus = ", ".join("%s (compute capability %s, %d GiB)" % (d["name"], d["compute_capability"],
+                                                             d["memory_MiB"] // 1024)
                      for d in driver.get("devices", [])) or "no GPU"
     smi_gpus = m.get("nvidia_smi", {}).get("gpus", [])
     parts = [
-        "%s; driver %s (CUDA %s)" % (gpus, smi_gpus[0]["driver"] if smi_gpus else "?", driver.get("driver_cuda") or "?"),
+        "%s; driver %s (CUDA %s)" % (gpus, smi_gpus[0]["driver"] if smi_gpus else "?",
+                                     driver.get("driver_cuda") or "?"),
         "NCCL %s" % (m.get("nccl", {}).get("version") or "not found"),
         "PyTorch %s" % torch.get("version", "not found"),
         "%s CPUs, %s GiB" % (host.get("cpus", "?"), host.get("memory_GiB", "?")),
@@ -61,7 +63,8 @@ def step_kernels(data):
     for label in ("kernel tests", "kernel tests under memcheck", "kernel tests under racecheck"):
         if label in data:
             t = data[label]
-            rows.append((label, "%d passed, %d failed, %d skipped" % (t["passed"], len(t["failed"]), len(t["skipped"]))))
+            rows.append((label, "%d passed, %d failed, %d skipped" % (t["passed"], len(t["failed"]),
+                                                                      len(t["skipped"]))))
     for tool in ("memcheck", "racecheck"):
         if tool in data:
             rows.append((tool, "%s errors" % fmt(data[tool].get("errors"), "%d", "?")))
@@ -70,14 +73,15 @@ def step_kernels(data):
 
 def step_bandwidth(data):
     rows = [(r["dtype"], r["mask"], "%.2f" % r["density"], "%.0f" % r["copy_GBps"], "%.2f" % r["gather_vs_copy"],
-             "%.2f" % r["gather_touched_vs_copy"], "%.2f" % r["scatter_vs_zero_and_copy"]) for r in data.get("rows", [])]
+             "%.2f" % r["gather_touched_vs_copy"], "%.2f" % r["scatter_vs_zero_and_copy"])
+            for r in data.get("rows", [])]
     return table(["dtype", "mask", "density", "copy GB/s", "gather / copy", "gather drawn / copy",
                   "scatter / (zero + copy)"], rows) if rows else ""
 
 
 def step_tests(data):
     rows = [(label, "%d passed, %d failed%s" % (t["passed"], len(t["failed"]),
-                                                 ": " + ", ".join(t["failed"]) if t["failed"] else ""))
+                                                ": " + ", ".join(t["failed"]) if t["failed"] else ""))
             for label, t in data.items() if isinstance(t, dict) and "passed" in t]
     return table(["tests", "result"], rows) if rows else ""
 
@@ -97,8 +101,8 @@ def step_allreduce(data):
             sieve, socket = found.get((n, "Sieve", size)), found.get((n, "Socket", size))
             row += [fmt(sieve), fmt(socket), fmt(sieve / socket if sieve and socket else None, "%.2fx")]
         body.append(row)
-    return ("Bus bandwidth, GB/s (nccl-tests' definition), f32 sum, one GPU, each rank its own NCCL host over loopback.\n\n"
-            + table(header, body)) if body else ""
+    return ("Bus bandwidth, GB/s (nccl-tests' definition), f32 sum, one GPU, each rank its own NCCL host over "
+            "loopback.\n\n" + table(header, body)) if body else ""
 
 
 def step_ddp(data):
@@ -127,7 +131,7 @@ def step_fsdp(data):
         if not dense and not sieve:
             continue
         same = "-" if "bit_identical" not in c else ("bit-identical" if c["bit_identical"] else
-                                                      "differs from step %s" % c.get("first_different_step"))
+                                                     "differs from step %s" % c.get("first_different_step"))
         rows.append((config, fmt(dense.get("final_loss"), "%.6f"), fmt(sieve.get("final_loss"), "%.6f"), same,
                      "/".join(str(x) for x in sieve.get("collectives_compacted", [])) or "-",
                      fmt(dense.get("step_ms"), "%.1f"), fmt(sieve.get("step_ms"), "%.1f"), c.get("note") or ""))
@@ -150,8 +154,8 @@ def step_canary(data):
             ) if rows else ""
 
 
-RENDERERS = {"canary": step_canary, "sanitizers": step_kernels, "kernels": step_kernels, "bandwidth": step_bandwidth, "multiprocess": step_tests,
-             "allreduce": step_allreduce, "ddp": step_ddp, "fsdp": step_fsdp}
+RENDERERS = {"canary": step_canary, "sanitizers": step_kernels, "kernels": step_kernels, "bandwidth": step_bandwidth,
+             "multiprocess": step_tests, "allreduce": step_allreduce, "ddp": step_ddp, "fsdp": step_fsdp}
 
 
 def render(summary):

@@ -40,7 +40,8 @@ def page(name, summary, version, sections):
     ]
     for title, lines in sections:
         out += [".SH " + title, ".nf"] + [roff_line(line) for line in lines] + [".fi"]
-    out += [".SH SEE ALSO", roff_line("The guides in /usr/share/doc/sieve: README.md, DEPLOY.md, DESIGN.md, PERFORMANCE.md.")]
+    out += [".SH SEE ALSO",
+            roff_line("The guides in /usr/share/doc/sieve: README.md, DEPLOY.md, DESIGN.md, PERFORMANCE.md.")]
     return "\n".join(out) + "\n"
 
 

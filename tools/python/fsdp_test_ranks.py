@@ -4,7 +4,9 @@ port), on loopback with Gloo, and the parent waits for every rank within a bound
 TCPStore the parent serves on a port the kernel picks (no port chosen by one process and bound by
 another, which a third could take in between); ranks join it with init_gloo."""
 
+import contextlib
 import datetime
+import logging
 import os
 import subprocess
 import sys
@@ -47,3 +49,21 @@ def run_ranks(script, worker, world, timeout, ok_message):
         return 1
     print(ok_message)
     return 0
+
+
+@contextlib.contextmanager
+def sieve_log():
+    """The messages Sieve logs (the "sieve" logger) inside the block, as a list that fills."""
+    messages = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    handler = Keep(logging.DEBUG)
+    logger = logging.getLogger("sieve")
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)

@@ -318,7 +318,7 @@ class CompactStateChecks(unittest.TestCase):
     def test_pieces_by_default_only_where_a_sum_has_no_order(self):
         from sieve import ddp as sieve_ddp
 
-        class Group(object):
+        class Group:
             def __init__(self, n):
                 self.n = n
 

@@ -31,7 +31,7 @@ CUDA_BUILD = os.environ.get("SIEVE_TEST_PROXY_BUILT") in ("1", "ON", "TRUE", "tr
 HAVE_DEVICE = torch.cuda.is_available()
 
 
-class FakeCudaTensor(object):
+class FakeCudaTensor:
     """What backend_for reads of a tensor, for a CUDA tensor on a machine without one."""
     is_cuda = True
 
@@ -56,6 +56,11 @@ def masks(count, generator):
 class Choice(unittest.TestCase):
     def tearDown(self):
         _kernels._lib = None  # found again by the next test
+
+    def test_the_kernels_run_on_the_one_copy_sieve_library_loads(self):
+        # Issue 54: one loader, one ctypes object, so one copy of the library per process.
+        import sieve
+        self.assertIs(_kernels._library(), sieve.library())
 
     def test_the_capability_is_the_builds(self):
         self.assertEqual(_kernels.cuda_kernels_available(), CUDA_BUILD)

@@ -27,9 +27,11 @@ Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so /opt/sieve/venv/bin/python 
 (exit 77: skipped as a whole, no torch 2.x with FSDP2 and Gloo; no library is a failure).
 """
 
+import contextlib
 import datetime
 import faulthandler
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -37,7 +39,6 @@ import sys
 import tempfile
 import time
 import unittest
-import warnings
 
 if "--rank" in sys.argv:  # before torch's import: the parent asks for every thread's stack on a hang
     faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -54,6 +55,26 @@ import torch.distributed.fsdp as _fsdp  # noqa: E402
 
 if not hasattr(_fsdp, "fully_shard"):
     skip_script("needs FSDP2 (torch >= 2.6), this is torch %s" % torch.__version__)
+
+
+class _Said(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def sieve_log():
+    """The messages of the "sieve" logger (its operational notices) inside the block, as a list."""
+    said, logger = _Said(), logging.getLogger("sieve")
+    logger.addHandler(said)
+    try:
+        yield said.lines
+    finally:
+        logger.removeHandler(said)
 
 
 def unpack(bits, count):
@@ -211,7 +232,7 @@ class Model(torch.nn.Module if torch else object):
         return self.head(x)
 
 
-class Capture(object):
+class Capture:
     """Records, while `on`, every collective FSDP issues where it calls torch.distributed (module
     attributes, looked up at each call): the kind, the whole buffer it moves (count, dtype, nonzeros),
     its communicator (numbered in order of first use) and the step. The whole buffer: a reduce-scatter's
@@ -258,7 +279,7 @@ class Capture(object):
         dist.all_gather_into_tensor, dist.reduce_scatter_tensor, dist.all_gather = self.saved
 
 
-class Published(object):
+class Published:
     """What publish_fsdp publishes, in order: (kind, count, sieve dtype code, bool bits); still published."""
 
     def __init__(self):
@@ -330,7 +351,8 @@ def check(calls, published, plan_comms, steps_in_order, expect_dtype=None, in_or
             continue
         for i, (call, entry) in enumerate(zip(issued, expected)):
             if shape(call) != entry[:3]:
-                problems.append("step %d, mask %d: published for %s, the call is %s" % (step, i, entry[:3], shape(call)))
+                problems.append("step %d, mask %d: published for %s, the call is %s" % (step, i, entry[:3],
+                                                                                        shape(call)))
             elif not torch.equal(entry[3], call["nonzero"]):
                 problems.append(differ("step %d, mask %d" % (step, i), entry[3], call))
     return problems, dense, compacted, ambiguous
@@ -400,8 +422,7 @@ def fsdp2_rank(rank, store, world=WORLD, reshard_after_forward=True, param_dtype
     generator = torch.Generator().manual_seed(100 + rank)
     train_steps(model, optimizer, generator, None, 1)
     capture, published = Capture(), Published()
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")  # what is withheld comes back in result["skipped"]
+    with sieve_log() as said:  # what is withheld comes back in result["skipped"]
         result = sieve.publish_fsdp(model, commit_now=False)
         again = sieve.publish_fsdp(model, commit_now=False)  # publishing again replaces it (the last one counts)
     published.entries[:] = published.entries[len(published.entries) // 2:]
@@ -431,7 +452,7 @@ def fsdp2_rank(rank, store, world=WORLD, reshard_after_forward=True, param_dtype
             "reduce_scatters": kinds.count("reduce_scatter"), "masks": len(published.entries), "dense": dense,
             "compacted": compacted, "ambiguous": ambiguous,
             "published": [result["all_gather"], result["reduce_scatter"]], "skipped": result["skipped"],
-            "said": [str(w.message) for w in said if "sieve.publish_fsdp" in str(w.message)],
+            "said": [line for line in said if "sieve.publish_fsdp" in line],
             "groups": len(result["groups"]), "comms": len(capture.comms),
             "reduce_scatter_counts": sorted({c["count"] for c in capture.calls if c["kind"] == "reduce_scatter"}),
             "all_gather_counts": sorted({c["count"] for c in capture.calls if c["kind"] == "all_gather"}),
@@ -468,9 +489,10 @@ def fsdp2_api_rank(rank, store):
     train_steps(model, optimizer, generator, None, 1)
     order = [model, model.blocks[1], model.blocks[0]]
     plain = fsdp_masks._fsdp_plan(model, forward_order=order)[0][0][1]
-    given = fsdp_masks._fsdp_plan(model, forward_order=order, masks={"head.bias": torch.tensor([1, 0, 1, 0, 1])})[0][0][1]
+    bias = {"head.bias": torch.tensor([1, 0, 1, 0, 1])}
+    given = fsdp_masks._fsdp_plan(model, forward_order=order, masks=bias)[0][0][1]
     if any(e.label == "<root>" for e in plain) or not any(e.label == "<root>" for e in given):
-        problems.append("head.bias by name: the root's collectives are published only with it %s" % (
+        problems.append("head.bias by name: the root's collectives are published only with it: %s, then %s" % (
             [e.label for e in plain], [e.label for e in given]))
     keep = torch.ones(5, 10, dtype=torch.bool)
     for bad in (dict(masks={"blocks.0.up.weight_orig": torch.ones(20, 10)}),  # pruned already
@@ -490,8 +512,7 @@ def fsdp2_api_rank(rank, store):
         pass
     before = sieve.stats()["masks_published"]
     capture, published = Capture(), Published()
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
+    with sieve_log() as said:
         result = sieve.publish_fsdp(model, forward_order=order)  # commits on FSDP2's group
     capture.on = True
     train_steps(model, optimizer, generator, capture, 3)
@@ -503,8 +524,7 @@ def fsdp2_api_rank(rank, store):
     staged = sieve.stats()["masks_published"] - before
     without = sieve.publish_fsdp(model, commit_now=False, forward_order=order, all_gather=False)
     replaced = sieve.stats()["masks_published"] - before
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with sieve_log():  # its refusal is not news here
         sieve.retract_all(model)  # retracts, and commits on FSDP2's group
     left = sieve.stats()["masks_published"] - before
     # a model with nothing pruned: nothing to publish, which is no error
@@ -520,7 +540,7 @@ def fsdp2_api_rank(rank, store):
     return {"problems": problems, "dense": dense, "compacted": compacted, "ambiguous": ambiguous,
             "published": [result["all_gather"], result["reduce_scatter"]], "skipped": result["skipped"],
             "commits": [c["state"] for c in result["commits"]], "group_is_fsdps": fsdps_group,
-            "said_refused": any("sieve.commit" in str(w.message) for w in said), "staged": staged,
+            "said_refused": any("sieve.commit" in line for line in said), "staged": staged,
             "without_all_gather": [without["all_gather"], without["reduce_scatter"]], "replaced": replaced,
             "left": left, "bare": [nothing["all_gather"], nothing["reduce_scatter"], len(nothing["groups"])],
             "calls": len(capture.calls), "masks": len(published.entries)}
@@ -561,7 +581,7 @@ def fsdp1_rank(rank, store, strategy="FULL_SHARD", prefetch="BACKWARD_PRE", para
     if forward_prefetch_limit is not None:
         wrapped._exec_order_data._forward_prefetch_limit = forward_prefetch_limit  # shared by every instance
     padded = any(any(h.flat_param._is_padding_mask) for h in [m._handle for m in wrapped.modules()
-                                                                 if isinstance(m, FSDP) and m._handle is not None])
+                                                              if isinstance(m, FSDP) and m._handle is not None])
     capture, published = Capture(), Published()
     if by_name:  # the plan only: training keeps no zeros there (FSDP1's names lose their wrapper prefix)
         root = [e for e in fsdp_masks._fsdp_plan(wrapped)[0][0][1] if e.label == "<root>"]
@@ -616,8 +636,8 @@ CASES = [("fsdp2_reshard_to_2", 4, lambda rank, store: fsdp2_rank(rank, store, 4
                                                               reduce_dtype=torch.bfloat16)),
          ("fsdp2_shard_dim", WORLD, lambda rank, store: fsdp2_rank(rank, store, shard_dim=True)),
          ("fsdp2_two_groups", WORLD, lambda rank, store: fsdp2_rank(rank, store, two_groups=True)),
-         ("fsdp2_two_groups_one_unpruned", WORLD, lambda rank, store: fsdp2_rank(rank, store, two_groups=True,
-                                                                                  unpruned_block=0)),
+         ("fsdp2_two_groups_one_unpruned", WORLD,
+          lambda rank, store: fsdp2_rank(rank, store, two_groups=True, unpruned_block=0)),
          ("fsdp2_skipped_parameter", WORLD, lambda rank, store: fsdp2_rank(rank, store, skip_gate_at=1)),
          ("fsdp2_no_reshard_skipped_parameter", WORLD,
           lambda rank, store: fsdp2_rank(rank, store, reshard_after_forward=False, skip_gate_at=1)),
@@ -642,7 +662,8 @@ def rank_main(rank, port):
 
 def run_ranks():
     """Runs every case on RANKS processes (ranks past WORLD take part only in the cases of more
-    ranks); returns each rank's results (its JSON line). The store lives here, in the parent, for the whole run: the ranks come and go as its clients."""
+    ranks); returns each rank's results (its JSON line). The store lives here, in the parent, for the
+    whole run: the ranks come and go as its clients."""
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=TIMEOUT, wait_for_workers=False)
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
@@ -655,6 +676,7 @@ def run_ranks():
         def tail(rank, n=3000):
             logs[rank][1].seek(0)
             return logs[rank][1].read()[-n:]
+
         def failed(what):
             """Every rank still running dumps its stacks; the failure shows every rank's output."""
             for other in procs:

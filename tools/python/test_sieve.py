@@ -10,7 +10,6 @@ import subprocess
 import sys
 import tempfile
 import unittest
-import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -24,11 +23,12 @@ from sieve import _library, fsdp_masks, masks  # noqa: E402
 LIBRARY = os.environ.get("SIEVE_LIBRARY") or _library._loaded_path()
 
 
-def run_python(code, **env):
-    """Runs code in a fresh interpreter with exactly these Sieve-related variables."""
+def run_python(code, PYTHONPATH_FIRST=None, **env):
+    """Runs code in a fresh interpreter with exactly these Sieve-related variables (the package from
+    PYTHONPATH_FIRST when given, else this checkout's)."""
     environment = {k: v for k, v in os.environ.items() if k not in ("SIEVE_LIBRARY", "LD_PRELOAD")}
     environment.update(env)
-    environment["PYTHONPATH"] = HERE
+    environment["PYTHONPATH"] = PYTHONPATH_FIRST or HERE
     return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=60)
 
 
@@ -71,6 +71,38 @@ class FindsTheRightLibrary(unittest.TestCase):
         self.assertNotEqual(done.returncode, 0)
         self.assertIn("the dynamic loader cannot load it", done.stderr)
 
+    def test_one_loader_maps_one_copy_for_the_c_api_and_the_kernels(self):
+        # Issue 54: the kernels took the package's copy before SIEVE_LIBRARY, so a process with both
+        # mapped two copies (two mask registries, two sets of counters).
+        probe = ("import sieve\n"
+                 "from sieve import _kernels, _library\n"
+                 "kernels = _kernels._library()\n"
+                 "try:\n"
+                 "    print('same' if sieve.library() is kernels else 'different')\n"
+                 "except sieve.SieveError as e:\n"
+                 "    print('refused: %s' % e)\n"
+                 "print(getattr(_library, '_lib_path', None))\n"
+                 "print(len({line.split()[-1] for line in open('/proc/self/maps') if 'libnccl-net-sieve' in line}))\n")
+        with tempfile.TemporaryDirectory() as tmp:  # a wheel's layout: the library inside the package
+            shutil.copytree(os.path.join(HERE, "sieve"), os.path.join(tmp, "sieve"),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            carried = os.path.join(tmp, "sieve", "libnccl-net-sieve.so")
+            shutil.copy(LIBRARY, carried)
+            # without SIEVE_LIBRARY or a preload the kernels take the package's copy, and the C API then
+            # has that copy (it is the one loaded), or refuses a SIEVE_LIBRARY set since that names another
+            for env, said, path in (({"SIEVE_LIBRARY": LIBRARY}, "same", LIBRARY),
+                                    ({"LD_PRELOAD": LIBRARY}, "same", LIBRARY), ({}, "same", carried)):
+                done = run_python(probe, PYTHONPATH_FIRST=tmp, **env)
+                lines = done.stdout.splitlines()
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertTrue(lines[0].startswith(said), (env, lines))
+                self.assertEqual(os.path.realpath(lines[1]), os.path.realpath(path), env)
+                self.assertEqual(lines[2], "1", "%s: more than one copy mapped" % env)
+            late = probe.replace("kernels = _kernels._library()\n", "kernels = _kernels._library()\nimport os\n"
+                                 "os.environ['SIEVE_LIBRARY'] = %r\n" % LIBRARY)
+            lines = run_python(late, PYTHONPATH_FIRST=tmp).stdout.splitlines()
+            self.assertTrue(lines[0].startswith("refused: SIEVE_LIBRARY=%s, but another copy" % LIBRARY), lines)
+            self.assertEqual(lines[2], "1")
 
     @unittest.skipUnless(shutil.which("cc"), "needs a C compiler to build the planted library")
     def test_the_doctor_loads_no_library_from_the_current_directory(self):
@@ -97,6 +129,7 @@ class FindsTheRightLibrary(unittest.TestCase):
             self.assertIn("NCCL it would interpose", done.stdout)
             self.assertNotIn(cwd, done.stdout)
             self.assertFalse(os.path.exists(mark), "the planted library was loaded:\n" + done.stdout)
+
 
 class HeaderConstants(unittest.TestCase):
     """sieve/_constants.py is written by hand from plugin/sieve.h: every value must be the header's."""
@@ -142,6 +175,31 @@ class HeaderConstants(unittest.TestCase):
             project = re.search(r"project\(sieve VERSION ([0-9.]+)", f.read()).group(1)
         self.assertEqual(sieve.__version__, project)
         self.assertEqual(sieve.library().sieve_version().decode().split()[0].split("-")[0], project)
+        with open(os.path.join(self.SOURCE, "pyproject.toml")) as f:
+            pyproject = f.read()
+        self.assertIn('input = "CMakeLists.txt"', pyproject, "the wheel's version is project()'s")
+        with open(os.path.join(HERE, "sieve", "__init__.py")) as f:
+            self.assertNotRegex(f.read(), r"(?m)^__version__ *=", "no second version to drift")
+
+    def test_the_version_follows_project_wherever_the_package_is(self):
+        # Issue 54: one source, project(VERSION); each way of installing the package carries it on.
+        probe = "import sieve; print(sieve.__version__)"
+        with tempfile.TemporaryDirectory() as tmp:
+            package = os.path.join(tmp, "tools", "python", "sieve")
+            shutil.copytree(os.path.join(HERE, "sieve"), package, ignore=shutil.ignore_patterns("__pycache__"))
+            with open(os.path.join(tmp, "CMakeLists.txt"), "w") as f:  # a checkout of another release
+                f.write("cmake_minimum_required(VERSION 3.18)\nproject(sieve VERSION 9.8.7 LANGUAGES C CXX)\n")
+            done = run_python(probe, PYTHONPATH_FIRST=os.path.dirname(package))
+            self.assertEqual((done.returncode, done.stdout.strip()), (0, "9.8.7"), done.stderr)
+            with open(os.path.join(package, "_installed.py"), "w") as f:  # what cmake --install writes
+                f.write('LIBRARY = "../libnccl-net-sieve.so"\nVERSION = "9.8.8"\n')
+            done = run_python(probe, PYTHONPATH_FIRST=os.path.dirname(package))
+            self.assertEqual((done.returncode, done.stdout.strip()), (0, "9.8.8"), done.stderr)
+            os.unlink(os.path.join(tmp, "CMakeLists.txt"))
+            os.unlink(os.path.join(package, "_installed.py"))
+            done = run_python(probe, PYTHONPATH_FIRST=os.path.dirname(package), SIEVE_LIBRARY=LIBRARY)
+            self.assertEqual((done.returncode, done.stdout.strip()),
+                             (0, sieve.library().sieve_version().decode().split()[0].split("-")[0]), done.stderr)
 
 
 class CApiThroughCtypes(unittest.TestCase):
@@ -177,6 +235,20 @@ class CApiThroughCtypes(unittest.TestCase):
         _library._check(sieve.library().sieve_mask_query(ctypes.c_void_p(address), ctypes.byref(info)))
         self.assertEqual((info.mask_id, info.kept), (new, 4))
         masks._retract_id(new)
+        self.assertEqual(sieve.stats()["masks_published"], self.before)
+
+    def test_a_short_bitmap_is_refused_not_read_past_its_end(self):
+        # Issue 54: the binding publishes through the _for entry points, which take the length of bits.
+        buffer = (ctypes.c_float * 64)()
+        for publish in (lambda bits: masks._publish_bits(ctypes.addressof(buffer), 64, 0, bits),
+                        lambda bits: masks._publish_collective_bits("all_gather", 64, 0, bits)):
+            with self.assertRaises(sieve.SieveError) as caught:
+                publish(b"\xff" * 7)  # 64 elements need 8 bytes
+            self.assertEqual(caught.exception.code, -3)
+            self.assertIn("bits", str(caught.exception))
+        self.assertEqual(sieve.stats()["masks_published"], self.before)
+        mask_id = masks._publish_collective_bits("all_gather", 64, 0, b"\xff" * 8)
+        sieve.retract_id(mask_id)
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
     def test_an_impossible_count_is_refused_not_a_crash(self):
@@ -406,7 +478,8 @@ class FsdpLayout(unittest.TestCase):
             values = [nonzero_where_kept(k, case * 10 + i) for i, k in enumerate(keeps)]
             bits = sieve.fsdp2_layout(shapes, n, keeps, dims)
             self.assertTrue(torch.equal(bits, fsdp2_gather_buffer(values, n, dims).ne(0)), "all-gather, case %d" % case)
-            self.assertTrue(torch.equal(bits, fsdp2_scatter_buffer(values, n, dims).ne(0)), "reduce-scatter, case %d" % case)
+            self.assertTrue(torch.equal(bits, fsdp2_scatter_buffer(values, n, dims).ne(0)),
+                            "reduce-scatter, case %d" % case)
 
     def test_fsdp1_hand_computed_flat_parameter(self):
         # [p0: 3][alignment padding: 1][p1: 2] = 6 elements, padded to 8 on 4 ranks.
@@ -455,7 +528,8 @@ def units_and_groups(spec):
 
 
 def issued(units):
-    return " ".join(("AG " if kind == "all_gather" else "RS ") + group.name for kind, group, _ in fsdp_masks._issue_order(units))
+    return " ".join(("AG " if kind == "all_gather" else "RS ") + group.name
+                    for kind, group, _ in fsdp_masks._issue_order(units))
 
 
 class FsdpIssueOrder(unittest.TestCase):
@@ -525,17 +599,15 @@ class CommitOnAProcessGroup(unittest.TestCase):
     def test_a_commit_without_a_proxy_is_refused_and_says_why(self):
         grad = torch.zeros(1000)
         mask_id = sieve.publish_mask(grad, torch.ones(1000))
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with self.assertLogs("sieve", "WARNING") as caught:  # an operational notice: logged, not a warning
             result = sieve.commit()
         self.assertEqual(result["state"], "refused")
         self.assertIn(NO_PROXY_REASON, result["reason"])
-        self.assertTrue(any(NO_PROXY_WARNING in str(w.message) for w in caught))
+        self.assertTrue(any(NO_PROXY_WARNING in line for line in caught.output), caught.output)
         sieve.retract(grad)
         self.assertIn(mask_id, masks._held)
         del grad
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with self.assertLogs("sieve", "WARNING"):
             sieve.commit(union=True)
         self.assertNotIn(mask_id, masks._held, "released by the commit")
 

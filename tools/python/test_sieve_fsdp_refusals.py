@@ -9,11 +9,10 @@ Run it alone: python test_sieve_fsdp_refusals.py (exit 77: no torch with Gloo he
 
 import os
 import sys
-import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from fsdp_test_ranks import init_gloo, run_ranks  # noqa: E402
+from fsdp_test_ranks import init_gloo, run_ranks, sieve_log  # noqa: E402
 
 from suite import require_torch  # noqa: E402
 
@@ -173,10 +172,9 @@ def case(variant, reason):
     dense = train(build(variant, {}))
     masks = {}
     net = build(variant, masks)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with sieve_log() as caught:
         outcome = sieve_fsdp.compact(net, masks=masks)
-    lines = [str(w.message) for w in caught if str(w.message).startswith("sieve.fsdp:")]
+    lines = [w for w in caught if w.startswith("sieve.fsdp:")]
     assert outcome["blocks.0"] == "compacted", (variant, outcome)  # a refusal is the group's alone
     assert reason in outcome["blocks.1"], (variant, outcome)
     assert lines == ["sieve.fsdp: blocks.1 runs FSDP's own collectives: %s" % outcome["blocks.1"]], (variant, lines)
@@ -207,8 +205,8 @@ def worker(rank, world, port):
 
 def main():
     return run_ranks(__file__, worker, 2, 480,
-                     "OK: tensor parallel, parameters on different meshes and an all-gather extension refused with one line "
-                     "each, trained bit-identically to FSDP2 as is, the other groups compacted")
+                     "OK: tensor parallel, parameters on different meshes and an all-gather extension refused with "
+                     "one line each, trained bit-identically to FSDP2 as is, the other groups compacted")
 
 
 if __name__ == "__main__":

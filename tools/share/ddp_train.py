@@ -84,7 +84,7 @@ def probe():
     return 0
 
 
-class Timer(object):
+class Timer:
     """Wraps a comm hook (self.hook, a function as DDP checks hooks): records each bucket's index,
     the hook's call and its future's completion, and (while installed) every all-reduce this process
     issues: the bucket whose hook issued it from the hook's own thread (None when issued elsewhere,
@@ -402,9 +402,9 @@ def table(report):
         out.append("")
         out.append("sieve: wire %.3f of default (goal <= %.3f), comm %.3f of default (goal <= %.3f plus latency: "
                    "%.3f), losses %s" % (g["wire"] or 0, g["wire_at_most"], g["comm"] or 0, g["comm_at_most"],
-                                        g["comm_at_most_with_latency"],
-                                        "bit-identical to default" if g["losses_identical_to_default"]
-                                        else "differ by at most %.3g" % g["max_loss_difference"]))
+                                         g["comm_at_most_with_latency"],
+                                         "bit-identical to default" if g["losses_identical_to_default"]
+                                         else "differ by at most %.3g" % g["max_loss_difference"]))
         out.append("sieve: latency %.2f ms per all-reduce (a one-element all-reduce's median) x %g all-reduces per "
                    "step = %.3f of default's comm" % (1e3 * report["latency_seconds"], g["allreduces_per_step"],
                                                       g["latency_allowance"]))

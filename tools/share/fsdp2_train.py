@@ -120,7 +120,8 @@ def resnet18(torch, args):
     skipped.forward = forward
 
     def batch(g):
-        return torch.randn(args.batch, 3, args.image, args.image, generator=g), torch.randint(0, 10, (args.batch,), generator=g)
+        return (torch.randn(args.batch, 3, args.image, args.image, generator=g),
+                torch.randint(0, 10, (args.batch,), generator=g))
 
     def loss_of(out, target):
         return F.cross_entropy(out.float(), target)
@@ -134,7 +135,7 @@ def prune_zeroed(torch, module, amount):
         module.weight_orig.masked_fill_(module.weight_mask == 0, 0.0)
 
 
-class Timed(object):
+class Timed:
     """A group's collective object, timed: the same object FSDP would call, called the same way."""
 
     def __init__(self, inner, clock):

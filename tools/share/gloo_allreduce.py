@@ -47,7 +47,8 @@ def probe(dtype_name):
         import torch
         import torch.distributed as dist
     except ImportError as e:
-        print(json.dumps({"error": f"{sys.executable} cannot import PyTorch ({e}); pass sieve-bench --python a Python that has it (tools/install-deps.sh makes build/venv)"},
+        print(json.dumps({"error": f"{sys.executable} cannot import PyTorch ({e}); pass sieve-bench --python a "
+                                   "Python that has it (tools/install-deps.sh makes build/venv)"},
                          separators=(",", ":")), flush=True)
         return 4
 
@@ -60,8 +61,8 @@ def probe(dtype_name):
         try:
             dist.all_reduce(torch.ones(1, dtype=dtype))
         except RuntimeError as e:
-            print(json.dumps({"error": f"Gloo in torch {torch.__version__} cannot sum {dtype_name}: {e}"}, separators=(",", ":")),
-                  flush=True)
+            print(json.dumps({"error": f"Gloo in torch {torch.__version__} cannot sum {dtype_name}: {e}"},
+                             separators=(",", ":")), flush=True)
             return 4
         finally:
             dist.destroy_process_group()
@@ -130,7 +131,8 @@ def ddp_all_reduces(args, torch, dist, dtype):
             dist.all_reduce(buf)
 
     def check(it):
-        return sum(int((buf.to(torch.float32) != pattern.sum(b, args.world, it)).sum()) for b, buf in enumerate(buffers))
+        return sum(int((buf.to(torch.float32) != pattern.sum(b, args.world, it)).sum())
+                   for b, buf in enumerate(buffers))
 
     seconds, wrong, tx = timed_iterations(args, torch, dist, fill, step, check)
     return {"seconds": seconds, "logical_bytes": sum(sizes) * buffers[0].element_size() if buffers else 0,
@@ -243,7 +245,8 @@ def main():
     try:  # older Gloo builds cannot sum bf16: say so plainly rather than with a traceback
         dist.all_reduce(torch.ones(1, dtype=dtype))
     except RuntimeError as e:
-        print(json.dumps({"rank": args.rank, "error": f"Gloo in torch {torch.__version__} cannot sum {args.dtype}: {e}"},
+        print(json.dumps({"rank": args.rank,
+                          "error": f"Gloo in torch {torch.__version__} cannot sum {args.dtype}: {e}"},
                          separators=(",", ":")), flush=True)
         return 4
 

@@ -38,8 +38,8 @@ check(roce.get("link_layer") == "ethernet" and roce.get("speed_mbps") == 100000,
 check(ib.get("link_layer") == "infiniband" and ib.get("speed_mbps") == 200000 and ib.get("lid", 0) > 0, f"IB port {ib}")
 check(roce.get("selected") is True and ib.get("selected") is False, "SIEVE_IB_HCA=^mlx5_1 must select mlx5_0:1 only")
 used = [g for g in roce.get("gids", []) if g["index"] == roce.get("gid_index")]
-check(len(used) == 1 and used[0]["type"] == "roce_v2" and used[0]["gid"].startswith("::ffff:") and used[0]["netdev"] == "lo",
-      f"RoCE GID used: {used} of {roce.get('gids')}")
+check(len(used) == 1 and used[0]["type"] == "roce_v2" and used[0]["gid"].startswith("::ffff:")
+      and used[0]["netdev"] == "lo", f"RoCE GID used: {used} of {roce.get('gids')}")
 check(all(g["type"] == "ib" for g in ib.get("gids", [])) and ib.get("gids"), f"IB GIDs {ib.get('gids')}")
 
 rc, out, err = run(two)
@@ -81,8 +81,8 @@ report = json.loads(out)
 check(report["transport"]["name"] == "ib" and "SIEVE_TRANSPORT=auto" in report["transport"]["why"],
       f"auto with active ports: transport {report['transport']}")
 scopes = {entry["name"]: entry["transport"] for entry in report["config"]}
-check(scopes.get("SIEVE_NSOCKS") == "tcp" and scopes.get("SIEVE_IB_QPS") == "ib" and scopes.get("SIEVE_JOB_TOKEN") == "any",
-      f"config scopes {scopes}")
+check(scopes.get("SIEVE_NSOCKS") == "tcp" and scopes.get("SIEVE_IB_QPS") == "ib"
+      and scopes.get("SIEVE_JOB_TOKEN") == "any", f"config scopes {scopes}")
 check(rc == 0 and report["problems"] == [], f"a clean environment: exit {rc}, problems {report['problems']}")
 
 rc, out, err = run(two, SIEVE_NSOCKS="2")

@@ -33,7 +33,8 @@ def main():
     rc, lines = run(library, {"SIEVE_NSOCK": "2"})
     said = [line for line in lines if "SIEVE_NSOCK" in line]
     if rc != 0 or len(said) != 1:
-        failures.append("a misspelt variable under the proxy alone: exit %d, warned %d times: %s" % (rc, len(said), lines))
+        failures.append("a misspelt variable under the proxy alone: exit %d, warned %d times: %s"
+                        % (rc, len(said), lines))
     about_nccl = [line for line in lines if "NCCL" in line]
     if len(about_nccl) != 1:
         failures.append("the missing NCCL should be said once, in one line: %s" % about_nccl)

@@ -100,7 +100,8 @@ def main():
         said = re.search(r"NCCL (\S+) \((\S+)\)", sieve_lines[0])
         if not said or said.group(1) != version or os.path.realpath(said.group(2)) != nccl:
             failures.append("Sieve's line does not name NCCL %s at %s: %s" % (version, nccl, sieve_lines[0]))
-    print("PyTorch: %s" % next((l for l in done.stderr.splitlines() if "only supported with GPUs" in l), "(nothing)"))
+    gpus_only = (line for line in done.stderr.splitlines() if "only supported with GPUs" in line)
+    print("PyTorch: %s" % next(gpus_only, "(nothing)"))
     print("Sieve: %s" % (sieve_lines[0] if sieve_lines else "(nothing)"))
     for failure in failures:
         print("FAIL: " + failure)

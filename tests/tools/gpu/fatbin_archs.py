@@ -44,7 +44,8 @@ def entries(data):
             kind, _, entry_header, padded = struct.unpack_from("<HHII", data, entry)
             (arch,) = struct.unpack_from("<I", data, entry + 28)
             if kind not in KINDS or entry_header < 32:
-                raise SystemExit("unexpected fat binary entry (kind %d, header %d bytes) at %d" % (kind, entry_header, entry))
+                raise SystemExit("unexpected fat binary entry (kind %d, header %d bytes) at %d"
+                                 % (kind, entry_header, entry))
             found.append((KINDS[kind], arch))
             entry += entry_header + padded
         if entry != end:

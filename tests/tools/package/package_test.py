@@ -71,6 +71,7 @@ EXPECTED_FILES = {
     PYTHONDIR + "/sieve/_constants.py",
     PYTHONDIR + "/sieve/_library.py",
     PYTHONDIR + "/sieve/_installed.py",
+    PYTHONDIR + "/sieve/py.typed",
     PYTHONDIR + "/sieve/_kernels.py",
     PYTHONDIR + "/sieve/masks.py",
     PYTHONDIR + "/sieve/fsdp_masks.py",
@@ -108,8 +109,8 @@ def check(condition, message):
 def run(cmd, env=None, cwd=None, expect_ok=True):
     done = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if expect_ok and done.returncode != 0:
-        raise CheckFailed("%s exited %d\nstdout: %s\nstderr: %s" % (" ".join(cmd), done.returncode, done.stdout,
-                                                                     done.stderr))
+        raise CheckFailed("%s exited %d\nstdout: %s\nstderr: %s" % (
+            " ".join(cmd), done.returncode, done.stdout, done.stderr))
     return done
 
 
@@ -187,8 +188,8 @@ def contents(p):
                         if not any(pattern.fullmatch(f) for pattern in OPTIONAL_FILE_PATTERNS))
     check(not unexpected, "the package carries files nobody asked for: %s" % unexpected)
     check(p.field("Package") == "sieve", "Package is %r" % p.field("Package"))
-    check(p.field("Version") == p.args.version, "Version %r is not the project's %s" % (p.field("Version"),
-                                                                                      p.args.version))
+    check(p.field("Version") == p.args.version,
+          "Version %r is not the project's %s" % (p.field("Version"), p.args.version))
     arch = run(["dpkg", "--print-architecture"]).stdout.strip()
     check(p.field("Architecture") == arch, "Architecture %r on %s" % (p.field("Architecture"), arch))
     header = open(p.path(PREFIX + "/include/sieve_version.h")).read()
@@ -412,6 +413,7 @@ def usr_local(p):
     try:
         run(["cmake", "--install", p.args.build_dir, "--prefix", "/usr/local"], env=clean_env(DESTDIR=root))
         installed = {"/" + os.path.relpath(os.path.join(d, n), root) for d, _, names in os.walk(root) for n in names}
+
         def where(name):
             found = sorted(f for f in installed if f.endswith("/" + name))
             check(len(found) == 1, "%s installed %d times: %s" % (name, len(found), found))
@@ -427,8 +429,8 @@ def usr_local(p):
         pc_path = run(["pkg-config", "--variable", "pc_path", "pkg-config"], env=clean_env()).stdout.strip().split(":")
         check(where("sieve.pc") in pc_path, "sieve.pc went to %s, not on pkg-config's path %s" %
               (where("sieve.pc"), pc_path))
-        print("/usr/local: package in %s, library in %s, sieve.pc in %s" % (where("_library.py"), where(LIBRARY),
-                                                                           where("sieve.pc")))
+        print("/usr/local: package in %s, library in %s, sieve.pc in %s" % (
+            where("_library.py"), where(LIBRARY), where("sieve.pc")))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -587,8 +589,12 @@ def python(p):
 
     # library_path() and `python -m sieve` find the packaged library from the install record, wherever
     # the tree is unpacked (the record is relative).
-    found = run([interpreter, "-c", "import os, sieve; print(os.path.realpath(sieve.library_path()))"], env=env, cwd=work)
-    check(found.stdout.strip() == library, "library_path() is %r, not the installed %s" % (found.stdout.strip(), library))
+    found = run([interpreter, "-c", "import os, sieve; print(os.path.realpath(sieve.library_path()))"], env=env,
+                cwd=work)
+    check(found.stdout.strip() == library,
+          "library_path() is %r, not the installed %s" % (found.stdout.strip(), library))
+    version = run([interpreter, "-c", "import sieve; print(sieve.__version__)"], env=env, cwd=work).stdout.strip()
+    check(version == p.args.version, "sieve.__version__ is %r, the project's %s" % (version, p.args.version))
     told = run([interpreter, "-m", "sieve"], env=env, cwd=work)
     named = re.findall(r"(?m)^library: (/\S+)$", told.stdout)
     check(named and os.path.realpath(named[0]) == library and "export LD_PRELOAD=" in told.stdout,
@@ -597,8 +603,8 @@ def python(p):
 
 
 CHECKS = {f.__name__: f for f in (build, contents, depends, control, changelog, man_pages, hardening, no_build_paths,
-                                   relocated, sieve_info, tools, netlab, c_api, pkg_config, cmake_config, python,
-                                   usr_local, lintian)}
+                                  relocated, sieve_info, tools, netlab, c_api, pkg_config, cmake_config, python,
+                                  usr_local, lintian)}
 
 
 def main():

@@ -28,6 +28,31 @@ def check(ok, what):
         print("FAIL: " + what)
 
 
+def metadata(source, site):
+    """The wheel's metadata: the project's one version, the license as an SPDX expression with its text,
+    the torch extra."""
+    with open(os.path.join(source, "CMakeLists.txt")) as f:
+        version = re.search(r"project\(sieve VERSION ([0-9.]+)", f.read()).group(1)
+    info = os.path.join(site, "nccl_net_sieve-%s.dist-info" % version)
+    check(os.path.isdir(info), "no %s: the wheel's version is not project()'s %s (%s)" % (
+        info, version, sorted(n for n in os.listdir(site) if n.endswith(".dist-info"))))
+    if not os.path.isdir(info):
+        return
+    with open(os.path.join(info, "METADATA")) as f:
+        fields = f.read().split("\n\n", 1)[0].splitlines()
+    for wanted in ("Version: " + version, "License-Expression: Apache-2.0", "Provides-Extra: torch",
+                   "Classifier: Typing :: Typed", "Description-Content-Type: text/markdown"):
+        check(wanted in fields, "the wheel's METADATA lacks %r" % wanted)
+    check(any(f.startswith("Requires-Dist: torch") and 'extra == "torch"' in f for f in fields),
+          "the torch extra requires no torch")
+    check(os.path.isfile(os.path.join(info, "licenses", "LICENSE")), "the wheel carries no LICENSE")
+    found = subprocess.run([sys.executable, "-c", "import sieve; print(sieve.__version__)"], capture_output=True,
+                           text=True, timeout=120, cwd=site,
+                           env={k: v for k, v in os.environ.items() if k != "SIEVE_LIBRARY"})
+    check(found.stdout.strip() == version, "sieve.__version__ from the wheel is %r, not %s: %s" % (
+        found.stdout.strip(), version, found.stderr[-500:]))
+
+
 def main():
     source, build = sys.argv[1], sys.argv[2]
     if importlib.util.find_spec("scikit_build_core") is None:
@@ -48,6 +73,8 @@ def main():
             return 1
         library = os.path.join(site, "sieve", "libnccl-net-sieve.so")
         check(os.path.isfile(library), "the wheel did not put the library in the package (%s)" % library)
+        check(os.path.isfile(os.path.join(site, "sieve", "py.typed")), "the wheel has no py.typed: hints unseen")
+        metadata(source, site)
         env = {k: v for k, v in os.environ.items() if k not in ("SIEVE_LIBRARY", "LD_PRELOAD", "NCCL_NET_PLUGIN")}
         env["PYTHONPATH"] = site
 

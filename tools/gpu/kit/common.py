@@ -180,9 +180,9 @@ def free_port():
 
 
 def run_ranks(argv_of_rank, nranks, env_of_rank, timeout, log_prefix):
-    """Starts nranks processes (argv_of_rank(r), environment changes env_of_rank(r)), each logging to LOG_PREFIX-r.log, and
-    waits for all of them until timeout; every rank still running then is killed. Returns each rank's
-    exit status (None: killed at the timeout) and prints every rank's log."""
+    """Starts nranks processes (argv_of_rank(r), environment changes env_of_rank(r)), each logging to
+    LOG_PREFIX-r.log, and waits for all of them until timeout; every rank still running then is killed.
+    Returns each rank's exit status (None: killed at the timeout) and prints every rank's log."""
     processes, logs = [], []
     for r in range(nranks):
         env = dict(os.environ)
@@ -219,9 +219,9 @@ def run_ranks(argv_of_rank, nranks, env_of_rank, timeout, log_prefix):
     for r, log_path in enumerate(logs):
         with open(log_path, errors="replace") as log:
             text = log.read()
-        print("--- rank %d of %d (%s): %s ---\n%s" % (r, nranks, os.path.basename(log_path),
-                                                  "killed at the time limit" if statuses[r] is None
-                                                  else "exit %d" % statuses[r], text[-20000:]), flush=True)
+        ended = "killed at the time limit" if statuses[r] is None else "exit %d" % statuses[r]
+        print("--- rank %d of %d (%s): %s ---\n%s" % (r, nranks, os.path.basename(log_path), ended, text[-20000:]),
+              flush=True)
     return statuses
 
 
@@ -299,7 +299,9 @@ def torch_rank_env(tag, rank, nranks, port, library):
 
 def nccl_net_label():
     """How the torch steps' NCCL traffic goes, for their tables."""
-    return "the Sieve net plugin" if SIEVE_NET_USABLE else "NCCL's Socket transport (the canary found the Sieve net plugin failing)"
+    if SIEVE_NET_USABLE:
+        return "the Sieve net plugin"
+    return "NCCL's Socket transport (the canary found the Sieve net plugin failing)"
 
 
 def first_nccl_warning(log_paths):

@@ -62,14 +62,15 @@ def cuda_compatibility(driver, runtime):
 
 
 def host_facts():
-    facts = {"hostname": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(), "glibc": glibc_version()}
+    facts = {"hostname": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
+             "glibc": glibc_version()}
     try:
         with open("/etc/os-release") as f:
             for line in f:
                 if line.startswith("PRETTY_NAME="):
                     facts["os"] = line.split("=", 1)[1].strip().strip('"')
         with open("/proc/cpuinfo") as f:
-            facts["cpu"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+            facts["cpu"] = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
         with open("/proc/meminfo") as f:
             facts["memory_GiB"] = round(int(f.readline().split()[1]) / 2**20, 1)
     except OSError:
@@ -161,7 +162,8 @@ def main():
 
     facts = {"host": host_facts(), "nvidia_smi": nvidia_smi(), "kit": kit_facts(args.kit)}
     probe_json = args.json + ".probe"
-    probe_exit, probe_text = command([os.path.join(args.kit, "bin", "sieve-gpu-probe"), "--json", probe_json], timeout=60)
+    probe_exit, probe_text = command([os.path.join(args.kit, "bin", "sieve-gpu-probe"), "--json", probe_json],
+                                     timeout=60)
     try:
         with open(probe_json) as f:
             facts["driver"] = json.load(f)
@@ -183,33 +185,36 @@ def main():
     print("== machine")
     print("host:    %s, %s, kernel %s" % (host.get("hostname"), host.get("os", "?"), host.get("kernel")))
     print("CPU:     %s x %s, %s GiB memory" % (host.get("cpus"), host.get("cpu", "?"), host.get("memory_GiB", "?")))
-    print("glibc:   %s (the kit's programs need %s or newer)" % (host.get("glibc") or "not glibc",
-                                                                facts["kit"].get("glibc_needed") or "?"))
+    print("glibc:   %s (the kit's programs need %s or newer)" % (
+        host.get("glibc") or "not glibc", facts["kit"].get("glibc_needed") or "?"))
     if not smi["found"]:
         print("nvidia-smi: not found")
     elif smi["exit"] != 0:
-        print("nvidia-smi: failed (exit %s): %s" % (smi["exit"], smi["output"].splitlines()[0] if smi["output"] else ""))
+        print("nvidia-smi: failed (exit %s): %s" % (smi["exit"],
+                                                    smi["output"].splitlines()[0] if smi["output"] else ""))
     else:
         for g in smi["gpus"] or [{"index": "-", "name": "(none listed)", "driver": "", "memory": "", "pci_bus_id": ""}]:
-            print("GPU %s:   %s, driver %s, %s, PCI %s" % (g["index"], g["name"], g["driver"], g["memory"], g["pci_bus_id"]))
+            print("GPU %s:   %s, driver %s, %s, PCI %s" % (g["index"], g["name"], g["driver"], g["memory"],
+                                                           g["pci_bus_id"]))
     if driver.get("driver_library"):
-        print("driver:  %s, CUDA %s (the kit's runtime: CUDA %s)" % (driver["driver_library"], driver.get("driver_cuda"),
-                                                                   driver.get("runtime_cuda")))
+        print("driver:  %s, CUDA %s (the kit's runtime: CUDA %s)" % (
+            driver["driver_library"], driver.get("driver_cuda"), driver.get("runtime_cuda")))
     else:
         print("driver:  libcuda.so.1 not loadable: %s" % driver.get("driver_error", "?"))
     for i, d in enumerate(driver.get("devices", [])):
         print("CUDA %d:  %s, compute capability %s, %d MiB" % (i, d["name"], d["compute_capability"], d["memory_MiB"]))
     nccl = facts["nccl"]
-    print("NCCL:    %s" % ("%s, %s (found: %s)" % (nccl["version"], nccl["library"], nccl["found_by"]) if nccl["version"]
-                          else "not found: %s" % (nccl["error"] or "no libnccl.so.2")))
+    print("NCCL:    %s" % ("%s, %s (found: %s)" % (nccl["version"], nccl["library"], nccl["found_by"])
+                           if nccl["version"] else "not found: %s" % (nccl["error"] or "no libnccl.so.2")))
     print("python:  %s, %s" % (sys.executable, platform.python_version()))
     print("PyTorch: %s" % ("%s, CUDA %s, NCCL %s" % (torch["version"], torch.get("cuda"), torch.get("nccl", "?"))
-                          if "version" in torch else "not importable: %s" % torch.get("error")))
+                           if "version" in torch else "not importable: %s" % torch.get("error")))
     print("compute-sanitizer: %s" % ("%s (%s)" % (sanitizer, facts["compute_sanitizer"]["version"]) if sanitizer
                                      else "not found"))
     kit = facts["kit"]
-    print("kit:     commit %s%s, CUDA %s, %s" % ((kit.get("commit") or "?")[:12], " (modified)" if kit.get("modified") else "",
-                                               kit.get("cuda_toolkit"), kit.get("device_code")))
+    print("kit:     commit %s%s, CUDA %s, %s" % ((kit.get("commit") or "?")[:12],
+                                                 " (modified)" if kit.get("modified") else "",
+                                                 kit.get("cuda_toolkit"), kit.get("device_code")))
     print(line, flush=True)
     with open(args.json, "w") as f:
         json.dump(facts, f, indent=1)

@@ -30,7 +30,8 @@ def add_file(archive, path, name, cap):
         first = f.read(head)
         f.seek(size - tail)
         last = f.read()
-    cut = b"\n[kit] %d bytes cut from the middle of this log (kept: first %d, last %d)\n" % (size - head - tail, head, tail)
+    cut = b"\n[kit] %d bytes cut from the middle of this log (kept: first %d, last %d)\n" % (size - head - tail, head,
+                                                                                             tail)
     data = first + cut + last
     info = tarfile.TarInfo(name)
     info.size = len(data)
@@ -53,8 +54,9 @@ def pack(work, summary, out, quiet=False):
     # Temporary names start with a dot: a run cut short leaves at most one, which the next pack replaces.
     shutil.copyfile(summary, os.path.join(out, ".summary.json.tmp"))
     os.replace(os.path.join(out, ".summary.json.tmp"), os.path.join(out, "summary.json"))
-    tables = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "summary_tables.py"),
-                             summary], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    here = os.path.dirname(os.path.abspath(__file__))
+    tables = subprocess.run([sys.executable, os.path.join(here, "summary_tables.py"), summary],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
     with open(os.path.join(out, ".summary.md.tmp"), "wb") as f:
         f.write(tables.stdout)
     os.replace(os.path.join(out, ".summary.md.tmp"), os.path.join(out, "summary.md"))

@@ -238,7 +238,7 @@ def main():
         summary["steps"].append(result)
         save()
         print("   %s%s (%.0f s of %d)" % (result["status"], ": " + result["reason"] if result.get("reason") else "",
-                                         result["seconds"], result["budget_s"]), flush=True)
+                                          result["seconds"], result["budget_s"]), flush=True)
     save()
     return 0 if summary["status"] == "pass" else 1
 

@@ -19,7 +19,7 @@ SOCKET_SHARE = 0.55  # of the canary's time: the Socket half's cap, the Sieve ha
 def last_line(path):
     try:
         with open(path, errors="replace") as log:
-            lines = [l.strip() for l in log if l.strip()]
+            lines = [line.strip() for line in log if line.strip()]
     except OSError:
         return ""
     return lines[-1] if lines else ""

@@ -81,7 +81,8 @@ def main():
                 continue
             ratio = sieve[size]["busbw_GBps"] / socket[size]["busbw_GBps"] if socket[size]["busbw_GBps"] else 0.0
             step.target("%d ranks, %d MiB: Sieve >= NCCL Socket" % (nranks, size >> 20), ratio >= 1.0,
-                        "%.2fx (%.2f vs %.2f GB/s bus)" % (ratio, sieve[size]["busbw_GBps"], socket[size]["busbw_GBps"]))
+                        "%.2fx (%.2f vs %.2f GB/s bus)" % (ratio, sieve[size]["busbw_GBps"],
+                                                           socket[size]["busbw_GBps"]))
     step.finish()
 
 

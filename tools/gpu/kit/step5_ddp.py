@@ -61,7 +61,8 @@ def main():
         if variant == "dense" or not dense:
             continue
         result.update(losses_compared(dense["losses"], result["losses"]))
-        result["wire_ratio"] = result["wire_bytes_sent"] / dense["wire_bytes_sent"] if dense["wire_bytes_sent"] else None
+        result["wire_ratio"] = (result["wire_bytes_sent"] / dense["wire_bytes_sent"] if dense["wire_bytes_sent"]
+                                else None)
         result["time_ratio"] = result["step_ms"] / dense["step_ms"] if dense["step_ms"] else None
         compacted = all(result["collectives_compacted"]) and None not in result["collectives_compacted"]
         same = "bit-identical" if result["bit_identical"] else "first differs at step %s, max |diff| %.3g" % (

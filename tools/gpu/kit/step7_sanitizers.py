@@ -39,7 +39,8 @@ def find_sanitizer(cuda_roots=CUDA_ROOTS):
 
 def sanitizer_errors(text, tool):
     """The error count in compute-sanitizer's last summary line, or None when it printed none."""
-    # memcheck: "========= ERROR SUMMARY: 0 errors"; racecheck: "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+    # memcheck: "========= ERROR SUMMARY: 0 errors";
+    # racecheck: "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
     if tool == "racecheck":
         found = re.findall(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?", text)
         if found:

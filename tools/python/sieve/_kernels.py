@@ -9,56 +9,53 @@ computed once per mask: index_select into a buffer kept for the next step, and i
 whose kept elements form few contiguous runs (structured pruning: whole rows, channels, blocks)
 copies those runs with narrow/copy_ instead of through an index.
 
-The library in reach is the preloaded copy, else the one this package goes with (library_path()); the
-DDP hook needs none, so a missing or unloadable library only means the torch path.
+The library in reach is the one sieve.library() loads (the preloaded copy, else $SIEVE_LIBRARY), else,
+where neither is there, the copy this package carries (a wheel's, or cmake --install's): one loader,
+one copy per process. The DDP hook needs none, so a missing or unloadable library only means the
+torch path.
 """
 
+from __future__ import annotations
+
 import ctypes
+from typing import TYPE_CHECKING, Iterator, Optional, Tuple
 
 from ._constants import _CAP_CUDA_COMPACT
+from ._library import SieveError, _library_or_package_copy
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["Compaction", "backend_for", "cuda_kernels_available"]
 
 _RUNS_MAX = 64  # at most this many contiguous runs: copied run by run, no index
-_lib = None  # the loaded library with the compact entry points typed, False when there is none
+_lib = None  # the library when it has the compact entry points, False when there is none (tests reset it)
 
 
-def _library():
-    """The library with sieve_compact_* typed, or None (not found, not loadable, or too old)."""
+def _library() -> ctypes.CDLL | None:
+    """The library (sieve.library()'s copy, loaded by its one loader) when it has sieve_compact_*, else
+    None (not found, not loadable, or too old)."""
     global _lib
     if _lib is None:
-        _lib = False
-        try:
-            from . import _library as found
-            path = found._loaded_path() or found.library_path()
-            lib = ctypes.CDLL(path)
-            lib.sieve_capabilities.restype = ctypes.c_uint32
-            lib.sieve_compact_tile_elements.restype = ctypes.c_uint64
-            for name in ("sieve_compact_gather", "sieve_compact_scatter"):
-                getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
-                                               ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-            lib.sieve_strerror.restype = ctypes.c_char_p
-            lib.sieve_last_error.restype = ctypes.c_char_p
-            _lib = lib
-        except (OSError, AttributeError, RuntimeError):  # SieveError is a RuntimeError
-            pass
+        lib = _library_or_package_copy()
+        _lib = lib if lib is not None and hasattr(lib, "sieve_compact_gather") else False
     return _lib or None
 
 
-def cuda_kernels_available():
+def cuda_kernels_available() -> bool:
     """True when the library in reach runs Sieve's CUDA gather/scatter (built with CUDA)."""
     lib = _library()
     return bool(lib is not None and lib.sieve_capabilities() & _CAP_CUDA_COMPACT)
 
 
-def backend_for(tensor):
+def backend_for(tensor: torch.Tensor) -> str:
     """"sieve-cuda" (Sieve's kernels) or "torch" (the fallback) for a buffer like tensor."""
     if tensor.is_cuda and tensor.element_size() in (2, 4, 8) and cuda_kernels_available():
         return "sieve-cuda"
     return "torch"
 
 
-def _runs(keep):
+def _runs(keep: torch.Tensor) -> list[tuple[int, int]] | None:
     """[(start, length)] of keep's contiguous kept runs when there are at most _RUNS_MAX, else None."""
     import torch
     flat = keep.to(torch.int8)
@@ -70,10 +67,10 @@ def _runs(keep):
     return [(int(s), int(e - s)) for s, e in zip(starts.tolist(), ends.tolist())]
 
 
-class Compaction(object):
+class Compaction:
     """One mask's gather and scatter: keep is a 1-D bool tensor (any device) over the buffer."""
 
-    def __init__(self, keep):
+    def __init__(self, keep: torch.Tensor) -> None:
         import torch
         self._torch = torch
         keep = keep.detach().reshape(-1).to("cpu", torch.bool)
@@ -128,11 +125,10 @@ class Compaction(object):
         code = getattr(_library(), name)(bits.data_ptr(), tile_base.data_ptr(), self.count, self.kept,
                                          src.element_size(), src.data_ptr(), dst.data_ptr(), stream)
         if code != 0:
-            from ._library import SieveError
             lib = _library()
             raise SieveError(code, "%s: %s" % (lib.sieve_strerror(code).decode(), lib.sieve_last_error().decode()))
 
-    def gather(self, buffer, out=None):
+    def gather(self, buffer: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """The kept elements of the 1-D contiguous buffer, in order: into `out` (a contiguous tensor of
         `kept` elements and buffer's dtype, e.g. a slice of a larger compact buffer) when given, else
         into a buffer this Compaction reuses at its next gather (the caller is done with it by then:
@@ -151,26 +147,27 @@ class Compaction(object):
             self._torch.index_select(buffer, 0, self._index(buffer.device), out=compact)
         return compact
 
-    def _run_places(self):
+    def _run_places(self) -> Iterator[tuple[int, int, int]]:
         """(start in the buffer, offset in the compact buffer, length) of each kept run."""
         offset = 0
         for start, length in self.runs:
             yield start, offset, length
             offset += length
 
-    def pipelines(self, buffer):
+    def pipelines(self, buffer: torch.Tensor) -> bool:
         """True when gather_piece/scatter_piece serve this buffer: the torch index path on the host,
         where gather and scatter are the CPU's own work and pieces let them overlap the wire (on a GPU
         they are kernels on the stream, and runs are plain copies)."""
         return not buffer.is_cuda and self.runs is None
 
-    def pieces(self, elements):
+    def pieces(self, elements: int) -> list[tuple[int, int]]:
         """[(offset, length)]: the compact buffer cut into consecutive pieces of `elements` kept
         elements (the last one shorter); a function of the mask alone, so equal on every rank."""
         elements = max(1, int(elements))
         return [(offset, min(elements, self.kept - offset)) for offset in range(0, self.kept, elements)]
 
-    def gather_piece(self, buffer, offset, length, out=None):
+    def gather_piece(self, buffer: torch.Tensor, offset: int, length: int,
+                     out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Kept elements [offset, offset + length) of the host buffer: into `out` (contiguous, `length`
         elements) when given, else into their own slice of the compact buffer (pieces never share
         one: several may be in flight at once)."""
@@ -178,7 +175,7 @@ class Compaction(object):
         self._torch.index_select(buffer, 0, self.index_cpu.narrow(0, offset, length), out=piece)
         return piece
 
-    def piece_region(self, offset, length):
+    def piece_region(self, offset: int, length: int) -> Tuple[int, int]:
         """(start, end): the part of the buffer a piece of kept elements [offset, offset + length)
         answers for: from its first kept element (the buffer's start for the first piece) to the
         next piece's first (the buffer's end for the last). The pieces' regions tile the buffer."""
@@ -186,7 +183,7 @@ class Compaction(object):
         end = self.count if offset + length >= self.kept else int(self.index_cpu[offset + length])
         return start, end
 
-    def scatter_piece(self, piece, buffer, offset):
+    def scatter_piece(self, piece: torch.Tensor, buffer: torch.Tensor, offset: int) -> torch.Tensor:
         """Writes a piece back to its kept elements; the pruned ones are the caller's to zero (once,
         after every gather_piece of the buffer)."""
         if piece.dtype != buffer.dtype:
@@ -194,7 +191,7 @@ class Compaction(object):
         buffer.index_copy_(0, self.index_cpu.narrow(0, offset, piece.numel()), piece)
         return buffer
 
-    def scatter(self, compact, buffer):
+    def scatter(self, compact: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
         """buffer = compact's values where kept, +0.0 elsewhere (every element written)."""
         if compact.dtype != buffer.dtype:
             compact = compact.to(buffer.dtype)

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Finding and loading libnccl-net-sieve.so, and the C API's structs (sieve.h)."""
 
+from __future__ import annotations
+
 import ctypes
 import os
 
@@ -8,11 +10,12 @@ from ._constants import _ERR_INVALID, _ERR_UNAVAILABLE
 
 _LIBRARY_NAME = "libnccl-net-sieve.so"
 
+
 class SieveError(RuntimeError):
     """A failed call: code is the negative SIEVE_ERR_* value."""
     __module__ = "sieve"  # its public name, in tracebacks too: sieve.SieveError
 
-    def __init__(self, code, message):
+    def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
 
@@ -35,7 +38,7 @@ class _CommitResult(ctypes.Structure):
                 ("masks", ctypes.c_uint64), ("compacting", ctypes.c_uint64), ("reason", ctypes.c_char * 256)]
 
 
-def _loaded_path():
+def _loaded_path() -> str | None:
     """The path of the Sieve library already mapped into this process (LD_PRELOAD), if any."""
     try:
         with open("/proc/self/maps") as maps:
@@ -48,7 +51,7 @@ def _loaded_path():
     return None
 
 
-def _find_library():
+def _find_library() -> str:
     """The copy that LD_PRELOAD loaded always wins: masks published into any other copy would never
     reach the proxy, and the job would silently run dense. SIEVE_LIBRARY names a copy to load when
     none is loaded (tools and tests that use the C API without the proxy): a path, or, as LD_PRELOAD
@@ -80,11 +83,9 @@ def _find_library():
                      % (_LIBRARY_NAME, _LIBRARY_NAME))
 
 
-def library_path():
-    """The libnccl-net-sieve.so this installation of the package goes with, by absolute path: the copy a
-    wheel carries inside the package (pip install), else the one `cmake --install` or the .deb put beside
-    it (recorded, relative to the package, in _installed.py at install time), else $SIEVE_LIBRARY (a
-    build tree). It only finds the file; library() loads the copy that is preloaded, or $SIEVE_LIBRARY."""
+def _package_copy() -> str | None:
+    """The copy this installation of the package carries: inside the package (a wheel), else the one
+    `cmake --install` or the .deb put beside it (recorded, relative to the package, in _installed.py)."""
     here = os.path.dirname(os.path.abspath(__file__))
     candidates = [os.path.join(here, _LIBRARY_NAME)]
     try:
@@ -92,53 +93,111 @@ def library_path():
         candidates.append(os.path.normpath(os.path.join(here, _installed.LIBRARY)))
     except ImportError:  # a source checkout or a wheel: no install record
         pass
-    if os.environ.get("SIEVE_LIBRARY"):
-        candidates.append(os.path.abspath(os.environ["SIEVE_LIBRARY"]))
-    for candidate in candidates:
-        if os.path.isfile(candidate):
-            return candidate
+    return next((candidate for candidate in candidates if os.path.isfile(candidate)), None)
+
+
+def library_path() -> str:
+    """The libnccl-net-sieve.so this installation of the package goes with, by absolute path: the copy a
+    wheel carries inside the package (pip install), else the one `cmake --install` or the .deb put beside
+    it (recorded, relative to the package, in _installed.py at install time), else $SIEVE_LIBRARY (a
+    build tree). It only finds the file; library() loads the copy that is preloaded, or $SIEVE_LIBRARY."""
+    found = _package_copy()
+    if found:
+        return found
+    wanted = os.environ.get("SIEVE_LIBRARY")
+    if wanted and os.path.isfile(wanted):
+        return os.path.abspath(wanted)
+    here = os.path.dirname(os.path.abspath(__file__))
     raise SieveError(_ERR_UNAVAILABLE, "no %s goes with this sieve package (%s): install it with pip install "
-                                       ". from a checkout's root, or set SIEVE_LIBRARY to a built copy" % (_LIBRARY_NAME, here))
+                                       ". from a checkout's root, or set SIEVE_LIBRARY to a built copy"
+                     % (_LIBRARY_NAME, here))
 
 
-_lib = None
-
-
-def library():
-    """The C library (found once: the preloaded copy, else $SIEVE_LIBRARY)."""
-    global _lib
-    if _lib is None:
-        found = _find_library()
-        try:
-            lib = ctypes.CDLL(found)
-        except OSError as e:
-            raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s: the dynamic loader cannot load it (%s); give its path, "
-                                           "or add its directory to LD_LIBRARY_PATH" % (found, e)) from None
-        lib.sieve_version.restype = ctypes.c_char_p
-        lib.sieve_strerror.restype = ctypes.c_char_p
-        lib.sieve_strerror.argtypes = [ctypes.c_int]
-        lib.sieve_last_error.restype = ctypes.c_char_p
-        lib.sieve_mask_publish.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_char_p,
-                                           ctypes.POINTER(ctypes.c_uint64)]
-        lib.sieve_mask_publish_ranges.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+def _open(path: str) -> ctypes.CDLL:
+    """Loads the library at path (or by name) and declares the C API's signatures."""
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s: the dynamic loader cannot load it (%s); give its path, "
+                                       "or add its directory to LD_LIBRARY_PATH" % (path, e)) from None
+    lib.sieve_version.restype = ctypes.c_char_p
+    lib.sieve_strerror.restype = ctypes.c_char_p
+    lib.sieve_strerror.argtypes = [ctypes.c_int]
+    lib.sieve_last_error.restype = ctypes.c_char_p
+    # The _for variants take the length of bits and refuse a short array (sieve.h); comm NULL publishes
+    # for every communicator, which is what the binding means.
+    lib.sieve_mask_publish_for.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                           ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]
+    lib.sieve_mask_publish_ranges_for.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                                                   ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
                                                   ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]
-        lib.sieve_collective_mask_publish.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int, ctypes.c_char_p,
+    lib.sieve_collective_mask_publish_for.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_int,
+                                                      ctypes.c_char_p, ctypes.c_size_t,
                                                       ctypes.POINTER(ctypes.c_uint64)]
-        lib.sieve_mask_retract.argtypes = [ctypes.c_void_p]
-        lib.sieve_mask_retract_id.argtypes = [ctypes.c_uint64]
-        lib.sieve_mask_released.argtypes = [ctypes.c_uint64, ctypes.POINTER(ctypes.c_int)]
-        lib.sieve_commit_arm.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
-        lib.sieve_commit_outcome.argtypes = [ctypes.c_void_p, ctypes.POINTER(_CommitResult)]
-        lib.sieve_mask_query.argtypes = [ctypes.c_void_p, ctypes.POINTER(_MaskInfo)]
-        lib.sieve_stats_get.argtypes = [ctypes.POINTER(_Stats)]
-        _lib = lib
+    lib.sieve_mask_retract.argtypes = [ctypes.c_void_p]
+    lib.sieve_mask_retract_id.argtypes = [ctypes.c_uint64]
+    lib.sieve_mask_released.argtypes = [ctypes.c_uint64, ctypes.POINTER(ctypes.c_int)]
+    lib.sieve_commit_arm.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+    lib.sieve_commit_outcome.argtypes = [ctypes.c_void_p, ctypes.POINTER(_CommitResult)]
+    lib.sieve_mask_query.argtypes = [ctypes.c_void_p, ctypes.POINTER(_MaskInfo)]
+    lib.sieve_stats_get.argtypes = [ctypes.POINTER(_Stats)]
+    # sieve._kernels' gather and scatter (absent from a library older than they are)
+    if hasattr(lib, "sieve_compact_gather"):
+        lib.sieve_capabilities.restype = ctypes.c_uint32
+        lib.sieve_compact_tile_elements.restype = ctypes.c_uint64
+        for name in ("sieve_compact_gather", "sieve_compact_scatter"):
+            getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
+                                           ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    return lib
+
+
+# The one copy of the library this process uses, loaded once: two copies would keep two mask registries
+# and two sets of counters, and masks published into one would never reach the proxy of the other.
+# _lib_path is what it was loaded from; _lib_is_package_copy says that the kernels loaded it without
+# asking _find_library (library() then checks SIEVE_LIBRARY against it: it is the copy mapped now).
+_lib: ctypes.CDLL | None = None
+_lib_path: str | None = None
+_lib_is_package_copy = False
+
+
+def library() -> ctypes.CDLL:
+    """The C library (found once: the preloaded copy, else $SIEVE_LIBRARY; where sieve._kernels already
+    loaded the package's copy, that copy, which is the loaded one)."""
+    global _lib, _lib_path, _lib_is_package_copy
+    if _lib is None or _lib_is_package_copy:
+        found = _find_library()  # once the kernels loaded the package's copy, that is the loaded copy
+        if _lib is None:
+            _lib, _lib_path = _open(found), found
+        _lib_is_package_copy = False
     return _lib
 
 
-def _check(code):
+def _library_or_package_copy() -> ctypes.CDLL | None:
+    """What sieve._kernels runs on: library()'s copy, else, with none preloaded and no SIEVE_LIBRARY, the
+    copy this package carries (the DDP hook needs no LD_PRELOAD); None when there is none, or it does
+    not load. The same order and the same object as library(), so a process never maps two copies: once
+    the package's copy is loaded, library() finds it loaded and returns it (and refuses a SIEVE_LIBRARY
+    naming another copy, as for a preloaded one)."""
+    global _lib, _lib_path, _lib_is_package_copy
+    if _lib is not None:
+        return _lib
+    try:
+        return library()
+    except SieveError as error:
+        if error.code != _ERR_UNAVAILABLE:
+            return None
+    found = _package_copy()
+    if found is None:
+        return None
+    try:
+        _lib = _open(found)
+    except SieveError:
+        return None
+    _lib_path, _lib_is_package_copy = found, True
+    return _lib
+
+
+def _check(code: int) -> None:
     if code != 0:
         lib = library()
         raise SieveError(code, "%s: %s" % (lib.sieve_strerror(code).decode(), lib.sieve_last_error().decode()))
-
-

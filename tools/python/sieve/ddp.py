@@ -115,7 +115,7 @@ def _agree(group, subject, settings, refusal):
     return got[0] == subject and got[1] == ~subject and got[2] == settings and got[3] == ~settings and got[4] == 0
 
 
-class _Plan(object):
+class _Plan:
     """A bucket's agreed compaction (_kernels.Compaction: its index, runs or device mask, computed once)."""
 
     def __init__(self, keep):
@@ -134,7 +134,7 @@ class _Plan(object):
         return wire
 
 
-class CompactState(object):
+class CompactState:
     """What compact_hook needs: the masks, the process group, the wire dtype and the agreed plans.
 
     model: the DDP-wrapped model or its module (parameter names as module.named_parameters() gives

@@ -11,8 +11,9 @@ Every fully_shard module's parameter group gets its own reduce-scatter and all-g
 that group's masks: the layout of its flat buffer (parameter order, FSDP2's padding, every rank's
 shard) comes from the group itself (sieve.fsdp2_layout), so no cursor and no shape matching identifies
 a collective (the preloaded proxy's path, sieve.publish_fsdp, must find a collective by its kind, size
-and order; it stays for programs that cannot take a custom collective). The collectives move only the kept elements of every rank's shard, each rank's segment
-padded to the largest one, and expand them back where FSDP expects them.
+and order; it stays for programs that cannot take a custom collective). The collectives move only the
+kept elements of every rank's shard, each rank's segment padded to the largest one, and expand them
+back where FSDP expects them.
 
 Exactness is checked, not assumed: every compacted buffer carries one flag per rank saying whether
 that rank holds anything nonzero (or NaN) where the mask prunes. The flag travels inside the same
@@ -32,7 +33,7 @@ that travel): Sieve's own CUDA kernels on CUDA tensors where the library has the
 """
 
 import hashlib
-import warnings
+import logging
 
 try:  # the module imports without torch (the package does), compact() needs it
     import torch
@@ -60,7 +61,7 @@ def stats():
     return dict(_counters)
 
 
-class _Layout(object):
+class _Layout:
     """One parameter group's flat layout: per parameter, a (world_size, padded shard numel) bool
     tensor (row r: rank r's shard, True = kept), and for a set of parameters (FSDP leaves out those
     without a gradient in a step) the index maps of its compacted buffer."""
@@ -123,7 +124,7 @@ def _count_dense(numel, world_size, kind):
 # FSDP2's ReduceScatter and AllGather (torch.distributed.fsdp._fully_shard._fsdp_api) are interfaces
 # FSDP never checks with isinstance: these implement them (allocate, __call__) without importing them,
 # so the package imports where torch is missing.
-class CompactReduceScatter(object):
+class CompactReduceScatter:
     """The reduce-scatter of one parameter group: compacts every destination rank's segment of the
     gradient buffer to that rank's kept elements (plus a flag), reduce-scatters equal segments padded
     to the largest, and expands this rank's segment into FSDP's output shard."""
@@ -171,7 +172,7 @@ class CompactReduceScatter(object):
         return None  # done synchronously: FSDP waits only on a returned Work
 
 
-class CompactAllGather(object):
+class CompactAllGather:
     """The all-gather of one parameter group: every rank sends the kept elements of its shard (plus a
     flag), padded to the largest rank's count, and every rank expands all of them into FSDP's buffer."""
 
@@ -222,11 +223,12 @@ _warned = set()
 def _warn_fallback(label, kind, what):
     if (label, kind) not in _warned:  # once per group and kind: a step loop would repeat it forever
         _warned.add((label, kind))
-        warnings.warn("sieve.fsdp: %s's %s ran dense: %s is nonzero where its mask prunes" % (label, kind, what))
+        logging.getLogger("sieve").warning("sieve.fsdp: %s's %s ran dense: %s is nonzero where its mask prunes",
+                                           label, kind, what)
 
 
 def _refuse(label, reason):
-    warnings.warn("sieve.fsdp: %s runs FSDP's own collectives: %s" % (label, reason))
+    logging.getLogger("sieve").warning("sieve.fsdp: %s runs FSDP's own collectives: %s", label, reason)
 
 
 def _root_state(model):
@@ -271,8 +273,8 @@ def _group_plan(state, module, label, names, masks, used):
         dim = getattr(getattr(p, "fsdp_placement", None), "dim", 0)
         shape = tuple(p._orig_size)
         try:
-            bits = _layout.fsdp2_layout([shape], world_size, [_layout._keep_of(keep, shape, name)
-                                                             if keep is not None else None], [dim])
+            keeps = [_layout._keep_of(keep, shape, name) if keep is not None else None]
+            bits = _layout.fsdp2_layout([shape], world_size, keeps, [dim])
         except SieveError as error:
             return str(error)
         bits = bits.view(world_size, -1)
@@ -363,7 +365,8 @@ def compact(model, masks=None):
     <name>_mask buffers, or masks[name] (model.named_parameters()'s names, a tensor of the parameter's
     full shape, nonzero = kept). A collective: every rank calls it at the same point, after pruning.
 
-    Returns {module name: "compacted" | "gradients only" | "nothing pruned" | why it runs dense}, the same on every rank.
+    Returns {module name: "compacted" | "gradients only" | "nothing pruned" | why it runs dense}, the same
+    on every rank.
     A group whose masks the ranks do not all agree on, or that cannot be mapped exactly (several
     parameter groups on one module, tensor-parallel DTensors, all-gather extensions), keeps FSDP's own
     collectives, with one warning line. The all-gather compacts only where every rank's pruned weights

@@ -3,8 +3,15 @@
 FSDP1 collective. Pure functions of shapes and masks (no torch.distributed), used by fsdp_masks to
 publish the preloaded proxy's collective masks and by anyone checking a layout by hand."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
 from ._constants import _ERR_INVALID
 from ._library import SieveError
+
+if TYPE_CHECKING:
+    import torch
 
 # --- FSDP: the bitmaps of its collectives ------------------------------------------------------
 #
@@ -59,7 +66,8 @@ def _rank_parts(keep, world_size, dim, what):
     return padded.reshape(world_size, rows * (keep.numel() // size if size else 0))
 
 
-def fsdp2_layout(shapes, world_size, keeps=None, shard_dims=None):
+def fsdp2_layout(shapes: Sequence[Sequence[int]], world_size: int, keeps: Sequence[torch.Tensor | None] | None = None,
+                 shard_dims: Sequence[int] | None = None) -> torch.Tensor:
     """The bitmap of one FSDP2 (fully_shard) collective over one parameter group: a flat torch.bool
     tensor of world_size x (the sum of the parameters' padded shard sizes) elements, rank 0's part
     first, True = kept. That is the buffer both the group's all-gather (its output) and its
@@ -92,7 +100,8 @@ def fsdp2_layout(shapes, world_size, keeps=None, shard_dims=None):
     return torch.cat(parts, dim=1).reshape(-1)
 
 
-def fsdp1_layout(numels, world_size, keeps=None, padding=None, keep_padding=False):
+def fsdp1_layout(numels: Sequence[int], world_size: int, keeps: Sequence[torch.Tensor | None] | None = None,
+                 padding: Sequence[bool] | None = None, keep_padding: bool = False) -> torch.Tensor:
     """The bitmap of one FSDP1 (FullyShardedDataParallel) collective over one FlatParameter: a flat
     torch.bool tensor of world_size x ceil(total / world_size) elements, True = kept.
 

@@ -2,7 +2,10 @@
 """FSDP: the masks of its collectives (FSDP2 fully_shard and FSDP1), computed from the model's
 structure and published as masks that name a collective."""
 
-import warnings
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ._constants import _ERR_INVALID
 from ._library import SieveError
@@ -11,8 +14,12 @@ from .masks import (_dtype_code_of, _fsdp_published, _packbits, _publish_collect
 # The layouts of FSDP's buffers (fsdp2_layout, fsdp1_layout) live in fsdp_layout.py.
 from .fsdp_layout import _keep_of, fsdp1_layout, fsdp2_layout
 
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed
 
-def semi_structured_masks(model):
+
+def semi_structured_masks(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """{parameter name: keep} for every floating-point parameter of 2 or more dims, last dim a multiple
     of 4, that holds a nonzero and whose every group of 4 consecutive elements along the last dim has
     at most 2 nonzeros (the 2:4 pattern of SparseGPT, Wanda and sparse tensor cores); keep is its
@@ -53,7 +60,7 @@ def _clean_name(name):
 # for them. Masks are still published in issue order, which keeps the table readable and stable.
 
 
-class _FsdpGroup(object):
+class _FsdpGroup:
     """What one FSDP2 parameter group or one FSDP1 FlatParameter communicates per step.
 
     regather: how its parameters come back for backward: None (kept unsharded after forward: the
@@ -70,7 +77,7 @@ class _FsdpGroup(object):
         return "_FsdpGroup(%r)" % self.name
 
 
-class _FsdpUnit(object):
+class _FsdpUnit:
     """One FSDP state (a fully_shard call, an FSDP1 instance): its groups, the unit whose forward runs
     it (parent, None for a root), and its prefetch settings: forward_prefetch, units it all-gathers
     right after its own pre-forward; backward_prefetch, units it all-gathers in its pre-backward (None:
@@ -182,7 +189,7 @@ def _issue_order(units):
 # --- FSDP: from the wrapped model to the table ---------------------------------------------------
 
 
-class _Collective(object):
+class _Collective:
     """One collective a group issues per step: kind, the process group it runs on, its whole count
     and torch dtype, and bits (a torch.bool tensor of count elements), or None with `reason` when the
     layout cannot be mapped exactly (count or dtype may then be None: unknown). pruned: elements the
@@ -401,7 +408,8 @@ def _ordered(found, forward_order, by_module):
         seen.add(id(state))
         ordered.append((state, module_of[id(state)]))
     if len(ordered) != len(found):
-        raise SieveError(_ERR_INVALID, "forward_order names %d FSDP units, the model has %d" % (len(ordered), len(found)))
+        raise SieveError(_ERR_INVALID,
+                         "forward_order names %d FSDP units, the model has %d" % (len(ordered), len(found)))
     return ordered
 
 
@@ -550,15 +558,18 @@ def _recorded_order(found):
     return rest + order
 
 
-_warned_once = set()
+# What publish_fsdp withheld is a fact about the model (also in its result's "skipped"), not a misuse of
+# the API: an operational notice, for the "sieve" logger.
+_log = logging.getLogger("sieve")
+_said_once = set()
 
 
-def _say_once(message):
-    """Warns once per process for each distinct message: publish_fsdp runs every time masks change,
-    and a skip it reported once is known."""
-    if message not in _warned_once:
-        _warned_once.add(message)
-        warnings.warn("sieve.publish_fsdp: " + message)
+def _say_once(message: str) -> None:
+    """Logs once per process each distinct message: publish_fsdp runs every time masks change, and a
+    skip it reported once is known."""
+    if message not in _said_once:
+        _said_once.add(message)
+        _log.warning("sieve.publish_fsdp: %s", message)
 
 
 def _fsdp_plan(model, masks=None, forward_order=None, all_gather=True):
@@ -576,8 +587,8 @@ def _fsdp_plan(model, masks=None, forward_order=None, all_gather=True):
         raise SieveError(_ERR_INVALID, "the model mixes FSDP2 (fully_shard) and FSDP1 (FullyShardedDataParallel)")
     units = units2 or units1
     if not units:
-        raise SieveError(_ERR_INVALID, "no FSDP unit in this model: wrap it with fully_shard or FullyShardedDataParallel "
-                                       "(for DDP use publish_pruned_model)")
+        raise SieveError(_ERR_INVALID, "no FSDP unit in this model: wrap it with fully_shard or "
+                                       "FullyShardedDataParallel (for DDP use publish_pruned_model)")
     unknown = sorted(set(masks) - used)
     if unknown:
         raise SieveError(_ERR_INVALID, "masks names %s, which no FSDP unit of this model holds" % ", ".join(unknown))
@@ -636,7 +647,9 @@ def _exact_shapes(step, all_gather, skipped):
     return publish
 
 
-def publish_fsdp(model, group=None, commit_now=True, union=False, masks=None, forward_order=None, all_gather=True):
+def publish_fsdp(model: torch.nn.Module, group: torch.distributed.ProcessGroup | None = None, commit_now: bool = True,
+                 union: bool = False, masks: Mapping[str, torch.Tensor] | None = None,
+                 forward_order: Sequence[torch.nn.Module] | None = None, all_gather: bool = True) -> dict[str, Any]:
     """Publishes the masks of an FSDP-wrapped model's collectives, then commits them. Every rank calls
     it at the same point, between training steps (after optimizer.step(), before the next forward),
     after at least one full step. Returns dict(all_gather, reduce_scatter: masks published;

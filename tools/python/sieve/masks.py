@@ -2,14 +2,25 @@
 """Masks on buffers: publish, retract, commit on a process group, query, counters; and the masks of
 models pruned with torch.nn.utils.prune (DDP's buckets)."""
 
+from __future__ import annotations
+
 import ctypes
+import logging
 import operator
-import warnings
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ._constants import (_COLLECTIVES, _COMMIT_ACTIVATED, _COMMIT_PENDING, _COMMIT_REFUSED, _COMMIT_UNION,
                          _DTYPE_BF16, _DTYPE_F16, _DTYPE_F32, _DTYPE_F64, _DTYPE_I8, _DTYPE_I32, _DTYPE_I64,
                          _DTYPE_U8, _ERR_INVALID, _ERR_UNSUPPORTED, _INT64_MIN, _TOKEN_NO_PROXY, _TOKEN_WORDS)
 from ._library import SieveError, _CommitResult, _MaskInfo, _Stats, _check, library
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed
+
+# Operational notices (a refused commit) go to the "sieve" logger, not to warnings: they report a state
+# of the job, which every rank also gets back as a return value, not a misuse of the API.
+_log = logging.getLogger("sieve")
 
 # What the binding published, by mask id: the tensor, held alive while its mask is staged or may be
 # active on a communicator; and the ids retracted but not yet released by a commit.
@@ -85,7 +96,7 @@ def _buffer(tensor):
     return tensor.data_ptr(), tensor.numel(), _dtype_code(tensor)
 
 
-def _packbits(keep):
+def _packbits(keep: torch.Tensor) -> bytes:
     """keep: a tensor of any dtype (nonzero = kept) -> LSB-first bitmap bytes, packed by torch itself."""
     import torch
     flat = keep.detach().reshape(-1).ne(0).to("cpu", torch.uint8)
@@ -100,12 +111,13 @@ def _packbits(keep):
         return bytes(packed.tolist())
 
 
-def _publish_bits(address, count, dtype, bits, owner=None):
+def _publish_bits(address: int, count: int, dtype: int, bits: bytes, owner: Any = None) -> int:
     """Publishes an LSB-first bitmap for count elements of dtype at address; owner (a tensor) is kept
     alive until a commit has released the mask. A mask it replaces is retired the same way."""
     previous = _id_at(address)
     mask_id = ctypes.c_uint64(0)
-    _check(library().sieve_mask_publish(ctypes.c_void_p(address), count, dtype, bits, ctypes.byref(mask_id)))
+    _check(library().sieve_mask_publish_for(None, ctypes.c_void_p(address), count, dtype, bits, len(bits),
+                                            ctypes.byref(mask_id)))
     if previous:
         _retiring.add(previous)
     _hold(mask_id.value, owner)
@@ -119,7 +131,7 @@ def _id_at(address):
     return 0
 
 
-def publish_mask(tensor, keep):
+def publish_mask(tensor: torch.Tensor, keep: torch.Tensor) -> int:
     """Publishes (stages) which elements of `tensor` are kept (keep: same number of elements, nonzero =
     kept); commit() makes it take effect. Returns the mask id. The tensor is kept alive until a
     commit after its retraction. The address is what counts: publish the buffer NCCL will reduce."""
@@ -130,13 +142,14 @@ def publish_mask(tensor, keep):
     return _publish_bits(address, count, dtype, _packbits(keep), owner=tensor)
 
 
-def publish_ranges(tensor, ranges):
+def publish_ranges(tensor: torch.Tensor, ranges: Iterable[tuple[int, int]]) -> int:
     """Publishes kept elements as (start, length) pairs. Returns the mask id."""
     address, count, dtype = _buffer(tensor)
     try:
         pairs = [tuple(pair) for pair in ranges]
     except TypeError:
-        raise SieveError(_ERR_INVALID, "publish_ranges: ranges must be (start, length) pairs, not %r" % (ranges,)) from None
+        raise SieveError(_ERR_INVALID,
+                         "publish_ranges: ranges must be (start, length) pairs, not %r" % (ranges,)) from None
     checked = []
     for k, pair in enumerate(pairs):
         if len(pair) != 2:
@@ -148,26 +161,27 @@ def publish_ranges(tensor, ranges):
     lengths = (ctypes.c_uint64 * max(n, 1))(*[l for _, l in checked])
     previous = _id_at(address)
     mask_id = ctypes.c_uint64(0)
-    _check(library().sieve_mask_publish_ranges(ctypes.c_void_p(address), count, dtype, starts, lengths, n,
-                                               ctypes.byref(mask_id)))
+    _check(library().sieve_mask_publish_ranges_for(None, ctypes.c_void_p(address), count, dtype, starts, lengths, n,
+                                                   ctypes.byref(mask_id)))
     if previous:
         _retiring.add(previous)
     _hold(mask_id.value, tensor)
     return mask_id.value
 
 
-def _publish_collective_bits(kind, count, dtype, bits):
+def _publish_collective_bits(kind: str, count: int, dtype: int, bits: bytes) -> int:
     """Stages an LSB-first bitmap for every `kind` collective ("reduce_scatter" or "all_gather") moving
     count elements of dtype (a sieve.h dtype code) across all ranks. Returns the mask id. No tensor is
     held: such a mask names no buffer."""
     if kind not in _COLLECTIVES:
         raise SieveError(_ERR_INVALID, "unknown collective %r (reduce_scatter or all_gather)" % (kind,))
     mask_id = ctypes.c_uint64(0)
-    _check(library().sieve_collective_mask_publish(_COLLECTIVES[kind], count, dtype, bits, ctypes.byref(mask_id)))
+    _check(library().sieve_collective_mask_publish_for(None, _COLLECTIVES[kind], count, dtype, bits, len(bits),
+                                                       ctypes.byref(mask_id)))
     return mask_id.value
 
 
-def publish_collective(kind, keep, dtype):
+def publish_collective(kind: str, keep: torch.Tensor, dtype: torch.dtype) -> int:
     """Publishes (stages) the mask of every `kind` collective ("reduce_scatter" or "all_gather") that
     moves keep.numel() elements of `dtype` (a torch dtype) across all ranks, whatever its buffers: keep
     covers the whole buffer, rank 0's part first (nonzero = kept). For collectives whose buffers are new
@@ -180,7 +194,7 @@ def publish_collective(kind, keep, dtype):
     return _publish_collective_bits(kind, keep.numel(), _dtype_code_of(dtype), _packbits(keep))
 
 
-def retract_id(mask_id):
+def retract_id(mask_id: int) -> None:
     """Unstages the mask with this id (as publish_mask, publish_ranges and publish_collective return
     it); like a publish, it takes effect at the next commit. A tensor published with it stays held
     until a commit releases the mask."""
@@ -189,7 +203,7 @@ def retract_id(mask_id):
     _retiring.add(mask_id)
 
 
-def retract(tensor):
+def retract(tensor: torch.Tensor) -> None:
     """Unstages the mask published for `tensor` (its exact data address). Like a publish, it takes
     effect at the next commit on each group; the binding holds the tensor until then."""
     tensor = _tensor(tensor, "the tensor")
@@ -207,7 +221,7 @@ def _token_device(group):
     return torch.device("cpu")
 
 
-def commit(group=None, union=False):
+def commit(group: torch.distributed.ProcessGroup | None = None, union: bool = False) -> dict[str, Any]:
     """Commits what is staged on a torch.distributed process group (None: the default group). A
     collective: every rank of the group calls it at the same point, like an all-reduce. It travels as
     one all-reduce of a small token, which the collective proxy runs as the vote; where no proxy
@@ -229,21 +243,21 @@ def commit(group=None, union=False):
         _check(lib.sieve_commit_arm(ctypes.c_void_p(token.data_ptr()), flags))
         armed = True
     except SieveError as error:  # no proxy here: the token still goes out, with its "no proxy" vote
-        warnings.warn("sieve.commit: %s; every rank of the group refuses this commit" % error)
+        _log.warning("sieve.commit: %s; every rank of the group refuses this commit", error)
     dist.all_reduce(token, op=dist.ReduceOp.MAX, group=group)
     if lib is not None:  # without a proxy no table holds a retracted mask: its tensor goes at once
         _release_retired()
     result = _CommitResult(size=ctypes.sizeof(_CommitResult))
     if not armed or lib.sieve_commit_outcome(ctypes.c_void_p(token.data_ptr()), ctypes.byref(result)) != 0:
         reason = lib.sieve_last_error().decode() if armed else "no collective proxy in this process"
-        warnings.warn("sieve.commit: " + reason)
+        _log.warning("sieve.commit: %s", reason)
         return {"state": "refused", "commit": 0, "masks": 0, "compacting": 0, "reason": reason}
     states = {_COMMIT_REFUSED: "refused", _COMMIT_ACTIVATED: "activated", _COMMIT_PENDING: "pending"}
     return {"state": states.get(result.state, "refused"), "commit": result.commit, "masks": result.masks,
             "compacting": result.compacting, "reason": result.reason.decode()}
 
 
-def query(tensor):
+def query(tensor: torch.Tensor) -> dict[str, int]:
     """What is published for `tensor`: dict(mask_id, count, kept, hash, dtype)."""
     tensor = _tensor(tensor, "the tensor")
     info = _MaskInfo(size=ctypes.sizeof(_MaskInfo))
@@ -251,14 +265,14 @@ def query(tensor):
     return {name: getattr(info, name) for name in ("mask_id", "count", "kept", "hash", "dtype")}
 
 
-def stats():
+def stats() -> dict[str, int]:
     """The process's counters as a dict (sieve_stats_t's fields)."""
     s = _Stats(size=ctypes.sizeof(_Stats))
     _check(library().sieve_stats_get(ctypes.byref(s)))
     return {name: getattr(s, name) for name, _ in _Stats._fields_[1:]}
 
 
-def _pruned_parameters(model):
+def _pruned_parameters(model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter, torch.Tensor]]:
     """(name, parameter, mask) for every torch.nn.utils.prune reparametrization in the model: the
     trainable tensor is <name>_orig and the mask the buffer <name>_mask."""
     for module_name, module in model.named_modules():
@@ -316,7 +330,8 @@ def _storage_masks(pruned):
         yield address, entry, keep
 
 
-def publish_pruned_model(model, require_grads=True, commit_now=True, union=False, group=None):
+def publish_pruned_model(model: torch.nn.Module, require_grads: bool = True, commit_now: bool = True,
+                         union: bool = False, group: torch.distributed.ProcessGroup | None = None) -> int:
     """Publishes the masks of every parameter pruned with torch.nn.utils.prune, on the buffers that
     hold their gradients (the gradient of a pruned weight is exactly zero where the mask prunes), then
     commits on `group` (commit_now=False leaves the commit to the caller). Returns the number of masks
@@ -348,7 +363,8 @@ def publish_pruned_model(model, require_grads=True, commit_now=True, union=False
     return len(ids)
 
 
-def retract_all(model, commit_now=True, group=None):
+def retract_all(model: torch.nn.Module, commit_now: bool = True,
+                group: torch.distributed.ProcessGroup | None = None) -> None:
     """Retracts the masks publish_pruned_model and publish_fsdp published for this model, then commits
     on `group` (None: the default group, and the groups publish_fsdp committed on)."""
     for mask_id in _published_by_model.pop(id(model), []):
