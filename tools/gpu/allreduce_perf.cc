@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -30,6 +31,7 @@ namespace {
 int g_rank = 0;
 
 using sieve::tools::gpu::fail;
+using sieve::tools::gpu::print_json_line;
 
 // Calls per size, fixed by the size alone so every rank makes the same number of calls.
 int warmup_calls(size_t bytes) { return bytes <= (size_t(64) << 20) ? 2 : 1; }
@@ -110,9 +112,12 @@ int main(int argc, char** argv) {
   CHECK_NCCL(ncclGetVersion(&version));
   if (g_rank == 0) {
     const char* net = std::getenv("NCCL_NET");
-    std::printf("{\"nccl_version\": \"%d.%d.%d\", \"nranks\": %d, \"nccl_net\": \"%s\"}\n", version / 10000,
-                version / 100 % 100, version % 100, nranks, net ? net : "");
-    std::fflush(stdout);
+    print_json_line([&](sieve::tools::JsonWriter& json) {
+      json.member("nccl_version", std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
+                                      std::to_string(version % 100));
+      json.member("nranks", nranks);
+      json.member("nccl_net", net ? net : "");
+    });
   }
 
   float *send, *recv;
@@ -144,8 +149,10 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaStreamSynchronize(stream));
     if (!go_on) {
       if (g_rank == 0)
-        std::printf("{\"stopped_before_bytes\": %zu, \"reason\": \"--time-limit %.0f s would be exceeded\"}\n", bytes,
-                    time_limit_s);
+        print_json_line([&](sieve::tools::JsonWriter& json) {
+          json.member("stopped_before_bytes", uint64_t(bytes));
+          json.member("reason", "--time-limit " + std::to_string(std::lround(time_limit_s)) + " s would be exceeded");
+        });
       break;
     }
     for (int i = 0; i < warmup_calls(bytes); ++i)
@@ -162,13 +169,19 @@ int main(int argc, char** argv) {
     const double algbw = double(bytes) / call_s / 1e9;
     const double busbw = algbw * 2.0 * double(nranks - 1) / double(nranks);
     if (g_rank == 0) {
-      std::printf(
-          "{\"bytes\": %zu, \"count\": %zu, \"dtype\": \"f32\", \"op\": \"sum\", \"nranks\": %d, "
-          "\"calls\": %d, \"time_us\": %.1f, \"algbw_GBps\": %.3f, \"busbw_GBps\": %.3f, \"correct\": %s",
-          bytes, count, nranks, calls, call_s * 1e6, algbw, busbw, wrong < 0 ? "true" : "false");
-      if (wrong >= 0) std::printf(", \"first_wrong_element\": %lld", wrong);
-      std::printf("}\n");
-      std::fflush(stdout);
+      print_json_line([&](sieve::tools::JsonWriter& json) {
+        json.member("bytes", uint64_t(bytes));
+        json.member("count", uint64_t(count));
+        json.member("dtype", "f32");
+        json.member("op", "sum");
+        json.member("nranks", nranks);
+        json.member("calls", calls);
+        json.member("time_us", sieve::tools::rounded(call_s * 1e6, 1));
+        json.member("algbw_GBps", sieve::tools::rounded(algbw, 3));
+        json.member("busbw_GBps", sieve::tools::rounded(busbw, 3));
+        json.member("correct", wrong < 0);
+        if (wrong >= 0) json.member("first_wrong_element", int64_t(wrong));
+      });
     }
     if (wrong >= 0) {
       std::fprintf(stderr, "rank %d: wrong sum at element %lld of %zu bytes\n", g_rank, wrong, bytes);
