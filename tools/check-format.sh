@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Fails when a tracked C, C++ or CUDA file differs from what clang-format makes of it with the
 # repository's .clang-format (clang-format 14, Debian 12's), or when a tracked source, script or
-# CMake file lacks the SPDX license line in its first three lines. Prints the files and the fix.
+# CMake file lacks the SPDX license line in its first three lines, or (tools/check-sizes.sh) a product
+# file or function is over the size limits. Prints the files and the fix.
 # Runs from any directory; needs a git checkout (it checks what git tracks, nothing generated).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,3 +35,5 @@ if ((${#unlicensed[@]} > 0)); then
   exit 1
 fi
 echo "check-format: ${#files[@]} files formatted, ${#licensed[@]} files carry the SPDX line"
+# The size rules (no product file over 800 lines, no function over 100) are checked with the format.
+"$root/tools/check-sizes.sh"
