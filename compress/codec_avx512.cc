@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// AVX-512 (F, BW, VL) codec loops, chosen at run time. 32-bit words use vpcompressd/vpexpandd
-// directly. 16-bit words are widened to 32-bit lanes for vpcompressd, because the 16-bit compress
-// instructions need VBMI2, which this path does not assume. Stores are full registers kept inside
-// the destination; loads are full registers kept inside the input.
+// AVX-512 (F, BW, VL) codec kernels for the shared block loop (codec_block_loop.h), chosen at run time. 32-bit words
+// use vpcompressd/vpexpandd directly. 16-bit words are widened to 32-bit lanes for vpcompressd, because the 16-bit
+// compress instructions need VBMI2, which this path does not assume. Stores are full registers kept inside the
+// destination; loads are full registers kept inside the input.
 #include "compress/codec_kernels.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
 #include <cstring>
+
+#include "compress/codec_block_loop.h"
 
 // GCC 12 reports the deliberate _mm*_undefined_* pass-through operands of the widening intrinsics
 // as maybe-uninitialized (a false positive of its headers).
@@ -21,60 +23,44 @@
 namespace sieve::compress::detail {
 namespace {
 
-SIEVE_AVX512 bool encode32(EncodeCursor& c) {
-  uint8_t* out = c.out;
-  size_t b = c.done / 16;
-  for (const size_t blocks = c.words / 16; b < blocks; ++b) {
-    if (out + 64 > c.limit) break;
-    if (size_t(out - c.payload) > c.budget) {
-      c.out = out;
-      return false;
-    }
-    const __m512i v = _mm512_loadu_si512(c.src + b * 64);
-    const __mmask16 m = _mm512_test_epi32_mask(v, v);
-    std::memcpy(c.bitmap + 2 * b, &m, 2);
-    _mm512_storeu_si512(out, _mm512_maskz_compress_epi32(m, v));
-    out += _mm_popcnt_u32(m) * 4;
-  }
-  c.out = out;
-  c.done = b * 16;
-  return true;
-}
+// 32-bit words, sixteen to a block (two bitmap bytes, one zmm register).
+struct Words32 {
+  static constexpr size_t kWords = 16, kWordBytes = 4, kReach = 64;
 
-SIEVE_AVX512 bool encode16(EncodeCursor& c) {
-  uint8_t* out = c.out;
-  size_t b = c.done / 16;
-  for (const size_t blocks = c.words / 16; b < blocks; ++b) {
-    if (out + 32 > c.limit) break;
-    if (size_t(out - c.payload) > c.budget) {
-      c.out = out;
-      return false;
-    }
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c.src + b * 32));
+  SIEVE_AVX512 static size_t encode(const uint8_t* src, uint8_t* bitmap, uint8_t* out) {
+    const __m512i v = _mm512_loadu_si512(src);
+    const __mmask16 m = _mm512_test_epi32_mask(v, v);
+    std::memcpy(bitmap, &m, 2);
+    _mm512_storeu_si512(out, _mm512_maskz_compress_epi32(m, v));
+    return _mm_popcnt_u32(m) * 4;
+  }
+
+  SIEVE_AVX512 static size_t decode(const uint8_t* bitmap, const uint8_t* in, uint8_t* dst) {
+    __mmask16 m;
+    std::memcpy(&m, bitmap, 2);
+    _mm512_storeu_si512(dst, _mm512_maskz_expand_epi32(m, _mm512_loadu_si512(in)));
+    return _mm_popcnt_u32(m) * 4;
+  }
+};
+
+// 16-bit words, sixteen to a block, widened to 32-bit lanes for vpcompressd (encode only: decode_avx512
+// says why 16-bit words decode with AVX2).
+struct Words16 {
+  static constexpr size_t kWords = 16, kWordBytes = 2, kReach = 32;
+
+  SIEVE_AVX512 static size_t encode(const uint8_t* src, uint8_t* bitmap, uint8_t* out) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
     const __mmask16 m = _mm256_test_epi16_mask(raw, raw);
-    std::memcpy(c.bitmap + 2 * b, &m, 2);
+    std::memcpy(bitmap, &m, 2);
     const __m512i wide = _mm512_cvtepu16_epi32(raw);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(m, wide)));
-    out += _mm_popcnt_u32(m) * 2;
+    return _mm_popcnt_u32(m) * 2;
   }
-  c.out = out;
-  c.done = b * 16;
-  return true;
-}
+};
 
-SIEVE_AVX512 void decode32(DecodeCursor& c) {
-  const uint8_t* in = c.in;
-  size_t b = c.done / 16;
-  for (const size_t blocks = c.words / 16; b < blocks; ++b) {
-    if (in + 64 > c.in_end) break;
-    __mmask16 m;
-    std::memcpy(&m, c.bitmap + 2 * b, 2);
-    _mm512_storeu_si512(c.dst + b * 64, _mm512_maskz_expand_epi32(m, _mm512_loadu_si512(in)));
-    in += _mm_popcnt_u32(m) * 4;
-  }
-  c.in = in;
-  c.done = b * 16;
-}
+SIEVE_AVX512 SIEVE_INLINE_KERNEL bool encode32(EncodeCursor& c) { return encode_blocks<Words32>(c); }
+SIEVE_AVX512 SIEVE_INLINE_KERNEL bool encode16(EncodeCursor& c) { return encode_blocks<Words16>(c); }
+SIEVE_AVX512 SIEVE_INLINE_KERNEL void decode32(DecodeCursor& c) { decode_blocks<Words32>(c); }
 
 }  // namespace
 

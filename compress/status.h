@@ -1,12 +1,34 @@
 // SPDX-License-Identifier: Apache-2.0
-// The result of compress/ operations that can fail: a code the C API maps to its own codes and a
-// message for the user. compress/ never logs; callers decide where messages go.
+// The result of a call that can fail, for compress/ and the layers above it (net/ uses the same class
+// with its own codes, net/status.h): a code the caller maps to its own codes and a message for the
+// user. compress/ never logs; callers decide where messages go.
 #pragma once
 
 #include <string>
 #include <utility>
 
 namespace sieve::compress {
+
+// One class for every layer; the code enum is the parameter because each layer's codes map to a
+// different outside set (SIEVE_ERR_* for compress/, ncclResult_t for net/), and a typed enum keeps
+// those mappings exhaustive.
+template <typename CodeEnum> class [[nodiscard]] BasicStatus {
+ public:
+  BasicStatus() = default;
+  BasicStatus(CodeEnum code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  bool ok() const { return code_ == CodeEnum::kOk; }
+  CodeEnum code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  CodeEnum code_ = CodeEnum::kOk;
+  std::string message_;
+};
+
+template <typename CodeEnum> BasicStatus<CodeEnum> error(CodeEnum code, std::string message) {
+  return BasicStatus<CodeEnum>(code, std::move(message));
+}
 
 enum class Code {
   kOk = 0,
@@ -17,21 +39,8 @@ enum class Code {
   kIo,               // the operating system refused (open, read)
 };
 
-class [[nodiscard]] Status {
- public:
-  Status() = default;
-  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
-
-  bool ok() const { return code_ == Code::kOk; }
-  Code code() const { return code_; }
-  const std::string& message() const { return message_; }
-
- private:
-  Code code_ = Code::kOk;
-  std::string message_;
-};
+using Status = BasicStatus<Code>;
 
 inline Status ok_status() { return {}; }
-inline Status error(Code code, std::string message) { return Status(code, std::move(message)); }
 
 }  // namespace sieve::compress

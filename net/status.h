@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Typed result of every transport call. net/ knows no NCCL types: plugin/ maps Code to ncclResult_t.
+// Typed result of every transport call: compress/'s Status class with net/'s codes. net/ knows no
+// NCCL types: plugin/ maps Code to ncclResult_t.
 #pragma once
 
-#include <string>
-#include <utility>
+#include "compress/status.h"
 
 namespace sieve::net {
 
@@ -18,21 +18,9 @@ enum class Code {
 
 const char* code_name(Code code);
 
-class [[nodiscard]] Status {
- public:
-  Status() = default;
-  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
-
-  bool ok() const { return code_ == Code::kOk; }
-  Code code() const { return code_; }
-  const std::string& message() const { return message_; }
-
- private:
-  Code code_ = Code::kOk;
-  std::string message_;
-};
+using Status = compress::BasicStatus<Code>;
+using compress::error;
 
 inline Status ok_status() { return {}; }
-inline Status error(Code code, std::string message) { return Status(code, std::move(message)); }
 
 }  // namespace sieve::net

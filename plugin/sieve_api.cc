@@ -135,30 +135,68 @@ int check_bits(const char* function, const uint8_t* bits, size_t bits_bytes, siz
   return SIEVE_OK;
 }
 
+// The entry points that predate bits_bytes pass this: their caller vouches for count / 8 bytes, so only
+// a NULL bits is refused.
+constexpr size_t kBitsBytesUnknown = SIZE_MAX;
+
+// sieve_mask_publish and sieve_mask_publish_for; comm is NULL for the process-wide registry.
+int publish_bits(const char* function, const void* comm, const void* base, size_t count, int dtype, const uint8_t* bits,
+                 size_t bits_bytes, uint64_t* mask_id) noexcept {
+  return guarded(function, [&]() -> int {
+    compress::DType type;
+    if (int rc = check_buffer(function, base, count, dtype, &type)) return rc;
+    if (int rc = check_bits(function, bits, bits_bytes, count)) return rc;
+    return publish(function, base, type, compress::Mask::from_bitmap(bits, count), mask_id, comm);
+  });
+}
+
+// sieve_mask_publish_ranges and sieve_mask_publish_ranges_for.
+int publish_ranges(const char* function, const void* comm, const void* base, size_t count, int dtype,
+                   const uint64_t* starts, const uint64_t* lengths, size_t nranges, uint64_t* mask_id) noexcept {
+  return guarded(function, [&]() -> int {
+    compress::DType type;
+    if (int rc = check_buffer(function, base, count, dtype, &type)) return rc;
+    if (nranges && (!starts || !lengths))
+      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": starts or lengths is NULL");
+    compress::Mask mask;
+    compress::Status s = compress::Mask::from_ranges(count, starts, lengths, nranges, &mask);
+    if (!s.ok()) return fail(function, s);
+    return publish(function, base, type, std::move(mask), mask_id, comm);
+  });
+}
+
+// sieve_collective_mask_publish and sieve_collective_mask_publish_for. A given bits_bytes is checked
+// before anything else and an unknown one (NULL bits only) after the dtype: each entry point's first
+// error for a call with several faults stays what it always was.
 int publish_collective(const char* function, const void* comm, int collective, size_t count, int dtype,
-                       const uint8_t* bits, uint64_t* mask_id) {
-  using compress::MaskTarget;
-  if (collective != SIEVE_COLLECTIVE_REDUCE_SCATTER && collective != SIEVE_COLLECTIVE_ALL_GATHER)
-    return fail(SIEVE_ERR_INVALID_ARGUMENT,
-                std::string(function) + ": unknown collective " + std::to_string(collective) +
-                    " (SIEVE_COLLECTIVE_REDUCE_SCATTER = 1, SIEVE_COLLECTIVE_ALL_GATHER = 2)");
-  if (count == 0) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": count is 0");
-  if (dtype < 0 || dtype >= SIEVE_DTYPE_COUNT)
-    return fail(SIEVE_ERR_UNKNOWN_DTYPE, std::string(function) + ": unknown dtype " + std::to_string(dtype));
-  if (!bits) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": bits is NULL");
-  uint64_t bytes = 0;
-  if (__builtin_mul_overflow(uint64_t(count), uint64_t(sieve_dtype_size(dtype)), &bytes) || bytes > kAddressSpaceEnd)
-    return fail(SIEVE_ERR_RANGE,
-                std::string(function) + ": " + std::to_string(count) + " elements cannot be one buffer");
-  uint64_t id = 0;
-  const MaskTarget target =
-      collective == SIEVE_COLLECTIVE_REDUCE_SCATTER ? MaskTarget::kReduceScatter : MaskTarget::kAllGather;
-  compress::Status s = mask_registry().publish_collective(
-      target, compress::DType(dtype), std::make_shared<const compress::Mask>(compress::Mask::from_bitmap(bits, count)),
-      &id, uint64_t(reinterpret_cast<uintptr_t>(comm)));
-  if (!s.ok()) return fail(function, s);
-  if (mask_id) *mask_id = id;
-  return SIEVE_OK;
+                       const uint8_t* bits, size_t bits_bytes, uint64_t* mask_id) noexcept {
+  return guarded(function, [&]() -> int {
+    if (bits_bytes != kBitsBytesUnknown)
+      if (int rc = check_bits(function, bits, bits_bytes, count)) return rc;
+    using compress::MaskTarget;
+    if (collective != SIEVE_COLLECTIVE_REDUCE_SCATTER && collective != SIEVE_COLLECTIVE_ALL_GATHER)
+      return fail(SIEVE_ERR_INVALID_ARGUMENT,
+                  std::string(function) + ": unknown collective " + std::to_string(collective) +
+                      " (SIEVE_COLLECTIVE_REDUCE_SCATTER = 1, SIEVE_COLLECTIVE_ALL_GATHER = 2)");
+    if (count == 0) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": count is 0");
+    if (dtype < 0 || dtype >= SIEVE_DTYPE_COUNT)
+      return fail(SIEVE_ERR_UNKNOWN_DTYPE, std::string(function) + ": unknown dtype " + std::to_string(dtype));
+    if (!bits) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(function) + ": bits is NULL");
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(uint64_t(count), uint64_t(sieve_dtype_size(dtype)), &bytes) || bytes > kAddressSpaceEnd)
+      return fail(SIEVE_ERR_RANGE,
+                  std::string(function) + ": " + std::to_string(count) + " elements cannot be one buffer");
+    uint64_t id = 0;
+    const MaskTarget target =
+        collective == SIEVE_COLLECTIVE_REDUCE_SCATTER ? MaskTarget::kReduceScatter : MaskTarget::kAllGather;
+    compress::Status s = mask_registry().publish_collective(
+        target, compress::DType(dtype),
+        std::make_shared<const compress::Mask>(compress::Mask::from_bitmap(bits, count)), &id,
+        uint64_t(reinterpret_cast<uintptr_t>(comm)));
+    if (!s.ok()) return fail(function, s);
+    if (mask_id) *mask_id = id;
+    return SIEVE_OK;
+  });
 }
 
 }  // namespace
@@ -200,28 +238,14 @@ size_t sieve_dtype_size(int dtype) {
 }
 
 int sieve_mask_publish(const void* base, size_t count, int dtype, const uint8_t* bits, uint64_t* mask_id) {
-  static const char* const kFn = "sieve_mask_publish";
-  return guarded(kFn, [&]() -> int {
-    sieve::compress::DType type;
-    if (int rc = sieve::plugin::check_buffer(kFn, base, count, dtype, &type)) return rc;
-    if (!bits) return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": bits is NULL");
-    return sieve::plugin::publish(kFn, base, type, sieve::compress::Mask::from_bitmap(bits, count), mask_id);
-  });
+  return sieve::plugin::publish_bits("sieve_mask_publish", nullptr, base, count, dtype, bits,
+                                     sieve::plugin::kBitsBytesUnknown, mask_id);
 }
 
 int sieve_mask_publish_ranges(const void* base, size_t count, int dtype, const uint64_t* starts,
                               const uint64_t* lengths, size_t nranges, uint64_t* mask_id) {
-  static const char* const kFn = "sieve_mask_publish_ranges";
-  return guarded(kFn, [&]() -> int {
-    sieve::compress::DType type;
-    if (int rc = sieve::plugin::check_buffer(kFn, base, count, dtype, &type)) return rc;
-    if (nranges && (!starts || !lengths))
-      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": starts or lengths is NULL");
-    sieve::compress::Mask mask;
-    sieve::compress::Status s = sieve::compress::Mask::from_ranges(count, starts, lengths, nranges, &mask);
-    if (!s.ok()) return sieve::plugin::fail(kFn, s);
-    return sieve::plugin::publish(kFn, base, type, std::move(mask), mask_id);
-  });
+  return sieve::plugin::publish_ranges("sieve_mask_publish_ranges", nullptr, base, count, dtype, starts, lengths,
+                                       nranges, mask_id);
 }
 
 int sieve_mask_publish_file(const void* base, size_t count, int dtype, const char* path, uint64_t* mask_id) {
@@ -241,45 +265,25 @@ int sieve_mask_publish_file(const void* base, size_t count, int dtype, const cha
 }
 
 int sieve_collective_mask_publish(int collective, size_t count, int dtype, const uint8_t* bits, uint64_t* mask_id) {
-  static const char* const kFn = "sieve_collective_mask_publish";
-  return guarded(kFn, [&]() -> int {
-    return sieve::plugin::publish_collective(kFn, nullptr, collective, count, dtype, bits, mask_id);
-  });
+  return sieve::plugin::publish_collective("sieve_collective_mask_publish", nullptr, collective, count, dtype, bits,
+                                           sieve::plugin::kBitsBytesUnknown, mask_id);
 }
 
 int sieve_mask_publish_for(void* comm, const void* base, size_t count, int dtype, const uint8_t* bits,
                            size_t bits_bytes, uint64_t* mask_id) {
-  static const char* const kFn = "sieve_mask_publish_for";
-  return guarded(kFn, [&]() -> int {
-    sieve::compress::DType type;
-    if (int rc = sieve::plugin::check_buffer(kFn, base, count, dtype, &type)) return rc;
-    if (int rc = sieve::plugin::check_bits(kFn, bits, bits_bytes, count)) return rc;
-    return sieve::plugin::publish(kFn, base, type, sieve::compress::Mask::from_bitmap(bits, count), mask_id, comm);
-  });
+  return sieve::plugin::publish_bits("sieve_mask_publish_for", comm, base, count, dtype, bits, bits_bytes, mask_id);
 }
 
 int sieve_mask_publish_ranges_for(void* comm, const void* base, size_t count, int dtype, const uint64_t* starts,
                                   const uint64_t* lengths, size_t nranges, uint64_t* mask_id) {
-  static const char* const kFn = "sieve_mask_publish_ranges_for";
-  return guarded(kFn, [&]() -> int {
-    sieve::compress::DType type;
-    if (int rc = sieve::plugin::check_buffer(kFn, base, count, dtype, &type)) return rc;
-    if (nranges && (!starts || !lengths))
-      return fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kFn) + ": starts or lengths is NULL");
-    sieve::compress::Mask mask;
-    sieve::compress::Status s = sieve::compress::Mask::from_ranges(count, starts, lengths, nranges, &mask);
-    if (!s.ok()) return sieve::plugin::fail(kFn, s);
-    return sieve::plugin::publish(kFn, base, type, std::move(mask), mask_id, comm);
-  });
+  return sieve::plugin::publish_ranges("sieve_mask_publish_ranges_for", comm, base, count, dtype, starts, lengths,
+                                       nranges, mask_id);
 }
 
 int sieve_collective_mask_publish_for(void* comm, int collective, size_t count, int dtype, const uint8_t* bits,
                                       size_t bits_bytes, uint64_t* mask_id) {
-  static const char* const kFn = "sieve_collective_mask_publish_for";
-  return guarded(kFn, [&]() -> int {
-    if (int rc = sieve::plugin::check_bits(kFn, bits, bits_bytes, count)) return rc;
-    return sieve::plugin::publish_collective(kFn, comm, collective, count, dtype, bits, mask_id);
-  });
+  return sieve::plugin::publish_collective("sieve_collective_mask_publish_for", comm, collective, count, dtype, bits,
+                                           bits_bytes, mask_id);
 }
 
 int sieve_mask_retract(const void* base) {

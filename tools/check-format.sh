@@ -4,7 +4,8 @@
 # repository's .clang-format (clang-format 14, Debian 12's), or when a tracked source, script or
 # CMake file lacks the SPDX license line in its first three lines, or when a comment, script or
 # document names a path into the tree that does not exist (tools/check-paths.py), or when flake8
-# finds fault with a tracked Python file (.flake8). Prints the files and the fix.
+# finds fault with a tracked Python file (.flake8), or (tools/check-sizes.sh) a product file or
+# function is over the size limits. Prints the files and the fix.
 # Runs from any directory; needs a git checkout (it checks what git tracks, nothing generated).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,9 +37,11 @@ if ((${#unlicensed[@]} > 0)); then
   exit 1
 fi
 python3 "$root/tools/check-paths.py" "$root"
+# The size rules (no product file over 800 lines, no function over 100) are checked with the format.
+"$root/tools/check-sizes.sh"
 # Python: flake8 (pyflakes' mistakes, pycodestyle's layout) on every tracked .py file, with .flake8.
 command -v flake8 >/dev/null || { echo "check-format: flake8 not found (apt-get install flake8)" >&2; exit 1; }
 mapfile -t python_files < <(git ls-files -- '*.py')
 flake8 "${python_files[@]}" || { echo "check-format: fix what flake8 says above (settings: .flake8)" >&2; exit 1; }
 echo "check-format: ${#files[@]} files formatted, ${#licensed[@]} files carry the SPDX line, every path named exists," \
-     "${#python_files[@]} Python files pass flake8"
+     "no file or function over its size, ${#python_files[@]} Python files pass flake8"

@@ -6,6 +6,9 @@
 // large, each queue pair's write carrying an immediate (the message size, or "too large"). The
 // receive is done when every expected immediate arrived. Completions are polled from test();
 // the bootstrap socket stays open as the liveness channel.
+// Defined in four files by lifecycle, as NCCL's net_ib is split: ib_comm.cc (set-up, connect,
+// teardown), ib_comm_progress.cc (polling, liveness, failure), ib_send_comm.cc and ib_recv_comm.cc
+// (each side's data path); ib_comm_protocol.h holds what they share.
 #pragma once
 
 #include <infiniband/verbs.h>

@@ -386,6 +386,25 @@ void StripeWorker::poll_sockets(int timeout_ms, bool compute_timeout) {
   const bool failed = failure_->failed();
   std::vector<pollfd> fds;
   std::vector<int> socket_of;  // index in sockets_, or -1 for the wake/watch descriptors
+  collect_poll_fds(failed, compute_timeout, &fds, &socket_of, &timeout_ms);
+  waiting_.store(true, std::memory_order_release);
+  int n = ::poll(fds.data(), fds.size(), timeout_ms);
+  waiting_.store(false, std::memory_order_release);
+  if (n < 0) return;  // EINTR: the loop comes back here
+  if (wake_fd_ >= 0 && (fds[0].revents & POLLIN)) {
+    uint64_t count;
+    ssize_t r = ::read(wake_fd_, &count, sizeof(count));
+    (void)r;
+  }
+  if (failed) return;
+  check_peers(fds, socket_of);
+}
+
+void StripeWorker::collect_poll_fds(bool failed, bool compute_timeout, std::vector<pollfd>* out,
+                                    std::vector<int>* socket_of_out, int* timeout_out) {
+  std::vector<pollfd>& fds = *out;
+  std::vector<int>& socket_of = *socket_of_out;
+  int& timeout_ms = *timeout_out;
   if (wake_fd_ >= 0) {
     fds.push_back({wake_fd_, POLLIN, 0});
     socket_of.push_back(-1);
@@ -434,16 +453,9 @@ void StripeWorker::poll_sockets(int timeout_ms, bool compute_timeout) {
     fds.push_back({sockets_[i], events, 0});
     socket_of.push_back(static_cast<int>(i));
   }
-  waiting_.store(true, std::memory_order_release);
-  int n = ::poll(fds.data(), fds.size(), timeout_ms);
-  waiting_.store(false, std::memory_order_release);
-  if (n < 0) return;  // EINTR: the loop comes back here
-  if (wake_fd_ >= 0 && (fds[0].revents & POLLIN)) {
-    uint64_t count;
-    ssize_t r = ::read(wake_fd_, &count, sizeof(count));
-    (void)r;
-  }
-  if (failed) return;
+}
+
+void StripeWorker::check_peers(const std::vector<pollfd>& fds, const std::vector<int>& socket_of) {
   for (size_t k = 0; k < fds.size(); ++k) {
     if (fds[k].fd == wake_fd_) continue;
     bool idle = socket_of[k] < 0 || queues_[socket_of[k]].empty();

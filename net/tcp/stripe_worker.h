@@ -10,6 +10,8 @@
 // what the transport's CPU goes to besides the kernel's own copying.
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -101,6 +103,13 @@ class StripeWorker {
   // Polls the sockets (timeout_ms: -1 until something happens) and fails the comm on a hang-up, a
   // vanished host or a peer silent mid-message.
   void poll_sockets(int timeout_ms, bool compute_timeout);
+  // What poll_sockets waits on: the wake and watch descriptors, the sockets with work, and (sending)
+  // idle sockets whose hang-up or unacknowledged data must still be noticed; socket_of maps each to
+  // its index in sockets_ (-1: none). Lowers *timeout_ms to the next liveness check.
+  void collect_poll_fds(bool failed, bool compute_timeout, std::vector<pollfd>* fds, std::vector<int>* socket_of,
+                        int* timeout_ms);
+  // After a poll: fails the comm on a hang-up, a vanished host or a peer silent mid-message.
+  void check_peers(const std::vector<pollfd>& fds, const std::vector<int>& socket_of);
   void add_to_queue(const Stripe& s, Clock::time_point now);
   // Lets poll wake the receiver only once a worthwhile batch has arrived (never more than the
   // current stripe still needs, or it would wait for bytes the sender has no reason to send).

@@ -5,8 +5,10 @@
 // can read them: integers (byte counts, even when computed as doubles) as integers, never 5.19406e+08.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -49,5 +51,24 @@ class JsonWriter {
   std::vector<bool> first_;  // per open container: nothing written yet
   bool after_key_ = false;
 };
+
+// One object on a line of its own: write_members(JsonWriter&) writes its members. The records a log
+// carries one per line (the GPU kit's programs).
+template <typename Members> std::string json_line(Members&& write_members) {
+  std::ostringstream out;
+  JsonWriter json(out);
+  json.begin_object();
+  write_members(json);
+  json.end_object();
+  out << '\n';
+  return out.str();
+}
+
+// A measurement to the precision it has (a time to 0.1 us, a ratio to 0.001): value(double) writes
+// every digit a double holds, and the ones past the measurement's precision are noise to a reader.
+inline double rounded(double number, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::round(number * scale) / scale;
+}
 
 }  // namespace sieve::tools

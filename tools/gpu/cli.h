@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the GPU kit's programs share on their command line: how they end on an error (one line
 // naming the program and the rank, exit status 1) and how they read a size ("4096", "256K", "1M",
-// "1G"), so every program reports and refuses a bad value alike. Header-only: each program is one
-// file, linked only with CUDA and NCCL.
+// "1G"), so every program reports and refuses a bad value alike; and how they print a record, one
+// JSON object a line through the tools' JSON writer. Header-only: each program is one file, linked
+// only with CUDA, NCCL and the static JSON writer (tools/common).
 #pragma once
 
 #include <cerrno>
@@ -10,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+
+#include "tools/common/json_writer.h"
 
 namespace sieve::tools::gpu {
 
@@ -68,6 +71,12 @@ inline size_t size_option(const std::string& option, const std::string& text) {
   if (!parse_size(text, &value))
     fail("%s: bad size '%s' (a positive number, optionally with K, M or G)", option.c_str(), text.c_str());
   return value;
+}
+
+// One record on stdout, flushed at once: the GPU kit reads the log of a rank that may be killed next.
+template <typename Members> void print_json_line(Members&& write_members) {
+  std::fputs(json_line(write_members).c_str(), stdout);
+  std::fflush(stdout);
 }
 
 }  // namespace sieve::tools::gpu

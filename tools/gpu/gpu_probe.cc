@@ -17,23 +17,13 @@
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
-namespace {
+#include "tools/common/json_writer.h"
 
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\', out += c;
-    else if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
-      out += escaped;
-    } else out += c;
-  }
-  return out + "\"";
-}
+namespace {
 
 std::string cuda_version_text(int version) {
   return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
@@ -168,25 +158,35 @@ void print_text(const Report& r) {
 }
 
 bool write_json(const Report& r, const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) return false;
-  std::fprintf(f, "{\"runtime_cuda\": %s, \"driver_library\": %s, \"driver_error\": %s, \"driver_cuda\": %s,\n",
-               json_string(cuda_version_text(CUDART_VERSION)).c_str(), json_string(r.driver_library).c_str(),
-               json_string(r.driver_error).c_str(),
-               json_string(r.driver_version ? cuda_version_text(r.driver_version) : "").c_str());
-  std::fprintf(f, " \"devices\": [");
-  for (size_t i = 0; i < r.devices.size(); ++i) {
-    const Device& d = r.devices[i];
-    std::fprintf(f, "%s{\"name\": %s, \"compute_capability\": \"%d.%d\", \"memory_MiB\": %zu, \"pci_bus_id\": %s}",
-                 i ? ", " : "", json_string(d.name).c_str(), d.major, d.minor, d.memory >> 20,
-                 json_string(d.pci_bus_id).c_str());
+  std::ofstream file(path);
+  if (!file) return false;
+  sieve::tools::JsonWriter json(file);
+  json.begin_object();
+  json.member("runtime_cuda", cuda_version_text(CUDART_VERSION));
+  json.member("driver_library", r.driver_library);
+  json.member("driver_error", r.driver_error);
+  json.member("driver_cuda", r.driver_version ? cuda_version_text(r.driver_version) : "");
+  json.key("devices");
+  json.begin_array();
+  for (const Device& d : r.devices) {
+    json.begin_object();
+    json.member("name", d.name);
+    json.member("compute_capability", std::to_string(d.major) + "." + std::to_string(d.minor));
+    json.member("memory_MiB", uint64_t(d.memory >> 20));
+    json.member("pci_bus_id", d.pci_bus_id);
+    json.end_object();
   }
-  std::fprintf(f, "],\n \"nccl_version\": %s, \"nccl_library\": %s, \"nccl_error\": %s,\n",
-               json_string(r.nccl_version).c_str(), json_string(r.nccl_library).c_str(),
-               json_string(r.nccl_error).c_str());
-  std::fprintf(f, " \"exit_code\": %d, \"verdict\": %s, \"warning\": %s}\n", r.exit_code,
-               json_string(r.verdict).c_str(), json_string(r.warning).c_str());
-  return std::fclose(f) == 0;
+  json.end_array();
+  json.member("nccl_version", r.nccl_version);
+  json.member("nccl_library", r.nccl_library);
+  json.member("nccl_error", r.nccl_error);
+  json.member("exit_code", r.exit_code);
+  json.member("verdict", r.verdict);
+  json.member("warning", r.warning);
+  json.end_object();
+  file << '\n';
+  file.close();
+  return !file.fail();
 }
 
 }  // namespace

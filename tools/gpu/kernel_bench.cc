@@ -134,14 +134,22 @@ int main(int argc, char** argv) {
         const double touched_gbps = touched_bytes(mask, es) / gather / 1e6;
         // gather_vs_copy: same useful bytes; touched_vs_copy: bandwidth actually drawn (the bar's sense
         // for scattered masks, where whole sectors move for a few kept elements).
-        std::printf(
-            "{\"dtype\": \"%s\", \"mask\": \"%s\", \"density\": %.4f, \"count\": %llu, "
-            "\"copy_ms\": %.4f, \"copy_GBps\": %.1f, \"gather_ms\": %.4f, \"gather_vs_copy\": %.3f, "
-            "\"gather_touched_GBps\": %.1f, \"gather_touched_vs_copy\": %.3f, \"scatter_ms\": %.4f, "
-            "\"scatter_vs_zero_and_copy\": %.3f}\n",
-            name, shape, mask.density(), (unsigned long long)count, copy, copy_gbps, gather, copy / gather,
-            touched_gbps, touched_gbps / copy_gbps, scatter, copy_and_zero / scatter);
-        std::fflush(stdout);
+        const char* const dtype_name = name;  // a lambda cannot capture a structured binding in C++17
+        sieve::tools::gpu::print_json_line([&](sieve::tools::JsonWriter& json) {
+          using sieve::tools::rounded;
+          json.member("dtype", dtype_name);
+          json.member("mask", shape);
+          json.member("density", rounded(mask.density(), 4));
+          json.member("count", uint64_t(count));
+          json.member("copy_ms", rounded(copy, 4));
+          json.member("copy_GBps", rounded(copy_gbps, 1));
+          json.member("gather_ms", rounded(gather, 4));
+          json.member("gather_vs_copy", rounded(copy / gather, 3));
+          json.member("gather_touched_GBps", rounded(touched_gbps, 1));
+          json.member("gather_touched_vs_copy", rounded(touched_gbps / copy_gbps, 3));
+          json.member("scatter_ms", rounded(scatter, 4));
+          json.member("scatter_vs_zero_and_copy", rounded(copy_and_zero / scatter, 3));
+        });
       }
     }
     cudaFree(buf);

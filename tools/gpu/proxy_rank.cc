@@ -387,15 +387,21 @@ void run_bench(Job& job, size_t count, int iters, const std::vector<double>& den
     double wire = 0;
     const double ms = time_calls(true, &wire);
     job.sieve.retract(buf);
-    if (job.rank == 0)
-      std::printf(
-          "{\"count\": %zu, \"density\": %.4f, \"dense_ms\": %.3f, \"compact_ms\": %.3f, \"time_ratio\": %.4f, "
-          "\"dense_wire_bytes\": %.0f, \"compact_wire_bytes\": %.0f, \"wire_ratio\": %.4f, "
-          "\"bar_time_ratio\": %.4f}\n",
-          count, double(kept) / double(count), dense_ms, ms, ms / dense_ms, dense_wire, wire,
-          dense_wire > 0 ? wire / dense_wire : 0.0, 1.15 * double(kept) / double(count));
+    if (job.rank != 0) continue;
+    const double density = double(kept) / double(count);
+    sieve::tools::gpu::print_json_line([&](sieve::tools::JsonWriter& json) {
+      using sieve::tools::rounded;
+      json.member("count", uint64_t(count));
+      json.member("density", rounded(density, 4));
+      json.member("dense_ms", rounded(dense_ms, 3));
+      json.member("compact_ms", rounded(ms, 3));
+      json.member("time_ratio", rounded(ms / dense_ms, 4));
+      json.member("dense_wire_bytes", rounded(dense_wire, 0));
+      json.member("compact_wire_bytes", rounded(wire, 0));
+      json.member("wire_ratio", rounded(dense_wire > 0 ? wire / dense_wire : 0.0, 4));
+      json.member("bar_time_ratio", rounded(1.15 * density, 4));
+    });
   }
-  std::fflush(stdout);
 }
 
 }  // namespace

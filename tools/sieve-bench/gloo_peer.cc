@@ -120,18 +120,46 @@ bool gloo_supports(const std::string& script, DType dtype, std::string* error, c
   return false;
 }
 
-void run_gloo(const GlooJob& job, ModeResult* result) {
-  if (access(job.python.c_str(), X_OK) != 0) {
-    result->error = job.python + " not found (pass --python PATH)";
-    return;
-  }
-  if (access(job.script.c_str(), R_OK) != 0) {
-    result->error = "Gloo script not found at " + job.script;
-    return;
-  }
+namespace {
+
+// In the forked child: rank `rank` of the Gloo script, in its namespace, its stdout into out_fd.
+[[noreturn]] void exec_gloo_rank(const GlooJob& job, int rank, int out_fd, long seconds_left) {
   const bool fsdp = !job.shard_elements.empty();
-  const long seconds_left = std::max<long>(
-      5, std::chrono::duration_cast<std::chrono::seconds>(job.deadline - std::chrono::steady_clock::now()).count());
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  alarm(static_cast<unsigned>(seconds_left));
+  const std::string path = "/var/run/netns/" + job.namespaces[rank];
+  const int ns = open(path.c_str(), O_RDONLY);
+  if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) _exit(97);
+  dup2(out_fd, STDOUT_FILENO);
+  const std::vector<std::string> args = {job.python,
+                                         job.script,
+                                         "--rank",
+                                         std::to_string(rank),
+                                         "--world",
+                                         std::to_string(job.nodes),
+                                         "--master",
+                                         job.master_address,
+                                         "--ifname",
+                                         job.ifname,
+                                         fsdp ? "--shards" : "--buckets",
+                                         joined(fsdp ? job.shard_elements : job.bucket_elements),
+                                         "--dtype",
+                                         dtype_label(job.dtype),
+                                         "--iters",
+                                         std::to_string(job.iterations),
+                                         "--warmup",
+                                         std::to_string(job.warmup),
+                                         "--timeout",
+                                         std::to_string(seconds_left)};
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(job.python.c_str(), argv.data());
+  _exit(98);
+}
+
+// Forks one runner per node; stops at the first that cannot start (result->error says why).
+std::vector<Runner> start_runners(const GlooJob& job, long seconds_left, ModeResult* result) {
   std::vector<Runner> runners(job.nodes);
   for (int rank = 0; rank < job.nodes; ++rank) {
     int pipe_fds[2];
@@ -140,39 +168,7 @@ void run_gloo(const GlooJob& job, ModeResult* result) {
       break;
     }
     const pid_t pid = fork();
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      alarm(static_cast<unsigned>(seconds_left));
-      const std::string path = "/var/run/netns/" + job.namespaces[rank];
-      const int ns = open(path.c_str(), O_RDONLY);
-      if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) _exit(97);
-      dup2(pipe_fds[1], STDOUT_FILENO);
-      const std::vector<std::string> args = {job.python,
-                                             job.script,
-                                             "--rank",
-                                             std::to_string(rank),
-                                             "--world",
-                                             std::to_string(job.nodes),
-                                             "--master",
-                                             job.master_address,
-                                             "--ifname",
-                                             job.ifname,
-                                             fsdp ? "--shards" : "--buckets",
-                                             joined(fsdp ? job.shard_elements : job.bucket_elements),
-                                             "--dtype",
-                                             dtype_label(job.dtype),
-                                             "--iters",
-                                             std::to_string(job.iterations),
-                                             "--warmup",
-                                             std::to_string(job.warmup),
-                                             "--timeout",
-                                             std::to_string(seconds_left)};
-      std::vector<char*> argv;
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(job.python.c_str(), argv.data());
-      _exit(98);
-    }
+    if (pid == 0) exec_gloo_rank(job, rank, pipe_fds[1], seconds_left);
     close(pipe_fds[1]);
     runners[rank] = {pid, pipe_fds[0], "", pid < 0};
     if (pid < 0) {
@@ -180,7 +176,11 @@ void run_gloo(const GlooJob& job, ModeResult* result) {
       result->error = std::string("fork: ") + std::strerror(errno);
     }
   }
-  // Read every runner's output until all closed, or the deadline.
+  return runners;
+}
+
+// Reads every runner's output until all closed, or the deadline.
+void read_runners(const GlooJob& job, std::vector<Runner>& runners, ModeResult* result) {
   while (result->error.empty()) {
     std::vector<pollfd> fds;
     std::vector<size_t> which;
@@ -204,8 +204,11 @@ void run_gloo(const GlooJob& job, ModeResult* result) {
       else runners[which[k]].text.append(buffer, static_cast<size_t>(n));
     }
   }
-  double tx_total = 0;
-  bool all_tx = true;
+}
+
+// Reaps the runners (killed first after a failure), takes the first failed rank's error, and adds
+// up what the kernel counted each rank sending.
+void reap_runners(std::vector<Runner>& runners, ModeResult* result, double* tx_total, bool* all_tx) {
   for (size_t rank = 0; rank < runners.size(); ++rank) {
     Runner& r = runners[rank];
     if (r.pid > 0) {
@@ -221,10 +224,31 @@ void run_gloo(const GlooJob& job, ModeResult* result) {
     }
     if (r.out >= 0) close(r.out);
     double tx = 0;
-    all_tx = all_tx && json_number(r.text, "tx_bytes_per_allreduce", &tx);
-    tx_total += tx;
+    *all_tx = *all_tx && json_number(r.text, "tx_bytes_per_allreduce", &tx);
+    *tx_total += tx;
     if (rank == 0) result->seconds = json_numbers(r.text, "seconds");
   }
+}
+
+}  // namespace
+
+void run_gloo(const GlooJob& job, ModeResult* result) {
+  if (access(job.python.c_str(), X_OK) != 0) {
+    result->error = job.python + " not found (pass --python PATH)";
+    return;
+  }
+  if (access(job.script.c_str(), R_OK) != 0) {
+    result->error = "Gloo script not found at " + job.script;
+    return;
+  }
+  const bool fsdp = !job.shard_elements.empty();
+  const long seconds_left = std::max<long>(
+      5, std::chrono::duration_cast<std::chrono::seconds>(job.deadline - std::chrono::steady_clock::now()).count());
+  std::vector<Runner> runners = start_runners(job, seconds_left, result);
+  read_runners(job, runners, result);
+  double tx_total = 0;
+  bool all_tx = true;
+  reap_runners(runners, result, &tx_total, &all_tx);
   if (!result->error.empty()) return;
   if (result->seconds.empty()) {
     result->error = "the Gloo script reported no timings";

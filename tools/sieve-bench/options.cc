@@ -255,6 +255,116 @@ bool check_combinations(const Options& o, std::string* message) {
   return true;
 }
 
+// How a valued option was taken: applied, refused (*message says why), or not one of this group's.
+enum class Applied { Ok, Bad, NotMine };
+
+// The valued options about what is all-reduced: nodes, model, masks, pruning, type, modes, counts.
+// *steps takes --steps and --iters, whose bound depends on the kind of run (parse_options checks it).
+Applied apply_workload_option(const std::string& arg, const std::string& v, Options* o, int* steps,
+                              std::string* message) {
+  long n = 0;
+  if (arg == "--nodes") {
+    if (!parse_int(v, 2, 64, &n)) return *message = "--nodes: a number from 2 to 64", Applied::Bad;
+    o->nodes = static_cast<int>(n);
+  } else if (arg == "--model") {
+    if (!make_model(v)) return *message = "--model: unknown model '" + v + "' (" + model_list() + ")", Applied::Bad;
+    o->model = v;
+    o->model_given = true;
+  } else if (arg == "--masks") {
+    o->masks_file = v;
+  } else if (arg == "--prune") {
+    if (v == "unstructured") o->prune.kind = PruneKind::Unstructured;
+    else if (v == "channel") o->prune.kind = PruneKind::Channel;
+    else if (v == "none") o->prune.kind = PruneKind::None;
+    else return *message = "--prune: unstructured, channel or none", Applied::Bad;
+    o->prune_given = true;
+  } else if (arg == "--density") {
+    char* end = nullptr;
+    const double d = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !(d > 0 && d <= 1))
+      return *message = "--density: a fraction in (0, 1]", Applied::Bad;
+    o->prune.density = d;
+    o->density_given = true;
+  } else if (arg == "--seed") {
+    if (!parse_int(v, 0, 1L << 40, &n)) return *message = "--seed: a non-negative number", Applied::Bad;
+    o->prune.seed = static_cast<uint64_t>(n);
+  } else if (arg == "--dtype") {
+    auto type = parse_dtype(v);
+    if (!type) return *message = "--dtype: fp32 or bf16", Applied::Bad;
+    o->dtype = *type;
+  } else if (arg == "--modes") {
+    if (!parse_modes(v, &o->modes, message)) return Applied::Bad;
+  } else if (arg == "--steps" || arg == "--iters") {
+    // One count for every kind of run; its bound depends on the kind, checked once all is read.
+    if (!parse_int(v, 1, 10000, &n)) return *message = arg + ": 1 to 10000", Applied::Bad;
+    *steps = static_cast<int>(n);
+    if (arg == "--iters") o->notes.push_back("--iters is deprecated: use --steps (the same count)");
+  } else if (arg == "--warmup") {
+    if (!parse_int(v, 0, 100, &n)) return *message = "--warmup: 0 to 100", Applied::Bad;
+    o->warmup = static_cast<int>(n);
+  } else {
+    return Applied::NotMine;
+  }
+  return Applied::Ok;
+}
+
+// The valued options about the link and the run: shaping, impairments, programs and scripts,
+// training, transport tuning, the deadline.
+Applied apply_run_option(const std::string& arg, std::string v, Options* o, std::string* message) {
+  long n = 0;
+  if (arg == "--rate") {
+    if (v == "none") v.clear();
+    if (!v.empty() && rate_bits_per_second(v) <= 0)
+      return *message = "--rate: like 100mbit, 1gbit, 10gbit or none", Applied::Bad;
+    o->rate = v;
+  } else if (arg == "--delay") {
+    if (!check_duration(arg, v, message)) return Applied::Bad;
+    o->delay = v;
+  } else if (arg == "--jitter") {
+    if (!check_duration(arg, v, message)) return Applied::Bad;
+    o->jitter = v;
+  } else if (arg == "--loss") {
+    if (!check_percentage(arg, v, message)) return Applied::Bad;
+    o->loss = v;
+  } else if (arg == "--reorder") {
+    if (!check_percentage(arg, v, message)) return Applied::Bad;
+    o->reorder = v;
+  } else if (arg == "--plugin") {
+    o->plugin = v;
+  } else if (arg == "--netlab") {
+    o->netlab = v;
+  } else if (arg == "--gloo-script") {
+    o->gloo_script = v;
+  } else if (arg == "--train") {
+    if (v != "ddp" && v != "fsdp2") return *message = "--train: ddp or fsdp2", Applied::Bad;
+    o->train = v;
+  } else if (arg == "--train-modes") {
+    if (v.empty()) return *message = "--train-modes: name at least one mode", Applied::Bad;
+    o->train_modes = v;
+  } else if (arg == "--train-script") {
+    o->train_script = v;
+  } else if (arg == "--train-model") {
+    if (v != "transformer" && v != "transformer-23m" && v != "resnet18") {
+      return *message = "--train-model: transformer, transformer-23m or resnet18", Applied::Bad;
+    }
+    o->train_model = v;
+  } else if (arg == "--python") {
+    o->python = v;
+  } else if (arg == "--chunk") {
+    if (!parse_int(v, 64, 64L << 20, &n)) return *message = "--chunk: bytes from 64 to 64M", Applied::Bad;
+    o->chunk_bytes = static_cast<size_t>(n);
+  } else if (arg == "--inflight") {
+    if (!parse_int(v, 1, 32, &n)) return *message = "--inflight: 1 to 32 (NCCL's requests per comm)", Applied::Bad;
+    o->inflight = static_cast<int>(n);
+  } else if (arg == "--timeout") {
+    if (!parse_int(v, 5, 86400, &n)) return *message = "--timeout: seconds, 5 to 86400", Applied::Bad;
+    o->timeout_s = static_cast<int>(n);
+  } else {
+    return Applied::NotMine;
+  }
+  return Applied::Ok;
+}
+
 }  // namespace
 
 std::vector<std::string> option_names() {
@@ -277,7 +387,6 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       return true;
     };
     std::string v;
-    long n = 0;
     if (arg == "-h" || arg == "--help") {
       *help = true;
       *message = usage_text();
@@ -300,94 +409,11 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       return false;
     } else if (!value(&v)) {
       return false;
-    } else if (arg == "--nodes") {
-      if (!parse_int(v, 2, 64, &n)) return *message = "--nodes: a number from 2 to 64", false;
-      o->nodes = static_cast<int>(n);
-    } else if (arg == "--model") {
-      if (!make_model(v)) return *message = "--model: unknown model '" + v + "' (" + model_list() + ")", false;
-      o->model = v;
-      o->model_given = true;
-    } else if (arg == "--masks") {
-      o->masks_file = v;
-    } else if (arg == "--prune") {
-      if (v == "unstructured") o->prune.kind = PruneKind::Unstructured;
-      else if (v == "channel") o->prune.kind = PruneKind::Channel;
-      else if (v == "none") o->prune.kind = PruneKind::None;
-      else return *message = "--prune: unstructured, channel or none", false;
-      o->prune_given = true;
-    } else if (arg == "--density") {
-      char* end = nullptr;
-      const double d = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || !(d > 0 && d <= 1)) return *message = "--density: a fraction in (0, 1]", false;
-      o->prune.density = d;
-      o->density_given = true;
-    } else if (arg == "--seed") {
-      if (!parse_int(v, 0, 1L << 40, &n)) return *message = "--seed: a non-negative number", false;
-      o->prune.seed = static_cast<uint64_t>(n);
-    } else if (arg == "--dtype") {
-      auto type = parse_dtype(v);
-      if (!type) return *message = "--dtype: fp32 or bf16", false;
-      o->dtype = *type;
-    } else if (arg == "--modes") {
-      if (!parse_modes(v, &o->modes, message)) return false;
-    } else if (arg == "--steps" || arg == "--iters") {
-      // One count for every kind of run; its bound depends on the kind, checked once all is read.
-      if (!parse_int(v, 1, 10000, &n)) return *message = arg + ": 1 to 10000", false;
-      steps = static_cast<int>(n);
-      if (arg == "--iters") o->notes.push_back("--iters is deprecated: use --steps (the same count)");
-    } else if (arg == "--warmup") {
-      if (!parse_int(v, 0, 100, &n)) return *message = "--warmup: 0 to 100", false;
-      o->warmup = static_cast<int>(n);
-    } else if (arg == "--rate") {
-      if (v == "none") v.clear();
-      if (!v.empty() && rate_bits_per_second(v) <= 0)
-        return *message = "--rate: like 100mbit, 1gbit, 10gbit or none", false;
-      o->rate = v;
-    } else if (arg == "--delay") {
-      if (!check_duration(arg, v, message)) return false;
-      o->delay = v;
-    } else if (arg == "--jitter") {
-      if (!check_duration(arg, v, message)) return false;
-      o->jitter = v;
-    } else if (arg == "--loss") {
-      if (!check_percentage(arg, v, message)) return false;
-      o->loss = v;
-    } else if (arg == "--reorder") {
-      if (!check_percentage(arg, v, message)) return false;
-      o->reorder = v;
-    } else if (arg == "--plugin") {
-      o->plugin = v;
-    } else if (arg == "--netlab") {
-      o->netlab = v;
-    } else if (arg == "--gloo-script") {
-      o->gloo_script = v;
-    } else if (arg == "--train") {
-      if (v != "ddp" && v != "fsdp2") return *message = "--train: ddp or fsdp2", false;
-      o->train = v;
-    } else if (arg == "--train-modes") {
-      if (v.empty()) return *message = "--train-modes: name at least one mode", false;
-      o->train_modes = v;
-    } else if (arg == "--train-script") {
-      o->train_script = v;
-    } else if (arg == "--train-model") {
-      if (v != "transformer" && v != "transformer-23m" && v != "resnet18") {
-        return *message = "--train-model: transformer, transformer-23m or resnet18", false;
-      }
-      o->train_model = v;
-    } else if (arg == "--python") {
-      o->python = v;
-    } else if (arg == "--chunk") {
-      if (!parse_int(v, 64, 64L << 20, &n)) return *message = "--chunk: bytes from 64 to 64M", false;
-      o->chunk_bytes = static_cast<size_t>(n);
-    } else if (arg == "--inflight") {
-      if (!parse_int(v, 1, 32, &n)) return *message = "--inflight: 1 to 32 (NCCL's requests per comm)", false;
-      o->inflight = static_cast<int>(n);
-    } else if (arg == "--timeout") {
-      if (!parse_int(v, 5, 86400, &n)) return *message = "--timeout: seconds, 5 to 86400", false;
-      o->timeout_s = static_cast<int>(n);
     } else {
-      *message = "unknown option '" + arg + "' (--help lists them)";
-      return false;
+      Applied applied = apply_workload_option(arg, v, o, &steps, message);
+      if (applied == Applied::NotMine) applied = apply_run_option(arg, v, o, message);
+      if (applied == Applied::NotMine) *message = "unknown option '" + arg + "' (--help lists them)";
+      if (applied != Applied::Ok) return false;
     }
   }
   if (steps > 0 && o->train.empty() && steps > 1000)

@@ -293,6 +293,192 @@ std::string run_mode(const NodeJob& base, const Options& o, const Lab* lab, Cloc
   return failure;
 }
 
+// What the run will move, said in the report before anything runs: the pruning, the workload
+// built from the model or the masks file, and the plugin it loads (*library). 0, or the exit status.
+int prepare_workload(const Options& o, const tools::InstallLayout& layout, RunReport* report, Workload* work,
+                     std::string* library, double* moved_bytes) {
+  std::ostringstream prune;
+  if (!o.masks_file.empty()) prune << "masks from " << o.masks_file;
+  else if (o.prune.kind == PruneKind::None) prune << "none";
+  else
+    prune << (o.prune.kind == PruneKind::Channel ? "channel-structured" : "unstructured") << ", density "
+          << o.prune.density;
+  report->prune = prune.str();
+  std::string error;
+  if (!build_workload(o, work, &error)) {
+    report->failure = error;
+    return 2;
+  }
+  *library = o.plugin.empty() ? layout.plugin() : o.plugin;
+  if (!file_exists(*library)) {
+    report->failure = o.plugin.empty() ? std::string("libnccl-net-sieve.so is not installed beside sieve-bench (") +
+                                             *library + " does not exist): install Sieve, or pass --plugin PATH"
+                                       : "--plugin: not found at " + *library;
+    return 2;
+  }
+  report->model = work->display_name;
+  report->parameters = work->parameters;
+  report->buckets = work->buckets.size();
+  report->kept_fraction = work->kept;
+  *moved_bytes = report->model_bytes();
+  if (o.fsdp) {
+    report->groups = work->fsdp.groups.size();
+    report->groups_compacted = work->fsdp.groups_compacted();
+    report->compacted_share = work->compacted_share;
+    *moved_bytes = static_cast<double>(work->fsdp.buffer_elements() * dtype_size(o.dtype));
+    report->padding_fraction =
+        1.0 - static_cast<double>(work->parameters) / static_cast<double>(work->fsdp.buffer_elements());
+  }
+  return 0;
+}
+
+// The namespace lab as root, unless --loopback; where namespaces cannot be made (a container
+// without CAP_NET_ADMIN) a run that needs nothing of the lab goes to loopback and says so.
+// 0 with *use_lab set, or the exit status.
+int choose_lab(const Options& o, RunReport* report, bool* use_lab) {
+  const bool impaired = !(o.delay.empty() && o.jitter.empty() && o.loss.empty() && o.reorder.empty());
+  const bool needs_lab = impaired || o.gloo;
+  const char* needer = impaired ? "--delay/--jitter/--loss/--reorder need" : "--gloo needs";
+  *use_lab = geteuid() == 0 && !o.loopback;
+  if (!*use_lab && needs_lab) {
+    report->failure = std::string(needer) + " the namespace lab, which needs root";
+    return 2;
+  }
+  if (*use_lab) {
+    const std::string why_not = tools::NetLab::unavailable_reason();
+    if (!why_not.empty() && needs_lab) {
+      report->failure = std::string(needer) + " the namespace lab (" + why_not + ")";
+      return 2;
+    }
+    if (!why_not.empty()) {
+      std::fprintf(stderr, "sieve-bench: no namespace lab (%s): the nodes run on loopback, as with --loopback\n",
+                   why_not.c_str());
+      *use_lab = false;
+    }
+  }
+  return 0;
+}
+
+// Brings the lab up (use_lab) or shapes loopback, says which link the nodes share in the report, and
+// adds the plugin's variables for it to *environment. 0, or the exit status.
+int set_up_link(const Options& o, bool use_lab, const std::string& netlab, Lab& lab, RunReport* report,
+                std::vector<std::pair<std::string, std::string>>* environment) {
+  environment->emplace_back("SIEVE_TRANSPORT", tools::kEmulatedLinkTransport);
+  if (!use_lab) {
+    environment->emplace_back("SIEVE_SOCKET_IFNAME", "=lo");
+    report->link = "loopback";
+    if (!o.rate.empty()) {
+      environment->emplace_back("SIEVE_RATE_LIMIT_MBPS",
+                                std::to_string(static_cast<long>(rate_bits_per_second(o.rate) / 1e6)));
+      report->link += " shaped to " + o.rate + " per node by the plugin";
+    }
+    return 0;
+  }
+  if (!file_exists(netlab)) {
+    report->failure = "--netlab: script not found at " + netlab + " (pass --netlab PATH, or --loopback)";
+    return 2;
+  }
+  if (!lab.up(o, o.nodes)) {
+    report->failure = "could not bring up the namespace lab (" + netlab + " up failed; its reason is above)";
+    return 2;
+  }
+  std::ostringstream link;
+  link << "network namespaces on a " << (o.rate.empty() ? "unshaped" : o.rate) << " switch";
+  if (!o.delay.empty()) link << ", delay " << o.delay;
+  if (!o.jitter.empty()) link << " +- " << o.jitter;
+  if (!o.loss.empty()) link << ", loss " << o.loss;
+  if (!o.reorder.empty()) link << ", reorder " << o.reorder;
+  report->link = link.str();
+  environment->emplace_back("SIEVE_SOCKET_IFNAME", "=eth0");
+  return 0;
+}
+
+// What every mode's run shares.
+struct RunSetup {
+  const Workload* work = nullptr;
+  std::string library;
+  std::vector<std::pair<std::string, std::string>> environment;
+  bool use_lab = false;
+  Lab* lab = nullptr;
+  Clock::time_point deadline;
+  int budget_s = 0;
+};
+
+// Each mode of --modes in turn, its result in the report; the first that fails ends the run. 0, or
+// the exit status.
+int run_modes(const Options& o, const RunSetup& run, Progress& progress, RunReport* report) {
+  const Workload& work = *run.work;
+  for (Mode mode : o.modes) {
+    ModeResult result;
+    result.name = mode_name(mode);
+    result.ideal_speedup = ideal_speedup(mode, work, o.dtype);
+    NodeJob job;
+    job.nranks = o.nodes;
+    job.mode = mode;
+    job.dtype = o.dtype;
+    job.buckets = &work.buckets;
+    job.masks = mode == Mode::Dense ? nullptr : &work.masks;
+    job.fsdp = o.fsdp ? &work.fsdp : nullptr;
+    job.ifname = run.use_lab ? "eth0" : "lo";
+    job.library = run.library;
+    job.environment = run.environment;
+    // Dense and compacted measure the plain transport; codec turns the zero elision on.
+    job.environment.emplace_back("SIEVE_WIRE_CODEC", mode == Mode::Codec ? "on" : "off");
+    job.iterations = o.iterations;
+    job.warmup = o.warmup;
+    job.chunk_bytes = o.chunk_bytes;
+    job.inflight = o.inflight;
+    job.timeout_s = static_cast<int>(
+        std::max<long>(5, std::chrono::duration_cast<std::chrono::seconds>(run.deadline - Clock::now()).count()));
+
+    const std::string failure = run_mode(job, o, run.use_lab ? run.lab : nullptr, run.deadline, progress, &result);
+    progress.finish();
+    if (!result.ok) {
+      result.error = failure;
+      if (failure.find("timed out") != std::string::npos) {
+        result.error += " (the run's deadline: " + std::to_string(run.budget_s) + " s, " +
+                        (o.timeout_s > 0 ? "--timeout" : "estimated from the model and --rate; --timeout S sets it") +
+                        ")";
+      }
+      report->failure = std::string(mode_name(mode)) + ": " + result.error;
+      report->wrong_values = failure.find("WRONG RESULT") != std::string::npos;
+      report->modes.push_back(result);
+      return tools::stop_signal() ? 128 + tools::stop_signal() : 1;
+    }
+    report->modes.push_back(result);
+  }
+  return 0;
+}
+
+// --gloo: the same all-reduces through torch.distributed's Gloo, in the lab only.
+ModeResult run_gloo_mode(const Options& o, const RunSetup& run, const std::string& script, const std::string& python,
+                         Progress& progress) {
+  ModeResult gloo;
+  gloo.name = "gloo";
+  if (!run.use_lab) {
+    gloo.error = "the Gloo peer runs in the namespace lab only (run as root, without --loopback)";
+  } else {
+    GlooJob job;
+    job.script = script;
+    job.python = python;
+    for (const Bucket& b : run.work->buckets) job.bucket_elements.push_back(b.elements);
+    for (const FsdpGroup& g : run.work->fsdp.groups) job.shard_elements.push_back(g.shard_elements);
+    job.nodes = o.nodes;
+    for (int i = 0; i < o.nodes; ++i) job.namespaces.push_back(run.lab->ns(i));
+    job.master_address = "10.77.0.1";
+    job.ifname = "eth0";
+    job.dtype = o.dtype;
+    job.iterations = o.iterations;
+    job.warmup = o.warmup;
+    job.deadline = run.deadline;
+    progress.update("gloo", 0, 1);
+    run_gloo(job, &gloo);
+    progress.finish();
+  }
+  gloo.ideal_speedup = 0;
+  return gloo;
+}
+
 }  // namespace
 
 int run_bench(const Options& o, RunReport* report) {
@@ -311,169 +497,30 @@ int run_bench(const Options& o, RunReport* report) {
     report->failure = conflict;
     return 2;
   }
-  std::ostringstream prune;
-  if (!o.masks_file.empty()) prune << "masks from " << o.masks_file;
-  else if (o.prune.kind == PruneKind::None) prune << "none";
-  else
-    prune << (o.prune.kind == PruneKind::Channel ? "channel-structured" : "unstructured") << ", density "
-          << o.prune.density;
-  report->prune = prune.str();
-  Workload work;
-  std::string error;
-  if (!build_workload(o, &work, &error)) {
-    report->failure = error;
-    return 2;
-  }
   const tools::InstallLayout layout = tools::InstallLayout::current();
-  const std::string library = o.plugin.empty() ? layout.plugin() : o.plugin;
-  if (!file_exists(library)) {
-    report->failure = o.plugin.empty() ? std::string("libnccl-net-sieve.so is not installed beside sieve-bench (") +
-                                             library + " does not exist): install Sieve, or pass --plugin PATH"
-                                       : "--plugin: not found at " + library;
-    return 2;
-  }
-  report->model = work.display_name;
-  report->parameters = work.parameters;
-  report->buckets = work.buckets.size();
-  report->kept_fraction = work.kept;
-  double moved_bytes = report->model_bytes();
-  if (o.fsdp) {
-    report->groups = work.fsdp.groups.size();
-    report->groups_compacted = work.fsdp.groups_compacted();
-    report->compacted_share = work.compacted_share;
-    moved_bytes = static_cast<double>(work.fsdp.buffer_elements() * dtype_size(o.dtype));
-    report->padding_fraction =
-        1.0 - static_cast<double>(work.parameters) / static_cast<double>(work.fsdp.buffer_elements());
-  }
-  const int budget_s = run_budget_seconds(o, moved_bytes, work.compacted_share);
-  const auto deadline = started + std::chrono::seconds(budget_s);
-
-  // The namespace lab as root, unless --loopback; where namespaces cannot be made (a container
-  // without CAP_NET_ADMIN) a run that needs nothing of the lab goes to loopback and says so.
-  const bool impaired = !(o.delay.empty() && o.jitter.empty() && o.loss.empty() && o.reorder.empty());
-  const bool needs_lab = impaired || o.gloo;
-  const char* needer = impaired ? "--delay/--jitter/--loss/--reorder need" : "--gloo needs";
-  bool use_lab = geteuid() == 0 && !o.loopback;
-  if (!use_lab && needs_lab) {
-    report->failure = std::string(needer) + " the namespace lab, which needs root";
-    return 2;
-  }
-  if (use_lab) {
-    const std::string why_not = tools::NetLab::unavailable_reason();
-    if (!why_not.empty() && needs_lab) {
-      report->failure = std::string(needer) + " the namespace lab (" + why_not + ")";
-      return 2;
-    }
-    if (!why_not.empty()) {
-      std::fprintf(stderr, "sieve-bench: no namespace lab (%s): the nodes run on loopback, as with --loopback\n",
-                   why_not.c_str());
-      use_lab = false;
-    }
-  }
+  Workload work;
+  RunSetup run;
+  run.work = &work;
+  double moved_bytes = 0;
+  if (const int status = prepare_workload(o, layout, report, &work, &run.library, &moved_bytes)) return status;
+  run.budget_s = run_budget_seconds(o, moved_bytes, work.compacted_share);
+  run.deadline = started + std::chrono::seconds(run.budget_s);
+  if (const int status = choose_lab(o, report, &run.use_lab)) return status;
   const std::string gloo_script = !o.gloo_script.empty() ? o.gloo_script : layout.script("gloo_allreduce.py");
   const std::string python = gloo_python(o.python);
+  std::string error;
   if (o.gloo && !gloo_supports(gloo_script, o.dtype, &error, python)) {
     report->failure = "--gloo: " + error;
     return 2;
   }
   const std::string netlab = !o.netlab.empty() ? o.netlab : layout.script("netlab.sh");
   Lab lab(netlab, "sb" + std::to_string(getpid()), layout.impairer());
-  std::vector<std::pair<std::string, std::string>> environment;
-  environment.emplace_back("SIEVE_TRANSPORT", tools::kEmulatedLinkTransport);
-  if (use_lab) {
-    if (!file_exists(netlab)) {
-      report->failure = "--netlab: script not found at " + netlab + " (pass --netlab PATH, or --loopback)";
-      return 2;
-    }
-    if (!lab.up(o, o.nodes)) {
-      report->failure = "could not bring up the namespace lab (" + netlab + " up failed; its reason is above)";
-      return 2;
-    }
-    std::ostringstream link;
-    link << "network namespaces on a " << (o.rate.empty() ? "unshaped" : o.rate) << " switch";
-    if (!o.delay.empty()) link << ", delay " << o.delay;
-    if (!o.jitter.empty()) link << " +- " << o.jitter;
-    if (!o.loss.empty()) link << ", loss " << o.loss;
-    if (!o.reorder.empty()) link << ", reorder " << o.reorder;
-    report->link = link.str();
-    environment.emplace_back("SIEVE_SOCKET_IFNAME", "=eth0");
-  } else {
-    environment.emplace_back("SIEVE_SOCKET_IFNAME", "=lo");
-    report->link = "loopback";
-    if (!o.rate.empty()) {
-      environment.emplace_back("SIEVE_RATE_LIMIT_MBPS",
-                               std::to_string(static_cast<long>(rate_bits_per_second(o.rate) / 1e6)));
-      report->link += " shaped to " + o.rate + " per node by the plugin";
-    }
-  }
+  run.lab = &lab;
+  if (const int status = set_up_link(o, run.use_lab, netlab, lab, report, &run.environment)) return status;
 
   Progress progress(!o.quiet);
-  for (Mode mode : o.modes) {
-    ModeResult result;
-    result.name = mode_name(mode);
-    result.ideal_speedup = ideal_speedup(mode, work, o.dtype);
-    NodeJob job;
-    job.nranks = o.nodes;
-    job.mode = mode;
-    job.dtype = o.dtype;
-    job.buckets = &work.buckets;
-    job.masks = mode == Mode::Dense ? nullptr : &work.masks;
-    job.fsdp = o.fsdp ? &work.fsdp : nullptr;
-    job.ifname = use_lab ? "eth0" : "lo";
-    job.library = library;
-    job.environment = environment;
-    // Dense and compacted measure the plain transport; codec turns the zero elision on.
-    job.environment.emplace_back("SIEVE_WIRE_CODEC", mode == Mode::Codec ? "on" : "off");
-    job.iterations = o.iterations;
-    job.warmup = o.warmup;
-    job.chunk_bytes = o.chunk_bytes;
-    job.inflight = o.inflight;
-    job.timeout_s = static_cast<int>(
-        std::max<long>(5, std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count()));
-
-    const std::string failure = run_mode(job, o, use_lab ? &lab : nullptr, deadline, progress, &result);
-    progress.finish();
-    if (!result.ok) {
-      result.error = failure;
-      if (failure.find("timed out") != std::string::npos) {
-        result.error += " (the run's deadline: " + std::to_string(budget_s) + " s, " +
-                        (o.timeout_s > 0 ? "--timeout" : "estimated from the model and --rate; --timeout S sets it") +
-                        ")";
-      }
-      report->failure = std::string(mode_name(mode)) + ": " + result.error;
-      report->wrong_values = failure.find("WRONG RESULT") != std::string::npos;
-      report->modes.push_back(result);
-      return tools::stop_signal() ? 128 + tools::stop_signal() : 1;
-    }
-    report->modes.push_back(result);
-  }
-
-  if (o.gloo) {
-    ModeResult gloo;
-    gloo.name = "gloo";
-    if (!use_lab) {
-      gloo.error = "the Gloo peer runs in the namespace lab only (run as root, without --loopback)";
-    } else {
-      GlooJob job;
-      job.script = gloo_script;
-      job.python = python;
-      for (const Bucket& b : work.buckets) job.bucket_elements.push_back(b.elements);
-      for (const FsdpGroup& g : work.fsdp.groups) job.shard_elements.push_back(g.shard_elements);
-      job.nodes = o.nodes;
-      for (int i = 0; i < o.nodes; ++i) job.namespaces.push_back(lab.ns(i));
-      job.master_address = "10.77.0.1";
-      job.ifname = "eth0";
-      job.dtype = o.dtype;
-      job.iterations = o.iterations;
-      job.warmup = o.warmup;
-      job.deadline = deadline;
-      progress.update("gloo", 0, 1);
-      run_gloo(job, &gloo);
-      progress.finish();
-    }
-    gloo.ideal_speedup = 0;
-    report->modes.push_back(gloo);
-  }
+  if (const int status = run_modes(o, run, progress, report)) return status;
+  if (o.gloo) report->modes.push_back(run_gloo_mode(o, run, gloo_script, python, progress));
   if (tools::stop_signal()) {
     report->failure = "interrupted by " + tools::stop_signal_name();
     return 128 + tools::stop_signal();

@@ -194,9 +194,10 @@ double largest_difference(const ModeRun& base, const ModeRun& other) {
   return largest;
 }
 
-}  // namespace
-
-int run_train_fsdp2(const Options& o) {
+// What --train fsdp2 needs before anything starts: a known model, root and the namespace lab, the
+// Python, the training script and netlab.sh. 0, or the exit status after saying why.
+int check_train_setup(const Options& o, const tools::InstallLayout& layout, std::string* script, std::string* netlab,
+                      std::string* python) {
   if (o.train_model != "transformer" && o.train_model != "transformer-23m" && o.train_model != "resnet18") {
     std::fprintf(stderr, "sieve-bench: --train-model: transformer, transformer-23m or resnet18, not %s\n",
                  o.train_model.c_str());
@@ -211,46 +212,23 @@ int run_train_fsdp2(const Options& o) {
     std::fprintf(stderr, "sieve-bench: --train fsdp2 needs the namespace lab (%s)\n", why_not.c_str());
     return 2;
   }
-  const tools::InstallLayout layout = tools::InstallLayout::current();
-  const std::string script = layout.script("fsdp2_train.py");
-  const std::string netlab = !o.netlab.empty() ? o.netlab : layout.script("netlab.sh");
-  const std::string python = gloo_python(o.python);  // --python, else python3 on PATH, as the Gloo peer's
-  if (access(python.c_str(), X_OK) != 0) {
+  *script = layout.script("fsdp2_train.py");
+  *netlab = !o.netlab.empty() ? o.netlab : layout.script("netlab.sh");
+  *python = gloo_python(o.python);  // --python, else python3 on PATH, as the Gloo peer's
+  if (access(python->c_str(), X_OK) != 0) {
     std::fprintf(stderr, "sieve-bench: --python %s is not an executable (a Python with torch >= 2.11)\n",
-                 python.c_str());
+                 python->c_str());
     return 2;
   }
-  if (access(script.c_str(), R_OK) != 0 || access(netlab.c_str(), R_OK) != 0) {
-    std::fprintf(stderr, "sieve-bench: %s or %s not found\n", script.c_str(), netlab.c_str());
+  if (access(script->c_str(), R_OK) != 0 || access(netlab->c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "sieve-bench: %s or %s not found\n", script->c_str(), netlab->c_str());
     return 2;
   }
-  const int budget = o.timeout_s > 0 ? o.timeout_s : 1800;
-  const auto deadline = Clock::now() + std::chrono::seconds(budget);
-  Lab lab(netlab, "sf" + std::to_string(getpid()), layout.impairer());
-  if (!lab.up(o, o.nodes)) {
-    std::fprintf(stderr, "sieve-bench: could not bring up the namespace lab (its reason is above)\n");
-    return 2;
-  }
-  std::vector<std::string> modes = {"fsdp2", "sieve"};
-  // At more than 2 ranks FSDP2's own result under other configurations: the reduction-order noise.
-  if (o.nodes > 2) {
-    modes.push_back("fsdp2-regrouped");
-    modes.push_back("fsdp2-shard1");
-  }
-  std::vector<ModeRun> runs;
-  bool failed = false;
-  for (size_t m = 0; m < modes.size(); ++m) {
-    if (!o.quiet) std::fprintf(stderr, "sieve-bench: --train fsdp2: %s on %d nodes...\n", modes[m].c_str(), o.nodes);
-    ModeRun run;
-    run_ranks(o, lab, python, script, modes[m], 29531 + static_cast<int>(m), deadline, &run);
-    if (!run.error.empty()) {
-      std::fprintf(stderr, "sieve-bench: FAILED: %s: %s\n", modes[m].c_str(), run.error.c_str());
-      if (m < 2 || tools::stop_signal()) return 1;  // without both FSDP2 and Sieve there is nothing to compare
-      failed = true;
-      continue;
-    }
-    runs.push_back(run);
-  }
+  return 0;
+}
+
+// The run's header and every mode's losses, times and wire bytes per step, as rank 0 saw them.
+void print_steps(const Options& o, const std::vector<ModeRun>& runs) {
   const std::string& head = runs[0].ranks[0].text;
   std::printf(
       "sieve-bench --train fsdp2: %s, %.1f M parameters, %.1f %% kept; %d nodes, network namespaces on a %s "
@@ -268,6 +246,12 @@ int run_train_fsdp2(const Options& o) {
                   wire[s] / 1e6);
     }
   }
+}
+
+// FSDP2 against Sieve (and, past 2 ranks, against FSDP2's own variants): losses, parameters, wire
+// bytes, step times. The exit status: 1 when a run failed or, at 2 ranks, the losses differ.
+int print_comparison(const Options& o, const std::vector<ModeRun>& runs, bool failed) {
+  const std::string& head = runs[0].ranks[0].text;
   int status = failed ? 1 : 0;
   const ModeRun& base = runs[0];
   const ModeRun& sieve = runs[1];
@@ -300,6 +284,43 @@ int run_train_fsdp2(const Options& o) {
               median(base.ranks[0].comm), median(sieve.ranks[0].seconds), median(sieve.ranks[0].comm));
   if (o.nodes == 2 && !identical) status = 1;  // at 2 ranks the sum of two is the same in any order
   return status;
+}
+
+}  // namespace
+
+int run_train_fsdp2(const Options& o) {
+  const tools::InstallLayout layout = tools::InstallLayout::current();
+  std::string script, netlab, python;
+  if (const int status = check_train_setup(o, layout, &script, &netlab, &python)) return status;
+  const int budget = o.timeout_s > 0 ? o.timeout_s : 1800;
+  const auto deadline = Clock::now() + std::chrono::seconds(budget);
+  Lab lab(netlab, "sf" + std::to_string(getpid()), layout.impairer());
+  if (!lab.up(o, o.nodes)) {
+    std::fprintf(stderr, "sieve-bench: could not bring up the namespace lab (its reason is above)\n");
+    return 2;
+  }
+  std::vector<std::string> modes = {"fsdp2", "sieve"};
+  // At more than 2 ranks FSDP2's own result under other configurations: the reduction-order noise.
+  if (o.nodes > 2) {
+    modes.push_back("fsdp2-regrouped");
+    modes.push_back("fsdp2-shard1");
+  }
+  std::vector<ModeRun> runs;
+  bool failed = false;
+  for (size_t m = 0; m < modes.size(); ++m) {
+    if (!o.quiet) std::fprintf(stderr, "sieve-bench: --train fsdp2: %s on %d nodes...\n", modes[m].c_str(), o.nodes);
+    ModeRun run;
+    run_ranks(o, lab, python, script, modes[m], 29531 + static_cast<int>(m), deadline, &run);
+    if (!run.error.empty()) {
+      std::fprintf(stderr, "sieve-bench: FAILED: %s: %s\n", modes[m].c_str(), run.error.c_str());
+      if (m < 2 || tools::stop_signal()) return 1;  // without both FSDP2 and Sieve there is nothing to compare
+      failed = true;
+      continue;
+    }
+    runs.push_back(run);
+  }
+  print_steps(o, runs);
+  return print_comparison(o, runs, failed);
 }
 
 }  // namespace sieve::bench

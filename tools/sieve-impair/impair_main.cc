@@ -197,21 +197,9 @@ bool parse_args(int argc, char** argv, Args* a, std::string* error) {
   return error->empty();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Started in the background by scripts: hold none of their caller's pipes open (a reader waiting
-  // for EOF on them would wait for as long as this runs).
-  close_range(3, ~0u, 0);
-  for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return fputs(kUsage, stdout), 0;
-    if (!strcmp(argv[i], "--version")) return printf("sieve-impair %s\n", SIEVE_VERSION_STRING), 0;
-  }
-  Args args;
-  std::string error;
-  if (!parse_args(argc, argv, &args, &error)) return usage(error.c_str());
-
-  // Signals stay blocked except inside ppoll, so a stop request is never lost between checks.
+// Signals stay blocked except inside ppoll, so a stop request is never lost between checks: the
+// mask ppoll waits with.
+sigset_t block_stop_signals() {
   sigset_t blocked, during_poll;
   sigemptyset(&blocked);
   sigaddset(&blocked, SIGTERM);
@@ -223,18 +211,21 @@ int main(int argc, char** argv) {
   action.sa_handler = on_signal;
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
+  return during_poll;
+}
 
-  Impairment impairment(args.impairment);
-  State state;
-  state.impairment = &impairment;
+// Binds netfilter queue args.queue to state (state.queue), its stats file written to say so; null
+// after saying on stderr why it could not.
+nfq_handle* bind_queue(const Args& args, State& state) {
   nfq_handle* handle = nfq_open();
   // Binding a queue takes CAP_NET_ADMIN; without it the kernel says EPERM, which must not read as a
   // queue some other program holds.
   const bool privileged = geteuid() == 0;
-  if (!handle)
-    return fprintf(stderr, "sieve-impair: nfq_open: %s (%s)\n", strerror(errno),
-                   privileged ? "is the nfnetlink_queue module loaded?" : "it needs root, CAP_NET_ADMIN"),
-           1;
+  if (!handle) {
+    fprintf(stderr, "sieve-impair: nfq_open: %s (%s)\n", strerror(errno),
+            privileged ? "is the nfnetlink_queue module loaded?" : "it needs root, CAP_NET_ADMIN");
+    return nullptr;
+  }
   state.queue = nfq_create_queue(handle, static_cast<uint16_t>(args.queue), on_packet, &state);
   if (!state.queue) {
     const int err = errno;
@@ -242,21 +233,26 @@ int main(int argc, char** argv) {
         stderr, "sieve-impair: cannot bind queue %d: %s (%s)\n", args.queue, strerror(err),
         !privileged || err == EPERM || err == EACCES ? "it needs root, CAP_NET_ADMIN" : "another program bound to it?");
     nfq_close(handle);
-    return 1;
+    return nullptr;
   }
   if (nfq_set_mode(state.queue, NFQNL_COPY_META, 0) < 0 || nfq_set_queue_maxlen(state.queue, kMaxHeld * 2) < 0) {
     fprintf(stderr, "sieve-impair: cannot configure queue %d: %s\n", args.queue, strerror(errno));
     nfq_destroy_queue(state.queue);
     nfq_close(handle);
-    return 1;
+    return nullptr;
   }
   nfnl_rcvbufsiz(nfq_nfnlh(handle), kSocketBuffer);
-  const int fd = nfq_fd(handle);
   const int on = 1;
-  setsockopt(fd, SOL_NETLINK, NETLINK_NO_ENOBUFS, &on, sizeof on);  // overflow drops, never a dead socket
-  write_stats(args.stats_file, state.counters);                     // its presence tells the lab the queue is bound
+  setsockopt(nfq_fd(handle), SOL_NETLINK, NETLINK_NO_ENOBUFS, &on, sizeof on);  // overflow drops, never a dead socket
+  write_stats(args.stats_file, state.counters);  // its presence tells the lab the queue is bound
   fprintf(stderr, "sieve-impair: queue %d bound\n", args.queue);
+  return handle;
+}
 
+// Holds and releases packets as the impairment says until a stop signal or --duration, rewriting
+// the stats file as it goes.
+void impair_until_stopped(const Args& args, State& state, nfq_handle* handle, const sigset_t& during_poll) {
+  const int fd = nfq_fd(handle);
   const int64_t started = now_us();
   int64_t last_stats = started;
   std::vector<char> buffer(1 << 16);
@@ -287,6 +283,10 @@ int main(int argc, char** argv) {
       last_stats = now_us();
     }
   }
+}
+
+// Lets every packet still held go, unbinds, and leaves the last stats and a summary line.
+void finish(const Args& args, State& state, nfq_handle* handle) {
   while (!state.held.empty()) {
     verdict(state, state.held.top().id, NF_ACCEPT);
     state.held.pop();
@@ -299,5 +299,28 @@ int main(int argc, char** argv) {
   summary.pop_back();
   for (char& c : summary) c = c == '\n' ? ',' : c;
   fprintf(stderr, "sieve-impair: queue %d: %s\n", args.queue, summary.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Started in the background by scripts: hold none of their caller's pipes open (a reader waiting
+  // for EOF on them would wait for as long as this runs).
+  close_range(3, ~0u, 0);
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return fputs(kUsage, stdout), 0;
+    if (!strcmp(argv[i], "--version")) return printf("sieve-impair %s\n", SIEVE_VERSION_STRING), 0;
+  }
+  Args args;
+  std::string error;
+  if (!parse_args(argc, argv, &args, &error)) return usage(error.c_str());
+  const sigset_t during_poll = block_stop_signals();
+  Impairment impairment(args.impairment);
+  State state;
+  state.impairment = &impairment;
+  nfq_handle* handle = bind_queue(args, state);
+  if (!handle) return 1;
+  impair_until_stopped(args, state, handle, during_poll);
+  finish(args, state, handle);
   return 0;
 }

@@ -190,38 +190,27 @@ bool output_file_writable(const std::string& path, std::string* error) {
   return true;
 }
 
-}  // namespace
-}  // namespace sieve::perf
+// A peer process of run_sieve: the options it was started with, as the peer takes them.
+int run_as_peer(const Options& o) {
+  PeerOptions peer;
+  peer.plugin = o.plugin;
+  peer.version = o.abi;
+  peer.sender = o.peer_role == "send";
+  peer.handle = o.handle;
+  peer.size = o.size;
+  peer.window = o.window;
+  peer.seconds = o.seconds;
+  peer.poll_us = o.poll_us;
+  peer.spin = o.driver == "spin";
+  peer.zeros_percent = o.zeros_percent;
+  peer.word = o.word;
+  return run_peer(peer);
+}
 
-int main(int argc, char** argv) {
-  using namespace sieve;
-  using namespace sieve::perf;
-  signal(SIGPIPE, SIG_IGN);
-  Options o;
+// Everything that can be known before the first measurement is checked now, not after iperf3 ran:
+// 0, or the exit status after saying why.
+int check_before_measuring(Options& o) {
   std::string error;
-  if (!parse_options(argc, argv, &o, &error)) {
-    fprintf(stderr, "sieve-perf: %s\n", error.c_str());
-    return 2;
-  }
-  if (o.help) return fputs(usage_text().c_str(), stdout), 0;
-  if (o.version) return printf("sieve-perf %s\n", SIEVE_VERSION_STRING), 0;
-  if (!o.plugin_given) o.plugin = tools::InstallLayout::current().plugin();  // installed, else this build tree's
-  if (!o.peer_role.empty()) {
-    PeerOptions peer;
-    peer.plugin = o.plugin;
-    peer.version = o.abi;
-    peer.sender = o.peer_role == "send";
-    peer.handle = o.handle;
-    peer.size = o.size;
-    peer.window = o.window;
-    peer.seconds = o.seconds;
-    peer.poll_us = o.poll_us;
-    peer.spin = o.driver == "spin";
-    peer.zeros_percent = o.zeros_percent;
-    peer.word = o.word;
-    return run_peer(peer);
-  }
-  // Everything that can be known before the first measurement is checked now, not after iperf3 ran.
   const std::string conflict = tools::emulated_link_transport_conflict("sieve-perf");
   if (!conflict.empty()) return fprintf(stderr, "sieve-perf: %s\n", conflict.c_str()), 2;
   if (!o.plugin_given && access(o.plugin.c_str(), R_OK) != 0)
@@ -244,70 +233,59 @@ int main(int argc, char** argv) {
   // again if it did not exist), so a missing directory or a read-only place is refused at once.
   if (!o.json.empty() && !output_file_writable(o.json, &error))
     return fprintf(stderr, "sieve-perf: --json %s: %s\n", o.json.c_str(), error.c_str()), 2;
-  tools::install_stop_handlers();
+  return 0;
+}
 
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return fprintf(stderr, "sieve-perf: cannot find its own executable\n"), 1;
-  self[n] = 0;
-  // A link that cannot run here (no root for namespaces) is reported as that link's error; the
-  // links measured before and after it are kept.
-  const std::string lab_unavailable = tools::NetLab::unavailable_reason();
-  std::vector<LinkResult> results;
-  int port = 5201 + getpid() % 1000;
-  for (const auto& link : o.links) {
-    if (tools::stop_signal()) break;
-    LinkResult r;
-    r.link = link;
-    r.rate = link_rate(link);
-    std::unique_ptr<tools::NetLab> lab;
-    if (link_needs_lab(link)) {
-      std::string why = lab_unavailable;
-      if (why.empty()) {
-        lab = std::make_unique<tools::NetLab>(2, "--p2p" + (r.rate.empty() ? "" : " --rate " + r.rate));
-        if (!lab->ok()) why = "netlab: " + lab->error();
-      }
-      if (!why.empty()) {
-        fprintf(stderr, "sieve-perf: %s: %s\n", link.c_str(), why.c_str());
-        r.iperf.error = r.sieve.error = why;
-        results.push_back(r);
-        continue;
-      }
+// One link: its lab (or why there is none), then alternating runs of iperf3, Sieve and --compare,
+// the median of each. Stops early on a stop signal, leaving the caller to see it.
+LinkResult measure_link(const Options& o, const std::string& link, const char* self, const std::string& lab_unavailable,
+                        int* port) {
+  LinkResult r;
+  r.link = link;
+  r.rate = link_rate(link);
+  std::unique_ptr<tools::NetLab> lab;
+  if (link_needs_lab(link)) {
+    std::string why = lab_unavailable;
+    if (why.empty()) {
+      lab = std::make_unique<tools::NetLab>(2, "--p2p" + (r.rate.empty() ? "" : " --rate " + r.rate));
+      if (!lab->ok()) why = "netlab: " + lab->error();
     }
-    // Alternating runs, so a slow spell of this shared machine falls on every transport alike.
-    std::vector<Measure> iperf, sieve, other;
-    // Node 1 sends in every run; its shaper's count of held-back packets is read around each one.
-    const auto shaped = [&](const std::function<Measure()>& measure) {
-      const long long before = lab && !r.rate.empty() ? lab->shaper_holds(1) : -1;
-      Measure m = measure();
-      const long long after = before >= 0 ? lab->shaper_holds(1) : -1;
-      if (after >= before && before >= 0) m.shaper_holds = static_cast<double>(after - before);
-      return m;
-    };
-    for (int run = 0; run < o.runs && !tools::stop_signal(); ++run) {
-      Burners busy(o.busy);
-      fprintf(stderr, "sieve-perf: %s: run %d/%d: iperf3 ...\n", link.c_str(), run + 1, o.runs);
-      iperf.push_back(shaped([&] { return run_iperf(o, lab.get(), port++); }));
-      fprintf(stderr, "sieve-perf: %s: run %d/%d: Sieve ...\n", link.c_str(), run + 1, o.runs);
-      if (tools::stop_signal()) break;
-      sieve.push_back(shaped([&] { return run_sieve(o, self, lab.get(), o.plugin); }));
-      if (!o.compare.empty() && !tools::stop_signal()) {
-        fprintf(stderr, "sieve-perf: %s: run %d/%d: %s ...\n", link.c_str(), run + 1, o.runs, o.compare.c_str());
-        other.push_back(shaped([&] { return run_sieve(o, self, lab.get(), o.compare); }));
-      }
+    if (!why.empty()) {
+      fprintf(stderr, "sieve-perf: %s: %s\n", link.c_str(), why.c_str());
+      r.iperf.error = r.sieve.error = why;
+      return r;
     }
-    // Interrupted: the lab and every process of this link go with `lab` and the runs' Child objects.
+  }
+  // Alternating runs, so a slow spell of this shared machine falls on every transport alike.
+  std::vector<Measure> iperf, sieve, other;
+  // Node 1 sends in every run; its shaper's count of held-back packets is read around each one.
+  const auto shaped = [&](const std::function<Measure()>& measure) {
+    const long long before = lab && !r.rate.empty() ? lab->shaper_holds(1) : -1;
+    Measure m = measure();
+    const long long after = before >= 0 ? lab->shaper_holds(1) : -1;
+    if (after >= before && before >= 0) m.shaper_holds = static_cast<double>(after - before);
+    return m;
+  };
+  for (int run = 0; run < o.runs && !tools::stop_signal(); ++run) {
+    Burners busy(o.busy);
+    fprintf(stderr, "sieve-perf: %s: run %d/%d: iperf3 ...\n", link.c_str(), run + 1, o.runs);
+    iperf.push_back(shaped([&] { return run_iperf(o, lab.get(), (*port)++); }));
+    fprintf(stderr, "sieve-perf: %s: run %d/%d: Sieve ...\n", link.c_str(), run + 1, o.runs);
     if (tools::stop_signal()) break;
-    r.iperf = median_of(iperf);
-    r.sieve = median_of(sieve);
-    if (!o.compare.empty()) r.other = median_of(other);
-    results.push_back(r);
+    sieve.push_back(shaped([&] { return run_sieve(o, self, lab.get(), o.plugin); }));
+    if (!o.compare.empty() && !tools::stop_signal()) {
+      fprintf(stderr, "sieve-perf: %s: run %d/%d: %s ...\n", link.c_str(), run + 1, o.runs, o.compare.c_str());
+      other.push_back(shaped([&] { return run_sieve(o, self, lab.get(), o.compare); }));
+    }
   }
-  if (tools::stop_signal()) {
-    fprintf(stderr, "sieve-perf: interrupted by %s: its processes were stopped and its namespaces removed\n",
-            tools::stop_signal_name().c_str());
-    return 128 + tools::stop_signal();
-  }
+  r.iperf = median_of(iperf);
+  r.sieve = median_of(sieve);
+  if (!o.compare.empty()) r.other = median_of(other);
+  return r;
+}
+
+// The table on stdout and --json's file; the exit status: 1 on a failed run or (--strict) a missed bar.
+int report(const std::vector<LinkResult>& results, const Options& o) {
   bool failed = false;
   fputs(format_table(results, o, &failed).c_str(), stdout);
   fflush(stdout);
@@ -322,4 +300,48 @@ int main(int argc, char** argv) {
   bool errors = false;
   for (const auto& r : results) errors |= !r.iperf.ok || !r.sieve.ok || (!o.compare.empty() && !r.other.ok);
   return errors || (o.strict && failed) ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace sieve::perf
+
+int main(int argc, char** argv) {
+  using namespace sieve;
+  using namespace sieve::perf;
+  signal(SIGPIPE, SIG_IGN);
+  Options o;
+  std::string error;
+  if (!parse_options(argc, argv, &o, &error)) {
+    fprintf(stderr, "sieve-perf: %s\n", error.c_str());
+    return 2;
+  }
+  if (o.help) return fputs(usage_text().c_str(), stdout), 0;
+  if (o.version) return printf("sieve-perf %s\n", SIEVE_VERSION_STRING), 0;
+  if (!o.plugin_given) o.plugin = tools::InstallLayout::current().plugin();  // installed, else this build tree's
+  if (!o.peer_role.empty()) return run_as_peer(o);
+  if (const int status = check_before_measuring(o)) return status;
+  tools::install_stop_handlers();
+
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return fprintf(stderr, "sieve-perf: cannot find its own executable\n"), 1;
+  self[n] = 0;
+  // A link that cannot run here (no root for namespaces) is reported as that link's error; the
+  // links measured before and after it are kept.
+  const std::string lab_unavailable = tools::NetLab::unavailable_reason();
+  std::vector<LinkResult> results;
+  int port = 5201 + getpid() % 1000;
+  for (const auto& link : o.links) {
+    if (tools::stop_signal()) break;
+    LinkResult r = measure_link(o, link, self, lab_unavailable, &port);
+    // Interrupted: the lab and every process of this link went with measure_link's objects.
+    if (tools::stop_signal()) break;
+    results.push_back(r);
+  }
+  if (tools::stop_signal()) {
+    fprintf(stderr, "sieve-perf: interrupted by %s: its processes were stopped and its namespaces removed\n",
+            tools::stop_signal_name().c_str());
+    return 128 + tools::stop_signal();
+  }
+  return report(results, o);
 }

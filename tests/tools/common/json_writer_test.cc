@@ -33,6 +33,27 @@ TEST(JsonWriter, FractionsUseTheFewestDigitsThatReadBackExactly) {
   }
 }
 
+// The GPU kit's records: one object a line, measurements to their precision rather than every digit.
+TEST(JsonWriter, JsonLineIsOneObjectOnItsOwnLine) {
+  const std::string line = json_line([](JsonWriter& json) {
+    json.member("bytes", uint64_t(4096));
+    json.member("time_us", rounded(123.456789, 1));
+    json.member("busbw_GBps", rounded(2.0 / 3.0, 3));
+    json.member("correct", true);
+    json.member("net", "Sieve \"ib\"\n");
+  });
+  EXPECT_EQ(
+      line,
+      "{\"bytes\":4096,\"time_us\":123.5,\"busbw_GBps\":0.667,\"correct\":true,\"net\":\"Sieve \\\"ib\\\"\\n\"}\n");
+}
+
+TEST(JsonWriter, RoundedKeepsTheGivenDecimals) {
+  EXPECT_EQ(written(rounded(0.12345, 4)), "0.1235");
+  EXPECT_EQ(written(rounded(1.15 * 0.3, 4)), "0.345");
+  EXPECT_EQ(written(rounded(519406123.4, 0)), "519406123");
+  EXPECT_EQ(written(rounded(-2.25, 1)), "-2.3");  // half away from zero, as std::round
+}
+
 TEST(JsonWriter, NonFiniteNumbersAreNull) {
   EXPECT_EQ(written(std::numeric_limits<double>::quiet_NaN()), "null");
   EXPECT_EQ(written(std::numeric_limits<double>::infinity()), "null");
