@@ -27,41 +27,13 @@ class Parser {
   Status parse_members(const MemberFn& each) {
     skip_space();
     if (at_ >= size_ || p_[at_] != '{') return fail("expected an object");
-    ++at_;
-    skip_space();
-    if (at_ < size_ && p_[at_] == '}') {
-      ++at_;
-    } else {
-      std::unordered_set<std::string> seen;
-      for (;;) {
-        skip_space();
-        if (at_ >= size_ || p_[at_] != '"') return fail("expected a string key");
-        std::string key;
-        Status s = parse_string(&key);
-        if (!s.ok()) return s;
-        if (!seen.insert(key).second) return fail("duplicate key \"" + key + "\"");
-        skip_space();
-        if (at_ >= size_ || p_[at_] != ':') return fail("expected ':' after a key");
-        ++at_;
-        skip_space();
-        values_left_ = max_values_;
-        Value value;
-        s = parse_value(&value, 1);
-        if (!s.ok()) return s;
-        s = each(key, value);
-        if (!s.ok()) return s;
-        skip_space();
-        if (at_ < size_ && p_[at_] == ',') {
-          ++at_;
-          continue;
-        }
-        if (at_ < size_ && p_[at_] == '}') {
-          ++at_;
-          break;
-        }
-        return fail("expected ',' or '}' in an object");
-      }
-    }
+    Status s = walk_object([&](std::string key) {
+      values_left_ = max_values_;
+      Value value;
+      Status parsed = parse_value(&value, 1);
+      return parsed.ok() ? each(key, value) : parsed;
+    });
+    if (!s.ok()) return s;
     skip_space();
     if (at_ < size_) return fail("unexpected text after the JSON value");
     return ok_status();
@@ -112,6 +84,16 @@ class Parser {
 
   Status parse_object(Value* out, int depth) {
     out->type = Value::Type::kObject;
+    return walk_object([&](std::string key) {
+      out->members.emplace_back(std::move(key), Value());
+      return parse_value(&out->members.back().second, depth + 1);
+    });
+  }
+
+  // The one loop over an object's members (at_ on its '{'): keys are strings, each once; for each,
+  // member(key) parses the value that follows the ':'. A whole tree (parse_object) and a member at a
+  // time (parse_members) differ only in what member() keeps.
+  template <class Member> Status walk_object(Member&& member) {
     ++at_;  // '{'
     skip_space();
     if (at_ < size_ && p_[at_] == '}') {
@@ -130,8 +112,7 @@ class Parser {
       if (at_ >= size_ || p_[at_] != ':') return fail("expected ':' after a key");
       ++at_;
       skip_space();
-      out->members.emplace_back(std::move(key), Value());
-      s = parse_value(&out->members.back().second, depth + 1);
+      s = member(std::move(key));
       if (!s.ok()) return s;
       skip_space();
       if (at_ < size_ && p_[at_] == ',') {
