@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Checks sieve's DDP communication hook under real DDP: 2 processes, Gloo on loopback, a pruned model,
 several steps, every loss, gradient and parameter compared bit for bit with DDP's default. Needs a
-torch with Gloo (PyTorch 2.x); skipped as a whole without one. Run: python tools/python/test_ddp.py"""
+torch with Gloo (PyTorch 2.x); skipped as a whole without one. Run: python tests/tools/python/test_ddp.py"""
 
 import datetime
 import json
@@ -12,7 +12,9 @@ import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+# The package sieve from the checkout (tools/python), and this folder's helpers (suite, fsdp_test_ranks).
+PACKAGE_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "..", "tools", "python"))
+sys.path[:0] = [HERE, PACKAGE_DIR]
 
 from suite import main, require_torch  # noqa: E402
 

@@ -11,7 +11,7 @@
   torch's.
 
 Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so SIEVE_TEST_PROXY_BUILT=1 \\
-     /opt/sieve/venv/bin/python tools/python/test_kernels.py [--gpu]   (exit 77 without torch, or device)
+     /opt/sieve/venv/bin/python tests/tools/python/test_kernels.py [--gpu]   (exit 77 without torch, or device)
 """
 
 import ctypes
@@ -20,7 +20,9 @@ import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+# The package sieve from the checkout (tools/python), and this folder's helpers (suite, fsdp_test_ranks).
+PACKAGE_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "..", "tools", "python"))
+sys.path[:0] = [HERE, PACKAGE_DIR]
 
 from suite import main, require_torch, skip_script  # noqa: E402
 

@@ -23,7 +23,7 @@ The ranks meet through a TCPStore that this process serves on a port the kernel 
 case under its own key prefix, nothing on the file system, no port chosen by one process and bound by
 another. On a hang, every rank's Python stacks are dumped (faulthandler on SIGUSR1) into the failure.
 
-Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so /opt/sieve/venv/bin/python tools/python/test_real_torch.py
+Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so /opt/sieve/venv/bin/python tests/tools/python/test_real_torch.py
 (exit 77: skipped as a whole, no torch 2.x with FSDP2 and Gloo; no library is a failure).
 """
 
@@ -43,7 +43,9 @@ import unittest
 if "--rank" in sys.argv:  # before torch's import: the parent asks for every thread's stack on a hang
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+# The package sieve from the checkout (tools/python), and this folder's helpers (suite, fsdp_test_ranks).
+PACKAGE_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "..", "tools", "python"))
+sys.path[:0] = [HERE, PACKAGE_DIR]
 WORLD = 2
 STEP_TIMEOUT = 400  # seconds for the two ranks' whole run (mostly importing torch; 210 s seen on the loaded VM)
 

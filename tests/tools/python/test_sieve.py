@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Checks the ctypes binding against the built library, without a GPU (the C API only records
-addresses). Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so python3 tools/python/test_sieve.py
+addresses). Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so python3 tests/tools/python/test_sieve.py
 (or with LD_PRELOAD instead). Needs torch (the tensor checks); skipped as a whole without it."""
 
 import ctypes
@@ -12,7 +12,9 @@ import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+# The package sieve from the checkout (tools/python), and this folder's helpers (suite, fsdp_test_ranks).
+PACKAGE_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "..", "tools", "python"))
+sys.path[:0] = [HERE, PACKAGE_DIR]
 
 from suite import main, require_torch  # noqa: E402
 
@@ -28,7 +30,7 @@ def run_python(code, PYTHONPATH_FIRST=None, **env):
     PYTHONPATH_FIRST when given, else this checkout's)."""
     environment = {k: v for k, v in os.environ.items() if k not in ("SIEVE_LIBRARY", "LD_PRELOAD")}
     environment.update(env)
-    environment["PYTHONPATH"] = PYTHONPATH_FIRST or HERE
+    environment["PYTHONPATH"] = PYTHONPATH_FIRST or PACKAGE_DIR
     return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=60)
 
 
@@ -84,7 +86,7 @@ class FindsTheRightLibrary(unittest.TestCase):
                  "print(getattr(_library, '_lib_path', None))\n"
                  "print(len({line.split()[-1] for line in open('/proc/self/maps') if 'libnccl-net-sieve' in line}))\n")
         with tempfile.TemporaryDirectory() as tmp:  # a wheel's layout: the library inside the package
-            shutil.copytree(os.path.join(HERE, "sieve"), os.path.join(tmp, "sieve"),
+            shutil.copytree(os.path.join(PACKAGE_DIR, "sieve"), os.path.join(tmp, "sieve"),
                             ignore=shutil.ignore_patterns("__pycache__"))
             carried = os.path.join(tmp, "sieve", "libnccl-net-sieve.so")
             shutil.copy(LIBRARY, carried)
@@ -122,7 +124,7 @@ class FindsTheRightLibrary(unittest.TestCase):
                                    capture_output=True, text=True)
             self.assertEqual(built.returncode, 0, built.stderr)
             environment = {k: v for k, v in os.environ.items() if k not in ("SIEVE_LIBRARY", "LD_PRELOAD")}
-            environment.update(PYTHONPATH=HERE, SIEVE_LIBRARY=LIBRARY)
+            environment.update(PYTHONPATH=PACKAGE_DIR, SIEVE_LIBRARY=LIBRARY)
             done = subprocess.run([sys.executable, "-m", "sieve"], cwd=cwd, env=environment, capture_output=True,
                                   text=True, timeout=60)
             self.assertEqual(done.returncode, 0, done.stderr)
@@ -133,7 +135,7 @@ class FindsTheRightLibrary(unittest.TestCase):
 
 class HeaderConstants(unittest.TestCase):
     """sieve/_constants.py is written by hand from plugin/sieve.h: every value must be the header's."""
-    SOURCE = os.path.normpath(os.path.join(HERE, "..", ".."))
+    SOURCE = os.path.normpath(os.path.join(PACKAGE_DIR, "..", ".."))
 
     def header(self):
         import re
@@ -163,7 +165,7 @@ class HeaderConstants(unittest.TestCase):
         self.assertEqual(c._COLLECTIVES, {"reduce_scatter": h["SIEVE_COLLECTIVE_REDUCE_SCATTER"],
                                           "all_gather": h["SIEVE_COLLECTIVE_ALL_GATHER"]})
         # every other module takes them from _constants: no second copy of a number to drift
-        package = os.path.join(HERE, "sieve")
+        package = os.path.join(PACKAGE_DIR, "sieve")
         for name in os.listdir(package):
             if name.endswith(".py") and name != "_constants.py":
                 with open(os.path.join(package, name)) as f:
@@ -178,7 +180,7 @@ class HeaderConstants(unittest.TestCase):
         with open(os.path.join(self.SOURCE, "pyproject.toml")) as f:
             pyproject = f.read()
         self.assertIn('input = "CMakeLists.txt"', pyproject, "the wheel's version is project()'s")
-        with open(os.path.join(HERE, "sieve", "__init__.py")) as f:
+        with open(os.path.join(PACKAGE_DIR, "sieve", "__init__.py")) as f:
             self.assertNotRegex(f.read(), r"(?m)^__version__ *=", "no second version to drift")
 
     def test_the_version_follows_project_wherever_the_package_is(self):
@@ -186,7 +188,7 @@ class HeaderConstants(unittest.TestCase):
         probe = "import sieve; print(sieve.__version__)"
         with tempfile.TemporaryDirectory() as tmp:
             package = os.path.join(tmp, "tools", "python", "sieve")
-            shutil.copytree(os.path.join(HERE, "sieve"), package, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(os.path.join(PACKAGE_DIR, "sieve"), package, ignore=shutil.ignore_patterns("__pycache__"))
             with open(os.path.join(tmp, "CMakeLists.txt"), "w") as f:  # a checkout of another release
                 f.write("cmake_minimum_required(VERSION 3.18)\nproject(sieve VERSION 9.8.7 LANGUAGES C CXX)\n")
             done = run_python(probe, PYTHONPATH_FIRST=os.path.dirname(package))

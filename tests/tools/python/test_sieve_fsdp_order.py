@@ -13,7 +13,9 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+# The package sieve from the checkout (tools/python), and this folder's helpers (suite, fsdp_test_ranks).
+PACKAGE_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "..", "tools", "python"))
+sys.path[:0] = [HERE, PACKAGE_DIR]
 from fsdp_test_ranks import init_gloo, run_ranks  # noqa: E402
 
 from suite import require_torch  # noqa: E402
