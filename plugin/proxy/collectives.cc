@@ -418,16 +418,26 @@ int Proxy::verify(CommState& cs, const Compaction& c, Stream stream) {
   if (int rc = backend_.download(plan.verify_buffer(), want.data(), want.size(), stream, cs.comm, cs.live))
     return fail_comm(cs, rc, "SIEVE_PROXY_VERIFY could not read the dense result");
   const bool exact = c.coll == Coll::kAllGather || c.op == ReduceOp::kMax || c.op == ReduceOp::kMin || cs.nranks <= 2;
+  // The tolerance scales with the largest finite value: one inf (an fp16 overflow) would make it
+  // infinite, and then inf - inf (NaN) would fail a call whose results are the same on every rank.
   double largest = 0;
   for (uint64_t i = 0; i < n && !exact; ++i)
-    largest = std::max(largest, std::fabs(element_value(plan.type(), &want[i * es])));
+    if (const double w = element_value(plan.type(), &want[i * es]); std::isfinite(w))
+      largest = std::max(largest, std::fabs(w));
   const double tolerance = exact ? 0 : 2.0 * (cs.nranks - 1) * unit_roundoff(plan.type()) * largest;
   char what[320] = "";
   for (uint64_t i = 0; i < n; ++i) {
     const double g = element_value(plan.type(), &got[i * es]), w = element_value(plan.type(), &want[i * es]);
     const bool kept = plan.mask().test(first + i);
-    const bool same = kept && !exact ? std::fabs(g - w) <= tolerance || (std::isnan(g) && std::isnan(w))
-                                     : std::memcmp(&got[i * es], &want[i * es], es) == 0 || (g == 0 && w == 0);
+    bool same = false;
+    if (kept && !exact && (!std::isfinite(g) || !std::isfinite(w))) {
+      // Non-finite values by identity: an inf equals an inf of the same sign, a NaN any NaN (IEEE
+      // 754 defines neither the sign nor the payload of a NaN that arithmetic produces).
+      same = std::isnan(g) ? std::isnan(w) : g == w;
+    } else {
+      same = kept && !exact ? std::fabs(g - w) <= tolerance
+                            : std::memcmp(&got[i * es], &want[i * es], es) == 0 || (g == 0 && w == 0);
+    }
     if (same) continue;
     std::snprintf(what, sizeof what,
                   "SIEVE_PROXY_VERIFY: call #%" PRIu64 " (%s %s, %" PRIu64
