@@ -299,6 +299,51 @@ TEST(LearnedTest, ACallOnAnotherBufferEndsTheMaskOnEveryRankAndItsLossIsCounted)
   EXPECT_EQ(world.mismatches(), 0u);
 }
 
+// Issue 50, class 3: a group that reads one learned buffer more often than SIEVE_TRACK_LAG. Its
+// records are left at the group's end, and the last dense call's record overwrote the compact call's
+// flag before any call read it: a nonzero outside the mask was dropped in every step, with
+// mask_violations at 0 and no fallback. The flag is now read, `lag` calls after it could be.
+TEST(LearnedTest, AGroupReadingABufferMoreThanLagTimesNeverLosesAViolation) {
+  const uint32_t stable = 1, lag = 2;
+  FakeWorld world(2);
+  auto ranks = make_ranks(world, tracking(stable, lag));
+  std::vector<std::vector<Path>> paths(2);
+  run_ranks(ranks, [&](Rank& rank) {
+    rank.commit();
+    std::vector<float> g(kCount);
+    Path p = Path::kDense;
+    for (int s = 0; s < 6 && p != Path::kCompactLearned; ++s) {
+      std::vector<float> fresh = input(rank.rank, s);
+      std::copy(fresh.begin(), fresh.end(), g.begin());
+      ASSERT_EQ(rank.all_reduce(g.data(), kCount, &p), 0) << rank.backend.error;
+    }
+    ASSERT_EQ(p, Path::kCompactLearned);
+    for (int step = 0; step < 6; ++step) {
+      std::vector<float> fresh = input(rank.rank, step);
+      if (rank.rank == 1) fresh[201] = 3.0f;  // outside the learned mask, in every step
+      std::copy(fresh.begin(), fresh.end(), g.begin());
+      ASSERT_EQ(rank.proxy.group_start(), 0);
+      for (uint32_t read = 0; read < lag + 1; ++read) {
+        ASSERT_TRUE(enqueued(
+            rank.proxy.all_reduce(g.data(), g.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &p)));
+        paths[size_t(rank.rank)].push_back(p);
+      }
+      ASSERT_EQ(rank.settle(rank.proxy.group_end()), 0) << rank.backend.error;
+    }
+    EXPECT_EQ(rank.stats.learned_pattern_changes.load(), 1u) << "rank " << rank.rank;
+    EXPECT_EQ(paths[size_t(rank.rank)].back(), Path::kDense) << "rank " << rank.rank;
+  });
+  EXPECT_EQ(paths[0], paths[1]);
+  EXPECT_EQ(ranks[0]->stats.mask_violations.load(), 0u);
+  EXPECT_GE(ranks[1]->stats.mask_violations.load(), 1u) << "the dropped value is counted";
+  // Only the compact calls up to the one that reads the flag drop anything: the violating group's
+  // first call, and at most `lag` calls after that group.
+  const auto first = std::find(paths[0].begin(), paths[0].end(), Path::kCompactLearned);
+  ASSERT_NE(first, paths[0].end());
+  EXPECT_LE(std::count(first + 1, paths[0].end(), Path::kCompactLearned), std::ptrdiff_t(lag));
+  EXPECT_EQ(world.mismatches(), 0u);
+}
+
 // Even a buffer whose zeros fit the mask ends it: the mask is bound to its own buffer.
 TEST(LearnedTest, AnotherBufferWithTheSameZerosStillEndsTheMask) {
   FakeWorld world(2);
