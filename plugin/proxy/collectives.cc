@@ -482,8 +482,8 @@ int Proxy::share_verdicts(std::vector<VerifyVerdict>& verdicts) {
       continue;
     }
     const Vote mine{0, fingerprint_, verdicts[i].what.empty() ? Refusal::kNone : Refusal::kCouldNotPrepare};
-    write_vote(mine, cs.vote->host());
-    issued[i] = backend_.exchange_in(*cs.vote, nullptr, kVoteWords, 8, cs.comm, verdicts[i].stream);
+    write_vote(mine, cs.verdict_vote->host());
+    issued[i] = backend_.exchange_in(*cs.verdict_vote, nullptr, kVoteWords, 8, cs.comm, verdicts[i].stream);
   }
   int group_rc = grouped ? backend_.group_end() : kResultSuccess;
   int result = kResultSuccess;
@@ -502,8 +502,8 @@ int Proxy::share_verdicts(std::vector<VerifyVerdict>& verdicts) {
     int rc = enqueued(issued[i]) ? group_rc : issued[i];
     if (rc == kResultSuccess || rc == kResultInProgress)
       rc = issued[i] == kResultInProgress || rc == kResultInProgress ? backend_.wait_enqueued(cs.comm, cs.live) : 0;
-    if (!rc) rc = backend_.exchange_out(*cs.vote, nullptr, kVoteWords, 8, verdicts[i].stream);
-    if (!rc) rc = backend_.wait_exchange(*cs.vote, cs.comm, cs.live);
+    if (!rc) rc = backend_.exchange_out(*cs.verdict_vote, nullptr, kVoteWords, 8, verdicts[i].stream);
+    if (!rc) rc = backend_.wait_exchange(*cs.verdict_vote, cs.comm, cs.live);
     int failed = kResultSuccess;
     if (rc) {
       failed = fail_comm(cs, rc, what.empty() ? "SIEVE_PROXY_VERIFY could not share its comparison" : what);
@@ -511,7 +511,7 @@ int Proxy::share_verdicts(std::vector<VerifyVerdict>& verdicts) {
       failed = fail_comm(cs, kResultInternalError, what);
     } else {
       const Vote mine{0, fingerprint_, Refusal::kNone};
-      if (read_verdict(mine, cs.vote->host()).worst != Refusal::kNone)
+      if (read_verdict(mine, cs.verdict_vote->host()).worst != Refusal::kNone)
         failed = fail_comm(cs, kResultInternalError,
                            "SIEVE_PROXY_VERIFY: another rank's result of a compacted collective differs from the dense "
                            "result (its log names the call and the element)");

@@ -12,6 +12,10 @@ namespace sieve::plugin::proxy {
 struct PendingCommit {
   std::unique_ptr<TableCommit> table;
   const void* token = nullptr;  // the binding's: its thread reads the verdict with commit_outcome()
+  // Its vote's staging: the communicator's, or its own when another commit of the same group holds
+  // that one until the group's end (one staging for both: each read the other's verdict).
+  Exchange* vote = nullptr;
+  std::unique_ptr<Exchange> own;
 };
 
 namespace {
@@ -83,19 +87,37 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
     }
     write_vote(Vote{0, fingerprint_, Refusal::kNone}, cs.captured_verdict->host());
   }
+  // Verdicts and learned votes have staging of their own: a group's end may share them between a
+  // commit's vote and its verdict.
+  if ((options_.verify && !cs.verdict_vote && backend_.create_exchange(kVoteBytes, &cs.verdict_vote)) ||
+      (options_.track == TrackMode::kOn && !cs.learned_vote &&
+       backend_.create_exchange(kVoteBytes, &cs.learned_vote))) {
+    if (token) return backend_.all_reduce(token, token, kVoteWords, DType::kI64, ReduceOp::kMax, cs.comm, call.stream);
+    return fail_comm(cs, kResultCudaError, "no device memory for the proxy's votes");
+  }
+  auto pending = std::make_shared<PendingCommit>();
+  pending->token = token;
+  pending->vote = cs.vote.get();
+  if (cs.vote_held) {
+    if (backend_.create_exchange(kVoteBytes, &pending->own)) {
+      if (token)
+        return backend_.all_reduce(token, token, kVoteWords, DType::kI64, ReduceOp::kMax, cs.comm, call.stream);
+      return fail_comm(cs, kResultCudaError, "no device memory for a commit's vote");
+    }
+    pending->vote = pending->own.get();
+  }
   auto reusable = reusable_plans(cs.active);
   reuse_cycle(cs.cycle, &reusable);
   const Refusal veto = options_.enabled ? Refusal::kNone : Refusal::kProxyOff;
   AgreementContext ctx{backend_,     cs.comm,   call.stream,     cs.live,   options_.rules,
                        fingerprint_, cs.nranks, options_.verify, &reusable, veto};
-  auto pending = std::make_shared<PendingCommit>();
-  pending->token = token;
   int collective_rc = kResultSuccess;
-  if (int rc = TableCommit::begin(ctx, registry_.snapshot(comm_scope(cs.comm)), flags, *cs.vote, token, &pending->table,
-                                  &collective_rc))
+  if (int rc = TableCommit::begin(ctx, registry_.snapshot(comm_scope(cs.comm)), flags, *pending->vote, token,
+                                  &pending->table, &collective_rc))
     return fail_comm(cs, rc, "could not issue a commit's vote");
   note(cs, CallKind::kCommit, ReduceOp::kMax, DType::kI64, CallPath::kAgreement, kVoteWords);
   if (thread_state().depth > 0) {
+    if (pending->vote == cs.vote.get()) cs.vote_held = true;
     outcome->state = CommitOutcome::State::kPending;
     Deferred d{Deferred::Kind::kCommit, call.state, call.stream};
     d.commit = pending;
@@ -115,8 +137,9 @@ int Proxy::finish_commit(CommState& cs, Stream stream, PendingCommit& pending) {
   AgreementContext ctx{backend_,     cs.comm,   stream,          cs.live,   options_.rules,
                        fingerprint_, cs.nranks, options_.verify, &reusable, Refusal::kNone};
   TableAgreement agreement;
-  if (int rc = pending.table->finish(ctx, *cs.vote, &agreement))
-    return fail_comm(cs, rc, "could not complete a commit's vote");
+  const int rc = pending.table->finish(ctx, *pending.vote, &agreement);
+  release_vote(cs, pending);
+  if (rc) return fail_comm(cs, rc, "could not complete a commit's vote");
   CommitOutcome outcome;
   apply(cs, agreement, &outcome);
   ThreadState& ts = thread_state();
@@ -125,7 +148,13 @@ int Proxy::finish_commit(CommState& cs, Stream stream, PendingCommit& pending) {
   return kResultSuccess;
 }
 
+void Proxy::release_vote(CommState& cs, PendingCommit& pending) {
+  if (pending.vote == cs.vote.get()) cs.vote_held = false;
+  pending.vote = nullptr;
+}
+
 void Proxy::withdraw_commit(CommState& cs, PendingCommit& pending) {
+  release_vote(cs, pending);
   ThreadState& ts = thread_state();
   ts.outcome_token = pending.token;
   ts.outcome = CommitOutcome();
@@ -200,14 +229,15 @@ int Proxy::vote_learned(CommState& cs, LearnedSignature& sig, Stream stream) {
   std::string why;
   const bool ok = options_.enabled && sig.prepare_proposal(backend_, &why);
   const Vote mine{sig.proposal_hash(), fingerprint_, ok ? Refusal::kNone : Refusal::kCouldNotPrepare};
-  write_vote(mine, cs.vote->host());
+  Exchange& ex = *cs.learned_vote;
+  write_vote(mine, ex.host());
   note(cs, CallKind::kVote, ReduceOp::kMax, DType::kI64, CallPath::kAgreement, kVoteWords);
-  int rc = backend_.exchange_in(*cs.vote, nullptr, kVoteWords, 8, cs.comm, stream);
+  int rc = backend_.exchange_in(ex, nullptr, kVoteWords, 8, cs.comm, stream);
   if (rc == kResultInProgress) rc = backend_.wait_enqueued(cs.comm, cs.live);
-  if (!rc) rc = backend_.exchange_out(*cs.vote, nullptr, kVoteWords, 8, stream);
-  if (!rc) rc = backend_.wait_exchange(*cs.vote, cs.comm, cs.live);
+  if (!rc) rc = backend_.exchange_out(ex, nullptr, kVoteWords, 8, stream);
+  if (!rc) rc = backend_.wait_exchange(ex, cs.comm, cs.live);
   if (rc) return fail_comm(cs, rc, "could not complete the vote on a learned mask");
-  const Verdict verdict = read_verdict(mine, cs.vote->host());
+  const Verdict verdict = read_verdict(mine, ex.host());
   sig.settle(verdict.unanimous());
   if (verdict.unanimous())
     SIEVE_INFO(

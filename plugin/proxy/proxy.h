@@ -171,7 +171,11 @@ class Proxy {
     // Shared with deferred work: a commit at a group's end may drop them while a record of the same
     // group still waits to run.
     std::map<std::pair<uint64_t, DType>, std::shared_ptr<LearnedSignature>> learned;
-    std::unique_ptr<Exchange> vote;  // the commit's and learned votes' staging
+    // Staging of the proxy's own agreements, one per kind: a group may hold a commit's vote, a
+    // learned vote and verdicts at once. A second commit in one group gets staging of its own.
+    std::unique_ptr<Exchange> vote;  // commits'
+    bool vote_held = false;          // a commit in an open group reads its verdict from `vote` at its end
+    std::unique_ptr<Exchange> learned_vote, verdict_vote;
     // SIEVE_PROXY_VERIFY inside a CUDA graph: a fixed "no difference" vote, never rewritten, so that a
     // captured call issues the same shared verdict as an eager one on another rank (a graph cannot
     // wait for a comparison, and its replays re-read this staging).
@@ -266,6 +270,7 @@ class Proxy {
   int run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* outcome);
   int finish_commit(CommState& cs, Stream stream, PendingCommit& pending);
   void withdraw_commit(CommState& cs, PendingCommit& pending);
+  void release_vote(CommState& cs, PendingCommit& pending);
   void apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outcome);
   int vote_learned(CommState& cs, LearnedSignature& sig, Stream stream);
 
