@@ -3,6 +3,7 @@
 // a point of the communicator's sequence that the trainer's program fixes (its commit call) or that
 // the outputs of earlier collectives fix (a learned mask's stability), never a process-wide state.
 #include <algorithm>
+#include <iterator>
 
 #include "net/log.h"
 #include "plugin/proxy/proxy.h"
@@ -190,8 +191,12 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
   *outcome = CommitOutcome();
   outcome->commit = number;
   if (!agreement.activated) {
-    // Learning needs agreed settings: what was learned under the last agreement goes too.
-    if (options_.track == TrackMode::kOn) cs.learned.clear();
+    // Learning needs agreed settings: what was learned under the last agreement goes too. A retired
+    // signature stays retired: its pattern failed on every rank alike, and forgetting that would
+    // learn it, and drop its values, all over again after the next agreed commit.
+    if (options_.track == TrackMode::kOn)
+      for (auto it = cs.learned.begin(); it != cs.learned.end();)
+        it = it->second->retired() ? std::next(it) : cs.learned.erase(it);
     add(stats_.tables_refused, 1);
     outcome->reason = agreement.reason;
     SIEVE_WARN(

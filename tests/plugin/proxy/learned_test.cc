@@ -457,6 +457,41 @@ TEST(LearnedTest, APatternThatKeepsFlippingBacksOffAndIsRetired) {
   }
 }
 
+// Issue 50, class 7: a refused commit dropped every learned signature, retired ones too, so the
+// next agreed commit learned a retired signature again (and dropped its values again). Retirement
+// outlives a refused commit; what was learned but not retired is relearned, as before.
+TEST(LearnedTest, ARefusedCommitLeavesARetiredSignatureRetired) {
+  FakeWorld world(2);
+  auto ranks = make_ranks(world, tracking(1, 1));
+  run_ranks(ranks, [&](Rank& rank) {
+    ASSERT_EQ(rank.commit().state, CommitOutcome::State::kActivated);
+    std::vector<float> g(kCount);
+    Path p;
+    for (int s = 0; s < 240; ++s) {  // a pattern that flips every 4 calls: retired well before the end
+      std::vector<float> fresh = input(rank.rank, s);
+      if ((s / 4) % 2 == 1) std::rotate(fresh.begin(), fresh.begin() + 1, fresh.end());
+      std::copy(fresh.begin(), fresh.end(), g.begin());
+      ASSERT_EQ(rank.all_reduce(g.data(), kCount, &p), 0) << rank.backend.error;
+    }
+    ASSERT_EQ(rank.stats.learned_signatures_retired.load(), 1u);
+    // Rank 1 publishes a mask rank 0 does not: refused on both. Then both agree again.
+    std::vector<float> other(kCount);
+    if (rank.rank == 1) rank.publish(other.data(), compress::Mask(kCount, true));
+    EXPECT_EQ(rank.commit().state, CommitOutcome::State::kRefused);
+    if (rank.rank == 1) { ASSERT_TRUE(rank.registry.retract(other.data()).ok()); }
+    ASSERT_EQ(rank.commit().state, CommitOutcome::State::kActivated);
+    const int votes = rank.backend.votes;
+    for (int s = 0; s < 20; ++s) {  // a pattern that would be learned at once
+      std::vector<float> fresh = input(rank.rank, s);
+      std::copy(fresh.begin(), fresh.end(), g.begin());
+      ASSERT_EQ(rank.all_reduce(g.data(), kCount, &p), 0) << rank.backend.error;
+      EXPECT_EQ(p, Path::kDense) << "call " << s;
+    }
+    EXPECT_EQ(rank.backend.votes, votes) << "a retired signature is never proposed again";
+  });
+  EXPECT_EQ(world.mismatches(), 0u);
+}
+
 TEST(FlagEncodingTest, TheReducedFlagReportsAnyViolatingRankForSumAndAvg) {
   for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
     const FlagEncoding e = flag_encoding(type);
