@@ -53,12 +53,14 @@ namespace {
 std::atomic<uint64_t> g_next_proxy_id{1};
 
 // The calling thread's last proxy, communicator and state: a call on the communicator it used last
-// (the common case: a training loop) takes no global lock.
+// (the common case: a training loop) takes no global lock. The state is held weakly: a
+// communicator torn down must not live on (with its agreed table, and so the masks
+// sieve_mask_released reports on) for as long as the last thread that called it.
 struct ThreadCache {
   uint64_t proxy = 0;
   void* thread_state = nullptr;
   Comm comm = nullptr;
-  std::shared_ptr<void> comm_state;
+  std::weak_ptr<void> comm_state;
 };
 thread_local ThreadCache t_cache;
 
@@ -92,13 +94,12 @@ Proxy::Proxy(DeviceBackend& backend, const compress::MaskRegistry& registry, Pro
 // --- communicators ---------------------------------------------------------------------------
 
 int Proxy::enter(Comm comm, std::shared_ptr<CommState>* out) {
-  if (t_cache.proxy == id_ && t_cache.comm == comm && t_cache.comm_state) {
-    auto cached = std::static_pointer_cast<CommState>(t_cache.comm_state);
-    if (!cached->forgotten.load(std::memory_order_acquire)) {
-      *out = std::move(cached);
-      return kResultSuccess;
-    }
-  }
+  if (t_cache.proxy == id_ && t_cache.comm == comm)
+    if (auto cached = std::static_pointer_cast<CommState>(t_cache.comm_state.lock()))
+      if (!cached->forgotten.load(std::memory_order_acquire)) {
+        *out = std::move(cached);
+        return kResultSuccess;
+      }
   *out = find(comm);
   if (!*out) {
     auto cs = std::make_shared<CommState>(comm);
@@ -310,7 +311,7 @@ Proxy::ThreadState& Proxy::thread_state() {
     }
     ts = slot.get();
   }
-  t_cache = ThreadCache{id_, ts, nullptr, nullptr};
+  t_cache = ThreadCache{id_, ts, nullptr, {}};
   return *ts;
 }
 
