@@ -259,14 +259,27 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
     }
     plan.group_serial = cs.group_serial;
   }
-  if (capture) {  // the graph keeps this plan for its replays
-    plan.captured = true;
-    cs.captured.store(true, std::memory_order_release);
-  }
   // The dense twin is issued whether or not this rank captures (another rank may issue the same
   // call eagerly, and both must issue the same collectives); only the comparison, which waits for
   // results, is left out of a graph.
   const bool twin = cs.agreed && options_.verify;
+  if (capture) {
+    // What the graph's replays use lives as long as the graph: bounded by the graphs alive, as an
+    // eager plan is bounded by the table. Where the backend cannot tie it to the graph, for good.
+    plan.captured = true;
+    const bool held = backend_.keep_for_graph(call.stream, c.plan) &&
+                      (!twin || backend_.keep_for_graph(call.stream, cs.captured_verdict));
+    if (!held) {
+      plan.kept_for_good = true;
+      cs.captured.store(true, std::memory_order_release);
+    }
+    if (plan.pruned_nonzeros()) {
+      std::lock_guard lock(cs.graph_mutex);
+      bool known = false;
+      for (const std::weak_ptr<EntryPlan>& p : cs.graph_counted) known = known || p.lock() == c.plan;
+      if (!known) cs.graph_counted.push_back(c.plan);
+    }
+  }
   c.verify = twin && !capture;
   c.verify_captured = twin && capture;
   if (twin) {
@@ -353,21 +366,38 @@ int Proxy::count_pruned(CommState& cs, EntryPlan& plan, const DeviceLayout& layo
   if (!counter) return kResultSuccess;
   // One copy to the host per collective (after its last shard), not one per shard.
   if (int rc = backend_.count_pruned(layout, plan.element_size(), src, *counter, last, stream)) return rc;
-  if (!last) return kResultSuccess;
+  if (last) add_pruned(cs, plan);
+  return kResultSuccess;
+}
+
+void Proxy::add_pruned(CommState& cs, EntryPlan& plan) {
+  const ViolationCounter* counter = plan.pruned_nonzeros();
+  if (!counter) return;
   const uint64_t seen = counter->seen();
-  if (seen <= plan.reported) return kResultSuccess;
-  const uint64_t fresh = seen - plan.reported;
-  plan.reported = seen;
+  uint64_t before = plan.reported.load(std::memory_order_relaxed);
+  while (seen > before && !plan.reported.compare_exchange_weak(before, seen, std::memory_order_relaxed)) {}
+  if (seen <= before) return;  // another reader took it, or nothing new
+  const uint64_t fresh = seen - before;
   cs.mask_violations.fetch_add(fresh, std::memory_order_relaxed);
   add(stats_.mask_violations, fresh);
-  if (!cs.warned_violations) {
-    cs.warned_violations = true;
+  if (!cs.warned_violations.exchange(true)) {
     SIEVE_WARN(
         "collective proxy: a published mask on communicator %p (%llu x %s) pruned %llu nonzero values; they "
         "were dropped, as the mask says (mask_violations counts them; SIEVE_PROXY_VERIFY=1 names the first)",
         cs.comm, (unsigned long long)plan.count(), dtype_name(plan.type()), (unsigned long long)fresh);
   }
-  return kResultSuccess;
+}
+
+void Proxy::collect_graph_counts(CommState& cs) {
+  std::lock_guard lock(cs.graph_mutex);
+  for (size_t i = 0; i < cs.graph_counted.size();) {
+    if (std::shared_ptr<EntryPlan> plan = cs.graph_counted[i].lock()) {
+      add_pruned(cs, *plan);
+      ++i;
+    } else {  // its graphs are gone: nothing can count into it any more
+      cs.graph_counted.erase(cs.graph_counted.begin() + std::ptrdiff_t(i));
+    }
+  }
 }
 
 int Proxy::compact_out(CommState& cs, const Compaction& c, Stream stream) {

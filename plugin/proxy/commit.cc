@@ -81,12 +81,14 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
     return fail_comm(cs, kResultCudaError, "no device memory for a commit's vote");
   }
   if (options_.verify && !cs.captured_verdict) {  // made here: a graph may not allocate
-    if (backend_.create_exchange(kVoteBytes, &cs.captured_verdict)) {
+    std::unique_ptr<Exchange> fixed;
+    if (backend_.create_exchange(kVoteBytes, &fixed)) {
       if (token)
         return backend_.all_reduce(token, token, kVoteWords, DType::kI64, ReduceOp::kMax, cs.comm, call.stream);
       return fail_comm(cs, kResultCudaError, "no device memory for SIEVE_PROXY_VERIFY's vote");
     }
-    write_vote(Vote{0, fingerprint_, Refusal::kNone}, cs.captured_verdict->host());
+    write_vote(Vote{0, fingerprint_, Refusal::kNone}, fixed->host());
+    cs.captured_verdict = std::move(fixed);
   }
   // Verdicts and learned votes have staging of their own: a group's end may share them between a
   // commit's vote and its verdict.
@@ -165,12 +167,15 @@ void Proxy::withdraw_commit(CommState& cs, PendingCommit& pending) {
 
 void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outcome) {
   const uint64_t number = ++cs.commits;
-  // Plans a captured graph uses stay alive for its replays; warn when such a plan's mask is gone.
+  collect_graph_counts(cs);  // the host waited for the vote: a point to take in what replays counted
+  // Plans a captured graph uses stay alive for its replays (the graph holds them, or, where it
+  // cannot, the communicator does); warn when such a plan's mask is gone.
   auto keep_captured = [&](const ActiveEntry& entry) {
     if (!entry.plan || !entry.plan->captured) return;
     // Once each: a plan a commit keeps (reused from the last table) would otherwise be added again
     // at every commit, for good.
-    if (std::find(cs.graph_plans.begin(), cs.graph_plans.end(), entry.plan) == cs.graph_plans.end())
+    if (entry.plan->kept_for_good &&
+        std::find(cs.graph_plans.begin(), cs.graph_plans.end(), entry.plan) == cs.graph_plans.end())
       cs.graph_plans.push_back(entry.plan);
     bool kept = false;
     for (const ActiveEntry& e : agreement.entries) kept = kept || e.plan == entry.plan;

@@ -161,6 +161,9 @@ int Proxy::async_error(Comm comm, int* error) {
 }
 
 void Proxy::forget(Comm comm) {
+  std::shared_ptr<CommState> gone = find(comm);
+  // Teardown: what graphs' replays counted reaches the statistics before the state goes.
+  if (gone) collect_graph_counts(*gone);
   std::lock_guard lock(mutex_);
   auto it = comms_.find(comm);
   if (it == comms_.end()) return;
