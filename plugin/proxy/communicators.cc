@@ -48,22 +48,11 @@ uint64_t ProxyOptions::fingerprint() const {
   return h;
 }
 
+thread_local Proxy::ThreadCache Proxy::t_cache;
+
 namespace {
 
 std::atomic<uint64_t> g_next_proxy_id{1};
-
-// The calling thread's last proxy, communicator and state: a call on the communicator it used last
-// (the common case: a training loop) takes no global lock. The state is held weakly: a
-// communicator torn down must not live on (with its agreed table, and so the masks
-// sieve_mask_released reports on) for as long as the last thread that called it.
-struct ThreadCache {
-  uint64_t proxy = 0;
-  void* thread_state = nullptr;
-  Comm comm = nullptr;
-  std::weak_ptr<void> comm_state;
-};
-thread_local ThreadCache t_cache;
-
 std::atomic<uint64_t> g_next_thread_serial{1};
 
 // This thread's number (never reused, unlike std::thread::id) and what to undo when it exits.
@@ -95,7 +84,7 @@ Proxy::Proxy(DeviceBackend& backend, const compress::MaskRegistry& registry, Pro
 
 int Proxy::enter(Comm comm, std::shared_ptr<CommState>* out) {
   if (t_cache.proxy == id_ && t_cache.comm == comm)
-    if (auto cached = std::static_pointer_cast<CommState>(t_cache.comm_state.lock()))
+    if (std::shared_ptr<CommState> cached = t_cache.comm_state.lock())
       if (!cached->forgotten.load(std::memory_order_acquire)) {
         *out = std::move(cached);
         return kResultSuccess;

@@ -252,6 +252,18 @@ class Proxy {
     CommitOutcome outcome;
   };
 
+  // The calling thread's last proxy, communicator and state: a call on the communicator it used last
+  // (the common case: a training loop) takes no global lock. The state is held weakly: a
+  // communicator torn down must not live on (with its agreed table, and so the masks
+  // sieve_mask_released reports on) for as long as the last thread that called it.
+  struct ThreadCache {
+    uint64_t proxy = 0;
+    void* thread_state = nullptr;
+    Comm comm = nullptr;
+    std::weak_ptr<CommState> comm_state;
+  };
+  static thread_local ThreadCache t_cache;
+
   // The communicator's state, or null: found under the map's lock, which is never held longer.
   std::shared_ptr<CommState> find(Comm comm) const;
   // read(state) under the communicator's own lock (a call's: it waits for the call to return), or
