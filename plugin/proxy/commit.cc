@@ -216,13 +216,15 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
     if (e.source->target() == compress::MaskTarget::kBuffer) cs.active[e.source->base()] = std::move(e);
     else cs.cycle.push_back(std::move(e));
   }
-  // A collective's mask is certain when no other mask of its shape differs from it.
+  // A collective's mask is certain when no other mask of its shape differs from it: the agreed
+  // masks, the same on every rank (under a union each rank's own differ by design, and a rank that
+  // found its own two masks equal would compact a call that another rank runs dense).
   cs.ambiguous.assign(cs.cycle.size(), false);
   for (size_t i = 0; i < cs.cycle.size(); ++i)
     for (size_t j = 0; j < cs.cycle.size(); ++j) {
       const compress::PublishedMask &a = *cs.cycle[i].source, &b = *cs.cycle[j].source;
       if (i != j && a.target() == b.target() && a.count() == b.count() && a.dtype() == b.dtype() &&
-          !(*a.mask() == *b.mask()))
+          !(*cs.cycle[i].agreed == *cs.cycle[j].agreed))
         cs.ambiguous[i] = true;
     }
   outcome->state = CommitOutcome::State::kActivated;
