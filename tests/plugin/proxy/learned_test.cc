@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "tests/plugin/proxy/rank_harness.h"
 
@@ -342,6 +343,50 @@ TEST(LearnedTest, AGroupReadingABufferMoreThanLagTimesNeverLosesAViolation) {
   ASSERT_NE(first, paths[0].end());
   EXPECT_LE(std::count(first + 1, paths[0].end(), Path::kCompactLearned), std::ptrdiff_t(lag));
   EXPECT_EQ(world.mismatches(), 0u);
+}
+
+// The same, at the signature: two compact calls whose flags are left out of order (threads taking
+// turns on a communicator, one of them inside a group) land in one record slot before either is
+// read. The later-written flag must not replace the unread one: both are read, the violation too.
+TEST(LearnedTest, TwoUnreadFlagsInOneSlotAreBothRead) {
+  FakeWorld world(1);
+  FakeBackend backend(world, 0, kComm);
+  CommLiveness live;
+  LearnedRules rules;
+  rules.stable = 1;
+  rules.lag = 1;
+  rules.plan.min_count = 1;
+  LearnedSignature sig(kCount, DType::kF32, rules);
+  std::vector<float> g = input(0, 0);
+  LearnedDecision d;
+  for (int call = 0; call < 2; ++call) {  // a stable pattern, proposed and agreed at the second call
+    ASSERT_EQ(sig.begin_call(backend, kComm, live, g.data(), &d), 0);
+    if (d.propose) {
+      std::string why;
+      ASSERT_TRUE(sig.prepare_proposal(backend, &why)) << why;
+      sig.settle(true);
+    }
+    ASSERT_EQ(sig.record_dense(backend, d.record, g.data(), kStream), 0);
+  }
+  LearnedDecision a, b;
+  ASSERT_EQ(sig.begin_call(backend, kComm, live, g.data(), &a), 0);
+  ASSERT_EQ(sig.begin_call(backend, kComm, live, g.data(), &b), 0);
+  ASSERT_TRUE(a.compact && b.compact);
+  ASSERT_EQ(a.record, b.record);
+  const std::shared_ptr<EntryPlan> plan = sig.plan();
+  auto left = [&](size_t record, bool violated) {  // what the call's check and its collective left
+    const FlagEncoding flag = flag_encoding(DType::kF32);
+    const uint64_t bits = violated ? flag.bad_bits : flag.ok_bits, count = violated ? 1 : 0;
+    std::memcpy(plan->flag(), &bits, sizeof(float));
+    std::memcpy(plan->violations()->data(), &count, sizeof count);
+    ASSERT_EQ(sig.record_compact(backend, record, plan, kStream), 0);
+  };
+  left(b.record, true);   // the later call, recorded first, found a violation
+  left(a.record, false);  // the earlier call's flag, left at its group's end
+  ASSERT_EQ(sig.begin_call(backend, kComm, live, g.data(), &d), 0);
+  EXPECT_TRUE(d.fell_back) << "the violation was read";
+  EXPECT_FALSE(d.compact);
+  EXPECT_EQ(d.violations, 1u);
 }
 
 // Even a buffer whose zeros fit the mask ends it: the mask is bound to its own buffer.
