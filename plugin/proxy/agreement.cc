@@ -49,7 +49,7 @@ bool prepare(const AgreementContext& ctx, const compress::StagedEntries& entries
              std::string* why) {
   out->clear();
   for (size_t i = 0; i < entries.size(); ++i) {
-    ActiveEntry entry{entries[i], nullptr};
+    ActiveEntry entry{entries[i], nullptr, masks[i]};
     if (ctx.reusable && masks[i] == entries[i]->mask()) {
       auto it = ctx.reusable->find(entries[i]->id());
       if (it != ctx.reusable->end() && it->second->verifies() == ctx.verify) entry.plan = it->second;

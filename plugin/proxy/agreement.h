@@ -59,6 +59,9 @@ void write_no_proxy_vote(void* words);
 struct ActiveEntry {
   std::shared_ptr<const compress::PublishedMask> source;
   std::shared_ptr<EntryPlan> plan;  // null: the entry compacts nothing (too dense, or not a float type)
+  // The mask every rank agreed on: the source's own, or with SIEVE_COMMIT_UNION the OR of every
+  // rank's (the source's then differs per rank). Decisions compare this one, never the source's.
+  std::shared_ptr<const compress::Mask> agreed;
 };
 
 struct TableAgreement {

@@ -259,14 +259,27 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
     }
     plan.group_serial = cs.group_serial;
   }
-  if (capture) {  // the graph keeps this plan for its replays
-    plan.captured = true;
-    cs.captured.store(true, std::memory_order_release);
-  }
   // The dense twin is issued whether or not this rank captures (another rank may issue the same
   // call eagerly, and both must issue the same collectives); only the comparison, which waits for
   // results, is left out of a graph.
   const bool twin = cs.agreed && options_.verify;
+  if (capture) {
+    // What the graph's replays use lives as long as the graph: bounded by the graphs alive, as an
+    // eager plan is bounded by the table. Where the backend cannot tie it to the graph, for good.
+    plan.captured = true;
+    const bool held = backend_.keep_for_graph(call.stream, c.plan) &&
+                      (!twin || backend_.keep_for_graph(call.stream, cs.captured_verdict));
+    if (!held) {
+      plan.kept_for_good = true;
+      cs.captured.store(true, std::memory_order_release);
+    }
+    if (plan.pruned_nonzeros()) {
+      std::lock_guard lock(cs.graph_mutex);
+      bool known = false;
+      for (const std::weak_ptr<EntryPlan>& p : cs.graph_counted) known = known || p.lock() == c.plan;
+      if (!known) cs.graph_counted.push_back(c.plan);
+    }
+  }
   c.verify = twin && !capture;
   c.verify_captured = twin && capture;
   if (twin) {
@@ -353,21 +366,38 @@ int Proxy::count_pruned(CommState& cs, EntryPlan& plan, const DeviceLayout& layo
   if (!counter) return kResultSuccess;
   // One copy to the host per collective (after its last shard), not one per shard.
   if (int rc = backend_.count_pruned(layout, plan.element_size(), src, *counter, last, stream)) return rc;
-  if (!last) return kResultSuccess;
+  if (last) add_pruned(cs, plan);
+  return kResultSuccess;
+}
+
+void Proxy::add_pruned(CommState& cs, EntryPlan& plan) {
+  const ViolationCounter* counter = plan.pruned_nonzeros();
+  if (!counter) return;
   const uint64_t seen = counter->seen();
-  if (seen <= plan.reported) return kResultSuccess;
-  const uint64_t fresh = seen - plan.reported;
-  plan.reported = seen;
+  uint64_t before = plan.reported.load(std::memory_order_relaxed);
+  while (seen > before && !plan.reported.compare_exchange_weak(before, seen, std::memory_order_relaxed)) {}
+  if (seen <= before) return;  // another reader took it, or nothing new
+  const uint64_t fresh = seen - before;
   cs.mask_violations.fetch_add(fresh, std::memory_order_relaxed);
   add(stats_.mask_violations, fresh);
-  if (!cs.warned_violations) {
-    cs.warned_violations = true;
+  if (!cs.warned_violations.exchange(true)) {
     SIEVE_WARN(
         "collective proxy: a published mask on communicator %p (%llu x %s) pruned %llu nonzero values; they "
         "were dropped, as the mask says (mask_violations counts them; SIEVE_PROXY_VERIFY=1 names the first)",
         cs.comm, (unsigned long long)plan.count(), dtype_name(plan.type()), (unsigned long long)fresh);
   }
-  return kResultSuccess;
+}
+
+void Proxy::collect_graph_counts(CommState& cs) {
+  std::lock_guard lock(cs.graph_mutex);
+  for (size_t i = 0; i < cs.graph_counted.size();) {
+    if (std::shared_ptr<EntryPlan> plan = cs.graph_counted[i].lock()) {
+      add_pruned(cs, *plan);
+      ++i;
+    } else {  // its graphs are gone: nothing can count into it any more
+      cs.graph_counted.erase(cs.graph_counted.begin() + std::ptrdiff_t(i));
+    }
+  }
 }
 
 int Proxy::compact_out(CommState& cs, const Compaction& c, Stream stream) {
@@ -418,16 +448,26 @@ int Proxy::verify(CommState& cs, const Compaction& c, Stream stream) {
   if (int rc = backend_.download(plan.verify_buffer(), want.data(), want.size(), stream, cs.comm, cs.live))
     return fail_comm(cs, rc, "SIEVE_PROXY_VERIFY could not read the dense result");
   const bool exact = c.coll == Coll::kAllGather || c.op == ReduceOp::kMax || c.op == ReduceOp::kMin || cs.nranks <= 2;
+  // The tolerance scales with the largest finite value: one inf (an fp16 overflow) would make it
+  // infinite, and then inf - inf (NaN) would fail a call whose results are the same on every rank.
   double largest = 0;
   for (uint64_t i = 0; i < n && !exact; ++i)
-    largest = std::max(largest, std::fabs(element_value(plan.type(), &want[i * es])));
+    if (const double w = element_value(plan.type(), &want[i * es]); std::isfinite(w))
+      largest = std::max(largest, std::fabs(w));
   const double tolerance = exact ? 0 : 2.0 * (cs.nranks - 1) * unit_roundoff(plan.type()) * largest;
   char what[320] = "";
   for (uint64_t i = 0; i < n; ++i) {
     const double g = element_value(plan.type(), &got[i * es]), w = element_value(plan.type(), &want[i * es]);
     const bool kept = plan.mask().test(first + i);
-    const bool same = kept && !exact ? std::fabs(g - w) <= tolerance || (std::isnan(g) && std::isnan(w))
-                                     : std::memcmp(&got[i * es], &want[i * es], es) == 0 || (g == 0 && w == 0);
+    bool same = false;
+    if (kept && !exact && (!std::isfinite(g) || !std::isfinite(w))) {
+      // Non-finite values by identity: an inf equals an inf of the same sign, a NaN any NaN (IEEE
+      // 754 defines neither the sign nor the payload of a NaN that arithmetic produces).
+      same = std::isnan(g) ? std::isnan(w) : g == w;
+    } else {
+      same = kept && !exact ? std::fabs(g - w) <= tolerance
+                            : std::memcmp(&got[i * es], &want[i * es], es) == 0 || (g == 0 && w == 0);
+    }
     if (same) continue;
     std::snprintf(what, sizeof what,
                   "SIEVE_PROXY_VERIFY: call #%" PRIu64 " (%s %s, %" PRIu64
@@ -472,8 +512,8 @@ int Proxy::share_verdicts(std::vector<VerifyVerdict>& verdicts) {
       continue;
     }
     const Vote mine{0, fingerprint_, verdicts[i].what.empty() ? Refusal::kNone : Refusal::kCouldNotPrepare};
-    write_vote(mine, cs.vote->host());
-    issued[i] = backend_.exchange_in(*cs.vote, nullptr, kVoteWords, 8, cs.comm, verdicts[i].stream);
+    write_vote(mine, cs.verdict_vote->host());
+    issued[i] = backend_.exchange_in(*cs.verdict_vote, nullptr, kVoteWords, 8, cs.comm, verdicts[i].stream);
   }
   int group_rc = grouped ? backend_.group_end() : kResultSuccess;
   int result = kResultSuccess;
@@ -492,8 +532,8 @@ int Proxy::share_verdicts(std::vector<VerifyVerdict>& verdicts) {
     int rc = enqueued(issued[i]) ? group_rc : issued[i];
     if (rc == kResultSuccess || rc == kResultInProgress)
       rc = issued[i] == kResultInProgress || rc == kResultInProgress ? backend_.wait_enqueued(cs.comm, cs.live) : 0;
-    if (!rc) rc = backend_.exchange_out(*cs.vote, nullptr, kVoteWords, 8, verdicts[i].stream);
-    if (!rc) rc = backend_.wait_exchange(*cs.vote, cs.comm, cs.live);
+    if (!rc) rc = backend_.exchange_out(*cs.verdict_vote, nullptr, kVoteWords, 8, verdicts[i].stream);
+    if (!rc) rc = backend_.wait_exchange(*cs.verdict_vote, cs.comm, cs.live);
     int failed = kResultSuccess;
     if (rc) {
       failed = fail_comm(cs, rc, what.empty() ? "SIEVE_PROXY_VERIFY could not share its comparison" : what);
@@ -501,7 +541,7 @@ int Proxy::share_verdicts(std::vector<VerifyVerdict>& verdicts) {
       failed = fail_comm(cs, kResultInternalError, what);
     } else {
       const Vote mine{0, fingerprint_, Refusal::kNone};
-      if (read_verdict(mine, cs.vote->host()).worst != Refusal::kNone)
+      if (read_verdict(mine, cs.verdict_vote->host()).worst != Refusal::kNone)
         failed = fail_comm(cs, kResultInternalError,
                            "SIEVE_PROXY_VERIFY: another rank's result of a compacted collective differs from the dense "
                            "result (its log names the call and the element)");

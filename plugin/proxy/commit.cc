@@ -3,6 +3,7 @@
 // a point of the communicator's sequence that the trainer's program fixes (its commit call) or that
 // the outputs of earlier collectives fix (a learned mask's stability), never a process-wide state.
 #include <algorithm>
+#include <iterator>
 
 #include "net/log.h"
 #include "plugin/proxy/proxy.h"
@@ -12,6 +13,10 @@ namespace sieve::plugin::proxy {
 struct PendingCommit {
   std::unique_ptr<TableCommit> table;
   const void* token = nullptr;  // the binding's: its thread reads the verdict with commit_outcome()
+  // Its vote's staging: the communicator's, or its own when another commit of the same group holds
+  // that one until the group's end (one staging for both: each read the other's verdict).
+  Exchange* vote = nullptr;
+  std::unique_ptr<Exchange> own;
 };
 
 namespace {
@@ -76,26 +81,46 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
     return fail_comm(cs, kResultCudaError, "no device memory for a commit's vote");
   }
   if (options_.verify && !cs.captured_verdict) {  // made here: a graph may not allocate
-    if (backend_.create_exchange(kVoteBytes, &cs.captured_verdict)) {
+    std::unique_ptr<Exchange> fixed;
+    if (backend_.create_exchange(kVoteBytes, &fixed)) {
       if (token)
         return backend_.all_reduce(token, token, kVoteWords, DType::kI64, ReduceOp::kMax, cs.comm, call.stream);
       return fail_comm(cs, kResultCudaError, "no device memory for SIEVE_PROXY_VERIFY's vote");
     }
-    write_vote(Vote{0, fingerprint_, Refusal::kNone}, cs.captured_verdict->host());
+    write_vote(Vote{0, fingerprint_, Refusal::kNone}, fixed->host());
+    cs.captured_verdict = std::move(fixed);
+  }
+  // Verdicts and learned votes have staging of their own: a group's end may share them between a
+  // commit's vote and its verdict.
+  if ((options_.verify && !cs.verdict_vote && backend_.create_exchange(kVoteBytes, &cs.verdict_vote)) ||
+      (options_.track == TrackMode::kOn && !cs.learned_vote &&
+       backend_.create_exchange(kVoteBytes, &cs.learned_vote))) {
+    if (token) return backend_.all_reduce(token, token, kVoteWords, DType::kI64, ReduceOp::kMax, cs.comm, call.stream);
+    return fail_comm(cs, kResultCudaError, "no device memory for the proxy's votes");
+  }
+  auto pending = std::make_shared<PendingCommit>();
+  pending->token = token;
+  pending->vote = cs.vote.get();
+  if (cs.vote_held) {
+    if (backend_.create_exchange(kVoteBytes, &pending->own)) {
+      if (token)
+        return backend_.all_reduce(token, token, kVoteWords, DType::kI64, ReduceOp::kMax, cs.comm, call.stream);
+      return fail_comm(cs, kResultCudaError, "no device memory for a commit's vote");
+    }
+    pending->vote = pending->own.get();
   }
   auto reusable = reusable_plans(cs.active);
   reuse_cycle(cs.cycle, &reusable);
   const Refusal veto = options_.enabled ? Refusal::kNone : Refusal::kProxyOff;
   AgreementContext ctx{backend_,     cs.comm,   call.stream,     cs.live,   options_.rules,
                        fingerprint_, cs.nranks, options_.verify, &reusable, veto};
-  auto pending = std::make_shared<PendingCommit>();
-  pending->token = token;
   int collective_rc = kResultSuccess;
-  if (int rc = TableCommit::begin(ctx, registry_.snapshot(comm_scope(cs.comm)), flags, *cs.vote, token, &pending->table,
-                                  &collective_rc))
+  if (int rc = TableCommit::begin(ctx, registry_.snapshot(comm_scope(cs.comm)), flags, *pending->vote, token,
+                                  &pending->table, &collective_rc))
     return fail_comm(cs, rc, "could not issue a commit's vote");
   note(cs, CallKind::kCommit, ReduceOp::kMax, DType::kI64, CallPath::kAgreement, kVoteWords);
   if (thread_state().depth > 0) {
+    if (pending->vote == cs.vote.get()) cs.vote_held = true;
     outcome->state = CommitOutcome::State::kPending;
     Deferred d{Deferred::Kind::kCommit, call.state, call.stream};
     d.commit = pending;
@@ -115,8 +140,9 @@ int Proxy::finish_commit(CommState& cs, Stream stream, PendingCommit& pending) {
   AgreementContext ctx{backend_,     cs.comm,   stream,          cs.live,   options_.rules,
                        fingerprint_, cs.nranks, options_.verify, &reusable, Refusal::kNone};
   TableAgreement agreement;
-  if (int rc = pending.table->finish(ctx, *cs.vote, &agreement))
-    return fail_comm(cs, rc, "could not complete a commit's vote");
+  const int rc = pending.table->finish(ctx, *pending.vote, &agreement);
+  release_vote(cs, pending);
+  if (rc) return fail_comm(cs, rc, "could not complete a commit's vote");
   CommitOutcome outcome;
   apply(cs, agreement, &outcome);
   ThreadState& ts = thread_state();
@@ -125,7 +151,13 @@ int Proxy::finish_commit(CommState& cs, Stream stream, PendingCommit& pending) {
   return kResultSuccess;
 }
 
+void Proxy::release_vote(CommState& cs, PendingCommit& pending) {
+  if (pending.vote == cs.vote.get()) cs.vote_held = false;
+  pending.vote = nullptr;
+}
+
 void Proxy::withdraw_commit(CommState& cs, PendingCommit& pending) {
+  release_vote(cs, pending);
   ThreadState& ts = thread_state();
   ts.outcome_token = pending.token;
   ts.outcome = CommitOutcome();
@@ -135,12 +167,15 @@ void Proxy::withdraw_commit(CommState& cs, PendingCommit& pending) {
 
 void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outcome) {
   const uint64_t number = ++cs.commits;
-  // Plans a captured graph uses stay alive for its replays; warn when such a plan's mask is gone.
+  collect_graph_counts(cs);  // the host waited for the vote: a point to take in what replays counted
+  // Plans a captured graph uses stay alive for its replays (the graph holds them, or, where it
+  // cannot, the communicator does); warn when such a plan's mask is gone.
   auto keep_captured = [&](const ActiveEntry& entry) {
     if (!entry.plan || !entry.plan->captured) return;
     // Once each: a plan a commit keeps (reused from the last table) would otherwise be added again
     // at every commit, for good.
-    if (std::find(cs.graph_plans.begin(), cs.graph_plans.end(), entry.plan) == cs.graph_plans.end())
+    if (entry.plan->kept_for_good &&
+        std::find(cs.graph_plans.begin(), cs.graph_plans.end(), entry.plan) == cs.graph_plans.end())
       cs.graph_plans.push_back(entry.plan);
     bool kept = false;
     for (const ActiveEntry& e : agreement.entries) kept = kept || e.plan == entry.plan;
@@ -161,8 +196,12 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
   *outcome = CommitOutcome();
   outcome->commit = number;
   if (!agreement.activated) {
-    // Learning needs agreed settings: what was learned under the last agreement goes too.
-    if (options_.track == TrackMode::kOn) cs.learned.clear();
+    // Learning needs agreed settings: what was learned under the last agreement goes too. A retired
+    // signature stays retired: its pattern failed on every rank alike, and forgetting that would
+    // learn it, and drop its values, all over again after the next agreed commit.
+    if (options_.track == TrackMode::kOn)
+      for (auto it = cs.learned.begin(); it != cs.learned.end();)
+        it = it->second->retired() ? std::next(it) : cs.learned.erase(it);
     add(stats_.tables_refused, 1);
     outcome->reason = agreement.reason;
     SIEVE_WARN(
@@ -177,13 +216,15 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
     if (e.source->target() == compress::MaskTarget::kBuffer) cs.active[e.source->base()] = std::move(e);
     else cs.cycle.push_back(std::move(e));
   }
-  // A collective's mask is certain when no other mask of its shape differs from it.
+  // A collective's mask is certain when no other mask of its shape differs from it: the agreed
+  // masks, the same on every rank (under a union each rank's own differ by design, and a rank that
+  // found its own two masks equal would compact a call that another rank runs dense).
   cs.ambiguous.assign(cs.cycle.size(), false);
   for (size_t i = 0; i < cs.cycle.size(); ++i)
     for (size_t j = 0; j < cs.cycle.size(); ++j) {
       const compress::PublishedMask &a = *cs.cycle[i].source, &b = *cs.cycle[j].source;
       if (i != j && a.target() == b.target() && a.count() == b.count() && a.dtype() == b.dtype() &&
-          !(*a.mask() == *b.mask()))
+          !(*cs.cycle[i].agreed == *cs.cycle[j].agreed))
         cs.ambiguous[i] = true;
     }
   outcome->state = CommitOutcome::State::kActivated;
@@ -200,14 +241,15 @@ int Proxy::vote_learned(CommState& cs, LearnedSignature& sig, Stream stream) {
   std::string why;
   const bool ok = options_.enabled && sig.prepare_proposal(backend_, &why);
   const Vote mine{sig.proposal_hash(), fingerprint_, ok ? Refusal::kNone : Refusal::kCouldNotPrepare};
-  write_vote(mine, cs.vote->host());
+  Exchange& ex = *cs.learned_vote;
+  write_vote(mine, ex.host());
   note(cs, CallKind::kVote, ReduceOp::kMax, DType::kI64, CallPath::kAgreement, kVoteWords);
-  int rc = backend_.exchange_in(*cs.vote, nullptr, kVoteWords, 8, cs.comm, stream);
+  int rc = backend_.exchange_in(ex, nullptr, kVoteWords, 8, cs.comm, stream);
   if (rc == kResultInProgress) rc = backend_.wait_enqueued(cs.comm, cs.live);
-  if (!rc) rc = backend_.exchange_out(*cs.vote, nullptr, kVoteWords, 8, stream);
-  if (!rc) rc = backend_.wait_exchange(*cs.vote, cs.comm, cs.live);
+  if (!rc) rc = backend_.exchange_out(ex, nullptr, kVoteWords, 8, stream);
+  if (!rc) rc = backend_.wait_exchange(ex, cs.comm, cs.live);
   if (rc) return fail_comm(cs, rc, "could not complete the vote on a learned mask");
-  const Verdict verdict = read_verdict(mine, cs.vote->host());
+  const Verdict verdict = read_verdict(mine, ex.host());
   sig.settle(verdict.unanimous());
   if (verdict.unanimous())
     SIEVE_INFO(

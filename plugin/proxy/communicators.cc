@@ -48,20 +48,11 @@ uint64_t ProxyOptions::fingerprint() const {
   return h;
 }
 
+thread_local Proxy::ThreadCache Proxy::t_cache;
+
 namespace {
 
 std::atomic<uint64_t> g_next_proxy_id{1};
-
-// The calling thread's last proxy, communicator and state: a call on the communicator it used last
-// (the common case: a training loop) takes no global lock.
-struct ThreadCache {
-  uint64_t proxy = 0;
-  void* thread_state = nullptr;
-  Comm comm = nullptr;
-  std::shared_ptr<void> comm_state;
-};
-thread_local ThreadCache t_cache;
-
 std::atomic<uint64_t> g_next_thread_serial{1};
 
 // This thread's number (never reused, unlike std::thread::id) and what to undo when it exits.
@@ -92,13 +83,12 @@ Proxy::Proxy(DeviceBackend& backend, const compress::MaskRegistry& registry, Pro
 // --- communicators ---------------------------------------------------------------------------
 
 int Proxy::enter(Comm comm, std::shared_ptr<CommState>* out) {
-  if (t_cache.proxy == id_ && t_cache.comm == comm && t_cache.comm_state) {
-    auto cached = std::static_pointer_cast<CommState>(t_cache.comm_state);
-    if (!cached->forgotten.load(std::memory_order_acquire)) {
-      *out = std::move(cached);
-      return kResultSuccess;
-    }
-  }
+  if (t_cache.proxy == id_ && t_cache.comm == comm)
+    if (std::shared_ptr<CommState> cached = t_cache.comm_state.lock())
+      if (!cached->forgotten.load(std::memory_order_acquire)) {
+        *out = std::move(cached);
+        return kResultSuccess;
+      }
   *out = find(comm);
   if (!*out) {
     auto cs = std::make_shared<CommState>(comm);
@@ -160,6 +150,9 @@ int Proxy::async_error(Comm comm, int* error) {
 }
 
 void Proxy::forget(Comm comm) {
+  std::shared_ptr<CommState> gone = find(comm);
+  // Teardown: what graphs' replays counted reaches the statistics before the state goes.
+  if (gone) collect_graph_counts(*gone);
   std::lock_guard lock(mutex_);
   auto it = comms_.find(comm);
   if (it == comms_.end()) return;
@@ -310,7 +303,7 @@ Proxy::ThreadState& Proxy::thread_state() {
     }
     ts = slot.get();
   }
-  t_cache = ThreadCache{id_, ts, nullptr, nullptr};
+  t_cache = ThreadCache{id_, ts, nullptr, {}};
   return *ts;
 }
 

@@ -116,6 +116,14 @@ class DeviceBackend {
   }
   // True while `stream` is being captured into a CUDA graph: nothing may allocate or wait then.
   virtual int capture_status(Stream stream, bool* capturing) = 0;
+  // While `stream` is being captured: keeps `keep` (what the captured work reads and writes) alive
+  // until the graph being captured, and every executable graph made from it, is destroyed. False
+  // when this backend cannot tie a lifetime to a graph: the caller must then keep it for good.
+  virtual bool keep_for_graph(Stream stream, std::shared_ptr<void> keep) {
+    (void)stream;
+    (void)keep;
+    return false;
+  }
 
   // --- agreement: an all-reduce (max) of words, in three steps so that it can sit in a group ---
   virtual int create_exchange(uint64_t bytes, std::unique_ptr<Exchange>* out) = 0;

@@ -9,6 +9,7 @@
 // elements per shard: nranks * K elements instead of count. Padding is never read back.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -61,12 +62,17 @@ class EntryPlan {
   // Published masks: nonzero values this plan's mask pruned, counted on the device (null for learned
   // plans, whose flag counts them). `reported`: the part of it already added to the statistics.
   ViolationCounter* pruned_nonzeros() { return pruned_.get(); }
-  uint64_t reported = 0;
+  // Eager calls add it under the communicator's lock; replays of graphs reach the host at commits and
+  // at teardown, which may not hold it.
+  std::atomic<uint64_t> reported{0};
   bool verifies() const { return static_cast<bool>(verify_); }
   void* verify_buffer() { return verify_ ? verify_->data() : nullptr; }
 
-  // A CUDA graph captured a collective on this plan: its memory must outlive every replay.
+  // A CUDA graph captured a collective on this plan: its memory must outlive every replay. The graph
+  // holds it (DeviceBackend::keep_for_graph) unless `kept_for_good`: no graph could, so the
+  // communicator keeps it for the process's life.
   bool captured = false;
+  bool kept_for_good = false;
   // The communicator's outermost NCCL group that last used the compact buffer (CommState's
   // group_serial): a second use in the same group runs dense (its collective would reduce the first
   // one's data in the one buffer).

@@ -65,6 +65,7 @@ int Proxy::run_group_end(ThreadState& ts) {
     CommState& cs = *d.state;
     if (!enqueued(group_rc) || cs.failed.load()) {
       if (d.kind == Deferred::Kind::kLearnedVote) d.learned->withdraw();
+      if (d.kind == Deferred::Kind::kCommit) release_vote(cs, *d.commit);
       if (d.kind == Deferred::Kind::kCommit && !cs.failed.load())
         fail_comm(cs, group_rc, "could not launch the group holding a commit's vote");
       continue;

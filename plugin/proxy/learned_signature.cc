@@ -76,6 +76,15 @@ int LearnedSignature::begin_call(DeviceBackend& backend, Comm comm, CommLiveness
   // counts even if its collective later fails: every rank sees the same failure.
   decision->record = size_t(calls_ % ring_.size());
   ++calls_;
+  for (size_t i = 0; i < spilled_.size();) {
+    if (spilled_[i].index != decision->record) {
+      ++i;
+      continue;
+    }
+    Record held = std::move(spilled_[i].record);
+    spilled_.erase(spilled_.begin() + std::ptrdiff_t(i));
+    if (int rc = consume(backend, comm, live, held, decision)) return rc;
+  }
   if (int rc = consume(backend, comm, live, ring_[decision->record], decision)) return rc;
   decision->compact = static_cast<bool>(plan_);
   decision->moved = decision->compact && send != bound_;
@@ -128,6 +137,12 @@ void LearnedSignature::settle(bool unanimous) {
 
 int LearnedSignature::record_dense(DeviceBackend& backend, size_t record, const void* output, Stream stream) {
   Record& r = ring_.at(record);
+  // Records of a group are left at its end, after its later calls already passed their slot: a
+  // group reading this signature more than `lag` times would overwrite a compact call's unread flag
+  // with a dense pattern, and a violation would never be seen. A flag decides; a pattern seen while
+  // a mask is in force does not (consume ignores it), so the flag stays until read. Every rank
+  // skips the same records: which are unread follows from the calls and groups alone.
+  if (r.issued && r.compact) return kResultSuccess;
   if (!r.slot)
     if (int rc = backend.create_slot(count_, &r.slot)) return rc;
   if (int rc = backend.record_nonzero(*r.slot, output, count_, type_, stream)) return rc;
@@ -139,6 +154,12 @@ int LearnedSignature::record_dense(DeviceBackend& backend, size_t record, const 
 int LearnedSignature::record_compact(DeviceBackend& backend, size_t record, const std::shared_ptr<EntryPlan>& plan,
                                      Stream stream) {
   Record& r = ring_.at(record);
+  if (r.issued && r.compact) {
+    // Another compact call's flag is still unread (calls from two threads taking turns, one inside
+    // a group): it waits beside the slot, read just before it, never overwritten.
+    spilled_.push_back(Spilled{record, std::move(r)});
+    r = Record();
+  }
   if (!r.slot)
     if (int rc = backend.create_slot(count_, &r.slot)) return rc;
   if (int rc = backend.record_flag(*r.slot, plan->flag(), plan->element_size(), *plan->violations(), stream)) return rc;

@@ -93,7 +93,13 @@ class LearnedSignature {
   const LearnedRules rules_;
   compress::MaskTracker tracker_;
   std::vector<Record> ring_;  // the records of the last `lag` calls
-  compress::Mask nonzero_;    // the record being read (its storage reused from call to call)
+  // Compact calls' flags that a later compact record found unread in their slot: read with it.
+  struct Spilled {
+    size_t index;
+    Record record;
+  };
+  std::vector<Spilled> spilled_;
+  compress::Mask nonzero_;  // the record being read (its storage reused from call to call)
   std::shared_ptr<const compress::Mask> proposal_;
   std::shared_ptr<EntryPlan> prepared_;  // the proposal's plan, while the vote is pending
   std::shared_ptr<EntryPlan> plan_;      // non-null while compact

@@ -152,7 +152,7 @@ class Proxy {
     // `abort_done` once the proxy's abort returned, `handle_kept` when it left the handle valid.
     std::atomic<int> abort_owner{0};
     std::atomic<bool> abort_done{false}, handle_kept{false};
-    std::atomic<bool> captured{false};              // a CUDA graph holds one of its plans
+    std::atomic<bool> captured{false};              // it must outlive a graph that no graph can hold it for
     std::atomic<bool> forgotten{false};             // torn down: a thread's cached handle is stale
     std::atomic<const char*> waiting_for{nullptr};  // what a host wait on it waits for, for dumps
     CallHistory history;
@@ -167,17 +167,27 @@ class Proxy {
     std::vector<ActiveEntry> cycle;
     std::vector<bool> ambiguous;              // per cycle entry: another mask of its shape differs (it runs dense)
     std::unordered_set<int32_t> premul_sums;  // NCCL handles of pre-multiplied sums alive on it
-    std::vector<std::shared_ptr<EntryPlan>> graph_plans;  // captured, no longer active: kept for replays
+    std::vector<std::shared_ptr<EntryPlan>> graph_plans;  // captured, no longer active, kept_for_good
+    // Plans graphs captured with a pruned-nonzero count: replays count on the device, and nothing
+    // eager may ever read it again, so commits and teardown add what reached the host. Its own lock:
+    // a teardown takes none a call may hold.
+    std::mutex graph_mutex;
+    std::vector<std::weak_ptr<EntryPlan>> graph_counted;
     // Shared with deferred work: a commit at a group's end may drop them while a record of the same
     // group still waits to run.
     std::map<std::pair<uint64_t, DType>, std::shared_ptr<LearnedSignature>> learned;
-    std::unique_ptr<Exchange> vote;  // the commit's and learned votes' staging
+    // Staging of the proxy's own agreements, one per kind: a group may hold a commit's vote, a
+    // learned vote and verdicts at once. A second commit in one group gets staging of its own.
+    std::unique_ptr<Exchange> vote;  // commits'
+    bool vote_held = false;          // a commit in an open group reads its verdict from `vote` at its end
+    std::unique_ptr<Exchange> learned_vote, verdict_vote;
     // SIEVE_PROXY_VERIFY inside a CUDA graph: a fixed "no difference" vote, never rewritten, so that a
     // captured call issues the same shared verdict as an eager one on another rank (a graph cannot
     // wait for a comparison, and its replays re-read this staging).
-    std::unique_ptr<Exchange> captured_verdict;
-    std::unordered_set<uintptr_t> warned;  // buffers already warned about (near misses, stale graphs)
-    bool warned_failed = false, warned_observe = false, warned_violations = false, warned_ambiguous = false;
+    std::shared_ptr<Exchange> captured_verdict;  // graphs that captured it hold it too
+    std::unordered_set<uintptr_t> warned;        // buffers already warned about (near misses, stale graphs)
+    bool warned_failed = false, warned_observe = false, warned_ambiguous = false;
+    std::atomic<bool> warned_violations{false};
     std::atomic<uint64_t> mask_violations{0};  // published masks' pruned nonzeros seen so far
     // NCCL groups on this communicator: the number of the outermost group that last held one of its
     // compacted collectives, and whether that group is still open. A function of the communicator's
@@ -242,6 +252,18 @@ class Proxy {
     CommitOutcome outcome;
   };
 
+  // The calling thread's last proxy, communicator and state: a call on the communicator it used last
+  // (the common case: a training loop) takes no global lock. The state is held weakly: a
+  // communicator torn down must not live on (with its agreed table, and so the masks
+  // sieve_mask_released reports on) for as long as the last thread that called it.
+  struct ThreadCache {
+    uint64_t proxy = 0;
+    void* thread_state = nullptr;
+    Comm comm = nullptr;
+    std::weak_ptr<CommState> comm_state;
+  };
+  static thread_local ThreadCache t_cache;
+
   // The communicator's state, or null: found under the map's lock, which is never held longer.
   std::shared_ptr<CommState> find(Comm comm) const;
   // read(state) under the communicator's own lock (a call's: it waits for the call to return), or
@@ -266,6 +288,7 @@ class Proxy {
   int run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* outcome);
   int finish_commit(CommState& cs, Stream stream, PendingCommit& pending);
   void withdraw_commit(CommState& cs, PendingCommit& pending);
+  void release_vote(CommState& cs, PendingCommit& pending);
   void apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outcome);
   int vote_learned(CommState& cs, LearnedSignature& sig, Stream stream);
 
@@ -283,6 +306,9 @@ class Proxy {
   // A published plan's pruned nonzeros: counted on the device; what reached the host is added here.
   int count_pruned(CommState& cs, EntryPlan& plan, const DeviceLayout& layout, const void* src, bool last,
                    Stream stream);
+  void add_pruned(CommState& cs, EntryPlan& plan);
+  // What replays of captured plans counted so far (commits, teardown: no lock a call holds is needed).
+  void collect_graph_counts(CommState& cs);
   int verify(CommState& cs, const Compaction& c, Stream stream);
   // This rank's verdict (empty `what`: no difference): shared now, or at the group's end.
   int verdict(CommState& cs, Stream stream, const std::string& what, bool captured);

@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -173,6 +175,38 @@ struct CudaSlot : LagSlot {
 
 const kernels::DeviceLayout& view_of(const DeviceLayout& l) { return static_cast<const CudaLayout&>(l).view; }
 
+// What graphs held and have released. CUDA runs a user object's destructor on a thread of its own,
+// where no CUDA call is allowed (and a plan's last reference frees device memory), possibly while the
+// process exits: the destructor only moves the reference here, and the next allocation drops it.
+// Process-wide and never destroyed, because graphs are.
+struct GraphReleases {
+  std::mutex mutex;
+  std::vector<std::shared_ptr<void>> released;
+};
+
+GraphReleases& graph_releases() {
+  static GraphReleases* releases = new GraphReleases();
+  return *releases;
+}
+
+void CUDART_CB graph_released(void* hold) {
+  auto* keep = static_cast<std::shared_ptr<void>*>(hold);
+  GraphReleases& r = graph_releases();
+  {
+    std::lock_guard lock(r.mutex);
+    r.released.push_back(std::move(*keep));
+  }
+  delete keep;
+}
+
+void free_graph_releases() {
+  std::vector<std::shared_ptr<void>> gone;
+  GraphReleases& r = graph_releases();
+  std::lock_guard lock(r.mutex);
+  gone.swap(r.released);
+  // `gone` is destroyed after the lock is released, on this (host) thread.
+}
+
 }  // namespace
 
 std::string cuda_problem() {
@@ -286,7 +320,33 @@ int CudaBackend::capture_status(Stream stream, bool* capturing) {
   return kResultSuccess;
 }
 
+bool CudaBackend::keep_for_graph(Stream stream, std::shared_ptr<void> keep) {
+  free_graph_releases();
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamGetCaptureInfo(as_stream(stream), &status, nullptr, &graph) != cudaSuccess ||
+      status != cudaStreamCaptureStatusActive || !graph) {
+    cudaGetLastError();
+    return false;
+  }
+  // Released with the graph and every executable graph made from it, after their last launch.
+  auto* hold = new std::shared_ptr<void>(std::move(keep));
+  cudaUserObject_t object = nullptr;
+  if (cudaUserObjectCreate(&object, hold, graph_released, 1, cudaUserObjectNoDestructorSync) != cudaSuccess) {
+    cudaGetLastError();
+    delete hold;
+    return false;
+  }
+  if (cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove) != cudaSuccess) {
+    cudaGetLastError();
+    cudaUserObjectRelease(object, 1);  // its destructor hands the reference back, freed later
+    return false;
+  }
+  return true;
+}
+
 int CudaBackend::create_exchange(uint64_t bytes, std::unique_ptr<Exchange>* out) {
+  free_graph_releases();
   auto ex = std::make_unique<CudaExchange>();
   const char* what = "an exchange's allocation";
   if (int rc = cuda_fail(cudaHostAlloc(&ex->host_, bytes ? bytes : 1, cudaHostAllocDefault), what)) return rc;
@@ -337,6 +397,7 @@ int CudaBackend::download(const void* device, void* host, uint64_t bytes, Stream
 
 int CudaBackend::create_layout(const compress::Mask& mask, uint64_t first, uint64_t count,
                                std::unique_ptr<DeviceLayout>* out) {
+  free_graph_releases();
   const compress::TileLayout host = compress::build_tile_layout(mask, first, count);
   auto layout = std::make_unique<CudaLayout>();
   if (int rc = upload(host.bits, &layout->bits, "the upload of a mask layout")) return rc;
@@ -350,6 +411,7 @@ int CudaBackend::create_layout(const compress::Mask& mask, uint64_t first, uint6
 }
 
 int CudaBackend::create_buffer(uint64_t bytes, std::unique_ptr<DeviceBuffer>* out) {
+  free_graph_releases();
   auto buffer = std::make_unique<CudaBuffer>();
   if (int rc = cuda_fail(cudaMalloc(&buffer->ptr, bytes ? bytes : 1), "a device allocation")) return rc;
   buffer->size = bytes;

@@ -28,6 +28,8 @@ class CudaBackend : public DeviceBackend {
   bool abort_keeps_handle() const override;
   int comm_async_error(Comm comm, int* error) override;
   int capture_status(Stream stream, bool* capturing) override;
+  // A CUDA user object the captured graph retains (cudaGraphRetainUserObject).
+  bool keep_for_graph(Stream stream, std::shared_ptr<void> keep) override;
   int create_exchange(uint64_t bytes, std::unique_ptr<Exchange>* out) override;
   int exchange_in(Exchange& ex, void* device, uint64_t count, int width, Comm comm, Stream stream) override;
   int exchange_out(Exchange& ex, const void* device, uint64_t count, int width, Stream stream) override;

@@ -78,12 +78,13 @@ TEST(CaptureTest, CaptureOfALearnedAllReduceIsRefusedOnWhicheverRankCapturesIt) 
   EXPECT_EQ(log.count("was captured into a CUDA graph"), 1u);
 }
 
-// A plan a graph captured stays in every later table (the same mask, reused): it is kept for the
-// graph's replays once, not once per commit.
+// Where no graph can hold what it captured, a plan a graph captured stays in every later table (the
+// same mask, reused): it is kept for the graph's replays once, not once per commit.
 TEST(CaptureTest, CapturedPlansDoNotPileUpAcrossCommits) {
   FakeWorld world(1);
   auto ranks = make_ranks(world);
   Rank& r = *ranks[0];
+  r.backend.graphs_keep = false;  // no graph holds what it captured: the communicator keeps it
   compress::Mask m = thirds_mask(kCount);
   std::vector<float> g = gradient(m, 0);
   r.publish(g.data(), m);
@@ -97,6 +98,57 @@ TEST(CaptureTest, CapturedPlansDoNotPileUpAcrossCommits) {
   std::copy(f.begin(), f.end(), g.begin());
   ASSERT_EQ(r.backend.replay(), 0) << r.backend.error;
   expect_exact(g, dense_sum(m, 1, 3));
+}
+
+// Issue 50, class 7: re-pruning and re-capturing (a new mask, a commit and a new graph each round)
+// kept every old plan and its device memory for the process's life: 20 rounds, 19 plans. A graph now
+// holds what its replays use, as the table holds what eager calls use: an old graph still replays
+// its own mask after a commit replaced it, and destroying the graph frees what nothing else uses.
+TEST(CaptureTest, RepruningAndRecapturingKeepOnlyWhatLiveGraphsUse) {
+  for (const bool verify : {false, true}) {
+    ProxyOptions o = test_options();
+    o.verify = verify;
+    FakeWorld world(1);
+    auto ranks = make_ranks(world, o);
+    Rank& r = *ranks[0];
+    std::vector<float> g(kCount);
+    const int buffers = FakeBuffer::live, layouts = FakeLayout::live();
+    int round_buffers = 0, round_layouts = 0;
+    compress::Mask last;
+    for (int round = 0; round < 20; ++round) {
+      compress::Mask m = thirds_mask(kCount);
+      m.set_range(0, uint64_t(round) + 1, false);  // each round prunes one more element
+      r.publish(g.data(), m);
+      ASSERT_EQ(r.commit().state, CommitOutcome::State::kActivated);
+      if (round > 0) {  // the last round's graph, its plan replaced by the commit, still replays it
+        std::vector<float> f = gradient(last, 0, round);
+        std::copy(f.begin(), f.end(), g.begin());
+        ASSERT_EQ(r.backend.replay(), 0) << r.backend.error;
+        expect_exact(g, dense_sum(last, 1, round));
+      }
+      r.backend.begin_capture();  // the trainer's new graph replaces the last one
+      Path path;
+      ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
+      r.backend.end_capture();
+      EXPECT_EQ(path, Path::kCompactPublished);
+      std::vector<float> f = gradient(m, 0, round);
+      std::copy(f.begin(), f.end(), g.begin());
+      ASSERT_EQ(r.backend.replay(), 0) << r.backend.error;
+      expect_exact(g, dense_sum(m, 1, round));
+      if (round == 0) round_buffers = FakeBuffer::live - buffers, round_layouts = FakeLayout::live() - layouts;
+      last = m;
+    }
+    EXPECT_EQ(r.proxy.graph_plans(kComm), 0u);
+    EXPECT_EQ(FakeBuffer::live - buffers, round_buffers) << "one plan: the table's, which the graph uses";
+    EXPECT_EQ(FakeLayout::live() - layouts, round_layouts);
+    // The communicator is torn down; the graph still holds what its replays use.
+    EXPECT_FALSE(r.proxy.release(kComm, nullptr));
+    r.proxy.forget(kComm);
+    ASSERT_EQ(r.backend.replay(), 0) << r.backend.error;
+    r.backend.destroy_graph();
+    EXPECT_EQ(FakeBuffer::live, buffers) << "verify " << verify;
+    EXPECT_EQ(FakeLayout::live(), layouts);
+  }
 }
 
 // Two compacted all-reduces captured in one group: on replay each gather must read the buffer as it

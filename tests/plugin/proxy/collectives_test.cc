@@ -161,5 +161,52 @@ TEST(CollectivesTest, UnionNeedsTheSameBuffersOnEveryRank) {
   EXPECT_EQ(world.mismatches(), 0u);
 }
 
+// Issue 50, class 1: a union commit of collective masks (publish_fsdp(union=True)). Whether a shape
+// names its mask for certain was decided from each rank's own masks, which a union lets differ: a
+// rank whose own two masks of a shape were equal compacted a reduce-scatter that a rank whose own
+// differed ran dense (under NCCL, a hang). It is decided from the OR'ed masks every rank agreed on.
+TEST(CollectivesTest, AUnionDecidesWhetherAShapeNamesItsMaskFromTheMergedMasks) {
+  const uint64_t count = 1200;
+  compress::Mask x(count, false);
+  for (uint64_t i = 0; i < count; i += 3) x.set_range(i, 1, true);
+  for (const bool merged_equal : {true, false}) {
+    FakeWorld world(2);
+    auto ranks = make_ranks(world);
+    // Rank 0 publishes x twice. Rank 1's two masks differ: inside x (the unions are both x, so the
+    // shape names x for certain), or each beyond x in its own place (the unions differ: dense).
+    auto masks_of = [&](int rank) {
+      compress::Mask a = x, b = x;
+      if (rank == 1 && merged_equal) a.set_range(0, 30, false), b.set_range(600, 30, false);
+      if (rank == 1 && !merged_equal) a.set_range(1, 1, true), b.set_range(2, 1, true);
+      return std::make_pair(a, b);
+    };
+    std::vector<Path> paths(2);
+    run_ranks(ranks, [&](Rank& r) {
+      const auto [a, b] = masks_of(r.rank);
+      for (const compress::Mask* m : {&a, &b})
+        ASSERT_TRUE(r.registry
+                        .publish_collective(compress::MaskTarget::kReduceScatter, compress::DType::kF32,
+                                            std::make_shared<const compress::Mask>(*m), nullptr)
+                        .ok());
+      ASSERT_EQ(r.commit(SIEVE_COMMIT_UNION).state, CommitOutcome::State::kActivated);
+      std::vector<float> send(count, 0.0f), recv(count / 2);
+      for (uint64_t i = 0; i < count; ++i)  // zero wherever either mask of either rank prunes
+        if (a.test(i) && b.test(i) && x.test(i) && i >= 30 && (i < 600 || i >= 630)) send[i] = value(r.rank, i, 0);
+      ASSERT_EQ(r.settle(r.proxy.reduce_scatter(send.data(), recv.data(), count / 2, DType::kF32, ReduceOp::kSum, kComm,
+                                                kStream, &paths[size_t(r.rank)])),
+                0)
+          << r.backend.error;
+      for (uint64_t i = 0; i < count / 2; ++i) {
+        const uint64_t at = uint64_t(r.rank) * (count / 2) + i;
+        const bool sent = x.test(at) && at >= 30 && (at < 600 || at >= 630);
+        ASSERT_EQ(recv[i], sent ? value(0, at, 0) + value(1, at, 0) : 0.0f) << "element " << at;
+      }
+    });
+    EXPECT_EQ(world.mismatches(), 0u) << (merged_equal ? "equal unions" : "different unions");
+    EXPECT_EQ(paths[0], merged_equal ? Path::kCompactPublished : Path::kDense);
+    EXPECT_EQ(paths[1], paths[0]);
+  }
+}
+
 }  // namespace
 }  // namespace sieve::plugin::proxy

@@ -446,6 +446,12 @@ int FakeBackend::capture_status(Stream, bool* capturing) {
   return kResultSuccess;
 }
 
+bool FakeBackend::keep_for_graph(Stream, std::shared_ptr<void> keep) {
+  if (!graphs_keep || !me().capturing) return false;
+  me().kept.push_back(std::move(keep));
+  return true;
+}
+
 int FakeBackend::create_exchange(uint64_t bytes, std::unique_ptr<Exchange>* out) {
   if (me().capturing || fault(faults.create_exchange)) return kResultCudaError;
   *out = std::make_unique<FakeExchange>(bytes);

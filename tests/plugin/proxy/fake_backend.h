@@ -19,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -167,12 +168,21 @@ class FakeBackend : public DeviceBackend {
   int read_flag(LagSlot& slot, Comm comm, CommLiveness& live, uint64_t* flag_bits, uint64_t* local_violations) override;
 
   // Graph capture: while capturing, device work and collectives are recorded; replay() runs them.
+  // One graph per thread: a new capture destroys the last one, as does destroy_graph(), and with it
+  // what keep_for_graph() kept for it.
   void begin_capture() {
+    destroy_graph();
     me().capturing = true;
-    me().graph.clear();
   }
   void end_capture() { me().capturing = false; }
   int replay();
+  void destroy_graph() {
+    std::vector<std::shared_ptr<void>> kept;
+    kept.swap(me().kept);
+    me().graph.clear();
+  }
+  bool keep_for_graph(Stream stream, std::shared_ptr<void> keep) override;
+  bool graphs_keep = true;  // false: a backend that cannot tie lifetimes to graphs (the caller keeps)
 
   bool nonblocking = false;   // collectives return kResultInProgress and run at wait_enqueued()
   bool keeps_handle = false;  // abort_comm revokes (NCCL >= 2.28) instead of freeing the handle
@@ -212,6 +222,7 @@ class FakeBackend : public DeviceBackend {
     std::vector<Op> queued;  // collectives of the open group
     bool capturing = false;
     std::vector<std::function<int()>> graph;
+    std::vector<std::shared_ptr<void>> kept;  // alive while the graph is
   };
   ThreadState& me();
   void set_error(const std::string& why);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "tests/plugin/proxy/rank_harness.h"
 
@@ -299,6 +300,95 @@ TEST(LearnedTest, ACallOnAnotherBufferEndsTheMaskOnEveryRankAndItsLossIsCounted)
   EXPECT_EQ(world.mismatches(), 0u);
 }
 
+// Issue 50, class 3: a group that reads one learned buffer more often than SIEVE_TRACK_LAG. Its
+// records are left at the group's end, and the last dense call's record overwrote the compact call's
+// flag before any call read it: a nonzero outside the mask was dropped in every step, with
+// mask_violations at 0 and no fallback. The flag is now read, `lag` calls after it could be.
+TEST(LearnedTest, AGroupReadingABufferMoreThanLagTimesNeverLosesAViolation) {
+  const uint32_t stable = 1, lag = 2;
+  FakeWorld world(2);
+  auto ranks = make_ranks(world, tracking(stable, lag));
+  std::vector<std::vector<Path>> paths(2);
+  run_ranks(ranks, [&](Rank& rank) {
+    rank.commit();
+    std::vector<float> g(kCount);
+    Path p = Path::kDense;
+    for (int s = 0; s < 6 && p != Path::kCompactLearned; ++s) {
+      std::vector<float> fresh = input(rank.rank, s);
+      std::copy(fresh.begin(), fresh.end(), g.begin());
+      ASSERT_EQ(rank.all_reduce(g.data(), kCount, &p), 0) << rank.backend.error;
+    }
+    ASSERT_EQ(p, Path::kCompactLearned);
+    for (int step = 0; step < 6; ++step) {
+      std::vector<float> fresh = input(rank.rank, step);
+      if (rank.rank == 1) fresh[201] = 3.0f;  // outside the learned mask, in every step
+      std::copy(fresh.begin(), fresh.end(), g.begin());
+      ASSERT_EQ(rank.proxy.group_start(), 0);
+      for (uint32_t read = 0; read < lag + 1; ++read) {
+        ASSERT_TRUE(enqueued(
+            rank.proxy.all_reduce(g.data(), g.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream, &p)));
+        paths[size_t(rank.rank)].push_back(p);
+      }
+      ASSERT_EQ(rank.settle(rank.proxy.group_end()), 0) << rank.backend.error;
+    }
+    EXPECT_EQ(rank.stats.learned_pattern_changes.load(), 1u) << "rank " << rank.rank;
+    EXPECT_EQ(paths[size_t(rank.rank)].back(), Path::kDense) << "rank " << rank.rank;
+  });
+  EXPECT_EQ(paths[0], paths[1]);
+  EXPECT_EQ(ranks[0]->stats.mask_violations.load(), 0u);
+  EXPECT_GE(ranks[1]->stats.mask_violations.load(), 1u) << "the dropped value is counted";
+  // Only the compact calls up to the one that reads the flag drop anything: the violating group's
+  // first call, and at most `lag` calls after that group.
+  const auto first = std::find(paths[0].begin(), paths[0].end(), Path::kCompactLearned);
+  ASSERT_NE(first, paths[0].end());
+  EXPECT_LE(std::count(first + 1, paths[0].end(), Path::kCompactLearned), std::ptrdiff_t(lag));
+  EXPECT_EQ(world.mismatches(), 0u);
+}
+
+// The same, at the signature: two compact calls whose flags are left out of order (threads taking
+// turns on a communicator, one of them inside a group) land in one record slot before either is
+// read. The later-written flag must not replace the unread one: both are read, the violation too.
+TEST(LearnedTest, TwoUnreadFlagsInOneSlotAreBothRead) {
+  FakeWorld world(1);
+  FakeBackend backend(world, 0, kComm);
+  CommLiveness live;
+  LearnedRules rules;
+  rules.stable = 1;
+  rules.lag = 1;
+  rules.plan.min_count = 1;
+  LearnedSignature sig(kCount, DType::kF32, rules);
+  std::vector<float> g = input(0, 0);
+  LearnedDecision d;
+  for (int call = 0; call < 2; ++call) {  // a stable pattern, proposed and agreed at the second call
+    ASSERT_EQ(sig.begin_call(backend, kComm, live, g.data(), &d), 0);
+    if (d.propose) {
+      std::string why;
+      ASSERT_TRUE(sig.prepare_proposal(backend, &why)) << why;
+      sig.settle(true);
+    }
+    ASSERT_EQ(sig.record_dense(backend, d.record, g.data(), kStream), 0);
+  }
+  LearnedDecision a, b;
+  ASSERT_EQ(sig.begin_call(backend, kComm, live, g.data(), &a), 0);
+  ASSERT_EQ(sig.begin_call(backend, kComm, live, g.data(), &b), 0);
+  ASSERT_TRUE(a.compact && b.compact);
+  ASSERT_EQ(a.record, b.record);
+  const std::shared_ptr<EntryPlan> plan = sig.plan();
+  auto left = [&](size_t record, bool violated) {  // what the call's check and its collective left
+    const FlagEncoding flag = flag_encoding(DType::kF32);
+    const uint64_t bits = violated ? flag.bad_bits : flag.ok_bits, count = violated ? 1 : 0;
+    std::memcpy(plan->flag(), &bits, sizeof(float));
+    std::memcpy(plan->violations()->data(), &count, sizeof count);
+    ASSERT_EQ(sig.record_compact(backend, record, plan, kStream), 0);
+  };
+  left(b.record, true);   // the later call, recorded first, found a violation
+  left(a.record, false);  // the earlier call's flag, left at its group's end
+  ASSERT_EQ(sig.begin_call(backend, kComm, live, g.data(), &d), 0);
+  EXPECT_TRUE(d.fell_back) << "the violation was read";
+  EXPECT_FALSE(d.compact);
+  EXPECT_EQ(d.violations, 1u);
+}
+
 // Even a buffer whose zeros fit the mask ends it: the mask is bound to its own buffer.
 TEST(LearnedTest, AnotherBufferWithTheSameZerosStillEndsTheMask) {
   FakeWorld world(2);
@@ -410,6 +500,41 @@ TEST(LearnedTest, APatternThatKeepsFlippingBacksOffAndIsRetired) {
       EXPECT_EQ(r.outputs[0][size_t(s)], want) << s;
     }
   }
+}
+
+// Issue 50, class 7: a refused commit dropped every learned signature, retired ones too, so the
+// next agreed commit learned a retired signature again (and dropped its values again). Retirement
+// outlives a refused commit; what was learned but not retired is relearned, as before.
+TEST(LearnedTest, ARefusedCommitLeavesARetiredSignatureRetired) {
+  FakeWorld world(2);
+  auto ranks = make_ranks(world, tracking(1, 1));
+  run_ranks(ranks, [&](Rank& rank) {
+    ASSERT_EQ(rank.commit().state, CommitOutcome::State::kActivated);
+    std::vector<float> g(kCount);
+    Path p;
+    for (int s = 0; s < 240; ++s) {  // a pattern that flips every 4 calls: retired well before the end
+      std::vector<float> fresh = input(rank.rank, s);
+      if ((s / 4) % 2 == 1) std::rotate(fresh.begin(), fresh.begin() + 1, fresh.end());
+      std::copy(fresh.begin(), fresh.end(), g.begin());
+      ASSERT_EQ(rank.all_reduce(g.data(), kCount, &p), 0) << rank.backend.error;
+    }
+    ASSERT_EQ(rank.stats.learned_signatures_retired.load(), 1u);
+    // Rank 1 publishes a mask rank 0 does not: refused on both. Then both agree again.
+    std::vector<float> other(kCount);
+    if (rank.rank == 1) rank.publish(other.data(), compress::Mask(kCount, true));
+    EXPECT_EQ(rank.commit().state, CommitOutcome::State::kRefused);
+    if (rank.rank == 1) { ASSERT_TRUE(rank.registry.retract(other.data()).ok()); }
+    ASSERT_EQ(rank.commit().state, CommitOutcome::State::kActivated);
+    const int votes = rank.backend.votes;
+    for (int s = 0; s < 20; ++s) {  // a pattern that would be learned at once
+      std::vector<float> fresh = input(rank.rank, s);
+      std::copy(fresh.begin(), fresh.end(), g.begin());
+      ASSERT_EQ(rank.all_reduce(g.data(), kCount, &p), 0) << rank.backend.error;
+      EXPECT_EQ(p, Path::kDense) << "call " << s;
+    }
+    EXPECT_EQ(rank.backend.votes, votes) << "a retired signature is never proposed again";
+  });
+  EXPECT_EQ(world.mismatches(), 0u);
 }
 
 TEST(FlagEncodingTest, TheReducedFlagReportsAnyViolatingRankForSumAndAvg) {

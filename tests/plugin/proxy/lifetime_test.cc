@@ -111,5 +111,29 @@ TEST(LifetimeTest, ANewCommunicatorAtADeadOnesAddressIsNotTakenForIt) {
   EXPECT_EQ(reborn.mismatches(), 0u);
 }
 
+// Issue 50, class 7: the thread that last called a communicator kept its state alive after NCCL tore
+// it down, and with it the agreed table: sieve_mask_released stayed 0 for a retracted mask whose only
+// communicator was gone, for as long as the training thread lived (and the binding kept the tensor).
+TEST(LifetimeTest, AMaskIsReleasedOnceItsOnlyCommunicatorIsDestroyedWhileTheCallerLives) {
+  FakeWorld world(1);
+  auto ranks = make_ranks(world);
+  Rank& r = *ranks[0];  // driven from this thread, which outlives the communicator
+  compress::Mask m = thirds_mask(kCount);
+  std::vector<float> g = gradient(m, 0);
+  const uint64_t id = r.publish(g.data(), m);
+  ASSERT_EQ(r.commit().state, CommitOutcome::State::kActivated);
+  Path path;
+  ASSERT_EQ(r.all_reduce(g.data(), kCount, &path), 0) << r.backend.error;
+  ASSERT_EQ(path, Path::kCompactPublished);
+  ASSERT_TRUE(r.registry.retract(g.data()).ok());
+  bool released = true;
+  ASSERT_TRUE(r.registry.released(id, &released).ok());
+  EXPECT_FALSE(released) << "the communicator's agreed table still holds it";
+  EXPECT_FALSE(r.proxy.release(kComm, nullptr));  // ncclCommDestroy: the proxy first, then NCCL
+  r.proxy.forget(kComm);
+  ASSERT_TRUE(r.registry.released(id, &released).ok());
+  EXPECT_TRUE(released) << "no communicator holds it any more";
+}
+
 }  // namespace
 }  // namespace sieve::plugin::proxy

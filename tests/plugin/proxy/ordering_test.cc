@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <thread>
 
 #include "tests/plugin/proxy/rank_harness.h"
@@ -204,6 +206,47 @@ TEST(OrderingTest, AVerificationMismatchOnOneRankAbortsEveryRank) {
       EXPECT_TRUE(r.proxy.aborted(kComm)) << "rank " << r.rank;
     });
     EXPECT_GE(log.count("differs from the dense result at element"), 1u);
+  }
+}
+
+// Issue 50, class 4: an infinite gradient (an fp16/AMP overflow) at 3 ranks. One inf made the
+// tolerance of the reordered sum infinite, and inf - inf is NaN: every rank aborted a job whose
+// compacted and dense results were identical. Non-finite values compare by identity; the call's
+// other elements are checked as before, so a real difference beside an inf still aborts.
+TEST(OrderingTest, VerificationComparesInfinitiesByIdentityAndStillChecksTheRest) {
+  ProxyOptions o = test_options();
+  o.verify = true;
+  const compress::Mask m = thirds_mask(kCount);
+  ASSERT_TRUE(m.test(0) && m.test(3) && m.test(6) && !m.test(601));
+  for (const bool liar : {false, true}) {
+    FakeWorld world(3);
+    auto ranks = make_ranks(world, o);
+    LogCapture log;
+    run_ranks(ranks, [&](Rank& r) {
+      std::vector<float> g = gradient(m, r.rank);
+      const float inf = std::numeric_limits<float>::infinity();
+      if (r.rank == 0) g[0] = inf, g[6] = -inf;
+      if (r.rank == 1) g[3] = inf;
+      if (r.rank == 2) g[6] = inf;             // -inf + inf: NaN on both runs
+      if (liar && r.rank == 2) g[601] = 4.0f;  // pruned by the mask: the compacted result drops it
+      r.publish(g.data(), m);
+      ASSERT_EQ(r.commit().state, CommitOutcome::State::kActivated);
+      Path path;
+      const int rc = r.all_reduce(g.data(), kCount, &path);
+      EXPECT_EQ(path, Path::kCompactPublished);
+      if (liar) {
+        EXPECT_NE(rc, 0) << "rank " << r.rank;
+        EXPECT_TRUE(r.proxy.aborted(kComm)) << "rank " << r.rank;
+        return;
+      }
+      ASSERT_EQ(rc, 0) << "rank " << r.rank << ": " << r.backend.error;
+      EXPECT_FALSE(r.proxy.aborted(kComm));
+      EXPECT_EQ(g[0], inf);
+      EXPECT_EQ(g[3], inf);
+      EXPECT_TRUE(std::isnan(g[6]));
+    });
+    EXPECT_EQ(log.count("differs from the dense result at element 601") > 0, liar);
+    EXPECT_EQ(log.count("differs from the dense result at element 0 "), 0u);
   }
 }
 

@@ -531,6 +531,72 @@ TEST(ProxyTest, ACommitInsideAGroupIsDecidedAtTheGroupsEnd) {
   EXPECT_EQ(world.mismatches(), 0u);
 }
 
+// Issue 50, class 7: two commits on one communicator in one group (the second after another
+// publish) shared one staging buffer: the first read the second's verdict and was refused, on every
+// rank. Each is decided on its own vote.
+TEST(ProxyTest, TwoCommitsInOneGroupAreEachDecidedOnTheirOwnVote) {
+  FakeWorld world(2);
+  auto ranks = make_ranks(world);
+  compress::Mask m = thirds_mask(kCount);
+  run_ranks(ranks, [&](Rank& r) {
+    std::vector<float> a = gradient(m, r.rank), b = gradient(m, r.rank, 1);
+    r.publish(a.data(), m);
+    ASSERT_EQ(r.proxy.group_start(), 0);
+    CommitOutcome first, second;
+    ASSERT_EQ(r.proxy.commit(kComm, kStream, 0, &first), 0) << r.backend.error;
+    r.publish(b.data(), m);
+    ASSERT_EQ(r.proxy.commit(kComm, kStream, 0, &second), 0) << r.backend.error;
+    EXPECT_EQ(first.state, CommitOutcome::State::kPending);
+    EXPECT_EQ(second.state, CommitOutcome::State::kPending);
+    ASSERT_EQ(r.proxy.group_end(), 0) << r.backend.error;
+    EXPECT_EQ(r.stats.tables_activated.load(), 2u);
+    EXPECT_EQ(r.stats.tables_refused.load(), 0u);
+    EXPECT_EQ(r.proxy.active_entries(kComm), 2u) << "the second commit's table";
+    Path path;
+    ASSERT_EQ(r.all_reduce(b.data(), kCount, &path), 0) << r.backend.error;
+    EXPECT_EQ(path, Path::kCompactPublished);
+    expect_exact(b, dense_sum(m, 2, 1));
+  });
+  EXPECT_EQ(world.mismatches(), 0u);
+}
+
+// Issue 50, class 7: a C-API commit in the group whose call proposed a learned mask. The learned
+// vote, settled at the group's end before the commit's verdict was read, overwrote the commit's
+// staging: the commit was refused on every rank. Both are decided on their own votes.
+TEST(ProxyTest, ACommitAndALearnedProposalInOneGroupAreBothDecided) {
+  ProxyOptions o = test_options();
+  o.track = TrackMode::kOn;
+  o.track_stable = 1;
+  o.track_lag = 1;
+  constexpr uint64_t n = 256;
+  FakeWorld world(2);
+  auto ranks = make_ranks(world, o);
+  run_ranks(ranks, [&](Rank& r) {
+    ASSERT_EQ(r.commit().state, CommitOutcome::State::kActivated);
+    std::vector<float> g(n, 0.0f);
+    auto refill = [&] {
+      std::fill(g.begin(), g.end(), 0.0f);
+      for (uint64_t i = 0; i < 100; ++i) g[i] = float(r.rank + 1);
+    };
+    refill();
+    ASSERT_EQ(r.all_reduce(g.data(), n), 0) << r.backend.error;  // its record is read at the next call
+    refill();
+    ASSERT_EQ(r.proxy.group_start(), 0);
+    Path path;
+    ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), n, DType::kF32, ReduceOp::kSum, kComm, kStream, &path), 0);
+    CommitOutcome outcome;
+    ASSERT_EQ(r.proxy.commit(kComm, kStream, 0, &outcome), 0) << r.backend.error;
+    ASSERT_EQ(r.proxy.group_end(), 0) << r.backend.error;
+    EXPECT_EQ(r.stats.tables_activated.load(), 2u);
+    EXPECT_EQ(r.stats.tables_refused.load(), 0u);
+    refill();
+    ASSERT_EQ(r.all_reduce(g.data(), n, &path), 0) << r.backend.error;
+    EXPECT_EQ(path, Path::kCompactLearned) << "the learned vote was unanimous too";
+    for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(g[i], i < 100 ? 3.0f : 0.0f) << i;
+  });
+  EXPECT_EQ(world.mismatches(), 0u);
+}
+
 // PyTorch wraps collectives in groups (2.0-2.2 always; non-blocking communicators now): the binding's
 // token commit works there too.
 TEST(ProxyTest, EveryCallInItsOwnGroupStillCommitsAndCompacts) {

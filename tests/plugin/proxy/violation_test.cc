@@ -42,6 +42,43 @@ TEST(ViolationTest, APublishedMaskThatPrunesNonzerosIsCountedPerCommunicatorAndW
             std::string::npos);
 }
 
+// Issue 50, class 5: a dishonest mask inside a CUDA-graph loop was silent. Replays count on the
+// device, but the host added the count only at an eager call, which a graph loop never makes. What
+// replays counted reaches mask_violations where the host waits anyway (the communicator's next
+// commit) and at its teardown.
+TEST(ViolationTest, ReplaysOfACapturedCollectiveCountWhatItsMaskPrunes) {
+  FakeWorld world(1);
+  auto ranks = make_ranks(world);
+  Rank& r = *ranks[0];
+  compress::Mask m = thirds_mask(kCount);
+  std::vector<float> g(kCount);
+  r.publish(g.data(), m);
+  ASSERT_EQ(r.commit().state, CommitOutcome::State::kActivated);
+  LogCapture log;
+  r.backend.begin_capture();
+  ASSERT_EQ(r.proxy.all_reduce(g.data(), g.data(), kCount, DType::kF32, ReduceOp::kSum, kComm, kStream), 0);
+  r.backend.end_capture();
+  auto replay = [&](int times) {
+    for (int step = 0; step < times; ++step) {
+      std::vector<float> fresh = gradient(m, 0, step);
+      fresh[1] = fresh[2] = 4.0f;  // two values the mask prunes
+      std::copy(fresh.begin(), fresh.end(), g.begin());
+      ASSERT_EQ(r.backend.replay(), 0) << r.backend.error;
+      expect_exact(g, dense_sum(m, 1, step));  // the trusted result: dropped
+    }
+  };
+  replay(3);
+  ASSERT_EQ(r.commit().state, CommitOutcome::State::kActivated);  // the same table, the same plan
+  EXPECT_EQ(r.proxy.mask_violations(kComm), 6u);
+  EXPECT_EQ(r.stats.mask_violations.load(), 6u);
+  EXPECT_EQ(log.count("pruned 6 nonzero values"), 1u);
+  replay(2);
+  EXPECT_FALSE(r.proxy.release(kComm, nullptr));  // ncclCommDestroy
+  r.proxy.forget(kComm);
+  EXPECT_EQ(r.stats.mask_violations.load(), 10u) << "the teardown takes in the rest";
+  EXPECT_EQ(log.count("nonzero values; they were dropped"), 1u) << "warned once";
+}
+
 TEST(ViolationTest, ShardedCollectivesCountTheirShardsAndOtherCommunicatorsStayClean) {
   FakeWorld world(2), other(2);
   auto ranks = make_ranks(world);
