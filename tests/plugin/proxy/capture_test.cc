@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// CUDA graph capture (issue 46): a rank that captures what another issues eagerly (NCCL allows it)
+// CUDA graph capture: a rank that captures what another issues eagerly (NCCL allows it)
 // with SIEVE_PROXY_VERIFY=1 or learned masks, captured plans across many commits, and captured
 // groups, whose collectives NCCL captures at the group's end (the fake models that).
 #include <gtest/gtest.h>
@@ -100,7 +100,7 @@ TEST(CaptureTest, CapturedPlansDoNotPileUpAcrossCommits) {
   expect_exact(g, dense_sum(m, 1, 3));
 }
 
-// Issue 50, class 7: re-pruning and re-capturing (a new mask, a commit and a new graph each round)
+// Re-pruning and re-capturing (a new mask, a commit and a new graph each round)
 // kept every old plan and its device memory for the process's life: 20 rounds, 19 plans. A graph now
 // holds what its replays use, as the table holds what eager calls use: an old graph still replays
 // its own mask after a commit replaced it, and destroying the graph frees what nothing else uses.

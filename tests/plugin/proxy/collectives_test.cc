@@ -161,7 +161,7 @@ TEST(CollectivesTest, UnionNeedsTheSameBuffersOnEveryRank) {
   EXPECT_EQ(world.mismatches(), 0u);
 }
 
-// Issue 50, class 1: a union commit of collective masks (publish_fsdp(union=True)). Whether a shape
+// A union commit of collective masks (publish_fsdp(union=True)). Whether a shape
 // names its mask for certain was decided from each rank's own masks, which a union lets differ: a
 // rank whose own two masks of a shape were equal compacted a reduce-scatter that a rank whose own
 // differed ran dense (under NCCL, a hang). It is decided from the OR'ed masks every rank agreed on.

@@ -8,7 +8,7 @@
 // the same collectives with the same counts on each communicator (masks of collectives on fresh
 // buffers, FSDP's pattern, included) (the fake world fails any mismatch,
 // and every rank's log of real collectives is compared), or every rank gets an error; an abort
-// returns within a second; and every result equals the dense reference exactly. Since issue 34 also:
+// returns within a second; and every result equals the dense reference exactly. Also:
 // each rank hands its communicator's steps between threads at its own random points (only the order
 // on the communicator may decide); masks may be published for one communicator (scoped), also from
 // the second communicator's thread; and SIEVE_PROXY_VERIFY on every rank with one rank holding a

@@ -182,7 +182,7 @@ TEST(FsdpTest, FreshBuffersEveryStepCompactExactlyInF32) { expect_fsdp_compacts_
 TEST(FsdpTest, FreshBuffersEveryStepCompactExactlyInBf16) { expect_fsdp_compacts_exactly<uint16_t>(DType::kBF16); }
 
 // Two reduce-scatter masks of one shape (identical layers pruned differently), and a step that skips
-// one of those collectives (issue 34, item 3): no call of that shape can say which mask is its own,
+// one of those collectives: no call of that shape can say which mask is its own,
 // so every call of it runs dense, on every rank, and every result is the dense one. Before, calls
 // took the masks in publish order, round and round, and the skip shifted every later step onto its
 // neighbour's mask: 75 of 200 elements wrong on every step after, on every rank alike.

@@ -300,7 +300,7 @@ TEST(LearnedTest, ACallOnAnotherBufferEndsTheMaskOnEveryRankAndItsLossIsCounted)
   EXPECT_EQ(world.mismatches(), 0u);
 }
 
-// Issue 50, class 3: a group that reads one learned buffer more often than SIEVE_TRACK_LAG. Its
+// A group that reads one learned buffer more often than SIEVE_TRACK_LAG. Its
 // records are left at the group's end, and the last dense call's record overwrote the compact call's
 // flag before any call read it: a nonzero outside the mask was dropped in every step, with
 // mask_violations at 0 and no fallback. The flag is now read, `lag` calls after it could be.
@@ -502,7 +502,7 @@ TEST(LearnedTest, APatternThatKeepsFlippingBacksOffAndIsRetired) {
   }
 }
 
-// Issue 50, class 7: a refused commit dropped every learned signature, retired ones too, so the
+// A refused commit dropped every learned signature, retired ones too, so the
 // next agreed commit learned a retired signature again (and dropped its values again). Retirement
 // outlives a refused commit; what was learned but not retired is relearned, as before.
 TEST(LearnedTest, ARefusedCommitLeavesARetiredSignatureRetired) {

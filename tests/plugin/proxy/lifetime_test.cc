@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// A communicator's life around aborts (issue 46): the proxy's own abort against a watchdog thread
+// A communicator's life around aborts: the proxy's own abort against a watchdog thread
 // polling ncclCommGetAsyncError, the job's teardown after an abort that kept the handle (NCCL's
 // ncclCommRevoke), and a new communicator at a dead one's address.
 #include <gtest/gtest.h>
@@ -111,7 +111,7 @@ TEST(LifetimeTest, ANewCommunicatorAtADeadOnesAddressIsNotTakenForIt) {
   EXPECT_EQ(reborn.mismatches(), 0u);
 }
 
-// Issue 50, class 7: the thread that last called a communicator kept its state alive after NCCL tore
+// The thread that last called a communicator kept its state alive after NCCL tore
 // it down, and with it the agreed table: sieve_mask_released stayed 0 for a retracted mask whose only
 // communicator was gone, for as long as the training thread lived (and the binding kept the tensor).
 TEST(LifetimeTest, AMaskIsReleasedOnceItsOnlyCommunicatorIsDestroyedWhileTheCallerLives) {

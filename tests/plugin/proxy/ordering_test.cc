@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// What decides how a collective runs, and what may not (issue 34): the order of calls on a
+// What decides how a collective runs, and what may not: the order of calls on a
 // communicator and NCCL's group nesting do; which thread issued a call, a publish meant for another
 // communicator, and where a verification happened to fail do not. Ranks are threads on the fake
 // backend, which fails every call of a collective whose ranks disagree on its count.
@@ -209,7 +209,7 @@ TEST(OrderingTest, AVerificationMismatchOnOneRankAbortsEveryRank) {
   }
 }
 
-// Issue 50, class 4: an infinite gradient (an fp16/AMP overflow) at 3 ranks. One inf made the
+// An infinite gradient (an fp16/AMP overflow) at 3 ranks. One inf made the
 // tolerance of the reordered sum infinite, and inf - inf is NaN: every rank aborted a job whose
 // compacted and dense results were identical. Non-finite values compare by identity; the call's
 // other elements are checked as before, so a real difference beside an inf still aborts.

@@ -531,7 +531,7 @@ TEST(ProxyTest, ACommitInsideAGroupIsDecidedAtTheGroupsEnd) {
   EXPECT_EQ(world.mismatches(), 0u);
 }
 
-// Issue 50, class 7: two commits on one communicator in one group (the second after another
+// Two commits on one communicator in one group (the second after another
 // publish) shared one staging buffer: the first read the second's verdict and was refused, on every
 // rank. Each is decided on its own vote.
 TEST(ProxyTest, TwoCommitsInOneGroupAreEachDecidedOnTheirOwnVote) {
@@ -560,7 +560,7 @@ TEST(ProxyTest, TwoCommitsInOneGroupAreEachDecidedOnTheirOwnVote) {
   EXPECT_EQ(world.mismatches(), 0u);
 }
 
-// Issue 50, class 7: a C-API commit in the group whose call proposed a learned mask. The learned
+// A C-API commit in the group whose call proposed a learned mask. The learned
 // vote, settled at the group's end before the commit's verdict was read, overwrote the commit's
 // staging: the commit was refused on every rank. Both are decided on their own votes.
 TEST(ProxyTest, ACommitAndALearnedProposalInOneGroupAreBothDecided) {

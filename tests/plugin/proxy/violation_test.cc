@@ -42,7 +42,7 @@ TEST(ViolationTest, APublishedMaskThatPrunesNonzerosIsCountedPerCommunicatorAndW
             std::string::npos);
 }
 
-// Issue 50, class 5: a dishonest mask inside a CUDA-graph loop was silent. Replays count on the
+// A dishonest mask inside a CUDA-graph loop was silent. Replays count on the
 // device, but the host added the count only at an eager call, which a graph loop never makes. What
 // replays counted reaches mask_violations where the host waits anyway (the communicator's next
 // commit) and at its teardown.

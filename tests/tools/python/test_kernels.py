@@ -60,7 +60,7 @@ class Choice(unittest.TestCase):
         _kernels._lib = None  # found again by the next test
 
     def test_the_kernels_run_on_the_one_copy_sieve_library_loads(self):
-        # Issue 54: one loader, one ctypes object, so one copy of the library per process.
+        # One loader, one ctypes object, so one copy of the library per process.
         import sieve
         self.assertIs(_kernels._library(), sieve.library())
 

@@ -74,7 +74,7 @@ class FindsTheRightLibrary(unittest.TestCase):
         self.assertIn("the dynamic loader cannot load it", done.stderr)
 
     def test_one_loader_maps_one_copy_for_the_c_api_and_the_kernels(self):
-        # Issue 54: the kernels took the package's copy before SIEVE_LIBRARY, so a process with both
+        # The kernels took the package's copy before SIEVE_LIBRARY, so a process with both
         # mapped two copies (two mask registries, two sets of counters).
         probe = ("import sieve\n"
                  "from sieve import _kernels, _library\n"
@@ -184,7 +184,7 @@ class HeaderConstants(unittest.TestCase):
             self.assertNotRegex(f.read(), r"(?m)^__version__ *=", "no second version to drift")
 
     def test_the_version_follows_project_wherever_the_package_is(self):
-        # Issue 54: one source, project(VERSION); each way of installing the package carries it on.
+        # One source, project(VERSION); each way of installing the package carries it on.
         probe = "import sieve; print(sieve.__version__)"
         with tempfile.TemporaryDirectory() as tmp:
             package = os.path.join(tmp, "tools", "python", "sieve")
@@ -240,7 +240,7 @@ class CApiThroughCtypes(unittest.TestCase):
         self.assertEqual(sieve.stats()["masks_published"], self.before)
 
     def test_a_short_bitmap_is_refused_not_read_past_its_end(self):
-        # Issue 54: the binding publishes through the _for entry points, which take the length of bits.
+        # The binding publishes through the _for entry points, which take the length of bits.
         buffer = (ctypes.c_float * 64)()
         for publish in (lambda bits: masks._publish_bits(ctypes.addressof(buffer), 64, 0, bits),
                         lambda bits: masks._publish_collective_bits("all_gather", 64, 0, bits)):
