@@ -22,10 +22,11 @@ GPU_KIT_BUILD_DIR="$build/gpu-kit-build" "$root/tools/gpu/bundle.sh" "$build/gpu
 ((kit_status == 0 || kit_status == 77)) || exit "$kit_status"  # 77: no CUDA toolkit, no kit
 
 # What this host has, each probed here and not taken from the build's configuration, so that a suite
-# the configure step dropped is seen as missing. install-deps.sh has just installed the first three
-# (it fails otherwise); the rest are facts of the machine. A test carrying needs-<what> may skip only
+# the configure step dropped is seen as missing. install-deps.sh has just installed torch and the
+# venv (it fails otherwise), and clang; the rest are facts of the machine. A test carrying needs-<what> may skip only
 # where <what> is absent (tools/test-report.py).
-have=(torch venv clang)
+have=(torch venv)
+command -v clang++ >/dev/null && have+=(clang)
 command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] && have+=(cuda-toolkit)
 nvidia-smi -L >/dev/null 2>&1 && have+=(gpu)
 command -v nvidia-smi >/dev/null || ldconfig -p | grep -q 'libcuda\.so\.1 ' || have+=(no-gpu-driver)
@@ -46,6 +47,5 @@ runs=(--run "$build" "$build/ctest-junit.xml")
 [[ -f $fuzz_build/ctest-junit.xml ]] && runs+=(--run "$fuzz_build" "$fuzz_build/ctest-junit.xml")
 "$root/tools/sanitize-proxy.sh" || status=$?
 expect=(--expect compress --expect topology --expect net --expect plugin --expect tools --expect docs)
-command -v clang++ >/dev/null && expect+=(--expect fuzz)
 python3 "$root/tools/test-report.py" "${runs[@]}" "${have[@]/#/--have=}" "${expect[@]}" || status=$?
 exit "$status"
