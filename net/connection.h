@@ -28,11 +28,11 @@ struct Connection {
 struct CommOptions {
   std::vector<int> helper_cpus;  // empty: helper threads float; else pinned there (the NIC's CPUs)
   int nthreads = 0;              // 0: auto_nthreads of the connection's socket count
-  TransportOptions::Progress progress = TransportOptions::Progress::Auto;  // resolved by socket count
+  TransportOptions::Progress progress = TransportOptions::Progress::kAuto;  // resolved by socket count
   size_t inline_threshold = 64 * 1024;
   int peer_timeout_ms = 5000;
-  TransportOptions::Codec codec = TransportOptions::Codec::Auto;  // applies once the peer has kCapZeroElide
-  std::shared_ptr<RateLimiter> rate_limiter;                      // the device's; null: unlimited
+  TransportOptions::Codec codec = TransportOptions::Codec::kAuto;  // applies once the peer has kCapZeroElide
+  std::shared_ptr<RateLimiter> rate_limiter;                       // the device's; null: unlimited
 };
 
 using Clock = std::chrono::steady_clock;

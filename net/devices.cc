@@ -96,8 +96,8 @@ int address_rank(const SocketAddress& a) {
 
 bool family_allowed(Family f, int af) {
   if (af != AF_INET && af != AF_INET6) return false;
-  if (f == Family::IPv4) return af == AF_INET;
-  if (f == Family::IPv6) return af == AF_INET6;
+  if (f == Family::kIPv4) return af == AF_INET;
+  if (f == Family::kIPv6) return af == AF_INET6;
   return true;
 }
 

@@ -15,11 +15,11 @@
 
 namespace sieve::net {
 
-enum class Family { Any, IPv4, IPv6 };
+enum class Family { kAny, kIPv4, kIPv6 };
 
 struct DeviceFilter {
   std::string ifname;  // NCCL syntax: "eth,ib" prefixes, "^docker,lo" excludes, "=eth0" exact names
-  Family family = Family::Any;
+  Family family = Family::kAny;
 };
 
 struct SocketAddress {

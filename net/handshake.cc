@@ -30,8 +30,8 @@ constexpr int kMaxSocketRetries = 16;
 // The codec works on data sockets, which a verbs connection does not have: RDMA writes land in the
 // receiver's buffer directly, with nothing in between to expand elided words.
 uint32_t caps_offered(const TransportOptions& o, Carrier carrier) {
-  if (carrier == Carrier::Verbs) return wire::kCapVerbs;
-  return o.offer_codec && o.codec != TransportOptions::Codec::Off ? wire::kCapZeroElide : 0u;
+  if (carrier == Carrier::kVerbs) return wire::kCapVerbs;
+  return o.offer_codec && o.codec != TransportOptions::Codec::kOff ? wire::kCapZeroElide : 0u;
 }
 
 const char* carrier_name(uint32_t caps) { return (caps & wire::kCapVerbs) ? "ib (verbs)" : "tcp"; }
@@ -67,7 +67,7 @@ Status Connector::progress(Connection* out, bool* done) {
           "(it crosses NCCL's bootstrap in clear) can join this job's connections; set one SIEVE_JOB_TOKEN of "
           "at least %zu random bytes on every node, e.g. from `openssl rand -hex 16` (warned once per process)",
           peer_.c_str(), kMinJobTokenBytes);
-    const int nsocks = carrier_ == Carrier::Verbs ? 0 : options_.nsocks;
+    const int nsocks = carrier_ == Carrier::kVerbs ? 0 : options_.nsocks;
     sockets_.resize(nsocks + 1);
     for (size_t i = 0; i < sockets_.size(); ++i) {
       Status st = start_connect(handle_.address, &sockets_[i].fd);
@@ -86,7 +86,7 @@ Status Connector::progress(Connection* out, bool* done) {
   for (auto& s : sockets_) {
     Status st = step(s);
     if (!st.ok()) return st;
-    all_done = all_done && s.stage == Stage::Done;
+    all_done = all_done && s.stage == Stage::kDone;
   }
   if (!all_done) {
     if (Clock::now() > deadline_)
@@ -119,38 +119,38 @@ Status Connector::dropped_before_welcome(Socket& s, const Status& cause) {
   if (!st.ok()) return handshake_error(peer_, cause);
   s.fd = std::move(fresh);
   s.hello.client_nonce = random64();
-  s.stage = Stage::Connecting;
+  s.stage = Stage::kConnecting;
   s.message = PartialMessage{};
   return ok_status();
 }
 
 Status Connector::step(Socket& s) {
   const int fd = s.fd.get();
-  if (s.stage == Stage::Connecting) {
+  if (s.stage == Stage::kConnecting) {
     if (!writable_now(fd)) return ok_status();
     int err = connect_error(fd);
     if (err) return error(Code::kRemoteError, "connecting to " + peer_ + ": " + errno_text(err));
-    s.stage = Stage::SendHello;
+    s.stage = Stage::kSendHello;
     s.message = PartialMessage{};
     s.message.size = wire::kHelloBytes;
     wire::encode_hello(s.hello, s.message.data);
   }
-  if (s.stage == Stage::SendHello) {
+  if (s.stage == Stage::kSendHello) {
     Status st = write_message(fd, &s.message, peer_);
     if (!st.ok()) return dropped_before_welcome(s, st);
     if (!s.message.complete()) return ok_status();
-    s.stage = Stage::ReadWelcome;
+    s.stage = Stage::kReadWelcome;
     s.message = PartialMessage{};
     s.message.size = wire::kWelcomeBytes;
   }
-  if (s.stage == Stage::ReadWelcome) {
+  if (s.stage == Stage::kReadWelcome) {
     Status st = read_message(fd, &s.message, peer_);
     if (!st.ok()) return s.message.done == 0 ? dropped_before_welcome(s, st) : handshake_error(peer_, st);
     if (!s.message.complete()) return ok_status();
     wire::Welcome w;
     st = wire::decode_welcome(s.message.data, &w);
     if (!st.ok()) return handshake_error(peer_, st);
-    Digest expected = wire::handshake_mac(options_.job_token, wire::Role::Listener, s.hello, w.server_nonce);
+    Digest expected = wire::handshake_mac(options_.job_token, wire::Role::kListener, s.hello, w.server_nonce);
     if (!digest_equal(expected.data(), w.mac.data(), expected.size()))
       return error(
           Code::kRemoteError,
@@ -160,16 +160,16 @@ Status Connector::step(Socket& s) {
                                             " transport, this side " + carrier_name(s.hello.caps) +
                                             ": set SIEVE_TRANSPORT alike on every node");
     s.caps = w.caps & s.hello.caps;
-    wire::Proof proof{wire::handshake_mac(options_.job_token, wire::Role::Connector, s.hello, w.server_nonce)};
-    s.stage = Stage::SendProof;
+    wire::Proof proof{wire::handshake_mac(options_.job_token, wire::Role::kConnector, s.hello, w.server_nonce)};
+    s.stage = Stage::kSendProof;
     s.message = PartialMessage{};
     s.message.size = wire::kProofBytes;
     wire::encode_proof(proof, s.message.data);
   }
-  if (s.stage == Stage::SendProof) {
+  if (s.stage == Stage::kSendProof) {
     Status st = write_message(fd, &s.message, peer_);
     if (!st.ok()) return handshake_error(peer_, st);
-    if (s.message.complete()) s.stage = Stage::Done;
+    if (s.message.complete()) s.stage = Stage::kDone;
   }
   return ok_status();
 }
@@ -249,11 +249,11 @@ void HandshakeListener::accept_new() {
 }
 
 bool HandshakeListener::make_room(const Pending& fresh) {
-  const bool fresh_proven = fresh.stage != Stage::ReadHello;
+  const bool fresh_proven = fresh.stage != Stage::kReadHello;
   size_t proven = 0, unproven = 0;
   std::map<std::string, size_t> by_source;
   for (const auto& p : pending_) {
-    if (p->stage != Stage::ReadHello) {
+    if (p->stage != Stage::kReadHello) {
       ++proven;
     } else {
       ++unproven;
@@ -271,7 +271,7 @@ bool HandshakeListener::make_room(const Pending& fresh) {
   if (fresh_proven) {
     if (proven >= kMaxProven) {  // showed the nonce, never finished: the oldest such goes
       for (size_t i = 0; i < pending_.size(); ++i)
-        if (pending_[i]->stage != Stage::ReadHello) {
+        if (pending_[i]->stage != Stage::kReadHello) {
           reject(pending_[i]->peer, "too many connections in the handshake; dropping the oldest");
           pending_.erase(pending_.begin() + i);
           break;
@@ -287,7 +287,7 @@ bool HandshakeListener::make_room(const Pending& fresh) {
     return true;
   }
   for (size_t i = 0; i < pending_.size(); ++i) {  // in arrival order
-    if (pending_[i]->stage == Stage::ReadHello && (any_source || pending_[i]->source == victim_source)) {
+    if (pending_[i]->stage == Stage::kReadHello && (any_source || pending_[i]->source == victim_source)) {
       reject(pending_[i]->peer, "too many connections that sent nothing valid; dropping the oldest");
       pending_.erase(pending_.begin() + i);
       return true;
@@ -299,7 +299,7 @@ bool HandshakeListener::make_room(const Pending& fresh) {
 
 bool HandshakeListener::step(Pending& p) {
   const int fd = p.fd.get();
-  if (p.stage == Stage::ReadHello) {
+  if (p.stage == Stage::kReadHello) {
     Status st = read_message(fd, &p.message, p.peer);
     if (!st.ok()) {
       reject(p.peer, st.message());
@@ -321,13 +321,13 @@ bool HandshakeListener::step(Pending& p) {
                   carrier_name(offered) + " (set SIEVE_TRANSPORT alike on every node)";
     p.server_nonce = random64();
     wire::Welcome w{offered, p.server_nonce,
-                    wire::handshake_mac(options_.job_token, wire::Role::Listener, p.hello, p.server_nonce)};
-    p.stage = Stage::SendWelcome;
+                    wire::handshake_mac(options_.job_token, wire::Role::kListener, p.hello, p.server_nonce)};
+    p.stage = Stage::kSendWelcome;
     p.message = PartialMessage{};
     p.message.size = wire::kWelcomeBytes;
     wire::encode_welcome(w, p.message.data);
   }
-  if (p.stage == Stage::SendWelcome) {
+  if (p.stage == Stage::kSendWelcome) {
     Status st = write_message(fd, &p.message, p.peer);
     if (!st.ok()) {
       reject(p.peer, st.message());
@@ -338,11 +338,11 @@ bool HandshakeListener::step(Pending& p) {
       reject(p.peer, p.refusal);
       return false;
     }
-    p.stage = Stage::ReadProof;
+    p.stage = Stage::kReadProof;
     p.message = PartialMessage{};
     p.message.size = wire::kProofBytes;
   }
-  if (p.stage == Stage::ReadProof) {
+  if (p.stage == Stage::kReadProof) {
     Status st = read_message(fd, &p.message, p.peer);
     if (!st.ok()) {
       reject(p.peer, st.message());
@@ -355,7 +355,7 @@ bool HandshakeListener::step(Pending& p) {
       reject(p.peer, st.message());
       return false;
     }
-    Digest expected = wire::handshake_mac(options_.job_token, wire::Role::Connector, p.hello, p.server_nonce);
+    Digest expected = wire::handshake_mac(options_.job_token, wire::Role::kConnector, p.hello, p.server_nonce);
     if (!digest_equal(expected.data(), proof.mac.data(), expected.size())) {
       reject(p.peer, "it did not prove the job token (SIEVE_JOB_TOKEN differs or is set on one side only)");
       return false;

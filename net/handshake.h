@@ -25,7 +25,7 @@ namespace sieve::net {
 // Which transport a connection is for. Both sides must agree: a verbs connection has no data
 // sockets, so a TCP peer would wait for them. A mismatch is refused with a message naming
 // SIEVE_TRANSPORT on both sides (the listener still answers, so the connector can say why).
-enum class Carrier { Tcp, Verbs };
+enum class Carrier { kTcp, kVerbs };
 
 class Connector {
  public:
@@ -36,10 +36,10 @@ class Connector {
   const std::string& peer() const { return peer_; }
 
  private:
-  enum class Stage { Connecting, SendHello, ReadWelcome, SendProof, Done };
+  enum class Stage { kConnecting, kSendHello, kReadWelcome, kSendProof, kDone };
   struct Socket {
     Fd fd;
-    Stage stage = Stage::Connecting;
+    Stage stage = Stage::kConnecting;
     PartialMessage message;
     wire::Hello hello{};
     uint32_t caps = 0;
@@ -81,12 +81,12 @@ class HandshakeListener {
   const std::string& address() const { return address_; }
 
  private:
-  enum class Stage { ReadHello, SendWelcome, ReadProof };
+  enum class Stage { kReadHello, kSendWelcome, kReadProof };
   struct Pending {
     Fd fd;
     std::string peer;
     std::string source;  // peer's address without the port
-    Stage stage = Stage::ReadHello;
+    Stage stage = Stage::kReadHello;
     PartialMessage message;
     wire::Hello hello{};
     uint64_t server_nonce = 0;

@@ -6,19 +6,19 @@
 namespace sieve::log {
 
 namespace detail {
-std::atomic<uint32_t> g_max_level{static_cast<uint32_t>(Level::Warn)};
+std::atomic<uint32_t> g_max_level{static_cast<uint32_t>(Level::kWarn)};
 std::atomic<uint32_t> g_subsystems{kAllSubsystems};
 }  // namespace detail
 
 namespace {
 std::atomic<Sink> g_sink{nullptr};
-std::atomic<Level> g_stderr_level{Level::Warn};
+std::atomic<Level> g_stderr_level{Level::kWarn};
 
 const char* level_name(Level level) {
   switch (level) {
-    case Level::Warn: return "WARN";
-    case Level::Info: return "INFO";
-    case Level::Trace: return "TRACE";
+    case Level::kWarn: return "WARN";
+    case Level::kInfo: return "INFO";
+    case Level::kTrace: return "TRACE";
     default: return "";
   }
 }
@@ -32,7 +32,7 @@ void set_filter(Level max_level, uint32_t subsystems) {
 void set_sink(Sink sink, Level max_level, uint32_t subsystems) {
   g_sink.store(sink);
   // A sink takes every warning (see enabled()); without one, stderr's threshold rules.
-  if (sink) set_filter(max_level < Level::Warn ? Level::Warn : max_level, subsystems);
+  if (sink) set_filter(max_level < Level::kWarn ? Level::kWarn : max_level, subsystems);
   else set_filter(g_stderr_level.load(), kAllSubsystems);
 }
 
@@ -43,7 +43,7 @@ void set_stderr_level(Level level) {
 
 void vwrite(Level level, Subsystem subsystem, const char* file, int line, const char* fmt, va_list args) {
   Sink sink = g_sink.load();
-  if (!sink && (level == Level::None || level > g_stderr_level.load())) return;
+  if (!sink && (level == Level::kNone || level > g_stderr_level.load())) return;
   char body[1024];
   std::vsnprintf(body, sizeof(body), fmt, args);
   char message[1100];

@@ -18,12 +18,12 @@
 
 namespace sieve::log {
 
-enum class Level { None = 0, Warn = 1, Info = 2, Trace = 3 };
+enum class Level { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
 
 // What a line is about, in NCCL's terms (plugin/net/nccl_logger.cc maps each to NCCL's flags):
 // Init = setting the plugin up (devices, the transport), Net = connections and data, Coll = the
 // collective proxy, Env = configuration.
-enum class Subsystem : uint32_t { Init = 1u << 0, Net = 1u << 1, Coll = 1u << 2, Env = 1u << 3 };
+enum class Subsystem : uint32_t { kInit = 1u << 0, kNet = 1u << 1, kColl = 1u << 2, kEnv = 1u << 3 };
 constexpr uint32_t kAllSubsystems = ~0u;
 
 // Receives one formatted line (prefix included). Must be thread-safe.
@@ -32,7 +32,7 @@ using Sink = void (*)(Level level, Subsystem subsystem, const char* file, int li
 // Installs the sink (nullptr restores stderr). Process-wide on purpose: NCCL's logger is. The sink
 // receives every warning, and Info and Trace lines only up to `max_level` and in `subsystems` (a
 // mask of Subsystem bits): what it would print, so nothing else is formatted.
-void set_sink(Sink sink, Level max_level = Level::Trace, uint32_t subsystems = kAllSubsystems);
+void set_sink(Sink sink, Level max_level = Level::kTrace, uint32_t subsystems = kAllSubsystems);
 // Threshold for the stderr sink.
 void set_stderr_level(Level level);
 
@@ -45,8 +45,8 @@ extern std::atomic<uint32_t> g_subsystems;
 // Whether a line at `level` about `subsystem` would reach a reader. Warnings always do when a sink is
 // installed (NCCL keeps the last one for ncclGetLastError whatever NCCL_DEBUG says).
 inline bool enabled(Level level, Subsystem subsystem) {
-  return level != Level::None && static_cast<uint32_t>(level) <= detail::g_max_level.load(std::memory_order_relaxed) &&
-         (level == Level::Warn ||
+  return level != Level::kNone && static_cast<uint32_t>(level) <= detail::g_max_level.load(std::memory_order_relaxed) &&
+         (level == Level::kWarn ||
           (detail::g_subsystems.load(std::memory_order_relaxed) & static_cast<uint32_t>(subsystem)) != 0);
 }
 
@@ -62,11 +62,11 @@ constexpr const char* kPrefix = "NET/Sieve";
 #define SIEVE_LOG_SUBSYSTEM Net
 #endif
 
-#define SIEVE_LOG(level, subsystem, ...)                                                                      \
-  do {                                                                                                        \
-    if (::sieve::log::enabled(::sieve::log::Level::level, ::sieve::log::Subsystem::subsystem))                \
-      ::sieve::log::write(::sieve::log::Level::level, ::sieve::log::Subsystem::subsystem, __FILE__, __LINE__, \
-                          __VA_ARGS__);                                                                       \
+#define SIEVE_LOG(level, subsystem, ...)                                                                            \
+  do {                                                                                                              \
+    if (::sieve::log::enabled(::sieve::log::Level::k##level, ::sieve::log::Subsystem::k##subsystem))                \
+      ::sieve::log::write(::sieve::log::Level::k##level, ::sieve::log::Subsystem::k##subsystem, __FILE__, __LINE__, \
+                          __VA_ARGS__);                                                                             \
   } while (0)
 #define SIEVE_LOG_AT_(level, subsystem, ...) SIEVE_LOG(level, subsystem, __VA_ARGS__)
 #define SIEVE_WARN(...) SIEVE_LOG_AT_(Warn, SIEVE_LOG_SUBSYSTEM, __VA_ARGS__)

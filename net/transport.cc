@@ -34,8 +34,8 @@ Status RecvComm::flush(void*, size_t, MemoryRegion*, Request** request) {
 
 Transport::Choice Transport::choose(Asked asked, bool verbs_usable, size_t active_ports,
                                     const std::string& verbs_problem) {
-  if (asked != Asked::Auto)
-    return {asked == Asked::Ib, asked == Asked::Ib ? "SIEVE_TRANSPORT=ib" : "SIEVE_TRANSPORT=tcp"};
+  if (asked != Asked::kAuto)
+    return {asked == Asked::kIb, asked == Asked::kIb ? "SIEVE_TRANSPORT=ib" : "SIEVE_TRANSPORT=tcp"};
   if (verbs_usable)
     return {true, "SIEVE_TRANSPORT=auto: libibverbs loaded and " + std::to_string(active_ports) +
                       " active RDMA port(s) selected"};

@@ -32,19 +32,19 @@ struct TransportOptions {
   // Who moves the data sockets' bytes. Inline: the caller's thread, inside isend/irecv/test (NCCL's
   // proxy thread), in bounded steps; no helper thread to hand off to or to compete with for a core.
   // Helpers: helper threads. Auto: helpers (see inline_progress for the measurements).
-  enum class Progress { Auto, Inline, Helpers };
-  Progress progress = Progress::Auto;
+  enum class Progress { kAuto, kInline, kHelpers };
+  Progress progress = Progress::kAuto;
   size_t chunk_size = 512 * 1024;       // largest stripe of a message on one data socket
   size_t inline_threshold = 64 * 1024;  // messages up to this size travel on the control socket
   std::string job_token;                // empty: no authentication beyond the listener's nonce
   int peer_timeout_ms = 5000;           // handshake deadline; silence allowed mid-transfer
   topology::Options topology;           // where NICs sit (SIEVE_TOPO_FILE pins an hwloc XML)
   // Helper threads run on their NIC's local CPUs; Auto pins only on machines with several NUMA nodes.
-  topology::PinChoice pin_threads = topology::PinChoice::Auto;
+  topology::PinChoice pin_threads = topology::PinChoice::kAuto;
   // Zero-eliding codec on the data sockets. Off: the capability is not offered (peers send raw).
   // Auto: a stripe is encoded only when a sample says it pays. On: every stripe is encoded.
-  enum class Codec { Off, Auto, On };
-  Codec codec = Codec::Auto;
+  enum class Codec { kOff, kAuto, kOn };
+  Codec codec = Codec::kAuto;
   bool offer_codec = true;      // false: behave as a peer that predates the codec (tests)
   int64_t rate_limit_mbps = 0;  // per device, shared by all connections of this transport; 0 = off
   // Verbs transport (net/ib/) only.
@@ -52,7 +52,7 @@ struct TransportOptions {
   int ib_gid_index = -1;  // RoCE ports only; -1: chosen per port (ib::select_gid)
   // What the automatic GID choice keeps to on RoCE ports: an address family, and a range
   // ("10.1.0.0/16", "fd00::/8"; "" for none), NCCL_IB_ADDR_FAMILY / NCCL_IB_ADDR_RANGE's meaning.
-  Family ib_addr_family = Family::Any;
+  Family ib_addr_family = Family::kAny;
   std::string ib_addr_range;
   int ib_qps = 1;  // queue pairs per connection
   // The class of service of a connection, chosen by the connecting side (the listener adopts it):
@@ -95,7 +95,7 @@ inline int auto_nthreads(int nsocks) { return (nsocks + 1) / 2; }
 // throughput at 1 Gbit/s and beat it everywhere else (up to 2x), on busy nodes too. Inline stays
 // an explicit choice (SIEVE_PROGRESS=inline), for nodes where a thread per connection is unwelcome.
 inline bool inline_progress(const TransportOptions& o, int /*nsocks*/) {
-  return o.progress == TransportOptions::Progress::Inline;
+  return o.progress == TransportOptions::Progress::kInline;
 }
 inline StripeShape stripe_shape(const TransportOptions& o, int link_mbps, uint16_t pci_vendor) {
   StripeShape shape{link_mbps >= kStripedLinkMbps ? 4 : 1, 0};
@@ -208,7 +208,7 @@ class Transport {
     bool verbs = false;
     std::string why;
   };
-  enum class Asked { Auto, Tcp, Ib };
+  enum class Asked { kAuto, kTcp, kIb };
   static Choice choose(Asked asked, bool verbs_usable, size_t active_ports, const std::string& verbs_problem);
 
   virtual const std::vector<Device>& devices() const = 0;

@@ -70,7 +70,7 @@ void encode_proof(const Proof& p, uint8_t* out);
 Status decode_proof(const uint8_t* in, Proof* p);
 
 // Keyed hash binding both nonces, the connection and the socket; role separates the two directions.
-enum class Role : uint8_t { Listener = 1, Connector = 2 };
+enum class Role : uint8_t { kListener = 1, kConnector = 2 };
 Digest handshake_mac(const std::string& token, Role role, const Hello& hello, uint64_t server_nonce);
 
 // ---- frames ----

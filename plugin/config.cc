@@ -16,7 +16,7 @@ namespace sieve::config {
 namespace {
 
 #define SIEVE_PARAM(kind, member, name, def, choices, range, scope, doc) \
-  {SIEVE_KIND_##kind, name, def, choices, range, Scope::scope, doc, SIEVE_ENUM_NAME_##kind, SIEVE_ENUM_COUNT_##kind},
+  {SIEVE_KIND_##kind, name, def, choices, range, Scope::k##scope, doc, SIEVE_ENUM_NAME_##kind, SIEVE_ENUM_COUNT_##kind},
 constexpr ParamInfo kParams[] = {
 #include "plugin/config_params.def"
 };
@@ -72,20 +72,20 @@ std::string choice_text(const char* enum_name, int index) {
 
 const char* scope_name(Scope scope) {
   switch (scope) {
-    case Scope::Any: return "any";
-    case Scope::Tcp: return "tcp";
-    case Scope::Verbs: return "ib";
+    case Scope::kAny: return "any";
+    case Scope::kTcp: return "tcp";
+    case Scope::kVerbs: return "ib";
   }
   return "?";
 }
 
 const char* kind_name(Kind kind) {
   switch (kind) {
-    case Kind::Bool: return "bool";
-    case Kind::Int: return "int";
-    case Kind::Size: return "size";
-    case Kind::String: return "string";
-    case Kind::Choice: return "choice";
+    case Kind::kBool: return "bool";
+    case Kind::kInt: return "int";
+    case Kind::kSize: return "size";
+    case Kind::kString: return "string";
+    case Kind::kChoice: return "choice";
   }
   return "?";
 }
@@ -182,7 +182,7 @@ template <typename E, std::enable_if_t<std::is_enum_v<E>, int> = 0> bool admits(
 }  // namespace
 
 std::string range_text(const ParamInfo& info) {
-  if (info.kind != Kind::Int && info.kind != Kind::Size) return "";
+  if (info.kind != Kind::kInt && info.kind != Kind::kSize) return "";
   const RangeTexts r = split_range(info);
   if (r.low.empty()) return "";
   return r.high.empty() ? ">= " + r.low : r.low + "-" + r.high;
@@ -190,23 +190,23 @@ std::string range_text(const ParamInfo& info) {
 
 bool in_range(const ParamInfo& info, const std::string& value) {
   switch (info.kind) {
-    case Kind::Int: {
+    case Kind::kInt: {
       int64_t v = 0;
       return parse_int(value, v) && value_in_range(info, v);
     }
-    case Kind::Size: {
+    case Kind::kSize: {
       uint64_t v = 0;
       return parse_size(value, v) && value_in_range(info, v);
     }
-    case Kind::Bool: {
+    case Kind::kBool: {
       bool v = false;
       return parse_bool(value, v);
     }
-    case Kind::Choice: {
+    case Kind::kChoice: {
       int v = 0;
       return parse_choice(value, info.choices, v);
     }
-    case Kind::String: return true;
+    case Kind::kString: return true;
   }
   return false;
 }
@@ -342,23 +342,23 @@ Registry::Registry(const std::map<std::string, std::string>& environment, const 
     (void)ok;  // defaults are checked by the registry's own tests
     auto it = env.find(info.name);
     if (it == env.end()) {
-      effective_.push_back({&info, info.default_text, Source::Default});
+      effective_.push_back({&info, info.default_text, Source::kDefault});
       return;
     }
     auto parsed = member;
     const std::string keep_default = std::string("; using the default '") + info.default_text + "'";
     if (!parse_value(info.kind, info, it->second, parsed)) {
-      std::string expected = info.kind == Kind::Choice ? std::string("one of ") + info.choices : kind_name(info.kind);
+      std::string expected = info.kind == Kind::kChoice ? std::string("one of ") + info.choices : kind_name(info.kind);
       diagnostics_.push_back(std::string(info.name) + "='" + it->second + "' is not a valid " + expected +
                              keep_default);
-      effective_.push_back({&info, info.default_text, Source::Default});
+      effective_.push_back({&info, info.default_text, Source::kDefault});
     } else if (!admits(info, parsed)) {
       diagnostics_.push_back(std::string(info.name) + "=" + trim(it->second) + " is outside " + range_text(info) +
                              keep_default);
-      effective_.push_back({&info, info.default_text, Source::Default});
+      effective_.push_back({&info, info.default_text, Source::kDefault});
     } else {
       member = parsed;
-      effective_.push_back({&info, it->second, Source::Environment});
+      effective_.push_back({&info, it->second, Source::kEnvironment});
     }
   };
   size_t index = 0;
@@ -370,7 +370,7 @@ Registry::Registry(const std::map<std::string, std::string>& environment, const 
 std::vector<const ParamInfo*> Registry::set_without_effect(Scope in_use) const {
   std::vector<const ParamInfo*> unused;
   for (const Effective& e : effective_)
-    if (e.source == Source::Environment && e.info->scope != Scope::Any && e.info->scope != in_use)
+    if (e.source == Source::kEnvironment && e.info->scope != Scope::kAny && e.info->scope != in_use)
       unused.push_back(e.info);
   return unused;
 }
@@ -379,7 +379,7 @@ std::string without_effect_text(const std::vector<const ParamInfo*>& unused, Sco
   std::string names;
   for (const ParamInfo* info : unused) names += (names.empty() ? "" : ", ") + std::string(info->name);
   const bool one = unused.size() == 1;
-  const bool verbs = in_use == Scope::Verbs;
+  const bool verbs = in_use == Scope::kVerbs;
   return names + (one ? " has" : " have") + " no effect: only the " + (verbs ? "TCP" : "verbs") + " transport reads " +
          (one ? "it" : "them") + ", and " + (verbs ? "verbs carry" : "TCP carries") + " the data";
 }

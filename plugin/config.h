@@ -13,10 +13,10 @@
 
 namespace sieve::config {
 
-enum class Kind { Bool, Int, Size, String, Choice };
+enum class Kind { kBool, kInt, kSize, kString, kChoice };
 
 // Which transport reads a variable: Any, or only one of the two. The transports share the rest.
-enum class Scope { Any, Tcp, Verbs };
+enum class Scope { kAny, kTcp, kVerbs };
 
 // A Choice variable's enum: ChoiceTraits<E>::count values, the choices in the registry's order.
 template <typename E> struct ChoiceTraits;
@@ -44,11 +44,11 @@ template <typename E> struct ChoiceTraits;
 #define SIEVE_TYPE_Size uint64_t
 #define SIEVE_TYPE_String std::string
 #define SIEVE_TYPE_Choice(E, ...) E
-#define SIEVE_KIND_Bool Kind::Bool
-#define SIEVE_KIND_Int Kind::Int
-#define SIEVE_KIND_Size Kind::Size
-#define SIEVE_KIND_String Kind::String
-#define SIEVE_KIND_Choice(E, ...) Kind::Choice
+#define SIEVE_KIND_Bool Kind::kBool
+#define SIEVE_KIND_Int Kind::kInt
+#define SIEVE_KIND_Size Kind::kSize
+#define SIEVE_KIND_String Kind::kString
+#define SIEVE_KIND_Choice(E, ...) Kind::kChoice
 #define SIEVE_ENUM_NAME_Bool ""
 #define SIEVE_ENUM_NAME_Int ""
 #define SIEVE_ENUM_NAME_Size ""
@@ -101,13 +101,13 @@ struct Settings {
 #undef SIEVE_PARAM
 };
 
-// The text of a choice ("ipv4" for SocketFamily::Ipv4), for logs and reports.
+// The text of a choice ("ipv4" for SocketFamily::kIpv4), for logs and reports.
 std::string choice_text(const char* enum_name, int index);
 template <typename E> std::string choice_text(E value) {
   return choice_text(ChoiceTraits<E>::type_name, static_cast<int>(value));
 }
 
-enum class Source { Default, Environment };
+enum class Source { kDefault, kEnvironment };
 
 struct Effective {
   const ParamInfo* info;

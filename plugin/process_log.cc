@@ -14,12 +14,12 @@ namespace {
 
 log::Level level_from(config::LogLevel level) {
   switch (level) {
-    case config::LogLevel::None: return log::Level::None;
-    case config::LogLevel::Warn: return log::Level::Warn;
-    case config::LogLevel::Info: return log::Level::Info;
-    case config::LogLevel::Trace: return log::Level::Trace;
+    case config::LogLevel::kNone: return log::Level::kNone;
+    case config::LogLevel::kWarn: return log::Level::kWarn;
+    case config::LogLevel::kInfo: return log::Level::kInfo;
+    case config::LogLevel::kTrace: return log::Level::kTrace;
   }
-  return log::Level::Warn;
+  return log::Level::kWarn;
 }
 
 }  // namespace

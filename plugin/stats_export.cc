@@ -51,9 +51,9 @@ struct Export {
 // SIEVE_STATS_MODE's choices are the file modes themselves.
 unsigned stats_file_mode(config::StatsMode mode) {
   switch (mode) {
-    case config::StatsMode::Owner: return 0600;
-    case config::StatsMode::Group: return 0640;
-    case config::StatsMode::World: return 0644;
+    case config::StatsMode::kOwner: return 0600;
+    case config::StatsMode::kGroup: return 0640;
+    case config::StatsMode::kWorld: return 0644;
   }
   return 0600;
 }
@@ -113,9 +113,7 @@ std::string start_stats_export(const config::Settings& settings) {
     path = choose_stats_path(settings.stats_file, pid, host, &claim, &note, e.written);
     if (!note.empty() && !e.refused) SIEVE_WARN("%s", note.c_str());
   }
-  const StatsFormat format =
-      settings.stats_format == config::StatsFileFormat::Prometheus ? StatsFormat::Prometheus : StatsFormat::Json;
-  auto writer = problem.empty() ? std::make_unique<StatsWriter>(path, format, settings.stats_interval_s,
+  auto writer = problem.empty() ? std::make_unique<StatsWriter>(path, settings.stats_format, settings.stats_interval_s,
                                                                 current_snapshot, stats_file_mode(settings.stats_mode))
                                 : nullptr;
   if (writer && !stats_directory_writable(path, &problem)) writer.reset();

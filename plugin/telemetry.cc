@@ -396,7 +396,8 @@ std::string choose_stats_path(const std::string& pattern, int pid, const std::st
   return chosen;
 }
 
-StatsWriter::StatsWriter(std::string path, StatsFormat format, int64_t interval_s, Source source, unsigned mode)
+StatsWriter::StatsWriter(std::string path, config::StatsFileFormat format, int64_t interval_s, Source source,
+                         unsigned mode)
     : path_(std::move(path)), format_(format), source_(std::move(source)), mode_(mode & 0644) {
   // The directory is opened once, checked, and held: a symlink put on its path later changes
   // nothing, so the periodic rewrite can never land in another user's directory.
@@ -427,7 +428,7 @@ void StatsWriter::run(int64_t interval_s) {
 bool StatsWriter::write_now(std::string* error) {
   std::lock_guard<std::mutex> serialised(write_mutex_);
   Snapshot snapshot = source_();
-  std::string text = format_ == StatsFormat::Json ? to_json(snapshot) : to_prometheus(snapshot);
+  std::string text = format_ == config::StatsFileFormat::kJson ? to_json(snapshot) : to_prometheus(snapshot);
   // A temporary file of this write's own (another process, or this writer's periodic thread, may be
   // writing the same path), renamed over the path: readers see a whole file, old or new. Its name
   // does not end in .prom, so a textfile collector never reads it half written.

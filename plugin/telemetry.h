@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "plugin/config.h"
+
 namespace sieve::plugin {
 
 struct TrafficCounters {
@@ -83,8 +85,6 @@ std::string peer_host(const std::string& peer);
 // OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, in that order), "" when none says. `lookup` is getenv.
 std::string launcher_rank(const char* (*lookup)(const char*));
 
-enum class StatsFormat { Json, Prometheus };
-
 // Expands %p (pid) and %h (host name) so every process of a job writes its own file.
 std::string expand_stats_path(const std::string& pattern, int pid, const std::string& host);
 
@@ -134,7 +134,8 @@ class StatsWriter {
  public:
   using Source = std::function<Snapshot()>;
   // `mode`: the file's permissions (SIEVE_STATS_MODE); 0600 unless the operator asks for more.
-  StatsWriter(std::string path, StatsFormat format, int64_t interval_s, Source source, unsigned mode = 0600);
+  StatsWriter(std::string path, config::StatsFileFormat format, int64_t interval_s, Source source,
+              unsigned mode = 0600);
   ~StatsWriter();
   StatsWriter(const StatsWriter&) = delete;
   StatsWriter& operator=(const StatsWriter&) = delete;
@@ -150,7 +151,7 @@ class StatsWriter {
   std::string path_;
   int dir_fd_ = -1;          // path_'s directory, opened once (net::open_safe_directory)
   std::string dir_problem_;  // why it could not be, when dir_fd_ < 0
-  StatsFormat format_;
+  config::StatsFileFormat format_;
   Source source_;
   unsigned mode_;
   std::mutex write_mutex_;

@@ -86,13 +86,13 @@ Machine combine_live_views(bool hwloc_loaded, Machine hwloc_view, const std::str
   Machine machine = std::move(hwloc_view);
   if (!hwloc_loaded) {
     machine = Machine{};
-    machine.source = Source::Sysfs;
+    machine.source = Source::kSysfs;
     machine.notes.push_back(hwloc_error + "; using sysfs");
     if (!read_sysfs_numa(sysfs_root, machine.numa_nodes, machine.cpus))
       machine.notes.push_back("sysfs lists no online CPUs under " + sysfs_root + ": CPU placement unknown");
     machine.nics = std::move(sysfs_nics);
   } else if (!any_on_pci(machine.nics) && any_on_pci(sysfs_nics)) {
-    machine.source = Source::Sysfs;
+    machine.source = Source::kSysfs;
     machine.notes.push_back("hwloc sees no PCI network devices (VM or container?); NIC placement read from sysfs");
     machine.nics = std::move(sysfs_nics);
   } else {

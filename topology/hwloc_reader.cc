@@ -157,7 +157,7 @@ void read_nics(hwloc_topology_t topology, bool live, std::vector<Nic>& nics) {
     if (osdev->name == nullptr) continue;
     Nic nic;
     nic.name = osdev->name;
-    nic.kind = type == HWLOC_OBJ_OSDEV_NETWORK ? NicKind::Netdev : NicKind::Rdma;
+    nic.kind = type == HWLOC_OBJ_OSDEV_NETWORK ? NicKind::kNetdev : NicKind::kRdma;
     nic.address = info(osdev, type == HWLOC_OBJ_OSDEV_NETWORK ? "Address" : "NodeGUID");
     hwloc_obj_t parent = osdev->parent;
     if (parent != nullptr && parent->type == HWLOC_OBJ_PCI_DEVICE) {
@@ -165,8 +165,8 @@ void read_nics(hwloc_topology_t topology, bool live, std::vector<Nic>& nics) {
       for (hwloc_obj_t sibling = parent->io_first_child; sibling != nullptr; sibling = sibling->next_sibling) {
         if (sibling == osdev || sibling->type != HWLOC_OBJ_OS_DEVICE || sibling->name == nullptr) continue;
         const auto sibling_type = sibling->attr->osdev.type;
-        const bool other_kind = nic.kind == NicKind::Netdev ? sibling_type == HWLOC_OBJ_OSDEV_OPENFABRICS
-                                                            : sibling_type == HWLOC_OBJ_OSDEV_NETWORK;
+        const bool other_kind = nic.kind == NicKind::kNetdev ? sibling_type == HWLOC_OBJ_OSDEV_OPENFABRICS
+                                                             : sibling_type == HWLOC_OBJ_OSDEV_NETWORK;
         if (other_kind && nic.paired.empty()) nic.paired = sibling->name;
       }
     }
@@ -247,7 +247,7 @@ bool read_with_hwloc_xml(const std::string& name, const std::string& xml, Machin
   HwlocTopology topology;
   error = topology.load(name, xml);
   if (!error.empty()) return false;
-  machine.source = Source::TopologyFile;
+  machine.source = Source::kTopologyFile;
   read_numa(topology.get(), machine);
   read_nics(topology.get(), false, machine.nics);
   read_gpus(topology.get(), false, machine.gpus);
@@ -263,7 +263,7 @@ bool read_with_hwloc(const std::string& xml_file, Machine& machine, std::string&
   HwlocTopology topology;
   error = topology.load("", "");
   if (!error.empty()) return false;
-  machine.source = Source::LiveHwloc;
+  machine.source = Source::kLiveHwloc;
   read_numa(topology.get(), machine);
   read_nics(topology.get(), true, machine.nics);
   read_gpus(topology.get(), true, machine.gpus);

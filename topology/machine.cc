@@ -22,22 +22,22 @@ size_t Machine::pci_device_count() const {
 
 const char* source_name(Source source) {
   switch (source) {
-    case Source::LiveHwloc: return "hwloc";
-    case Source::TopologyFile: return "topology file";
-    case Source::Sysfs: return "sysfs";
+    case Source::kLiveHwloc: return "hwloc";
+    case Source::kTopologyFile: return "topology file";
+    case Source::kSysfs: return "sysfs";
   }
   return "?";
 }
 
-const char* nic_kind_name(NicKind kind) { return kind == NicKind::Rdma ? "rdma" : "netdev"; }
+const char* nic_kind_name(NicKind kind) { return kind == NicKind::kRdma ? "rdma" : "netdev"; }
 
 const char* path_class_name(PathClass path) {
   switch (path) {
-    case PathClass::PIX: return "PIX";
-    case PathClass::PXB: return "PXB";
-    case PathClass::PHB: return "PHB";
-    case PathClass::NODE: return "NODE";
-    case PathClass::SYS: return "SYS";
+    case PathClass::kPIX: return "PIX";
+    case PathClass::kPXB: return "PXB";
+    case PathClass::kPHB: return "PHB";
+    case PathClass::kNODE: return "NODE";
+    case PathClass::kSYS: return "SYS";
   }
   return "?";
 }
@@ -46,19 +46,19 @@ PathClass classify(const Placement& a, const Placement& b) {
   const bool same_numa = a.numa_node >= 0 && a.numa_node == b.numa_node;
   // Without a PCI chain on both sides only the NUMA node tells them apart.
   if (a.pci_upstream.empty() || b.pci_upstream.empty() || a.pci_upstream[0] != b.pci_upstream[0])
-    return same_numa ? PathClass::NODE : PathClass::SYS;
+    return same_numa ? PathClass::kNODE : PathClass::kSYS;
 
   size_t common = 0;
   while (common < a.pci_upstream.size() && common < b.pci_upstream.size() &&
          a.pci_upstream[common] == b.pci_upstream[common])
     ++common;
-  if (common == 1) return PathClass::PHB;  // they meet only at the host bridge
+  if (common == 1) return PathClass::kPHB;  // they meet only at the host bridge
 
   // They meet at a PCI bridge: a switch's upstream port, with at most its downstream port between
   // it and each device, is one switch (NCCL also counts a switch's two port levels as one hop).
   const size_t below_a = a.pci_upstream.size() - common;
   const size_t below_b = b.pci_upstream.size() - common;
-  return below_a <= 1 && below_b <= 1 ? PathClass::PIX : PathClass::PXB;
+  return below_a <= 1 && below_b <= 1 ? PathClass::kPIX : PathClass::kPXB;
 }
 
 int best_nic_for(const Machine& machine, size_t gpu_index, NicKind kind) {

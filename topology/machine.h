@@ -25,11 +25,11 @@ struct Placement {
   uint16_t vendor_id = 0, device_id = 0, class_id = 0;
 };
 
-enum class NicKind { Netdev, Rdma };
+enum class NicKind { kNetdev, kRdma };
 
 struct Nic : Placement {
   std::string name;  // "eth0", "ib0" (netdev) or "mlx5_0" (RDMA device)
-  NicKind kind = NicKind::Netdev;
+  NicKind kind = NicKind::kNetdev;
   std::string sysfs_device_path;  // realpath of /sys/class/net/<name>/device (live machine only)
   std::string address;            // hardware address as the OS prints it
   std::string paired;             // the other kind's device on the same PCI function ("ib0" <-> "mlx5_0")
@@ -50,10 +50,10 @@ struct NumaNode {
   uint64_t memory_bytes = 0;
 };
 
-enum class Source { LiveHwloc, TopologyFile, Sysfs };
+enum class Source { kLiveHwloc, kTopologyFile, kSysfs };
 
 struct Machine {
-  Source source = Source::LiveHwloc;
+  Source source = Source::kLiveHwloc;
   std::vector<Nic> nics;
   std::vector<Gpu> gpus;
   std::vector<NumaNode> numa_nodes;
@@ -75,7 +75,7 @@ const char* nic_kind_name(NicKind kind);
 //   PHB  through the PCIe host bridge they share (the CPU's root complex)
 //   NODE different host bridges of one NUMA node
 //   SYS  across NUMA nodes (the socket interconnect), or unknown placement on a multi-node machine
-enum class PathClass { PIX = 0, PXB = 1, PHB = 2, NODE = 3, SYS = 4 };
+enum class PathClass { kPIX = 0, kPXB = 1, kPHB = 2, kNODE = 3, kSYS = 4 };
 
 const char* path_class_name(PathClass path);
 PathClass classify(const Placement& a, const Placement& b);
@@ -83,7 +83,7 @@ PathClass classify(const Placement& a, const Placement& b);
 // Index into machine.nics of the NIC of `kind` closest to GPU `gpu_index`: the smallest class,
 // then the fastest link, then the first listed. Virtual NICs are chosen only when nothing else
 // exists. -1 when there is no NIC of that kind or no such GPU.
-int best_nic_for(const Machine& machine, size_t gpu_index, NicKind kind = NicKind::Netdev);
+int best_nic_for(const Machine& machine, size_t gpu_index, NicKind kind = NicKind::kNetdev);
 
 // "0-3,8,10-11" for {0,1,2,3,8,10,11}; "" for none.
 std::string cpu_list_text(const std::vector<int>& cpus);

@@ -13,9 +13,9 @@ namespace sieve::topology {
 
 bool should_pin(PinChoice choice, size_t numa_node_count) {
   switch (choice) {
-    case PinChoice::On: return true;
-    case PinChoice::Off: return false;
-    case PinChoice::Auto: return numa_node_count > 1;
+    case PinChoice::kOn: return true;
+    case PinChoice::kOff: return false;
+    case PinChoice::kAuto: return numa_node_count > 1;
   }
   return false;
 }

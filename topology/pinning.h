@@ -9,7 +9,7 @@
 
 namespace sieve::topology {
 
-enum class PinChoice { Auto, On, Off };
+enum class PinChoice { kAuto, kOn, kOff };
 
 // Auto pins only where placement matters: machines with more than one NUMA node.
 bool should_pin(PinChoice choice, size_t numa_node_count);

@@ -109,7 +109,7 @@ std::vector<Nic> read_sysfs_nics(const std::string& root) {
   for (const auto& name : list_dir(net)) {
     Nic nic;
     nic.name = name;
-    nic.kind = NicKind::Netdev;
+    nic.kind = NicKind::kNetdev;
     nic.sysfs_device_path = real_path(net + "/" + name + "/device");
     nic.is_virtual = nic.sysfs_device_path.empty();
     if (!nic.is_virtual) place_from_device_path(root, nic.sysfs_device_path, nic);
@@ -125,7 +125,7 @@ std::vector<Nic> read_sysfs_nics(const std::string& root) {
   for (const auto& name : list_dir(ib)) {
     Nic nic;
     nic.name = name;
-    nic.kind = NicKind::Rdma;
+    nic.kind = NicKind::kRdma;
     nic.sysfs_device_path = real_path(ib + "/" + name + "/device");
     nic.is_virtual = nic.sysfs_device_path.empty();
     if (!nic.is_virtual) place_from_device_path(root, nic.sysfs_device_path, nic);

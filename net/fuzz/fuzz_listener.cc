@@ -63,7 +63,7 @@ void check(bool ok) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  sieve::log::set_stderr_level(sieve::log::Level::None);
+  sieve::log::set_stderr_level(sieve::log::Level::kNone);
   return 0;
 }
 
@@ -80,7 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!make_listener(loopback, &listen_fd, &bound).ok()) return 0;
   TransportOptions options;
   options.peer_timeout_ms = 60000;  // no deadline inside one run: the outcome must not depend on timing
-  const Carrier carrier = (in.byte() & 1) ? Carrier::Verbs : Carrier::Tcp;
+  const Carrier carrier = (in.byte() & 1) ? Carrier::kVerbs : Carrier::kTcp;
   HandshakeListener listener(options, std::move(listen_fd), kNonce, bound.text(), carrier);
   std::vector<Client> clients;
 
@@ -122,7 +122,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (::recv(c->fd.get(), welcome, sizeof welcome, MSG_DONTWAIT) != static_cast<ssize_t>(sizeof welcome)) break;
         wire::Welcome w;
         if (!wire::decode_welcome(welcome, &w).ok()) break;
-        wire::Proof proof{wire::handshake_mac("", wire::Role::Connector, c->hello, w.server_nonce)};
+        wire::Proof proof{wire::handshake_mac("", wire::Role::kConnector, c->hello, w.server_nonce)};
         if (in.byte() & 1) proof.mac[0] ^= 1;
         uint8_t bytes[wire::kProofBytes];
         wire::encode_proof(proof, bytes);
@@ -140,7 +140,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (got) {
       check(out.control.valid());
       for (const Fd& fd : out.data) check(fd.valid());
-      check(carrier == Carrier::Verbs ? out.data.empty() : !out.data.empty());
+      check(carrier == Carrier::kVerbs ? out.data.empty() : !out.data.empty());
     }
     listener.take_rejected();
   }

@@ -33,7 +33,7 @@ struct Input {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  sieve::log::set_stderr_level(sieve::log::Level::None);
+  sieve::log::set_stderr_level(sieve::log::Level::kNone);
   return 0;
 }
 
@@ -52,10 +52,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     senders.emplace_back(pair[1]);
   }
   CommOptions options;
-  options.progress = TransportOptions::Progress::Inline;
+  options.progress = TransportOptions::Progress::kInline;
   options.peer_timeout_ms = 60000;
   TcpRecvComm comm(std::move(connection), options);
-  if (!comm.start(StripeWorker::Direction::Receive).ok()) return 0;
+  if (!comm.start(StripeWorker::Direction::kReceive).ok()) return 0;
 
   size_t capacity[2];
   for (size_t& c : capacity) c = (size_t{in.byte()} << 8 | in.byte()) * 16;  // up to 1 MiB

@@ -95,7 +95,7 @@ SetupInfo IbComm::local_setup() const {
 Status IbComm::check_peer(const SetupInfo& remote) const {
   if (remote.link_layer != config_.port.link_layer)
     return error(Code::kInvalidUsage, "peer " + connection_.peer + "'s port is " +
-                                          (remote.link_layer == LinkLayer::Ethernet ? "RoCE" : "InfiniBand") + ", " +
+                                          (remote.link_layer == LinkLayer::kEthernet ? "RoCE" : "InfiniBand") + ", " +
                                           config_.port.name + " is not: the two cannot be connected");
   if (!same_partition(remote.pkey, config_.port.pkey)) {
     char keys[96];

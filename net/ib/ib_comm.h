@@ -76,11 +76,11 @@ struct IbRequest final : Request {
   Status test(Completion* out) override;
   void* comm_tag() const override;
 
-  enum class Kind { Send, Recv, Flush };
+  enum class Kind { kSend, kRecv, kFlush };
   IbComm* owner = nullptr;
   uint32_t index = 0;
   bool busy = false;
-  Kind kind = Kind::Send;
+  Kind kind = Kind::kSend;
   char* data = nullptr;
   size_t size = 0;      // send: its size; receive: the size the immediates reported
   size_t capacity = 0;  // receive: the posted size

@@ -35,7 +35,7 @@ void IbComm::progress() {
           r->work_failed = true;
           // An unsignaled data write is not pending: the write with its immediate, queued behind
           // it on the queue pair now in error, completes (flushed) and ends the count.
-          if (r->pending > 0 && work_kind(wc.wr_id) != Work::WriteData) --r->pending;
+          if (r->pending > 0 && work_kind(wc.wr_id) != Work::kWriteData) --r->pending;
         }
         continue;
       }
@@ -79,7 +79,7 @@ void IbComm::check_device() {
 
 IbRequest* IbComm::request_of(const ibv_wc& wc) {
   const Work kind = work_kind(wc.wr_id);
-  if (kind != Work::Write && kind != Work::WriteData && kind != Work::FlushRead) return nullptr;
+  if (kind != Work::kWrite && kind != Work::kWriteData && kind != Work::kFlushRead) return nullptr;
   IbRequest& r = requests_[work_index(wc.wr_id) % kMaxRequests];
   return r.busy ? &r : nullptr;
 }
@@ -138,10 +138,10 @@ void IbComm::check_liveness(bool now_please) {
 
 Status IbComm::finish(IbRequest* request, Completion* out) {
   out->done = true;
-  out->size = request->kind == IbRequest::Kind::Flush ? 0 : request->size;
+  out->size = request->kind == IbRequest::Kind::kFlush ? 0 : request->size;
   out->wire_bytes = out->size;
-  out->sent = request->kind == IbRequest::Kind::Send;
-  out->message = request->kind != IbRequest::Kind::Flush;
+  out->sent = request->kind == IbRequest::Kind::kSend;
+  out->message = request->kind != IbRequest::Kind::kFlush;
   request->busy = false;
   return ok_status();
 }

@@ -18,12 +18,12 @@ namespace sieve::net::ib {
 // Write: a write with the immediate (signaled); WriteData: the data ahead of a zero-byte Write
 // under adaptive routing (unsignaled: it completes only in error).
 enum class Work : uint64_t {
-  AnnounceRecv = 1,
-  Write = 2,
-  DataRecv = 3,
-  AnnounceSend = 4,
-  FlushRead = 5,
-  WriteData = 6
+  kAnnounceRecv = 1,
+  kWrite = 2,
+  kDataRecv = 3,
+  kAnnounceSend = 4,
+  kFlushRead = 5,
+  kWriteData = 6
 };
 inline uint64_t work_id(Work kind, uint32_t index, int qp) {
   return (static_cast<uint64_t>(kind) << 56) | (uint64_t(index) << 8) | static_cast<uint64_t>(qp);
@@ -33,12 +33,12 @@ inline uint32_t work_index(uint64_t id) { return static_cast<uint32_t>((id >> 8)
 inline int work_qp(uint64_t id) { return static_cast<int>(id & 0xff); }
 inline const char* work_name(Work kind) {
   switch (kind) {
-    case Work::AnnounceRecv: return "receive of a slot announcement";
-    case Work::Write: return "RDMA write";
-    case Work::WriteData: return "RDMA write";
-    case Work::DataRecv: return "receive of an RDMA write's immediate";
-    case Work::AnnounceSend: return "send of a slot announcement";
-    case Work::FlushRead: return "flush read";
+    case Work::kAnnounceRecv: return "receive of a slot announcement";
+    case Work::kWrite: return "RDMA write";
+    case Work::kWriteData: return "RDMA write";
+    case Work::kDataRecv: return "receive of an RDMA write's immediate";
+    case Work::kAnnounceSend: return "send of a slot announcement";
+    case Work::kFlushRead: return "flush read";
   }
   return "work request";
 }

@@ -55,7 +55,7 @@ std::string read_line(const std::string& path) {
 void describe_gid_from_sysfs(const std::string& ibdev_path, int port, GidEntry* entry) {
   const std::string base = ibdev_path + "/ports/" + std::to_string(port) + "/gid_attrs/";
   const std::string type = read_line(base + "types/" + std::to_string(entry->index));
-  entry->type = type == "RoCE v2" ? GidType::RoCEv2 : type.empty() ? GidType::IB : GidType::RoCEv1;
+  entry->type = type == "RoCE v2" ? GidType::kRoCEv2 : type.empty() ? GidType::kIB : GidType::kRoCEv1;
   entry->netdev = read_line(base + "ndevs/" + std::to_string(entry->index));
 }
 
@@ -72,16 +72,16 @@ void read_gid_table(const VerbsLibrary& v, ibv_context* ctx, const std::string& 
       ibv_gid_entry e{};
       if (v.query_gid_ex(ctx, port, i, &e, 0, sizeof(e)) != 0) continue;  // ENODATA: unused entry
       entry.gid = e.gid;
-      entry.type = e.gid_type == IBV_GID_TYPE_ROCE_V2   ? GidType::RoCEv2
-                   : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? GidType::RoCEv1
-                                                        : GidType::IB;
+      entry.type = e.gid_type == IBV_GID_TYPE_ROCE_V2   ? GidType::kRoCEv2
+                   : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? GidType::kRoCEv1
+                                                        : GidType::kIB;
       char name[IF_NAMESIZE] = {};
       if (e.ndev_ifindex && if_indextoname(e.ndev_ifindex, name)) entry.netdev = name;
     } else {
       if (v.query_gid(ctx, port, i, &entry.gid) != 0) continue;
-      if (out->link_layer == LinkLayer::Ethernet) describe_gid_from_sysfs(ibdev_path, port, &entry);
+      if (out->link_layer == LinkLayer::kEthernet) describe_gid_from_sysfs(ibdev_path, port, &entry);
     }
-    if (out->link_layer == LinkLayer::InfiniBand) entry.type = GidType::IB;
+    if (out->link_layer == LinkLayer::kInfiniBand) entry.type = GidType::kIB;
     if (!gid_is_zero(entry.gid)) out->gids.push_back(entry);
   }
 }
@@ -104,7 +104,7 @@ bool probe_dmabuf(const VerbsLibrary& v, ibv_context* ctx) {
 
 topology::Placement place(const topology::Machine& machine, const std::string& device, const std::string& ibdev_path) {
   for (const topology::Nic& nic : machine.nics)
-    if (nic.kind == topology::NicKind::Rdma && nic.name == device) return nic;
+    if (nic.kind == topology::NicKind::kRdma && nic.name == device) return nic;
   topology::Placement placement;  // a device hwloc did not report: its PCI function from sysfs
   char resolved[PATH_MAX];
   if (!ibdev_path.empty() && realpath((ibdev_path + "/device").c_str(), resolved)) {
@@ -116,7 +116,7 @@ topology::Placement place(const topology::Machine& machine, const std::string& d
 
 std::string paired_netdev(const topology::Machine& machine, const std::string& device) {
   for (const topology::Nic& nic : machine.nics)
-    if (nic.kind == topology::NicKind::Rdma && nic.name == device) return nic.paired;
+    if (nic.kind == topology::NicKind::kRdma && nic.name == device) return nic.paired;
   return "";
 }
 
@@ -185,7 +185,7 @@ Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, s
     const topology::Placement placement = place(machine, name, ibdev_path);
     std::vector<int> near_gpus;
     for (size_t g = 0; g < machine.gpus.size(); ++g)
-      if (!placement.pci_bus_id.empty() && topology::classify(placement, machine.gpus[g]) <= topology::PathClass::PXB)
+      if (!placement.pci_bus_id.empty() && topology::classify(placement, machine.gpus[g]) <= topology::PathClass::kPXB)
         near_gpus.push_back(static_cast<int>(g));
     for (int p = 1; p <= attr.phys_port_cnt; ++p) {
       ibv_port_attr port_attr{};
@@ -202,7 +202,7 @@ Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, s
       IbPort port;
       port.device = name;
       port.port = p;
-      port.link_layer = port_attr.link_layer == IBV_LINK_LAYER_ETHERNET ? LinkLayer::Ethernet : LinkLayer::InfiniBand;
+      port.link_layer = port_attr.link_layer == IBV_LINK_LAYER_ETHERNET ? LinkLayer::kEthernet : LinkLayer::kInfiniBand;
       port.active = port_attr.state == IBV_PORT_ACTIVE;
       port.speed_mbps = port_speed_mbps(port_attr);
       port.active_mtu = port_attr.active_mtu;
@@ -223,7 +223,7 @@ Status discover_ports(const VerbsLibrary& v, const topology::Machine& machine, s
       port.gid_table_length = port_attr.gid_tbl_len;
       read_gid_table(v, context.ctx, ibdev_path, p, port_attr.gid_tbl_len, &port);
       int gid = -1;
-      if (port.link_layer == LinkLayer::Ethernet && choose_gid(port, -1, &gid).ok()) {
+      if (port.link_layer == LinkLayer::kEthernet && choose_gid(port, -1, &gid).ok()) {
         for (const GidEntry& e : port.gids)
           if (e.index == gid) port.netdev = e.netdev;
       }

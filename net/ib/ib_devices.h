@@ -16,13 +16,13 @@
 
 namespace sieve::net::ib {
 
-enum class LinkLayer { InfiniBand, Ethernet };
-enum class GidType { IB, RoCEv1, RoCEv2 };
+enum class LinkLayer { kInfiniBand, kEthernet };
+enum class GidType { kIB, kRoCEv1, kRoCEv2 };
 
 struct GidEntry {
   int index = 0;
   ibv_gid gid{};
-  GidType type = GidType::IB;
+  GidType type = GidType::kIB;
   std::string netdev;        // the netdev this GID belongs to (RoCE), "" for InfiniBand
   std::string text() const;  // "fe80::1" / "::ffff:10.0.0.1"
 };
@@ -31,7 +31,7 @@ struct IbPort {
   std::string device;  // "mlx5_0"
   int port = 1;        // 1-based, as verbs numbers them
   std::string name() const { return device + ":" + std::to_string(port); }
-  LinkLayer link_layer = LinkLayer::InfiniBand;
+  LinkLayer link_layer = LinkLayer::kInfiniBand;
   bool active = false;  // IBV_PORT_ACTIVE
   int speed_mbps = 0;   // active_speed x active_width; 0 when unknown
   int mtu_bytes = 0;    // active MTU

@@ -21,7 +21,7 @@ Establishment::Establishment(Role role, IbCommConfig config, Connection connecti
       connection_(std::move(connection)),
       peer_(connection_.peer),
       deadline_(Clock::now() + std::chrono::milliseconds(std::max(config_.peer_timeout_ms, kMinSetupWaitMs))),
-      stage_(role == Role::Connector ? Stage::SendSetup : Stage::ReadSetup) {}
+      stage_(role == Role::kConnector ? Stage::kSendSetup : Stage::kReadSetup) {}
 
 IbComm* Establishment::comm() const {
   if (send_) return send_.get();
@@ -35,7 +35,7 @@ Status Establishment::create_comm(int nqps) {
   config_.nqps = nqps;
   Status st = refresh_port_gid();
   if (!st.ok()) return st;
-  if (role_ == Role::Connector) {
+  if (role_ == Role::kConnector) {
     send_ = std::make_unique<IbSendComm>(config_, std::move(connection_));
     st = send_->create();
   } else {
@@ -93,9 +93,9 @@ Status Establishment::progress(bool* done) {
   *done = false;
   bool complete = false;
   Status st;
-  if (stage_ == Stage::SendSetup) {
+  if (stage_ == Stage::kSendSetup) {
     if (out_.empty()) {
-      if (role_ == Role::Connector) {
+      if (role_ == Role::kConnector) {
         st = create_comm(config_.nqps);
         if (!st.ok()) return st;
       }
@@ -106,16 +106,16 @@ Status Establishment::progress(bool* done) {
     st = write_pending(&complete);
     if (!st.ok()) return st;
     if (complete && !refusal_.ok()) return refusal_;
-    if (complete) stage_ = role_ == Role::Connector ? Stage::ReadSetup : Stage::ReadReady;
+    if (complete) stage_ = role_ == Role::kConnector ? Stage::kReadSetup : Stage::kReadReady;
   }
-  if (stage_ == Stage::ReadSetup) {
+  if (stage_ == Stage::kReadSetup) {
     st = read_into(kSetupBytes, &complete);
     if (!st.ok()) return st;
     if (complete) {
       SetupInfo remote;
       st = decode_setup(in_.data(), &remote);
       if (!st.ok()) return error(st.code(), st.message() + " (from " + peer_ + ")");
-      if (role_ == Role::Listener) {
+      if (role_ == Role::kListener) {
         // The connector chose SIEVE_IB_QPS and the service class: one class both ways.
         config_.service = remote.service;
         st = create_comm(static_cast<int>(remote.qpn.size()));
@@ -127,31 +127,31 @@ Status Establishment::progress(bool* done) {
       if (refusal_.ok()) st = comm()->connect(remote);
       if (!st.ok()) return st;
       out_.clear();
-      if (role_ == Role::Connector) {
+      if (role_ == Role::kConnector) {
         out_.push_back(kReady);
         out_done_ = 0;
-        stage_ = Stage::SendReady;
+        stage_ = Stage::kSendReady;
       } else {
-        stage_ = Stage::SendSetup;  // answers with its own set-up, its queue pairs already connected
+        stage_ = Stage::kSendSetup;  // answers with its own set-up, its queue pairs already connected
         return progress(done);
       }
     }
   }
-  if (stage_ == Stage::SendReady) {
+  if (stage_ == Stage::kSendReady) {
     st = write_pending(&complete);
     if (!st.ok()) return st;
-    if (complete) stage_ = Stage::Done;
+    if (complete) stage_ = Stage::kDone;
   }
-  if (stage_ == Stage::ReadReady) {
+  if (stage_ == Stage::kReadReady) {
     st = read_into(1, &complete);
     if (!st.ok()) return st;
     if (complete) {
       if (in_[0] != kReady)
         return error(Code::kRemoteError, "peer " + peer_ + " broke the queue-pair set-up (no ready mark)");
-      stage_ = Stage::Done;
+      stage_ = Stage::kDone;
     }
   }
-  if (stage_ == Stage::Done) {
+  if (stage_ == Stage::kDone) {
     *done = true;
     return ok_status();
   }

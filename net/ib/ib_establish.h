@@ -17,7 +17,7 @@ namespace sieve::net::ib {
 
 class Establishment {
  public:
-  enum class Role { Connector, Listener };
+  enum class Role { kConnector, kListener };
   Establishment(Role role, IbCommConfig config, Connection connection);
 
   // *done turns true once the comm is ready; take it with take_send / take_recv (by role).
@@ -27,7 +27,7 @@ class Establishment {
   const std::string& peer() const { return peer_; }
 
  private:
-  enum class Stage { SendSetup, ReadSetup, SendReady, ReadReady, Done };
+  enum class Stage { kSendSetup, kReadSetup, kSendReady, kReadReady, kDone };
   IbComm* comm() const;
   int fd() const;
   Status create_comm(int nqps);

@@ -21,11 +21,13 @@ bool ipv4_mapped(const ibv_gid& gid) {
 bool link_local(const ibv_gid& gid) { return gid.raw[0] == 0xfe && (gid.raw[1] & 0xc0) == 0x80; }
 
 // NCCL's family of a GID: IPv4-mapped is IPv4, everything else IPv6 (link-local included).
-Family family_of(const ibv_gid& gid) { return ipv4_mapped(gid) ? Family::IPv4 : Family::IPv6; }
+Family family_of(const ibv_gid& gid) { return ipv4_mapped(gid) ? Family::kIPv4 : Family::kIPv6; }
 
-const char* family_text(Family f) { return f == Family::IPv4 ? "ipv4" : f == Family::IPv6 ? "ipv6" : "any"; }
+const char* family_text(Family f) { return f == Family::kIPv4 ? "ipv4" : f == Family::kIPv6 ? "ipv6" : "any"; }
 
-const char* type_text(GidType t) { return t == GidType::RoCEv2 ? "RoCE v2" : t == GidType::RoCEv1 ? "RoCE v1" : "IB"; }
+const char* type_text(GidType t) {
+  return t == GidType::kRoCEv2 ? "RoCE v2" : t == GidType::kRoCEv1 ? "RoCE v1" : "IB";
+}
 
 std::string table_text(const IbPort& port) {
   if (port.gids.empty()) return "no populated entry";
@@ -38,7 +40,7 @@ std::string table_text(const IbPort& port) {
 // Lower is better: RoCE v2 (routable, what ECN-based congestion control expects) before v1, and
 // within a version IPv4-mapped, then global IPv6, then link-local (not routed beyond the subnet).
 int rank(const GidEntry& e) {
-  const int version = e.type == GidType::RoCEv2 ? 0 : e.type == GidType::RoCEv1 ? 3 : 6;
+  const int version = e.type == GidType::kRoCEv2 ? 0 : e.type == GidType::kRoCEv1 ? 3 : 6;
   const int address = ipv4_mapped(e.gid) ? 0 : !link_local(e.gid) ? 1 : 2;
   return version + address;
 }
@@ -64,13 +66,13 @@ Status parse_address_range(const std::string& text, const char* variable, Addres
   in6_addr v6{};
   if (inet_pton(AF_INET, address.c_str(), &v4) == 1) {
     if (bits > 32) return bad("an IPv4 prefix is at most 32 bits");
-    out->family = Family::IPv4;
+    out->family = Family::kIPv4;
     out->prefix[10] = out->prefix[11] = 0xff;
     std::memcpy(out->prefix + 12, &v4, 4);
     out->bits = static_cast<int>(bits);
   } else if (inet_pton(AF_INET6, address.c_str(), &v6) == 1) {
     if (bits > 128) return bad("an IPv6 prefix is at most 128 bits");
-    out->family = Family::IPv6;
+    out->family = Family::kIPv6;
     std::memcpy(out->prefix, &v6, 16);
     out->bits = static_cast<int>(bits);
   } else {
@@ -84,7 +86,7 @@ Status parse_address_range(const std::string& text, const char* variable, Addres
 bool in_range(const AddressRange& range, const ibv_gid& gid) {
   if (!range.set) return true;
   if (family_of(gid) != range.family) return false;
-  const int first = range.family == Family::IPv4 ? 12 : 0;  // an IPv4 prefix counts from its own address
+  const int first = range.family == Family::kIPv4 ? 12 : 0;  // an IPv4 prefix counts from its own address
   int bits = range.bits;
   for (int i = first; i < 16 && bits > 0; ++i, bits -= 8) {
     const uint8_t mask = bits >= 8 ? 0xff : static_cast<uint8_t>(0xff << (8 - bits));
@@ -99,7 +101,7 @@ Status select_gid(const IbPort& port, const GidPolicy& policy, int* index) {
   // NCCL_IB_ROUTABLE_FLID_GID_INDEX's default). SIEVE_IB_GID_INDEX and the address family and range
   // choose among RoCE addresses only: a host with IB and RoCE ports sets them for its RoCE ports
   // and must keep its IB ports.
-  if (port.link_layer == LinkLayer::InfiniBand) {
+  if (port.link_layer == LinkLayer::kInfiniBand) {
     *index = routable_gid_index(port);
     return ok_status();
   }
@@ -114,12 +116,12 @@ Status select_gid(const IbPort& port, const GidPolicy& policy, int* index) {
                                              port.name() + " (" + table_text(port) + ")");
   }
   // A range implies its family; a family set beside a range of the other one matches nothing.
-  const Family family = policy.family != Family::Any ? policy.family : policy.range.family;
+  const Family family = policy.family != Family::kAny ? policy.family : policy.range.family;
   const GidEntry* best = nullptr;
   for (const GidEntry& e : port.gids) {
-    if (family != Family::Any && family_of(e.gid) != family) continue;
+    if (family != Family::kAny && family_of(e.gid) != family) continue;
     // NCCL never picks a link-local address when a family is asked for: not routable.
-    if (family != Family::Any && link_local(e.gid)) continue;
+    if (family != Family::kAny && link_local(e.gid)) continue;
     if (!in_range(policy.range, e.gid)) continue;
     if (!best || rank(e) < rank(*best)) best = &e;
   }

@@ -24,7 +24,7 @@ namespace sieve::net::ib {
 // "10.1.0.0/16" or "fd00::/8": an IPv4 range matches IPv4-mapped GIDs, an IPv6 range the others.
 struct AddressRange {
   bool set = false;
-  Family family = Family::Any;
+  Family family = Family::kAny;
   uint8_t prefix[16] = {};  // IPv4: in the last four bytes, as in an IPv4-mapped GID
   int bits = 0;             // prefix length in the family's own address (0-32 or 0-128)
   std::string text;
@@ -34,8 +34,8 @@ Status parse_address_range(const std::string& text, const char* variable, Addres
 bool in_range(const AddressRange& range, const ibv_gid& gid);
 
 struct GidPolicy {
-  int index = -1;               // >= 0: this entry on RoCE ports (never on InfiniBand ports)
-  Family family = Family::Any;  // Any: Sieve's order (IPv4-mapped RoCE v2 first)
+  int index = -1;                // >= 0: this entry on RoCE ports (never on InfiniBand ports)
+  Family family = Family::kAny;  // Any: Sieve's order (IPv4-mapped RoCE v2 first)
   AddressRange range;
 };
 

@@ -53,7 +53,7 @@ Status IbRecvComm::prepare() {
 Status IbRecvComm::post_data_receive(int qp) {
   // An RDMA write with immediate consumes a receive but places nothing through it: no buffer.
   ibv_recv_wr wr{};
-  wr.wr_id = work_id(Work::DataRecv, 0, qp);
+  wr.wr_id = work_id(Work::kDataRecv, 0, qp);
   wr.sg_list = nullptr;
   wr.num_sge = 0;
   return post_recv(qp, &wr);
@@ -73,7 +73,7 @@ Status IbRecvComm::irecv(void* data, size_t capacity, Request** request) {
   if (sends_in_flight_ >= kSendDepth) return ok_status();  // announcements not yet acknowledged: retry
   IbRequest* r = free_request();
   if (!r) return ok_status();
-  r->kind = IbRequest::Kind::Recv;
+  r->kind = IbRequest::Kind::kRecv;
   r->data = static_cast<char*>(data);
   r->capacity = capacity;
   r->sequence = next_sequence_++;
@@ -88,7 +88,7 @@ Status IbRecvComm::irecv(void* data, size_t capacity, Request** request) {
   put64(m + 24, capacity);
   ibv_sge sge{reinterpret_cast<uintptr_t>(m), static_cast<uint32_t>(kAnnounceBytes), control_mr_->lkey};
   ibv_send_wr wr{};
-  wr.wr_id = work_id(Work::AnnounceSend, r->index, 0);
+  wr.wr_id = work_id(Work::kAnnounceSend, r->index, 0);
   wr.opcode = IBV_WR_SEND;
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.sg_list = &sge;
@@ -103,16 +103,16 @@ Status IbRecvComm::irecv(void* data, size_t capacity, Request** request) {
 
 void IbRecvComm::on_completion(const ibv_wc& wc) {
   const Work kind = work_kind(wc.wr_id);
-  if (kind == Work::AnnounceSend) {
+  if (kind == Work::kAnnounceSend) {
     --sends_in_flight_;
     return;
   }
-  if (kind == Work::FlushRead) {
+  if (kind == Work::kFlushRead) {
     IbRequest& r = requests_[work_index(wc.wr_id) % kMaxRequests];
-    if (r.busy && r.kind == IbRequest::Kind::Flush) r.pending = 0;
+    if (r.busy && r.kind == IbRequest::Kind::kFlush) r.pending = 0;
     return;
   }
-  if (kind != Work::DataRecv || failure_.failed()) return;
+  if (kind != Work::kDataRecv || failure_.failed()) return;
   const int q = work_qp(wc.wr_id);
   Status st = post_data_receive(q);  // at once: the peer may write again as soon as it has a slot
   if (!st.ok()) {
@@ -143,7 +143,7 @@ Status IbRecvComm::test(IbRequest* r, Completion* out) {
   *out = Completion{};
   if (!r->busy) return error(Code::kInvalidUsage, "test of a request that is not outstanding");
   progress();
-  if (r->kind == IbRequest::Kind::Flush) {
+  if (r->kind == IbRequest::Kind::kFlush) {
     // Its read references the region: it ends (done or flushed) before the region may go.
     if (r->pending == 0 && !r->work_failed) return finish(r, out);
     if (r->pending > 0 && (!failure_.failed() || flushes_will_come())) return ok_status();
@@ -155,7 +155,7 @@ Status IbRecvComm::test(IbRequest* r, Completion* out) {
       return report(r, error(Code::kInvalidUsage,
                              "peer " + connection_.peer + " sent a message larger than the " + bytes_text(r->capacity) +
                                  " receive posted for it: a send larger than its receive is an error"));
-    if (r->kind == IbRequest::Kind::Recv && r->size > r->capacity)
+    if (r->kind == IbRequest::Kind::kRecv && r->size > r->capacity)
       return report(r, error(Code::kRemoteError, "peer " + connection_.peer + " wrote " + bytes_text(r->size) +
                                                      " into a " + bytes_text(r->capacity) + " receive"));
     return finish(r, out);
@@ -208,14 +208,14 @@ Status IbRecvComm::flush(void* data, size_t size, MemoryRegion* region, Request*
   if (!r)
     return error(Code::kInternalError, "flush on the comm from " + connection_.peer + ": " +
                                            std::to_string(kMaxRequests) + " requests already outstanding");
-  r->kind = IbRequest::Kind::Flush;
+  r->kind = IbRequest::Kind::kFlush;
   r->pending = 1;
   // Reading back a few bytes through the NIC orders the NIC's earlier writes into that memory
   // before the read's completion (what NCCL does for GPUDirect RDMA).
   ibv_sge sge{reinterpret_cast<uintptr_t>(flush_target()), static_cast<uint32_t>(std::min<size_t>(size, 4)),
               control_mr_->lkey};
   ibv_send_wr wr{};
-  wr.wr_id = work_id(Work::FlushRead, r->index, 0);
+  wr.wr_id = work_id(Work::kFlushRead, r->index, 0);
   wr.opcode = IBV_WR_RDMA_READ;
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.sg_list = &sge;

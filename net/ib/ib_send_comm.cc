@@ -24,7 +24,7 @@ Status IbSendComm::prepare() {
 Status IbSendComm::post_announce_receive(uint32_t i) {
   ibv_sge sge{reinterpret_cast<uintptr_t>(announce(i)), static_cast<uint32_t>(kAnnounceBytes), control_mr_->lkey};
   ibv_recv_wr wr{};
-  wr.wr_id = work_id(Work::AnnounceRecv, i, 0);
+  wr.wr_id = work_id(Work::kAnnounceRecv, i, 0);
   wr.sg_list = &sge;
   wr.num_sge = 1;
   return post_recv(0, &wr);
@@ -45,7 +45,7 @@ Status IbSendComm::isend(const void* data, size_t size, Request** request) {
   }
   IbRequest* r = free_request();
   if (!r) return ok_status();  // kMaxRequests outstanding: NCCL retries
-  r->kind = IbRequest::Kind::Send;
+  r->kind = IbRequest::Kind::kSend;
   r->data = static_cast<char*>(const_cast<void*>(data));
   r->size = size;
   r->lkey = lkey;
@@ -59,7 +59,7 @@ Status IbSendComm::isend(const void* data, size_t size, Request** request) {
 
 void IbSendComm::on_completion(const ibv_wc& wc) {
   const Work kind = work_kind(wc.wr_id);
-  if (kind == Work::AnnounceRecv) {
+  if (kind == Work::kAnnounceRecv) {
     const uint32_t i = work_index(wc.wr_id);
     const uint8_t* m = announce(i);
     Slot slot{get64(m + 8), get64(m + 16), get64(m + 24), get32(m + 4)};
@@ -77,9 +77,9 @@ void IbSendComm::on_completion(const ibv_wc& wc) {
     if (!st.ok()) failure_.set(st);
     return;
   }
-  if (kind == Work::Write) {
+  if (kind == Work::kWrite) {
     IbRequest& r = requests_[work_index(wc.wr_id) % kMaxRequests];
-    if (r.busy && r.kind == IbRequest::Kind::Send && r.pending > 0) --r.pending;
+    if (r.busy && r.kind == IbRequest::Kind::kSend && r.pending > 0) --r.pending;
     return;
   }
   if (failure_.failed()) return;
@@ -87,12 +87,12 @@ void IbSendComm::on_completion(const ibv_wc& wc) {
 
 bool IbSendComm::landed_before_close(const ibv_wc& wc) {
   const Work kind = work_kind(wc.wr_id);
-  if (kind != Work::Write && kind != Work::WriteData) return false;
+  if (kind != Work::kWrite && kind != Work::kWriteData) return false;
   check_liveness(true);  // the goodbye, if the peer sent one, is on the socket already
   IbRequest& r = requests_[work_index(wc.wr_id) % kMaxRequests];
-  if (!peer_said_goodbye_ || !r.busy || r.kind != IbRequest::Kind::Send || r.sequence >= peer_landed_) return false;
+  if (!peer_said_goodbye_ || !r.busy || r.kind != IbRequest::Kind::kSend || r.sequence >= peer_landed_) return false;
   // Landed: the flush or retry error only ends its work request (the data part counts for nothing).
-  if (kind == Work::Write && r.pending > 0) --r.pending;
+  if (kind == Work::kWrite && r.pending > 0) --r.pending;
   return true;
 }
 
@@ -134,7 +134,7 @@ Status IbSendComm::post_writes(IbRequest* r, const Slot& slot) {
     ibv_sge sge{reinterpret_cast<uintptr_t>(r->data + offset), static_cast<uint32_t>(length), r->lkey};
     ibv_send_wr data{};
     ibv_send_wr wr{};
-    wr.wr_id = work_id(Work::Write, r->index, q);
+    wr.wr_id = work_id(Work::kWrite, r->index, q);
     wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wr.send_flags = IBV_SEND_SIGNALED;
     wr.imm_data = htobe32(imm);
@@ -142,7 +142,7 @@ Status IbSendComm::post_writes(IbRequest* r, const Slot& slot) {
     wr.wr.rdma.rkey = slot.rkey;
     ibv_send_wr* first = &wr;
     if (split && length > 0) {
-      data.wr_id = work_id(Work::WriteData, r->index, q);
+      data.wr_id = work_id(Work::kWriteData, r->index, q);
       data.opcode = IBV_WR_RDMA_WRITE;
       data.sg_list = &sge;
       data.num_sge = 1;

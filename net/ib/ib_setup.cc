@@ -47,7 +47,7 @@ void encode_setup(const SetupInfo& info, uint8_t* out) {
   std::memset(out, 0, kSetupBytes);
   put32(out, kSetupMagic);
   put16(out + 4, kSetupVersion);
-  out[6] = info.link_layer == LinkLayer::Ethernet ? 1 : 0;
+  out[6] = info.link_layer == LinkLayer::kEthernet ? 1 : 0;
   out[7] = static_cast<uint8_t>(info.mtu);
   put16(out + 8, info.lid);
   put16(out + 10, static_cast<uint16_t>(info.qpn.size()));
@@ -75,7 +75,7 @@ Status decode_setup(const uint8_t* in, SetupInfo* out) {
     return error(Code::kRemoteError, "queue-pair set-up: " + std::to_string(nqps) + " queue pairs (1-16 allowed)");
   if (in[29] > 15)
     return error(Code::kRemoteError, "queue-pair set-up: service level " + std::to_string(in[29]) + " (0-15)");
-  out->link_layer = in[6] ? LinkLayer::Ethernet : LinkLayer::InfiniBand;
+  out->link_layer = in[6] ? LinkLayer::kEthernet : LinkLayer::kInfiniBand;
   out->mtu = static_cast<ibv_mtu>(in[7]);
   out->lid = get16(in + 8);
   std::memcpy(out->gid.raw, in + 12, 16);
@@ -119,7 +119,7 @@ Status qp_to_rts(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local
   // routes by LID inside a subnet; a port that requires a GRH (an SR-IOV function, cloud IB) or a
   // peer behind a router in another subnet needs the GRH as well, or RTR is refused or nothing
   // arrives, and across subnets the DLID is the peer's FLID, which the routers forward (ib_route.h).
-  const bool infiniband = local.link_layer == LinkLayer::InfiniBand;
+  const bool infiniband = local.link_layer == LinkLayer::kInfiniBand;
   const bool other_subnet = infiniband && !same_ib_subnet(local.gid, remote.gid);
   bool no_flid = false;
   attr.ah_attr.dlid = infiniband ? destination_lid(local.gid, remote.lid, remote.gid, &no_flid) : 0;
@@ -128,7 +128,7 @@ Status qp_to_rts(const VerbsLibrary& verbs, ibv_qp* qp, const PortAddress& local
         "%s: the peer's GID %s is in another InfiniBand subnet but carries no FLID; addressing its LID %u, "
         "which only a router without FLID routing delivers",
         local.name.c_str(), gid_text(remote.gid).c_str(), remote.lid);
-  if (local.link_layer == LinkLayer::Ethernet || local.grh_required || other_subnet) {
+  if (local.link_layer == LinkLayer::kEthernet || local.grh_required || other_subnet) {
     attr.ah_attr.is_global = 1;
     attr.ah_attr.grh.dgid = remote.gid;
     attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(local.gid_index);

@@ -25,7 +25,7 @@ constexpr int kMaxQps = 16;  // SIEVE_IB_QPS's upper bound
 struct PortAddress {
   std::string name;  // "mlx5_0:1", for messages
   int port = 1;
-  LinkLayer link_layer = LinkLayer::InfiniBand;
+  LinkLayer link_layer = LinkLayer::kInfiniBand;
   uint16_t lid = 0;
   bool grh_required = false;  // InfiniBand: the port routes nothing without a GRH
   int gid_index = 0;
@@ -43,7 +43,7 @@ struct ServiceClass {
 };
 
 struct SetupInfo {
-  LinkLayer link_layer = LinkLayer::InfiniBand;
+  LinkLayer link_layer = LinkLayer::kInfiniBand;
   ibv_mtu mtu = IBV_MTU_1024;
   uint16_t lid = 0;
   ibv_gid gid{};

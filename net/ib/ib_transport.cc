@@ -51,7 +51,7 @@ class IbListenComm final : public ListenComm {
  public:
   IbListenComm(const TransportOptions& options, Fd listener, uint64_t nonce, std::string address, IbCommConfig config)
       : config_(std::move(config)),
-        handshakes_(options, std::move(listener), nonce, std::move(address), Carrier::Verbs) {}
+        handshakes_(options, std::move(listener), nonce, std::move(address), Carrier::kVerbs) {}
 
   Status accept(std::unique_ptr<RecvComm>* comm) override {
     comm->reset();
@@ -59,7 +59,7 @@ class IbListenComm final : public ListenComm {
     bool got = false;
     handshakes_.accept(&c, &got);
     if (got)
-      establishing_.push_back(std::make_unique<Establishment>(Establishment::Role::Listener, config_, std::move(c)));
+      establishing_.push_back(std::make_unique<Establishment>(Establishment::Role::kListener, config_, std::move(c)));
     for (size_t i = 0; i < establishing_.size();) {
       bool done = false;
       Status st = establishing_[i]->progress(&done);
@@ -98,7 +98,7 @@ class IbListenComm final : public ListenComm {
 class IbConnect final : public ConnectAttempt {
  public:
   IbConnect(const TransportOptions& options, const wire::HandleFields& handle, IbCommConfig config)
-      : connector_(options, handle, Carrier::Verbs), config_(std::move(config)) {}
+      : connector_(options, handle, Carrier::kVerbs), config_(std::move(config)) {}
 
   Status progress(std::unique_ptr<SendComm>* comm) override {
     if (!establishment_) {
@@ -106,7 +106,7 @@ class IbConnect final : public ConnectAttempt {
       bool done = false;
       Status st = connector_.progress(&c, &done);
       if (!st.ok() || !done) return st;
-      establishment_ = std::make_unique<Establishment>(Establishment::Role::Connector, config_, std::move(c));
+      establishment_ = std::make_unique<Establishment>(Establishment::Role::kConnector, config_, std::move(c));
     }
     bool done = false;
     Status st = establishment_->progress(&done);
@@ -184,7 +184,7 @@ class IbTransport final : public Transport {
     // Adaptive routing is an InfiniBand switch feature (on by default in NCCL there); RoCE fabrics
     // keep a flow on one path unless told otherwise.
     c.adaptive_routing = options_.ib_adaptive_routing >= 0 ? options_.ib_adaptive_routing != 0
-                                                           : ports_[dev].address.link_layer == LinkLayer::InfiniBand;
+                                                           : ports_[dev].address.link_layer == LinkLayer::kInfiniBand;
     c.retry.timeout = static_cast<uint8_t>(options_.ib_timeout);
     c.retry.retry_count = static_cast<uint8_t>(options_.ib_retry_count);
     return c;
@@ -241,9 +241,9 @@ Status gid_policy_of(const TransportOptions& o, GidPolicy* out) {
   out->family = o.ib_addr_family;
   Status st = parse_address_range(o.ib_addr_range, "SIEVE_IB_ADDR_RANGE (or NCCL_IB_ADDR_RANGE)", &out->range);
   if (!st.ok()) return st;
-  if (out->range.set && out->family != Family::Any && out->family != out->range.family)
+  if (out->range.set && out->family != Family::kAny && out->family != out->range.family)
     return error(Code::kInvalidArgument, "the GID address range " + o.ib_addr_range + " is not of the address family " +
-                                             (out->family == Family::IPv4 ? "ipv4" : "ipv6") +
+                                             (out->family == Family::kIPv4 ? "ipv4" : "ipv6") +
                                              " asked for (SIEVE_IB_ADDR_FAMILY / SIEVE_IB_ADDR_RANGE, or "
                                              "NCCL_IB_ADDR_FAMILY / NCCL_IB_ADDR_RANGE): no GID could match both");
   return ok_status();
@@ -354,7 +354,7 @@ Status Transport::create_ib(const TransportOptions& options, std::unique_ptr<Tra
     d.max_comms = ib::max_comms_of(e.port, options.ib_qps);
     d.max_message_bytes = ib::max_message_bytes(e.port);
     SIEVE_INFO("device %s %s speed %d Mbps numa %d gid index %d%s%s, set-up over %s", d.name.c_str(),
-               e.address.link_layer == ib::LinkLayer::Ethernet ? "RoCE" : "InfiniBand", d.speed_mbps, d.numa_node,
+               e.address.link_layer == ib::LinkLayer::kEthernet ? "RoCE" : "InfiniBand", d.speed_mbps, d.numa_node,
                e.address.gid_index, d.dmabuf ? ", dma-buf" : "",
                d.cuda_pointers ? (", GPU pointers (" + peer_memory + ")").c_str() : "",
                interfaces.front().address.text().c_str());

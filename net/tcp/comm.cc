@@ -25,7 +25,7 @@ Status TcpComm::start(StripeWorker::Direction direction) {
     // One inline worker over every data socket, driven from isend/irecv/test (progress_inline).
     std::vector<int> fds;
     for (auto& fd : connection_.data) fds.push_back(fd.get());
-    int watch = direction == StripeWorker::Direction::Send ? connection_.control.get() : -1;
+    int watch = direction == StripeWorker::Direction::kSend ? connection_.control.get() : -1;
     workers_.push_back(std::make_unique<StripeWorker>(direction, std::move(fds), watch, &failure_, connection_.peer,
                                                       options_.peer_timeout_ms, options_.codec,
                                                       options_.rate_limiter.get()));
@@ -38,7 +38,7 @@ Status TcpComm::start(StripeWorker::Direction direction) {
   for (int w = 0; w < nthreads; ++w) {
     std::vector<int> fds;
     for (int s = w; s < nsocks(); s += nthreads) fds.push_back(connection_.data[s].get());
-    int watch = direction == StripeWorker::Direction::Send && w == 0 ? connection_.control.get() : -1;
+    int watch = direction == StripeWorker::Direction::kSend && w == 0 ? connection_.control.get() : -1;
     workers_.push_back(std::make_unique<StripeWorker>(direction, std::move(fds), watch, &failure_, connection_.peer,
                                                       options_.peer_timeout_ms, options_.codec,
                                                       options_.rate_limiter.get()));
@@ -83,7 +83,7 @@ Status TcpComm::fail(const Status& status) {
 }
 
 bool TcpComm::send_codec() const {
-  return (connection_.caps & wire::kCapZeroElide) && options_.codec != TransportOptions::Codec::Off;
+  return (connection_.caps & wire::kCapZeroElide) && options_.codec != TransportOptions::Codec::kOff;
 }
 
 uint32_t TcpComm::queue_stripes(Slot* slot) {

@@ -26,8 +26,8 @@ void write_raw_codec_header(uint64_t raw_length, uint8_t* out) {
 }
 
 bool worth_encoding(TransportOptions::Codec mode, const void* data, size_t length) {
-  if (mode == TransportOptions::Codec::On) return true;
-  if (mode == TransportOptions::Codec::Off || length == 0) return false;
+  if (mode == TransportOptions::Codec::kOn) return true;
+  if (mode == TransportOptions::Codec::kOff || length == 0) return false;
   return compress::estimate(data, length).pays;
 }
 

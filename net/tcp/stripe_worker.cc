@@ -208,7 +208,7 @@ void StripeWorker::progress(size_t budget_bytes) {
 bool StripeWorker::prepare(size_t socket, Stripe& s) {
   s.prepared = true;
   if (!s.codec) return true;
-  if (direction_ == Direction::Receive) {
+  if (direction_ == Direction::kReceive) {
     s.prepared = false;  // the codec header tells the rest
     return true;
   }
@@ -258,7 +258,7 @@ bool StripeWorker::accept_codec_header(size_t socket, Stripe& s) {
 
 bool StripeWorker::complete(size_t socket, Stripe& s) {
   if (s.codec) {
-    if (direction_ == Direction::Receive && s.in_scratch) {
+    if (direction_ == Direction::kReceive && s.in_scratch) {
       Status st = decode_stripe(scratch_[socket].get(0), kCodecHeaderBytes + s.body_length, s.data, s.length, peer_);
       if (!st.ok()) {
         fail(st);
@@ -297,7 +297,7 @@ bool StripeWorker::pump(size_t socket, bool* progressed, size_t* budget) {
       count += added;
     }
     if (iov_bytes(iov, count) > *budget) truncate_iov(iov, &count, *budget);
-    if (direction_ == Direction::Send && rate_limiter_) {
+    if (direction_ == Direction::kSend && rate_limiter_) {
       const size_t want = iov_bytes(iov, count);
       // Inline, the caller's thread never sleeps: no tokens means come back on the next call.
       const size_t granted =
@@ -306,23 +306,23 @@ bool StripeWorker::pump(size_t socket, bool* progressed, size_t* budget) {
       truncate_iov(iov, &count, granted);
     }
     const size_t offered = iov_bytes(iov, count);
-    IoResult r = direction_ == Direction::Send ? write_some(fd, iov, count) : read_some(fd, iov, count);
+    IoResult r = direction_ == Direction::kSend ? write_some(fd, iov, count) : read_some(fd, iov, count);
     transfers_.fetch_add(1, std::memory_order_relaxed);
-    if (direction_ == Direction::Send && rate_limiter_) rate_limiter_->refund(offered - r.bytes);
+    if (direction_ == Direction::kSend && rate_limiter_) rate_limiter_->refund(offered - r.bytes);
     if (r.would_block) return true;
     if (r.closed) {
       fail(error(Code::kRemoteError, "peer " + peer_ + " closed the connection in the middle of a message"));
       return false;
     }
     if (r.error) {
-      fail(error(Code::kRemoteError, std::string(direction_ == Direction::Send ? "sending to " : "receiving from ") +
+      fail(error(Code::kRemoteError, std::string(direction_ == Direction::kSend ? "sending to " : "receiving from ") +
                                          peer_ + ": " + errno_text(r.error)));
       return false;
     }
     *budget -= std::min(*budget, r.bytes);
     *progressed = true;
-    if (direction_ == Direction::Send && r.bytes > 0) ack_watch_[socket].wrote();
-    if (direction_ == Direction::Receive) last_progress_[socket] = Clock::now();
+    if (direction_ == Direction::kSend && r.bytes > 0) ack_watch_[socket].wrote();
+    if (direction_ == Direction::kReceive) last_progress_[socket] = Clock::now();
     size_t left = r.bytes;
     for (size_t k = 0; k < stripes && left > 0; ++k) {
       const size_t bytes = std::min(left, spans[k]);
@@ -340,7 +340,7 @@ bool StripeWorker::advance(size_t socket, size_t bytes) {
   Stripe& s = queues_[socket].front();
   const bool header_now_complete = s.moved < wire::kChunkHeaderBytes && s.moved + bytes >= wire::kChunkHeaderBytes;
   s.moved += bytes;
-  if (direction_ == Direction::Receive) {
+  if (direction_ == Direction::kReceive) {
     if (header_now_complete) {
       Status st = wire::check_chunk(s.header, s.expected);
       if (!st.ok()) {
@@ -423,10 +423,10 @@ void StripeWorker::collect_poll_fds(bool failed, bool compute_timeout, std::vect
   for (size_t i = 0; !failed && i < sockets_.size(); ++i) {
     short events = 0;
     if (!queues_[i].empty()) {
-      events = direction_ == Direction::Send ? POLLOUT : POLLIN;
+      events = direction_ == Direction::kSend ? POLLOUT : POLLIN;
       if (!compute_timeout) {
         // inline: a non-blocking look, no SO_RCVLOWAT games
-      } else if (direction_ == Direction::Receive) {
+      } else if (direction_ == Direction::kReceive) {
         set_receive_lowat(i);
         auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_[i]).count();
         int left = static_cast<int>(std::max<int64_t>(0, peer_timeout_ms_ - waited)) + 1;
@@ -438,7 +438,7 @@ void StripeWorker::collect_poll_fds(bool failed, bool compute_timeout, std::vect
             std::min(std::clamp(peer_timeout_ms_ / 4, 10, 1000), ack_watch_[i].remaining_ms(peer_timeout_ms_) + 1);
         timeout_ms = timeout_ms < 0 ? every : std::min(timeout_ms, every);
       }
-    } else if (direction_ == Direction::Send) {
+    } else if (direction_ == Direction::kSend) {
       events = POLLIN | POLLRDHUP;  // a receiver never writes: readable means it hung up
       // Written but unacknowledged (the sends completed into the kernel's buffer): a vanished host
       // must still be noticed, so keep checking until the peer has acknowledged everything.
@@ -459,19 +459,19 @@ void StripeWorker::check_peers(const std::vector<pollfd>& fds, const std::vector
   for (size_t k = 0; k < fds.size(); ++k) {
     if (fds[k].fd == wake_fd_) continue;
     bool idle = socket_of[k] < 0 || queues_[socket_of[k]].empty();
-    if (direction_ == Direction::Send && idle && (fds[k].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
+    if (direction_ == Direction::kSend && idle && (fds[k].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
       fail(error(Code::kRemoteError, "peer " + peer_ + " closed the connection"));
       return;
     }
   }
-  if (direction_ == Direction::Send && watch_fd_ >= 0) {
+  if (direction_ == Direction::kSend && watch_fd_ >= 0) {
     Status st = watch_acks_.check(watch_fd_, peer_timeout_ms_, peer_);
     if (!st.ok()) {
       fail(st);
       return;
     }
   }
-  if (direction_ == Direction::Send) {
+  if (direction_ == Direction::kSend) {
     for (size_t k = 0; k < fds.size(); ++k) {
       const int i = socket_of[k];
       if (i < 0 || (!queues_[i].empty() && (fds[k].revents & POLLOUT))) continue;
@@ -483,7 +483,7 @@ void StripeWorker::check_peers(const std::vector<pollfd>& fds, const std::vector
       }
     }
   }
-  if (direction_ == Direction::Receive) {
+  if (direction_ == Direction::kReceive) {
     const Clock::time_point later = Clock::now();
     for (size_t k = 0; k < fds.size(); ++k) {
       const int i = socket_of[k];

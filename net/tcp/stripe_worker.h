@@ -50,13 +50,13 @@ struct Stripe {
 
 class StripeWorker {
  public:
-  enum class Direction { Send, Receive };
+  enum class Direction { kSend, kReceive };
 
   // `sockets` are borrowed file descriptors (the comm owns them). `watch_fd` (or -1) is watched
   // for hang-up only: the control socket of a send comm, so a dead receiver is noticed.
   // `codec` decides which send stripes are zero-elided; `rate_limiter` (or null) paces sends.
   StripeWorker(Direction direction, std::vector<int> sockets, int watch_fd, Failure* failure, std::string peer,
-               int peer_timeout_ms, TransportOptions::Codec codec = TransportOptions::Codec::Off,
+               int peer_timeout_ms, TransportOptions::Codec codec = TransportOptions::Codec::kOff,
                RateLimiter* rate_limiter = nullptr);
   ~StripeWorker();
   StripeWorker(const StripeWorker&) = delete;

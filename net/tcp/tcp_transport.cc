@@ -52,7 +52,7 @@ class TcpListenComm final : public ListenComm {
                 std::vector<int> helper_cpus)
       : options_(options),
         helper_cpus_(std::move(helper_cpus)),
-        handshakes_(options, std::move(listener), nonce, std::move(address), Carrier::Tcp) {}
+        handshakes_(options, std::move(listener), nonce, std::move(address), Carrier::kTcp) {}
 
   Status accept(std::unique_ptr<RecvComm>* comm) override {
     comm->reset();
@@ -61,7 +61,7 @@ class TcpListenComm final : public ListenComm {
     handshakes_.accept(&c, &got);
     if (!got) return ok_status();
     auto recv = std::make_unique<TcpRecvComm>(std::move(c), comm_options(options_, helper_cpus_, nullptr));
-    Status st = recv->start(StripeWorker::Direction::Receive);
+    Status st = recv->start(StripeWorker::Direction::kReceive);
     if (!st.ok()) return st;
     *comm = std::move(recv);
     return ok_status();
@@ -79,7 +79,7 @@ struct TcpConnect final : ConnectAttempt {
   TcpConnect(const TransportOptions& o, const wire::HandleFields& handle, std::vector<int> cpus,
              std::shared_ptr<RateLimiter> limiter)
       : options(o),
-        connector(o, handle, Carrier::Tcp),
+        connector(o, handle, Carrier::kTcp),
         helper_cpus(std::move(cpus)),
         rate_limiter(std::move(limiter)) {}
 
@@ -89,7 +89,7 @@ struct TcpConnect final : ConnectAttempt {
     Status st = connector.progress(&c, &done);
     if (!st.ok() || !done) return st;
     auto send = std::make_unique<TcpSendComm>(std::move(c), comm_options(options, helper_cpus, rate_limiter));
-    st = send->start(StripeWorker::Direction::Send);
+    st = send->start(StripeWorker::Direction::kSend);
     if (!st.ok()) return st;
     *comm = std::move(send);
     return ok_status();
@@ -139,7 +139,7 @@ class TcpTransport final : public Transport {
       shaped.nsocks = shape.nsocks;
       shaped.nthreads = shape.nthreads;
       shaped.progress =
-          shape.inline_progress ? TransportOptions::Progress::Inline : TransportOptions::Progress::Helpers;
+          shape.inline_progress ? TransportOptions::Progress::kInline : TransportOptions::Progress::kHelpers;
       return std::make_unique<TcpConnect>(shaped, fields, helper_cpus(dev),
                                           rate_limiters_.empty() ? nullptr : rate_limiters_[dev]);
     };

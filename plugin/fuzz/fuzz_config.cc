@@ -33,11 +33,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Registry registry(env);
   for (const Effective& e : registry.effective()) {
     if (!e.info) std::abort();
-    if (e.info->kind == Kind::Int || e.info->kind == Kind::Size) {
+    if (e.info->kind == Kind::kInt || e.info->kind == Kind::kSize) {
       if (!in_range(*e.info, e.value)) std::abort();
     }
     int chosen = 0;
-    if (e.info->kind == Kind::Choice && !parse_choice(e.value, e.info->choices, chosen)) std::abort();
+    if (e.info->kind == Kind::kChoice && !parse_choice(e.value, e.info->choices, chosen)) std::abort();
   }
   for (const auto& [name, value] : env) {
     bool b;

@@ -32,7 +32,7 @@ namespace {
 
 bool set_in_environment(const config::Registry& registry, const char* name) {
   for (const config::Effective& e : registry.effective())
-    if (std::strcmp(e.info->name, name) == 0) return e.source == config::Source::Environment;
+    if (std::strcmp(e.info->name, name) == 0) return e.source == config::Source::kEnvironment;
   return false;
 }
 
@@ -49,15 +49,15 @@ struct IntTwin {
 
   int64_t operator()(const char* sieve_name, int64_t sieve_value, bool unset_below_zero, const char* nccl_name,
                      int64_t lo, int64_t hi, int64_t fallback) {
-    Origin origin = Origin::Default;
+    Origin origin = Origin::kDefault;
     int64_t value = fallback;
     if (set_in_environment(registry, sieve_name) && !(unset_below_zero && sieve_value < 0)) {
-      origin = Origin::Sieve;
+      origin = Origin::kSieve;
       value = sieve_value;
     } else if (nccl_text(environment, nccl_name)) {
       const int64_t nccl = sieve_or_nccl(-1, nccl_name, lo, hi, INT64_MIN, environment);
       if (nccl != INT64_MIN) {
-        origin = Origin::Nccl;
+        origin = Origin::kNccl;
         value = nccl;
       }
     }
@@ -70,9 +70,9 @@ struct IntTwin {
 
 const char* origin_name(Origin origin) {
   switch (origin) {
-    case Origin::Sieve: return "sieve";
-    case Origin::Nccl: return "nccl";
-    case Origin::Default: return "default";
+    case Origin::kSieve: return "sieve";
+    case Origin::kNccl: return "nccl";
+    case Origin::kDefault: return "default";
   }
   return "default";
 }
@@ -84,13 +84,13 @@ std::vector<SharedSetting> resolve_ib_options(const config::Registry& registry, 
   IntTwin pick{registry, environment, &out};
 
   // SIEVE_IB_HCA: NCCL_IB_HCA has the same syntax.
-  Origin hca = Origin::Default;
+  Origin hca = Origin::kDefault;
   o->ib_hca = "";
   if (set_in_environment(registry, "SIEVE_IB_HCA") && !s.ib_hca.empty()) {
-    hca = Origin::Sieve;
+    hca = Origin::kSieve;
     o->ib_hca = s.ib_hca;
   } else if (const char* text = nccl_text(environment, "NCCL_IB_HCA")) {
-    hca = Origin::Nccl;
+    hca = Origin::kNccl;
     o->ib_hca = text;
   }
   out.push_back({"SIEVE_IB_HCA", "NCCL_IB_HCA", o->ib_hca, hca});
@@ -100,23 +100,23 @@ std::vector<SharedSetting> resolve_ib_options(const config::Registry& registry, 
 
   // The address family: NCCL spells it AF_INET / AF_INET6 (and takes anything else as AF_INET;
   // Sieve says so rather than guess).
-  Origin family = Origin::Default;
-  o->ib_addr_family = net::Family::Any;
+  Origin family = Origin::kDefault;
+  o->ib_addr_family = net::Family::kAny;
   const auto family_of = [](config::IbAddrFamily v) {
     switch (v) {
-      case config::IbAddrFamily::Ipv4: return net::Family::IPv4;
-      case config::IbAddrFamily::Ipv6: return net::Family::IPv6;
-      case config::IbAddrFamily::Any: break;
+      case config::IbAddrFamily::kIpv4: return net::Family::kIPv4;
+      case config::IbAddrFamily::kIpv6: return net::Family::kIPv6;
+      case config::IbAddrFamily::kAny: break;
     }
-    return net::Family::Any;
+    return net::Family::kAny;
   };
   if (set_in_environment(registry, "SIEVE_IB_ADDR_FAMILY")) {
-    family = Origin::Sieve;
+    family = Origin::kSieve;
     o->ib_addr_family = family_of(s.ib_addr_family);
   } else if (const char* text = nccl_text(environment, "NCCL_IB_ADDR_FAMILY")) {
     if (std::strcmp(text, "AF_INET") == 0 || std::strcmp(text, "AF_INET6") == 0) {
-      family = Origin::Nccl;
-      o->ib_addr_family = std::strcmp(text, "AF_INET") == 0 ? net::Family::IPv4 : net::Family::IPv6;
+      family = Origin::kNccl;
+      o->ib_addr_family = std::strcmp(text, "AF_INET") == 0 ? net::Family::kIPv4 : net::Family::kIPv6;
     } else {
       SIEVE_WARN(
           "NCCL_IB_ADDR_FAMILY=%s is neither AF_INET nor AF_INET6: Sieve ignores it (set SIEVE_IB_ADDR_FAMILY "
@@ -125,18 +125,18 @@ std::vector<SharedSetting> resolve_ib_options(const config::Registry& registry, 
     }
   }
   out.push_back({"SIEVE_IB_ADDR_FAMILY", "NCCL_IB_ADDR_FAMILY",
-                 o->ib_addr_family == net::Family::IPv4   ? "ipv4"
-                 : o->ib_addr_family == net::Family::IPv6 ? "ipv6"
-                                                          : "any",
+                 o->ib_addr_family == net::Family::kIPv4   ? "ipv4"
+                 : o->ib_addr_family == net::Family::kIPv6 ? "ipv6"
+                                                           : "any",
                  family});
 
-  Origin range = Origin::Default;
+  Origin range = Origin::kDefault;
   o->ib_addr_range = "";
   if (set_in_environment(registry, "SIEVE_IB_ADDR_RANGE") && !s.ib_addr_range.empty()) {
-    range = Origin::Sieve;
+    range = Origin::kSieve;
     o->ib_addr_range = s.ib_addr_range;
   } else if (const char* text = nccl_text(environment, "NCCL_IB_ADDR_RANGE")) {
-    range = Origin::Nccl;
+    range = Origin::kNccl;
     o->ib_addr_range = text;  // the transport checks it and names the variable when it is not a range
   }
   out.push_back({"SIEVE_IB_ADDR_RANGE", "NCCL_IB_ADDR_RANGE", o->ib_addr_range, range});

@@ -27,7 +27,7 @@ int64_t sieve_or_nccl(int64_t sieve_value, const char* nccl_name, int64_t lo, in
                       const EnvironmentLookup& environment);
 
 // Which variable decided a verbs setting that has an NCCL twin.
-enum class Origin { Sieve, Nccl, Default };
+enum class Origin { kSieve, kNccl, kDefault };
 const char* origin_name(Origin origin);  // "sieve", "nccl", "default"
 
 struct SharedSetting {

@@ -26,9 +26,9 @@ std::atomic<abi::ncclDebugLogger_t> g_logger{nullptr};
 
 abi::ncclDebugLogLevel nccl_level(log::Level level) {
   switch (level) {
-    case log::Level::Warn: return abi::NCCL_LOG_WARN;
-    case log::Level::Info: return abi::NCCL_LOG_INFO;
-    case log::Level::Trace: return abi::NCCL_LOG_TRACE;
+    case log::Level::kWarn: return abi::NCCL_LOG_WARN;
+    case log::Level::kInfo: return abi::NCCL_LOG_INFO;
+    case log::Level::kTrace: return abi::NCCL_LOG_TRACE;
     default: return abi::NCCL_LOG_NONE;
   }
 }
@@ -36,7 +36,7 @@ abi::ncclDebugLogLevel nccl_level(log::Level level) {
 void forward(log::Level level, log::Subsystem subsystem, const char* file, int line, const char* message) {
   abi::ncclDebugLogger_t logger = g_logger.load();
   if (logger)
-    logger(nccl_level(level), level == log::Level::Warn ? abi::NCCL_ALL : nccl_flags(subsystem), file, line, "%s",
+    logger(nccl_level(level), level == log::Level::kWarn ? abi::NCCL_ALL : nccl_flags(subsystem), file, line, "%s",
            message);
 }
 
@@ -69,25 +69,25 @@ unsigned long nccl_subsystem_flag(const char* name) {
 
 unsigned long nccl_flags(log::Subsystem subsystem) {
   switch (subsystem) {
-    case log::Subsystem::Init: return abi::NCCL_INIT | abi::NCCL_NET;
-    case log::Subsystem::Net: return abi::NCCL_NET;
-    case log::Subsystem::Coll: return abi::NCCL_COLL;
-    case log::Subsystem::Env: return abi::NCCL_ENV;
+    case log::Subsystem::kInit: return abi::NCCL_INIT | abi::NCCL_NET;
+    case log::Subsystem::kNet: return abi::NCCL_NET;
+    case log::Subsystem::kColl: return abi::NCCL_COLL;
+    case log::Subsystem::kEnv: return abi::NCCL_ENV;
   }
   return abi::NCCL_NET;
 }
 
 // VERSION and WARN print warnings only.
 log::Level sieve_level(const char* nccl_debug) {
-  if (!nccl_debug) return log::Level::Trace;
-  if (!strcasecmp(nccl_debug, "VERSION") || !strcasecmp(nccl_debug, "WARN")) return log::Level::Warn;
-  if (!strcasecmp(nccl_debug, "INFO") || !strcasecmp(nccl_debug, "ABORT")) return log::Level::Info;
-  return log::Level::Trace;
+  if (!nccl_debug) return log::Level::kTrace;
+  if (!strcasecmp(nccl_debug, "VERSION") || !strcasecmp(nccl_debug, "WARN")) return log::Level::kWarn;
+  if (!strcasecmp(nccl_debug, "INFO") || !strcasecmp(nccl_debug, "ABORT")) return log::Level::kInfo;
+  return log::Level::kTrace;
 }
 
 uint32_t sieve_subsystems(const char* nccl_debug_subsys) {
-  constexpr log::Subsystem kAll[] = {log::Subsystem::Init, log::Subsystem::Net, log::Subsystem::Coll,
-                                     log::Subsystem::Env};
+  constexpr log::Subsystem kAll[] = {log::Subsystem::kInit, log::Subsystem::kNet, log::Subsystem::kColl,
+                                     log::Subsystem::kEnv};
   // NCCL's default: INIT, BOOTSTRAP, ENV.
   unsigned long nccl_mask = abi::NCCL_INIT | abi::NCCL_BOOTSTRAP | abi::NCCL_ENV;
   if (nccl_debug_subsys) {

@@ -127,11 +127,11 @@ template <typename Body> ncclResult_t guarded(const char* call, Body&& body) {
 
 net::Transport::Asked transport_asked(config::TransportChoice choice) {
   switch (choice) {
-    case config::TransportChoice::Tcp: return net::Transport::Asked::Tcp;
-    case config::TransportChoice::Ib: return net::Transport::Asked::Ib;
-    case config::TransportChoice::Auto: break;
+    case config::TransportChoice::kTcp: return net::Transport::Asked::kTcp;
+    case config::TransportChoice::kIb: return net::Transport::Asked::kIb;
+    case config::TransportChoice::kAuto: break;
   }
-  return net::Transport::Asked::Auto;
+  return net::Transport::Asked::kAuto;
 }
 
 net::TransportOptions options_from(const config::Registry& registry) {
@@ -139,9 +139,9 @@ net::TransportOptions options_from(const config::Registry& registry) {
   net::TransportOptions o;
   o.devices.ifname = s.socket_ifname;
   switch (s.socket_family) {
-    case config::SocketFamily::Any: o.devices.family = net::Family::Any; break;
-    case config::SocketFamily::Ipv4: o.devices.family = net::Family::IPv4; break;
-    case config::SocketFamily::Ipv6: o.devices.family = net::Family::IPv6; break;
+    case config::SocketFamily::kAny: o.devices.family = net::Family::kAny; break;
+    case config::SocketFamily::kIpv4: o.devices.family = net::Family::kIPv4; break;
+    case config::SocketFamily::kIpv6: o.devices.family = net::Family::kIPv6; break;
   }
   o.nsocks = static_cast<int>(s.nsocks);
   o.nthreads = static_cast<int>(s.nthreads);
@@ -151,25 +151,25 @@ net::TransportOptions options_from(const config::Registry& registry) {
   o.peer_timeout_ms = static_cast<int>(std::min<int64_t>(s.peer_timeout_ms, INT_MAX));
   o.topology.xml_file = s.topo_file;
   switch (s.pin_threads) {
-    case config::PinThreads::Auto: o.pin_threads = topology::PinChoice::Auto; break;
-    case config::PinThreads::On: o.pin_threads = topology::PinChoice::On; break;
-    case config::PinThreads::Off: o.pin_threads = topology::PinChoice::Off; break;
+    case config::PinThreads::kAuto: o.pin_threads = topology::PinChoice::kAuto; break;
+    case config::PinThreads::kOn: o.pin_threads = topology::PinChoice::kOn; break;
+    case config::PinThreads::kOff: o.pin_threads = topology::PinChoice::kOff; break;
   }
   switch (s.progress) {
-    case config::Progress::Auto: o.progress = net::TransportOptions::Progress::Auto; break;
-    case config::Progress::Inline: o.progress = net::TransportOptions::Progress::Inline; break;
-    case config::Progress::Helpers: o.progress = net::TransportOptions::Progress::Helpers; break;
+    case config::Progress::kAuto: o.progress = net::TransportOptions::Progress::kAuto; break;
+    case config::Progress::kInline: o.progress = net::TransportOptions::Progress::kInline; break;
+    case config::Progress::kHelpers: o.progress = net::TransportOptions::Progress::kHelpers; break;
   }
   switch (s.wire_codec) {
-    case config::WireCodec::Auto: o.codec = net::TransportOptions::Codec::Auto; break;
-    case config::WireCodec::On: o.codec = net::TransportOptions::Codec::On; break;
-    case config::WireCodec::Off: o.codec = net::TransportOptions::Codec::Off; break;
+    case config::WireCodec::kAuto: o.codec = net::TransportOptions::Codec::kAuto; break;
+    case config::WireCodec::kOn: o.codec = net::TransportOptions::Codec::kOn; break;
+    case config::WireCodec::kOff: o.codec = net::TransportOptions::Codec::kOff; break;
   }
   o.rate_limit_mbps = s.rate_limit_mbps;
   // The verbs settings NCCL's IB transport has too: SIEVE_IB_*, else NCCL_IB_*, else the default.
   const std::vector<SharedSetting> decided = resolve_ib_options(registry, std::getenv, &o);
   for (const SharedSetting& d : decided)
-    if (d.origin == Origin::Nccl)
+    if (d.origin == Origin::kNccl)
       SIEVE_INFO("%s=%s from %s (%s unset)", d.sieve_name, d.value.c_str(), d.nccl_name, d.sieve_name);
   return o;
 }
@@ -180,14 +180,14 @@ net::TransportOptions options_from(const config::Registry& registry) {
 net::Status create_transport(config::TransportChoice choice_asked, ProcessState* state, std::string* why) {
   const net::Transport::Asked asked = transport_asked(choice_asked);
   net::Status verbs = net::error(net::Code::kInvalidUsage, "not tried");
-  if (asked != net::Transport::Asked::Tcp) verbs = net::Transport::create_ib(state->options, &state->transport);
-  if (asked == net::Transport::Asked::Ib && !verbs.ok())
+  if (asked != net::Transport::Asked::kTcp) verbs = net::Transport::create_ib(state->options, &state->transport);
+  if (asked == net::Transport::Asked::kIb && !verbs.ok())
     return net::error(verbs.code(), "SIEVE_TRANSPORT=ib: " + verbs.message());
   const net::Transport::Choice choice =
       net::Transport::choose(asked, verbs.ok(), verbs.ok() ? state->transport->devices().size() : 0, verbs.message());
   *why = choice.why;
   state->verbs = choice.verbs;
-  if (asked != net::Transport::Asked::Tcp) SIEVE_INFO("transport %s (%s)", choice.verbs ? "ib" : "tcp", why->c_str());
+  if (asked != net::Transport::Asked::kTcp) SIEVE_INFO("transport %s (%s)", choice.verbs ? "ib" : "tcp", why->c_str());
   if (choice.verbs) return verbs;
   return net::Transport::create_tcp(state->options, &state->transport);
 }
@@ -196,7 +196,7 @@ net::Status create_transport(config::TransportChoice choice_asked, ProcessState*
 // believing SIEVE_NSOCKS (or SIEVE_IB_HCA) shapes it. With auto running TCP this is also where a
 // user who configured RDMA learns, at the default log level, that it is not in use and why.
 void warn_settings_without_effect(const config::Registry& registry, bool verbs, const std::string& why) {
-  const config::Scope in_use = verbs ? config::Scope::Verbs : config::Scope::Tcp;
+  const config::Scope in_use = verbs ? config::Scope::kVerbs : config::Scope::kTcp;
   const auto unused = registry.set_without_effect(in_use);
   if (!unused.empty()) SIEVE_WARN("%s (%s)", config::without_effect_text(unused, in_use).c_str(), why.c_str());
 }

@@ -168,7 +168,8 @@ int Proxy::all_reduce(const void* send, void* recv, uint64_t count, DType type, 
     }
   }
   // Observing issues nothing and needs no agreement; learning needs an agreed commit's settings.
-  const bool learning = options_.track == TrackMode::kObserve || (cs.agreed && options_.track == TrackMode::kOn);
+  const bool learning =
+      options_.track == config::Track::kObserve || (cs.agreed && options_.track == config::Track::kOn);
   if (eligible && learning && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
     bool capture = false;
     if (int rc = capturing(call, &capture)) return rc;
@@ -177,7 +178,7 @@ int Proxy::all_reduce(const void* send, void* recv, uint64_t count, DType type, 
     // another rank may issue this very call eagerly (NCCL allows it) and compact it or vote. No
     // captured call can be made to match that, so capture of a learned signature is refused, the
     // same way on whichever rank captures it: loudly, by an abort, never by a silent dense run.
-    if (options_.track == TrackMode::kOn)
+    if (options_.track == config::Track::kOn)
       return fail_comm(cs, kResultInvalidUsage,
                        "an all-reduce that SIEVE_TRACK=on learns was captured into a CUDA graph (a learned mask "
                        "cannot be captured; capture with SIEVE_TRACK=off or publish the masks)");
@@ -557,7 +558,7 @@ int Proxy::share_verdicts(std::vector<VerifyVerdict>& verdicts) {
 int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t count, DType type, ReduceOp op,
                               Path* path) {
   CommState& cs = *call.state;
-  const bool observe = options_.track == TrackMode::kObserve;
+  const bool observe = options_.track == config::Track::kObserve;
   std::shared_ptr<LearnedSignature>& slot = cs.learned[{count, type}];
   if (!slot) {
     LearnedRules rules{options_.track_stable, options_.track_lag, options_.rules, observe, options_.verify};
@@ -637,7 +638,8 @@ int Proxy::run_after(Deferred& d) {
     case Deferred::Kind::kCompaction: return compact_out(cs, d.compaction, d.stream);
     case Deferred::Kind::kRecord: {
       const int rc = d.learned->record_dense(backend_, d.record, d.output, d.stream);
-      if (rc && options_.track == TrackMode::kOn) return fail_comm(cs, rc, "could not record a learned-mask pattern");
+      if (rc && options_.track == config::Track::kOn)
+        return fail_comm(cs, rc, "could not record a learned-mask pattern");
       return kResultSuccess;  // observe: a missing record is read as none
     }
     case Deferred::Kind::kCommit: return finish_commit(cs, d.stream, *d.commit);

@@ -93,7 +93,7 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
   // Verdicts and learned votes have staging of their own: a group's end may share them between a
   // commit's vote and its verdict.
   if ((options_.verify && !cs.verdict_vote && backend_.create_exchange(kVoteBytes, &cs.verdict_vote)) ||
-      (options_.track == TrackMode::kOn && !cs.learned_vote &&
+      (options_.track == config::Track::kOn && !cs.learned_vote &&
        backend_.create_exchange(kVoteBytes, &cs.learned_vote))) {
     if (token) return backend_.all_reduce(token, token, kVoteWords, DType::kI64, ReduceOp::kMax, cs.comm, call.stream);
     return fail_comm(cs, kResultCudaError, "no device memory for the proxy's votes");
@@ -199,7 +199,7 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
     // Learning needs agreed settings: what was learned under the last agreement goes too. A retired
     // signature stays retired: its pattern failed on every rank alike, and forgetting that would
     // learn it, and drop its values, all over again after the next agreed commit.
-    if (options_.track == TrackMode::kOn)
+    if (options_.track == config::Track::kOn)
       for (auto it = cs.learned.begin(); it != cs.learned.end();)
         it = it->second->retired() ? std::next(it) : cs.learned.erase(it);
     add(stats_.tables_refused, 1);
@@ -233,7 +233,7 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
       "collective proxy: commit %llu is active on communicator %p (%d ranks): %llu masks, %llu of them "
       "compact%s",
       (unsigned long long)number, cs.comm, cs.nranks, (unsigned long long)outcome->masks,
-      (unsigned long long)outcome->compacting, options_.track == TrackMode::kOn ? "; learning masks" : "");
+      (unsigned long long)outcome->compacting, options_.track == config::Track::kOn ? "; learning masks" : "");
 }
 
 int Proxy::vote_learned(CommState& cs, LearnedSignature& sig, Stream stream) {

@@ -22,15 +22,6 @@ const char* path_name(Path path) {
   return "?";
 }
 
-const char* track_mode_name(TrackMode mode) {
-  switch (mode) {
-    case TrackMode::kOff: return "off";
-    case TrackMode::kOn: return "on";
-    case TrackMode::kObserve: return "observe";
-  }
-  return "?";
-}
-
 uint64_t ProxyOptions::fingerprint() const {
   uint64_t h = 0x50524f5859ull;
   auto mix = [&h](uint64_t v) {
@@ -39,7 +30,7 @@ uint64_t ProxyOptions::fingerprint() const {
   };
   mix(3);  // the agreement's protocol (3: SIEVE_PROXY_VERIFY's shared verdict): a library that votes
            // differently is a different setting
-  mix(track == TrackMode::kOn);
+  mix(track == config::Track::kOn);
   mix(track_stable);
   mix(track_lag);
   mix(uint64_t(rules.max_density * 1e6 + 0.5));

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "compress/mask_registry.h"
+#include "plugin/config.h"
 #include "plugin/proxy/agreement.h"
 #include "plugin/proxy/call_history.h"
 #include "plugin/proxy/device_backend.h"
@@ -46,18 +47,15 @@
 
 namespace sieve::plugin::proxy {
 
-enum class TrackMode { kOff, kOn, kObserve };
-const char* track_mode_name(TrackMode mode);
-
 // Job-wide settings: they must be the same on every rank (as NCCL's own variables must). Every
 // commit compares their fingerprint, so a difference shows as a refused commit, never as a hang.
 struct ProxyOptions {
-  bool enabled = true;                // SIEVE_PROXY (off: take part in commits, refuse them, never compact)
-  TrackMode track = TrackMode::kOff;  // SIEVE_TRACK
-  uint32_t track_stable = 3;          // SIEVE_TRACK_STABLE
-  uint32_t track_lag = 2;             // SIEVE_TRACK_LAG (>= 1)
-  PlanRules rules;                    // SIEVE_PROXY_MAX_DENSITY / 100, SIEVE_PROXY_MIN_COUNT
-  bool verify = false;                // SIEVE_PROXY_VERIFY
+  bool enabled = true;                        // SIEVE_PROXY (off: take part in commits, refuse them, never compact)
+  config::Track track = config::Track::kOff;  // SIEVE_TRACK
+  uint32_t track_stable = 3;                  // SIEVE_TRACK_STABLE
+  uint32_t track_lag = 2;                     // SIEVE_TRACK_LAG (>= 1)
+  PlanRules rules;                            // SIEVE_PROXY_MAX_DENSITY / 100, SIEVE_PROXY_MIN_COUNT
+  bool verify = false;                        // SIEVE_PROXY_VERIFY
   // What every rank must share: everything above but SIEVE_PROXY (a rank with the proxy off refuses
   // in its own words) and the difference between off and observe (observe issues nothing).
   uint64_t fingerprint() const;

@@ -89,14 +89,14 @@ struct Pairing {
 TEST(CodecNegotiation, WireShrinksOnlyWhenBothEndsSupportIt) {
   const std::vector<char> sparse = make_data(1 << 20, 4, 80, 1);
   const Pairing pairings[] = {
-      {"on/on", with_codec(Codec::On), with_codec(Codec::On), true},
-      {"auto/auto", with_codec(Codec::Auto), with_codec(Codec::Auto), true},
-      {"on/auto", with_codec(Codec::On), with_codec(Codec::Auto), true},
-      {"on sender, off receiver", with_codec(Codec::On), with_codec(Codec::Off), false},
-      {"off sender, on receiver", with_codec(Codec::Off), with_codec(Codec::On), false},
-      {"auto sender, old receiver", with_codec(Codec::Auto), with_codec(Codec::Auto, false), false},
-      {"old sender, auto receiver", with_codec(Codec::Auto, false), with_codec(Codec::Auto), false},
-      {"on sender, old receiver", with_codec(Codec::On), with_codec(Codec::On, false), false},
+      {"on/on", with_codec(Codec::kOn), with_codec(Codec::kOn), true},
+      {"auto/auto", with_codec(Codec::kAuto), with_codec(Codec::kAuto), true},
+      {"on/auto", with_codec(Codec::kOn), with_codec(Codec::kAuto), true},
+      {"on sender, off receiver", with_codec(Codec::kOn), with_codec(Codec::kOff), false},
+      {"off sender, on receiver", with_codec(Codec::kOff), with_codec(Codec::kOn), false},
+      {"auto sender, old receiver", with_codec(Codec::kAuto), with_codec(Codec::kAuto, false), false},
+      {"old sender, auto receiver", with_codec(Codec::kAuto, false), with_codec(Codec::kAuto), false},
+      {"on sender, old receiver", with_codec(Codec::kOn), with_codec(Codec::kOn, false), false},
   };
   for (const Pairing& p : pairings) {
     SCOPED_TRACE(p.name);
@@ -115,7 +115,7 @@ TEST(CodecNegotiation, WireShrinksOnlyWhenBothEndsSupportIt) {
 TEST(CodecNegotiation, AutoSendsDenseMessagesExactlyAsOff) {
   const std::vector<char> dense = make_data(1 << 20, 4, 0, 2);
   Result r;
-  transfer(with_codec(Codec::Auto), with_codec(Codec::Auto), dense, &r);
+  transfer(with_codec(Codec::kAuto), with_codec(Codec::kAuto), dense, &r);
   EXPECT_EQ(r.received.wire_bytes, raw_wire(dense.size()));
 }
 
@@ -126,7 +126,7 @@ TEST(CodecNegotiation, AutoElidesTheSparseStripesOfAMixedMessage) {
   const std::vector<char> sparse = make_data(4 * kChunk, 4, 90, 5);
   std::memcpy(mixed.data() + 4 * kChunk, sparse.data(), sparse.size());
   Result r;
-  transfer(with_codec(Codec::Auto), with_codec(Codec::Auto), mixed, &r);
+  transfer(with_codec(Codec::kAuto), with_codec(Codec::kAuto), mixed, &r);
   // Dense half raw (4 chunks + 24 B each); sparse half: about 10 % of the words plus a 1/32 bitmap.
   EXPECT_LT(r.received.wire_bytes, raw_wire(mixed.size()) - 3 * kChunk) << r.received.wire_bytes;
   EXPECT_GT(r.received.wire_bytes, 4 * kChunk) << r.received.wire_bytes;
@@ -135,7 +135,7 @@ TEST(CodecNegotiation, AutoElidesTheSparseStripesOfAMixedMessage) {
 TEST(CodecNegotiation, InlineMessagesStayRaw) {
   const std::vector<char> small = make_data(1000, 4, 100, 3);
   Result r;
-  transfer(with_codec(Codec::On), with_codec(Codec::On), small, &r);
+  transfer(with_codec(Codec::kOn), with_codec(Codec::kOn), small, &r);
   EXPECT_EQ(r.received.wire_bytes, wire::kFrameHeaderBytes + small.size());
 }
 
@@ -153,7 +153,7 @@ TEST(CodecDelivery, SparseAndDenseOfAwkwardSizesArriveExactly) {
       SCOPED_TRACE("size " + std::to_string(size) + " word " + std::to_string(k.word) + " zeros " +
                    std::to_string(k.zeros) + "%");
       Result r;
-      transfer(with_codec(Codec::On), with_codec(Codec::On), make_data(size, k.word, k.zeros, size + k.zeros), &r,
+      transfer(with_codec(Codec::kOn), with_codec(Codec::kOn), make_data(size, k.word, k.zeros, size + k.zeros), &r,
                size % 7);
       if (size > loopback_options().inline_threshold && k.zeros >= 80) { EXPECT_LT(r.received.wire_bytes, size); }
     }
@@ -165,7 +165,7 @@ TEST(CodecDelivery, SixtyFourMiBSparseFp32AndBf16) {
     SCOPED_TRACE("word " + std::to_string(word));
     const std::vector<char> data = make_data(64u << 20, word, 80, word);
     Result r;
-    transfer(with_codec(Codec::On), with_codec(Codec::Auto), data, &r);
+    transfer(with_codec(Codec::kOn), with_codec(Codec::kAuto), data, &r);
     // d + 1/(8 word) of the logical bytes, plus headers.
     const double bound = 0.2 + 1.0 / (8.0 * word) + 0.01;
     EXPECT_LT(static_cast<double>(r.received.wire_bytes), bound * static_cast<double>(data.size()));
@@ -175,14 +175,14 @@ TEST(CodecDelivery, SixtyFourMiBSparseFp32AndBf16) {
 TEST(CodecDelivery, SixtyFourMiBDenseWithTheCodecForcedOn) {
   const std::vector<char> data = make_data(64u << 20, 4, 0, 9);
   Result r;
-  transfer(with_codec(Codec::On), with_codec(Codec::On), data, &r);
+  transfer(with_codec(Codec::kOn), with_codec(Codec::kOn), data, &r);
   // Raw codec frames: 24 bytes more per stripe than without the codec.
   EXPECT_EQ(r.received.wire_bytes, raw_wire(data.size()) + stripes_of(data.size()) * 24);
 }
 
 TEST(CodecDelivery, ManyMessagesInFlightMixSparseAndDense) {
-  auto tx = make_transport(with_codec(Codec::Auto));
-  auto rx = make_transport(with_codec(Codec::Auto));
+  auto tx = make_transport(with_codec(Codec::kAuto));
+  auto rx = make_transport(with_codec(Codec::kAuto));
   ASSERT_NE(tx, nullptr);
   ASSERT_NE(rx, nullptr);
   Pair pair;

@@ -90,19 +90,19 @@ TEST(SelectDevices, FallsBackToLoopbackWhenNothingElse) {
 }
 
 TEST(SelectDevices, FamilyFilter) {
-  auto d = select_devices(kHost, {"", Family::IPv6});
+  auto d = select_devices(kHost, {"", Family::kIPv6});
   EXPECT_EQ(names(d), (V{"eth0", "eth1"}));
   EXPECT_EQ(d[0].address.text(), "fd00::2");  // global before link-local
-  EXPECT_EQ(names(select_devices(kHost, {"", Family::IPv4})), (V{"eth0", "ib0"}));
+  EXPECT_EQ(names(select_devices(kHost, {"", Family::kIPv4})), (V{"eth0", "ib0"}));
 }
 
 TEST(SelectDevices, IfnameSyntax) {
-  EXPECT_EQ(names(select_devices(kHost, {"eth", Family::Any})), (V{"eth0", "eth1"}));
-  EXPECT_EQ(names(select_devices(kHost, {"=eth1", Family::Any})), (V{"eth1"}));
-  EXPECT_EQ(names(select_devices(kHost, {"^eth,lo", Family::Any})), (V{"docker0", "br-1a2b", "ib0"}));
-  EXPECT_EQ(names(select_devices(kHost, {"lo", Family::IPv4})), (V{"lo"}));
-  EXPECT_TRUE(select_devices(kHost, {"=eth", Family::Any}).empty());
-  EXPECT_TRUE(select_devices(kHost, {"nomatch", Family::Any}).empty());
+  EXPECT_EQ(names(select_devices(kHost, {"eth", Family::kAny})), (V{"eth0", "eth1"}));
+  EXPECT_EQ(names(select_devices(kHost, {"=eth1", Family::kAny})), (V{"eth1"}));
+  EXPECT_EQ(names(select_devices(kHost, {"^eth,lo", Family::kAny})), (V{"docker0", "br-1a2b", "ib0"}));
+  EXPECT_EQ(names(select_devices(kHost, {"lo", Family::kIPv4})), (V{"lo"}));
+  EXPECT_TRUE(select_devices(kHost, {"=eth", Family::kAny}).empty());
+  EXPECT_TRUE(select_devices(kHost, {"nomatch", Family::kAny}).empty());
 }
 
 TEST(SelectDevices, ContainerBridgeNames) {
@@ -156,13 +156,13 @@ TEST(PlaceDevices, TakesPlacementFromTheTopology) {
 TEST(Discover, FindsLoopbackWhenAskedFor) {
   std::vector<Device> d;
   const topology::Machine machine = topology::discover({}).machine;
-  Status st = discover_devices({"=lo", Family::IPv4}, machine, &d);
+  Status st = discover_devices({"=lo", Family::kIPv4}, machine, &d);
   ASSERT_TRUE(st.ok()) << st.message();
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].address.text(), "127.0.0.1");
   EXPECT_TRUE(d[0].pci_path.empty());
   EXPECT_GT(d[0].speed_mbps, 0);
-  Status none = discover_devices({"=no-such-interface", Family::Any}, machine, &d);
+  Status none = discover_devices({"=no-such-interface", Family::kAny}, machine, &d);
   EXPECT_EQ(none.code(), Code::kSystemError);
   EXPECT_NE(none.message().find("SIEVE_SOCKET_IFNAME"), std::string::npos);
 }

@@ -131,7 +131,7 @@ TEST(Handshake, ASocketDroppedBeforeItsWelcomeConnectsAgain) {
       wire::Hello hello;
       if (!wire::decode_hello(in, &hello).ok()) return;
       uint8_t out[wire::kWelcomeBytes];
-      wire::encode_welcome({0, 77, wire::handshake_mac("", wire::Role::Listener, hello, 77)}, out);
+      wire::encode_welcome({0, 77, wire::handshake_mac("", wire::Role::kListener, hello, 77)}, out);
       if (::send(fd.get(), out, sizeof(out), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(out))) return;
       uint8_t proof[wire::kProofBytes];
       if (::recv(fd.get(), proof, sizeof(proof), MSG_WAITALL) != static_cast<ssize_t>(sizeof(proof))) return;
@@ -139,7 +139,7 @@ TEST(Handshake, ASocketDroppedBeforeItsWelcomeConnectsAgain) {
       kept.push_back(std::move(fd));
     }
   });
-  Connector connector(o, fields, Carrier::Tcp);
+  Connector connector(o, fields, Carrier::kTcp);
   Connection connection;
   bool done = false;
   Status st;
@@ -221,7 +221,7 @@ TEST(Handshake, TokenNeverTravels) {
   wire::Hello hello{1, 2, 0, 11, 22, 33, 1 << 20};
   uint8_t bytes[wire::kHelloBytes + wire::kProofBytes];
   wire::encode_hello(hello, bytes);
-  wire::encode_proof({wire::handshake_mac(token, wire::Role::Connector, hello, 44)}, bytes + wire::kHelloBytes);
+  wire::encode_proof({wire::handshake_mac(token, wire::Role::kConnector, hello, 44)}, bytes + wire::kHelloBytes);
   std::string all(reinterpret_cast<char*>(bytes), sizeof(bytes));
   EXPECT_EQ(all.find(token.substr(0, 6)), std::string::npos);
 }

@@ -117,7 +117,7 @@ TEST(ListenerFlood, AConnectorArrivingDuringAFloodConnects) {
 
 std::atomic<int> g_warnings{0};
 void count_warnings(log::Level level, log::Subsystem, const char*, int, const char*) {
-  if (level == log::Level::Warn) g_warnings.fetch_add(1);
+  if (level == log::Level::kWarn) g_warnings.fetch_add(1);
 }
 
 TEST(ListenerFlood, DropWarningsAreRateLimited) {
@@ -168,7 +168,7 @@ Fd authenticated_socket(Listening& l, uint64_t id, uint16_t index, uint16_t nsoc
   wire::Welcome w;
   EXPECT_TRUE(wire::decode_welcome(in, &w).ok());
   uint8_t proof[wire::kProofBytes];
-  wire::encode_proof({wire::handshake_mac("", wire::Role::Connector, hello, w.server_nonce)}, proof);
+  wire::encode_proof({wire::handshake_mac("", wire::Role::kConnector, hello, w.server_nonce)}, proof);
   EXPECT_EQ(::send(fd.get(), proof, sizeof(proof), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(proof)));
   l.poll_listener();
   return fd;
@@ -206,7 +206,7 @@ bool finish_handshake(Listening& l, int fd, uint64_t id, uint16_t index, uint16_
   wire::Welcome w;
   if (got != sizeof(in) || !wire::decode_welcome(in, &w).ok()) return false;
   uint8_t proof[wire::kProofBytes];
-  wire::encode_proof({wire::handshake_mac("", wire::Role::Connector, hello, w.server_nonce)}, proof);
+  wire::encode_proof({wire::handshake_mac("", wire::Role::kConnector, hello, w.server_nonce)}, proof);
   return ::send(fd, proof, sizeof(proof), MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof(proof));
 }
 

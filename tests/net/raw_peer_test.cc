@@ -63,7 +63,7 @@ struct RawSender {
       if (!recv_all(fds[i]->get(), buf, wire::kWelcomeBytes)) return false;
       wire::Welcome w;
       if (!wire::decode_welcome(buf, &w).ok()) return false;
-      wire::encode_proof({wire::handshake_mac("", wire::Role::Connector, hello, w.server_nonce)}, buf);
+      wire::encode_proof({wire::handshake_mac("", wire::Role::kConnector, hello, w.server_nonce)}, buf);
       if (!send_all(fds[i]->get(), buf, wire::kProofBytes)) return false;
     }
     return true;

@@ -8,7 +8,7 @@ namespace sieve::net::testing {
 TransportOptions loopback_options() {
   TransportOptions o;
   o.devices.ifname = "=lo";
-  o.devices.family = Family::IPv4;
+  o.devices.family = Family::kIPv4;
   o.nsocks = 2;
   o.nthreads = 2;
   o.chunk_size = 128 * 1024;

@@ -32,21 +32,21 @@ std::vector<char> pattern(size_t size, uint32_t seed) {
 
 // Every behaviour holds whoever moves the data sockets: helper threads, the caller's thread inline
 // (over two sockets and over one), and the auto shape of a single socket.
-enum class Mover { Helpers, Inline, InlineSingleSocket, AutoSingleSocket };
+enum class Mover { kHelpers, kInline, kInlineSingleSocket, kAutoSingleSocket };
 
 TransportOptions options_for(Mover mover) {
   TransportOptions o = loopback_options();
   switch (mover) {
-    case Mover::Helpers: o.progress = TransportOptions::Progress::Helpers; break;
-    case Mover::Inline: o.progress = TransportOptions::Progress::Inline; break;
-    case Mover::InlineSingleSocket:
+    case Mover::kHelpers: o.progress = TransportOptions::Progress::kHelpers; break;
+    case Mover::kInline: o.progress = TransportOptions::Progress::kInline; break;
+    case Mover::kInlineSingleSocket:
       o.nsocks = 1;
-      o.progress = TransportOptions::Progress::Inline;
+      o.progress = TransportOptions::Progress::kInline;
       break;
-    case Mover::AutoSingleSocket:
+    case Mover::kAutoSingleSocket:
       o.nsocks = 1;
       o.nthreads = 0;
-      o.progress = TransportOptions::Progress::Auto;
+      o.progress = TransportOptions::Progress::kAuto;
       break;
   }
   return o;
@@ -266,7 +266,7 @@ TEST_P(TransportTest, ManyMessagesKeepOrder) {
 
 TEST(TransportIpv6, LoopbackRoundTrip) {
   TransportOptions o = loopback_options();
-  o.devices.family = Family::IPv6;
+  o.devices.family = Family::kIPv6;
   std::unique_ptr<Transport> t;
   Status st = Transport::create_tcp(o, &t);
   if (!st.ok()) GTEST_SKIP() << "no IPv6 loopback here: " << st.message();
@@ -296,14 +296,14 @@ size_t threads_in_process() {
 // Inline means inline: a connection whose bytes the caller moves starts no thread at all, while
 // helper progress (and auto, which measured better with helpers) starts its helpers.
 TEST(TransportProgress, InlineConnectionsStartNoThreadsAndHelperConnectionsDo) {
-  for (Mover mover : {Mover::Inline, Mover::InlineSingleSocket, Mover::AutoSingleSocket, Mover::Helpers}) {
+  for (Mover mover : {Mover::kInline, Mover::kInlineSingleSocket, Mover::kAutoSingleSocket, Mover::kHelpers}) {
     auto transport = make_transport(options_for(mover));
     ASSERT_NE(transport, nullptr);
     const size_t before = threads_in_process();
     Pair pair;
     ASSERT_TRUE(connect_pair(*transport, *transport, &pair).ok());
     const size_t added = threads_in_process() - before;
-    if (mover == Mover::Helpers || mover == Mover::AutoSingleSocket)
+    if (mover == Mover::kHelpers || mover == Mover::kAutoSingleSocket)
       EXPECT_GE(added, 2u) << "one helper per side at least";
     else EXPECT_EQ(added, 0u) << "inline progress started threads";
   }
@@ -311,16 +311,16 @@ TEST(TransportProgress, InlineConnectionsStartNoThreadsAndHelperConnectionsDo) {
 
 // The rule the plugin applies and sieve-info restates: asked is asked, auto follows verbs.
 TEST(TransportChoice, AskedIsTakenAndAutoFollowsWhetherVerbsAreUsable) {
-  Transport::Choice c = Transport::choose(Transport::Asked::Tcp, true, 2, "");
+  Transport::Choice c = Transport::choose(Transport::Asked::kTcp, true, 2, "");
   EXPECT_FALSE(c.verbs);
   EXPECT_EQ(c.why, "SIEVE_TRANSPORT=tcp");
-  c = Transport::choose(Transport::Asked::Ib, true, 2, "");
+  c = Transport::choose(Transport::Asked::kIb, true, 2, "");
   EXPECT_TRUE(c.verbs);
   EXPECT_EQ(c.why, "SIEVE_TRANSPORT=ib");
-  c = Transport::choose(Transport::Asked::Auto, true, 2, "");
+  c = Transport::choose(Transport::Asked::kAuto, true, 2, "");
   EXPECT_TRUE(c.verbs);
   EXPECT_EQ(c.why, "SIEVE_TRANSPORT=auto: libibverbs loaded and 2 active RDMA port(s) selected");
-  c = Transport::choose(Transport::Asked::Auto, false, 0, "no active RDMA port selected");
+  c = Transport::choose(Transport::Asked::kAuto, false, 0, "no active RDMA port selected");
   EXPECT_FALSE(c.verbs);
   EXPECT_EQ(c.why, "SIEVE_TRANSPORT=auto: no active RDMA port selected");
 }
@@ -404,16 +404,16 @@ TEST(TransportOptions, OutOfRangeValuesAreRefused) {
 
 std::string mover_name(const ::testing::TestParamInfo<Mover>& info) {
   switch (info.param) {
-    case Mover::Helpers: return "helpers";
-    case Mover::Inline: return "inline";
-    case Mover::InlineSingleSocket: return "inline_single_socket";
-    case Mover::AutoSingleSocket: return "auto_single_socket";
+    case Mover::kHelpers: return "helpers";
+    case Mover::kInline: return "inline";
+    case Mover::kInlineSingleSocket: return "inline_single_socket";
+    case Mover::kAutoSingleSocket: return "auto_single_socket";
   }
   return "unknown";
 }
 INSTANTIATE_TEST_SUITE_P(EveryMover, TransportTest,
-                         ::testing::Values(Mover::Helpers, Mover::Inline, Mover::InlineSingleSocket,
-                                           Mover::AutoSingleSocket),
+                         ::testing::Values(Mover::kHelpers, Mover::kInline, Mover::kInlineSingleSocket,
+                                           Mover::kAutoSingleSocket),
                          mover_name);
 
 }  // namespace

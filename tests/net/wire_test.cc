@@ -149,7 +149,7 @@ TEST(Handshake, MessagesRoundTripAndValidate) {
   wire::encode_hello(bad, hb);
   EXPECT_FALSE(wire::decode_hello(hb, &back).ok());
 
-  wire::Welcome w{0, 999, wire::handshake_mac("k", wire::Role::Listener, hello, 999)};
+  wire::Welcome w{0, 999, wire::handshake_mac("k", wire::Role::kListener, hello, 999)};
   uint8_t wb[wire::kWelcomeBytes];
   wire::encode_welcome(w, wb);
   wire::Welcome wback{};
@@ -181,16 +181,16 @@ TEST(Handshake, HelloWithoutDataSocketsIsAVerbsConnectionOnly) {
 
 TEST(Handshake, MacDependsOnTokenRoleNoncesAndSocket) {
   wire::Hello hello{1, 2, 0, 10, 20, 30, 65536};
-  Digest base = wire::handshake_mac("token", wire::Role::Connector, hello, 40);
-  EXPECT_NE(base, wire::handshake_mac("tokem", wire::Role::Connector, hello, 40));
-  EXPECT_NE(base, wire::handshake_mac("token", wire::Role::Listener, hello, 40));
-  EXPECT_NE(base, wire::handshake_mac("token", wire::Role::Connector, hello, 41));
+  Digest base = wire::handshake_mac("token", wire::Role::kConnector, hello, 40);
+  EXPECT_NE(base, wire::handshake_mac("tokem", wire::Role::kConnector, hello, 40));
+  EXPECT_NE(base, wire::handshake_mac("token", wire::Role::kListener, hello, 40));
+  EXPECT_NE(base, wire::handshake_mac("token", wire::Role::kConnector, hello, 41));
   wire::Hello other = hello;
   other.socket_index = 2;
-  EXPECT_NE(base, wire::handshake_mac("token", wire::Role::Connector, other, 40));
+  EXPECT_NE(base, wire::handshake_mac("token", wire::Role::kConnector, other, 40));
   other = hello;
   other.client_nonce = 31;
-  EXPECT_NE(base, wire::handshake_mac("token", wire::Role::Connector, other, 40));
+  EXPECT_NE(base, wire::handshake_mac("token", wire::Role::kConnector, other, 40));
 }
 
 }  // namespace

@@ -26,14 +26,14 @@ TEST(Config, EveryDefaultParses) {
   Registry r({});
   EXPECT_TRUE(r.diagnostics().empty()) << r.diagnostics().front();
   EXPECT_EQ(r.effective().size(), params().size());
-  for (const auto& e : r.effective()) EXPECT_EQ(e.source, Source::Default) << e.info->name;
+  for (const auto& e : r.effective()) EXPECT_EQ(e.source, Source::kDefault) << e.info->name;
 }
 
 TEST(Config, EveryParamIsDocumentedAndNamedSieve) {
   for (const auto& p : params()) {
     EXPECT_EQ(std::string(p.name).rfind("SIEVE_", 0), 0u) << p.name;
     EXPECT_GT(std::string(p.doc).size(), 10u) << p.name;
-    if (p.kind == Kind::Choice) { EXPECT_NE(std::string(p.choices).find('|'), std::string::npos) << p.name; }
+    if (p.kind == Kind::kChoice) { EXPECT_NE(std::string(p.choices).find('|'), std::string::npos) << p.name; }
   }
 }
 
@@ -41,15 +41,15 @@ TEST(Config, EnvironmentOverridesDefaultWithType) {
   Registry r({{"SIEVE_NSOCKS", "8"}, {"SIEVE_CHUNK_SIZE", "1M"}, {"SIEVE_SOCKET_FAMILY", "IPv6"}});
   EXPECT_EQ(r.settings().nsocks, 8);
   EXPECT_EQ(r.settings().chunk_size, 1u << 20);
-  EXPECT_EQ(r.settings().socket_family, SocketFamily::Ipv6);
-  EXPECT_EQ(find(r, "SIEVE_NSOCKS").source, Source::Environment);
+  EXPECT_EQ(r.settings().socket_family, SocketFamily::kIpv6);
+  EXPECT_EQ(find(r, "SIEVE_NSOCKS").source, Source::kEnvironment);
   EXPECT_TRUE(r.diagnostics().empty());
 }
 
 TEST(Config, BadValueKeepsDefaultAndSaysWhy) {
   Registry r({{"SIEVE_NSOCKS", "many"}, {"SIEVE_SOCKET_FAMILY", "ipx"}});
   EXPECT_EQ(r.settings().nsocks, 0);  // auto
-  EXPECT_EQ(r.settings().socket_family, SocketFamily::Any);
+  EXPECT_EQ(r.settings().socket_family, SocketFamily::kAny);
   ASSERT_EQ(r.diagnostics().size(), 2u);
   EXPECT_TRUE(mentions(r, "SIEVE_NSOCKS='many' is not a valid int"));
   EXPECT_TRUE(mentions(r, "SIEVE_SOCKET_FAMILY='ipx' is not a valid one of any|ipv4|ipv6"));
@@ -78,7 +78,7 @@ TEST(Config, OutOfRangeValueKeepsDefaultAndNamesTheRange) {
   EXPECT_TRUE(mentions(r, "SIEVE_STATS_INTERVAL=-3 is outside 0-86400; using the default '15'"));
   EXPECT_TRUE(mentions(r, "SIEVE_CHUNK_SIZE=1K is outside 4K-1G; using the default '512K'"));
   for (const char* name : {"SIEVE_NSOCKS", "SIEVE_PEER_TIMEOUT_MS", "SIEVE_PROXY_MAX_DENSITY"})
-    EXPECT_EQ(find(r, name).source, Source::Default) << name;
+    EXPECT_EQ(find(r, name).source, Source::kDefault) << name;
 }
 
 TEST(Config, RangeBoundsAreInclusiveAndOpenEndsUnbounded) {
@@ -96,7 +96,7 @@ TEST(Config, RangeBoundsAreInclusiveAndOpenEndsUnbounded) {
 // Every numeric variable declares a range, the range parses, and the default lies inside it.
 TEST(Config, EveryNumericParamHasAValidRangeHoldingItsDefault) {
   for (const auto& p : params()) {
-    if (p.kind != Kind::Int && p.kind != Kind::Size) {
+    if (p.kind != Kind::kInt && p.kind != Kind::kSize) {
       EXPECT_STREQ(p.range, "") << p.name;
       continue;
     }
@@ -122,26 +122,26 @@ TEST(Config, VariablesOnlyTheOtherTransportReadsAreSetWithoutEffect) {
               {"SIEVE_IB_HCA", "mlx5_0"},
               {"SIEVE_PEER_TIMEOUT_MS", "1000"}});
   std::vector<std::string> under_verbs, under_tcp;
-  for (const ParamInfo* p : r.set_without_effect(Scope::Verbs)) under_verbs.push_back(p->name);
-  for (const ParamInfo* p : r.set_without_effect(Scope::Tcp)) under_tcp.push_back(p->name);
+  for (const ParamInfo* p : r.set_without_effect(Scope::kVerbs)) under_verbs.push_back(p->name);
+  for (const ParamInfo* p : r.set_without_effect(Scope::kTcp)) under_tcp.push_back(p->name);
   EXPECT_EQ(under_verbs, std::vector<std::string>({"SIEVE_NSOCKS"}));
   EXPECT_EQ(under_tcp, std::vector<std::string>({"SIEVE_IB_HCA", "SIEVE_IB_QPS"}));
-  EXPECT_EQ(without_effect_text(r.set_without_effect(Scope::Verbs), Scope::Verbs),
+  EXPECT_EQ(without_effect_text(r.set_without_effect(Scope::kVerbs), Scope::kVerbs),
             "SIEVE_NSOCKS has no effect: only the TCP transport reads it, and verbs carry the data");
-  EXPECT_EQ(without_effect_text(r.set_without_effect(Scope::Tcp), Scope::Tcp),
+  EXPECT_EQ(without_effect_text(r.set_without_effect(Scope::kTcp), Scope::kTcp),
             "SIEVE_IB_HCA, SIEVE_IB_QPS have no effect: only the verbs transport reads them, and TCP carries the data");
   const Registry shared_only(std::map<std::string, std::string>{{"SIEVE_PEER_TIMEOUT_MS", "1000"}});
-  EXPECT_TRUE(shared_only.set_without_effect(Scope::Verbs).empty());
+  EXPECT_TRUE(shared_only.set_without_effect(Scope::kVerbs).empty());
 }
 
 TEST(Config, TransportVariablesNameTheirTransport) {
   for (const auto& p : params()) {
     const std::string name = p.name;
     // Verbs settings are the SIEVE_IB_* ones, and all of them.
-    EXPECT_EQ(p.scope == Scope::Verbs, name.rfind("SIEVE_IB_", 0) == 0) << name;
+    EXPECT_EQ(p.scope == Scope::kVerbs, name.rfind("SIEVE_IB_", 0) == 0) << name;
   }
-  EXPECT_STREQ(scope_name(Scope::Tcp), "tcp");
-  EXPECT_STREQ(scope_name(Scope::Verbs), "ib");  // the SIEVE_TRANSPORT value
+  EXPECT_STREQ(scope_name(Scope::kTcp), "tcp");
+  EXPECT_STREQ(scope_name(Scope::kVerbs), "ib");  // the SIEVE_TRANSPORT value
 }
 
 TEST(Config, UnknownVariableSuggestsClosestName) {
@@ -214,22 +214,22 @@ TEST(Config, ChoicesAreTypedEnumsInTheRegistrysOrder) {
               {"SIEVE_STATS_FORMAT", "prometheus"}});
   EXPECT_TRUE(r.diagnostics().empty()) << r.diagnostics()[0];
   const Settings& s = r.settings();
-  EXPECT_EQ(s.track, Track::Observe);
-  EXPECT_EQ(s.stats_mode, StatsMode::World);
-  EXPECT_EQ(s.dump_signal, DumpSignal::Off);
-  EXPECT_EQ(s.transport, TransportChoice::Ib);
-  EXPECT_EQ(s.log_level, LogLevel::Trace);
-  EXPECT_EQ(s.pin_threads, PinThreads::On);  // a choice between on and off takes a boolean's spellings
-  EXPECT_EQ(s.progress, Progress::Helpers);
-  EXPECT_EQ(s.wire_codec, WireCodec::Off);
-  EXPECT_EQ(s.stats_format, StatsFileFormat::Prometheus);
+  EXPECT_EQ(s.track, Track::kObserve);
+  EXPECT_EQ(s.stats_mode, StatsMode::kWorld);
+  EXPECT_EQ(s.dump_signal, DumpSignal::kOff);
+  EXPECT_EQ(s.transport, TransportChoice::kIb);
+  EXPECT_EQ(s.log_level, LogLevel::kTrace);
+  EXPECT_EQ(s.pin_threads, PinThreads::kOn);  // a choice between on and off takes a boolean's spellings
+  EXPECT_EQ(s.progress, Progress::kHelpers);
+  EXPECT_EQ(s.wire_codec, WireCodec::kOff);
+  EXPECT_EQ(s.stats_format, StatsFileFormat::kPrometheus);
   EXPECT_EQ(choice_text(s.track), "observe");
   EXPECT_EQ(choice_text(s.stats_mode), "0644");
-  EXPECT_EQ(choice_text(Progress::Inline), "inline");
-  EXPECT_EQ(choice_text(LogLevel::None), "none");
+  EXPECT_EQ(choice_text(Progress::kInline), "inline");
+  EXPECT_EQ(choice_text(LogLevel::kNone), "none");
   // Every choice of every Choice variable round-trips through its enum's position.
   for (const auto& p : params()) {
-    if (p.kind != Kind::Choice) continue;
+    if (p.kind != Kind::kChoice) continue;
     EXPECT_STRNE(p.enum_name, "") << p.name;
     const std::string all = p.choices;
     int index = 0;
@@ -250,8 +250,8 @@ TEST(Config, ChoicesAreTypedEnumsInTheRegistrysOrder) {
 // A bad choice is refused, as every bad value: named with its choices, the default's enum kept.
 TEST(Config, BadChoiceNamesTheChoicesAndKeepsTheDefaultEnum) {
   Registry r({{"SIEVE_TRACK", "sometimes"}, {"SIEVE_TRANSPORT", "rdma"}});
-  EXPECT_EQ(r.settings().track, Track::Off);
-  EXPECT_EQ(r.settings().transport, TransportChoice::Auto);
+  EXPECT_EQ(r.settings().track, Track::kOff);
+  EXPECT_EQ(r.settings().transport, TransportChoice::kAuto);
   EXPECT_TRUE(mentions(r, "SIEVE_TRACK='sometimes' is not a valid one of off|on|observe; using the default 'off'"));
   EXPECT_TRUE(mentions(r, "SIEVE_TRANSPORT='rdma' is not a valid one of auto|tcp|ib"));
 }
@@ -284,8 +284,8 @@ const std::vector<FormerName> kFormer = {
 TEST(Config, DeprecatedNameIsReadAsItsReplacementWithOneWarning) {
   const Registry r = Registry::with_former_names({{"SIEVE_SOCKETS", "4"}, {"SIEVE_OLD_TRACK", "observe"}}, kFormer);
   EXPECT_EQ(r.settings().nsocks, 4);
-  EXPECT_EQ(r.settings().track, Track::Observe);
-  EXPECT_EQ(find(r, "SIEVE_NSOCKS").source, Source::Environment);
+  EXPECT_EQ(r.settings().track, Track::kObserve);
+  EXPECT_EQ(find(r, "SIEVE_NSOCKS").source, Source::kEnvironment);
   ASSERT_EQ(r.diagnostics().size(), 2u);
   EXPECT_TRUE(mentions(r,
                        "SIEVE_SOCKETS is deprecated: it was renamed SIEVE_NSOCKS in 0.9 and is read as SIEVE_NSOCKS "

@@ -107,7 +107,7 @@ TEST(ReadmeConfigTable, StatesEachTypeAndRange) {
   for (const auto& [name, row] : table_rows()) {
     const ParamInfo* p = param(name);
     if (!p) continue;
-    if (p->kind == Kind::Choice) EXPECT_EQ(row.type, p->choices) << name;
+    if (p->kind == Kind::kChoice) EXPECT_EQ(row.type, p->choices) << name;
     else EXPECT_EQ(row.type.rfind(kind_name(p->kind), 0), 0u) << name << ": type '" << row.type << "'";
     EXPECT_EQ(row.range, range_text(*p)) << name << ": the README's range differs from the registry's";
   }
@@ -122,7 +122,7 @@ TEST(ReadmeConfigTable, OutOfRangeValuesAreReportedAndTheDefaultKept) {
     if (!p || row.range.empty()) continue;
     // Bounds as numbers: sizes in bytes ("4K" = 4096), so one byte below or above is outside.
     auto number = [&](const std::string& text) {
-      if (p->kind == Kind::Size) {
+      if (p->kind == Kind::kSize) {
         uint64_t bytes = 0;
         EXPECT_TRUE(parse_size(text, bytes)) << name << ": bound '" << text << "'";
         return static_cast<long long>(bytes);
@@ -134,7 +134,7 @@ TEST(ReadmeConfigTable, OutOfRangeValuesAreReportedAndTheDefaultKept) {
     const size_t dash = row.range.find('-', 1);
     ASSERT_TRUE(open_ended || dash != std::string::npos) << name << ": range '" << row.range << "'";
     const long long low = number(open_ended ? row.range.substr(3) : row.range.substr(0, dash));
-    if (p->kind == Kind::Int || low > 0) outside.push_back(std::to_string(low - 1));  // sizes cannot go below 0
+    if (p->kind == Kind::kInt || low > 0) outside.push_back(std::to_string(low - 1));  // sizes cannot go below 0
     if (!open_ended) outside.push_back(std::to_string(number(row.range.substr(dash + 1)) + 1));
     for (const auto& value : outside) {
       Registry r(std::map<std::string, std::string>{{name, value}});
@@ -142,7 +142,7 @@ TEST(ReadmeConfigTable, OutOfRangeValuesAreReportedAndTheDefaultKept) {
       EXPECT_NE(r.diagnostics()[0].find(row.range), std::string::npos) << r.diagnostics()[0];
       for (const auto& e : r.effective())
         if (name == e.info->name) {
-          EXPECT_EQ(e.source, Source::Default) << name << "=" << value;
+          EXPECT_EQ(e.source, Source::kDefault) << name << "=" << value;
           EXPECT_EQ(e.value, row.default_) << name << "=" << value;
         }
       ++checked;

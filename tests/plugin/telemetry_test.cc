@@ -215,7 +215,7 @@ TEST(Telemetry, WriterWritesAtDestructionAndReportsUnwritablePath) {
   std::remove(path.c_str());
   int calls = 0;
   {
-    StatsWriter w(path, StatsFormat::Json, 0, [&] {
+    StatsWriter w(path, config::StatsFileFormat::kJson, 0, [&] {
       ++calls;
       return sample();
     });
@@ -224,7 +224,7 @@ TEST(Telemetry, WriterWritesAtDestructionAndReportsUnwritablePath) {
   EXPECT_NE(read_file(path).find("\"pid\": 42"), std::string::npos);
   std::remove(path.c_str());
 
-  StatsWriter bad("/nonexistent-dir/x.json", StatsFormat::Json, 0, sample);
+  StatsWriter bad("/nonexistent-dir/x.json", config::StatsFileFormat::kJson, 0, sample);
   std::string error;
   EXPECT_FALSE(bad.write_now(&error));
   EXPECT_NE(error.find("cannot write stats file /nonexistent-dir/x.json"), std::string::npos);
@@ -235,7 +235,7 @@ TEST(Telemetry, PeriodicWriterRefreshesTheFile) {
   std::remove(path.c_str());
   std::atomic<int> calls{0};
   {
-    StatsWriter w(path, StatsFormat::Prometheus, 1, [&] {
+    StatsWriter w(path, config::StatsFileFormat::kPrometheus, 1, [&] {
       ++calls;
       return sample();
     });
@@ -266,8 +266,8 @@ TEST(Telemetry, WritersSharingAPathNeverExposeAPartialFile) {
   std::atomic<int> failed_writes{0}, torn_reads{0};
   std::atomic<bool> stop{false};
   {
-    StatsWriter wa(path, StatsFormat::Json, 0, [&] { return a; });
-    StatsWriter wb(path, StatsFormat::Json, 0, [&] { return b; });
+    StatsWriter wa(path, config::StatsFileFormat::kJson, 0, [&] { return a; });
+    StatsWriter wb(path, config::StatsFileFormat::kJson, 0, [&] { return b; });
     std::thread reader([&] {
       while (!stop.load()) {
         const std::string text = read_file(path);
@@ -328,7 +328,7 @@ TEST(Telemetry, ASharedStatsPathNeverOverwritesAnEarlierProcesssTotals) {
   std::string note;
   ASSERT_EQ(choose_stats_path(pattern, 100, "h", &first, &note), pattern);
   {
-    StatsWriter writer(pattern, StatsFormat::Json, 0, [] {
+    StatsWriter writer(pattern, config::StatsFileFormat::kJson, 0, [] {
       Snapshot s;
       s.pid = 100;
       return s;
@@ -406,10 +406,10 @@ TEST(Telemetry, TheLockIsNeverCreatedThroughAPlantedLink) {
 TEST(Telemetry, TheStatsFileIsPrivateUnlessAskedOtherwise) {
   const std::string path = ::testing::TempDir() + "sieve-stats-mode-" + std::to_string(getpid()) + ".json";
   struct stat st {};
-  { StatsWriter w(path, StatsFormat::Json, 0, sample); }
+  { StatsWriter w(path, config::StatsFileFormat::kJson, 0, sample); }
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
-  { StatsWriter w(path, StatsFormat::Json, 0, sample, 0644); }
+  { StatsWriter w(path, config::StatsFileFormat::kJson, 0, sample, 0644); }
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0644u);
   std::remove(path.c_str());
@@ -443,7 +443,7 @@ TEST(Telemetry, NothingIsWrittenUnderASymlinkedDirectory) {
   EXPECT_NE(stats_path_problem(path).find("symbolic link"), std::string::npos) << stats_path_problem(path);
   std::string error;
   {
-    StatsWriter w(path, StatsFormat::Json, 0, sample);
+    StatsWriter w(path, config::StatsFileFormat::kJson, 0, sample);
     EXPECT_FALSE(w.write_now(&error));
     EXPECT_NE(error.find("symbolic link"), std::string::npos) << error;
   }
@@ -460,7 +460,7 @@ TEST(Telemetry, NothingIsWrittenUnderASymlinkedDirectory) {
   const std::string real = std::string(attacker) + "/real";
   ASSERT_EQ(mkdir(real.c_str(), 0700), 0);
   {
-    StatsWriter w(real + "/stats.json", StatsFormat::Json, 0, sample);
+    StatsWriter w(real + "/stats.json", config::StatsFileFormat::kJson, 0, sample);
     ASSERT_TRUE(w.write_now(&error)) << error;
     const std::string moved = std::string(attacker) + "/moved";
     ASSERT_EQ(rename(real.c_str(), moved.c_str()), 0);
@@ -487,7 +487,7 @@ TEST(Telemetry, ADirectoryOthersCanWriteIsRefusedUnlessSticky) {
   EXPECT_NE(stats_path_problem(path).find("not sticky"), std::string::npos) << stats_path_problem(path);
   std::string error;
   {
-    StatsWriter w(path, StatsFormat::Json, 0, sample);
+    StatsWriter w(path, config::StatsFileFormat::kJson, 0, sample);
     EXPECT_FALSE(w.write_now(&error));
     EXPECT_NE(error.find("not sticky"), std::string::npos) << error;
   }
@@ -519,7 +519,7 @@ TEST(Telemetry, ASquattedStatsNameFallsBackToAUniqueOne) {
   EXPECT_EQ(chosen.rfind(std::string(dir) + "/node-9.", 0), 0u) << chosen;
   EXPECT_NE(note.find("instead"), std::string::npos) << note;
   {
-    StatsWriter w(chosen, StatsFormat::Json, 0, sample);
+    StatsWriter w(chosen, config::StatsFileFormat::kJson, 0, sample);
     std::string error;
     EXPECT_TRUE(w.write_now(&error)) << error;
   }

@@ -20,7 +20,7 @@ Machine load(const std::string& file) {
   options.xml_file = std::string(SIEVE_TOPOLOGY_FIXTURES) + "/" + file;
   Discovery found = discover(options);
   EXPECT_TRUE(found.ok) << found.error;
-  EXPECT_EQ(found.machine.source, Source::TopologyFile);
+  EXPECT_EQ(found.machine.source, Source::kTopologyFile);
   return found.machine;
 }
 
@@ -34,14 +34,14 @@ std::vector<std::string> names(const Machine& machine, NicKind kind) {
 std::vector<int> netdev_indices(const Machine& machine) {
   std::vector<int> result;
   for (size_t i = 0; i < machine.nics.size(); ++i)
-    if (machine.nics[i].kind == NicKind::Netdev) result.push_back(static_cast<int>(i));
+    if (machine.nics[i].kind == NicKind::kNetdev) result.push_back(static_cast<int>(i));
   return result;
 }
 
 TEST(TwoSocketNode, ListsNicsGpusAndNumaNodes) {
   Machine machine = load("two_socket_8gpu_4nic.xml");
-  EXPECT_EQ(names(machine, NicKind::Netdev), (std::vector<std::string>{"ib0", "ib1", "eth2", "eth3"}));
-  EXPECT_EQ(names(machine, NicKind::Rdma), (std::vector<std::string>{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"}));
+  EXPECT_EQ(names(machine, NicKind::kNetdev), (std::vector<std::string>{"ib0", "ib1", "eth2", "eth3"}));
+  EXPECT_EQ(names(machine, NicKind::kRdma), (std::vector<std::string>{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"}));
   ASSERT_EQ(machine.numa_nodes.size(), 2u);
   EXPECT_EQ(cpu_list_text(machine.numa_nodes[0].cpus), "0-7");
   EXPECT_EQ(cpu_list_text(machine.numa_nodes[1].cpus), "8-15");
@@ -80,7 +80,7 @@ TEST(TwoSocketNode, NicCarriesWhatGetPropertiesNeeds) {
   EXPECT_EQ(ib0->address, "00:00:10:29:fe:80:00:00:00:00:00:00:b8:3f:d2:03:00:10:0a:00");
   const Nic* mlx5_0 = machine.find_nic("mlx5_0");
   ASSERT_NE(mlx5_0, nullptr);
-  EXPECT_EQ(mlx5_0->kind, NicKind::Rdma);
+  EXPECT_EQ(mlx5_0->kind, NicKind::kRdma);
   EXPECT_EQ(mlx5_0->paired, "ib0");
   EXPECT_EQ(mlx5_0->address, "b83f:d203:0010:0a00");
   EXPECT_EQ(mlx5_0->guid, ib0->guid);  // one PCI function
@@ -124,7 +124,7 @@ TEST(TwoSocketNode, ChoosesTheClosestNicPerGpu) {
                                          "mlx5_2", "mlx5_2", "mlx5_3", "mlx5_3"};
   for (size_t g = 0; g < machine.gpus.size(); ++g) {
     const int n = best_nic_for(machine, g);
-    const int r = best_nic_for(machine, g, NicKind::Rdma);
+    const int r = best_nic_for(machine, g, NicKind::kRdma);
     ASSERT_GE(n, 0);
     ASSERT_GE(r, 0);
     EXPECT_EQ(machine.nics[static_cast<size_t>(n)].name, netdev[g]) << "GPU" << g;
@@ -134,8 +134,8 @@ TEST(TwoSocketNode, ChoosesTheClosestNicPerGpu) {
 
 TEST(SingleSocketBox, OneDualPortCardSharesItsGuid) {
   Machine machine = load("single_socket_1nic.xml");
-  EXPECT_EQ(names(machine, NicKind::Netdev), (std::vector<std::string>{"enp2s0f0np0", "enp2s0f1np1"}));
-  EXPECT_EQ(names(machine, NicKind::Rdma), (std::vector<std::string>{"mlx5_0", "mlx5_1"}));
+  EXPECT_EQ(names(machine, NicKind::kNetdev), (std::vector<std::string>{"enp2s0f0np0", "enp2s0f1np1"}));
+  EXPECT_EQ(names(machine, NicKind::kRdma), (std::vector<std::string>{"mlx5_0", "mlx5_1"}));
   ASSERT_EQ(machine.numa_nodes.size(), 1u);
   EXPECT_EQ(cpu_list_text(machine.numa_nodes[0].cpus), "0-3");
   ASSERT_EQ(machine.gpus.size(), 1u);
@@ -149,8 +149,8 @@ TEST(SingleSocketBox, OneDualPortCardSharesItsGuid) {
   EXPECT_EQ(port0->guid, port1->guid);
   EXPECT_EQ(port0->pci_path, "/sys/devices/pci0000:00/0000:00:1c.0/0000:02:00.0");
   EXPECT_EQ(port0->numa_node, 0);
-  EXPECT_EQ(classify(machine.gpus[0], *port0), PathClass::PHB);
-  EXPECT_EQ(classify(machine.gpus[0], *port1), PathClass::PHB);
+  EXPECT_EQ(classify(machine.gpus[0], *port0), PathClass::kPHB);
+  EXPECT_EQ(classify(machine.gpus[0], *port1), PathClass::kPHB);
   const int best = best_nic_for(machine, 0);
   ASSERT_GE(best, 0);
   EXPECT_EQ(machine.nics[static_cast<size_t>(best)].name, "enp2s0f0np0");
@@ -161,7 +161,7 @@ TEST(VirtualMachine, VirtioNicWithoutPciIsPlacedByNumaAndNoted) {
   ASSERT_EQ(machine.nics.size(), 1u);
   const Nic& eth0 = machine.nics[0];
   EXPECT_EQ(eth0.name, "eth0");
-  EXPECT_EQ(eth0.kind, NicKind::Netdev);
+  EXPECT_EQ(eth0.kind, NicKind::kNetdev);
   EXPECT_EQ(eth0.pci_bus_id, "");
   EXPECT_EQ(eth0.pci_path, "");
   EXPECT_EQ(eth0.address, "52:54:00:12:34:56");

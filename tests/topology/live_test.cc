@@ -50,7 +50,7 @@ TEST(LiveMachine, EveryInterfaceOfSysClassNetIsListedWithItsDevice) {
     ++compared;
     const Nic* nic = machine.find_nic(name);
     ASSERT_NE(nic, nullptr) << name;
-    EXPECT_EQ(nic->kind, NicKind::Netdev);
+    EXPECT_EQ(nic->kind, NicKind::kNetdev);
     EXPECT_EQ(nic->is_virtual, device.empty()) << name;
     EXPECT_EQ(nic->sysfs_device_path, device) << name;
     EXPECT_FALSE(nic->cpus.empty()) << name;

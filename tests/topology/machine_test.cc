@@ -18,40 +18,40 @@ Placement at(std::vector<std::string> upstream, int numa) {
 TEST(Classify, SameSwitchIsPix) {
   EXPECT_EQ(classify(at({"pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:00.0"}, 0),
                      at({"pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:01.0"}, 0)),
-            PathClass::PIX);
+            PathClass::kPIX);
 }
 
 TEST(Classify, SameDownstreamPortIsPix) {
   auto chain = std::vector<std::string>{"pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:00.0"};
-  EXPECT_EQ(classify(at(chain, 0), at(chain, 0)), PathClass::PIX);
+  EXPECT_EQ(classify(at(chain, 0), at(chain, 0)), PathClass::kPIX);
 }
 
 TEST(Classify, CascadedSwitchesArePxb) {
   EXPECT_EQ(
       classify(at({"pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:02.0", "0000:05:00.0", "0000:06:00.0"}, 0),
                at({"pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:01.0"}, 0)),
-      PathClass::PXB);
+      PathClass::kPXB);
 }
 
 TEST(Classify, DifferentRootPortsOfOneHostBridgeArePhb) {
   EXPECT_EQ(classify(at({"pci0000:30", "0000:30:01.0", "0000:31:00.0", "0000:32:00.0"}, 0),
                      at({"pci0000:30", "0000:30:02.0", "0000:40:00.0", "0000:41:00.0"}, 0)),
-            PathClass::PHB);
+            PathClass::kPHB);
 }
 
 TEST(Classify, HostBridgesOfOneNumaNodeAreNodeAndAcrossNodesSys) {
-  EXPECT_EQ(classify(at({"pci0000:00", "0000:00:01.0"}, 0), at({"pci0000:30", "0000:30:01.0"}, 0)), PathClass::NODE);
-  EXPECT_EQ(classify(at({"pci0000:00", "0000:00:01.0"}, 0), at({"pci0000:80", "0000:80:01.0"}, 1)), PathClass::SYS);
+  EXPECT_EQ(classify(at({"pci0000:00", "0000:00:01.0"}, 0), at({"pci0000:30", "0000:30:01.0"}, 0)), PathClass::kNODE);
+  EXPECT_EQ(classify(at({"pci0000:00", "0000:00:01.0"}, 0), at({"pci0000:80", "0000:80:01.0"}, 1)), PathClass::kSYS);
 }
 
 TEST(Classify, WithoutPciOnlyTheNumaNodeCounts) {
   Placement virtual_nic;
   virtual_nic.numa_node = 0;
-  EXPECT_EQ(classify(at({"pci0000:00"}, 0), virtual_nic), PathClass::NODE);
+  EXPECT_EQ(classify(at({"pci0000:00"}, 0), virtual_nic), PathClass::kNODE);
   virtual_nic.numa_node = 1;
-  EXPECT_EQ(classify(at({"pci0000:00"}, 0), virtual_nic), PathClass::SYS);
+  EXPECT_EQ(classify(at({"pci0000:00"}, 0), virtual_nic), PathClass::kSYS);
   virtual_nic.numa_node = -1;
-  EXPECT_EQ(classify(at({"pci0000:00"}, 0), virtual_nic), PathClass::SYS);
+  EXPECT_EQ(classify(at({"pci0000:00"}, 0), virtual_nic), PathClass::kSYS);
 }
 
 TEST(BestNic, PrefersCloserThenFasterThenFirstAndSkipsOtherKindsAndVirtual) {
@@ -68,14 +68,14 @@ TEST(BestNic, PrefersCloserThenFasterThenFirstAndSkipsOtherKindsAndVirtual) {
     n.is_virtual = is_virtual;
     return n;
   };
-  machine.nics.push_back(nic("veth0", Placement{}, 100000, NicKind::Netdev, true));
-  machine.nics.push_back(nic("far", at({"pci0000:80"}, 1), 400000, NicKind::Netdev, false));
-  machine.nics.push_back(nic("slow", at({"pci0000:00", "0000:00:02.0"}, 0), 25000, NicKind::Netdev, false));
-  machine.nics.push_back(nic("fast", at({"pci0000:00", "0000:00:03.0"}, 0), 100000, NicKind::Netdev, false));
+  machine.nics.push_back(nic("veth0", Placement{}, 100000, NicKind::kNetdev, true));
+  machine.nics.push_back(nic("far", at({"pci0000:80"}, 1), 400000, NicKind::kNetdev, false));
+  machine.nics.push_back(nic("slow", at({"pci0000:00", "0000:00:02.0"}, 0), 25000, NicKind::kNetdev, false));
+  machine.nics.push_back(nic("fast", at({"pci0000:00", "0000:00:03.0"}, 0), 100000, NicKind::kNetdev, false));
   machine.nics.push_back(
-      nic("mlx5_0", at({"pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:01.0"}, 0), 0, NicKind::Rdma, false));
+      nic("mlx5_0", at({"pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:01.0"}, 0), 0, NicKind::kRdma, false));
   EXPECT_EQ(best_nic_for(machine, 0), 3);  // PHB beats SYS, 100G beats 25G, veth only as last resort
-  EXPECT_EQ(best_nic_for(machine, 0, NicKind::Rdma), 4);
+  EXPECT_EQ(best_nic_for(machine, 0, NicKind::kRdma), 4);
   EXPECT_EQ(best_nic_for(machine, 1), -1);
   machine.nics.resize(1);
   EXPECT_EQ(best_nic_for(machine, 0), 0);

@@ -10,10 +10,10 @@ namespace sieve::topology {
 namespace {
 
 TEST(ShouldPin, AutoPinsOnlyOnMultiNumaMachines) {
-  EXPECT_FALSE(should_pin(PinChoice::Auto, 1));
-  EXPECT_TRUE(should_pin(PinChoice::Auto, 2));
-  EXPECT_TRUE(should_pin(PinChoice::On, 1));
-  EXPECT_FALSE(should_pin(PinChoice::Off, 8));
+  EXPECT_FALSE(should_pin(PinChoice::kAuto, 1));
+  EXPECT_TRUE(should_pin(PinChoice::kAuto, 2));
+  EXPECT_TRUE(should_pin(PinChoice::kOn, 1));
+  EXPECT_FALSE(should_pin(PinChoice::kOff, 8));
 }
 
 TEST(PinThread, PinsAThreadToAnAllowedCpu) {

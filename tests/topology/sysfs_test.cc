@@ -106,7 +106,7 @@ TEST_F(FakeSysfs, ListsEveryInterfaceAndRdmaDevice) {
   Discovery found = discover_fake();
   ASSERT_TRUE(found.ok);
   const Machine& machine = found.machine;
-  EXPECT_EQ(machine.source, Source::Sysfs);
+  EXPECT_EQ(machine.source, Source::kSysfs);
   std::vector<std::string> names;
   for (const auto& nic : machine.nics) names.push_back(nic.name);
   EXPECT_EQ(names, (std::vector<std::string>{"ens5", "eth0", "veth0", "mlx5_2"}));
@@ -145,12 +145,12 @@ TEST_F(FakeSysfs, PlacesASwitchedNicAndPairsItsRdmaDevice) {
   EXPECT_EQ(cpu_list_text(ens5->cpus), "8-15");
   EXPECT_EQ(ens5->speed_mbps, 100000);
   EXPECT_EQ(ens5->paired, "mlx5_2");
-  EXPECT_EQ(mlx5->kind, NicKind::Rdma);
+  EXPECT_EQ(mlx5->kind, NicKind::kRdma);
   EXPECT_EQ(mlx5->paired, "ens5");
   EXPECT_EQ(mlx5->speed_mbps, 200000);
   EXPECT_EQ(mlx5->address, "b83f:d203:0010:0a20");
   EXPECT_EQ(mlx5->guid, ens5->guid);
-  EXPECT_EQ(classify(*ens5, *found.machine.find_nic("eth0")), PathClass::SYS);
+  EXPECT_EQ(classify(*ens5, *found.machine.find_nic("eth0")), PathClass::kSYS);
 }
 
 TEST_F(FakeSysfs, KeepsVirtualInterfacesFlagged) {
@@ -183,7 +183,7 @@ TEST_F(FakeSysfs, ReadsNicsBehindAVmdDomain) {
             (std::vector<std::string>{"pci0000:00", "0000:00:0e.0", "pci10000:e0", "10000:e0:06.0"}));
   EXPECT_EQ(nic->numa_node, 0);
   EXPECT_EQ(nic->speed_mbps, 25000);
-  EXPECT_EQ(classify(*nic, *found.machine.find_nic("eth0")), PathClass::PHB);
+  EXPECT_EQ(classify(*nic, *found.machine.find_nic("eth0")), PathClass::kPHB);
 }
 
 TEST(SysfsFallback, MissingSysfsStillYieldsAMachineAndSaysWhy) {
@@ -208,7 +208,7 @@ Machine hwloc_view_of(const std::string& fixture) {
 
 TEST_F(FakeSysfs, WhereHwlocSeesNoPciSysfsPlacesTheNicsAndSaysSo) {
   Machine machine = combine_live_views(true, hwloc_view_of("vm_virtio_no_pci.xml"), "", read_sysfs_nics(root_), root_);
-  EXPECT_EQ(machine.source, Source::Sysfs);
+  EXPECT_EQ(machine.source, Source::kSysfs);
   ASSERT_EQ(machine.notes.size(), 1u);
   EXPECT_NE(machine.notes[0].find("hwloc sees no PCI"), std::string::npos) << machine.notes[0];
   ASSERT_EQ(machine.numa_nodes.size(), 1u);  // NUMA and CPUs still from hwloc
@@ -222,7 +222,7 @@ TEST_F(FakeSysfs, WhereHwlocSeesNoPciSysfsPlacesTheNicsAndSaysSo) {
 TEST_F(FakeSysfs, SysfsAddsSpeedDeviceLinksAndVirtualInterfacesToHwlocsView) {
   Machine machine =
       combine_live_views(true, hwloc_view_of("two_socket_8gpu_4nic.xml"), "", read_sysfs_nics(root_), root_);
-  EXPECT_EQ(machine.source, Source::TopologyFile);  // the view's own source is kept
+  EXPECT_EQ(machine.source, Source::kTopologyFile);  // the view's own source is kept
   EXPECT_TRUE(machine.notes.empty());
   const Nic* mlx5_2 = machine.find_nic("mlx5_2");
   ASSERT_NE(mlx5_2, nullptr);
@@ -243,7 +243,7 @@ TEST_F(FakeSysfs, SysfsAddsSpeedDeviceLinksAndVirtualInterfacesToHwlocsView) {
 TEST_F(FakeSysfs, WhenHwlocFailsSysfsDescribesTheWholeMachine) {
   Machine machine =
       combine_live_views(false, Machine{}, "hwloc cannot load this machine: boom", read_sysfs_nics(root_), root_);
-  EXPECT_EQ(machine.source, Source::Sysfs);
+  EXPECT_EQ(machine.source, Source::kSysfs);
   ASSERT_FALSE(machine.notes.empty());
   EXPECT_NE(machine.notes[0].find("boom; using sysfs"), std::string::npos) << machine.notes[0];
   EXPECT_EQ(machine.numa_nodes.size(), 2u);

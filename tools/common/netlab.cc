@@ -124,7 +124,7 @@ std::string NetLab::addr(int node) const { return "10.77.0." + std::to_string(no
 std::string emulated_link_transport_conflict(const std::string& tool) {
   // Read as the plugin reads it (case, spaces; a value it refuses leaves auto, and the peers warn).
   const config::Registry registry(config::environment_snapshot());
-  if (registry.settings().transport != config::TransportChoice::Ib) return "";
+  if (registry.settings().transport != config::TransportChoice::kIb) return "";
   return "SIEVE_TRANSPORT=ib: " + tool +
          " measures over emulated IP links (network namespaces shaped by tc, "
          "or loopback), which only the TCP transport's traffic crosses; unset SIEVE_TRANSPORT (" +

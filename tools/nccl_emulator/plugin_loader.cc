@@ -114,10 +114,10 @@ constexpr int kMaxMultiRecv = 8;
 // The NCCL log level (0 none, 2 warn, 3 info, 5 trace) of a SIEVE_LOG_LEVEL value.
 static int nccl_log_level(config::LogLevel sieve_log_level) {
   switch (sieve_log_level) {
-    case config::LogLevel::None: return kLogNone;
-    case config::LogLevel::Warn: return kLogWarn;
-    case config::LogLevel::Info: return kLogInfo;
-    case config::LogLevel::Trace: return kLogTrace;
+    case config::LogLevel::kNone: return kLogNone;
+    case config::LogLevel::kWarn: return kLogWarn;
+    case config::LogLevel::kInfo: return kLogInfo;
+    case config::LogLevel::kTrace: return kLogTrace;
   }
   return kLogWarn;
 }

@@ -256,7 +256,7 @@ bool check_combinations(const Options& o, std::string* message) {
 }
 
 // How a valued option was taken: applied, refused (*message says why), or not one of this group's.
-enum class Applied { Ok, Bad, NotMine };
+enum class Applied { kOk, kBad, kNotMine };
 
 // The valued options about what is all-reduced: nodes, model, masks, pruning, type, modes, counts.
 // *steps takes --steps and --iters, whose bound depends on the kind of run (parse_options checks it).
@@ -264,10 +264,10 @@ Applied apply_workload_option(const std::string& arg, const std::string& v, Opti
                               std::string* message) {
   long n = 0;
   if (arg == "--nodes") {
-    if (!parse_int(v, 2, 64, &n)) return *message = "--nodes: a number from 2 to 64", Applied::Bad;
+    if (!parse_int(v, 2, 64, &n)) return *message = "--nodes: a number from 2 to 64", Applied::kBad;
     o->nodes = static_cast<int>(n);
   } else if (arg == "--model") {
-    if (!make_model(v)) return *message = "--model: unknown model '" + v + "' (" + model_list() + ")", Applied::Bad;
+    if (!make_model(v)) return *message = "--model: unknown model '" + v + "' (" + model_list() + ")", Applied::kBad;
     o->model = v;
     o->model_given = true;
   } else if (arg == "--masks") {
@@ -276,36 +276,36 @@ Applied apply_workload_option(const std::string& arg, const std::string& v, Opti
     if (v == "unstructured") o->prune.kind = PruneKind::Unstructured;
     else if (v == "channel") o->prune.kind = PruneKind::Channel;
     else if (v == "none") o->prune.kind = PruneKind::None;
-    else return *message = "--prune: unstructured, channel or none", Applied::Bad;
+    else return *message = "--prune: unstructured, channel or none", Applied::kBad;
     o->prune_given = true;
   } else if (arg == "--density") {
     char* end = nullptr;
     const double d = std::strtod(v.c_str(), &end);
     if (v.empty() || *end != '\0' || !(d > 0 && d <= 1))
-      return *message = "--density: a fraction in (0, 1]", Applied::Bad;
+      return *message = "--density: a fraction in (0, 1]", Applied::kBad;
     o->prune.density = d;
     o->density_given = true;
   } else if (arg == "--seed") {
-    if (!parse_int(v, 0, 1L << 40, &n)) return *message = "--seed: a non-negative number", Applied::Bad;
+    if (!parse_int(v, 0, 1L << 40, &n)) return *message = "--seed: a non-negative number", Applied::kBad;
     o->prune.seed = static_cast<uint64_t>(n);
   } else if (arg == "--dtype") {
     auto type = parse_dtype(v);
-    if (!type) return *message = "--dtype: fp32 or bf16", Applied::Bad;
+    if (!type) return *message = "--dtype: fp32 or bf16", Applied::kBad;
     o->dtype = *type;
   } else if (arg == "--modes") {
-    if (!parse_modes(v, &o->modes, message)) return Applied::Bad;
+    if (!parse_modes(v, &o->modes, message)) return Applied::kBad;
   } else if (arg == "--steps" || arg == "--iters") {
     // One count for every kind of run; its bound depends on the kind, checked once all is read.
-    if (!parse_int(v, 1, 10000, &n)) return *message = arg + ": 1 to 10000", Applied::Bad;
+    if (!parse_int(v, 1, 10000, &n)) return *message = arg + ": 1 to 10000", Applied::kBad;
     *steps = static_cast<int>(n);
     if (arg == "--iters") o->notes.push_back("--iters is deprecated: use --steps (the same count)");
   } else if (arg == "--warmup") {
-    if (!parse_int(v, 0, 100, &n)) return *message = "--warmup: 0 to 100", Applied::Bad;
+    if (!parse_int(v, 0, 100, &n)) return *message = "--warmup: 0 to 100", Applied::kBad;
     o->warmup = static_cast<int>(n);
   } else {
-    return Applied::NotMine;
+    return Applied::kNotMine;
   }
-  return Applied::Ok;
+  return Applied::kOk;
 }
 
 // The valued options about the link and the run: shaping, impairments, programs and scripts,
@@ -315,19 +315,19 @@ Applied apply_run_option(const std::string& arg, std::string v, Options* o, std:
   if (arg == "--rate") {
     if (v == "none") v.clear();
     if (!v.empty() && rate_bits_per_second(v) <= 0)
-      return *message = "--rate: like 100mbit, 1gbit, 10gbit or none", Applied::Bad;
+      return *message = "--rate: like 100mbit, 1gbit, 10gbit or none", Applied::kBad;
     o->rate = v;
   } else if (arg == "--delay") {
-    if (!check_duration(arg, v, message)) return Applied::Bad;
+    if (!check_duration(arg, v, message)) return Applied::kBad;
     o->delay = v;
   } else if (arg == "--jitter") {
-    if (!check_duration(arg, v, message)) return Applied::Bad;
+    if (!check_duration(arg, v, message)) return Applied::kBad;
     o->jitter = v;
   } else if (arg == "--loss") {
-    if (!check_percentage(arg, v, message)) return Applied::Bad;
+    if (!check_percentage(arg, v, message)) return Applied::kBad;
     o->loss = v;
   } else if (arg == "--reorder") {
-    if (!check_percentage(arg, v, message)) return Applied::Bad;
+    if (!check_percentage(arg, v, message)) return Applied::kBad;
     o->reorder = v;
   } else if (arg == "--plugin") {
     o->plugin = v;
@@ -336,33 +336,33 @@ Applied apply_run_option(const std::string& arg, std::string v, Options* o, std:
   } else if (arg == "--gloo-script") {
     o->gloo_script = v;
   } else if (arg == "--train") {
-    if (v != "ddp" && v != "fsdp2") return *message = "--train: ddp or fsdp2", Applied::Bad;
+    if (v != "ddp" && v != "fsdp2") return *message = "--train: ddp or fsdp2", Applied::kBad;
     o->train = v;
   } else if (arg == "--train-modes") {
-    if (v.empty()) return *message = "--train-modes: name at least one mode", Applied::Bad;
+    if (v.empty()) return *message = "--train-modes: name at least one mode", Applied::kBad;
     o->train_modes = v;
   } else if (arg == "--train-script") {
     o->train_script = v;
   } else if (arg == "--train-model") {
     if (v != "transformer" && v != "transformer-23m" && v != "resnet18") {
-      return *message = "--train-model: transformer, transformer-23m or resnet18", Applied::Bad;
+      return *message = "--train-model: transformer, transformer-23m or resnet18", Applied::kBad;
     }
     o->train_model = v;
   } else if (arg == "--python") {
     o->python = v;
   } else if (arg == "--chunk") {
-    if (!parse_int(v, 64, 64L << 20, &n)) return *message = "--chunk: bytes from 64 to 64M", Applied::Bad;
+    if (!parse_int(v, 64, 64L << 20, &n)) return *message = "--chunk: bytes from 64 to 64M", Applied::kBad;
     o->chunk_bytes = static_cast<size_t>(n);
   } else if (arg == "--inflight") {
-    if (!parse_int(v, 1, 32, &n)) return *message = "--inflight: 1 to 32 (NCCL's requests per comm)", Applied::Bad;
+    if (!parse_int(v, 1, 32, &n)) return *message = "--inflight: 1 to 32 (NCCL's requests per comm)", Applied::kBad;
     o->inflight = static_cast<int>(n);
   } else if (arg == "--timeout") {
-    if (!parse_int(v, 5, 86400, &n)) return *message = "--timeout: seconds, 5 to 86400", Applied::Bad;
+    if (!parse_int(v, 5, 86400, &n)) return *message = "--timeout: seconds, 5 to 86400", Applied::kBad;
     o->timeout_s = static_cast<int>(n);
   } else {
-    return Applied::NotMine;
+    return Applied::kNotMine;
   }
-  return Applied::Ok;
+  return Applied::kOk;
 }
 
 }  // namespace
@@ -411,9 +411,9 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message, bool
       return false;
     } else {
       Applied applied = apply_workload_option(arg, v, o, &steps, message);
-      if (applied == Applied::NotMine) applied = apply_run_option(arg, v, o, message);
-      if (applied == Applied::NotMine) *message = "unknown option '" + arg + "' (--help lists them)";
-      if (applied != Applied::Ok) return false;
+      if (applied == Applied::kNotMine) applied = apply_run_option(arg, v, o, message);
+      if (applied == Applied::kNotMine) *message = "unknown option '" + arg + "' (--help lists them)";
+      if (applied != Applied::kOk) return false;
     }
   }
   if (steps > 0 && o->train.empty() && steps > 1000)

@@ -92,10 +92,10 @@ int on_packet(nfq_q_handle*, nfgenmsg*, nfq_data* packet, void* data) {
   const uint32_t id = ntohl(header->packet_id);
   ++s.counters.seen;
   const Decision d = s.impairment->decide(now_us());
-  if (d.fate == Fate::Drop || (d.fate == Fate::Hold && s.held.size() >= kMaxHeld)) {
-    ++(d.fate == Fate::Drop ? s.counters.dropped : s.counters.over_limit);
+  if (d.fate == Fate::kDrop || (d.fate == Fate::kHold && s.held.size() >= kMaxHeld)) {
+    ++(d.fate == Fate::kDrop ? s.counters.dropped : s.counters.over_limit);
     verdict(s, id, NF_DROP);
-  } else if (d.fate == Fate::Hold) {
+  } else if (d.fate == Fate::kHold) {
     ++s.counters.delayed;
     s.held.push({d.release_us, s.arrivals++, id});
   } else {

@@ -66,7 +66,7 @@ Decision Impairment::decide(int64_t now_us) {
   // One draw per question, always in the same order, so a seed fixes the whole schedule.
   const double loss_draw = uniform(), reorder_draw = uniform(), jitter_draw = uniform();
   if (loss_draw < options_.loss) {
-    d.fate = Fate::Drop;
+    d.fate = Fate::kDrop;
     return d;
   }
   if (options_.delay_us == 0) return d;
@@ -76,7 +76,7 @@ Decision Impairment::decide(int64_t now_us) {
   }
   const int64_t spread = options_.jitter_us * 2;
   const int64_t offset = spread > 0 ? static_cast<int64_t>(jitter_draw * static_cast<double>(spread + 1)) : 0;
-  d.fate = Fate::Hold;
+  d.fate = Fate::kHold;
   d.release_us = now_us + options_.delay_us - options_.jitter_us + offset;
   return d;
 }

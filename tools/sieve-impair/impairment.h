@@ -24,10 +24,10 @@ bool parse_duration_us(const std::string& text, int64_t* out, std::string* error
 // Empty when the options are consistent; otherwise why not.
 std::string validate(const ImpairmentOptions& options);
 
-enum class Fate { Drop, SendNow, Hold };
+enum class Fate { kDrop, kSendNow, kHold };
 
 struct Decision {
-  Fate fate = Fate::SendNow;
+  Fate fate = Fate::kSendNow;
   int64_t release_us = 0;  // for Hold: when to send, on the caller's clock
   bool reordered = false;  // sent ahead of its turn (skipped the delay)
 };

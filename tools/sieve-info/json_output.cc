@@ -162,7 +162,7 @@ void write_rdma(JsonWriter& json, const Report& report) {
     json.member("name", p.name());
     json.member("device", p.device);
     json.member("port", p.port);
-    json.member("link_layer", p.link_layer == net::ib::LinkLayer::Ethernet ? "ethernet" : "infiniband");
+    json.member("link_layer", p.link_layer == net::ib::LinkLayer::kEthernet ? "ethernet" : "infiniband");
     json.member("active", p.active);
     json.member("speed_mbps", p.speed_mbps);
     json.member("mtu_bytes", p.mtu_bytes);
@@ -183,9 +183,9 @@ void write_rdma(JsonWriter& json, const Report& report) {
       json.begin_object();
       json.member("index", e.index);
       json.member("gid", e.text());
-      json.member("type", e.type == net::ib::GidType::RoCEv2   ? "roce_v2"
-                          : e.type == net::ib::GidType::RoCEv1 ? "roce_v1"
-                                                               : "ib");
+      json.member("type", e.type == net::ib::GidType::kRoCEv2   ? "roce_v2"
+                          : e.type == net::ib::GidType::kRoCEv1 ? "roce_v1"
+                                                                : "ib");
       json.member("netdev", e.netdev);
       json.end_object();
     }
@@ -206,7 +206,7 @@ void write_config(JsonWriter& json, const Report& report) {
     json.member("kind", config::kind_name(entry.info->kind));
     json.member("value", shown_value(entry));
     json.member("default", entry.info->default_text);
-    json.member("source", entry.source == config::Source::Environment ? "environment" : "default");
+    json.member("source", entry.source == config::Source::kEnvironment ? "environment" : "default");
     json.member("choices", entry.info->choices);
     json.member("range", config::range_text(*entry.info));
     json.member("transport", config::scope_name(entry.info->scope));

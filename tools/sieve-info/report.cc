@@ -98,14 +98,15 @@ RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings
   (void)machine;
   (void)options;
   report.error = net::kVerbsNotBuilt;
-  if (settings.transport == config::TransportChoice::Ib) problems->push_back("SIEVE_TRANSPORT=ib, but " + report.error);
+  if (settings.transport == config::TransportChoice::kIb)
+    problems->push_back("SIEVE_TRANSPORT=ib, but " + report.error);
   return report;
 #else
   const net::ib::VerbsLibrary* verbs = nullptr;
   net::Status st = net::ib::load_verbs(&verbs);
   if (!st.ok()) {
     report.error = st.message();
-    if (settings.transport == config::TransportChoice::Ib)
+    if (settings.transport == config::TransportChoice::kIb)
       problems->push_back("SIEVE_TRANSPORT=ib, but " + report.error);
     return report;
   }
@@ -131,7 +132,7 @@ RdmaReport inspect_rdma(const topology::Machine& machine, const config::Settings
     if (!st.ok() && selected) problems->push_back(st.message());
     report.gid_index.push_back(st.ok() ? gid : -1);
   }
-  const bool ib_asked = settings.transport == config::TransportChoice::Ib;
+  const bool ib_asked = settings.transport == config::TransportChoice::kIb;
   if (ib_asked && chosen.empty() && !report.error.empty())
     problems->push_back("SIEVE_TRANSPORT=ib, but " + report.error);
   else if (ib_asked && chosen.empty())
@@ -150,10 +151,10 @@ void choose_transport(const config::Settings& settings, Report* report) {
   for (bool s : rdma.selected) selected += s ? 1 : 0;
   const bool usable = !rdma.library.empty() && selected > 0;
   const std::string problem = rdma.library.empty() || !rdma.error.empty() ? rdma.error : "no active RDMA port selected";
-  const net::Transport::Asked asked = settings.transport == config::TransportChoice::Ib ? net::Transport::Asked::Ib
-                                      : settings.transport == config::TransportChoice::Tcp
-                                          ? net::Transport::Asked::Tcp
-                                          : net::Transport::Asked::Auto;
+  const net::Transport::Asked asked = settings.transport == config::TransportChoice::kIb ? net::Transport::Asked::kIb
+                                      : settings.transport == config::TransportChoice::kTcp
+                                          ? net::Transport::Asked::kTcp
+                                          : net::Transport::Asked::kAuto;
   const net::Transport::Choice choice = net::Transport::choose(asked, usable, selected, problem);
   report->transport = choice.verbs ? "ib" : "tcp";
   report->transport_why = choice.why;
@@ -202,7 +203,7 @@ std::vector<size_t> matrix_columns(const topology::Machine& machine) {
   for (size_t i = 0; i < machine.nics.size(); ++i) {
     const auto& nic = machine.nics[i];
     if (nic.is_virtual) continue;
-    const bool shown_by_netdev = nic.kind == topology::NicKind::Rdma && !nic.paired.empty();
+    const bool shown_by_netdev = nic.kind == topology::NicKind::kRdma && !nic.paired.empty();
     if (!shown_by_netdev) columns.push_back(i);
   }
   return columns;
@@ -302,7 +303,7 @@ Report gather(const ReportOptions& options) {
   if (!copies_problem.empty()) report.problems.push_back(copies_problem);
   if (!stats_problem.empty()) report.problems.push_back(stats_problem + "; traffic statistics would not be exported");
   report.problems.insert(report.problems.end(), rdma_problems.begin(), rdma_problems.end());
-  const config::Scope in_use = report.transport == "ib" ? config::Scope::Verbs : config::Scope::Tcp;
+  const config::Scope in_use = report.transport == "ib" ? config::Scope::kVerbs : config::Scope::kTcp;
   const auto unused = registry.set_without_effect(in_use);
   if (!unused.empty())
     report.problems.push_back(config::without_effect_text(unused, in_use) + " (" + report.transport_why + ")");

@@ -141,14 +141,14 @@ void print_machine(const Report& report, std::ostream& out) {
 
 #if SIEVE_HAVE_VERBS
 const char* link_layer_name(net::ib::LinkLayer layer) {
-  return layer == net::ib::LinkLayer::Ethernet ? "RoCE" : "InfiniBand";
+  return layer == net::ib::LinkLayer::kEthernet ? "RoCE" : "InfiniBand";
 }
 
 const char* gid_type_name(net::ib::GidType type) {
   switch (type) {
-    case net::ib::GidType::RoCEv2: return "RoCE v2";
-    case net::ib::GidType::RoCEv1: return "RoCE v1";
-    case net::ib::GidType::IB: break;
+    case net::ib::GidType::kRoCEv2: return "RoCE v2";
+    case net::ib::GidType::kRoCEv1: return "RoCE v1";
+    case net::ib::GidType::kIB: break;
   }
   return "IB";
 }
@@ -187,7 +187,7 @@ void print_rdma(const Report& report, std::ostream& out) {
                number_or_dash(p.mtu_bytes > 0 ? p.mtu_bytes : -1), or_dash(p.netdev), or_dash(p.placement.pci_bus_id),
                number_or_dash(p.placement.numa_node), or_dash(gpu_list_text(p.near_gpus)), p.dmabuf ? "yes" : "no", gid,
                rdma.selected[i] ? "selected" : "-"});
-    if (p.link_layer == net::ib::LinkLayer::InfiniBand) ports.free_line("    LID " + std::to_string(p.lid));
+    if (p.link_layer == net::ib::LinkLayer::kInfiniBand) ports.free_line("    LID " + std::to_string(p.lid));
     for (const auto& e : p.gids)
       ports.free_line("    GID " + std::to_string(e.index) + "  " + gid_type_name(e.type) + "  " + e.text() +
                       (e.netdev.empty() ? "" : "  " + e.netdev));
@@ -231,8 +231,8 @@ void print_config(const Report& report, std::ostream& out) {
     const std::string value = shown_value(entry);
     const config::Scope scope = entry.info->scope;
     table.row({entry.info->name, value.empty() ? "(empty)" : value,
-               entry.source == config::Source::Environment ? "environment" : "default",
-               scope == config::Scope::Any ? "" : std::string(config::scope_name(scope)) + " only", entry.info->doc});
+               entry.source == config::Source::kEnvironment ? "environment" : "default",
+               scope == config::Scope::kAny ? "" : std::string(config::scope_name(scope)) + " only", entry.info->doc});
   }
   table.print(out, "  ");
   // Former names, so a job script's old name is explained before the job warns about it.
@@ -246,9 +246,9 @@ void print_config(const Report& report, std::ostream& out) {
   Table shared;
   for (const auto& s : report.ib_settings)
     shared.row({s.sieve_name, s.value.empty() ? "(empty)" : s.value,
-                s.origin == plugin::Origin::Sieve  ? std::string("from ") + s.sieve_name
-                : s.origin == plugin::Origin::Nccl ? std::string("from ") + s.nccl_name
-                                                   : std::string("default (") + s.nccl_name + " unset)"});
+                s.origin == plugin::Origin::kSieve  ? std::string("from ") + s.sieve_name
+                : s.origin == plugin::Origin::kNccl ? std::string("from ") + s.nccl_name
+                                                    : std::string("default (") + s.nccl_name + " unset)"});
   shared.print(out, "  ");
 }
 

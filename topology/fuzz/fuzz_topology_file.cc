@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (error.empty()) std::abort();
     return 0;
   }
-  if (machine.source != Source::TopologyFile) std::abort();
+  if (machine.source != Source::kTopologyFile) std::abort();
   return 0;
 }
 

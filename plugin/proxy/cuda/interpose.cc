@@ -70,11 +70,7 @@ ReduceOp reduce_op(ncclRedOp_t op, ncclComm_t comm, Proxy* proxy) {
 ProxyOptions options_from(const config::Settings& s) {
   ProxyOptions o;
   o.enabled = s.proxy;
-  switch (s.track) {
-    case config::Track::Off: o.track = TrackMode::kOff; break;
-    case config::Track::On: o.track = TrackMode::kOn; break;
-    case config::Track::Observe: o.track = TrackMode::kObserve; break;
-  }
+  o.track = s.track;
   o.verify = s.proxy_verify;
   o.track_stable = uint32_t(s.track_stable);
   o.track_lag = uint32_t(s.track_lag);
@@ -137,9 +133,9 @@ void dump_on_signal() {
 bool install_dump_signal_for_process() {
   if (!preloaded()) return false;
   const config::DumpSignal signal = config::Registry::process().settings().dump_signal;
-  if (signal == config::DumpSignal::Off) return false;
+  if (signal == config::DumpSignal::kOff) return false;
   std::string why;
-  const int signo = signal == config::DumpSignal::Usr2 ? SIGUSR2 : SIGUSR1;
+  const int signo = signal == config::DumpSignal::kUsr2 ? SIGUSR2 : SIGUSR1;
   if (install_dump_signal(signo, &dump_on_signal, &why)) return true;
   if (!why.empty())
     SIEVE_WARN("collective proxy: no state report on SIG%s: %s", signo == SIGUSR2 ? "USR2" : "USR1", why.c_str());

@@ -14,7 +14,7 @@ IbPort port(const std::string& device, int number, bool active = true) {
   p.device = device;
   p.port = number;
   p.active = active;
-  p.link_layer = LinkLayer::Ethernet;
+  p.link_layer = LinkLayer::kEthernet;
   return p;
 }
 
@@ -75,8 +75,8 @@ TEST(HcaSpec, BadEntriesAreErrorsNamingThem) {
 
 TEST(ChooseGid, RoceV2Ipv4MappedWinsThenGlobalV2ThenV1) {
   IbPort p = port("mlx5_0", 1);
-  p.gids = {gid(0, GidType::RoCEv1, "fe80::1"), gid(1, GidType::RoCEv2, "fe80::1"),
-            gid(2, GidType::RoCEv2, "2001:db8::5"), gid(3, GidType::RoCEv2, "::ffff:10.0.0.5")};
+  p.gids = {gid(0, GidType::kRoCEv1, "fe80::1"), gid(1, GidType::kRoCEv2, "fe80::1"),
+            gid(2, GidType::kRoCEv2, "2001:db8::5"), gid(3, GidType::kRoCEv2, "::ffff:10.0.0.5")};
   int index = -1;
   ASSERT_TRUE(choose_gid(p, -1, &index).ok());
   EXPECT_EQ(index, 3);
@@ -93,7 +93,7 @@ TEST(ChooseGid, RoceV2Ipv4MappedWinsThenGlobalV2ThenV1) {
 
 TEST(ChooseGid, ConfiguredIndexWinsWhenPopulatedAndIsAnErrorOtherwise) {
   IbPort p = port("mlx5_0", 1);
-  p.gids = {gid(0, GidType::RoCEv1, "fe80::1"), gid(3, GidType::RoCEv2, "::ffff:10.0.0.5")};
+  p.gids = {gid(0, GidType::kRoCEv1, "fe80::1"), gid(3, GidType::kRoCEv2, "::ffff:10.0.0.5")};
   int index = -1;
   ASSERT_TRUE(choose_gid(p, 0, &index).ok());
   EXPECT_EQ(index, 0);
@@ -113,8 +113,8 @@ TEST(ChooseGid, RocePortWithoutGidsIsAnError) {
 
 TEST(ChooseGid, InfinibandUsesIndexZero) {
   IbPort p = port("mlx5_0", 1);
-  p.link_layer = LinkLayer::InfiniBand;
-  p.gids = {gid(0, GidType::IB, "fe80::1")};
+  p.link_layer = LinkLayer::kInfiniBand;
+  p.gids = {gid(0, GidType::kIB, "fe80::1")};
   int index = -1;
   ASSERT_TRUE(choose_gid(p, -1, &index).ok());
   EXPECT_EQ(index, 0);
@@ -124,8 +124,8 @@ TEST(ChooseGid, InfinibandUsesIndexZero) {
 // port GID (index 0) instead of failing the transport.
 TEST(ChooseGid, ConfiguredIndexDoesNotApplyToInfinibandPorts) {
   IbPort p = port("mlx5_1", 1);
-  p.link_layer = LinkLayer::InfiniBand;
-  p.gids = {gid(0, GidType::IB, "fe80::1")};
+  p.link_layer = LinkLayer::kInfiniBand;
+  p.gids = {gid(0, GidType::kIB, "fe80::1")};
   int index = -1;
   Status st = choose_gid(p, 3, &index);
   ASSERT_TRUE(st.ok()) << st.message();
@@ -135,10 +135,10 @@ TEST(ChooseGid, ConfiguredIndexDoesNotApplyToInfinibandPorts) {
 // A dual-stack RoCE netdev as mlx5 lists it: v1 and v2 of link-local, IPv4 and global IPv6.
 IbPort dual_stack() {
   IbPort p = port("mlx5_0", 1);
-  p.gids = {gid(0, GidType::RoCEv1, "fe80::1"),           gid(1, GidType::RoCEv2, "fe80::1"),
-            gid(2, GidType::RoCEv1, "::ffff:10.1.0.5"),   gid(3, GidType::RoCEv2, "::ffff:10.1.0.5"),
-            gid(4, GidType::RoCEv1, "fd00:1::5"),         gid(5, GidType::RoCEv2, "fd00:1::5"),
-            gid(6, GidType::RoCEv2, "::ffff:192.168.3.7")};
+  p.gids = {gid(0, GidType::kRoCEv1, "fe80::1"),           gid(1, GidType::kRoCEv2, "fe80::1"),
+            gid(2, GidType::kRoCEv1, "::ffff:10.1.0.5"),   gid(3, GidType::kRoCEv2, "::ffff:10.1.0.5"),
+            gid(4, GidType::kRoCEv1, "fd00:1::5"),         gid(5, GidType::kRoCEv2, "fd00:1::5"),
+            gid(6, GidType::kRoCEv2, "::ffff:192.168.3.7")};
   return p;
 }
 
@@ -154,15 +154,15 @@ int selected(const IbPort& p, Family family, const std::string& range) {
 
 TEST(SelectGid, AddressFamilyAndRangeChooseAmongSeveralAddresses) {
   const IbPort p = dual_stack();
-  EXPECT_EQ(selected(p, Family::Any, ""), 3);   // IPv4-mapped RoCE v2 first
-  EXPECT_EQ(selected(p, Family::IPv4, ""), 3);  // NCCL_IB_ADDR_FAMILY=AF_INET
-  EXPECT_EQ(selected(p, Family::IPv6, ""), 5);  // AF_INET6: global, never link-local
-  EXPECT_EQ(selected(p, Family::Any, "192.168.0.0/16"), 6);
-  EXPECT_EQ(selected(p, Family::IPv4, "10.1.0.0/16"), 3);
-  EXPECT_EQ(selected(p, Family::Any, "fd00::/8"), 5);
-  EXPECT_EQ(selected(p, Family::Any, "fd00:2::/32"), -1);
-  EXPECT_EQ(selected(p, Family::Any, "10.2.0.0/16"), -1);
-  EXPECT_EQ(selected(p, Family::IPv6, "10.1.0.0/16"), -1);  // a range of the other family matches nothing
+  EXPECT_EQ(selected(p, Family::kAny, ""), 3);   // IPv4-mapped RoCE v2 first
+  EXPECT_EQ(selected(p, Family::kIPv4, ""), 3);  // NCCL_IB_ADDR_FAMILY=AF_INET
+  EXPECT_EQ(selected(p, Family::kIPv6, ""), 5);  // AF_INET6: global, never link-local
+  EXPECT_EQ(selected(p, Family::kAny, "192.168.0.0/16"), 6);
+  EXPECT_EQ(selected(p, Family::kIPv4, "10.1.0.0/16"), 3);
+  EXPECT_EQ(selected(p, Family::kAny, "fd00::/8"), 5);
+  EXPECT_EQ(selected(p, Family::kAny, "fd00:2::/32"), -1);
+  EXPECT_EQ(selected(p, Family::kAny, "10.2.0.0/16"), -1);
+  EXPECT_EQ(selected(p, Family::kIPv6, "10.1.0.0/16"), -1);  // a range of the other family matches nothing
 }
 
 TEST(SelectGid, NothingInTheRangeIsAnErrorListingTheTable) {

@@ -46,7 +46,7 @@ TEST(IbDiscovery, RocePortWithItsGidsSpeedAndNetdev) {
   ASSERT_EQ(ports.size(), 1u);
   const IbPort& p = ports[0];
   EXPECT_EQ(p.name(), "mlx5_0:1");
-  EXPECT_EQ(p.link_layer, LinkLayer::Ethernet);
+  EXPECT_EQ(p.link_layer, LinkLayer::kEthernet);
   EXPECT_TRUE(p.active);
   EXPECT_EQ(p.speed_mbps, 200000);
   EXPECT_EQ(p.mtu_bytes, 4096);
@@ -60,7 +60,7 @@ TEST(IbDiscovery, RocePortWithItsGidsSpeedAndNetdev) {
   for (const GidEntry& e : p.gids)
     if (e.index == index) chosen = &e;
   ASSERT_NE(chosen, nullptr);
-  EXPECT_EQ(chosen->type, GidType::RoCEv2);
+  EXPECT_EQ(chosen->type, GidType::kRoCEv2);
   EXPECT_EQ(chosen->text().rfind("::ffff:", 0), 0u) << chosen->text();
   EXPECT_EQ(chosen->netdev, "lo");
   EXPECT_EQ(p.netdev, "lo");
@@ -71,11 +71,11 @@ TEST(IbDiscovery, InfinibandPortHasALidAndIbGids) {
   ASSERT_EQ(ports.size(), 2u);
   const IbPort& p = ports[1];
   EXPECT_EQ(p.device, "mlx5_1");
-  EXPECT_EQ(p.link_layer, LinkLayer::InfiniBand);
+  EXPECT_EQ(p.link_layer, LinkLayer::kInfiniBand);
   EXPECT_NE(p.lid, 0);
   EXPECT_EQ(p.speed_mbps, 100000);
   ASSERT_FALSE(p.gids.empty());
-  for (const GidEntry& e : p.gids) EXPECT_EQ(e.type, GidType::IB);
+  for (const GidEntry& e : p.gids) EXPECT_EQ(e.type, GidType::kIB);
   EXPECT_TRUE(p.netdev.empty());
   EXPECT_NE(p.guid, ports[0].guid);
 }

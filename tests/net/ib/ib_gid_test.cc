@@ -44,7 +44,7 @@ TEST_F(IbTransportTest, GidIndexForRoceLeavesTheInfinibandPortsOfTheHostUsable) 
 TEST_F(IbTransportTest, AnIpv6AddressFamilyTakesTheGlobalIpv6Gid) {
   ScopedEnv devices("FAKE_VERBS_DEVICES", "r6:roce:lo:100:ipv6");
   TransportOptions o = ib_options();
-  o.ib_addr_family = Family::IPv6;
+  o.ib_addr_family = Family::kIPv6;
   ASSERT_NO_FATAL_FAILURE(connect(o));
   roundtrip(70000, 70000, 3);
   const auto indices = sgid_indices();

@@ -72,7 +72,7 @@ TEST(IbRoute, TheDestinationLidIsTheLidInsideASubnetAndTheFlidAcrossSubnets) {
 // GID choice takes it: AcrossSubnetsTheDestinationLidIsThePeersFlid checks the queue pairs).
 TEST(IbRoute, AnInfinibandPortConnectsFromItsRoutableGidWhereItHasOne) {
   ib::IbPort port;
-  port.link_layer = ib::LinkLayer::InfiniBand;
+  port.link_layer = ib::LinkLayer::kInfiniBand;
   ib::GidEntry plain;
   plain.index = 0;
   plain.gid = routable(0, 0);

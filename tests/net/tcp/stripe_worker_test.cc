@@ -114,7 +114,7 @@ template <typename Ready> bool eventually(Ready ready) {
 TEST(StripeWorker, InlineReceiverReadsQueuedPlainStripesInOneCall) {
   TcpPair p = tcp_pair();
   Failure failure;
-  StripeWorker worker(StripeWorker::Direction::Receive, {p.near.get()}, -1, &failure, "test peer", 5000);
+  StripeWorker worker(StripeWorker::Direction::kReceive, {p.near.get()}, -1, &failure, "test peer", 5000);
   worker.start_inline();
   Message sent(7, 4, 8192, 'a');
   Message received(7, 4, 8192, 'z');
@@ -133,7 +133,7 @@ TEST(StripeWorker, InlineReceiverReadsQueuedPlainStripesInOneCall) {
 TEST(StripeWorker, InlineSenderWritesQueuedPlainStripesInOneCall) {
   TcpPair p = tcp_pair();
   Failure failure;
-  StripeWorker worker(StripeWorker::Direction::Send, {p.near.get()}, -1, &failure, "test peer", 5000);
+  StripeWorker worker(StripeWorker::Direction::kSend, {p.near.get()}, -1, &failure, "test peer", 5000);
   worker.start_inline();
   Message m(3, 4, 8192, 'q');
   for (const Stripe& s : m.stripes) worker.enqueue(s);
@@ -149,7 +149,7 @@ TEST(StripeWorker, InlineSenderWritesQueuedPlainStripesInOneCall) {
 TEST(StripeWorker, ABatchedReceiveChecksEveryStripesHeader) {
   TcpPair p = tcp_pair();
   Failure failure;
-  StripeWorker worker(StripeWorker::Direction::Receive, {p.near.get()}, -1, &failure, "test peer", 5000);
+  StripeWorker worker(StripeWorker::Direction::kReceive, {p.near.get()}, -1, &failure, "test peer", 5000);
   worker.start_inline();
   Message sent(9, 3, 4096, 'b');
   sent.wire[2 * (wire::kChunkHeaderBytes + 4096) + 1] ^= 0x40;  // the third stripe's header
@@ -169,7 +169,7 @@ TEST(StripeWorker, ABatchedReceiveChecksEveryStripesHeader) {
 TEST(StripeWorker, AReceivingHelperSleepsUntilABatchSpanningItsQueuedStripesArrived) {
   TcpPair p = tcp_pair();
   Failure failure;
-  StripeWorker worker(StripeWorker::Direction::Receive, {p.near.get()}, -1, &failure, "test peer", 5000);
+  StripeWorker worker(StripeWorker::Direction::kReceive, {p.near.get()}, -1, &failure, "test peer", 5000);
   Message sent(1, 4, 64 * 1024, 'c');
   Message received(1, 4, 64 * 1024, 'x');
   for (const Stripe& s : received.stripes) worker.enqueue(s);  // queued before the helper runs
@@ -189,7 +189,7 @@ TEST(StripeWorker, AReceivingHelperSleepsUntilABatchSpanningItsQueuedStripesArri
 TEST(StripeWorker, AHelperWaitingOnItsSocketIsNotWokenForMoreStripesOfIt) {
   TcpPair p = tcp_pair();
   Failure failure;
-  StripeWorker worker(StripeWorker::Direction::Send, {p.near.get()}, -1, &failure, "test peer", 5000);
+  StripeWorker worker(StripeWorker::Direction::kSend, {p.near.get()}, -1, &failure, "test peer", 5000);
   ASSERT_TRUE(worker.start().ok());
   Message first(1, 1, 16 << 20, 'd');  // more than the socket buffers hold: the helper blocks
   Message second(2, 1, 4096, 'e');
@@ -220,7 +220,7 @@ TEST(StripeWorker, AHelperWaitingOnItsSocketIsNotWokenForMoreStripesOfIt) {
 TEST(StripeWorker, AnIdleHelperIsWokenForNewStripes) {
   TcpPair p = tcp_pair();
   Failure failure;
-  StripeWorker worker(StripeWorker::Direction::Send, {p.near.get()}, -1, &failure, "test peer", 5000);
+  StripeWorker worker(StripeWorker::Direction::kSend, {p.near.get()}, -1, &failure, "test peer", 5000);
   ASSERT_TRUE(worker.start().ok());
   ASSERT_TRUE(eventually([&] { return worker.waiting(); }));
   Message m(1, 2, 4096, 'f');

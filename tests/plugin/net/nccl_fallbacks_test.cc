@@ -68,16 +68,16 @@ TEST(ResolveIbOptions, NcclVariablesDecideWhereSieveOnesAreUnset) {
   EXPECT_EQ(o.ib_timeout, 22);
   EXPECT_EQ(o.ib_retry_count, 5);
   EXPECT_EQ(o.ib_qps, 4);
-  EXPECT_EQ(o.ib_addr_family, net::Family::IPv6);
+  EXPECT_EQ(o.ib_addr_family, net::Family::kIPv6);
   EXPECT_EQ(o.ib_addr_range, "fd00::/8");
   EXPECT_EQ(o.ib_ar_threshold, 65536);
   EXPECT_EQ(o.ib_traffic_class, 106);
   for (const char* name :
        {"SIEVE_IB_HCA", "SIEVE_IB_GID_INDEX", "SIEVE_IB_TIMEOUT", "SIEVE_IB_RETRY_CNT", "SIEVE_IB_QPS",
         "SIEVE_IB_ADDR_FAMILY", "SIEVE_IB_ADDR_RANGE", "SIEVE_IB_AR_THRESHOLD", "SIEVE_IB_TC"})
-    EXPECT_EQ(decided(all, name).origin, Origin::Nccl) << name;
+    EXPECT_EQ(decided(all, name).origin, Origin::kNccl) << name;
   EXPECT_EQ(decided(all, "SIEVE_IB_TIMEOUT").value, "22");
-  EXPECT_EQ(decided(all, "SIEVE_IB_SL").origin, Origin::Default);
+  EXPECT_EQ(decided(all, "SIEVE_IB_SL").origin, Origin::kDefault);
 }
 
 TEST(ResolveIbOptions, SieveVariablesWinEvenAtTheirDefaultValue) {
@@ -97,11 +97,11 @@ TEST(ResolveIbOptions, SieveVariablesWinEvenAtTheirDefaultValue) {
   EXPECT_EQ(o.ib_timeout, 20);
   EXPECT_EQ(o.ib_qps, 2);
   EXPECT_EQ(o.ib_hca, "mlx5_0");
-  EXPECT_EQ(o.ib_addr_family, net::Family::Any);
+  EXPECT_EQ(o.ib_addr_family, net::Family::kAny);
   EXPECT_EQ(o.ib_ar_threshold, 16384);
   for (const char* name :
        {"SIEVE_IB_TIMEOUT", "SIEVE_IB_QPS", "SIEVE_IB_HCA", "SIEVE_IB_ADDR_FAMILY", "SIEVE_IB_AR_THRESHOLD"})
-    EXPECT_EQ(decided(all, name).origin, Origin::Sieve) << name;
+    EXPECT_EQ(decided(all, name).origin, Origin::kSieve) << name;
 }
 
 TEST(ResolveIbOptions, NcclValuesSieveCannotTakeAreIgnoredOrLowered) {
@@ -116,11 +116,11 @@ TEST(ResolveIbOptions, NcclValuesSieveCannotTakeAreIgnoredOrLowered) {
   EXPECT_EQ(o.ib_timeout, 20);
   EXPECT_EQ(o.ib_retry_count, 7);
   EXPECT_EQ(o.ib_qps, 16);
-  EXPECT_EQ(o.ib_addr_family, net::Family::Any);
-  EXPECT_EQ(decided(all, "SIEVE_IB_TIMEOUT").origin, Origin::Default);
-  EXPECT_EQ(decided(all, "SIEVE_IB_QPS").origin, Origin::Nccl);
+  EXPECT_EQ(o.ib_addr_family, net::Family::kAny);
+  EXPECT_EQ(decided(all, "SIEVE_IB_TIMEOUT").origin, Origin::kDefault);
+  EXPECT_EQ(decided(all, "SIEVE_IB_QPS").origin, Origin::kNccl);
   EXPECT_EQ(decided(all, "SIEVE_IB_QPS").value, "16");
-  EXPECT_EQ(decided(all, "SIEVE_IB_ADDR_FAMILY").origin, Origin::Default);
+  EXPECT_EQ(decided(all, "SIEVE_IB_ADDR_FAMILY").origin, Origin::kDefault);
 }
 
 }  // namespace

@@ -131,20 +131,20 @@ TEST(NcclLogger, UnreadableSettingsPassEverythingToNccl) {
     EXPECT_EQ(g_lines.size(), c.lines) << (c.debug ? c.debug : "unset") << " " << c.subsys;
   }
   EXPECT_EQ(sieve_subsystems("init,Net"),
-            static_cast<uint32_t>(log::Subsystem::Init) | static_cast<uint32_t>(log::Subsystem::Net));
-  EXPECT_EQ(sieve_level("version"), log::Level::Warn);
+            static_cast<uint32_t>(log::Subsystem::kInit) | static_cast<uint32_t>(log::Subsystem::kNet));
+  EXPECT_EQ(sieve_level("version"), log::Level::kWarn);
 }
 
 // Without NCCL's logger, stderr's threshold (SIEVE_LOG_LEVEL) decides, before formatting too.
 TEST(NcclLogger, StderrThresholdIsCheckedBeforeFormatting) {
-  log::set_stderr_level(log::Level::Warn);
+  log::set_stderr_level(log::Level::kWarn);
   g_evaluated = 0;
   SIEVE_INFO("%s", counted("not printed"));
   EXPECT_EQ(g_evaluated, 0);
-  log::set_stderr_level(log::Level::None);
+  log::set_stderr_level(log::Level::kNone);
   SIEVE_WARN("%s", counted("not printed"));
   EXPECT_EQ(g_evaluated, 0);
-  log::set_stderr_level(log::Level::Warn);
+  log::set_stderr_level(log::Level::kWarn);
 }
 
 }  // namespace

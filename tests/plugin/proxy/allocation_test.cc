@@ -92,7 +92,7 @@ TEST(AllocationTest, ObservedAllReducesAllocateNothingAfterWarmUp) {
   ProcessStats stats;
   ProxyOptions options;
   options.rules.min_count = 1;
-  options.track = TrackMode::kObserve;
+  options.track = config::Track::kObserve;
   Proxy proxy(backend, registry, options, stats);
   constexpr uint64_t kCount = 1 << 16;
   std::vector<float> g(kCount);

@@ -46,7 +46,7 @@ TEST(CaptureTest, CaptureOnOneRankOnlyIssuesTheSameCollectivesWithVerify) {
 // loud error on every rank, never a dense call against a compacted one.
 TEST(CaptureTest, CaptureOfALearnedAllReduceIsRefusedOnWhicheverRankCapturesIt) {
   ProxyOptions o = test_options();
-  o.track = TrackMode::kOn;
+  o.track = config::Track::kOn;
   o.track_stable = 1;
   o.track_lag = 1;
   constexpr uint64_t n = 256;

@@ -222,14 +222,14 @@ Program generate(uint64_t seed) {
 
 ProxyOptions options_of(const Program& p, int rank, uint64_t seed) {
   ProxyOptions o = test_options();
-  o.track = p.track ? TrackMode::kOn : TrackMode::kOff;
+  o.track = p.track ? config::Track::kOn : config::Track::kOff;
   o.track_stable = 2;
   o.track_lag = 1 + uint32_t(seed % 2);
   o.verify = p.verify;
   if (rank == p.odd_rank) {
     switch (p.odd_setting) {
       case 0: o.rules.max_density = 0.5; break;
-      case 1: o.track = p.track ? TrackMode::kOff : TrackMode::kOn; break;
+      case 1: o.track = p.track ? config::Track::kOff : config::Track::kOn; break;
       case 2: o.verify = true; break;
       default: o.enabled = false; break;
     }

@@ -17,7 +17,7 @@ using namespace testing;
 
 constexpr uint64_t kCount = 256;
 
-ProxyOptions tracking(uint32_t stable, uint32_t lag, TrackMode mode = TrackMode::kOn) {
+ProxyOptions tracking(uint32_t stable, uint32_t lag, config::Track mode = config::Track::kOn) {
   ProxyOptions o = test_options();
   o.track = mode;
   o.track_stable = stable;
@@ -236,7 +236,7 @@ TEST(LearnedTest, LearningSettingsThatDifferBetweenRanksRefuseTheCommitAndNothin
     for (int r = 0; r < 2; ++r) {
       ProxyOptions o = tracking(3, 1);
       if (r == 1) {
-        if (variant == 0) o.track = TrackMode::kOff;
+        if (variant == 0) o.track = config::Track::kOff;
         if (variant == 1) o.track_stable = 4;
         if (variant == 2) o.track_lag = 2;
         if (variant == 3) o.rules.min_count = 2;
@@ -446,7 +446,8 @@ TEST(LearnedTest, ObserveModeChangesNoCollectiveAndCountsWhatItWouldSave) {
   FakeWorld world(2);
   Ranks ranks;
   for (int r = 0; r < 2; ++r)
-    ranks.push_back(std::make_unique<Rank>(world, r, r == 0 ? tracking(2, 1, TrackMode::kObserve) : test_options()));
+    ranks.push_back(
+        std::make_unique<Rank>(world, r, r == 0 ? tracking(2, 1, config::Track::kObserve) : test_options()));
   run_ranks(ranks, [&](Rank& rank) {
     std::vector<float> g(kCount);
     for (int s = 0; s < 10; ++s) {

@@ -290,7 +290,7 @@ TEST(ProxyTest, AFailureAfterActivationAbortsTheCommunicatorOnEveryRank) {
 TEST(ProxyTest, ADifferentSettingOnOneRankRefusesTheCommit) {
   const std::vector<std::function<void(ProxyOptions&)>> changes = {
       [](ProxyOptions& o) { o.rules.max_density = 0.5; }, [](ProxyOptions& o) { o.rules.min_count = 2; },
-      [](ProxyOptions& o) { o.verify = true; },           [](ProxyOptions& o) { o.track = TrackMode::kOn; },
+      [](ProxyOptions& o) { o.verify = true; },           [](ProxyOptions& o) { o.track = config::Track::kOn; },
       [](ProxyOptions& o) { o.track_stable = 4; },        [](ProxyOptions& o) { o.track_lag = 3; }};
   for (size_t c = 0; c < changes.size(); ++c) {
     FakeWorld world(2);
@@ -565,7 +565,7 @@ TEST(ProxyTest, TwoCommitsInOneGroupAreEachDecidedOnTheirOwnVote) {
 // staging: the commit was refused on every rank. Both are decided on their own votes.
 TEST(ProxyTest, ACommitAndALearnedProposalInOneGroupAreBothDecided) {
   ProxyOptions o = test_options();
-  o.track = TrackMode::kOn;
+  o.track = config::Track::kOn;
   o.track_stable = 1;
   o.track_lag = 1;
   constexpr uint64_t n = 256;

@@ -76,7 +76,7 @@ TEST(RingAllReduce, Bf16AndDeepPipelines) {
 
 // FSDP's halves: reduce-scatter leaves rank r the sum of shard r; all-gather gives every rank every
 // rank's shard; each sends (N-1) shards and nothing else.
-enum class Half { ReduceScatter, AllGather };
+enum class Half { kReduceScatter, kAllGather };
 
 void run_half(Half half, int nranks, size_t shard, DType type, const RingOptions& options) {
   const GradientPattern pattern(nranks, 3, type);
@@ -87,7 +87,7 @@ void run_half(Half half, int nranks, size_t shard, DType type, const RingOptions
   for (int r = 0; r < nranks; ++r) {
     buffers[r].assign(count * elem, 0x5a);  // what an all-gather must overwrite
     scratch[r].resize(scratch_bytes(options));
-    if (half == Half::ReduceScatter) {
+    if (half == Half::kReduceScatter) {
       fill_gradients(pattern, r, 0, count, type, nullptr, buffers[r].data());
     } else {
       const size_t own = shard * static_cast<size_t>(r);
@@ -99,7 +99,7 @@ void run_half(Half half, int nranks, size_t shard, DType type, const RingOptions
     threads.emplace_back([&, r] {
       FakeLink link(channels[r], channels[(r + nranks - 1) % nranks], 200 + r);
       results[r] =
-          half == Half::ReduceScatter
+          half == Half::kReduceScatter
               ? ring_reduce_scatter(link, r, nranks, buffers[r].data(), count, type, scratch[r].data(), options)
               : ring_all_gather(link, r, nranks, buffers[r].data(), count, type, options);
     });
@@ -108,7 +108,7 @@ void run_half(Half half, int nranks, size_t shard, DType type, const RingOptions
   for (int r = 0; r < nranks; ++r) {
     ASSERT_EQ(results[r].error, "") << "rank " << r;
     EXPECT_EQ(results[r].bytes_sent, static_cast<size_t>(nranks - 1) * shard * elem) << "rank " << r;
-    if (half == Half::ReduceScatter) {
+    if (half == Half::kReduceScatter) {
       const size_t own = shard * static_cast<size_t>(r);
       EXPECT_EQ(check_sums(pattern, own, shard, type, nullptr, buffers[r].data() + own * elem), "") << "rank " << r;
     } else {
@@ -125,22 +125,22 @@ TEST(RingReduceScatter, EachRankGetsTheSumOfItsOwnShard) {
   for (int nranks : {1, 2, 3, 4, 5}) {
     for (size_t shard : {size_t{1}, size_t{7}, size_t{1000}, size_t{4099}}) {
       SCOPED_TRACE("nranks " + std::to_string(nranks) + " shard " + std::to_string(shard));
-      run_half(Half::ReduceScatter, nranks, shard, DType::kF32, small_chunks(256, 3));
+      run_half(Half::kReduceScatter, nranks, shard, DType::kF32, small_chunks(256, 3));
     }
   }
-  run_half(Half::ReduceScatter, 4, 25001, DType::kBF16, small_chunks(1024, 8));
-  run_half(Half::ReduceScatter, 8, 8192, DType::kF32, small_chunks(512, 1));
+  run_half(Half::kReduceScatter, 4, 25001, DType::kBF16, small_chunks(1024, 8));
+  run_half(Half::kReduceScatter, 8, 8192, DType::kF32, small_chunks(512, 1));
 }
 
 TEST(RingAllGather, EveryRankGetsEveryShard) {
   for (int nranks : {1, 2, 3, 4, 5}) {
     for (size_t shard : {size_t{1}, size_t{7}, size_t{1000}, size_t{4099}}) {
       SCOPED_TRACE("nranks " + std::to_string(nranks) + " shard " + std::to_string(shard));
-      run_half(Half::AllGather, nranks, shard, DType::kF32, small_chunks(256, 3));
+      run_half(Half::kAllGather, nranks, shard, DType::kF32, small_chunks(256, 3));
     }
   }
-  run_half(Half::AllGather, 4, 25001, DType::kBF16, small_chunks(1024, 8));
-  run_half(Half::AllGather, 8, 8192, DType::kF32, small_chunks(512, 1));
+  run_half(Half::kAllGather, 4, 25001, DType::kBF16, small_chunks(1024, 8));
+  run_half(Half::kAllGather, 8, 8192, DType::kF32, small_chunks(512, 1));
 }
 
 TEST(RingReduceScatter, UnevenShardsAreRefused) {

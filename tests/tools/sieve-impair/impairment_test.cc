@@ -53,7 +53,7 @@ TEST(ImpairmentOptions, InconsistentCombinationsAreRefused) {
 
 TEST(Impairment, NoOptionsSendsEverythingAtOnce) {
   Impairment none(ImpairmentOptions{});
-  for (int i = 0; i < 1000; ++i) EXPECT_EQ(none.decide(i).fate, Fate::SendNow);
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(none.decide(i).fate, Fate::kSendNow);
 }
 
 TEST(Impairment, ASeedFixesTheWholeSchedule) {
@@ -89,9 +89,9 @@ TEST(Impairment, FatesFollowTheRequestedRatesAndDelays) {
   for (int i = 0; i < n; ++i) {
     const int64_t now = 1000000 + i;
     const Decision d = impairment.decide(now);
-    if (d.fate == Fate::Drop) {
+    if (d.fate == Fate::kDrop) {
       ++dropped;
-    } else if (d.fate == Fate::SendNow) {
+    } else if (d.fate == Fate::kSendNow) {
       EXPECT_TRUE(d.reordered) << "with a delay, only reordered packets leave at once";
       ++reordered;
     } else {

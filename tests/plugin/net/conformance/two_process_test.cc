@@ -23,9 +23,9 @@
 namespace sieve::conformance {
 namespace {
 
-enum class Link { Loopback, Netns };
+enum class Link { kLoopback, kNetns };
 std::ostream& operator<<(std::ostream& out, Link link) {
-  return out << (link == Link::Loopback ? "loopback" : "netns");
+  return out << (link == Link::kLoopback ? "loopback" : "netns");
 }
 
 struct PeerSpec {
@@ -37,7 +37,7 @@ struct PeerSpec {
 class TwoProcess : public ::testing::TestWithParam<std::tuple<int, Link>> {
  protected:
   void SetUp() override {
-    if (link() == Link::Netns) {
+    if (link() == Link::kNetns) {
       const std::string why = NetLab::unavailable_reason();
       if (!why.empty()) GTEST_SKIP() << "namespace tests skipped: " << why;
       lab_ = std::make_unique<NetLab>(2, "--p2p");
@@ -256,13 +256,13 @@ TEST_P(TwoProcess, MatchingJobTokenConnects) {
 }
 
 std::string name_of(const ::testing::TestParamInfo<std::tuple<int, Link>>& param) {
-  return std::string(std::get<1>(param.param) == Link::Loopback ? "loopback" : "netns") + "_v" +
+  return std::string(std::get<1>(param.param) == Link::kLoopback ? "loopback" : "netns") + "_v" +
          std::to_string(std::get<0>(param.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryVersion, TwoProcess,
                          ::testing::Combine(::testing::Values(8, 9, 10, 11, 12),
-                                            ::testing::Values(Link::Loopback, Link::Netns)),
+                                            ::testing::Values(Link::kLoopback, Link::kNetns)),
                          name_of);
 
 }  // namespace
