@@ -17,6 +17,15 @@ namespace {
 
 // Bit by bit: what the vector paths must equal, and the path of CPUs without AVX2.
 struct Isa {
+  static uint64_t run_end(const uint32_t* bits, uint64_t w, uint64_t w_end, uint32_t word) {
+    const uint64_t pair = uint64_t(word) << 32 | word;
+    for (uint64_t two; w + 2 <= w_end; w += 2) {
+      std::memcpy(&two, bits + w, 8);
+      if (two != pair) break;
+    }
+    while (w < w_end && bits[w] == word) ++w;
+    return w;
+  }
   template <class T> static void gather_word(uint32_t m, const uint8_t* src, uint8_t* out, const uint8_t*) {
     for (; m; m &= m - 1, out += sizeof(T)) {
       T v;
@@ -24,6 +33,9 @@ struct Isa {
       std::memcpy(out, &v, sizeof(T));
     }
   }
+  static void copy_run(uint8_t* dst, const uint8_t* src, size_t bytes, bool) { std::memmove(dst, src, bytes); }
+  static void zero_run(uint8_t* dst, size_t bytes, bool) { std::memset(dst, 0, bytes); }
+  static void fence() {}
   template <class T> static void scatter_word(uint32_t m, const uint8_t* in, const uint8_t*, uint8_t* dst) {
     T kept[32];  // read first: in place, in may lie inside the 32 elements written
     std::memcpy(kept, in, size_t(__builtin_popcount(m)) * sizeof(T));
@@ -40,13 +52,13 @@ struct Isa {
 }  // namespace
 
 void compact_gather_scalar(size_t es, const uint32_t* bits, uint64_t begin, uint64_t end, const uint8_t* src,
-                           uint8_t* compact, const uint8_t* compact_end) {
-  gather_any<Isa>(es, bits, begin, end, src, compact, compact_end);
+                           uint8_t* compact, const uint8_t* compact_end, bool stream) {
+  gather_any<Isa>(es, bits, begin, end, src, compact, compact_end, stream);
 }
 
 void compact_scatter_scalar(size_t es, const uint32_t* bits, uint64_t begin, uint64_t end, const uint8_t* compact,
-                            const uint8_t* compact_end, uint8_t* dst, bool in_place) {
-  scatter_any<Isa>(es, bits, begin, end, compact, compact_end, dst, in_place);
+                            const uint8_t* compact_end, uint8_t* dst, bool in_place, bool stream) {
+  scatter_any<Isa>(es, bits, begin, end, compact, compact_end, dst, in_place, stream);
 }
 
 }  // namespace detail
@@ -120,9 +132,11 @@ void gather_host(const CompactMask& mask, uint64_t first, uint64_t span, size_t 
   auto* out = static_cast<uint8_t*>(compact);
   // In place, a later part would write over elements an earlier one has yet to read.
   const bool in_place = out == in + first * es;
+  const bool stream =
+      !in_place && (kept_before(mask, first + span) - kept_before(mask, first)) * es >= options.stream_bytes;
   run_parts(mask, first, span, es, in_place ? 1u : options.threads, options.bytes_per_thread,
             [&](uint64_t begin, uint64_t end, uint64_t kept_begin, uint64_t kept_end) {
-              fn(es, mask.bits, begin, end, in, out + kept_begin * es, out + kept_end * es);
+              fn(es, mask.bits, begin, end, in, out + kept_begin * es, out + kept_end * es, stream);
             });
 }
 
@@ -138,9 +152,10 @@ void scatter_host(const CompactMask& mask, uint64_t first, uint64_t span, size_t
   const auto* in = static_cast<const uint8_t*>(compact);
   auto* out = static_cast<uint8_t*>(dst);
   const bool in_place = in == out + first * es;
+  const bool stream = !in_place && span * es >= options.stream_bytes;
   run_parts(mask, first, span, es, in_place ? 1u : options.threads, options.bytes_per_thread,
             [&](uint64_t begin, uint64_t end, uint64_t kept_begin, uint64_t kept_end) {
-              fn(es, mask.bits, begin, end, in + kept_begin * es, in + kept_end * es, out, in_place);
+              fn(es, mask.bits, begin, end, in + kept_begin * es, in + kept_end * es, out, in_place, stream);
             });
 }
 

@@ -30,6 +30,10 @@ struct HostCompactOptions {
   // Bytes of span each thread must have before a second one starts (tests lower it to split small
   // spans); a thread started for less costs about what it saves.
   uint64_t bytes_per_thread = uint64_t(4) << 20;
+  // A call that writes at least this many bytes (half this machine class's L3) uses non-temporal
+  // stores where they line up: its output would not stay in the cache anyway, and they skip reading
+  // each line before writing it. Never in place.
+  uint64_t stream_bytes = uint64_t(16) << 20;
 };
 
 // The level a call with `requested` runs. kAvx512 needs VBMI2 (16-bit vpcompressw) besides the

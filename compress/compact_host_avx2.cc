@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #if defined(__clang__)
@@ -92,6 +93,17 @@ template <class T> void store(uint8_t* p, __m256i v) {
 }
 
 struct Isa {
+  static uint64_t run_end(const uint32_t* bits, uint64_t w, uint64_t w_end, uint32_t word) {
+    const __m256i same = _mm256_set1_epi32(int(word));
+    for (; w + 8 <= w_end; w += 8) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + w));
+      const unsigned equal = unsigned(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, same))));
+      if (equal != 0xFF) return w + unsigned(__builtin_ctz(~equal));
+    }
+    while (w < w_end && bits[w] == word) ++w;
+    return w;
+  }
+
   template <class T> static void gather_word(uint32_t m, const uint8_t* src, uint8_t* out, const uint8_t* out_end) {
     constexpr unsigned L = kLanes<T>, kRegisters = 32 / L;
     constexpr size_t kBytes = L * sizeof(T);
@@ -109,6 +121,26 @@ struct Isa {
       out += n;
     }
   }
+
+  static void copy_run(uint8_t* dst, const uint8_t* src, size_t bytes, bool stream) {
+    if (!stream || bytes < 128) return void(std::memmove(dst, src, bytes));
+    const size_t head = (32 - (reinterpret_cast<uintptr_t>(dst) & 31)) & 31;  // up to a 32-byte boundary
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+    dst += head, src += head, bytes -= head;
+    for (; bytes >= 32; dst += 32, src += 32, bytes -= 32)
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+    std::memcpy(dst, src, bytes);
+  }
+  static void zero_run(uint8_t* dst, size_t bytes, bool stream) {
+    if (!stream || bytes < 128) return void(std::memset(dst, 0, bytes));
+    const size_t head = (32 - (reinterpret_cast<uintptr_t>(dst) & 31)) & 31;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_setzero_si256());
+    dst += head, bytes -= head;
+    for (; bytes >= 32; dst += 32, bytes -= 32)
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), _mm256_setzero_si256());
+    std::memset(dst, 0, bytes);
+  }
+  static void fence() { _mm_sfence(); }
 
   template <class T> static void scatter_word(uint32_t m, const uint8_t* in, const uint8_t* in_end, uint8_t* dst) {
     constexpr unsigned L = kLanes<T>, kRegisters = 32 / L;
@@ -135,13 +167,13 @@ struct Isa {
 }  // namespace
 
 void compact_gather_avx2(size_t es, const uint32_t* bits, uint64_t begin, uint64_t end, const uint8_t* src,
-                         uint8_t* compact, const uint8_t* compact_end) {
-  gather_any<Isa>(es, bits, begin, end, src, compact, compact_end);
+                         uint8_t* compact, const uint8_t* compact_end, bool stream) {
+  gather_any<Isa>(es, bits, begin, end, src, compact, compact_end, stream);
 }
 
 void compact_scatter_avx2(size_t es, const uint32_t* bits, uint64_t begin, uint64_t end, const uint8_t* compact,
-                          const uint8_t* compact_end, uint8_t* dst, bool in_place) {
-  scatter_any<Isa>(es, bits, begin, end, compact, compact_end, dst, in_place);
+                          const uint8_t* compact_end, uint8_t* dst, bool in_place, bool stream) {
+  scatter_any<Isa>(es, bits, begin, end, compact, compact_end, dst, in_place, stream);
 }
 
 }  // namespace sieve::compress::detail
@@ -155,12 +187,12 @@ void compact_scatter_avx2(size_t es, const uint32_t* bits, uint64_t begin, uint6
 #else  // not x86-64: compact_simd_level never chooses this path
 namespace sieve::compress::detail {
 void compact_gather_avx2(size_t es, const uint32_t* bits, uint64_t begin, uint64_t end, const uint8_t* src,
-                         uint8_t* compact, const uint8_t* compact_end) {
-  compact_gather_scalar(es, bits, begin, end, src, compact, compact_end);
+                         uint8_t* compact, const uint8_t* compact_end, bool stream) {
+  compact_gather_scalar(es, bits, begin, end, src, compact, compact_end, stream);
 }
 void compact_scatter_avx2(size_t es, const uint32_t* bits, uint64_t begin, uint64_t end, const uint8_t* compact,
-                          const uint8_t* compact_end, uint8_t* dst, bool in_place) {
-  compact_scatter_scalar(es, bits, begin, end, compact, compact_end, dst, in_place);
+                          const uint8_t* compact_end, uint8_t* dst, bool in_place, bool stream) {
+  compact_scatter_scalar(es, bits, begin, end, compact, compact_end, dst, in_place, stream);
 }
 }  // namespace sieve::compress::detail
 #endif

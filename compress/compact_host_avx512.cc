@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #if defined(__clang__)
@@ -52,6 +53,16 @@ template <class T> void store_first(uint8_t* p, __m512i v, unsigned n) {
 }
 
 struct Isa {
+  static uint64_t run_end(const uint32_t* bits, uint64_t w, uint64_t w_end, uint32_t word) {
+    const __m512i same = _mm512_set1_epi32(int(word));
+    for (; w + 16 <= w_end; w += 16) {
+      const __mmask16 differ = _mm512_cmpneq_epi32_mask(_mm512_loadu_si512(bits + w), same);
+      if (differ) return w + unsigned(__builtin_ctz(differ));
+    }
+    while (w < w_end && bits[w] == word) ++w;
+    return w;
+  }
+
   template <class T> static void gather_word(uint32_t m, const uint8_t* src, uint8_t* out, const uint8_t* out_end) {
     constexpr unsigned L = kLanes<T>, kRegisters = 32 / L;
     // Every register is loaded before any store: in place, out may lie inside them.
@@ -67,13 +78,34 @@ struct Isa {
     }
   }
 
+  static void copy_run(uint8_t* dst, const uint8_t* src, size_t bytes, bool stream) {
+    if (!stream || bytes < 256) return void(std::memmove(dst, src, bytes));
+    const size_t head = (64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63;  // up to a line boundary
+    _mm512_storeu_si512(dst, _mm512_loadu_si512(src));
+    dst += head, src += head, bytes -= head;
+    for (; bytes >= 64; dst += 64, src += 64, bytes -= 64)
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), _mm512_loadu_si512(src));
+    std::memcpy(dst, src, bytes);
+  }
+  static void zero_run(uint8_t* dst, size_t bytes, bool stream) {
+    if (!stream || bytes < 256) return void(std::memset(dst, 0, bytes));
+    const size_t head = (64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63;
+    _mm512_storeu_si512(dst, _mm512_setzero_si512());
+    dst += head, bytes -= head;
+    for (; bytes >= 64; dst += 64, bytes -= 64)
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), _mm512_setzero_si512());
+    std::memset(dst, 0, bytes);
+  }
+  static void fence() { _mm_sfence(); }
+
   template <class T> static void scatter_word(uint32_t m, const uint8_t* in, const uint8_t* in_end, uint8_t* dst) {
     constexpr unsigned L = kLanes<T>, kRegisters = 32 / L;
     const uint8_t* next = in + size_t(__builtin_popcount(m)) * sizeof(T);
     for (unsigned r = kRegisters; r-- > 0;) {
       const uint32_t k = L == 32 ? m : (m >> (r * L)) & ((1u << L) - 1);
       next -= size_t(__builtin_popcount(k)) * sizeof(T);
-      _mm512_storeu_si512(dst + r * 64, expanded<T>(k, next, next + 64 <= in_end));
+      const __m512i v = expanded<T>(k, next, next + 64 <= in_end);
+      _mm512_storeu_si512(dst + r * 64, v);
     }
   }
 };
@@ -83,13 +115,13 @@ struct Isa {
 }  // namespace
 
 void compact_gather_avx512(size_t es, const uint32_t* bits, uint64_t begin, uint64_t end, const uint8_t* src,
-                           uint8_t* compact, const uint8_t* compact_end) {
-  gather_any<Isa>(es, bits, begin, end, src, compact, compact_end);
+                           uint8_t* compact, const uint8_t* compact_end, bool stream) {
+  gather_any<Isa>(es, bits, begin, end, src, compact, compact_end, stream);
 }
 
 void compact_scatter_avx512(size_t es, const uint32_t* bits, uint64_t begin, uint64_t end, const uint8_t* compact,
-                            const uint8_t* compact_end, uint8_t* dst, bool in_place) {
-  scatter_any<Isa>(es, bits, begin, end, compact, compact_end, dst, in_place);
+                            const uint8_t* compact_end, uint8_t* dst, bool in_place, bool stream) {
+  scatter_any<Isa>(es, bits, begin, end, compact, compact_end, dst, in_place, stream);
 }
 
 }  // namespace sieve::compress::detail
@@ -103,12 +135,12 @@ void compact_scatter_avx512(size_t es, const uint32_t* bits, uint64_t begin, uin
 #else  // not x86-64: compact_simd_level never chooses this path
 namespace sieve::compress::detail {
 void compact_gather_avx512(size_t es, const uint32_t* bits, uint64_t begin, uint64_t end, const uint8_t* src,
-                           uint8_t* compact, const uint8_t* compact_end) {
-  compact_gather_scalar(es, bits, begin, end, src, compact, compact_end);
+                           uint8_t* compact, const uint8_t* compact_end, bool stream) {
+  compact_gather_scalar(es, bits, begin, end, src, compact, compact_end, stream);
 }
 void compact_scatter_avx512(size_t es, const uint32_t* bits, uint64_t begin, uint64_t end, const uint8_t* compact,
-                            const uint8_t* compact_end, uint8_t* dst, bool in_place) {
-  compact_scatter_scalar(es, bits, begin, end, compact, compact_end, dst, in_place);
+                            const uint8_t* compact_end, uint8_t* dst, bool in_place, bool stream) {
+  compact_scatter_scalar(es, bits, begin, end, compact, compact_end, dst, in_place, stream);
 }
 }  // namespace sieve::compress::detail
 #endif

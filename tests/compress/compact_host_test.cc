@@ -72,12 +72,14 @@ struct Case {
   size_t misalign;
   unsigned threads;
   uint64_t bytes_per_thread;
+  uint64_t stream_bytes = uint64_t(1) << 40;
 };
 
 std::string describe(const Case& c, const Kind& kind) {
   return std::string(simd_level_name(c.level)) + " es=" + std::to_string(c.es) + " " + kind.name +
          " first=" + std::to_string(c.first) + " span=" + std::to_string(c.span) +
-         " misalign=" + std::to_string(c.misalign) + " threads=" + std::to_string(c.threads);
+         " misalign=" + std::to_string(c.misalign) + " threads=" + std::to_string(c.threads) +
+         (c.stream_bytes == 0 ? " streaming" : "");
 }
 
 void check(const Case& c, const Kind& kind) {
@@ -89,6 +91,7 @@ void check(const Case& c, const Kind& kind) {
   options.simd = c.level;
   options.threads = c.threads;
   options.bytes_per_thread = c.bytes_per_thread;
+  options.stream_bytes = c.stream_bytes;
   const size_t es = c.es;
   const std::string what = describe(c, kind);
 
@@ -150,7 +153,9 @@ TEST(CompactHost, EveryPathDtypeAndMaskKindMatchesTheReference) {
                                    {kTileElements - 3, kTileElements + 70},
                                    {count - 1, 1},
                                    {0, 0}})
-          for (size_t misalign : {size_t(0), es / 2 + 1}) check({level, es, first, span, misalign, 1, 1 << 30}, kind);
+          for (size_t misalign : {size_t(0), es / 2 + 1})
+            for (uint64_t stream_bytes : {uint64_t(1) << 40, uint64_t(0)})
+              check({level, es, first, span, misalign, 1, 1 << 30, stream_bytes}, kind);
 }
 
 // Parts on threads: each part's compact place comes from tile_base, so every cut (inside words,
