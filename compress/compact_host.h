@@ -28,8 +28,9 @@ struct HostCompactOptions {
   // copy is too small to pay for starting a thread, and one when it works in place.
   unsigned threads = 1;
   // Bytes of span each thread must have before a second one starts (tests lower it to split small
-  // spans); a thread started for less costs about what it saves.
-  uint64_t bytes_per_thread = uint64_t(4) << 20;
+  // spans). A thread is started per call: on a shared 2-core machine a second one measured slower
+  // than one at 64 MiB (it waits for a core), so only spans of several tens of MiB are split.
+  uint64_t bytes_per_thread = uint64_t(16) << 20;
   // A call that writes at least this many bytes (half this machine class's L3) uses non-temporal
   // stores where they line up: its output would not stay in the cache anyway, and they skip reading
   // each line before writing it. Never in place.
