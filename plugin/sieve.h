@@ -234,7 +234,8 @@ SIEVE_API int sieve_compact_scatter(const uint32_t* bits, const uint64_t* tile_b
  * front) or dst + first elements (scatter: they move back out); any other overlap of compact with
  * the buffer is refused (SIEVE_ERR_INVALID_ARGUMENT). No alignment needed. threads: the most threads
  * the call may use, at least 1 (a job passes its own thread count); it starts fewer where they would
- * not pay (a few MiB per thread) and uses one in place. span 0 does nothing. The path (AVX-512 VBMI2,
+ * not pay (below 16 MiB of span per thread) and uses one in place. span 0 does nothing. tile_base's
+ * last entry (index ceil(count / T)) must be nnz: a layout of another mask is refused. The path (AVX-512 VBMI2,
  * AVX2 or scalar) is chosen from the CPU once; every path writes the same bits. Synchronous: the
  * call returns when the copy is done. */
 SIEVE_API int sieve_compact_gather_host(const uint32_t* bits, const uint64_t* tile_base, uint64_t count, uint64_t nnz,
