@@ -2,9 +2,12 @@
 // sieve_capabilities() and sieve_compact_gather/scatter (sieve.h): the collective proxy's gather and
 // scatter kernels (compress/cuda) offered to callers that compact their own buffers. Compiled into the
 // library in every build; SIEVE_COMPACT_CUDA (set where CUDA is found) decides whether the kernels are
-// behind it or every call answers SIEVE_ERR_UNAVAILABLE.
+// behind it or every call answers SIEVE_ERR_UNAVAILABLE. sieve_compact_gather_host/scatter_host are
+// compress/compact_host.h's CPU kernels, in every build.
+#include <cstdint>
 #include <string>
 
+#include "compress/compact_host.h"
 #include "compress/tile_layout.h"
 #include "plugin/sieve.h"
 #include "plugin/sieve_api.h"
@@ -37,6 +40,52 @@ int check(const char* function, const uint32_t* bits, const uint64_t* tile_base,
 #endif
 }
 
+// The host calls' checks; 0 or the failure's code. compact_bytes receives the span's kept bytes.
+int check_host(const char* function, const uint32_t* bits, const uint64_t* tile_base, uint64_t count, uint64_t nnz,
+               size_t element_size, uint64_t first, uint64_t span, const void* buffer, const void* compact, int threads,
+               uint64_t* compact_bytes) {
+  using sieve::plugin::record_failure;
+  const std::string fn(function);
+  if (element_size != 2 && element_size != 4 && element_size != 8)
+    return record_failure(SIEVE_ERR_INVALID_ARGUMENT,
+                          fn + ": element_size " + std::to_string(element_size) + " is not 2, 4 or 8");
+  if (threads < 1)
+    return record_failure(SIEVE_ERR_INVALID_ARGUMENT, fn + ": threads " + std::to_string(threads) + " is below 1");
+  if (first > count || span > count - first)
+    return record_failure(SIEVE_ERR_RANGE, fn + ": elements [" + std::to_string(first) + ", +" + std::to_string(span) +
+                                               ") pass count " + std::to_string(count));
+  if (nnz > count)
+    return record_failure(SIEVE_ERR_RANGE,
+                          fn + ": nnz " + std::to_string(nnz) + " is more than count " + std::to_string(count));
+  if (count > UINTPTR_MAX / element_size)
+    return record_failure(SIEVE_ERR_RANGE, fn + ": count " + std::to_string(count) + " does not fit in memory");
+  *compact_bytes = 0;
+  if (span == 0) return SIEVE_OK;
+  if (!bits || !tile_base || !buffer || !compact)
+    return record_failure(SIEVE_ERR_INVALID_ARGUMENT, fn + ": a pointer is NULL");
+  const uint64_t tiles = count / sieve::compress::kTileElements + (count % sieve::compress::kTileElements != 0);
+  if (tile_base[tiles] != nnz)
+    return record_failure(
+        SIEVE_ERR_INVALID_ARGUMENT,
+        fn + ": tile_base's last entry is " + std::to_string(tile_base[tiles]) + ", not nnz " + std::to_string(nnz));
+  const sieve::compress::CompactMask mask{bits, tile_base, count};
+  *compact_bytes =
+      (sieve::compress::kept_before(mask, first + span) - sieve::compress::kept_before(mask, first)) * element_size;
+  // Only the two in-place forms may overlap: anything else would read what it has already written.
+  const auto at = reinterpret_cast<uintptr_t>(buffer), c = reinterpret_cast<uintptr_t>(compact);
+  const bool overlaps = c < at + count * element_size && at < c + *compact_bytes;
+  if (overlaps && c != at + first * element_size)
+    return record_failure(SIEVE_ERR_INVALID_ARGUMENT,
+                          fn + ": compact overlaps the buffer other than at element first (in place)");
+  return SIEVE_OK;
+}
+
+sieve::compress::HostCompactOptions host_options(int threads) {
+  sieve::compress::HostCompactOptions options;
+  options.threads = unsigned(threads);
+  return options;
+}
+
 #if SIEVE_COMPACT_CUDA
 int launched(const char* function, int cuda_error) {
   if (cuda_error == 0) return SIEVE_OK;
@@ -57,7 +106,9 @@ sieve::compress::cuda::DeviceLayout layout_of(const uint32_t* bits, const uint64
 
 }  // namespace
 
-uint32_t sieve_capabilities(void) { return SIEVE_COMPACT_CUDA ? uint32_t(SIEVE_CAP_CUDA_COMPACT) : 0u; }
+uint32_t sieve_capabilities(void) {
+  return (SIEVE_COMPACT_CUDA ? uint32_t(SIEVE_CAP_CUDA_COMPACT) : 0u) | uint32_t(SIEVE_CAP_HOST_COMPACT);
+}
 
 uint64_t sieve_compact_tile_elements(void) { return sieve::compress::kTileElements; }
 
@@ -85,4 +136,30 @@ int sieve_compact_scatter(const uint32_t* bits, const uint64_t* tile_base, uint6
   (void)stream;
   return SIEVE_ERR_UNAVAILABLE;
 #endif
+}
+
+int sieve_compact_gather_host(const uint32_t* bits, const uint64_t* tile_base, uint64_t count, uint64_t nnz,
+                              size_t element_size, uint64_t first, uint64_t span, const void* src, void* compact,
+                              int threads) {
+  uint64_t compact_bytes = 0;
+  if (int rc = check_host("sieve_compact_gather_host", bits, tile_base, count, nnz, element_size, first, span, src,
+                          compact, threads, &compact_bytes))
+    return rc;
+  if (span == 0) return SIEVE_OK;
+  sieve::compress::gather_host({bits, tile_base, count}, first, span, element_size, src, compact,
+                               host_options(threads));
+  return SIEVE_OK;
+}
+
+int sieve_compact_scatter_host(const uint32_t* bits, const uint64_t* tile_base, uint64_t count, uint64_t nnz,
+                               size_t element_size, uint64_t first, uint64_t span, const void* compact, void* dst,
+                               int threads) {
+  uint64_t compact_bytes = 0;
+  if (int rc = check_host("sieve_compact_scatter_host", bits, tile_base, count, nnz, element_size, first, span, dst,
+                          compact, threads, &compact_bytes))
+    return rc;
+  if (span == 0) return SIEVE_OK;
+  sieve::compress::scatter_host({bits, tile_base, count}, first, span, element_size, compact, dst,
+                                host_options(threads));
+  return SIEVE_OK;
 }

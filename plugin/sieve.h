@@ -202,6 +202,7 @@ SIEVE_API int sieve_stats_get(sieve_stats_t* out);
 
 /* What this build of the library holds, as SIEVE_CAP_* bits. */
 #define SIEVE_CAP_CUDA_COMPACT 1 /* sieve_compact_gather/scatter run Sieve's CUDA kernels */
+#define SIEVE_CAP_HOST_COMPACT 2 /* sieve_compact_gather_host/scatter_host: Sieve's CPU kernels (every build) */
 SIEVE_API uint32_t sieve_capabilities(void);
 
 /* Compaction on the GPU for callers that compact their own buffers (Python's sieve.ddp and sieve.fsdp):
@@ -220,6 +221,29 @@ SIEVE_API int sieve_compact_gather(const uint32_t* bits, const uint64_t* tile_ba
                                    size_t element_size, const void* src, void* compact, void* stream);
 SIEVE_API int sieve_compact_scatter(const uint32_t* bits, const uint64_t* tile_base, uint64_t count, uint64_t nnz,
                                     size_t element_size, const void* compact, void* dst, void* stream);
+
+/* The same compaction on the CPU, on host pointers, in every build (SIEVE_CAP_HOST_COMPACT): for CPU
+ * tensors (sieve.ddp on Gloo) and sieve-bench. bits and tile_base as above, in host memory, describing
+ * the whole buffer of count elements with nnz kept; these move the kept elements of elements
+ * [first, first + span) only (first = 0, span = count: all of them), so a caller can cut a buffer into
+ * pieces. src and dst are the buffer's element 0; compact holds the span's kept elements alone
+ * (tile_base says how many: the kept elements before first + span minus those before first).
+ * gather: compact[j] = the j-th kept element of the span. scatter: every element of the span = its
+ * kept value from compact, +0 (all bits clear) where not kept; elements outside the span untouched.
+ * In place: compact may be exactly src + first elements (gather: the kept elements move to the span's
+ * front) or dst + first elements (scatter: they move back out); any other overlap of compact with
+ * the buffer is refused (SIEVE_ERR_INVALID_ARGUMENT). No alignment needed. threads: the most threads
+ * the call may use, at least 1 (a job passes its own thread count); it starts fewer where they would
+ * not pay (below 16 MiB of span per thread) and uses one in place. span 0 does nothing. tile_base's
+ * last entry (index ceil(count / T)) must be nnz: a layout of another mask is refused. The path (AVX-512 VBMI2,
+ * AVX2 or scalar) is chosen from the CPU once; every path writes the same bits. Synchronous: the
+ * call returns when the copy is done. */
+SIEVE_API int sieve_compact_gather_host(const uint32_t* bits, const uint64_t* tile_base, uint64_t count, uint64_t nnz,
+                                        size_t element_size, uint64_t first, uint64_t span, const void* src,
+                                        void* compact, int threads);
+SIEVE_API int sieve_compact_scatter_host(const uint32_t* bits, const uint64_t* tile_base, uint64_t count, uint64_t nnz,
+                                         size_t element_size, uint64_t first, uint64_t span, const void* compact,
+                                         void* dst, int threads);
 
 #ifdef __cplusplus
 }

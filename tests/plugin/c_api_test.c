@@ -26,6 +26,57 @@ static void expect_error(int rc, int code) {
 static float weights[1000];
 static float other[64];
 
+/* The host gather/scatter (every build): 100 floats, every third kept, whole and in pieces, in place,
+ * and the arguments it refuses. */
+static void check_host_compaction(void) {
+  uint32_t bits[4] = {0, 0, 0, 0};
+  uint64_t tile_base[2] = {0, 0};
+  float buffer[100], compact[34], back[100];
+  uint64_t i, kept = 0;
+  for (i = 0; i < 100; ++i) {
+    buffer[i] = (float)i + 0.5f;
+    if (i % 3 == 0) bits[i / 32] |= 1u << (i % 32), ++kept;
+  }
+  tile_base[1] = kept;
+  CHECK(kept == 34);
+  CHECK(sieve_capabilities() & SIEVE_CAP_HOST_COMPACT);
+  CHECK(sieve_compact_gather_host(bits, tile_base, 100, kept, 4, 0, 100, buffer, compact, 1) == SIEVE_OK);
+  for (i = 0; i < kept; ++i) CHECK(compact[i] == (float)(3 * i) + 0.5f);
+  memset(back, 0xFF, sizeof back);
+  CHECK(sieve_compact_scatter_host(bits, tile_base, 100, kept, 4, 0, 100, compact, back, 2) == SIEVE_OK);
+  for (i = 0; i < 100; ++i) {
+    uint32_t word;
+    memcpy(&word, &back[i], 4);
+    CHECK(i % 3 == 0 ? back[i] == buffer[i] : word == 0);
+  }
+  /* A piece: elements [10, 40) keep 12, 15, ..., 39: ten of them. */
+  memset(compact, 0, sizeof compact);
+  CHECK(sieve_compact_gather_host(bits, tile_base, 100, kept, 4, 10, 30, buffer, compact, 1) == SIEVE_OK);
+  CHECK(compact[0] == 12.5f && compact[9] == 39.5f && compact[10] == 0.0f);
+  /* In place: to the buffer's front and back. */
+  memcpy(back, buffer, sizeof back);
+  CHECK(sieve_compact_gather_host(bits, tile_base, 100, kept, 4, 0, 100, back, back, 1) == SIEVE_OK);
+  CHECK(back[1] == 3.5f && back[33] == 99.5f);
+  CHECK(sieve_compact_scatter_host(bits, tile_base, 100, kept, 4, 0, 100, back, back, 1) == SIEVE_OK);
+  CHECK(back[99] == 99.5f && back[98] == 0.0f && back[3] == 3.5f);
+  CHECK(sieve_compact_gather_host(bits, tile_base, 100, kept, 4, 0, 0, NULL, NULL, 1) == SIEVE_OK); /* span 0 */
+
+  expect_error(sieve_compact_gather_host(bits, tile_base, 100, kept, 3, 0, 100, buffer, compact, 1),
+               SIEVE_ERR_INVALID_ARGUMENT);
+  expect_error(sieve_compact_gather_host(bits, tile_base, 100, kept, 4, 0, 100, buffer, compact, 0),
+               SIEVE_ERR_INVALID_ARGUMENT);
+  expect_error(sieve_compact_gather_host(bits, tile_base, 100, kept, 4, 90, 11, buffer, compact, 1), SIEVE_ERR_RANGE);
+  expect_error(sieve_compact_gather_host(bits, tile_base, 100, 101, 4, 0, 100, buffer, compact, 1), SIEVE_ERR_RANGE);
+  expect_error(sieve_compact_gather_host(bits, tile_base, 100, kept + 1, 4, 0, 100, buffer, compact, 1),
+               SIEVE_ERR_INVALID_ARGUMENT); /* tile_base says otherwise */
+  expect_error(sieve_compact_gather_host(bits, tile_base, 100, kept, 4, 0, 100, NULL, compact, 1),
+               SIEVE_ERR_INVALID_ARGUMENT);
+  expect_error(sieve_compact_gather_host(bits, tile_base, 100, kept, 4, 0, 100, back, back + 1, 1),
+               SIEVE_ERR_INVALID_ARGUMENT); /* overlapping, not in place */
+  expect_error(sieve_compact_scatter_host(bits, tile_base, 100, kept, 4, 0, 100, back + 50, back, 1),
+               SIEVE_ERR_INVALID_ARGUMENT);
+}
+
 int main(void) {
   uint8_t bits[125];
   uint64_t id = 0, id2 = 0;
@@ -202,6 +253,8 @@ int main(void) {
     expect_error(sieve_commit_outcome(token, &result), SIEVE_ERR_NOT_FOUND);
     CHECK(strstr(sieve_last_error(), "every rank refused it") != NULL);
   }
+
+  check_host_compaction();
 
   memset(&stats, 0, sizeof stats);
   stats.size = sizeof stats;

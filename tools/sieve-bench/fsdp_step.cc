@@ -2,8 +2,8 @@
 #include "tools/sieve-bench/fsdp_step.h"
 
 #include <cstring>
-#include <limits>
 
+#include "compress/compact_host.h"
 #include "tools/sieve-bench/gradients.h"
 
 namespace sieve::bench {
@@ -95,26 +95,13 @@ std::string FsdpStep::allocate() {
     first_.push_back(total);
     total += group.buffer_elements(nranks_);
     compact_first_.push_back(compact_total);
-    kept_.emplace_back();
-    kept_begin_.emplace_back();
+    layouts_.emplace_back();
     if (!compacts(g)) continue;
-    if (group.shard_elements > std::numeric_limits<uint32_t>::max()) {
-      return "group " + group.name + ": a shard of " + std::to_string(group.shard_elements) +
-             " elements is beyond the positions this benchmark indexes";
-    }
     compact_total += work_.compaction[g].width * static_cast<size_t>(nranks_);
-    // What the proxy's plan holds on the device: each shard's layout, built once.
+    // What the proxy's plan holds on the device: the group's layout, built once.
     const std::vector<uint8_t>& mask = work_.pruned[g];
-    std::vector<uint32_t>& kept = kept_.back();
-    std::vector<size_t>& begin = kept_begin_.back();
-    for (int s = 0; s < nranks_; ++s) {
-      begin.push_back(kept.size());
-      const uint8_t* shard = mask.data() + group.shard_elements * static_cast<size_t>(s);
-      for (size_t i = 0; i < group.shard_elements; ++i) {
-        if (shard[i]) kept.push_back(static_cast<uint32_t>(i));
-      }
-    }
-    begin.push_back(kept.size());
+    layouts_.back() =
+        sieve::compress::build_tile_layout(sieve::compress::Mask::from_bytes(mask.data(), mask.size()), 0, mask.size());
   }
   params_ = std::make_unique<Arena>(total * elem_);
   grads_ = std::make_unique<Arena>(total * elem_);
@@ -149,30 +136,22 @@ void FsdpStep::fill(uint64_t iteration) {
   }
 }
 
-template <typename T> void FsdpStep::gather_shard(size_t g, int s, const char* buffer) {
+// Shard s's kept elements into its slot of the compact buffer (beyond its kept count: padding).
+void FsdpStep::gather(size_t g, int s, const char* buffer) {
+  const sieve::compress::TileLayout& layout = layouts_[g];
   const size_t width = work_.compaction[g].width, shard = work_.groups[g].shard_elements;
-  const T* from = reinterpret_cast<const T*>(buffer) + shard * static_cast<size_t>(s);
-  T* to = reinterpret_cast<T*>(compact_->data.get()) + compact_first_[g] + width * static_cast<size_t>(s);
-  const std::vector<uint32_t>& kept = kept_[g];
-  for (size_t k = kept_begin_[g][s], end = kept_begin_[g][s + 1]; k < end; ++k) *to++ = from[kept[k]];
+  char* to = compact_->data.get() + (compact_first_[g] + width * static_cast<size_t>(s)) * elem_;
+  sieve::compress::gather_host({layout.bits.data(), layout.tile_base.data(), layout.count},
+                               shard * static_cast<size_t>(s), shard, elem_, buffer, to);
 }
 
 // Exact zeros wherever the shard's mask is 0, the collective's values where it is 1.
-template <typename T> void FsdpStep::scatter_shard(size_t g, int s, char* buffer) const {
-  const size_t width = work_.compaction[g].width, shard = work_.groups[g].shard_elements;
-  T* to = reinterpret_cast<T*>(buffer) + shard * static_cast<size_t>(s);
-  const T* from = reinterpret_cast<const T*>(compact_->data.get()) + compact_first_[g] + width * static_cast<size_t>(s);
-  std::memset(to, 0, shard * sizeof(T));
-  const std::vector<uint32_t>& kept = kept_[g];
-  for (size_t k = kept_begin_[g][s], end = kept_begin_[g][s + 1]; k < end; ++k) to[kept[k]] = *from++;
-}
-
-void FsdpStep::gather(size_t g, int s, const char* buffer) {
-  type_ == DType::kF32 ? gather_shard<uint32_t>(g, s, buffer) : gather_shard<uint16_t>(g, s, buffer);
-}
-
 void FsdpStep::scatter(size_t g, int s, char* buffer) const {
-  type_ == DType::kF32 ? scatter_shard<uint32_t>(g, s, buffer) : scatter_shard<uint16_t>(g, s, buffer);
+  const sieve::compress::TileLayout& layout = layouts_[g];
+  const size_t width = work_.compaction[g].width, shard = work_.groups[g].shard_elements;
+  const char* from = compact_->data.get() + (compact_first_[g] + width * static_cast<size_t>(s)) * elem_;
+  sieve::compress::scatter_host({layout.bits.data(), layout.tile_base.data(), layout.count},
+                                shard * static_cast<size_t>(s), shard, elem_, from, buffer);
 }
 
 FsdpStepResult FsdpStep::run(RingLink& link, void* scratch, const RingOptions& options) {

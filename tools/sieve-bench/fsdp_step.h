@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "compress/tile_layout.h"
 #include "tools/sieve-bench/arena.h"
 #include "tools/sieve-bench/dtype.h"
 #include "tools/sieve-bench/fsdp_layout.h"
@@ -81,8 +82,6 @@ class FsdpStep {
  private:
   const std::vector<uint8_t>& mask_of(size_t group) const;
   bool compacts(size_t group) const;
-  template <typename T> void gather_shard(size_t group, int shard, const char* buffer);
-  template <typename T> void scatter_shard(size_t group, int shard, char* buffer) const;
   void gather(size_t group, int shard, const char* buffer);
   void scatter(size_t group, int shard, char* buffer) const;
   char* params_at(size_t group) const;
@@ -96,10 +95,9 @@ class FsdpStep {
   size_t elem_;
   std::vector<size_t> first_;          // per group: its buffer's first element, over all groups
   std::vector<size_t> compact_first_;  // per group: its N x K slots in compact_ (compacted groups)
-  // Per group, the kept positions of every shard relative to the shard's start, shard after
-  // shard; shard s's are [kept_begin_[g][s], kept_begin_[g][s + 1]).
-  std::vector<std::vector<uint32_t>> kept_;
-  std::vector<std::vector<size_t>> kept_begin_;
+  // Each compacting group's mask as the proxy's kernels read it (compress/tile_layout.h), built once;
+  // a shard is elements [shard * s, shard * (s + 1)) of it, moved by compress/compact_host.h.
+  std::vector<sieve::compress::TileLayout> layouts_;
   std::unique_ptr<Arena> params_, grads_, compact_;
 };
 

@@ -17,6 +17,8 @@
 #include <memory>
 #include <sstream>
 
+#include "compress/compact_host.h"
+#include "compress/tile_layout.h"
 #include "tools/sieve-bench/arena.h"
 #include "tools/sieve-bench/gradients.h"
 #include "tools/sieve-bench/plugin_link.h"
@@ -166,17 +168,14 @@ class Node {
     char* ring_memory = gradients_->data.get();
     size_t ring_bytes = total * elem_;
     if (job_.mode == Mode::Compacted) {
-      // Positions of the kept elements, per bucket: what the proxy's gather and scatter kernels walk.
+      // Each bucket's mask as the proxy's gather and scatter kernels read it (compress/tile_layout.h).
       size_t kept_total = 0;
       for (size_t b = 0; b < job_.buckets->size(); ++b) {
         const BucketMask& mask = (*job_.masks)[b];
-        std::vector<uint32_t> index;
-        for (size_t i = 0; i < mask.size(); ++i) {
-          if (mask[i]) index.push_back(static_cast<uint32_t>(i));
-        }
+        layouts_.push_back(sieve::compress::build_tile_layout(
+            sieve::compress::Mask::from_bytes(mask.data(), mask.size()), 0, mask.size()));
         compact_first_.push_back(kept_total);
-        kept_total += index.size();
-        kept_index_.push_back(std::move(index));
+        kept_total += layouts_.back().nnz;
       }
       compact_ = std::make_unique<Arena>(kept_total * elem_);
       if (!compact_->data) return "out of memory for the compacted buffer";
@@ -240,20 +239,21 @@ class Node {
     return job_.mode == Mode::Dense ? nullptr : (*job_.masks)[bucket].data();
   }
 
-  template <typename T> void gather(size_t b) {
-    const T* from = reinterpret_cast<const T*>(gradients_->data.get()) + bucket_first_[b];
-    T* to = reinterpret_cast<T*>(compact_->data.get()) + compact_first_[b];
-    const std::vector<uint32_t>& index = kept_index_[b];
-    for (size_t k = 0; k < index.size(); ++k) to[k] = from[index[k]];
+  // The bucket's kept elements into its part of the compact buffer, with the CPU twin of the proxy's
+  // kernels (compress/compact_host.h): one thread, since the nodes share the machine's cores.
+  void gather(size_t b) {
+    const sieve::compress::TileLayout& layout = layouts_[b];
+    sieve::compress::gather_host({layout.bits.data(), layout.tile_base.data(), layout.count}, 0, layout.count, elem_,
+                                 gradients_->data.get() + bucket_first_[b] * elem_,
+                                 compact_->data.get() + compact_first_[b] * elem_);
   }
 
   // Exact zeros wherever the mask prunes, the reduced values where it keeps.
-  template <typename T> void scatter(size_t b) {
-    T* to = reinterpret_cast<T*>(gradients_->data.get()) + bucket_first_[b];
-    const T* from = reinterpret_cast<const T*>(compact_->data.get()) + compact_first_[b];
-    const std::vector<uint32_t>& index = kept_index_[b];
-    std::memset(to, 0, (*job_.buckets)[b].elements * sizeof(T));
-    for (size_t k = 0; k < index.size(); ++k) to[index[k]] = from[k];
+  void scatter(size_t b) {
+    const sieve::compress::TileLayout& layout = layouts_[b];
+    sieve::compress::scatter_host({layout.bits.data(), layout.tile_base.data(), layout.count}, 0, layout.count, elem_,
+                                  compact_->data.get() + compact_first_[b] * elem_,
+                                  gradients_->data.get() + bucket_first_[b] * elem_);
   }
 
   std::string iteration(int iter) {
@@ -273,12 +273,12 @@ class Node {
       RingResult result;
       if (job_.mode == Mode::Compacted) {
         auto t0 = Clock::now();
-        job_.dtype == DType::kF32 ? gather<uint32_t>(b) : gather<uint16_t>(b);
+        gather(b);
         compaction += Clock::now() - t0;
         result = ring_allreduce(*link_, job_.rank, job_.nranks, compact_->data.get() + compact_first_[b] * elem_,
-                                kept_index_[b].size(), job_.dtype, scratch_->data.get(), options_);
+                                layouts_[b].nnz, job_.dtype, scratch_->data.get(), options_);
         t0 = Clock::now();
-        if (result.error.empty()) job_.dtype == DType::kF32 ? scatter<uint32_t>(b) : scatter<uint16_t>(b);
+        if (result.error.empty()) scatter(b);
         compaction += Clock::now() - t0;
       } else {
         result = ring_allreduce(*link_, job_.rank, job_.nranks, gradients_->data.get() + bucket_first_[b] * elem_,
@@ -312,7 +312,7 @@ class Node {
   std::unique_ptr<Arena> gradients_, compact_, scratch_;
   std::unique_ptr<FsdpStep> fsdp_;  // --fsdp only
   std::vector<size_t> bucket_first_, compact_first_;
-  std::vector<std::vector<uint32_t>> kept_index_;
+  std::vector<sieve::compress::TileLayout> layouts_;  // per bucket, in Compacted mode
   RingOptions options_;
   Snapshot before_, after_;
 };

@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""sieve._kernels and the C API behind it (sieve_capabilities, sieve_compact_gather/scatter):
+"""sieve._kernels and the C API behind it (sieve_capabilities, sieve_compact_gather/scatter and _host):
 
-- the choice: Sieve's CUDA kernels only for a CUDA tensor and a library built with CUDA, torch for
-  every CPU tensor, for a library without CUDA and without any library;
-- the torch path (index, or runs for a mask of few contiguous runs) against boolean indexing;
+- the choice: Sieve's CUDA kernels only for a CUDA tensor and a library built with CUDA, Sieve's CPU
+  kernels for a CPU tensor where the library has them (every build), torch without any library;
+- the torch path (index, or runs for a mask of few contiguous runs) against boolean indexing, and the
+  CPU kernels' path through the same checks;
+- the CPU kernels bit for bit equal to the torch path, for every dtype, whole and in pieces;
 - the kernels' mask as the library reads it (LSB-first uint32 words, kept elements before each tile);
 - the C API without a device: clear codes for bad input, SIEVE_ERR_INTERNAL naming CUDA's error for a
   launch (no crash), SIEVE_ERR_UNAVAILABLE in a build without CUDA;
@@ -67,9 +69,14 @@ class Choice(unittest.TestCase):
     def test_the_capability_is_the_builds(self):
         self.assertEqual(_kernels.cuda_kernels_available(), CUDA_BUILD)
 
-    def test_cpu_tensors_always_take_torch(self):
-        for dtype in (torch.float32, torch.bfloat16, torch.float64):
-            self.assertEqual(_kernels.backend_for(torch.zeros(4, dtype=dtype)), "torch")
+    def test_cpu_tensors_take_the_host_kernels_where_the_library_has_them(self):
+        self.assertTrue(_kernels.host_kernels_available(), "every build has sieve_compact_*_host")
+        for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+            self.assertEqual(_kernels.backend_for(torch.zeros(4, dtype=dtype)), "sieve-host")
+        self.assertEqual(_kernels.backend_for(torch.zeros(4, dtype=torch.uint8)), "torch", "no 1-byte kernels")
+        _kernels._lib = False  # no library in reach
+        self.assertFalse(_kernels.host_kernels_available())
+        self.assertEqual(_kernels.backend_for(torch.zeros(4)), "torch")
 
     def test_cuda_tensors_take_the_kernels_only_from_a_library_built_with_cuda(self):
         self.assertEqual(_kernels.backend_for(FakeCudaTensor(4)), "sieve-cuda" if CUDA_BUILD else "torch")
@@ -80,6 +87,16 @@ class Choice(unittest.TestCase):
 
 
 class TorchPath(unittest.TestCase):
+    """The torch path (no library in reach); HostPath runs the same tests on Sieve's CPU kernels."""
+    backend = "torch"
+
+    def setUp(self):
+        _kernels._lib = False if self.backend == "torch" else None
+        self.assertEqual(_kernels.backend_for(torch.zeros(1)), self.backend)
+
+    def tearDown(self):
+        _kernels._lib = None
+
     def test_gather_and_scatter_against_boolean_indexing(self):
         generator = torch.Generator().manual_seed(5)
         for name, keep in masks(5000, generator):
@@ -138,6 +155,53 @@ class TorchPath(unittest.TestCase):
         self.assertEqual(compaction.gather(torch.randn(1000)).data_ptr(), first.data_ptr())
 
 
+class HostPath(TorchPath):
+    backend = "sieve-host"
+
+    def test_bit_for_bit_the_torch_path(self):
+        """Every dtype, NaNs and -0.0 included, whole and in pieces: the kernels' bits are torch's."""
+        generator = torch.Generator().manual_seed(11)
+        count = 70001
+        special = torch.tensor([float("nan"), -0.0, float("inf"), -float("inf"), 1e-40])
+        for name, keep in masks(count, generator) + [("2:4", (torch.arange(count) % 4) < 2)]:
+            compaction = _kernels.Compaction(keep)
+            for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+                buffer = torch.randn(count, generator=generator).to(dtype)
+                buffer[::97] = special.to(dtype).repeat(count // 97 // 5 + 1)[:buffer[::97].numel()]
+                results = {}
+                for backend in ("sieve-host", "torch"):
+                    _kernels._lib = None if backend == "sieve-host" else False
+                    self.assertEqual(_kernels.backend_for(buffer), backend)
+                    compact = compaction.gather(buffer).clone()
+                    out = torch.full((count,), 3.0, dtype=dtype)
+                    compaction.scatter(compact, out)
+                    pieces = [compaction.gather_piece(buffer, o, n).clone() for o, n in compaction.pieces(1000)]
+                    back = torch.zeros(count, dtype=dtype)
+                    for (offset, _), piece in zip(compaction.pieces(1000), pieces):
+                        compaction.scatter_piece(piece, back, offset)
+                    results[backend] = [t.view(torch.uint8) for t in
+                                        (compact, out, torch.cat(pieces) if pieces else compact, back)]
+                for got, want, what in zip(results["sieve-host"], results["torch"],
+                                           ("gather", "scatter", "pieces", "scatter_piece")):
+                    self.assertTrue(torch.equal(got, want), "%s %s %s" % (name, dtype, what))
+
+    def test_threads_follow_torch(self):
+        """A buffer past the kernels' per-thread size, on torch's thread count: still exact."""
+        keep = torch.rand(3 << 20, generator=torch.Generator().manual_seed(4)) < 0.2
+        compaction = _kernels.Compaction(keep)
+        buffer = torch.randn(3 << 20)
+        previous = torch.get_num_threads()
+        try:
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                self.assertTrue(torch.equal(compaction.gather(buffer), buffer[keep]), threads)
+                out = torch.empty_like(buffer)
+                compaction.scatter(buffer[keep], out)
+                self.assertTrue(torch.equal(out, torch.where(keep, buffer, torch.zeros(()))), threads)
+        finally:
+            torch.set_num_threads(previous)
+
+
 class KernelMask(unittest.TestCase):
     def test_bits_and_tile_bases_are_what_the_kernels_read(self):
         tile = int(_kernels._library().sieve_compact_tile_elements())
@@ -170,6 +234,7 @@ class CApi(unittest.TestCase):
     def test_capabilities(self):
         self.assertEqual(self.lib.sieve_capabilities() & _constants._CAP_CUDA_COMPACT,
                          _constants._CAP_CUDA_COMPACT if CUDA_BUILD else 0)
+        self.assertTrue(self.lib.sieve_capabilities() & _kernels._CAP_HOST_COMPACT, "in every build")
 
     def test_bad_input_and_no_device_are_clear_errors(self):
         p = self.p

@@ -3,11 +3,14 @@
 
 On a CUDA tensor, where the library in reach was built with CUDA (sieve_capabilities() has
 SIEVE_CAP_CUDA_COMPACT), they are Sieve's own kernels (sieve_compact_gather / sieve_compact_scatter, the
-collective proxy's compress/cuda kernels, enqueued on the tensor's current stream). Everywhere else
-(CPU tensors, a library without CUDA, no library at all) they are torch operations on an index
-computed once per mask: index_select into a buffer kept for the next step, and index_copy_; a mask
-whose kept elements form few contiguous runs (structured pruning: whole rows, channels, blocks)
-copies those runs with narrow/copy_ instead of through an index.
+collective proxy's compress/cuda kernels, enqueued on the tensor's current stream). On a CPU tensor,
+where the library in reach has them (SIEVE_CAP_HOST_COMPACT: every build of this version), they are
+Sieve's CPU kernels (sieve_compact_gather_host / sieve_compact_scatter_host: runs of kept words copied
+whole, vector compress/expand for the rest), on at most torch.get_num_threads() threads. Everywhere
+else (no library, an older one) they are torch operations on an index computed once per mask:
+index_select into a buffer kept for the next step, and index_copy_; a mask whose kept elements form
+few contiguous runs (structured pruning: whole rows, channels, blocks) copies those runs with
+narrow/copy_ instead of through an index. Every path moves the same bits.
 
 The library in reach is the one sieve.library() loads (the preloaded copy, else $SIEVE_LIBRARY), else,
 where neither is there, the copy this package carries (a wheel's, or cmake --install's): one loader,
@@ -26,9 +29,10 @@ from ._library import SieveError, _library_or_package_copy
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Compaction", "backend_for", "cuda_kernels_available"]
+__all__ = ["Compaction", "backend_for", "cuda_kernels_available", "host_kernels_available"]
 
 _RUNS_MAX = 64  # at most this many contiguous runs: copied run by run, no index
+_CAP_HOST_COMPACT = 2  # sieve.h's SIEVE_CAP_HOST_COMPACT
 _lib = None  # the library when it has the compact entry points, False when there is none (tests reset it)
 
 
@@ -39,6 +43,11 @@ def _library() -> ctypes.CDLL | None:
     if _lib is None:
         lib = _library_or_package_copy()
         _lib = lib if lib is not None and hasattr(lib, "sieve_compact_gather") else False
+        if _lib and _lib.sieve_capabilities() & _CAP_HOST_COMPACT:  # an older library has no host calls
+            for name in ("sieve_compact_gather_host", "sieve_compact_scatter_host"):
+                getattr(_lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
+                                                ctypes.c_size_t, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
+                                                ctypes.c_void_p, ctypes.c_int]
     return _lib or None
 
 
@@ -48,10 +57,20 @@ def cuda_kernels_available() -> bool:
     return bool(lib is not None and lib.sieve_capabilities() & _CAP_CUDA_COMPACT)
 
 
+def host_kernels_available() -> bool:
+    """True when the library in reach has Sieve's CPU gather/scatter (sieve_compact_*_host)."""
+    lib = _library()
+    return bool(lib is not None and lib.sieve_capabilities() & _CAP_HOST_COMPACT)
+
+
 def backend_for(tensor: torch.Tensor) -> str:
-    """"sieve-cuda" (Sieve's kernels) or "torch" (the fallback) for a buffer like tensor."""
-    if tensor.is_cuda and tensor.element_size() in (2, 4, 8) and cuda_kernels_available():
-        return "sieve-cuda"
+    """"sieve-cuda" or "sieve-host" (Sieve's kernels) or "torch" (the fallback) for a buffer like tensor."""
+    if tensor.element_size() not in (2, 4, 8):
+        return "torch"
+    if tensor.is_cuda:
+        return "sieve-cuda" if cuda_kernels_available() else "torch"
+    if tensor.device.type == "cpu" and host_kernels_available():
+        return "sieve-host"
     return "torch"
 
 
@@ -96,16 +115,16 @@ class Compaction:
             torch = self._torch
             tile = int(_library().sieve_compact_tile_elements())
             words = (self.count + 31) // 32
-            padded = torch.zeros(words * 32, dtype=torch.int64)
-            padded[:self.count] = self._keep.to(torch.int64)
-            weights = torch.tensor([1 << b for b in range(32)], dtype=torch.int64)
-            bits = (padded.view(words, 32) * weights).sum(1)
-            bits = torch.where(bits >= 1 << 31, bits - (1 << 32), bits).to(torch.int32)  # as uint32 bits
             tiles = (self.count + tile - 1) // tile
-            per_tile = torch.zeros(tiles * tile, dtype=torch.int64)
-            per_tile[:self.count] = self._keep.to(torch.int64)
+            # One byte per element, whole tiles (a tile is a whole number of words): a bucket of tens
+            # of millions of elements costs tens of MB here, not eight bytes per element.
+            padded = torch.zeros(tiles * tile, dtype=torch.uint8)
+            padded[:self.count] = self._keep.to(torch.uint8)
+            shifts = torch.arange(8, dtype=torch.uint8)
+            packed = (padded.view(-1, 8) << shifts).sum(1, dtype=torch.uint8)  # LSB first; distinct bits, no carry
+            bits = packed[:words * 4].view(torch.int32)  # little-endian: four bytes are one uint32 word
             tile_base = torch.zeros(tiles + 1, dtype=torch.int64)
-            tile_base[1:] = per_tile.view(tiles, tile).sum(1).cumsum(0)
+            tile_base[1:] = padded.view(tiles, tile).sum(1, dtype=torch.int64).cumsum(0)
             layout = (bits.to(device), tile_base.to(device))
             self._by_device[("layout", device)] = layout
         return layout
@@ -128,6 +147,21 @@ class Compaction:
             lib = _library()
             raise SieveError(code, "%s: %s" % (lib.sieve_strerror(code).decode(), lib.sieve_last_error().decode()))
 
+    def _host(self, name: str, first: int, span: int, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Sieve's CPU kernel over elements [first, first + span), from src to dst (contiguous; in the C
+        call's order: gather reads the buffer into the compact elements, scatter the other way)."""
+        bits, tile_base = self._device_layout(src.device)
+        lib = _library()
+        code = getattr(lib, name)(bits.data_ptr(), tile_base.data_ptr(), self.count, self.kept, src.element_size(),
+                                  first, span, src.data_ptr(), dst.data_ptr(), max(1, self._torch.get_num_threads()))
+        if code != 0:
+            raise SieveError(code, "%s: %s" % (lib.sieve_strerror(code).decode(), lib.sieve_last_error().decode()))
+
+    def _span_of(self, offset: int, length: int) -> Tuple[int, int]:
+        """(first, span): the elements that hold kept elements [offset, offset + length) of the compact buffer."""
+        first = int(self.index_cpu[offset])
+        return first, int(self.index_cpu[offset + length - 1]) + 1 - first
+
     def gather(self, buffer: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """The kept elements of the 1-D contiguous buffer, in order: into `out` (a contiguous tensor of
         `kept` elements and buffer's dtype, e.g. a slice of a larger compact buffer) when given, else
@@ -138,8 +172,11 @@ class Compaction:
             raise ValueError("gather's out must be %d contiguous %s elements" % (self.kept, buffer.dtype))
         if self.kept == 0:
             return compact
-        if backend_for(buffer) == "sieve-cuda":
+        backend = backend_for(buffer)
+        if backend == "sieve-cuda":
             self._kernel("sieve_compact_gather", buffer, compact)
+        elif backend == "sieve-host" and buffer.is_contiguous():
+            self._host("sieve_compact_gather_host", 0, self.count, buffer, compact)
         elif self.runs is not None:
             for start, offset, length in self._run_places():
                 compact.narrow(0, offset, length).copy_(buffer.narrow(0, start, length))
@@ -172,6 +209,10 @@ class Compaction:
         elements) when given, else into their own slice of the compact buffer (pieces never share
         one: several may be in flight at once)."""
         piece = self._compact_buffer(buffer).narrow(0, offset, length) if out is None else out
+        if length and backend_for(buffer) == "sieve-host" and buffer.is_contiguous() and piece.is_contiguous():
+            first, span = self._span_of(offset, length)
+            self._host("sieve_compact_gather_host", first, span, buffer, piece)
+            return piece
         self._torch.index_select(buffer, 0, self.index_cpu.narrow(0, offset, length), out=piece)
         return piece
 
@@ -188,6 +229,11 @@ class Compaction:
         after every gather_piece of the buffer)."""
         if piece.dtype != buffer.dtype:
             piece = piece.to(buffer.dtype)
+        if piece.numel() and backend_for(buffer) == "sieve-host" and buffer.is_contiguous():
+            # The kernel also writes +0 to the pruned elements inside the piece's span (already zero).
+            first, span = self._span_of(offset, piece.numel())
+            self._host("sieve_compact_scatter_host", first, span, piece.contiguous(), buffer)
+            return buffer
         buffer.index_copy_(0, self.index_cpu.narrow(0, offset, piece.numel()), piece)
         return buffer
 
@@ -195,8 +241,12 @@ class Compaction:
         """buffer = compact's values where kept, +0.0 elsewhere (every element written)."""
         if compact.dtype != buffer.dtype:
             compact = compact.to(buffer.dtype)
-        if self.kept and backend_for(buffer) == "sieve-cuda":
+        backend = backend_for(buffer) if self.kept else "torch"
+        if backend == "sieve-cuda":
             self._kernel("sieve_compact_scatter", compact.contiguous(), buffer)
+            return buffer
+        if backend == "sieve-host" and buffer.is_contiguous():
+            self._host("sieve_compact_scatter_host", 0, self.count, compact.contiguous(), buffer)
             return buffer
         buffer.zero_()
         if self.kept == 0:
