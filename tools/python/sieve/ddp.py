@@ -52,9 +52,9 @@ PyTorch's bf16_compress_hook sends dense buckets (cast, divide, all-reduce, cast
 and 16-bit stack. Buckets without an agreed mask still run the default, full-precision hook.
 
 Gather and scatter (sieve._kernels): on a GPU, Sieve's own CUDA kernels where the library in reach
-was built with CUDA (sieve_compact_gather / sieve_compact_scatter); elsewhere torch, on an index
-computed once per agreed mask (index_select into a reused buffer, index_copy_), or run by run
-(narrow/copy_) for a mask of few contiguous runs. On the host, where gather and scatter are the
+was built with CUDA (sieve_compact_gather / sieve_compact_scatter); on the host, the library's CPU
+kernels (sieve_compact_gather_host / _scatter_host, with torch's thread count); torch's own
+index_select / index_copy_ only where no library is in reach. On the host, where gather and scatter are the
 CPU's own work, a bucket with more than piece_elements kept elements goes out in pieces of that many,
 each all-reduced as soon as it is gathered and scattered back as soon as its sum arrives, so that the
 copies overlap the wire instead of adding to it. By default (piece_elements=None) only on a group of
