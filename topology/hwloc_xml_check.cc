@@ -19,9 +19,10 @@ namespace {
 
 // hwloc's syntax: "0xf...f," then 0x<1-8 hex digits>, comma-separated (an infinite set: "0xf...f").
 bool is_bitmap(const std::string& v) {
-  std::string rest = v.rfind("0xf...f", 0) == 0 ? v.substr(7) : v;
-  if (v.size() > 7 && rest.rfind(",", 0) == 0) rest = rest.substr(1);
-  if (rest.empty()) return v == "0xf...f";
+  const bool infinite = v.rfind("0xf...f", 0) == 0;
+  std::string rest = infinite ? v.substr(7) : v;
+  if (infinite && rest.rfind(",", 0) == 0) rest = rest.substr(1);  // only the infinite prefix takes a comma
+  if (rest.empty()) return infinite && v.size() == 7;
   size_t start = 0;
   for (;;) {
     const size_t comma = rest.find(',', start);

@@ -247,6 +247,13 @@ TEST(TopologyFile, AnObjectWithoutItsCompleteSetIsRefusedNotACrash) {
   EXPECT_FALSE(found.ok);
   EXPECT_NE(found.error.find("not a bitmap"), std::string::npos) << found.error;
 
+  xml = text.str();  // a leading comma on a finite set: hwloc asserts (count > 0) in hwloc_bitmap_sscanf
+  xml.replace(xml.find(" nodeset=\"0x"), 12, " nodeset=\",0x");
+  std::ofstream(path) << xml;
+  found = discover(options);
+  EXPECT_FALSE(found.ok);
+  EXPECT_NE(found.error.find("not a bitmap"), std::string::npos) << found.error;
+
   xml = text.str();  // the other way round, as in a fuzzer input hwloc crashed on
   const size_t pu = xml.find("<object type=\"PU\"");
   ASSERT_NE(pu, std::string::npos);
