@@ -158,9 +158,24 @@ int main(int argc, char** argv) {
   bool repetitions_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string value;
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf(
+          "usage: sieve-compact-bench [--threads=N] [--level=scalar|avx2|avx512] [--sizes=4,16,64,256]\n"
+          "                           [Google Benchmark flags, e.g. --benchmark_filter=gather]\n"
+          "  --threads=N   threads per call (at most N; default 1)\n"
+          "  --level=L     the instruction set to force (default: the best this CPU has)\n"
+          "  --sizes=LIST  buffer sizes in MiB\n"
+          "  and Google Benchmark's flags: --benchmark_filter=REGEX, --benchmark_min_time=S,\n"
+          "  --benchmark_repetitions=N (3 here unless given), --benchmark_format=json, ...\n");
+      return 0;
+    }
     if (take(argv[i], "--threads", &value)) {
       options.threads = unsigned(std::max(1, std::atoi(value.c_str())));
     } else if (take(argv[i], "--level", &value)) {
+      if (value != "scalar" && value != "avx2" && value != "avx512") {
+        std::fprintf(stderr, "sieve-compact-bench: --level is scalar, avx2 or avx512, not '%s'\n", value.c_str());
+        return 2;
+      }
       options.simd = value == "scalar" ? SimdLevel::kScalar : value == "avx2" ? SimdLevel::kAvx2 : SimdLevel::kAvx512;
     } else if (take(argv[i], "--sizes", &value)) {
       sizes_mib.clear();

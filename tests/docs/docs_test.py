@@ -18,8 +18,8 @@ Every name the docs show is looked up where the product defines it, never in a l
   python           every sieve.NAME(...) call names a function of the Python module, with keyword
                    arguments it takes.
   commands         every option on a command line of a Sieve tool (sieve-info [masks], sieve-perf,
-                   sieve-bench, sieve-impair, netlab.sh, build-nccl-socket-plugin.sh,
-                   sieve-codec-bench) appears in that tool's --help, netlab.sh's commands too; an option
+                   sieve-bench, sieve-impair, netlab.sh, build-nccl-socket-plugin.sh, sieve-codec-bench,
+                   sieve-compact-bench) appears in that tool's --help, netlab.sh's commands too; an option
                    shown alone must be one of the tools'; `ctest -L LABEL` names a label of the suite;
                    paths into the source tree exist; build/DIR/NAME is a target DIR/CMakeLists.txt defines;
                    a /usr/... path of Sieve's is where `cmake --install --prefix /usr` puts it.
@@ -135,6 +135,7 @@ class Product:
             "sieve-info": "tools/sieve-info/sieve-info", "sieve-perf": "tools/sieve-perf/sieve-perf",
             "sieve-bench": "tools/sieve-bench/sieve-bench", "sieve-impair": "tools/sieve-impair/sieve-impair",
             "sieve-codec-bench": "compress/codec_bench/sieve-codec-bench",
+            "sieve-compact-bench": "compress/compact_bench/sieve-compact-bench",
             "sieve_conformance_peer": "tests/plugin/net/conformance/sieve_conformance_peer",
         }
         if name in SCRIPTS:
@@ -419,7 +420,7 @@ def python(docs, product):
 # ---- commands ---------------------------------------------------------------------------------
 
 TOOL_NAMES = ("sieve-info", "sieve-perf", "sieve-bench", "sieve-impair", "netlab.sh", "build-nccl-socket-plugin.sh",
-              "sieve-codec-bench", "run.sh", "bundle.sh", "sieve_conformance_peer")
+              "sieve-codec-bench", "sieve-compact-bench", "run.sh", "bundle.sh", "sieve_conformance_peer")
 # Scripts run from the source tree (the GPU kit's run.sh answers --help there too).
 SCRIPTS = {"netlab.sh": "tools/share/netlab.sh",
            "build-nccl-socket-plugin.sh": "tools/sieve-perf/build-nccl-socket-plugin.sh",
