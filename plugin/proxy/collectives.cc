@@ -56,11 +56,11 @@ const ActiveEntry* Proxy::match(CommState& cs, const void* base, uint64_t count,
   return &e;
 }
 
-const ActiveEntry* Proxy::match_cycle(CommState& cs, compress::MaskTarget target, uint64_t count, DType type) {
+const ActiveEntry* Proxy::shape_mask(CommState& cs, compress::MaskTarget target, uint64_t count, DType type) {
   // Which of several masks of one shape a call belongs to cannot be known for certain (a step may
   // skip a collective, or repeat one): such a call runs dense on every rank, never on a guess.
-  for (size_t i = 0; i < cs.cycle.size(); ++i) {
-    const ActiveEntry& e = cs.cycle[i];
+  for (size_t i = 0; i < cs.shape_masks.size(); ++i) {
+    const ActiveEntry& e = cs.shape_masks[i];
     if (e.source->target() != target || e.source->count() != count || type != e.source->dtype()) continue;
     if (!cs.ambiguous[i]) return &e;
     if (!cs.warned_ambiguous) {
@@ -215,8 +215,7 @@ int Proxy::sharded(Coll coll, const void* send, void* recv, uint64_t per_rank, D
     *path = Path::kDense;
     const ActiveEntry* e = match(cs, gather ? recv : send, count, type);
     if (!e)
-      e = match_cycle(cs, gather ? compress::MaskTarget::kAllGather : compress::MaskTarget::kReduceScatter, count,
-                      type);
+      e = shape_mask(cs, gather ? compress::MaskTarget::kAllGather : compress::MaskTarget::kReduceScatter, count, type);
     if (e && e->plan && !e->plan->shards().empty()) {
       Compaction c{coll, e->plan, send, recv, op};
       *path = Path::kCompactPublished;
@@ -289,7 +288,7 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
     if (!enqueued(rc)) return rc;
   }
   if (ts.depth == 0)
-    if (int rc = compact_in(cs, c, call.stream))
+    if (int rc = gather_kept(cs, c, call.stream))
       return fail_comm(cs, rc, "the gather of a compacted collective failed");
   const uint64_t width = plan.shard_width();
   int rc = kResultSuccess;
@@ -324,10 +323,10 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
   if (rc == kResultInProgress)
     if (int wait = backend_.wait_enqueued(cs.comm, cs.live))
       return fail_comm(cs, wait, "waited for a collective to reach its stream and");
-  return compact_out(cs, c, call.stream);
+  return scatter_kept(cs, c, call.stream);
 }
 
-int Proxy::compact_in(CommState& cs, const Compaction& c, Stream stream) {
+int Proxy::gather_kept(CommState& cs, const Compaction& c, Stream stream) {
   EntryPlan& plan = *c.plan;
   const size_t es = plan.element_size();
   const uint64_t width = plan.shard_width(), shard = plan.count() / uint64_t(cs.nranks);
@@ -401,7 +400,7 @@ void Proxy::collect_graph_counts(CommState& cs) {
   }
 }
 
-int Proxy::compact_out(CommState& cs, const Compaction& c, Stream stream) {
+int Proxy::scatter_kept(CommState& cs, const Compaction& c, Stream stream) {
   EntryPlan& plan = *c.plan;
   const size_t es = plan.element_size();
   const uint64_t width = plan.shard_width(), shard = plan.count() / uint64_t(cs.nranks);
@@ -635,7 +634,7 @@ int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t
 int Proxy::run_after(Deferred& d) {
   CommState& cs = *d.state;
   switch (d.kind) {
-    case Deferred::Kind::kCompaction: return compact_out(cs, d.compaction, d.stream);
+    case Deferred::Kind::kCompaction: return scatter_kept(cs, d.compaction, d.stream);
     case Deferred::Kind::kRecord: {
       const int rc = d.learned->record_dense(backend_, d.record, d.output, d.stream);
       if (rc && options_.track == config::Track::kOn)

@@ -29,8 +29,9 @@ std::unordered_map<uint64_t, std::shared_ptr<EntryPlan>> reusable_plans(
   return out;
 }
 
-void reuse_cycle(const std::vector<ActiveEntry>& cycle, std::unordered_map<uint64_t, std::shared_ptr<EntryPlan>>* out) {
-  for (const ActiveEntry& entry : cycle)
+void reuse_shape_plans(const std::vector<ActiveEntry>& shape_masks,
+                       std::unordered_map<uint64_t, std::shared_ptr<EntryPlan>>* out) {
+  for (const ActiveEntry& entry : shape_masks)
     if (entry.plan) out->emplace(entry.source->id(), entry.plan);
 }
 
@@ -110,7 +111,7 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
     pending->vote = pending->own.get();
   }
   auto reusable = reusable_plans(cs.active);
-  reuse_cycle(cs.cycle, &reusable);
+  reuse_shape_plans(cs.shape_masks, &reusable);
   const Refusal veto = options_.enabled ? Refusal::kNone : Refusal::kProxyOff;
   AgreementContext ctx{backend_,     cs.comm,   call.stream,     cs.live,   options_.rules,
                        fingerprint_, cs.nranks, options_.verify, &reusable, veto};
@@ -136,7 +137,7 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
 int Proxy::finish_commit(CommState& cs, Stream stream, PendingCommit& pending) {
   Waiting waiting(cs, "a commit's vote");  // also when it comes at a group's end
   auto reusable = reusable_plans(cs.active);
-  reuse_cycle(cs.cycle, &reusable);
+  reuse_shape_plans(cs.shape_masks, &reusable);
   AgreementContext ctx{backend_,     cs.comm,   stream,          cs.live,   options_.rules,
                        fingerprint_, cs.nranks, options_.verify, &reusable, Refusal::kNone};
   TableAgreement agreement;
@@ -187,9 +188,9 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
           (unsigned long long)number);
   };
   for (const auto& [base, entry] : cs.active) keep_captured(entry);
-  for (const ActiveEntry& entry : cs.cycle) keep_captured(entry);
+  for (const ActiveEntry& entry : cs.shape_masks) keep_captured(entry);
   cs.active.clear();
-  cs.cycle.clear();
+  cs.shape_masks.clear();
   cs.ambiguous.clear();
   cs.agreed = agreement.activated;
   cs.table_hash = agreement.activated ? agreement.hash : 0;
@@ -214,17 +215,17 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
     outcome->compacting += e.plan ? 1 : 0;
     ++outcome->masks;
     if (e.source->target() == compress::MaskTarget::kBuffer) cs.active[e.source->base()] = std::move(e);
-    else cs.cycle.push_back(std::move(e));
+    else cs.shape_masks.push_back(std::move(e));
   }
   // A collective's mask is certain when no other mask of its shape differs from it: the agreed
   // masks, the same on every rank (under a union each rank's own differ by design, and a rank that
   // found its own two masks equal would compact a call that another rank runs dense).
-  cs.ambiguous.assign(cs.cycle.size(), false);
-  for (size_t i = 0; i < cs.cycle.size(); ++i)
-    for (size_t j = 0; j < cs.cycle.size(); ++j) {
-      const compress::PublishedMask &a = *cs.cycle[i].source, &b = *cs.cycle[j].source;
+  cs.ambiguous.assign(cs.shape_masks.size(), false);
+  for (size_t i = 0; i < cs.shape_masks.size(); ++i)
+    for (size_t j = 0; j < cs.shape_masks.size(); ++j) {
+      const compress::PublishedMask &a = *cs.shape_masks[i].source, &b = *cs.shape_masks[j].source;
       if (i != j && a.target() == b.target() && a.count() == b.count() && a.dtype() == b.dtype() &&
-          !(*cs.cycle[i].agreed == *cs.cycle[j].agreed))
+          !(*cs.shape_masks[i].agreed == *cs.shape_masks[j].agreed))
         cs.ambiguous[i] = true;
     }
   outcome->state = CommitOutcome::State::kActivated;

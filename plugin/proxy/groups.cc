@@ -48,7 +48,7 @@ int Proxy::run_group_end(ThreadState& ts) {
     if (d.kind != Deferred::Kind::kCompaction) continue;
     std::lock_guard lock(d.state->mutex);
     if (d.state->failed.load()) continue;
-    if (int rc = compact_in(*d.state, d.compaction, d.stream))
+    if (int rc = gather_kept(*d.state, d.compaction, d.stream))
       fail_comm(*d.state, rc, "the gather of a compacted collective failed");
   }
   const int group_rc = backend_.group_end();

@@ -162,8 +162,8 @@ class Proxy {
     // Collectives' masks (FSDP's fresh buffers), in publish order. A reduce-scatter or all-gather no
     // buffer mask matches compacts only with a mask its shape identifies for certain: the one mask of
     // that shape, or several that are all equal. Nothing about the trainer's order decides which.
-    std::vector<ActiveEntry> cycle;
-    std::vector<bool> ambiguous;              // per cycle entry: another mask of its shape differs (it runs dense)
+    std::vector<ActiveEntry> shape_masks;
+    std::vector<bool> ambiguous;              // per shape mask: another mask of its shape differs (it runs dense)
     std::unordered_set<int32_t> premul_sums;  // NCCL handles of pre-multiplied sums alive on it
     std::vector<std::shared_ptr<EntryPlan>> graph_plans;  // captured, no longer active, kept_for_good
     // Plans graphs captured with a pruned-nonzero count: replays count on the device, and nothing
@@ -293,14 +293,14 @@ class Proxy {
   // Collectives (collectives.cc).
   static CallKind call_kind(Coll coll);
   const ActiveEntry* match(CommState& cs, const void* base, uint64_t count, DType type);
-  const ActiveEntry* match_cycle(CommState& cs, compress::MaskTarget target, uint64_t count, DType type);
+  const ActiveEntry* shape_mask(CommState& cs, compress::MaskTarget target, uint64_t count, DType type);
   bool whole_count(uint64_t per_rank, int nranks, uint64_t* count) const;
   int dense(Coll coll, const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm, Stream stream);
   int sharded(Coll coll, const void* send, void* recv, uint64_t per_rank, DType type, ReduceOp op, Comm comm,
               Stream stream, Path* path);
   int compact(Call& call, Compaction& c, Path* path);
-  int compact_in(CommState& cs, const Compaction& c, Stream stream);
-  int compact_out(CommState& cs, const Compaction& c, Stream stream);
+  int gather_kept(CommState& cs, const Compaction& c, Stream stream);
+  int scatter_kept(CommState& cs, const Compaction& c, Stream stream);
   // A published plan's pruned nonzeros: counted on the device; what reached the host is added here.
   int count_pruned(CommState& cs, EntryPlan& plan, const DeviceLayout& layout, const void* src, bool last,
                    Stream stream);

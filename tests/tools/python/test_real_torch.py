@@ -8,7 +8,7 @@ on loopback, Gloo on the CPU (two; four for one case).
 - publish_fsdp against FSDP2's (fully_shard) and FSDP1's (FullyShardedDataParallel) real
   collectives: every all-gather and reduce-scatter of three steps is captured where FSDP calls
   torch.distributed, and checked (check()) against what was published: by the proxy's rule
-  (Proxy::match_cycle: the one mask of a call's shape, dense when its masks differ or there is none)
+  (Proxy::shape_mask: the one mask of a call's shape, dense when its masks differ or there is none)
   no call takes a mask that is not exactly its buffer's nonzeros (the reduce-scatter's input; the
   all-gather's whole buffer, every rank's input), and each step's calls are the published masks one
   for one, in order. FSDP2: mixed precision, no reshard after forward, weights sharded on dim 1, a
@@ -300,7 +300,7 @@ class Published:
 def check(calls, published, plan_comms, steps_in_order, expect_dtype=None, in_order=None):
     """Every captured call against what was published. plan_comms: the communicators publish_fsdp
     committed on (the numbers of its result's groups, in its order). Two checks:
-    - the proxy's rule (Proxy::match_cycle): a call on one of those communicators whose shape (kind,
+    - the proxy's rule (Proxy::shape_mask): a call on one of those communicators whose shape (kind,
       count, dtype) names masks compacts when they are all one mask, which must then be exactly the
       call's nonzeros; a shape whose masks differ runs dense (ambiguous), one without a mask runs
       dense; on another communicator every call runs dense;
