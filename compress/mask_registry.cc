@@ -7,11 +7,12 @@
 
 namespace sieve::compress {
 
-const char* mask_target_name(MaskTarget target) {
-  switch (target) {
-    case MaskTarget::kBuffer: return "buffer";
-    case MaskTarget::kReduceScatter: return "reduce-scatter";
-    case MaskTarget::kAllGather: return "all-gather";
+const char* mask_target_name(std::optional<Collective> collective) {
+  if (!collective) return "buffer";
+  switch (*collective) {
+    case Collective::kAllReduce: return "all-reduce";
+    case Collective::kReduceScatter: return "reduce-scatter";
+    case Collective::kAllGather: return "all-gather";
   }
   return "?";
 }
@@ -54,21 +55,22 @@ Status MaskRegistry::publish(const void* base, DType dtype, std::shared_ptr<cons
     it = entries_.erase(it);
   }
   const uint64_t new_id = next_id_++;
-  entries_.emplace(
-      start, std::make_shared<const PublishedMask>(start, dtype, new_id, std::move(mask), MaskTarget::kBuffer, scope));
+  entries_.emplace(start,
+                   std::make_shared<const PublishedMask>(start, dtype, new_id, std::move(mask), std::nullopt, scope));
   count_entries();
   if (id) *id = new_id;
   ++generation_;
   return ok_status();
 }
 
-Status MaskRegistry::publish_collective(MaskTarget target, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id,
-                                        uint64_t scope) {
-  if (target == MaskTarget::kBuffer) return error(Code::kInvalidArgument, "a collective's mask needs a collective");
+Status MaskRegistry::publish_collective(Collective collective, DType dtype, std::shared_ptr<const Mask> mask,
+                                        uint64_t* id, uint64_t scope) {
+  if (collective == Collective::kAllReduce)
+    return error(Code::kInvalidArgument, "a collective's mask is for reduce-scatter or all-gather");
   if (!mask || mask->count() == 0) return error(Code::kInvalidArgument, "mask has no elements");
   std::unique_lock lock(mutex_);
   const uint64_t new_id = next_id_++;
-  collectives_.push_back(std::make_shared<const PublishedMask>(0, dtype, new_id, std::move(mask), target, scope));
+  collectives_.push_back(std::make_shared<const PublishedMask>(0, dtype, new_id, std::move(mask), collective, scope));
   count_entries();
   if (id) *id = new_id;
   ++generation_;

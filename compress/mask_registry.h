@@ -25,28 +25,30 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <shared_mutex>
 #include <vector>
 
+#include "compress/collective.h"
 #include "compress/dtype.h"
 #include "compress/mask.h"
 #include "compress/status.h"
 
 namespace sieve::compress {
 
-// What a mask describes: one buffer (whichever collective reduces it), or every reduce-scatter or
-// all-gather of a shape, whatever buffers it is given (FSDP allocates them afresh each step).
-enum class MaskTarget { kBuffer, kReduceScatter, kAllGather };
-const char* mask_target_name(MaskTarget target);
+// What a mask describes: one buffer (no collective: whichever collective reduces it), or every
+// reduce-scatter or all-gather of a shape, whatever buffers it is given (FSDP allocates them afresh
+// each step). For logs: "buffer", "reduce-scatter" or "all-gather".
+const char* mask_target_name(std::optional<Collective> collective);
 
 class PublishedMask {
  public:
   PublishedMask(uintptr_t base, DType dtype, uint64_t id, std::shared_ptr<const Mask> mask,
-                MaskTarget target = MaskTarget::kBuffer, uint64_t scope = 0)
-      : base_(base), dtype_(dtype), id_(id), mask_(std::move(mask)), target_(target), scope_(scope) {}
-  uint64_t scope() const { return scope_; }  // 0: every communicator
-  MaskTarget target() const { return target_; }
-  uintptr_t base() const { return base_; }  // 0 for a collective's mask
+                std::optional<Collective> collective = std::nullopt, uint64_t scope = 0)
+      : base_(base), dtype_(dtype), id_(id), mask_(std::move(mask)), collective_(collective), scope_(scope) {}
+  uint64_t scope() const { return scope_; }                             // 0: every communicator
+  std::optional<Collective> collective() const { return collective_; }  // none: a buffer's mask
+  uintptr_t base() const { return base_; }                              // 0 for a collective's mask
   DType dtype() const { return dtype_; }
   uint64_t id() const { return id_; }
   const std::shared_ptr<const Mask>& mask() const { return mask_; }
@@ -58,7 +60,7 @@ class PublishedMask {
   const DType dtype_;
   const uint64_t id_;
   const std::shared_ptr<const Mask> mask_;
-  const MaskTarget target_;
+  const std::optional<Collective> collective_;
   const uint64_t scope_;
 };
 
@@ -71,11 +73,11 @@ class MaskRegistry {
   // end does not fit in the address space.
   // end does not fit in the address space, or one overlapping an entry of another scope.
   Status publish(const void* base, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id, uint64_t scope = 0);
-  // Stages `mask` for every `target` collective (reduce-scatter or all-gather) moving mask->count()
+  // Stages `mask` for every `collective` (reduce-scatter or all-gather) moving mask->count()
   // elements of `dtype` across all ranks, whatever its buffers: the collective's whole buffer, rank
-  // 0's part first. Several may share a shape: a communicator uses them in publish order, cyclically
-  // (plugin/proxy). Replaces nothing.
-  Status publish_collective(MaskTarget target, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id,
+  // 0's part first. Several may share a shape: a call compacts with them only when they are all one
+  // mask (plugin/proxy, Proxy::shape_mask). Replaces nothing.
+  Status publish_collective(Collective collective, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id,
                             uint64_t scope = 0);
   // Unstages the entry that starts at `base` ...
   Status retract(const void* base);

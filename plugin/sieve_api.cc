@@ -173,7 +173,6 @@ int publish_collective(const char* function, const void* comm, int collective, s
   return guarded(function, [&]() -> int {
     if (bits_bytes != kBitsBytesUnknown)
       if (int rc = check_bits(function, bits, bits_bytes, count)) return rc;
-    using compress::MaskTarget;
     if (collective != SIEVE_COLLECTIVE_REDUCE_SCATTER && collective != SIEVE_COLLECTIVE_ALL_GATHER)
       return fail(SIEVE_ERR_INVALID_ARGUMENT,
                   std::string(function) + ": unknown collective " + std::to_string(collective) +
@@ -187,8 +186,10 @@ int publish_collective(const char* function, const void* comm, int collective, s
       return fail(SIEVE_ERR_RANGE,
                   std::string(function) + ": " + std::to_string(count) + " elements cannot be one buffer");
     uint64_t id = 0;
-    const MaskTarget target =
-        collective == SIEVE_COLLECTIVE_REDUCE_SCATTER ? MaskTarget::kReduceScatter : MaskTarget::kAllGather;
+    // The one place SIEVE_COLLECTIVE_* becomes compress::Collective.
+    const compress::Collective target = collective == SIEVE_COLLECTIVE_REDUCE_SCATTER
+                                            ? compress::Collective::kReduceScatter
+                                            : compress::Collective::kAllGather;
     compress::Status s = mask_registry().publish_collective(
         target, compress::DType(dtype),
         std::make_shared<const compress::Mask>(compress::Mask::from_bitmap(bits, count)), &id,

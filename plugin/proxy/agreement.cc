@@ -28,7 +28,8 @@ uint64_t table_hash(const compress::StagedEntries& entries,
   uint64_t h = mix(0x5349455645544142ull, flags);
   h = mix(h, entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
-    h = mix(h, uint64_t(entries[i]->target()));
+    const auto collective = entries[i]->collective();  // 0 for a buffer's mask, as the codes were
+    h = mix(h, collective ? uint64_t(*collective) : 0);
     h = mix(h, entries[i]->count());
     h = mix(h, uint64_t(entries[i]->dtype()));
     if (masks) h = mix(h, (*masks)[i]->hash());

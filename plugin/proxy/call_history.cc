@@ -19,9 +19,9 @@ uint64_t pack(const CallRecord& r) {
 
 const char* kind_name(CallKind kind) {
   switch (kind) {
-    case CallKind::kAllReduce: return "all_reduce";
-    case CallKind::kReduceScatter: return "reduce_scatter";
-    case CallKind::kAllGather: return "all_gather";
+    case CallKind::kAllReduce: return compress::collective_name(Collective::kAllReduce);
+    case CallKind::kReduceScatter: return compress::collective_name(Collective::kReduceScatter);
+    case CallKind::kAllGather: return compress::collective_name(Collective::kAllGather);
     case CallKind::kCommit: return "commit";
     case CallKind::kVote: return "learned-mask vote";
     case CallKind::kVerifyVerdict: return "SIEVE_PROXY_VERIFY verdict";

@@ -19,8 +19,17 @@
 
 namespace sieve::plugin::proxy {
 
-// What a call did, as the dump names it.
-enum class CallKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kCommit, kVote, kVerifyVerdict };
+// What a call did, as the dump names it: one of the collectives (compress::Collective's values, so a
+// collective's kind is its Collective without a mapping) or one of the proxy's own agreements.
+enum class CallKind : uint8_t {
+  kAllReduce = uint8_t(Collective::kAllReduce),
+  kReduceScatter = uint8_t(Collective::kReduceScatter),
+  kAllGather = uint8_t(Collective::kAllGather),
+  kCommit,
+  kVote,
+  kVerifyVerdict
+};
+constexpr CallKind call_kind(Collective collective) { return CallKind(uint8_t(collective)); }
 enum class CallPath : uint8_t { kDense, kCompactPublished, kCompactLearned, kAgreement };
 
 struct CallRecord {

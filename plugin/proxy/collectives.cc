@@ -31,15 +31,6 @@ double unit_roundoff(DType type) {
 
 // --- matching --------------------------------------------------------------------------------
 
-CallKind Proxy::call_kind(Coll coll) {
-  switch (coll) {
-    case Coll::kAllReduce: return CallKind::kAllReduce;
-    case Coll::kReduceScatter: return CallKind::kReduceScatter;
-    case Coll::kAllGather: return CallKind::kAllGather;
-  }
-  return CallKind::kAllReduce;
-}
-
 const ActiveEntry* Proxy::match(CommState& cs, const void* base, uint64_t count, DType type) {
   auto it = cs.active.find(reinterpret_cast<uintptr_t>(base));
   if (it == cs.active.end()) return nullptr;
@@ -56,12 +47,12 @@ const ActiveEntry* Proxy::match(CommState& cs, const void* base, uint64_t count,
   return &e;
 }
 
-const ActiveEntry* Proxy::shape_mask(CommState& cs, compress::MaskTarget target, uint64_t count, DType type) {
+const ActiveEntry* Proxy::shape_mask(CommState& cs, Collective collective, uint64_t count, DType type) {
   // Which of several masks of one shape a call belongs to cannot be known for certain (a step may
   // skip a collective, or repeat one): such a call runs dense on every rank, never on a guess.
   for (size_t i = 0; i < cs.shape_masks.size(); ++i) {
     const ActiveEntry& e = cs.shape_masks[i];
-    if (e.source->target() != target || e.source->count() != count || type != e.source->dtype()) continue;
+    if (e.source->collective() != collective || e.source->count() != count || type != e.source->dtype()) continue;
     if (!cs.ambiguous[i]) return &e;
     if (!cs.warned_ambiguous) {
       cs.warned_ambiguous = true;
@@ -69,7 +60,7 @@ const ActiveEntry* Proxy::shape_mask(CommState& cs, compress::MaskTarget target,
           "collective proxy: communicator %p has several different %s masks of %llu x %s; a call of that "
           "shape cannot say which one is its own, so it runs dense (publish one mask per shape, or the "
           "same mask for every collective of a shape)",
-          cs.comm, compress::mask_target_name(target), (unsigned long long)count, dtype_name(type));
+          cs.comm, compress::mask_target_name(collective), (unsigned long long)count, dtype_name(type));
     }
     return nullptr;
   }
@@ -93,13 +84,13 @@ void Proxy::warn_uncommitted(CommState& cs, uint64_t count) {
         cs.comm);
 }
 
-int Proxy::dense(Coll coll, const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm,
+int Proxy::dense(Collective coll, const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm,
                  Stream stream) {
   add(stats_.collectives_dense, 1);
   switch (coll) {
-    case Coll::kAllReduce: return backend_.all_reduce(send, recv, count, type, op, comm, stream);
-    case Coll::kReduceScatter: return backend_.reduce_scatter(send, recv, count, type, op, comm, stream);
-    case Coll::kAllGather: return backend_.all_gather(send, recv, count, type, comm, stream);
+    case Collective::kAllReduce: return backend_.all_reduce(send, recv, count, type, op, comm, stream);
+    case Collective::kReduceScatter: return backend_.reduce_scatter(send, recv, count, type, op, comm, stream);
+    case Collective::kAllGather: return backend_.all_gather(send, recv, count, type, comm, stream);
   }
   return kResultInternalError;
 }
@@ -162,7 +153,7 @@ int Proxy::all_reduce(const void* send, void* recv, uint64_t count, DType type, 
   if (eligible && cs.agreed) {
     *path = Path::kDense;
     if (const ActiveEntry* e = match(cs, send, count, type); e && e->plan && e->plan->whole()) {
-      Compaction c{Coll::kAllReduce, e->plan, send, recv, op};
+      Compaction c{Collective::kAllReduce, e->plan, send, recv, op};
       *path = Path::kCompactPublished;
       return compact(call, c, path);
     }
@@ -185,22 +176,22 @@ int Proxy::all_reduce(const void* send, void* recv, uint64_t count, DType type, 
   }
   if (eligible) warn_uncommitted(cs, count);
   note(cs, CallKind::kAllReduce, op, type, CallPath::kDense, count);
-  return dense(Coll::kAllReduce, send, recv, count, type, op, comm, stream);
+  return dense(Collective::kAllReduce, send, recv, count, type, op, comm, stream);
 }
 
 int Proxy::reduce_scatter(const void* send, void* recv, uint64_t recv_count, DType type, ReduceOp op, Comm comm,
                           Stream stream, Path* path) {
-  return sharded(Coll::kReduceScatter, send, recv, recv_count, type, op, comm, stream, path);
+  return sharded(Collective::kReduceScatter, send, recv, recv_count, type, op, comm, stream, path);
 }
 
 int Proxy::all_gather(const void* send, void* recv, uint64_t send_count, DType type, Comm comm, Stream stream,
                       Path* path) {
-  return sharded(Coll::kAllGather, send, recv, send_count, type, ReduceOp::kSum, comm, stream, path);
+  return sharded(Collective::kAllGather, send, recv, send_count, type, ReduceOp::kSum, comm, stream, path);
 }
 
 // Reduce-scatter and all-gather: `per_rank` elements of each rank's shard of the whole buffer. The
 // mask describes the whole buffer: the reduce-scatter's input, the all-gather's output.
-int Proxy::sharded(Coll coll, const void* send, void* recv, uint64_t per_rank, DType type, ReduceOp op, Comm comm,
+int Proxy::sharded(Collective coll, const void* send, void* recv, uint64_t per_rank, DType type, ReduceOp op, Comm comm,
                    Stream stream, Path* path) {
   Path ignored;
   if (!path) path = &ignored;
@@ -208,14 +199,13 @@ int Proxy::sharded(Coll coll, const void* send, void* recv, uint64_t per_rank, D
   Call call;
   if (int rc = begin_call(comm, stream, &call)) return rc;
   CommState& cs = *call.state;
-  const bool gather = coll == Coll::kAllGather;
+  const bool gather = coll == Collective::kAllGather;
   uint64_t count = 0;
   if (cs.agreed && options_.enabled && compactable(type) && reduces(op) && whole_count(per_rank, cs.nranks, &count) &&
       send && recv) {
     *path = Path::kDense;
     const ActiveEntry* e = match(cs, gather ? recv : send, count, type);
-    if (!e)
-      e = shape_mask(cs, gather ? compress::MaskTarget::kAllGather : compress::MaskTarget::kReduceScatter, count, type);
+    if (!e) e = shape_mask(cs, coll, count, type);
     if (e && e->plan && !e->plan->shards().empty()) {
       Compaction c{coll, e->plan, send, recv, op};
       *path = Path::kCompactPublished;
@@ -232,7 +222,7 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
   CommState& cs = *call.state;
   EntryPlan& plan = *c.plan;
   const uint64_t count = plan.count(), per_rank = count / uint64_t(cs.nranks);
-  const uint64_t dense_count = c.coll == Coll::kAllReduce ? count : per_rank;
+  const uint64_t dense_count = c.coll == Collective::kAllReduce ? count : per_rank;
   ThreadState& ts = thread_state();
   bool capture = false;
   if (int rc = capturing(call, &capture)) return rc;
@@ -283,7 +273,7 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
   c.verify = twin && !capture;
   c.verify_captured = twin && capture;
   if (twin) {
-    const int rc = dense(c.coll, c.send, plan.verify_buffer(), c.coll == Coll::kAllReduce ? count : per_rank,
+    const int rc = dense(c.coll, c.send, plan.verify_buffer(), c.coll == Collective::kAllReduce ? count : per_rank,
                          plan.type(), c.op, cs.comm, call.stream);
     if (!enqueued(rc)) return rc;
   }
@@ -293,17 +283,17 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
   const uint64_t width = plan.shard_width();
   int rc = kResultSuccess;
   switch (c.coll) {
-    case Coll::kAllReduce:
+    case Collective::kAllReduce:
       // Nothing kept and no flag: every rank knows the result is all zeros, so no collective is needed.
       if (plan.nnz() > 0 || c.learned)
         rc = backend_.all_reduce(plan.compact(), plan.compact(), plan.nnz() + (c.learned ? 1 : 0), plan.type(), c.op,
                                  cs.comm, call.stream);
       break;
-    case Coll::kReduceScatter:
+    case Collective::kReduceScatter:
       rc = backend_.reduce_scatter(plan.compact(), plan.compact_at(uint64_t(cs.rank) * width), width, plan.type(), c.op,
                                    cs.comm, call.stream);
       break;
-    case Coll::kAllGather:
+    case Collective::kAllGather:
       rc = backend_.all_gather(plan.compact_at(uint64_t(cs.rank) * width), plan.compact(), width, plan.type(), cs.comm,
                                call.stream);
       break;
@@ -311,7 +301,7 @@ int Proxy::compact(Call& call, Compaction& c, Path* path) {
   if (!enqueued(rc)) return rc;
   c.seq = cs.history.last_seq() + 1;
   note(cs, call_kind(c.coll), c.op, plan.type(), c.learned ? CallPath::kCompactLearned : CallPath::kCompactPublished,
-       c.coll == Coll::kAllReduce ? plan.nnz() + (c.learned ? 1 : 0) : width);
+       c.coll == Collective::kAllReduce ? plan.nnz() + (c.learned ? 1 : 0) : width);
   add(stats_.collectives_compacted, 1);
   if (ts.depth > 0) {
     Deferred d{Deferred::Kind::kCompaction, call.state, call.stream};
@@ -331,7 +321,7 @@ int Proxy::gather_kept(CommState& cs, const Compaction& c, Stream stream) {
   const size_t es = plan.element_size();
   const uint64_t width = plan.shard_width(), shard = plan.count() / uint64_t(cs.nranks);
   switch (c.coll) {
-    case Coll::kAllReduce: {
+    case Collective::kAllReduce: {
       if (int rc = backend_.gather(*plan.whole(), es, c.send, plan.compact(), stream)) return rc;
       if (!c.learned) return count_pruned(cs, plan, *plan.whole(), c.send, true, stream);
       // A call on another buffer than the mask's own reports itself as a violation, whatever it holds.
@@ -339,7 +329,7 @@ int Proxy::gather_kept(CommState& cs, const Compaction& c, Stream stream) {
       if (c.moved) flag.ok_bits = flag.bad_bits;
       return backend_.check(*plan.whole(), es, c.send, plan.flag(), flag, *plan.violations(), stream);
     }
-    case Coll::kReduceScatter:
+    case Collective::kReduceScatter:
       // Shard s's kept elements go to [s * K, s * K + kept_s); the rest of its K is padding, never read.
       for (int s = 0; s < cs.nranks; ++s) {
         const void* src = static_cast<const char*>(c.send) + uint64_t(s) * shard * es;
@@ -348,7 +338,7 @@ int Proxy::gather_kept(CommState& cs, const Compaction& c, Stream stream) {
         if (int rc = count_pruned(cs, plan, *plan.shards()[size_t(s)], src, s + 1 == cs.nranks, stream)) return rc;
       }
       return kResultSuccess;
-    case Coll::kAllGather:
+    case Collective::kAllGather:
       if (int rc = backend_.gather(*plan.shards()[size_t(cs.rank)], es, c.send,
                                    plan.compact_at(uint64_t(cs.rank) * width), stream))
         return rc;
@@ -406,15 +396,15 @@ int Proxy::scatter_kept(CommState& cs, const Compaction& c, Stream stream) {
   const uint64_t width = plan.shard_width(), shard = plan.count() / uint64_t(cs.nranks);
   int rc = kResultSuccess;
   switch (c.coll) {
-    case Coll::kAllReduce:
+    case Collective::kAllReduce:
       if (c.learned) rc = c.learned->record_compact(backend_, c.record, c.plan, stream);
       if (!rc) rc = backend_.scatter(*plan.whole(), es, plan.compact(), c.recv, stream);
       break;
-    case Coll::kReduceScatter:
+    case Collective::kReduceScatter:
       rc = backend_.scatter(*plan.shards()[size_t(cs.rank)], es, plan.compact_at(uint64_t(cs.rank) * width), c.recv,
                             stream);
       break;
-    case Coll::kAllGather:
+    case Collective::kAllGather:
       for (int s = 0; s < cs.nranks && !rc; ++s)
         rc = backend_.scatter(*plan.shards()[size_t(s)], es, plan.compact_at(uint64_t(s) * width),
                               static_cast<char*>(c.recv) + uint64_t(s) * shard * es, stream);
@@ -436,18 +426,17 @@ int Proxy::verify(CommState& cs, const Compaction& c, Stream stream) {
   EntryPlan& plan = *c.plan;
   const size_t es = plan.element_size();
   const uint64_t shard = plan.count() / uint64_t(cs.nranks);
-  const uint64_t n = c.coll == Coll::kReduceScatter ? shard : plan.count();
-  const uint64_t first = c.coll == Coll::kReduceScatter ? uint64_t(cs.rank) * shard : 0;  // of the mask
-  const char* kind = c.coll == Coll::kAllReduce       ? "all_reduce"
-                     : c.coll == Coll::kReduceScatter ? "reduce_scatter"
-                                                      : "all_gather";
+  const uint64_t n = c.coll == Collective::kReduceScatter ? shard : plan.count();
+  const uint64_t first = c.coll == Collective::kReduceScatter ? uint64_t(cs.rank) * shard : 0;  // of the mask
+  const char* kind = compress::collective_name(c.coll);
   std::vector<unsigned char> got(n * es), want(n * es);
   Waiting waiting(cs, "SIEVE_PROXY_VERIFY's comparison");
   if (int rc = backend_.download(c.recv, got.data(), got.size(), stream, cs.comm, cs.live))
     return fail_comm(cs, rc, "SIEVE_PROXY_VERIFY could not read the compacted result");
   if (int rc = backend_.download(plan.verify_buffer(), want.data(), want.size(), stream, cs.comm, cs.live))
     return fail_comm(cs, rc, "SIEVE_PROXY_VERIFY could not read the dense result");
-  const bool exact = c.coll == Coll::kAllGather || c.op == ReduceOp::kMax || c.op == ReduceOp::kMin || cs.nranks <= 2;
+  const bool exact =
+      c.coll == Collective::kAllGather || c.op == ReduceOp::kMax || c.op == ReduceOp::kMin || cs.nranks <= 2;
   // The tolerance scales with the largest finite value: one inf (an fp16 overflow) would make it
   // infinite, and then inf - inf (NaN) would fail a call whose results are the same on every rank.
   double largest = 0;
@@ -568,7 +557,7 @@ int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t
   if (sig.retired()) {  // its pattern kept failing: dense, nothing recorded, on every rank alike
     *path = Path::kDense;
     note(cs, CallKind::kAllReduce, op, type, CallPath::kDense, count);
-    return dense(Coll::kAllReduce, send, recv, count, type, op, cs.comm, call.stream);
+    return dense(Collective::kAllReduce, send, recv, count, type, op, cs.comm, call.stream);
   }
   LearnedDecision d;
   if (int rc = sig.begin_call(backend_, cs.comm, cs.live, send, &d)) {
@@ -580,7 +569,7 @@ int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t
         (unsigned long long)count, dtype_name(type), cs.comm, rc);
     cs.learned.erase({count, type});
     note(cs, CallKind::kAllReduce, op, type, CallPath::kDense, count);
-    return dense(Coll::kAllReduce, send, recv, count, type, op, cs.comm, call.stream);
+    return dense(Collective::kAllReduce, send, recv, count, type, op, cs.comm, call.stream);
   }
   add(stats_.learned_calls_observed, 1);
   add(stats_.learned_bytes_saved, d.would_save);
@@ -611,7 +600,7 @@ int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t
   if (!d.compact) {
     *path = Path::kDense;
     note(cs, CallKind::kAllReduce, op, type, CallPath::kDense, count);
-    const int rc = dense(Coll::kAllReduce, send, recv, count, type, op, cs.comm, call.stream);
+    const int rc = dense(Collective::kAllReduce, send, recv, count, type, op, cs.comm, call.stream);
     if (!enqueued(rc)) return rc;
     Deferred r{Deferred::Kind::kRecord, call.state, call.stream};
     r.learned = held;
@@ -622,7 +611,7 @@ int Proxy::learned_all_reduce(Call& call, const void* send, void* recv, uint64_t
   *path = Path::kCompactLearned;
   const std::shared_ptr<EntryPlan>& plan = sig.plan();
   add(stats_.learned_bytes_saved, (count - plan->nnz() - 1) * compress::dtype_size(type));
-  Compaction c{Coll::kAllReduce, plan, send, recv, op};
+  Compaction c{Collective::kAllReduce, plan, send, recv, op};
   c.learned = held;
   c.record = d.record;
   c.moved = d.moved;

@@ -184,7 +184,7 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
       SIEVE_WARN(
           "collective proxy: a CUDA graph compacts with mask %llu (%s), which commit %llu replaced or removed; "
           "replays of that graph still use the old mask: capture it again",
-          (unsigned long long)entry.source->id(), compress::mask_target_name(entry.source->target()),
+          (unsigned long long)entry.source->id(), compress::mask_target_name(entry.source->collective()),
           (unsigned long long)number);
   };
   for (const auto& [base, entry] : cs.active) keep_captured(entry);
@@ -214,7 +214,7 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
   for (ActiveEntry& e : agreement.entries) {
     outcome->compacting += e.plan ? 1 : 0;
     ++outcome->masks;
-    if (e.source->target() == compress::MaskTarget::kBuffer) cs.active[e.source->base()] = std::move(e);
+    if (!e.source->collective()) cs.active[e.source->base()] = std::move(e);
     else cs.shape_masks.push_back(std::move(e));
   }
   // A collective's mask is certain when no other mask of its shape differs from it: the agreed
@@ -224,7 +224,7 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
   for (size_t i = 0; i < cs.shape_masks.size(); ++i)
     for (size_t j = 0; j < cs.shape_masks.size(); ++j) {
       const compress::PublishedMask &a = *cs.shape_masks[i].source, &b = *cs.shape_masks[j].source;
-      if (i != j && a.target() == b.target() && a.count() == b.count() && a.dtype() == b.dtype() &&
+      if (i != j && a.collective() == b.collective() && a.count() == b.count() && a.dtype() == b.dtype() &&
           !(*cs.shape_masks[i].agreed == *cs.shape_masks[j].agreed))
         cs.ambiguous[i] = true;
     }

@@ -200,11 +200,10 @@ class Proxy {
     int capturing = -1;  // -1: not asked yet
     std::unique_lock<std::mutex> lock;
   };
-  enum class Coll { kAllReduce, kReduceScatter, kAllGather };
   // One compacted collective: gathered before its collective, scattered after (inside a group: the
   // gathers just before the group's launch, the scatters just after).
   struct Compaction {
-    Coll coll = Coll::kAllReduce;
+    Collective coll = Collective::kAllReduce;
     std::shared_ptr<EntryPlan> plan;
     const void* send = nullptr;
     void* recv = nullptr;
@@ -291,12 +290,12 @@ class Proxy {
   int vote_learned(CommState& cs, LearnedSignature& sig, Stream stream);
 
   // Collectives (collectives.cc).
-  static CallKind call_kind(Coll coll);
   const ActiveEntry* match(CommState& cs, const void* base, uint64_t count, DType type);
-  const ActiveEntry* shape_mask(CommState& cs, compress::MaskTarget target, uint64_t count, DType type);
+  const ActiveEntry* shape_mask(CommState& cs, Collective collective, uint64_t count, DType type);
   bool whole_count(uint64_t per_rank, int nranks, uint64_t* count) const;
-  int dense(Coll coll, const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm, Stream stream);
-  int sharded(Coll coll, const void* send, void* recv, uint64_t per_rank, DType type, ReduceOp op, Comm comm,
+  int dense(Collective coll, const void* send, void* recv, uint64_t count, DType type, ReduceOp op, Comm comm,
+            Stream stream);
+  int sharded(Collective coll, const void* send, void* recv, uint64_t per_rank, DType type, ReduceOp op, Comm comm,
               Stream stream, Path* path);
   int compact(Call& call, Compaction& c, Path* path);
   int gather_kept(CommState& cs, const Compaction& c, Stream stream);

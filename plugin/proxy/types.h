@@ -8,10 +8,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "compress/collective.h"
 #include "compress/dtype.h"
 
 namespace sieve::plugin::proxy {
 
+using compress::Collective;
 using compress::DType;
 // Reductions the proxy compacts (masked positions are zero on every rank, so each of these gives
 // zero there too): NCCL's built-in ones, and the pre-multiplied sums a trainer created on a

@@ -185,7 +185,7 @@ TEST(CollectivesTest, AUnionDecidesWhetherAShapeNamesItsMaskFromTheMergedMasks) 
       const auto [a, b] = masks_of(r.rank);
       for (const compress::Mask* m : {&a, &b})
         ASSERT_TRUE(r.registry
-                        .publish_collective(compress::MaskTarget::kReduceScatter, compress::DType::kF32,
+                        .publish_collective(compress::Collective::kReduceScatter, compress::DType::kF32,
                                             std::make_shared<const compress::Mask>(*m), nullptr)
                         .ok());
       ASSERT_EQ(r.commit(SIEVE_COMMIT_UNION).state, CommitOutcome::State::kActivated);

@@ -461,7 +461,7 @@ class Runner {
                           .ok());
           return true;
         }
-        for (compress::MaskTarget target : {compress::MaskTarget::kReduceScatter, compress::MaskTarget::kAllGather}) {
+        for (compress::Collective target : {compress::Collective::kReduceScatter, compress::Collective::kAllGather}) {
           uint64_t id = 0;
           EXPECT_TRUE(r_.registry
                           .publish_collective(target, compress::DType::kF32, std::make_shared<const compress::Mask>(m),

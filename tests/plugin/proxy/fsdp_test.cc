@@ -108,13 +108,13 @@ template <typename T> Outputs train(int n, DType type, bool sieve, int steps, in
       for (const Group& g : groups) {
         const compress::Mask m = g.mask(all);
         ASSERT_TRUE(r.registry
-                        .publish_collective(compress::MaskTarget::kAllGather, dtype,
+                        .publish_collective(compress::Collective::kAllGather, dtype,
                                             std::make_shared<const compress::Mask>(m), nullptr)
                         .ok());
       }
       for (auto g = groups.rbegin(); g != groups.rend(); ++g)
         ASSERT_TRUE(r.registry
-                        .publish_collective(compress::MaskTarget::kReduceScatter, dtype,
+                        .publish_collective(compress::Collective::kReduceScatter, dtype,
                                             std::make_shared<const compress::Mask>(g->mask(all)), nullptr)
                         .ok());
       EXPECT_EQ(r.commit().state, CommitOutcome::State::kActivated);
@@ -197,7 +197,7 @@ TEST(FsdpTest, ASkippedCollectiveNeverShiftsMasks) {
   run_ranks(ranks, [&](Rank& r) {
     for (const compress::Mask* m : {&a, &b})
       ASSERT_TRUE(r.registry
-                      .publish_collective(compress::MaskTarget::kReduceScatter, compress::DType::kF32,
+                      .publish_collective(compress::Collective::kReduceScatter, compress::DType::kF32,
                                           std::make_shared<const compress::Mask>(*m), nullptr)
                       .ok());
     r.commit();
@@ -232,7 +232,7 @@ TEST(FsdpTest, EqualMasksOfOneShapeCompact) {
   run_ranks(ranks, [&](Rank& r) {
     for (int layer = 0; layer < 3; ++layer)
       ASSERT_TRUE(r.registry
-                      .publish_collective(compress::MaskTarget::kReduceScatter, compress::DType::kF32,
+                      .publish_collective(compress::Collective::kReduceScatter, compress::DType::kF32,
                                           std::make_shared<const compress::Mask>(a), nullptr)
                       .ok());
     r.commit();

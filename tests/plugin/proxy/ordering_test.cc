@@ -194,7 +194,7 @@ TEST(OrderingTest, AVerificationMismatchOnOneRankAbortsEveryRank) {
       ASSERT_FALSE(m.test(601));
       if (kind == 0)
         ASSERT_TRUE(r.registry
-                        .publish_collective(compress::MaskTarget::kReduceScatter, compress::DType::kF32,
+                        .publish_collective(compress::Collective::kReduceScatter, compress::DType::kF32,
                                             std::make_shared<const compress::Mask>(m), nullptr)
                         .ok());
       else r.publish(g.data(), m);
@@ -264,7 +264,7 @@ TEST(OrderingTest, VerdictsOfAGroupAreSharedPerCommunicator) {
     std::vector<float> a = gradient(m, r.rank), b = gradient(m, r.rank), mine(kCount / 2);
     if (r.rank == 0) a[601] = 4.0f;  // in rank 1's shard, where the mask prunes
     ASSERT_TRUE(r.registry
-                    .publish_collective(compress::MaskTarget::kReduceScatter, compress::DType::kF32,
+                    .publish_collective(compress::Collective::kReduceScatter, compress::DType::kF32,
                                         std::make_shared<const compress::Mask>(m), nullptr)
                     .ok());
     r.publish(b.data(), m);
