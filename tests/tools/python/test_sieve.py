@@ -394,23 +394,6 @@ class Tensors(unittest.TestCase):
 # test_real_torch.py, not against stand-ins here.
 
 
-def cxx_emulation_mask(numels, keeps, n):
-    """tests/plugin/proxy/fsdp_test.cc's Group::mask, element by element: shards of ceil(numel / n), rank-major,
-    padding pruned (the C++ emulation flattens parameters, i.e. 1-D ones)."""
-    shard = [(numel + n - 1) // n for numel in numels]
-    width = sum(shard)
-    out = [0] * (width * n)
-    for r in range(n):
-        at = r * width
-        for numel, keep, s in zip(numels, keeps, shard):
-            for j in range(s):
-                element = r * s + j
-                if element < numel and keep[element]:
-                    out[at + j] = 1
-            at += s
-    return out
-
-
 def fsdp2_gather_buffer(values, world_size, dims):
     """The whole all-gather buffer FSDP2 moves for a group: per rank, each parameter's torch.chunk
     along its shard dim, copied into zeros of chunk 0's size (_init_sharded_param), flattened and
@@ -458,15 +441,22 @@ class FsdpLayout(unittest.TestCase):
         self.assertEqual(bits, [1, 0, 0, 1, 1, 1, 1, 0,  # rank 0: A rows 0-2, B 0-1
                                 0, 0, 1, 0, 0, 0, 1, 0])  # rank 1: A rows 3-4, padding, B 2, padding
 
-    def test_agrees_with_the_cxx_emulation_rule(self):
+    def test_random_groups_equal_the_nonzeros_of_what_fsdp2_moves(self):
+        # Generated groups (1-D to 3-D parameters, any row counts, shard dims 0 or 1, 2 to 5 ranks)
+        # against the oracle below, which builds the buffer as FSDP2 does (torch.chunk per rank).
         rng = __import__("random").Random(5)
         for trial in range(30):
             n = rng.randrange(2, 6)
-            numels = [rng.randrange(1, 40) for _ in range(rng.randrange(1, 5))]
-            keeps = [[rng.random() < 0.3 for _ in range(numel)] for numel in numels]
-            ours = sieve.fsdp2_layout([(numel,) for numel in numels], n,
-                                      [torch.tensor(k, dtype=torch.bool) for k in keeps]).int().tolist()
-            self.assertEqual(ours, cxx_emulation_mask(numels, keeps, n), "trial %d" % trial)
+            shapes = [tuple(rng.randrange(1, 9) for _ in range(rng.randrange(1, 4)))
+                      for _ in range(rng.randrange(1, 5))]
+            # FSDP2 shards a dim other than 0 only when it divides evenly among the ranks.
+            dims = [rng.randrange(0, 2) if len(shape) > 1 and shape[1] % n == 0 else 0 for shape in shapes]
+            keeps = [torch.rand(shape, generator=torch.Generator().manual_seed(trial * 10 + i)) < 0.3
+                     for i, shape in enumerate(shapes)]
+            values = [nonzero_where_kept(k, trial * 10 + i) for i, k in enumerate(keeps)]
+            bits = sieve.fsdp2_layout(shapes, n, keeps, dims)
+            self.assertTrue(torch.equal(bits, fsdp2_gather_buffer(values, n, dims).ne(0)),
+                            "trial %d: %s over %d ranks, dims %s" % (trial, shapes, n, dims))
 
     def test_equals_the_nonzeros_of_the_buffers_fsdp2_moves(self):
         cases = [  # (shapes, shard dims, world size): uneven rows, empty last ranks, 3-D, Shard(1)
