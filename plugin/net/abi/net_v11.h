@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// NCCL net plugin ABI v11 (NCCL 2.27 - 2.28): init once per communicator with a context,
-// finalize, setNetAttr, maxMultiRequestSize.
+// NCCL net plugin ABI v11 (NCCL 2.27 - 2.29; 2.30 adds v12): init once per communicator with a
+// context, finalize, setNetAttr, maxMultiRequestSize.
 #pragma once
 
 #include "plugin/net/abi/net_v10.h"
