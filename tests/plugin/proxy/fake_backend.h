@@ -185,7 +185,7 @@ class FakeBackend : public DeviceBackend {
   bool graphs_keep = true;  // false: a backend that cannot tie lifetimes to graphs (the caller keeps)
 
   bool nonblocking = false;   // collectives return kResultInProgress and run at wait_enqueued()
-  bool keeps_handle = false;  // abort_comm revokes (NCCL >= 2.28) instead of freeing the handle
+  bool keeps_handle = false;  // abort_comm revokes (NCCL >= 2.28.7) instead of freeing the handle
   FakeFaults faults;
   // What the proxy did, for tests: kinds and counts of real collectives, in order (read them once the
   // rank's threads are done); per communicator too, where several threads drive several.
