@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 
 from ._constants import _ERR_INVALID, _ERR_UNAVAILABLE
@@ -170,6 +171,31 @@ def library() -> ctypes.CDLL:
             _lib, _lib_path = _open(found), found
         _lib_is_package_copy = False
     return _lib
+
+
+# Whether this process was told that Sieve is absent: once, since a training loop calls stats() and
+# publish_pruned_model() every step, and one line says all there is to say.
+_absence_said = False
+
+
+def _present() -> ctypes.CDLL | None:
+    """library(), or None where Sieve is not in this process at all: nothing preloaded, no SIEVE_LIBRARY
+    (a job rolled back by taking Sieve out of its launch). The calls a training script makes then do
+    nothing, so that undoing Sieve changes no line of the script; the "sieve" logger says so once.
+    A SIEVE_LIBRARY that does not load, or names another copy than the loaded one, still raises: that
+    is a mistake in the launch, not a rollback."""
+    global _absence_said
+    try:
+        return library()
+    except SieveError as error:
+        if error.code != _ERR_UNAVAILABLE:
+            raise
+    if not _absence_said:
+        _absence_said = True
+        logging.getLogger("sieve").warning(
+            "sieve: %s is not loaded in this process (no LD_PRELOAD, no SIEVE_LIBRARY): sieve's mask calls do "
+            "nothing, commits are refused and sieve.stats() reads zeros; the job runs as without Sieve", _LIBRARY_NAME)
+    return None
 
 
 def _library_or_package_copy() -> ctypes.CDLL | None:
