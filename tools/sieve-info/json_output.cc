@@ -33,6 +33,15 @@ void write_plugin(JsonWriter& json, const Report& report) {
   json.end_array();
   json.member("used_version", plugin.used_version);
   json.member("name", plugin.name);
+  json.key("capabilities");  // null: not known (not loaded, or no sieve_capabilities())
+  if (plugin.capabilities_known) {
+    json.begin_array();
+    for (const auto& capability : capabilities())
+      if (plugin.capabilities & capability.bit) json.value(std::string(capability.name));
+    json.end_array();
+  } else {
+    json.null();
+  }
   json.key("devices");
   json.begin_array();
   for (size_t i = 0; i < plugin.devices.size(); ++i) {

@@ -81,6 +81,14 @@ void print_plugin(const Report& report, std::ostream& out) {
   out << "  ABI versions ";
   for (int version : plugin.abi_versions) out << " ncclNetPlugin_v" << version;
   out << "\n  name          " << or_dash(plugin.name) << " (driven through v" << plugin.used_version << ")\n";
+  if (plugin.capabilities_known) {
+    std::string has, lacks;
+    for (const auto& capability : capabilities()) {
+      std::string& into = (plugin.capabilities & capability.bit) ? has : lacks;
+      into += (into.empty() ? "" : ", ") + std::string(capability.name);
+    }
+    out << "  capabilities  " << or_dash(has) << (lacks.empty() ? "" : " (lacks " + lacks + ")") << "\n";
+  }
   if (!plugin.devices_error.empty()) out << "  error         " << plugin.devices_error << "\n";
   if (plugin.topology_file != report.topo_file)
     out << "  note          the devices are this machine's interfaces, as the plugin finds them"

@@ -164,6 +164,8 @@ class HeaderConstants(unittest.TestCase):
             "_COMMIT_REFUSED": "SIEVE_COMMIT_REFUSED", "_COMMIT_ACTIVATED": "SIEVE_COMMIT_ACTIVATED",
             "_COMMIT_PENDING": "SIEVE_COMMIT_PENDING", "_TOKEN_WORDS": "SIEVE_COMMIT_TOKEN_WORDS",
             "_TOKEN_NO_PROXY": "SIEVE_COMMIT_TOKEN_NO_PROXY", "_CAP_CUDA_COMPACT": "SIEVE_CAP_CUDA_COMPACT",
+            "_CAP_HOST_COMPACT": "SIEVE_CAP_HOST_COMPACT", "_CAP_PROXY": "SIEVE_CAP_PROXY",
+            "_CAP_VERBS": "SIEVE_CAP_VERBS",
         }
         for ours, theirs in expected.items():
             self.assertIn(theirs, h, "sieve.h lost %s" % theirs)
