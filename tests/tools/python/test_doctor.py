@@ -37,6 +37,21 @@ def sieve(*args, stdout=subprocess.PIPE, **env):
                               stderr=subprocess.PIPE, text=True, timeout=120)
 
 
+def python_code(code, **env):
+    environment = {k: v for k, v in os.environ.items() if k not in CLEARED}
+    environment.update(PYTHONPATH=PACKAGE_DIR)
+    environment.update(env)
+    return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120)
+
+
+class Advice(unittest.TestCase):
+    def test_not_loaded_advises_the_launcher_and_the_path(self):
+        # A wheel's copy is on no loader path: LD_PRELOAD by name would not find it.
+        done = python_code("import sieve; sieve.library()")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("start the job with python -m sieve run -- COMMAND, or LD_PRELOAD=", done.stderr)
+
+
 class Capabilities(unittest.TestCase):
     def test_the_doctor_reports_them_and_fails_for_a_required_one_missing(self):
         done = sieve()
@@ -105,6 +120,12 @@ class UnloadableLibrary(unittest.TestCase):
         self.assertIn("cannot be loaded: it needs libsieve-test-gone.so.1, which the dynamic loader does not find",
                       done.stderr)
         self.assertIn("loads: no", done.stdout)
+
+    def test_the_binding_names_the_missing_library(self):
+        done = python_code("import sieve; sieve.stats()", SIEVE_LIBRARY=self.library)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("it needs libsieve-test-gone.so.1, which the dynamic loader does not find", done.stderr)
+        self.assertNotIn("give its path", done.stderr)
 
     def test_the_launcher_refuses_instead_of_a_dead_job(self):
         ran = sieve("run", "--", sys.executable, "-c", "print('RAN')", SIEVE_LIBRARY=self.library)

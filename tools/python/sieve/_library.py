@@ -78,10 +78,16 @@ def _find_library() -> str:
         if not os.path.isfile(wanted):
             raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s: no such file" % wanted)
         return wanted
-    raise SieveError(_ERR_UNAVAILABLE, "%s is not loaded in this process: start the job with LD_PRELOAD=%s "
-                                       "(or its path; the collective proxy works only preloaded), or set "
-                                       "SIEVE_LIBRARY (a path or a name) to use the C API alone"
-                     % (_LIBRARY_NAME, _LIBRARY_NAME))
+    # By path where this installation has a copy: a wheel's is on no loader path, so its name alone
+    # would not preload it.
+    try:
+        preload = library_path()
+    except SieveError:
+        preload = _LIBRARY_NAME
+    raise SieveError(_ERR_UNAVAILABLE, "%s is not loaded in this process: start the job with python -m sieve run -- "
+                                       "COMMAND, or LD_PRELOAD=%s (the collective proxy works only preloaded), or "
+                                       "set SIEVE_LIBRARY (a path or a name) to use the C API alone"
+                     % (_LIBRARY_NAME, preload))
 
 
 def _package_copy() -> str | None:
@@ -119,8 +125,15 @@ def _open(path: str) -> ctypes.CDLL:
     try:
         lib = ctypes.CDLL(path)
     except OSError as e:
-        raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s: the dynamic loader cannot load it (%s); give its path, "
-                                       "or add its directory to LD_LIBRARY_PATH" % (path, e)) from None
+        from ._probe import missing_libraries
+        missing = missing_libraries(path, str(e))
+        if missing and os.path.basename(missing[0]) != os.path.basename(path):
+            advice = "it needs %s, which the dynamic loader does not find: install the package that holds it, or " \
+                     "add its directory to LD_LIBRARY_PATH" % ", ".join(missing)
+        else:
+            advice = "give its path, or add its directory to LD_LIBRARY_PATH"
+        raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s: the dynamic loader cannot load it (%s); %s"
+                         % (path, e, advice)) from None
     lib.sieve_version.restype = ctypes.c_char_p
     lib.sieve_strerror.restype = ctypes.c_char_p
     lib.sieve_strerror.argtypes = [ctypes.c_int]
