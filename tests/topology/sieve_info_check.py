@@ -284,6 +284,14 @@ for name, present in built.items():
 rc, out, err = run("--require", "host-compact,proxie")
 check(rc == 2 and "unknown capability 'proxie'" in err, f"--require of an unknown name: exit {rc}, {err!r}")
 
+# Another spelling the registry takes (an on/off choice reads every boolean): accepted, and shown as
+# what is in force, not only as written.
+rc, out, err = run("--json", env_extra={"SIEVE_TRACK": "yes"})
+track = next(c for c in json.loads(out)["config"] if c["name"] == "SIEVE_TRACK")
+check(rc == 0 and (track["value"], track["effective"]) == ("yes", "on"), f"SIEVE_TRACK=yes: exit {rc}, {track}")
+rc, text, err = run(env_extra={"SIEVE_TRACK": "yes"})
+check(re.search(r"SIEVE_TRACK +on \(given as yes\)", text), "the text shows SIEVE_TRACK=yes as written only")
+
 for failure in failures:
     print("FAIL:", failure)
 print(f"{len(failures)} failure(s)")

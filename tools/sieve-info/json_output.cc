@@ -214,6 +214,8 @@ void write_config(JsonWriter& json, const Report& report) {
     json.member("name", entry.info->name);
     json.member("kind", config::kind_name(entry.info->kind));
     json.member("value", shown_value(entry));
+    json.member("effective",
+                entry.info->kind == config::Kind::kString ? shown_value(entry) : effective_text(entry));  // in force
     json.member("default", entry.info->default_text);
     json.member("source", entry.source == config::Source::kEnvironment ? "environment" : "default");
     json.member("choices", entry.info->choices);

@@ -240,13 +240,36 @@ std::vector<size_t> matrix_columns(const topology::Machine& machine) {
   return columns;
 }
 
+std::string effective_text(const config::Effective& entry) {
+  if (entry.info->kind == config::Kind::kBool) {
+    bool on = false;
+    if (config::parse_bool(entry.value, on)) return on ? "on" : "off";
+  } else if (entry.info->kind == config::Kind::kChoice) {
+    int index = 0;
+    if (config::parse_choice(entry.value, entry.info->choices, index)) {
+      std::string choices = std::string(entry.info->choices) + "|";
+      size_t start = 0;
+      for (int i = 0; i < index; ++i) start = choices.find('|', start) + 1;
+      return choices.substr(start, choices.find('|', start) - start);
+    }
+  }
+  return entry.value;
+}
+
 std::string shown_value(const config::Effective& entry) {
   const std::string name = entry.info->name;
   const std::string suffix = "_TOKEN";
   const bool secret =
       name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  if (!secret) return entry.value;
-  return entry.value.empty() ? "" : "(set, not shown)";
+  if (secret) return entry.value.empty() ? "" : "(set, not shown)";
+  return entry.value;
+}
+
+std::string shown_effective(const config::Effective& entry) {
+  // Another spelling the registry takes (SIEVE_TRACK=yes is on): what is in force, then what was written.
+  const std::string shown = shown_value(entry);
+  const std::string effective = effective_text(entry);
+  return effective == entry.value ? shown : effective + " (given as " + shown + ")";
 }
 
 Report gather(const ReportOptions& options) {

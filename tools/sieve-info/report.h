@@ -96,6 +96,11 @@ Report gather(const ReportOptions& options);
 
 // The value to show for a setting: secrets (SIEVE_*_TOKEN) are never printed, only whether set.
 std::string shown_value(const config::Effective& entry);
+// The value in force in its own spelling: a Bool's on or off, a Choice's choice (SIEVE_TRACK=yes is
+// on, as the registry reads it); other kinds as written.
+std::string effective_text(const config::Effective& entry);
+// shown_value, with the value in force first where it was written otherwise ("on (given as yes)").
+std::string shown_effective(const config::Effective& entry);
 
 // The capabilities sieve_capabilities() reports, by the names --require and the output use, with
 // what a library without each one lacks.

@@ -236,7 +236,7 @@ void print_config(const Report& report, std::ostream& out) {
   out << "\nConfiguration (\"tcp only\", \"ib only\": read by that transport alone)\n";
   Table table;
   for (const auto& entry : report.config) {
-    const std::string value = shown_value(entry);
+    const std::string value = shown_effective(entry);
     const config::Scope scope = entry.info->scope;
     table.row({entry.info->name, value.empty() ? "(empty)" : value,
                entry.source == config::Source::kEnvironment ? "environment" : "default",
