@@ -283,6 +283,19 @@ class Tensors(unittest.TestCase):
             sieve.query(grad)
         self.assertEqual(caught.exception.code, -4)
 
+    def test_a_mask_that_keeps_nothing_is_warned_about(self):
+        # Valid (a layer pruned away) but far more often inverted: every element would go as zero.
+        code = ("import sieve, torch\n"
+                "sieve.publish_mask(torch.zeros(16), torch.ones(16))\n"
+                "sieve.publish_mask(torch.zeros(16), torch.zeros(16))\n"
+                "sieve.publish_collective('all_gather', torch.zeros(8, dtype=torch.bool), torch.float32)\n")
+        done = run_python(code, SIEVE_LIBRARY=LIBRARY)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        said = [line for line in done.stderr.splitlines() if "keeps none of its" in line]
+        self.assertEqual(len(said), 2, done.stderr)
+        self.assertIn("sieve_mask_publish_for: the mask keeps none of its 16 elements", said[0])
+        self.assertIn("sieve_collective_mask_publish_for: the mask keeps none of its 8 elements", said[1])
+
     # Review, hang 4: the binding retracted when a tensor was garbage-collected: the first of a
     # bucket's gradients to die retracted the whole bucket, a cycle retracted whenever the collector
     # ran (different on each rank), a temporary view retracted at once. Now the binding holds what it
