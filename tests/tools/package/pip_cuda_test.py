@@ -6,7 +6,6 @@ step runs, as pyproject.toml's settings give it, in a scratch directory.
 
 Run: python3 pip_cuda_test.py SOURCE_DIR SCRATCH_DIR"""
 
-import os
 import shutil
 import subprocess
 import sys
