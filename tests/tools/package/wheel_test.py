@@ -58,7 +58,8 @@ def main():
     if importlib.util.find_spec("scikit_build_core") is None:
         print("skipped: %s has no scikit-build-core (tools/install-deps.sh installs it)" % sys.executable)
         return 77
-    settings = ["build-dir=" + os.path.join(build, "wheel-build"), "cmake.define.CMAKE_CUDA_COMPILER=NOTFOUND"]
+    settings = ["build-dir=" + os.path.join(build, "wheel-build"), "cmake.define.CMAKE_CUDA_COMPILER=NOTFOUND",
+                "cmake.define.SIEVE_CUDA=OFF"]
     if shutil.which("ccache"):
         settings += ["cmake.define.CMAKE_%s_COMPILER_LAUNCHER=ccache" % lang for lang in ("C", "CXX")]
     work = tempfile.mkdtemp(prefix="sieve-wheel-")

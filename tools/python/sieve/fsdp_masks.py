@@ -711,9 +711,11 @@ def publish_fsdp(model: torch.nn.Module, group: torch.distributed.ProcessGroup |
     ids, counts = [], {"all_gather": 0, "reduce_scatter": 0}
     for comm, entries in plan:
         for entry in entries:
-            ids.append(_publish_collective_bits(entry.kind, entry.count, _dtype_code_of(entry.dtype),
-                                                _packbits(entry.bits)))
-            counts[entry.kind] += 1
+            mask_id = _publish_collective_bits(entry.kind, entry.count, _dtype_code_of(entry.dtype),
+                                               _packbits(entry.bits))
+            if mask_id:  # 0: no Sieve in this process, nothing published
+                ids.append(mask_id)
+                counts[entry.kind] += 1
     groups = [comm for comm, _ in plan]
     _fsdp_published[id(model)] = {"ids": ids, "groups": groups}
     commits = []
