@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""docs/DEPLOY.md's sieve_signal_ranks, as the document writes it, against three processes whose
+"""docs/DEPLOY.md's signal_sieve_ranks, as the document writes it, against three processes whose
 command lines match its pattern: a rank (Sieve mapped, SIGUSR1 caught: Python's handler stands in for
 Sieve's) gets the signal; a launcher with Sieve preloaded but no handler, and a process without Sieve
 (a rank of a job rolled back), are left alone. SIGUSR1 would kill either. Then each survivor is
@@ -17,9 +17,9 @@ import tempfile
 
 def function_text(source):
     text = open(os.path.join(source, "docs", "DEPLOY.md")).read()
-    found = re.search(r"^sieve_signal_ranks\(\) \{.*?^\}$", text, re.MULTILINE | re.DOTALL)
+    found = re.search(r"^signal_sieve_ranks\(\) \{.*?^\}$", text, re.MULTILINE | re.DOTALL)
     if not found:
-        sys.exit("FAIL: docs/DEPLOY.md has no sieve_signal_ranks() { ... } block")
+        sys.exit("FAIL: docs/DEPLOY.md has no signal_sieve_ranks() { ... } block")
     return found.group(0)
 
 
@@ -42,7 +42,7 @@ def main():
                      % (library, got, sleep), marker)
         launcher = start("import ctypes, time; ctypes.CDLL(%r); %s" % (library, sleep), marker)
         plain = start("import time; %s" % sleep, marker)
-        done = subprocess.run(["bash", "-c", function_text(source) + '\nsieve_signal_ranks "$1"', "bash", marker],
+        done = subprocess.run(["bash", "-c", function_text(source) + '\nsignal_sieve_ranks "$1"', "bash", marker],
                               capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
             failures.append("the function failed: %d %s" % (done.returncode, done.stderr))
@@ -55,7 +55,7 @@ def main():
     for failure in failures:
         print("FAIL:", failure)
     if not failures:
-        print("sieve_signal_ranks signals the rank alone")
+        print("signal_sieve_ranks signals the rank alone")
     return 1 if failures else 0
 
 
