@@ -223,10 +223,13 @@ def _mask_for(module, param_name, full_name, masks, used):
     if param_name.endswith("_orig"):
         keep = getattr(module, "_buffers", {}).get(param_name[:-len("_orig")] + "_mask")
     if full_name in masks:
-        if keep is not None:
-            raise SieveError(_ERR_INVALID, "%s is pruned with torch.nn.utils.prune and also given in masks: give one "
-                                           "mask per parameter" % full_name)
-        keep = masks[full_name]
+        given = masks[full_name]
+        # sieve.masks_from(model) gives prune's own masks too: the same mask twice is one mask.
+        if keep is not None and not (given.numel() == keep.numel() and
+                                     bool(given.reshape(-1).ne(0).cpu().eq(keep.reshape(-1).ne(0).cpu()).all())):
+            raise SieveError(_ERR_INVALID, "%s is pruned with torch.nn.utils.prune and given another mask in masks: "
+                                           "give one mask per parameter" % full_name)
+        keep = given
         used.add(full_name)
     return keep
 
