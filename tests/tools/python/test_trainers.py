@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The trainers' recipes of docs/DEPLOY.md ("Trainers"), run for real: 2 processes, Gloo on loopback,
+"""The trainers' recipes of docs/PYTORCH.md ("Trainers"), run for real: 2 processes, Gloo on loopback,
 a model pruned with torch.nn.utils.prune and torch.ao.pruning, every loss and parameter bit-identical
 to the same trainer without Sieve (the sign of zero folded, as test_ddp.py), and Sieve seen at work
 (buckets compacted, none fallen back):

@@ -22,7 +22,7 @@ trained, as model.named_parameters() gives it):
 
 It does not find masks where the gradients at pruned positions are not zero, which no mask can make
 exact: torchao's SemiSparseLinear (straight-through backward, a 2:4 pattern recomputed every forward)
-and apex ASP (gradients masked only inside optimizer.step, after the all-reduce); docs/DEPLOY.md
+and apex ASP (gradients masked only inside optimizer.step, after the all-reduce); docs/PYTORCH.md
 says what to do with them.
 """
 
