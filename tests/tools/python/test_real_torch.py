@@ -315,7 +315,9 @@ def fsdp2_rank(rank, store, world=WORLD, reshard_after_forward=True, param_dtype
     def expect_dtype(call):
         if frozen_f64 and call["kind"] == "all_gather" and call["dtype"] == torch.uint8:
             return None
-        return (param_dtype if call["kind"] == "all_gather" else reduce_dtype or param_dtype) or torch.float32
+        # Without reduce_dtype, PyTorch 2.11 reduces in param_dtype, 2.15 in the parameters' own dtype.
+        reduce = reduce_dtype or (None if torch.__version__ >= "2.15" else param_dtype)
+        return (param_dtype if call["kind"] == "all_gather" else reduce) or torch.float32
     steps = [s for s in range(3) if s != skip_gate_at]
     problems = order_problems(capture.calls, published.entries, plan_comms, steps, expect_dtype)
     replay = replay_part(capture, published.entries, plan_comms)
