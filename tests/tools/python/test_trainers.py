@@ -6,6 +6,8 @@ to the same trainer without Sieve (the sign of zero folded, as test_ddp.py), and
 - Lightning (DDPStrategy): sieve.ddp registered on the strategy's DDP model in on_fit_start. On the
   CPU, DDPStrategy(ddp_comm_state=..., ddp_comm_hook=...) registers nothing (Lightning 2.6 registers
   a hook only on CUDA): checked here, so the recipe says so for as long as it holds;
+- Lightning's FSDP2 (ModelParallelStrategy): sieve.fsdp.compact on the net configure_model sharded, in
+  on_fit_start;
 - Accelerate: accelerator.prepare(model), then model.register_comm_hook (its DistributedDataParallelKwargs
   takes only PyTorch's built-in hooks).
 Both run in the same processes; the ranks' process group is made first (Lightning and Accelerate
@@ -34,6 +36,7 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 import accelerate  # noqa: E402
 import lightning  # noqa: E402
 import sieve  # noqa: E402
+import sieve.fsdp as sieve_fsdp  # noqa: E402
 from sieve import ddp as sieve_ddp  # noqa: E402
 
 STEPS = 4
@@ -58,7 +61,8 @@ def dataset():
 
 
 def bits(net):
-    return [(p.detach().float() + 0.0).view(torch.int32).clone() for p in net.parameters()]
+    full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in net.parameters()]  # FSDP2's DTensors
+    return [(p.detach().float() + 0.0).view(torch.int32).clone() for p in full]
 
 
 def same(label, a, b):
@@ -122,6 +126,48 @@ def case_lightning():
     assert probe.stats["votes"] == 0, "Lightning registers ddp_comm_hook on the CPU now: update the recipe"
 
 
+class LitFSDP2(Lit):
+    """The LightningModule of ModelParallelStrategy, Lightning's FSDP2: configure_model applies
+    fully_shard on the data-parallel mesh the strategy made (each linear, then the net)."""
+
+    def configure_model(self):
+        from torch.distributed.fsdp import fully_shard
+        mesh = self.device_mesh["data_parallel"]
+        for i in (0, 2, 4):
+            fully_shard(self.net[i], mesh=mesh)
+        fully_shard(self.net, mesh=mesh)
+
+
+class SieveFSDP2(lightning.Callback):
+    """The recipe: sieve.fsdp on the net configure_model sharded, before the first step."""
+
+    def on_fit_start(self, trainer, pl_module):
+        self.outcome = sieve_fsdp.compact(pl_module.net, masks=sieve.masks_from(pl_module.net, quiet=True))
+
+
+def lightning_fsdp2_fit(callbacks=()):
+    from lightning.pytorch.strategies import ModelParallelStrategy
+    module = LitFSDP2()
+    strategy = ModelParallelStrategy(data_parallel_size=dist.get_world_size(), tensor_parallel_size=1,
+                                     process_group_backend="gloo")
+    trainer = lightning.Trainer(accelerator="cpu", devices=dist.get_world_size(), num_nodes=1, max_steps=STEPS,
+                                strategy=strategy, callbacks=list(callbacks), logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module)
+    return module.losses, bits(module)
+
+
+def case_lightning_fsdp2():
+    dense = lightning_fsdp2_fit()
+    hook = SieveFSDP2()
+    before = sieve_fsdp.stats()
+    same("lightning fsdp2", dense, lightning_fsdp2_fit([hook]))
+    after = sieve_fsdp.stats()
+    assert all(hook.outcome[label] in ("compacted", "gradients only") for label in ("0", "2")), hook.outcome
+    assert after["compacted"] - before["compacted"] >= 2 * STEPS, (before, after)
+    assert after["fallback"] == before["fallback"] and after["dense"] == before["dense"], (before, after)
+
+
 def accelerate_fit(use_sieve):
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs
@@ -160,6 +206,7 @@ def worker(rank, world, port):
     try:
         torch.set_num_threads(1)
         case_lightning()
+        case_lightning_fsdp2()
         case_accelerate()
     finally:
         dist.destroy_process_group()
@@ -168,8 +215,8 @@ def worker(rank, world, port):
 def main():
     versions = (lightning.__version__, accelerate.__version__)
     return run_ranks(__file__, worker, 2, 420,
-                     "OK: Lightning %s (DDPStrategy) and Accelerate %s with sieve.ddp bit-identical to the same "
-                     "trainer without Sieve at 2 ranks, buckets compacted" % versions)
+                     "OK: Lightning %s (DDPStrategy with sieve.ddp, ModelParallelStrategy with sieve.fsdp) and "
+                     "Accelerate %s bit-identical to the same trainer without Sieve at 2 ranks, compacted" % versions)
 
 
 if __name__ == "__main__":
