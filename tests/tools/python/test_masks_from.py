@@ -157,23 +157,23 @@ def case_ddp():
     assert state.stats["compacted"] > 0 and state.stats["fallback"] == 0, state.stats
     assert state.stats["elements_sent"] < 0.8 * state.stats["elements_dense"], state.stats
     # The preloaded proxy's binding: the same masks on DDP's real buckets (its commit needs a proxy).
-    if os.environ.get("SIEVE_LIBRARY"):
-        net = model()
-        ddp = DDP(net, bucket_cap_mb=0.001, gradient_as_bucket_view=True)
-        train(net, ddp)
-        masks = sieve.masks_from(net, quiet=True)
-        assert sieve.publish_pruned_model(net, masks=masks, commit_now=False) >= 2
-        # One mask per bucket (gradient_as_bucket_view: every .grad views its bucket), pruning
-        # exactly what the masks prune.
-        buckets = {}
-        for name in masks:
-            grad = dict(net.named_parameters())[name].grad
-            storage = grad.untyped_storage()
-            buckets[storage.data_ptr()] = torch.tensor([], dtype=grad.dtype).set_(storage)
-        pruned = sum(int((~keep).sum()) for keep in masks.values())
-        published = [sieve.query(bucket) for bucket in buckets.values()]
-        assert sum(q["count"] - q["kept"] for q in published) == pruned, (published, pruned)
-        sieve.retract_all(net, commit_now=False)
+    assert os.environ.get("SIEVE_LIBRARY"), "SIEVE_LIBRARY must name the built library (ctest sets it)"
+    net = model()
+    ddp = DDP(net, bucket_cap_mb=0.001, gradient_as_bucket_view=True)
+    train(net, ddp)
+    masks = sieve.masks_from(net, quiet=True)
+    assert sieve.publish_pruned_model(net, masks=masks, commit_now=False) >= 2
+    # One mask per bucket (gradient_as_bucket_view: every .grad views its bucket), pruning
+    # exactly what the masks prune.
+    buckets = {}
+    for name in masks:
+        grad = dict(net.named_parameters())[name].grad
+        storage = grad.untyped_storage()
+        buckets[storage.data_ptr()] = torch.tensor([], dtype=grad.dtype).set_(storage)
+    pruned = sum(int((~keep).sum()) for keep in masks.values())
+    published = [sieve.query(bucket) for bucket in buckets.values()]
+    assert sum(q["count"] - q["kept"] for q in published) == pruned, (published, pruned)
+    sieve.retract_all(net, commit_now=False)
 
 
 def case_asp():
