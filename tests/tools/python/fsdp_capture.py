@@ -32,33 +32,43 @@ class Capture:
     CPU gathers with dist.all_gather into torch.chunk views of its padded flat parameter (a GPU's
     all_gather_into_tensor moves that same buffer): their concatenation."""
 
+    # FSDP's names for the collectives it issues: PyTorch 2.15 calls all_gather_single and
+    # reduce_scatter_single where 2.11 calls all_gather_into_tensor and reduce_scatter_tensor.
+    GATHERS = ("all_gather_into_tensor", "all_gather_single")
+    SCATTERS = ("reduce_scatter_tensor", "reduce_scatter_single")
+
     def __init__(self):
         self.calls, self.on, self.step, self.comms = [], False, 0, {}
-        self.saved = (dist.all_gather_into_tensor, dist.reduce_scatter_tensor, dist.all_gather)
-        real_gather, real_scatter, real_gather_list = self.saved
+        names = [n for n in self.GATHERS + self.SCATTERS + ("all_gather",) if hasattr(dist, n)]
+        self.saved = {name: getattr(dist, name) for name in names}
+        for name in names:
+            setattr(dist, name, self._wrap(name, self.saved[name]))
 
-        def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
-            work = real_gather(output_tensor, input_tensor, group=group, async_op=async_op)
-            if self.on:
-                if work is not None:
-                    work.wait()
-                self.add("all_gather", output_tensor, group)
-            return work
+    def _wrap(self, name, real):
+        if name in self.GATHERS:
+            def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+                work = real(output_tensor, input_tensor, group=group, async_op=async_op)
+                if self.on:
+                    if work is not None:
+                        work.wait()
+                    self.add("all_gather", output_tensor, group)
+                return work
+            return all_gather_into_tensor
+        if name in self.SCATTERS:
+            def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+                if self.on:
+                    self.add("reduce_scatter", input, group)
+                return real(output, input, op=op, group=group, async_op=async_op)
+            return reduce_scatter_tensor
 
         def all_gather(tensor_list, tensor, group=None, async_op=False):
-            work = real_gather_list(tensor_list, tensor, group=group, async_op=async_op)
+            work = real(tensor_list, tensor, group=group, async_op=async_op)
             if self.on:
                 if work is not None:
                     work.wait()
                 self.add("all_gather", torch.cat([t.reshape(-1) for t in tensor_list]), group)
             return work
-
-        def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
-            if self.on:
-                self.add("reduce_scatter", input, group)
-            return real_scatter(output, input, op=op, group=group, async_op=async_op)
-        dist.all_gather_into_tensor, dist.reduce_scatter_tensor, dist.all_gather = (
-            all_gather_into_tensor, reduce_scatter_tensor, all_gather)
+        return all_gather
 
     def comm_of(self, group):
         return self.comms.setdefault(dist.group.WORLD if group is None else group, len(self.comms))
@@ -68,7 +78,8 @@ class Capture:
                            "nonzero": buffer.reshape(-1).ne(0).clone(), "comm": self.comm_of(group), "step": self.step})
 
     def close(self):
-        dist.all_gather_into_tensor, dist.reduce_scatter_tensor, dist.all_gather = self.saved
+        for name, real in self.saved.items():
+            setattr(dist, name, real)
 
 
 class Published:

@@ -315,7 +315,9 @@ def fsdp2_rank(rank, store, world=WORLD, reshard_after_forward=True, param_dtype
     def expect_dtype(call):
         if frozen_f64 and call["kind"] == "all_gather" and call["dtype"] == torch.uint8:
             return None
-        return (param_dtype if call["kind"] == "all_gather" else reduce_dtype or param_dtype) or torch.float32
+        # Without reduce_dtype, PyTorch 2.11 reduces in param_dtype, 2.15 in the parameters' own dtype.
+        reduce = reduce_dtype or (None if torch.__version__ >= "2.15" else param_dtype)
+        return (param_dtype if call["kind"] == "all_gather" else reduce) or torch.float32
     steps = [s for s in range(3) if s != skip_gate_at]
     problems = order_problems(capture.calls, published.entries, plan_comms, steps, expect_dtype)
     replay = replay_part(capture, published.entries, plan_comms)
@@ -511,6 +513,9 @@ CASES = [("fsdp2_reshard_to_2", 4, lambda rank, store: fsdp2_rank(rank, store, 4
                                                                      reduce_dtype=torch.float32)),
          ("fsdp2_bf16", WORLD, lambda rank, store: fsdp2_rank(rank, store, param_dtype=torch.bfloat16,
                                                               reduce_dtype=torch.bfloat16)),
+         # reduce_dtype=None: PyTorch 2.11 reduces in param_dtype, 2.15 in the parameters' own float32
+         ("fsdp2_bf16_no_reduce_dtype", WORLD, lambda rank, store: fsdp2_rank(rank, store,
+                                                                              param_dtype=torch.bfloat16)),
          ("fsdp2_shard_dim", WORLD, lambda rank, store: fsdp2_rank(rank, store, shard_dim=True)),
          ("fsdp2_two_groups", WORLD, lambda rank, store: fsdp2_rank(rank, store, two_groups=True)),
          ("fsdp2_two_groups_one_unpruned", WORLD,
@@ -631,7 +636,8 @@ class RealStructures(unittest.TestCase):
             self.assertEqual(result["compacted"], 3 * 3)
 
     def test_publish_fsdp_with_mixed_precision_gathers_in_param_dtype_and_reduces_in_reduce_dtype(self):
-        for case in ("fsdp2_bf16_params", "fsdp2_bf16"):  # reduce in float32; in bf16 (= param_dtype)
+        # reduce in float32; in bf16 (= param_dtype); as the PyTorch at hand does without reduce_dtype
+        for case in ("fsdp2_bf16_params", "fsdp2_bf16", "fsdp2_bf16_no_reduce_dtype"):
             for rank, result in self.results(case):
                 self.assertEqual(result["problems"], [], "%s, rank %d" % (case, rank))
                 self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 8, 3 * 4))

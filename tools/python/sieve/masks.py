@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import operator
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from ._constants import (_COLLECTIVES, _COMMIT_ACTIVATED, _COMMIT_PENDING, _COMMIT_REFUSED, _COMMIT_UNION,
                          _DTYPE_BF16, _DTYPE_F16, _DTYPE_F32, _DTYPE_F64, _DTYPE_I8, _DTYPE_I32, _DTYPE_I64,
@@ -294,16 +294,26 @@ def stats() -> dict[str, int]:
     return {name: getattr(s, name) for name, _ in _Stats._fields_[1:]}
 
 
-def _pruned_parameters(model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter, torch.Tensor]]:
-    """(name, parameter, mask) for every torch.nn.utils.prune reparametrization in the model: the
-    trainable tensor is <name>_orig and the mask the buffer <name>_mask."""
+def _pruned_parameters(model: torch.nn.Module, masks: Mapping[str, torch.Tensor] | None = None
+                       ) -> Iterator[tuple[str, torch.nn.Parameter, torch.Tensor]]:
+    """(name, parameter, mask) for every torch.nn.utils.prune reparametrization in the model (the
+    trainable tensor is <name>_orig and the mask the buffer <name>_mask) and every masks[name] (a
+    parameter name, as sieve.masks_from gives them), which wins over prune's buffer."""
+    masks = dict(masks or {})
+    params = dict(model.named_parameters())
+    unknown = sorted(set(masks) - set(params))
+    if unknown:
+        raise SieveError(_ERR_INVALID, "masks names %s, which the model has no parameter of" % ", ".join(unknown))
     for module_name, module in model.named_modules():
         buffers = dict(module.named_buffers(recurse=False))
         for param_name, param in module.named_parameters(recurse=False):
-            if param_name.endswith("_orig"):
+            name = ("%s.%s" % (module_name, param_name)).lstrip(".")
+            if name in masks:
+                yield name, param, masks.pop(name)
+            elif param_name.endswith("_orig"):
                 mask = buffers.get(param_name[:-len("_orig")] + "_mask")
                 if mask is not None:
-                    yield ("%s.%s" % (module_name, param_name)).lstrip("."), param, mask
+                    yield name, param, mask
 
 
 # Mask ids publish_pruned_model published, per model: republishing (buckets moved, masks changed)
@@ -353,8 +363,10 @@ def _storage_masks(pruned):
 
 
 def publish_pruned_model(model: torch.nn.Module, require_grads: bool = True, commit_now: bool = True,
-                         union: bool = False, group: torch.distributed.ProcessGroup | None = None) -> int:
-    """Publishes the masks of every parameter pruned with torch.nn.utils.prune, on the buffers that
+                         union: bool = False, group: torch.distributed.ProcessGroup | None = None,
+                         masks: Mapping[str, torch.Tensor] | None = None) -> int:
+    """Publishes the masks of every parameter pruned with torch.nn.utils.prune, and `masks` ({parameter
+    name: keep}, as sieve.masks_from(model) finds them: torch.ao.pruning's too), on the buffers that
     hold their gradients (the gradient of a pruned weight is exactly zero where the mask prunes), then
     commits on `group` (commit_now=False leaves the commit to the caller). Returns the number of masks
     published.
@@ -368,7 +380,7 @@ def publish_pruned_model(model: torch.nn.Module, require_grads: bool = True, com
     gradient_as_bucket_view DDP copies gradients into buckets no mask covers, and the proxy runs dense
     (it logs the near miss).
     """
-    pruned = list(_pruned_parameters(model))
+    pruned = list(_pruned_parameters(model, masks))
     if require_grads:
         for name, param, _ in pruned:
             if param.grad is None:
