@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 python=${PYTHON_VENV:-/opt/sieve/venv}/bin/python  # PyTorch 2.11, from tools/install-deps.sh
 
-bash "$root/tools/install-deps.sh"
+bash "$root/tools/install-deps.sh" --without-newest  # the demo runs on PyTorch 2.11 alone
 echo "demo: building (this takes a few minutes the first time)..."
 bash "$root/tools/build.sh" >/dev/null
 

@@ -15,8 +15,14 @@
 #    of the machine (a new clone does not download the 4.7 GiB of each again). Point PYTHON_VENV or
 #    PYTHON_VENV_NEWEST at an environment you already have to use that one (it gets what is missing).
 #    Nothing is reinstalled when the versions are already there.
+# --without-newest skips the second environment: the demo runs on 2.11 alone and need not download it.
 # (Not SIEVE_* names: those belong to the plugin's registry, which reports unknown ones.)
 set -euo pipefail
+with_newest=1
+if [[ ${1:-} == --without-newest ]]; then
+  with_newest=0
+  shift
+fi
 venv=${PYTHON_VENV:-/opt/sieve/venv}
 venv_newest=${PYTHON_VENV_NEWEST:-/opt/sieve/venv-newest}
 # The trainers of the docs' recipes (tests/tools/python/test_trainers.py), the same in both environments.
@@ -81,4 +87,6 @@ PY
 }
 
 install_env "$venv" 2.11 0.26  # the GPU machines' PyTorch; torchvision 0.26 is built against it
-install_env "$venv_newest" 2.15
+if ((with_newest)); then
+  install_env "$venv_newest" 2.15
+fi
