@@ -52,32 +52,30 @@ int Proxy::run_group_end(ThreadState& ts) {
       fail_comm(*d.state, rc, "the gather of a compacted collective failed");
   }
   const int group_rc = backend_.group_end();
-  int rc = group_rc;
-  // After the launch: what follows the collectives, in call order. kResultInProgress stays the
+  // After the launch: what follows the collectives, per communicator in call order (the same on
+  // every rank of it, whatever order this thread put communicators in). kResultInProgress stays the
   // answer unless something fails: collectives that nothing waited for may still be on their way.
-  std::vector<CommState*>& waited = ts.waited;
-  // By index: nothing run here defers work of its own (this thread's group depth is 0 again), but an
-  // append would not invalidate the loop either.
-  ts.collecting_verdicts = true;
+  int rc = group_rc;
+  ts.lanes.clear();  // keeps its capacity: no allocation on the next group
   for (size_t i = 0; i < ts.deferred.size(); ++i) {
-    Deferred& d = ts.deferred[i];
-    std::lock_guard lock(d.state->mutex);
-    CommState& cs = *d.state;
-    if (!enqueued(group_rc) || cs.failed.load()) {
-      if (d.kind == Deferred::Kind::kLearnedVote) d.learned->withdraw();
-      if (d.kind == Deferred::Kind::kCommit) release_vote(cs, *d.commit);
-      if (d.kind == Deferred::Kind::kCommit && !cs.failed.load())
-        fail_comm(cs, group_rc, "could not launch the group holding a commit's vote");
-      continue;
+    CommState* cs = ts.deferred[i].state.get();
+    if (std::none_of(ts.lanes.begin(), ts.lanes.end(), [cs](const Lane& l) { return l.state == cs; }))
+      ts.lanes.push_back(Lane{cs, i});
+  }
+  // Nothing run here defers work of its own (this thread's group depth is 0 again). Rounds: each
+  // communicator runs until its next agreement needs an exchange; then every such exchange is
+  // issued in one NCCL group, so that no rank waits on one communicator while another waits on
+  // another. Each communicator's sequence of exchanges depends only on agreed words, so every
+  // rank's round k issues the same exchanges on it.
+  ts.collecting_verdicts = true;
+  for (;;) {
+    bool pending = false;
+    for (Lane& lane : ts.lanes) {
+      advance(ts, lane, group_rc, &rc);
+      pending = pending || lane.step.exchange;
     }
-    if (group_rc == kResultInProgress && std::find(waited.begin(), waited.end(), &cs) == waited.end()) {
-      waited.push_back(&cs);
-      if (int w = backend_.wait_enqueued(cs.comm, cs.live)) {
-        rc = fail_comm(cs, w, "waited for a group's collectives to reach their streams and");
-        continue;
-      }
-    }
-    if (int w = run_after(d); w && enqueued(rc)) rc = w;
+    if (!pending) break;
+    exchange_round(ts, &rc);
   }
   ts.collecting_verdicts = false;
   if (!ts.verdicts.empty()) {
@@ -86,9 +84,96 @@ int Proxy::run_group_end(ThreadState& ts) {
     for (const VerifyVerdict& v : ts.verdicts) locks.emplace_back(v.state->mutex);
     if (int w = share_verdicts(ts.verdicts); w && enqueued(rc)) rc = w;
   }
-  ts.deferred.clear();  // both keep their capacity: no allocation on the next group
-  waited.clear();
+  ts.deferred.clear();  // keeps its capacity
   return rc;
+}
+
+void Proxy::advance(ThreadState& ts, Lane& lane, int group_rc, int* rc) {
+  CommState& cs = *lane.state;
+  std::lock_guard lock(cs.mutex);
+  while (lane.next < ts.deferred.size()) {
+    Deferred& d = ts.deferred[lane.next];
+    if (d.state.get() != &cs) {
+      ++lane.next;
+      continue;
+    }
+    const bool agreement = d.kind == Deferred::Kind::kCommit || d.kind == Deferred::Kind::kLearnedVote;
+    if (!enqueued(group_rc) || cs.failed.load()) {
+      if (d.kind == Deferred::Kind::kLearnedVote) d.learned->withdraw();
+      if (d.kind == Deferred::Kind::kCommit) release_vote(cs, *d.commit);
+      if (d.kind == Deferred::Kind::kCommit && !cs.failed.load())
+        fail_comm(cs, group_rc, "could not launch the group holding a commit's vote");
+      lane.step = ExchangeStep();
+      lane.resume = false;
+      ++lane.next;
+      continue;
+    }
+    if (group_rc == kResultInProgress && !lane.waited) {
+      lane.waited = true;
+      if (int w = backend_.wait_enqueued(cs.comm, cs.live))
+        *rc = fail_comm(cs, w, "waited for a group's collectives to reach their streams and");
+      continue;  // a failure is this item's, on the next pass
+    }
+    int w = kResultSuccess;
+    if (!agreement) {
+      w = run_after(d);
+    } else if (d.kind == Deferred::Kind::kCommit) {
+      w = step_commit(cs, d.stream, *d.commit, &lane.step);
+    } else if (!lane.resume) {
+      Waiting waiting(cs, "a learned-mask vote");
+      propose_learned(cs, *d.learned, &d.vote, &d.why, &lane.step);
+    } else {
+      settle_learned(cs, *d.learned, d.vote, d.why);
+      lane.step = ExchangeStep();
+    }
+    lane.resume = false;
+    if (!w && lane.step.exchange) {
+      lane.stream = d.stream;
+      return;  // until this round's exchanges have run
+    }
+    if (w && enqueued(*rc)) *rc = w;
+    ++lane.next;
+  }
+}
+
+void Proxy::exchange_round(ThreadState& ts, int* rc) {
+  // Each communicator's lock, as its steps took it (no other thread uses this rank's communicators
+  // of the group now: NCCL requires that of its callers).
+  std::vector<std::unique_lock<std::mutex>> locks;
+  size_t pending = 0;
+  for (Lane& lane : ts.lanes)
+    if (lane.step.exchange) {
+      locks.emplace_back(lane.state->mutex);
+      lane.state->waiting_for.store("an agreement's exchange at a group's end", std::memory_order_relaxed);
+      ++pending;
+    }
+  const bool grouped = pending > 1;
+  const int start_rc = grouped ? backend_.group_start() : kResultSuccess;
+  for (Lane& lane : ts.lanes)
+    if (lane.step.exchange)
+      lane.issued = start_rc ? start_rc
+                             : backend_.exchange_in(*lane.step.exchange, nullptr, lane.step.count, lane.step.width,
+                                                    lane.state->comm, lane.stream);
+  const int group_rc = grouped && !start_rc ? backend_.group_end() : kResultSuccess;
+  for (Lane& lane : ts.lanes) {
+    if (!lane.step.exchange) continue;
+    CommState& cs = *lane.state;
+    const ExchangeStep& step = lane.step;
+    int r = enqueued(lane.issued) ? group_rc : lane.issued;
+    if (enqueued(r) && (r == kResultInProgress || lane.issued == kResultInProgress))
+      r = backend_.wait_enqueued(cs.comm, cs.live);
+    if (!r) r = backend_.exchange_out(*step.exchange, nullptr, step.count, step.width, lane.stream);
+    if (!r) r = backend_.wait_exchange(*step.exchange, cs.comm, cs.live);
+    cs.waiting_for.store(nullptr, std::memory_order_relaxed);
+    if (r) {
+      // The suspended item sees the failure on the next pass and withdraws.
+      const int failed = fail_comm(cs, r, "could not complete an agreement's exchange at a group's end");
+      if (enqueued(*rc)) *rc = failed;
+      lane.step = ExchangeStep();
+      continue;
+    }
+    lane.resume = true;
+  }
 }
 
 int Proxy::group_end() {
