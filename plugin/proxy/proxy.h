@@ -118,6 +118,18 @@ class Proxy {
   bool release(Comm comm, const char* why);
   // After NCCL has torn it down: forgets it (NCCL may give a new communicator the same handle).
   void forget(Comm comm);
+  // NCCL created a communicator at `comm` (ncclCommInitRank*, InitAll, Split, Shrink): whatever the
+  // proxy knew at that address is forgotten. When that was one the proxy aborted and NCCL freed
+  // (no ncclCommRevoke: NCCL < 2.28) and the job has not torn down its handle yet, the first
+  // teardown of the address is still owed to that dead handle.
+  void created(Comm comm);
+  // The job's ncclCommDestroy / ncclCommAbort of `comm` (`why`: report the state first, as at an
+  // abort): true when it must reach NCCL. False for a handle the proxy's abort freed, and for the
+  // owed teardown of such a handle whose address a new communicator has now, which must never reach
+  // the new one.
+  bool teardown(Comm comm, const char* why);
+  // ncclCommFinalize of `comm` must not reach NCCL: the proxy aborted it, or it is such a dead handle.
+  bool dead_handle(Comm comm) const;
   // True when the proxy aborted this communicator (every later call on it fails).
   bool aborted(Comm comm) const;
   // The interposed ncclCommGetAsyncError (a watchdog thread's poll): never reaches a handle an abort
@@ -359,6 +371,9 @@ class Proxy {
   std::shared_ptr<ThreadStates> threads_;
   // Communicators torn down since a graph captured one of their plans: kept while the process lives.
   std::vector<std::shared_ptr<CommState>> orphaned_;
+  // Addresses whose next teardown is a dead handle's (created()): the job's old handle is torn down
+  // once, and the new communicator there must not go with it.
+  std::unordered_set<Comm> dead_handles_;
   std::atomic<bool> warned_uncommitted_{false};
   std::function<void(const std::string&)> report_;
   void report(const char* why) const;

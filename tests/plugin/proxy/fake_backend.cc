@@ -484,6 +484,17 @@ int FakeBackend::abort_comm(Comm comm) {
   return kResultSuccess;
 }
 
+void FakeBackend::destroy_comm(Comm comm) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!freed_.insert(comm).second) {
+      if (error.empty()) error = "ncclCommDestroy on a handle an abort freed";
+      return;
+    }
+  }
+  if (Member* m = member(comm)) m->world->abort("rank " + std::to_string(m->rank) + " destroyed it");
+}
+
 int FakeBackend::capture_status(Stream, bool* capturing) {
   if (fault(faults.capture_status)) return kResultCudaError;
   *capturing = me().capturing;

@@ -145,6 +145,9 @@ class FakeBackend : public DeviceBackend {
   int comm_shape(Comm comm, int* nranks, int* rank) override;
   int wait_enqueued(Comm comm, CommLiveness& live) override;
   int abort_comm(Comm comm) override;
+  // The job's teardown reaching NCCL (ncclCommDestroy): the communicator at `comm` is gone for every
+  // rank (its world fails their calls); on a handle an abort freed, a use after free (recorded).
+  void destroy_comm(Comm comm);
   bool abort_keeps_handle() const override { return keeps_handle; }
   // A poll that takes a while inside "NCCL", as a real one may: an abort that frees the handle
   // meanwhile, or a poll of a freed handle, is recorded as a use after free.
