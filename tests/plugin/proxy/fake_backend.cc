@@ -154,8 +154,7 @@ bool FakeWorld::collective(int rank, Kind kind, const void* in, void* out, uint6
     arrived_ = 0;
     ++generation_;
     cv_.notify_all();
-  } else if (!cv_.wait_for(lock, std::chrono::seconds(20),
-                           [&] { return generation_ != my_generation || !abort_reason_.empty(); })) {
+  } else if (!cv_.wait_for(lock, patience_, [&] { return generation_ != my_generation || !abort_reason_.empty(); })) {
     --arrived_;
     *error = "rank " + std::to_string(rank) + ": the other ranks never joined the collective";
     return false;

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -36,7 +37,9 @@ namespace sieve::plugin::proxy::testing {
 
 class FakeWorld {
  public:
-  explicit FakeWorld(int ranks) : ranks_(ranks), slots_(size_t(ranks)) {}
+  // `patience`: how long a rank waits for the others before its collective fails.
+  explicit FakeWorld(int ranks, std::chrono::milliseconds patience = std::chrono::seconds(20))
+      : ranks_(ranks), patience_(patience), slots_(size_t(ranks)) {}
   int ranks() const { return ranks_; }
 
   enum class Kind { kAllReduce, kReduceScatter, kAllGather };
@@ -64,6 +67,7 @@ class FakeWorld {
   };
   void reduce();
   const int ranks_;
+  const std::chrono::milliseconds patience_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<Slot> slots_;

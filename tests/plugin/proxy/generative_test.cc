@@ -1,0 +1,474 @@
+// SPDX-License-Identifier: Apache-2.0
+// The proxy's first law as a generated property over what the random-schedule test
+// (consistency_test.cc) does not combine: several communicators per process, put into groups in a
+// per-rank order; one thread driving every rank (ncclCommInitAll); the fake's group launch in
+// order or in a random interleaving; commits of several communicators in one group; union,
+// scoped and published masks; SIEVE_TRACK on and observe; SIEVE_PROXY_VERIFY; one buffer read
+// several times per group; non-finite values; zero-count calls; threads handing a rank's work
+// over; and communicators destroyed and created again at the same address. The oracle is
+// independent of the proxy: every result equals a dense reference computed here, no rank's call
+// fails, and every rank issued the same collectives on each communicator. A failing seed prints
+// its program, shrunk to the fewest steps that still fail. ONLY_SEED=n runs one seed, SEEDS=a-b a range.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <sstream>
+
+#include "plugin/sieve.h"
+#include "tests/common/liveness.h"
+#include "tests/plugin/proxy/rank_harness.h"
+
+namespace sieve::plugin::proxy {
+namespace {
+
+using namespace testing;
+
+enum class Op { kPublish, kRetract, kCommit, kGroup, kSingle, kRecreate };
+
+struct Call {
+  int comm = 0, tensor = 0;
+  bool twice = false;  // out-of-place: one send buffer read by a sum and an avg of the same group
+  ReduceOp op = ReduceOp::kSum;
+};
+
+struct Step {
+  Op op = Op::kGroup;
+  int id = 0;  // its index in the generated program: per-rank choices derive from it, so shrinking keeps them
+  int comm = -1, tensor = -1;
+  std::vector<int> comms;   // kCommit: every communicator committed in one group
+  std::vector<Call> calls;  // kGroup, kSingle
+  bool nonfinite = false;   // an inf on rank 0 and a -inf on the last rank (NaN where both meet)
+  int only_rank = -1;       // kRetract: on this rank only (the next commit is refused on every rank)
+};
+
+struct Program {
+  uint64_t seed = 0;
+  int nranks = 2, ncomms = 1;
+  bool one_thread = false;  // one process, one thread, every rank (ncclCommInitAll)
+  bool nonblocking = false;
+  config::Track track = config::Track::kOff;
+  bool verify = false, merge = false, scoped = false;
+  uint32_t lag = 1;
+  uint64_t interleave = 0;
+  std::vector<uint64_t> counts;  // per tensor, the same on every communicator
+  std::vector<Step> steps;
+};
+
+constexpr int kTensors = 3;
+
+Comm handle(int comm, int rank) { return reinterpret_cast<Comm>(uintptr_t(0x10000 * (comm + 1) + 0x100 * rank)); }
+
+bool kept(const Program& p, int comm, int tensor, int rank, uint64_t i) {
+  const uint64_t base = 2 + uint64_t(comm + tensor) % 3;
+  return i % base == 0 || (p.merge && i % 7 == uint64_t(rank)) || i == 1;
+}
+
+compress::Mask mask_of(const Program& p, int comm, int tensor, int rank) {
+  compress::Mask m(p.counts[size_t(tensor)], false);
+  for (uint64_t i = 0; i < m.count(); ++i)
+    if (kept(p, comm, tensor, rank, i)) m.set_range(i, 1, true);
+  return m;
+}
+
+float input(const Program& p, const Step& s, const Call& c, int rank, uint64_t i, int tick) {
+  if (!kept(p, c.comm, c.tensor, rank, i)) return -0.0f;
+  if (s.nonfinite && i == 1 && rank == 0) return std::numeric_limits<float>::infinity();
+  if (s.nonfinite && i == 1 && rank == p.nranks - 1) return -std::numeric_limits<float>::infinity();
+  return float(rank + 1) * 0.25f + float(i % 11) + float(tick % 7) + float(c.comm);
+}
+
+// As the fake world reduces: rank by rank, avg scaling each input first.
+float reference(const Program& p, const Step& s, const Call& c, ReduceOp op, uint64_t i, int tick) {
+  auto in = [&](int r) {
+    const float v = input(p, s, c, r, i, tick);
+    return op == ReduceOp::kAvg ? v / float(p.nranks) : v;
+  };
+  float acc = in(0);
+  for (int r = 1; r < p.nranks; ++r) acc += in(r);
+  return acc;
+}
+
+bool same(float got, float want) { return (std::isnan(got) && std::isnan(want)) || got == want; }
+
+Program generate(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Program p;
+  p.seed = seed;
+  p.nranks = 2 + int(rng() % 3);
+  p.ncomms = 1 + int(rng() % 3);
+  p.one_thread = rng() % 3 == 0;
+  p.nonblocking = rng() % 4 == 0;
+  const uint64_t track = rng() % 4;
+  p.track = track == 0 ? config::Track::kOn : track == 1 ? config::Track::kObserve : config::Track::kOff;
+  p.merge = rng() % 3 == 0;
+  p.verify = rng() % 4 == 0;
+  p.scoped = p.one_thread || rng() % 2 == 0;  // one registry for every rank: each rank's own masks
+  p.lag = 1 + uint32_t(rng() % 2);
+  p.interleave = rng() % 2 ? rng() | 1 : 0;
+  for (int t = 0; t < kTensors; ++t)
+    p.counts.push_back(t == 2 && rng() % 4 == 0 ? 0 : uint64_t(p.nranks) * (16 + 9 * uint64_t(t)));
+  const int length = 8 + int(rng() % 18);
+  for (int k = 0; k < length; ++k) {
+    Step s;
+    s.id = k;
+    const uint64_t pick = rng() % 100;
+    s.comm = int(rng() % uint64_t(p.ncomms));
+    s.tensor = int(rng() % kTensors);
+    if (pick < 15) {
+      s.op = Op::kPublish;
+    } else if (pick < 20) {
+      s.op = Op::kRetract;
+      if (rng() % 3 == 0) s.only_rank = int(rng() % uint64_t(p.nranks));
+    } else if (pick < 35) {
+      s.op = Op::kCommit;
+      for (int c = 0; c < p.ncomms; ++c)
+        if (c == s.comm || rng() % 2) s.comms.push_back(c);
+    } else if (pick < 40 && k > 4) {
+      s.op = Op::kRecreate;
+    } else {
+      s.op = pick < 55 && !p.one_thread ? Op::kSingle : Op::kGroup;
+      const int n = s.op == Op::kSingle ? 1 : 1 + int(rng() % 4);
+      std::vector<std::pair<int, int>> used;
+      for (int j = 0; j < n; ++j) {
+        Call c{int(rng() % uint64_t(p.ncomms)), int(rng() % kTensors)};
+        if (std::find(used.begin(), used.end(), std::make_pair(c.comm, c.tensor)) != used.end()) continue;
+        used.emplace_back(c.comm, c.tensor);
+        c.twice = rng() % 4 == 0;
+        c.op = rng() % 4 == 0 ? ReduceOp::kAvg : ReduceOp::kSum;
+        s.calls.push_back(c);
+      }
+      s.nonfinite = rng() % 8 == 0;
+    }
+    p.steps.push_back(std::move(s));
+  }
+  return p;
+}
+
+std::string describe(const Program& p) {
+  std::ostringstream o;
+  o << "seed " << p.seed << ": " << p.nranks << " ranks, " << p.ncomms << " communicators"
+    << (p.one_thread ? ", one thread drives every rank" : "") << (p.nonblocking ? ", non-blocking" : "")
+    << ", SIEVE_TRACK=" << config::choice_text(p.track) << (p.verify ? ", verify" : "") << (p.merge ? ", union" : "")
+    << (p.scoped ? ", scoped" : "") << ", lag " << p.lag << ", interleave " << p.interleave << ", counts";
+  for (uint64_t c : p.counts) o << " " << c;
+  for (const Step& s : p.steps) {
+    o << "\n  step " << s.id << ": ";
+    switch (s.op) {
+      case Op::kPublish: o << "publish c" << s.comm << " t" << s.tensor; break;
+      case Op::kRetract:
+        o << "retract c" << s.comm << " t" << s.tensor;
+        if (s.only_rank >= 0) o << " on rank " << s.only_rank << " only";
+        break;
+      case Op::kRecreate: o << "destroy c" << s.comm << ", create it again at its address"; break;
+      case Op::kCommit:
+        o << "commit in one group:";
+        for (int c : s.comms) o << " c" << c;
+        break;
+      case Op::kGroup:
+      case Op::kSingle:
+        o << (s.op == Op::kGroup ? "group:" : "alone:");
+        for (const Call& c : s.calls)
+          o << " all_reduce(c" << c.comm << " t" << c.tensor << (c.op == ReduceOp::kAvg ? " avg" : " sum")
+            << (c.twice ? ", read twice" : "") << ")";
+        if (s.nonfinite) o << " with infinities";
+        break;
+    }
+  }
+  return o.str();
+}
+
+// One process: the ranks it drives (one, or every rank), its registry, backend and proxy.
+struct Process {
+  Process(const Program& p, std::vector<std::unique_ptr<FakeWorld>>& worlds, std::vector<int> ranks_of)
+      : ranks(std::move(ranks_of)),
+        backend(*worlds[0], ranks[0], handle(0, ranks[0])),
+        proxy(backend, registry, options(p), stats) {
+    for (int c = 0; c < p.ncomms; ++c)
+      for (int r : ranks)
+        if (c || r != ranks[0]) backend.join(handle(c, r), *worlds[size_t(c)], r);
+    backend.nonblocking = p.nonblocking;
+    backend.interleave_seed = p.interleave ? p.interleave + uint64_t(ranks[0]) : 0;
+    const size_t buffers = size_t(p.ncomms) * kTensors * size_t(p.nranks);
+    for (size_t b = 0; b < buffers; ++b) {  // by (communicator, tensor, rank), as Runner::slot()
+      const uint64_t count = p.counts[(b / size_t(p.nranks)) % kTensors];
+      send.emplace_back(count + 1);
+      out.emplace_back(2 * (count + 1));
+    }
+    ids.assign(buffers, 0);
+  }
+  static ProxyOptions options(const Program& p) {
+    ProxyOptions o = test_options();
+    o.track = p.track;
+    o.track_stable = 2;
+    o.track_lag = p.lag;
+    o.verify = p.verify;
+    return o;
+  }
+  std::vector<int> ranks;
+  compress::MaskRegistry registry;
+  ProcessStats stats;
+  FakeBackend backend;
+  Proxy proxy;
+  std::vector<std::vector<float>> send, out;  // by Runner::slot()
+  std::vector<uint64_t> ids;
+  std::string error;
+};
+
+// Runs the steps [first, last) on one process; the first failure goes into proc.error.
+class Runner {
+ public:
+  Runner(const Program& p, Process& proc) : p_(p), proc_(proc) {}
+
+  void run(size_t first, size_t last) {
+    for (size_t k = first; k < last && proc_.error.empty(); ++k) {
+      const Step& s = p_.steps[k];
+      std::mt19937_64 rng(p_.seed * 1000003 + uint64_t(s.id) * 131 + uint64_t(proc_.ranks[0]));
+      if (!p_.one_thread && rng() % 4 == 0) {  // this rank hands its next step to another thread
+        std::thread other([&] { step(s, rng); });
+        other.join();
+      } else {
+        step(s, rng);
+      }
+    }
+  }
+
+ private:
+  void fail(const Step& s, const std::string& what) {
+    if (proc_.error.empty())
+      proc_.error = "rank " + std::to_string(proc_.ranks[0]) + ", step " + std::to_string(s.id) + ": " + what +
+                    (proc_.backend.error.empty() ? "" : " (" + proc_.backend.error + ")");
+  }
+  bool ok(const Step& s, int rc, Comm comm, const char* what) {
+    if (rc == kResultInProgress) {
+      CommLiveness live;
+      rc = proc_.backend.wait_enqueued(comm, live);
+    }
+    if (rc) fail(s, std::string(what) + " returned " + std::to_string(rc));
+    return rc == 0;
+  }
+  size_t slot(const Call& c, int rank) const {
+    return (size_t(c.comm) * kTensors + size_t(c.tensor)) * size_t(p_.nranks) + size_t(rank);
+  }
+
+  void step(const Step& s, std::mt19937_64& rng) {
+    const int tick = s.id;
+    switch (s.op) {
+      case Op::kPublish:
+      case Op::kRetract:
+        for (int r : proc_.ranks) {
+          if (s.op == Op::kRetract && s.only_rank >= 0 && s.only_rank != r) continue;
+          const size_t b = slot(Call{s.comm, s.tensor}, r);
+          if (proc_.ids[b] && !proc_.registry.retract_id(proc_.ids[b]).ok()) fail(s, "a retraction failed");
+          proc_.ids[b] = 0;
+          if (s.op == Op::kRetract || p_.counts[size_t(s.tensor)] == 0) continue;
+          const auto m = std::make_shared<const compress::Mask>(mask_of(p_, s.comm, s.tensor, r));
+          if (!proc_.registry
+                   .publish(proc_.send[b].data(), compress::DType::kF32, m, &proc_.ids[b],
+                            p_.scoped ? comm_scope(handle(s.comm, r)) : 0)
+                   .ok())
+            fail(s, "a publish failed");
+        }
+        return;
+      case Op::kRecreate: return;  // between phases (run_program)
+      case Op::kCommit: {
+        std::vector<std::pair<int, int>> order;  // (communicator, rank), in this process's own order
+        for (int c : s.comms)
+          for (int r : proc_.ranks) order.emplace_back(c, r);
+        std::shuffle(order.begin(), order.end(), rng);
+        const bool grouped = order.size() > 1 || rng() % 2;
+        if (grouped && !ok(s, proc_.proxy.group_start(), nullptr, "ncclGroupStart")) return;
+        for (const auto& [c, r] : order)
+          if (!ok(s, proc_.proxy.commit(handle(c, r), kStream, p_.merge ? SIEVE_COMMIT_UNION : 0, nullptr),
+                  handle(c, r), "a commit"))
+            return;
+        if (grouped) ok(s, proc_.proxy.group_end(), handle(order[0].first, order[0].second), "a commit's group end");
+        return;
+      }
+      case Op::kGroup:
+      case Op::kSingle: collectives(s, rng, tick); return;
+    }
+  }
+
+  void collectives(const Step& s, std::mt19937_64& rng, int tick) {
+    // Each communicator's calls in program order; communicators (and ranks) in this process's order.
+    std::vector<std::pair<int, int>> lanes;
+    for (const Call& c : s.calls)
+      for (int r : proc_.ranks)
+        if (std::find(lanes.begin(), lanes.end(), std::make_pair(c.comm, r)) == lanes.end())
+          lanes.emplace_back(c.comm, r);
+    std::shuffle(lanes.begin(), lanes.end(), rng);
+    for (const Call& c : s.calls)
+      for (int r : proc_.ranks) {
+        std::vector<float>& b = proc_.send[slot(c, r)];
+        for (uint64_t i = 0; i < p_.counts[size_t(c.tensor)]; ++i) b[i] = input(p_, s, c, r, i, tick);
+      }
+    const bool grouped = s.op == Op::kGroup;
+    if (grouped && !ok(s, proc_.proxy.group_start(), nullptr, "ncclGroupStart")) return;
+    for (const auto& [comm, r] : lanes)
+      for (const Call& c : s.calls) {
+        if (c.comm != comm) continue;
+        const size_t b = slot(c, r);
+        const uint64_t n = p_.counts[size_t(c.tensor)];
+        float* send = proc_.send[b].data();
+        float* out = proc_.out[b].data();
+        const Comm h = handle(c.comm, r);
+        if (!c.twice) {
+          if (!ok(s, proc_.proxy.all_reduce(send, send, n, DType::kF32, c.op, h, kStream), h, "an all-reduce")) return;
+          continue;
+        }
+        if (!ok(s, proc_.proxy.all_reduce(send, out, n, DType::kF32, ReduceOp::kSum, h, kStream), h, "a sum") ||
+            !ok(s, proc_.proxy.all_reduce(send, out + n + 1, n, DType::kF32, ReduceOp::kAvg, h, kStream), h, "an avg"))
+          return;
+      }
+    if (grouped && !ok(s, proc_.proxy.group_end(), handle(lanes[0].first, lanes[0].second), "a group end")) return;
+    for (const Call& c : s.calls)
+      for (int r : proc_.ranks) {
+        const size_t b = slot(c, r);
+        const uint64_t n = p_.counts[size_t(c.tensor)];
+        for (uint64_t i = 0; i < n; ++i) {
+          const float want = reference(p_, s, c, c.twice ? ReduceOp::kSum : c.op, i, tick);
+          const float got = c.twice ? proc_.out[b][i] : proc_.send[b][i];
+          if (!same(got, want)) {
+            fail(s, "c" + std::to_string(c.comm) + " t" + std::to_string(c.tensor) + " element " + std::to_string(i) +
+                        ": " + std::to_string(got) + ", dense " + std::to_string(want));
+            return;
+          }
+          if (c.twice && !same(proc_.out[b][n + 1 + i], reference(p_, s, c, ReduceOp::kAvg, i, tick))) {
+            fail(s, "the second read of c" + std::to_string(c.comm) + " t" + std::to_string(c.tensor) + " element " +
+                        std::to_string(i));
+            return;
+          }
+        }
+      }
+  }
+
+  const Program& p_;
+  Process& proc_;
+};
+
+// What the programs reached, summed over ranks: a generator that never reaches compaction proves
+// nothing.
+struct Reach {
+  uint64_t compacted = 0, activated = 0, refused = 0, learned = 0;
+};
+
+// Runs the program; empty when the property holds, else what broke it.
+std::string run_program(const Program& p, Reach* reach = nullptr) {
+  std::vector<std::unique_ptr<FakeWorld>> worlds;
+  // A rank that never comes fails its collective soon: a hang is a failure, and shrinking stays quick.
+  const auto patience = std::chrono::duration_cast<std::chrono::milliseconds>(liveness::bound(std::chrono::seconds(2)));
+  for (int c = 0; c < p.ncomms; ++c) worlds.push_back(std::make_unique<FakeWorld>(p.nranks, patience));
+  std::vector<std::unique_ptr<Process>> procs;
+  if (p.one_thread) {
+    std::vector<int> all;
+    for (int r = 0; r < p.nranks; ++r) all.push_back(r);
+    procs.push_back(std::make_unique<Process>(p, worlds, all));
+  } else {
+    for (int r = 0; r < p.nranks; ++r) procs.push_back(std::make_unique<Process>(p, worlds, std::vector<int>{r}));
+  }
+  std::vector<std::unique_ptr<FakeWorld>> retired;  // destroyed communicators' worlds, for their counts
+  size_t first = 0;
+  std::string error;
+  auto check_worlds = [&](const std::vector<std::unique_ptr<FakeWorld>>& ws) {
+    for (const auto& w : ws)
+      if (w && w->mismatches() && error.empty()) error = "ranks issued different collectives";
+  };
+  for (size_t k = 0; k <= p.steps.size() && error.empty(); ++k) {
+    if (k < p.steps.size() && p.steps[k].op != Op::kRecreate) continue;
+    // A phase: every process runs its steps on its own thread.
+    std::vector<std::thread> threads;
+    for (auto& proc : procs) threads.emplace_back([&p, &proc, first, k] { Runner(p, *proc).run(first, k); });
+    for (std::thread& t : threads) t.join();
+    for (auto& proc : procs)
+      if (!proc->error.empty() && error.empty()) error = proc->error;
+    check_worlds(worlds);
+    if (k == p.steps.size() || !error.empty()) break;
+    // The job destroys the communicator on every rank and creates a new one at the same address.
+    const int c = p.steps[k].comm;
+    retired.push_back(std::move(worlds[size_t(c)]));
+    worlds[size_t(c)] = std::make_unique<FakeWorld>(p.nranks, patience);
+    for (auto& proc : procs)
+      for (int r : proc->ranks) {
+        if (proc->proxy.teardown(handle(c, r), nullptr)) proc->backend.destroy_comm(handle(c, r));
+        proc->backend.join(handle(c, r), *worlds[size_t(c)], r);
+        proc->proxy.created(handle(c, r));
+      }
+    first = k + 1;
+  }
+  check_worlds(retired);
+  for (auto& proc : procs)
+    if (reach) {
+      reach->compacted += proc->stats.collectives_compacted.load();
+      reach->activated += proc->stats.tables_activated.load();
+      reach->refused += proc->stats.tables_refused.load();
+      reach->learned += p.track == config::Track::kOn ? proc->stats.learned_bytes_saved.load() : 0;
+    }
+  for (const auto& w : worlds)
+    if (w->aborted() && error.empty()) error = "a communicator was aborted";
+  // Every rank issued the same collectives on each communicator (the fake logs them per handle).
+  for (int c = 0; c < p.ncomms && error.empty(); ++c) {
+    auto log_of = [&](int r) -> const std::vector<std::string>& {
+      Process& proc = p.one_thread ? *procs[0] : *procs[size_t(r)];
+      return proc.backend.comm_log[handle(c, r)];
+    };
+    for (int r = 1; r < p.nranks; ++r)
+      if (log_of(r) != log_of(0))
+        error = "rank " + std::to_string(r) + " issued other collectives on c" + std::to_string(c);
+  }
+  return error;
+}
+
+// The fewest steps (greedily, one at a time) that still fail.
+Program shrink(Program p) {
+  for (size_t k = p.steps.size(); k-- > 0;) {
+    Program smaller = p;
+    smaller.steps.erase(smaller.steps.begin() + long(k));
+    if (!run_program(smaller).empty()) p = std::move(smaller);
+  }
+  return p;
+}
+
+class Generative : public ::testing::TestWithParam<int> {};
+
+constexpr uint64_t kSeedsPerCase = 50;
+
+TEST_P(Generative, EveryFeatureOnEveryRankKeepsRanksTogether) {
+  LogCapture quiet;  // refusals and learning log; the property says what matters
+  uint64_t first = uint64_t(GetParam()) * kSeedsPerCase, last = first + kSeedsPerCase;
+  if (const char* only = std::getenv("ONLY_SEED")) {
+    if (GetParam() != 0) return;
+    first = std::stoull(only), last = first + 1;
+  }
+  if (const char* seeds = std::getenv("SEEDS")) {  // FIRST-LAST: a long run by hand
+    if (GetParam() != 0) return;
+    const std::string range = seeds;
+    first = std::stoull(range.substr(0, range.find('-'))), last = std::stoull(range.substr(range.find('-') + 1));
+  }
+  Reach reach;
+  for (uint64_t seed = first; seed < last; ++seed) {
+    const Program p = generate(seed);
+    const std::string error = run_program(p, &reach);
+    if (error.empty()) continue;
+    const Program minimal = shrink(p);
+    ADD_FAILURE() << error << "\nminimal program (" << run_program(minimal) << "):\n" << describe(minimal);
+    return;
+  }
+  if (std::getenv("GENERATIVE_REACH"))
+    std::fprintf(stderr, "compacted %llu, tables activated %llu, refused %llu, learned bytes saved %llu\n",
+                 (unsigned long long)reach.compacted, (unsigned long long)reach.activated,
+                 (unsigned long long)reach.refused, (unsigned long long)reach.learned);
+  if (last - first == kSeedsPerCase) {
+    EXPECT_GT(reach.compacted, 0u) << "no program compacted anything";
+    EXPECT_GT(reach.activated, 0u) << "no commit was agreed";
+  }
+}
+
+// 20 cases of 50 seeds: 1,000 seeds (ctest runs them in one executable).
+INSTANTIATE_TEST_SUITE_P(Seeds, Generative, ::testing::Range(0, 20));
+
+}  // namespace
+}  // namespace sieve::plugin::proxy
