@@ -58,7 +58,9 @@ struct Step {
 struct Program {
   uint64_t seed = 0;
   int nranks = 2, ncomms = 1;
-  bool one_thread = false;  // one process, one thread, every rank (ncclCommInitAll)
+  // Ranks each process drives on one thread (ncclCommInitAll: every rank), in blocks: 1, 2 or all.
+  int per_process = 1;
+  bool one_thread() const { return per_process > 1; }
   bool nonblocking = false;
   config::Track track = config::Track::kOff;
   bool verify = false, merge = false, scoped = false;
@@ -114,13 +116,14 @@ Program generate(uint64_t seed) {
   p.seed = seed;
   p.nranks = 2 + int(rng() % 3);
   p.ncomms = 1 + int(rng() % 3);
-  p.one_thread = rng() % 3 == 0;
+  const uint64_t drive = rng() % 6;
+  p.per_process = drive < 2 ? p.nranks : drive < 3 ? 2 : 1;
   p.nonblocking = rng() % 4 == 0;
   const uint64_t track = rng() % 4;
   p.track = track == 0 ? config::Track::kOn : track == 1 ? config::Track::kObserve : config::Track::kOff;
   p.merge = rng() % 3 == 0;
   p.verify = rng() % 4 == 0;
-  p.scoped = p.one_thread || rng() % 2 == 0;
+  p.scoped = p.one_thread() || rng() % 2 == 0;
   p.collective_masks = rng() % 3 == 0;  // one registry for every rank: each rank's own masks
   p.lag = 1 + uint32_t(rng() % 2);
   p.interleave = rng() % 2 ? rng() | 1 : 0;
@@ -149,11 +152,11 @@ Program generate(uint64_t seed) {
     } else if (pick < 40 && k > 4) {
       s.op = Op::kRecreate;
     } else {
-      s.op = pick < 55 && !p.one_thread ? Op::kSingle : Op::kGroup;
+      s.op = pick < 55 && !p.one_thread() ? Op::kSingle : Op::kGroup;
       // A learned all-reduce cannot be captured (PROXY.md: capturing one aborts the communicator).
       if (pick >= 90 && p.track != config::Track::kOn) {
         s.op = Op::kCapture;
-        s.capture_ranks = p.one_thread || rng() % 2 ? ~0u : uint32_t(rng());
+        s.capture_ranks = p.one_thread() || rng() % 2 ? ~0u : uint32_t(rng());
       }
       const int n = s.op == Op::kSingle ? 1 : 1 + int(rng() % 4);
       std::vector<std::pair<int, int>> used;
@@ -177,10 +180,11 @@ Program generate(uint64_t seed) {
 std::string describe(const Program& p) {
   std::ostringstream o;
   o << "seed " << p.seed << ": " << p.nranks << " ranks, " << p.ncomms << " communicators"
-    << (p.one_thread ? ", one thread drives every rank" : "") << (p.nonblocking ? ", non-blocking" : "")
-    << ", SIEVE_TRACK=" << config::choice_text(p.track) << (p.verify ? ", verify" : "") << (p.merge ? ", union" : "")
-    << (p.scoped ? ", scoped" : "") << (p.collective_masks ? ", collective masks" : "") << ", lag " << p.lag
-    << ", interleave " << p.interleave << ", counts";
+    << (p.one_thread() ? ", one thread drives " + std::to_string(p.per_process) + " ranks" : "")
+    << (p.nonblocking ? ", non-blocking" : "") << ", SIEVE_TRACK=" << config::choice_text(p.track)
+    << (p.verify ? ", verify" : "") << (p.merge ? ", union" : "") << (p.scoped ? ", scoped" : "")
+    << (p.collective_masks ? ", collective masks" : "") << ", lag " << p.lag << ", interleave " << p.interleave
+    << ", counts";
   for (uint64_t c : p.counts) o << " " << c;
   for (const Step& s : p.steps) {
     o << "\n  step " << s.id << ": ";
@@ -271,7 +275,7 @@ class Runner {
     for (size_t k = first; k < last && proc_.error.empty(); ++k) {
       const Step& s = p_.steps[k];
       std::mt19937_64 rng(p_.seed * 1000003 + uint64_t(s.id) * 131 + uint64_t(proc_.ranks[0]));
-      if (!p_.one_thread && rng() % 4 == 0) {  // this rank hands its next step to another thread
+      if (!p_.one_thread() && rng() % 4 == 0) {  // this rank hands its next step to another thread
         std::thread other([&] { step(s, rng); });
         other.join();
       } else {
@@ -489,12 +493,14 @@ std::string run_program(const Program& p, Reach* reach = nullptr) {
   const auto patience = std::chrono::duration_cast<std::chrono::milliseconds>(liveness::bound(std::chrono::seconds(2)));
   for (int c = 0; c < p.ncomms; ++c) worlds.push_back(std::make_unique<FakeWorld>(p.nranks, patience));
   std::vector<std::unique_ptr<Process>> procs;
-  if (p.one_thread) {
-    std::vector<int> all;
-    for (int r = 0; r < p.nranks; ++r) all.push_back(r);
-    procs.push_back(std::make_unique<Process>(p, worlds, all));
-  } else {
-    for (int r = 0; r < p.nranks; ++r) procs.push_back(std::make_unique<Process>(p, worlds, std::vector<int>{r}));
+  std::vector<size_t> process_of(size_t(p.nranks));
+  for (int first_rank = 0; first_rank < p.nranks; first_rank += p.per_process) {
+    std::vector<int> block;
+    for (int r = first_rank; r < std::min(p.nranks, first_rank + p.per_process); ++r) {
+      block.push_back(r);
+      process_of[size_t(r)] = procs.size();
+    }
+    procs.push_back(std::make_unique<Process>(p, worlds, block));
   }
   std::vector<std::unique_ptr<FakeWorld>> retired;  // destroyed communicators' worlds, for their counts
   size_t first = 0;
@@ -544,7 +550,7 @@ std::string run_program(const Program& p, Reach* reach = nullptr) {
   });
   for (int c = 0; c < p.ncomms && error.empty() && !some_capture; ++c) {
     auto log_of = [&](int r) -> const std::vector<std::string>& {
-      Process& proc = p.one_thread ? *procs[0] : *procs[size_t(r)];
+      Process& proc = *procs[process_of[size_t(r)]];
       return proc.backend.comm_log[handle(c, r)];
     };
     for (int r = 1; r < p.nranks; ++r)
