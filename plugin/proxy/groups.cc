@@ -10,6 +10,19 @@
 
 namespace sieve::plugin::proxy {
 
+namespace {
+
+// Several communicators' locks, always in one order (by address), whatever order a group put them
+// in: two groups of one thread never take them in opposite orders.
+template <typename States> std::vector<std::unique_lock<std::mutex>> lock_all(States& states) {
+  std::sort(states.begin(), states.end());
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (auto* state : states) locks.emplace_back(state->mutex);
+  return locks;
+}
+
+}  // namespace
+
 int Proxy::after(Call& call, int rc, Deferred&& work) {
   ThreadState& ts = thread_state();
   if (ts.depth > 0) {
@@ -80,8 +93,9 @@ int Proxy::run_group_end(ThreadState& ts) {
   ts.collecting_verdicts = false;
   if (!ts.verdicts.empty()) {
     // Each communicator's lock, as every step above took it (no other thread waits on this rank's).
-    std::vector<std::unique_lock<std::mutex>> locks;
-    for (const VerifyVerdict& v : ts.verdicts) locks.emplace_back(v.state->mutex);
+    std::vector<CommState*> held;
+    for (const VerifyVerdict& v : ts.verdicts) held.push_back(v.state);
+    const auto locks = lock_all(held);
     if (int w = share_verdicts(ts.verdicts); w && enqueued(rc)) rc = w;
   }
   ts.deferred.clear();  // keeps its capacity
@@ -139,14 +153,13 @@ void Proxy::advance(ThreadState& ts, Lane& lane, int group_rc, int* rc) {
 void Proxy::exchange_round(ThreadState& ts, int* rc) {
   // Each communicator's lock, as its steps took it (no other thread uses this rank's communicators
   // of the group now: NCCL requires that of its callers).
-  std::vector<std::unique_lock<std::mutex>> locks;
-  size_t pending = 0;
+  std::vector<CommState*> held;
   for (Lane& lane : ts.lanes)
-    if (lane.step.exchange) {
-      locks.emplace_back(lane.state->mutex);
-      lane.state->waiting_for.store("an agreement's exchange at a group's end", std::memory_order_relaxed);
-      ++pending;
-    }
+    if (lane.step.exchange) held.push_back(lane.state);
+  const size_t pending = held.size();
+  const auto locks = lock_all(held);
+  for (CommState* cs : held)
+    cs->waiting_for.store("an agreement's exchange at a group's end", std::memory_order_relaxed);
   const bool grouped = pending > 1;
   const int start_rc = grouped ? backend_.group_start() : kResultSuccess;
   for (Lane& lane : ts.lanes)
