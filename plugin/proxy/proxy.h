@@ -120,7 +120,7 @@ class Proxy {
   void forget(Comm comm);
   // NCCL created a communicator at `comm` (ncclCommInitRank*, InitAll, Split, Shrink): whatever the
   // proxy knew at that address is forgotten. When that was one the proxy aborted and NCCL freed
-  // (no ncclCommRevoke: NCCL < 2.28) and the job has not torn down its handle yet, the first
+  // (no ncclCommRevoke: NCCL < 2.28.7) and the job has not torn down its handle yet, the first
   // teardown of the address is still owed to that dead handle.
   void created(Comm comm);
   // The job's ncclCommDestroy / ncclCommAbort of `comm` (`why`: report the state first, as at an
