@@ -14,9 +14,12 @@
 #include <cstring>
 #include <sstream>
 
+#include "tools/common/json_fields.h"
 #include "tools/common/subprocess.h"
 
 namespace sieve::bench {
+
+namespace json_fields = tools::json_fields;
 
 namespace {
 
@@ -25,37 +28,8 @@ struct Runner {
   int out = -1;
   std::string text;
   bool eof = false;
+  json_fields::Value report;  // the last JSON object line the rank printed (empty: none)
 };
-
-// Pulls "key": number out of the script's one-line JSON (the script writes it, so it is regular).
-bool json_number(const std::string& text, const std::string& key, double* value) {
-  const size_t at = text.find("\"" + key + "\":");
-  if (at == std::string::npos) return false;
-  *value = std::strtod(text.c_str() + at + key.size() + 3, nullptr);
-  return true;
-}
-
-std::vector<double> json_numbers(const std::string& text, const std::string& key) {
-  std::vector<double> values;
-  const size_t at = text.find("\"" + key + "\":[");
-  if (at == std::string::npos) return values;
-  const char* p = text.c_str() + at + key.size() + 4;
-  while (*p && *p != ']') {
-    char* end = nullptr;
-    values.push_back(std::strtod(p, &end));
-    if (end == p) break;
-    p = end;
-    while (*p == ',' || *p == ' ') ++p;
-  }
-  return values;
-}
-
-std::string json_string(const std::string& text, const std::string& key) {
-  const size_t at = text.find("\"" + key + "\":\"");
-  if (at == std::string::npos) return "";
-  const size_t begin = at + key.size() + 4;
-  return text.substr(begin, text.find('"', begin) - begin);
-}
 
 std::string joined(const std::vector<size_t>& sizes) {
   std::string text;
@@ -79,13 +53,13 @@ double median(std::vector<double> values) {
 }
 
 // How the script ran FSDP's step: torch 1.13's Gloo cannot reduce-scatter, so it all-reduces.
-std::string fsdp_note(const std::string& text, const ModeResult& result) {
-  const std::string gathers = fixed(median(json_numbers(text, "all_gather_seconds")), 3);
+std::string fsdp_note(const json_fields::Value& report, const ModeResult& result) {
+  const std::string gathers = fixed(median(json_fields::numbers(report, "all_gather_seconds")), 3);
   const std::string step = fixed(result.median_seconds(), 3);
-  if (json_string(text, "reduce_scatter") == "reduce_scatter") {
+  if (json_fields::string(report, "reduce_scatter") == "reduce_scatter") {
     return "its all-gathers take " + gathers + " s of the " + step + " s step, its reduce-scatters the rest.";
   }
-  return "Gloo in torch " + json_string(text, "torch") +
+  return "Gloo in torch " + json_fields::string(report, "torch") +
          " has no reduce_scatter, so each group's gradients were all-reduced instead (twice a reduce-scatter's "
          "bytes); its all-gathers take " +
          gathers + " s of the " + step + " s step.";
@@ -211,22 +185,21 @@ void read_runners(const GlooJob& job, std::vector<Runner>& runners, ModeResult* 
 void reap_runners(std::vector<Runner>& runners, ModeResult* result, double* tx_total, bool* all_tx) {
   for (size_t rank = 0; rank < runners.size(); ++rank) {
     Runner& r = runners[rank];
+    json_fields::last_object_line(r.text, &r.report);
     if (r.pid > 0) {
       int status = 0;
       if (!result->error.empty()) kill(r.pid, SIGKILL);
       waitpid(r.pid, &status, 0);
       if (result->error.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        const size_t at = r.text.find("\"error\":\"");
-        result->error = at != std::string::npos
-                            ? r.text.substr(at + 9, r.text.find('"', at + 9) - (at + 9))
-                            : "Gloo rank " + std::to_string(rank) + " failed (see its messages above)";
+        const std::string said = json_fields::string(r.report, "error");
+        result->error = !said.empty() ? said : "Gloo rank " + std::to_string(rank) + " failed (see its messages above)";
       }
     }
     if (r.out >= 0) close(r.out);
     double tx = 0;
-    *all_tx = *all_tx && json_number(r.text, "tx_bytes_per_allreduce", &tx);
+    *all_tx = *all_tx && json_fields::number(r.report, "tx_bytes_per_allreduce", &tx);
     *tx_total += tx;
-    if (rank == 0) result->seconds = json_numbers(r.text, "seconds");
+    if (rank == 0) result->seconds = json_fields::numbers(r.report, "seconds");
   }
 }
 
@@ -254,13 +227,11 @@ void run_gloo(const GlooJob& job, ModeResult* result) {
     result->error = "the Gloo script reported no timings";
     return;
   }
-  double logical = 0;
-  json_number(runners[0].text, "logical_bytes", &logical);
   result->logical_bytes = 0;
   result->has_kernel = all_tx;
   result->kernel_tx_bytes = tx_total / static_cast<double>(runners.size());
   result->device = "gloo";
-  if (fsdp) result->note = fsdp_note(runners[0].text, *result);
+  if (fsdp) result->note = fsdp_note(runners[0].report, *result);
   result->ok = true;
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tools/common/install_layout.h"
+#include "tools/common/json_fields.h"
 #include "tools/common/json_writer.h"
 #include "tools/common/netlab.h"
 #include "tools/common/stop_signal.h"
@@ -28,43 +29,19 @@
 
 namespace sieve::bench {
 
+namespace json_fields = tools::json_fields;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// What one rank printed: its one-line JSON, written by fsdp2_train.py, so regular.
+// What one rank printed, and its report: the last JSON object line fsdp2_train.py wrote.
 struct RankResult {
   std::string text;
+  json_fields::Value report;
   std::vector<double> losses, seconds, comm, tx;
   std::string digest;
 };
-
-std::vector<double> numbers(const std::string& text, const std::string& key) {
-  std::vector<double> values;
-  const size_t at = text.find("\"" + key + "\":[");
-  if (at == std::string::npos) return values;
-  const char* p = text.c_str() + at + key.size() + 4;
-  while (*p && *p != ']') {
-    char* end = nullptr;
-    values.push_back(std::strtod(p, &end));
-    if (end == p) break;
-    p = end;
-    while (*p == ',' || *p == ' ') ++p;
-  }
-  return values;
-}
-
-double number(const std::string& text, const std::string& key) {
-  const size_t at = text.find("\"" + key + "\":");
-  return at == std::string::npos ? 0 : std::strtod(text.c_str() + at + key.size() + 3, nullptr);
-}
-
-std::string string_of(const std::string& text, const std::string& key) {
-  const size_t at = text.find("\"" + key + "\":\"");
-  if (at == std::string::npos) return "";
-  const size_t begin = at + key.size() + 4;
-  return text.substr(begin, text.find('"', begin) - begin);
-}
 
 float loss_value(double bits) {
   const uint32_t word = static_cast<uint32_t>(bits);
@@ -155,16 +132,17 @@ void run_ranks(const Options& o, const Lab& lab, const std::string& python, cons
     }
     if (c.out >= 0) close(c.out);
     RankResult& r = run->ranks[rank];
+    json_fields::last_object_line(r.text, &r.report);
     if (run->error.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-      const std::string said = string_of(r.text, "error");
+      const std::string said = json_fields::string(r.report, "error");
       run->error =
           "rank " + std::to_string(rank) + " failed" + (said.empty() ? " (its messages are above)" : ": " + said);
     }
-    r.losses = numbers(r.text, "losses");
-    r.seconds = numbers(r.text, "seconds");
-    r.comm = numbers(r.text, "comm_seconds");
-    r.tx = numbers(r.text, "tx_bytes");
-    r.digest = string_of(r.text, "digest");
+    r.losses = json_fields::numbers(r.report, "losses");
+    r.seconds = json_fields::numbers(r.report, "seconds");
+    r.comm = json_fields::numbers(r.report, "comm_seconds");
+    r.tx = json_fields::numbers(r.report, "tx_bytes");
+    r.digest = json_fields::string(r.report, "digest");
   }
 }
 
@@ -231,12 +209,13 @@ int check_train_setup(const Options& o, const tools::InstallLayout& layout, std:
 
 // The run's header and every mode's losses, times and wire bytes per step, as rank 0 saw them.
 void print_steps(const Options& o, const std::vector<ModeRun>& runs) {
-  const std::string& head = runs[0].ranks[0].text;
+  const json_fields::Value& head = runs[0].ranks[0].report;
   std::printf(
       "sieve-bench --train fsdp2: %s, %.1f M parameters, %.1f %% kept; %d nodes, network namespaces on a %s "
       "switch; PyTorch %s, FSDP2 on Gloo, %d steps\n",
-      o.train_model.c_str(), number(head, "parameters") / 1e6, 100 * number(head, "density"), o.nodes,
-      o.rate.empty() ? "unshaped" : o.rate.c_str(), string_of(head, "torch").c_str(), o.steps);
+      o.train_model.c_str(), json_fields::number_or(head, "parameters", 0) / 1e6,
+      100 * json_fields::number_or(head, "density", 0), o.nodes, o.rate.empty() ? "unshaped" : o.rate.c_str(),
+      json_fields::string(head, "torch").c_str(), o.steps);
   std::printf("%-16s %4s %10s %14s %8s %8s %12s\n", "mode", "step", "loss bits", "loss", "step s", "comm s",
               "wire MB/node");
   for (const ModeRun& run : runs) {
@@ -253,7 +232,7 @@ void print_steps(const Options& o, const std::vector<ModeRun>& runs) {
 // FSDP2 against Sieve (and, past 2 ranks, against FSDP2's own variants): losses, parameters, wire
 // bytes, step times. The exit status: 1 when a run failed or, at 2 ranks, the losses differ.
 int print_comparison(const Options& o, const std::vector<ModeRun>& runs, bool failed) {
-  const std::string& head = runs[0].ranks[0].text;
+  const json_fields::Value& head = runs[0].ranks[0].report;
   int status = failed ? 1 : 0;
   const ModeRun& base = runs[0];
   const ModeRun& sieve = runs[1];
@@ -263,8 +242,9 @@ int print_comparison(const Options& o, const std::vector<ModeRun>& runs, bool fa
   double sum_base = 0, sum_sieve = 0;
   for (double w : wire_base) sum_base += w;
   for (double w : wire_sieve) sum_sieve += w;
-  const std::string& sieve_text = sieve.ranks[0].text;
-  const double sent = number(sieve_text, "elements_sent"), dense = number(sieve_text, "elements_dense");
+  const json_fields::Value& sieve_report = sieve.ranks[0].report;
+  const double sent = json_fields::number_or(sieve_report, "elements_sent", 0),
+               dense = json_fields::number_or(sieve_report, "elements_dense", 0);
   std::printf("sieve vs fsdp2: losses %s on every rank, parameters %s; largest loss difference %.3g\n",
               identical ? "bit-identical" : "DIFFERENT", same_digests(base, sieve) ? "bit-identical" : "different",
               largest_difference(base, sieve));
@@ -281,7 +261,8 @@ int print_comparison(const Options& o, const std::vector<ModeRun>& runs, bool fa
   std::printf(
       "wire: sieve %.3f of fsdp2's bytes; the compacted groups' collectives send %.3f of theirs (kept "
       "elements, padding to the largest rank's segment, one flag per rank); parameters kept %.3f\n",
-      sum_base > 0 ? sum_sieve / sum_base : 0, dense > 0 ? sent / dense : 0, number(head, "density"));
+      sum_base > 0 ? sum_sieve / sum_base : 0, dense > 0 ? sent / dense : 0,
+      json_fields::number_or(head, "density", 0));
   std::printf("median step: fsdp2 %.3f s (comm %.3f s), sieve %.3f s (comm %.3f s)\n", median(base.ranks[0].seconds),
               median(base.ranks[0].comm), median(sieve.ranks[0].seconds), median(sieve.ranks[0].comm));
   if (o.nodes == 2 && !identical) status = 1;  // at 2 ranks the sum of two is the same in any order
@@ -302,17 +283,17 @@ void numbers_member(tools::JsonWriter& json, const std::string& name, const std:
 // --json: the table's figures as one object (as --train ddp writes its own), every rank's losses
 // included; the exit status is print_comparison's.
 int print_json(const Options& o, const std::vector<ModeRun>& runs, bool failed) {
-  const std::string& head = runs[0].ranks[0].text;
+  const json_fields::Value& head = runs[0].ranks[0].report;
   std::ostringstream out;
   tools::JsonWriter json(out);
   json.begin_object();
   json.member("train", "fsdp2");
   json.member("model", o.train_model);
-  json.member("parameters", number(head, "parameters"));
-  json.member("density", number(head, "density"));
+  json.member("parameters", json_fields::number_or(head, "parameters", 0));
+  json.member("density", json_fields::number_or(head, "density", 0));
   json.member("nodes", o.nodes);
   json.member("rate", o.rate.empty() ? "unshaped" : o.rate);
-  json.member("torch", string_of(head, "torch"));
+  json.member("torch", json_fields::string(head, "torch"));
   json.member("steps", o.steps);
   json.key("modes");
   json.begin_array();

@@ -30,6 +30,7 @@
 
 #include "plugin/sieve.h"
 #include "tools/common/install_layout.h"
+#include "tools/common/json_fields.h"
 #include "tools/common/netlab.h"
 #include "tools/common/stop_signal.h"
 #include "tools/common/subprocess.h"
@@ -44,16 +45,6 @@ namespace {
 double cpu_of(const tools::Child& child) {
   const rusage& u = child.usage();
   return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6;
-}
-
-// The number after "key": inside the first JSON object that follows `section`.
-double json_number(const std::string& json, const std::string& section, const std::string& key) {
-  const size_t at = json.find("\"" + section + "\"");
-  if (at == std::string::npos) return -1;
-  const size_t close = json.find('}', at);
-  const size_t k = json.find("\"" + key + "\"", at);
-  if (k == std::string::npos || k > close) return -1;
-  return strtod(json.c_str() + json.find(':', k) + 1, nullptr);
 }
 
 std::vector<std::string> in_node(const tools::NetLab* lab, int node, std::vector<std::string> argv) {
@@ -86,8 +77,11 @@ Measure run_iperf(const Options& o, const tools::NetLab* lab, int port) {
   int status = 0;
   if (!client->wait_exit(&status, 10000) || status != 0) return m.error = "iperf3 client failed: " + json, m;
   if (!server->wait_exit(&status, 10000)) return m.error = "iperf3 server did not exit", m;
-  m.bytes = json_number(json, "sum_received", "bytes");
-  const double bps = json_number(json, "sum_received", "bits_per_second");
+  tools::json_fields::Value report;
+  const tools::json_fields::Value* received =
+      tools::json_fields::whole(json, &report) ? tools::json_fields::find_anywhere(report, "sum_received") : nullptr;
+  m.bytes = received ? tools::json_fields::number_or(*received, "bytes", -1) : -1;
+  const double bps = received ? tools::json_fields::number_or(*received, "bits_per_second", -1) : -1;
   if (m.bytes <= 0 || bps <= 0) return m.error = "no sum_received in iperf3's JSON", m;
   m.gbps = bps / 1e9;
   m.cpu_sender = cpu_of(*client);
