@@ -37,6 +37,9 @@ if [[ -z ${SOURCE_DATE_EPOCH:-} ]] && git -C "$root" rev-parse --git-dir >/dev/n
   export SOURCE_DATE_EPOCH
 fi
 
+# ccache leaves -ffile-prefix-map out of its hash, so an object cached by a build with other path maps
+# (an older commit's) would come back with its paths: the wheel's objects are cached apart.
+export CCACHE_NAMESPACE=${CCACHE_NAMESPACE:-sieve-wheel}
 settings=("--config-settings=build-dir=$build")
 for setting in "$@"; do settings+=("--config-settings=$setting"); done
 rm -rf "$out/unrepaired"
