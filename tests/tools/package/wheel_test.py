@@ -33,11 +33,15 @@ def check(ok, what):
         print("FAIL: " + what)
 
 
+def version_of(source):
+    with open(os.path.join(source, "CMakeLists.txt")) as f:
+        return re.search(r"project\(sieve VERSION ([0-9.]+)", f.read()).group(1)
+
+
 def metadata(source, site):
     """The wheel's metadata: the project's one version, the license as an SPDX expression with its text,
     the torch extra."""
-    with open(os.path.join(source, "CMakeLists.txt")) as f:
-        version = re.search(r"project\(sieve VERSION ([0-9.]+)", f.read()).group(1)
+    version = version_of(source)
     info = os.path.join(site, "nccl_net_sieve-%s.dist-info" % version)
     check(os.path.isdir(info), "no %s: the wheel's version is not project()'s %s (%s)" % (
         info, version, sorted(n for n in os.listdir(site) if n.endswith(".dist-info"))))
@@ -63,6 +67,17 @@ def metadata(source, site):
 # is linked statically and finds libcuda.so.1 at run time, as the proxy finds the job's libnccl.so.2.
 SYSTEM_LIBRARIES = {"libc.so.6", "libm.so.6", "libdl.so.2", "librt.so.1", "libpthread.so.0", "libgcc_s.so.1",
                     "libstdc++.so.6", "ld-linux-x86-64.so.2", "libresolv.so.2", "libutil.so.1"}
+
+
+def expected_build_id(source):
+    """The build id as the build names it: the checkout's commit, 12 hex digits, "-dirty" with tracked files
+    changed; a pattern of "src-" and a hash of the sources where git does not know the checkout."""
+    def git(*args):
+        return subprocess.run(["git", "-C", source] + list(args), capture_output=True, text=True).stdout.strip()
+    commit = git("rev-parse", "--short=12", "HEAD")
+    if not commit:
+        return r"src-[0-9a-f]{12}"
+    return re.escape(commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""))
 
 
 def build_wheel(source, build):
@@ -169,11 +184,17 @@ def main():
             check("none found" in out, "python -m sieve names an NCCL that is not there")
         # run: the command gets both variables and really has the library preloaded
         probe = ("import os, sieve; print(os.environ['NCCL_NET_PLUGIN']); print(os.environ['LD_PRELOAD']); "
-                 "print(sieve._library._loaded_path()); print(sieve.library().sieve_version().decode())")
+                 "print(sieve._library._loaded_path()); print(sieve.library().sieve_build_id().decode())")
         ran = python("-m", "sieve", "run", "--", sys.executable, "-c", probe)
         lines = ran.stdout.split()
         check(ran.returncode == 0 and lines[:3] == [library] * 3,
               "python -m sieve run: %r %s" % (lines, ran.stderr[-500:]))
+        build_id = expected_build_id(source)
+        check(len(lines) == 4 and re.fullmatch(build_id, lines[3]), "the library's sieve_build_id() is %r, not %s"
+              % (lines[3:], build_id))
+        said = python("-m", "sieve", "--version").stdout
+        check(re.fullmatch(r"%s \(build %s\)\n" % (re.escape(version_of(source)), build_id), said),
+              "python -m sieve --version says %r, not the version and build %s" % (said, build_id))
         status = python("-m", "sieve", "run", "--", sys.executable, "-c", "import sys; sys.exit(5)")
         check(status.returncode == 5, "run does not pass the command's status on: %d" % status.returncode)
         usage = python("-m", "sieve", "run")

@@ -3,6 +3,7 @@
 
     python -m sieve                      version, library, preload state, the NCCL it would interpose
     python -m sieve run -- torchrun ...  runs the command with NCCL_NET_PLUGIN and LD_PRELOAD set
+    python -m sieve --version            the version and the build id (the commit the library was built from)
 
 Exit status: 0; 2 for a usage error or no library to point at; run: the command's own status.
 """
@@ -16,6 +17,18 @@ import sysconfig
 
 from . import __version__
 from ._library import SieveError, _loaded_path, library_path
+
+
+def _build_id():
+    """The build id CMake recorded beside the package (a wheel's _build.py, cmake --install's _installed.py):
+    the same as the library's sieve_build_id(), read without loading the library."""
+    import importlib
+    for record in ("._build", "._installed"):
+        try:
+            return str(importlib.import_module(record, __package__).BUILD_ID)
+        except (ImportError, AttributeError):  # a checkout, or a record older than BUILD_ID
+            pass
+    return "unknown"
 
 
 def _site_directories():
@@ -69,6 +82,7 @@ def environment(library):
 
 def info(out=sys.stdout):
     print("sieve %s (%s)" % (__version__, os.path.dirname(os.path.abspath(__file__))), file=out)
+    print("build: %s" % _build_id(), file=out)
     try:
         library = library_path()
     except SieveError as error:
@@ -118,7 +132,7 @@ def main(argv):
         rest = argv[1:]
         return run(rest[1:] if rest[:1] == ["--"] else rest)
     if argv[0] in ("-V", "--version"):
-        print(__version__)
+        print("%s (build %s)" % (__version__, _build_id()))
         return 0
     print("python -m sieve: unknown command %r (info, run -- COMMAND, --version)" % argv[0], file=sys.stderr)
     return 2

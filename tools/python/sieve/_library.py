@@ -147,6 +147,7 @@ def _open(path: str) -> ctypes.CDLL:
         raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s: the dynamic loader cannot load it (%s); give its path, "
                                        "or add its directory to LD_LIBRARY_PATH" % (path, e)) from None
     lib.sieve_version.restype = ctypes.c_char_p
+    lib.sieve_build_id.restype = ctypes.c_char_p
     lib.sieve_strerror.restype = ctypes.c_char_p
     lib.sieve_strerror.argtypes = [ctypes.c_int]
     lib.sieve_last_error.restype = ctypes.c_char_p
