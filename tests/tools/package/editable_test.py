@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """`pip install -e .` as a developer runs it, into a fresh virtual environment: the package then runs
 from the checkout (tools/python/sieve), while the library its build installed lies in the
-environment's site-packages/sieve/. `python -m sieve` must still name that library, and `python -m
-sieve run -- CMD` preload it; `pip uninstall nccl-net-sieve` removes the install.
+environment's site-packages/sieve/. `python -m sieve` must still name that library and `--version` its
+build id, and `python -m sieve run -- CMD` preload it; `pip uninstall nccl-net-sieve` removes the install.
 
     editable_test.py SOURCE_DIR BUILD_DIR      (exit 77: no scikit-build-core in this Python)
 
@@ -13,6 +13,7 @@ No package index: the fresh environment sees this Python's site-packages (scikit
 import glob
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,6 +63,9 @@ def main():
               "python -m sieve after pip install -e . does not name %s" % library)
         check(os.path.join(source, "tools", "python", "sieve") in told.stdout,
               "the package does not run from the checkout: not an editable install")
+        said = run([python, "-m", "sieve", "--version"]).stdout
+        check(re.fullmatch(r"[0-9.]+ \(build ([0-9a-f]{12}(-dirty)?|src-[0-9a-f]{12})\)\n", said),
+              "python -m sieve --version after pip install -e . says %r" % said)
         probe = "import sieve; print(sieve._library._loaded_path()); print(sieve.library().sieve_version().decode())"
         ran = run([python, "-m", "sieve", "run", "--", python, "-c", probe])
         check(ran.returncode == 0 and ran.stdout.split()[:1] == [library],
