@@ -13,7 +13,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON_VENV:-/opt/sieve/venv}/bin/python
 work=$(mktemp -d /tmp/sieve-repro.XXXXXX)
-trap 'rm -rf "$work" "$root/build/repro-near"' EXIT
+trap 'rm -rf "$root/build/repro-near"' EXIT
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$root" log -1 --format=%ct)}
 export SOURCE_DATE_EPOCH
 export CCACHE_NAMESPACE=${CCACHE_NAMESPACE:-sieve-wheel}  # as tools/build-wheel.sh, which says why
@@ -39,6 +39,7 @@ sha256sum "$work"/near/*.whl "$work"/far/*.whl "$work/near/unpacked/$library" "$
 if cmp -s "$work/near/unpacked/$library" "$work/far/unpacked/$library" &&
   cmp -s "$work"/near/*.whl "$work"/far/*.whl; then
   echo "check-reproducible: the two builds are identical"
+  rm -rf "$work"
   exit 0
 fi
 echo "check-reproducible: the two builds differ; sections of the library that differ:" >&2
@@ -46,4 +47,5 @@ for side in near far; do
   readelf -SW "$work/$side/unpacked/$library" | awk '$2 ~ /^\./ {print $2, $6}' >"$work/$side.sections"
 done
 diff "$work/near.sections" "$work/far.sections" >&2 || true
+echo "check-reproducible: both builds are in $work" >&2
 exit 1
