@@ -70,7 +70,6 @@ class MaskRegistry {
  public:
   // Stages `mask` for the buffer at `base` holding mask->count() elements of `dtype`; *id (optional)
   // receives its id (never 0, never reused). Refuses a null base, an empty mask, or a buffer whose
-  // end does not fit in the address space.
   // end does not fit in the address space, or one overlapping an entry of another scope.
   Status publish(const void* base, DType dtype, std::shared_ptr<const Mask> mask, uint64_t* id, uint64_t scope = 0);
   // Stages `mask` for every `collective` (reduce-scatter or all-gather) moving mask->count()

@@ -2,6 +2,7 @@
 #include "net/handshake.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 
@@ -10,10 +11,15 @@
 
 namespace sieve::net {
 
+static_assert(sizeof(PartialMessage::data) >= wire::kHelloBytes &&
+                  sizeof(PartialMessage::data) >= wire::kWelcomeBytes &&
+                  sizeof(PartialMessage::data) >= wire::kProofBytes,
+              "a handshake message does not fit a PartialMessage");
+
 namespace {
 
 // Bounds on what reaching the port can make a listener hold (see HandshakeListener).
-constexpr size_t kMaxUnproven = 128;          // sockets that have not shown the listener's nonce
+constexpr size_t kMaxUnproven = 128;          // sockets whose hello has not proved the token
 constexpr size_t kMaxUnprovenPerSource = 32;  // ... of them from one address
 constexpr size_t kMaxProven = 64;             // sockets that showed it, still handshaking
 constexpr size_t kMaxAcceptPerCall = 64;      // a flood waits in the backlog, pending sockets get read
@@ -80,6 +86,7 @@ Status Connector::progress(Connection* out, bool* done) {
       h.connection_id = connection_id_;
       h.client_nonce = random64();
       h.chunk_size = options_.chunk_size;
+      h.mac = wire::hello_mac(options_.job_token, h);
     }
   }
   bool all_done = true;
@@ -119,6 +126,7 @@ Status Connector::dropped_before_welcome(Socket& s, const Status& cause) {
   if (!st.ok()) return handshake_error(peer_, cause);
   s.fd = std::move(fresh);
   s.hello.client_nonce = random64();
+  s.hello.mac = wire::hello_mac(options_.job_token, s.hello);
   s.stage = Stage::kConnecting;
   s.message = PartialMessage{};
   return ok_status();
@@ -150,6 +158,10 @@ Status Connector::step(Socket& s) {
     wire::Welcome w;
     st = wire::decode_welcome(s.message.data, &w);
     if (!st.ok()) return handshake_error(peer_, st);
+    if (w.refusal == wire::Refusal::kHelloMac)
+      return error(Code::kRemoteError, "listener " + peer_ +
+                                           " refused this side's hello: it did not prove the job token "
+                                           "(SIEVE_JOB_TOKEN differs or is set on one side only)");
     Digest expected = wire::handshake_mac(options_.job_token, wire::Role::kListener, s.hello, w.server_nonce);
     if (!digest_equal(expected.data(), w.mac.data(), expected.size()))
       return error(
@@ -269,7 +281,7 @@ bool HandshakeListener::make_room(const Pending& fresh) {
   std::string victim_source;
   bool any_source = false;
   if (fresh_proven) {
-    if (proven >= kMaxProven) {  // showed the nonce, never finished: the oldest such goes
+    if (proven >= kMaxProven) {  // proved the token, never finished: the oldest such goes
       for (size_t i = 0; i < pending_.size(); ++i)
         if (pending_[i]->stage != Stage::kReadHello) {
           reject(pending_[i]->peer, "too many connections in the handshake; dropping the oldest");
@@ -305,7 +317,11 @@ bool HandshakeListener::step(Pending& p) {
       reject(p.peer, st.message());
       return false;
     }
-    if (!p.message.complete()) return true;
+    if (!p.message.complete()) {
+      st = wire::check_hello_start(p.message.data, p.message.done);
+      if (!st.ok()) reject(p.peer, st.message());
+      return st.ok();
+    }
     st = wire::decode_hello(p.message.data, &p.hello);
     if (!st.ok()) {
       reject(p.peer, st.message());
@@ -313,6 +329,14 @@ bool HandshakeListener::step(Pending& p) {
     }
     if (p.hello.listener_nonce != nonce_) {
       reject(p.peer, "wrong listener nonce (a stale or stray peer)");
+      return false;
+    }
+    // Before a welcome or a place: the nonce is in NCCL's handle, which crosses the bootstrap in
+    // clear, so showing it proves little; a hello whose hash needs the token is what earns a place.
+    const Digest expected = wire::hello_mac(options_.job_token, p.hello);
+    if (!digest_equal(expected.data(), p.hello.mac.data(), expected.size())) {
+      refuse_hello(p);
+      reject(p.peer, "its hello did not prove the job token (SIEVE_JOB_TOKEN differs or is set on one side only)");
       return false;
     }
     const uint32_t offered = caps_offered(options_, carrier_);
@@ -363,6 +387,15 @@ bool HandshakeListener::step(Pending& p) {
     return join_group(p);
   }
   return true;
+}
+
+// One write that fits any empty socket buffer, never waited for: the peer learns why, and the
+// socket holds nothing here.
+void HandshakeListener::refuse_hello(const Pending& p) {
+  wire::Welcome w{caps_offered(options_, carrier_), 0, Digest{}, wire::Refusal::kHelloMac};
+  uint8_t bytes[wire::kWelcomeBytes];
+  wire::encode_welcome(w, bytes);
+  (void)::send(p.fd.get(), bytes, sizeof bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 void HandshakeListener::drop_group(std::map<uint64_t, Group>::iterator it, const std::string& reason) {

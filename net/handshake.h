@@ -3,8 +3,10 @@
 // again; each call moves every socket of the connection as far as it can without waiting.
 //
 // Per socket: connector sends hello (listener nonce from the handle, connection id, socket index,
-// caps, its nonce); listener answers welcome (its caps, its nonce, a keyed hash proving the job
-// token); connector answers proof (its own keyed hash). The token itself never travels.
+// caps, its nonce, a keyed hash of all that proving the job token); listener answers welcome (its
+// caps, its nonce, a keyed hash proving the job token); connector answers proof (its own keyed hash
+// over both nonces). The token itself never travels. A hello whose hash is wrong gets a refusal in
+// place of the welcome, and no place among the pending sockets.
 //
 // The result is a Connection handed to the transport that asked: TCP builds its comms on the
 // control and data sockets; verbs asks for no data sockets and keeps the one authenticated socket
@@ -64,7 +66,8 @@ class Connector {
 // Anyone who can reach the port can open sockets, so what they may hold is bounded, and bounded so
 // that a flood cannot push the real connector out: the kernel hands a socket over once its first
 // bytes arrived (TCP_DEFER_ACCEPT, net/socket.h), a socket is read as soon as it is accepted, and
-// one that has shown the listener's nonce is never evicted for one that has shown nothing. Of those
+// one whose hello proved the job token (a keyed hash of the listener's nonce, the connection and the
+// socket; without a token, the nonce) is never evicted for one that has not. Of those
 // that have shown nothing, one source address holds at most a share (at it, its own oldest goes);
 // with every place taken, the oldest of all goes. A connector whose socket was dropped before its
 // welcome connects it again. Connections
@@ -108,6 +111,7 @@ class HandshakeListener {
   void reject(const std::string& peer, const std::string& reason);
   void warn(const std::string& what);  // within the warning budget
   bool join_group(Pending& p);
+  void refuse_hello(const Pending& p);  // tells a peer its hello lacked the token's hash
   void drop_group(std::map<uint64_t, Group>::iterator it, const std::string& reason);
 
   const TransportOptions options_;

@@ -99,7 +99,7 @@ int advance_iov(iovec* iov, int count, size_t bytes);
 
 // Fixed-size handshake message read or written piecewise across calls.
 struct PartialMessage {
-  uint8_t data[64];
+  uint8_t data[80];  // the largest handshake message, the hello (net/wire.h)
   size_t size = 0;
   size_t done = 0;
   bool complete() const { return done == size; }

@@ -16,6 +16,7 @@ constexpr uint32_t kProofMagic = 0x50564953;    // "SIVP"
 constexpr uint32_t kFrameMagic = 0x4d564953;    // "SIVM"
 constexpr uint32_t kChunkMagic = 0x43564953;    // "SIVC"
 constexpr size_t kPendingOffset = 120;
+constexpr size_t kHelloMacOffset = 48;  // the hello's fields before it are what its mac covers
 
 void put16(uint8_t* p, uint16_t v) {
   for (int i = 0; i < 2; ++i) p[i] = uint8_t(v >> (8 * i));
@@ -42,6 +43,11 @@ Status bad(const char* what, uint32_t got) {
   char text[96];
   std::snprintf(text, sizeof(text), "bad %s magic 0x%08x", what, got);
   return error(Code::kRemoteError, text);
+}
+
+Status other_version(uint16_t got) {
+  return error(Code::kRemoteError, "peer speaks Sieve wire version " + std::to_string(got) + ", this library " +
+                                       std::to_string(kVersion) + ": run one Sieve release on every node");
 }
 
 }  // namespace
@@ -109,12 +115,18 @@ void encode_hello(const Hello& h, uint8_t* out) {
   put64(out + 24, h.connection_id);
   put64(out + 32, h.client_nonce);
   put64(out + 40, h.chunk_size);
+  std::memcpy(out + kHelloMacOffset, h.mac.data(), h.mac.size());
+}
+
+Status check_hello_start(const uint8_t* in, size_t size) {
+  if (size >= 4 && get32(in) != kHelloMagic) return bad("hello", get32(in));
+  if (size >= 6 && get16(in + 4) != kVersion) return other_version(get16(in + 4));
+  return ok_status();
 }
 
 Status decode_hello(const uint8_t* in, Hello* h) {
-  if (get32(in) != kHelloMagic) return bad("hello", get32(in));
-  if (get16(in + 4) != kVersion)
-    return error(Code::kRemoteError, "peer speaks protocol version " + std::to_string(get16(in + 4)));
+  Status st = check_hello_start(in, kHelloBytes);
+  if (!st.ok()) return st;
   h->socket_index = get16(in + 6);
   h->nsocks = get16(in + 8);
   h->caps = get32(in + 12);
@@ -122,6 +134,7 @@ Status decode_hello(const uint8_t* in, Hello* h) {
   h->connection_id = get64(in + 24);
   h->client_nonce = get64(in + 32);
   h->chunk_size = get64(in + 40);
+  std::memcpy(h->mac.data(), in + kHelloMacOffset, h->mac.size());
   // A verbs connection is its bootstrap socket alone; a TCP one has 1-16 data sockets besides.
   const bool verbs = (h->caps & kCapVerbs) != 0;
   if ((verbs ? h->nsocks != 0 : h->nsocks < 1) || h->nsocks > 16 || h->socket_index > h->nsocks)
@@ -137,15 +150,19 @@ void encode_welcome(const Welcome& w, uint8_t* out) {
   put32(out, kWelcomeMagic);
   put16(out + 4, kVersion);
   put32(out + 8, w.caps);
+  put32(out + 12, static_cast<uint32_t>(w.refusal));
   put64(out + 16, w.server_nonce);
   std::memcpy(out + 24, w.mac.data(), w.mac.size());
 }
 
 Status decode_welcome(const uint8_t* in, Welcome* w) {
   if (get32(in) != kWelcomeMagic) return bad("welcome", get32(in));
-  if (get16(in + 4) != kVersion)
-    return error(Code::kRemoteError, "peer speaks protocol version " + std::to_string(get16(in + 4)));
+  if (get16(in + 4) != kVersion) return other_version(get16(in + 4));
   w->caps = get32(in + 8);
+  const uint32_t refusal = get32(in + 12);
+  if (refusal > static_cast<uint32_t>(Refusal::kHelloMac))
+    return error(Code::kRemoteError, "welcome with unknown refusal " + std::to_string(refusal));
+  w->refusal = static_cast<Refusal>(refusal);
   w->server_nonce = get64(in + 16);
   std::memcpy(w->mac.data(), in + 24, w->mac.size());
   return ok_status();
@@ -169,6 +186,13 @@ Digest handshake_mac(const std::string& token, Role role, const Hello& hello, ui
   encode_hello(hello, transcript + 1);
   put64(transcript + 1 + kHelloBytes, server_nonce);
   return hmac_sha256(token, transcript, sizeof(transcript));
+}
+
+Digest hello_mac(const std::string& token, const Hello& hello) {
+  uint8_t message[1 + kHelloBytes];
+  message[0] = static_cast<uint8_t>(Role::kHello);
+  encode_hello(hello, message + 1);
+  return hmac_sha256(token, message, 1 + kHelloMacOffset);
 }
 
 void encode_frame(const FrameHeader& f, uint8_t* out) {

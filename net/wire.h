@@ -14,7 +14,9 @@
 
 namespace sieve::net::wire {
 
-constexpr uint16_t kVersion = 1;
+// Carried by the handle and every handshake message; peers of different versions refuse each other
+// with a message naming both. 2: the hello carries a keyed hash, the welcome a refusal.
+constexpr uint16_t kVersion = 2;
 
 // Capability bits, offered in hello and welcome; a connection uses the intersection.
 constexpr uint32_t kCapZeroElide = 1u << 0;  // understands kFlagCodec messages (unless SIEVE_WIRE_CODEC=off)
@@ -48,15 +50,28 @@ struct Hello {            // connector -> listener
   uint64_t connection_id;  // groups the sockets of one connection
   uint64_t client_nonce;
   uint64_t chunk_size;  // the sender's stripe size: the receiver plans chunks the same way
+  // Keyed hash of everything above (hello_mac): the listener tells a peer that knows the job token
+  // from one that only saw the nonce in NCCL's handle before it answers or keeps a place for it.
+  Digest mac{};
 };
-constexpr size_t kHelloBytes = 48;
+constexpr size_t kHelloBytes = 80;
 void encode_hello(const Hello& h, uint8_t* out);
 Status decode_hello(const uint8_t* in, Hello* h);
+// What the first `size` bytes of a hello (fewer than kHelloBytes allowed) already refuse: another
+// magic or version. Lets the listener answer a peer of another version before it waits for more.
+Status check_hello_start(const uint8_t* in, size_t size);
+
+// Why a listener refuses a hello it answers (else it sends nothing and closes).
+enum class Refusal : uint32_t {
+  kNone = 0,
+  kHelloMac = 1,  // the hello's keyed hash is wrong: the job tokens differ, or one side has none
+};
 
 struct Welcome {  // listener -> connector
   uint32_t caps;
   uint64_t server_nonce;
-  Digest mac;  // proves the listener knows the job token (keyed hash of the transcript)
+  Digest mac;                        // proves the listener knows the job token (keyed hash of the transcript)
+  Refusal refusal = Refusal::kNone;  // not kNone: the rest is zero and the listener closes
 };
 constexpr size_t kWelcomeBytes = 56;
 void encode_welcome(const Welcome& w, uint8_t* out);
@@ -69,9 +84,11 @@ constexpr size_t kProofBytes = 40;
 void encode_proof(const Proof& p, uint8_t* out);
 Status decode_proof(const uint8_t* in, Proof* p);
 
-// Keyed hash binding both nonces, the connection and the socket; role separates the two directions.
-enum class Role : uint8_t { kListener = 1, kConnector = 2 };
+// Keyed hash binding both nonces, the connection and the socket; role separates the two directions
+// (and the hello's own, which binds every field of the hello but its mac).
+enum class Role : uint8_t { kListener = 1, kConnector = 2, kHello = 3 };
 Digest handshake_mac(const std::string& token, Role role, const Hello& hello, uint64_t server_nonce);
+Digest hello_mac(const std::string& token, const Hello& hello);
 
 // ---- frames ----
 struct FrameHeader {  // control socket, one per message

@@ -107,7 +107,9 @@ sieve::compress::cuda::DeviceLayout layout_of(const uint32_t* bits, const uint64
 }  // namespace
 
 uint32_t sieve_capabilities(void) {
-  return (SIEVE_COMPACT_CUDA ? uint32_t(SIEVE_CAP_CUDA_COMPACT) : 0u) | uint32_t(SIEVE_CAP_HOST_COMPACT);
+  return (SIEVE_COMPACT_CUDA ? uint32_t(SIEVE_CAP_CUDA_COMPACT) : 0u) | uint32_t(SIEVE_CAP_HOST_COMPACT) |
+         (SIEVE_PROXY_INTERPOSED ? uint32_t(SIEVE_CAP_PROXY) : 0u) |
+         (SIEVE_HAVE_VERBS ? uint32_t(SIEVE_CAP_VERBS) : 0u);
 }
 
 uint64_t sieve_compact_tile_elements(void) { return sieve::compress::kTileElements; }

@@ -207,6 +207,8 @@ SIEVE_API int sieve_stats_get(sieve_stats_t* out);
 /* What this build of the library holds, as SIEVE_CAP_* bits. */
 #define SIEVE_CAP_CUDA_COMPACT 1 /* sieve_compact_gather/scatter run Sieve's CUDA kernels */
 #define SIEVE_CAP_HOST_COMPACT 2 /* sieve_compact_gather_host/scatter_host: Sieve's CPU kernels (every build) */
+#define SIEVE_CAP_PROXY 4        /* the collective proxy: ncclAllReduce & co. exported for LD_PRELOAD (CUDA builds) */
+#define SIEVE_CAP_VERBS 8 /* the verbs (InfiniBand/RoCE) transport; libibverbs itself is loaded when NCCL starts it */
 SIEVE_API uint32_t sieve_capabilities(void);
 
 /* Compaction on the GPU for callers that compact their own buffers (Python's sieve.ddp and sieve.fsdp):

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "compress/safetensors.h"
+#include "net/log.h"
 #include "plugin/proxy_probe.h"
 #include "plugin/sieve_api.h"
 #include "plugin/stats.h"
@@ -116,8 +117,19 @@ int check_commit(const char* function, uint32_t flags, const sieve_commit_result
   return SIEVE_OK;
 }
 
+// A mask that keeps nothing is valid (a layer pruned away) but far more often an inverted or empty one,
+// and it silently zeroes every element it covers: said once per publish, as a warning.
+void warn_if_keeps_nothing(const char* function, const compress::Mask& mask) {
+  if (mask.count() > 0 && mask.kept() == 0)
+    SIEVE_WARN(
+        "%s: the mask keeps none of its %llu elements: once committed, every one of them is sent as zero "
+        "(an inverted or empty mask?)",
+        function, static_cast<unsigned long long>(mask.count()));
+}
+
 int publish(const char* function, const void* base, compress::DType dtype, compress::Mask&& mask, uint64_t* mask_id,
             const void* comm = nullptr) {
+  warn_if_keeps_nothing(function, mask);
   uint64_t id = 0;
   compress::Status s = mask_registry().publish(base, dtype, std::make_shared<const compress::Mask>(std::move(mask)),
                                                &id, uint64_t(reinterpret_cast<uintptr_t>(comm)));
@@ -186,15 +198,15 @@ int publish_collective(const char* function, const void* comm, int collective, s
     if (__builtin_mul_overflow(uint64_t(count), uint64_t(sieve_dtype_size(dtype)), &bytes) || bytes > kAddressSpaceEnd)
       return fail(SIEVE_ERR_RANGE,
                   std::string(function) + ": " + std::to_string(count) + " elements cannot be one buffer");
+    auto mask = std::make_shared<const compress::Mask>(compress::Mask::from_bitmap(bits, count));
+    warn_if_keeps_nothing(function, *mask);
     uint64_t id = 0;
     // The one place SIEVE_COLLECTIVE_* becomes compress::Collective.
     const compress::Collective target = collective == SIEVE_COLLECTIVE_REDUCE_SCATTER
                                             ? compress::Collective::kReduceScatter
                                             : compress::Collective::kAllGather;
-    compress::Status s = mask_registry().publish_collective(
-        target, compress::DType(dtype),
-        std::make_shared<const compress::Mask>(compress::Mask::from_bitmap(bits, count)), &id,
-        uint64_t(reinterpret_cast<uintptr_t>(comm)));
+    compress::Status s = mask_registry().publish_collective(target, compress::DType(dtype), std::move(mask), &id,
+                                                            uint64_t(reinterpret_cast<uintptr_t>(comm)));
     if (!s.ok()) return fail(function, s);
     if (mask_id) *mask_id = id;
     return SIEVE_OK;

@@ -77,6 +77,7 @@ Snapshot current_snapshot() {
   s.pid = static_cast<int>(getpid());
   s.host = host_name();
   s.rank = launcher_rank([](const char* name) -> const char* { return std::getenv(name); });
+  s.job = launcher_job([](const char* name) -> const char* { return std::getenv(name); });
   s.totals.bytes_logical_sent = load(stats.bytes_logical_sent);
   s.totals.bytes_wire_sent = load(stats.bytes_wire_sent);
   s.totals.bytes_logical_received = load(stats.bytes_logical_received);
@@ -113,8 +114,14 @@ std::string start_stats_export(const config::Settings& settings) {
     path = choose_stats_path(settings.stats_file, pid, host, &claim, &note, e.written);
     if (!note.empty() && !e.refused) SIEVE_WARN("%s", note.c_str());
   }
+  // SIEVE_STATS_JOB names the job where the launcher does not (a pod's job name from the downward API).
+  StatsWriter::Source source = [job = settings.stats_job]() {
+    Snapshot s = current_snapshot();
+    if (!job.empty()) s.job = job;
+    return s;
+  };
   auto writer = problem.empty() ? std::make_unique<StatsWriter>(path, settings.stats_format, settings.stats_interval_s,
-                                                                current_snapshot, stats_file_mode(settings.stats_mode))
+                                                                source, stats_file_mode(settings.stats_mode))
                                 : nullptr;
   if (writer && !stats_directory_writable(path, &problem)) writer.reset();
   if (!problem.empty()) {

@@ -171,12 +171,21 @@ std::string launcher_rank(const char* (*lookup)(const char*)) {
   return "";
 }
 
+std::string launcher_job(const char* (*lookup)(const char*)) {
+  for (const char* name : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID"}) {
+    const char* value = lookup(name);
+    if (value != nullptr && *value != '\0' && std::string(value) != "none") return value;
+  }
+  return "";
+}
+
 // Prometheus text exposition. Process totals and per-peer series are different metrics
 // (sieve_X_total and sieve_peer_X_total), so sum() over either counts each byte once; every family
 // has its HELP and TYPE, then its samples, together.
 std::string to_prometheus(const Snapshot& s) {
   std::string out;
   std::string process_labels = "host=\"" + label_value(s.host) + "\"";
+  if (!s.job.empty()) process_labels += ",job=\"" + label_value(s.job) + "\"";
   if (!s.rank.empty()) process_labels += ",rank=\"" + label_value(s.rank) + "\"";
   auto family = [&](const std::string& name, const char* help) {
     out += "# HELP " + name + " " + help + "\n# TYPE " + name + " counter\n";

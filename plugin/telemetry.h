@@ -43,6 +43,7 @@ struct Snapshot {
   int pid = 0;
   std::string host;
   std::string rank;  // the process's rank in its job where the launcher says it, else ""
+  std::string job;   // the job's identity (SIEVE_STATS_JOB, else the launcher's), else ""
   TrafficCounters totals;
   uint64_t collectives_dense = 0;
   uint64_t collectives_compacted = 0;
@@ -72,7 +73,7 @@ extern const size_t kProcessCounterCount;
 std::vector<PeerTraffic> per_device(const Snapshot& snapshot);
 
 std::string to_json(const Snapshot& snapshot);
-// Labels stay bounded at any scale and across restarts: `host` and `rank` (where known) for the
+// Labels stay bounded at any scale and across restarts: `host`, `job` and `rank` (where known) for the
 // process, the peer's host (its address, without the ephemeral port) and the local device for the
 // per-peer series, whose connections to one host are summed. No pid: each restart would start new
 // series. Per-connection detail (the port) is in the JSON only.
@@ -84,6 +85,12 @@ std::string peer_host(const std::string& peer);
 // The rank the job's launcher gives this process (torchrun's RANK, Slurm's SLURM_PROCID, Open MPI's
 // OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, in that order), "" when none says. `lookup` is getenv.
 std::string launcher_rank(const char* (*lookup)(const char*));
+
+// The job the launcher runs this process in, so that two jobs on a node (or a restarted job beside
+// its predecessor's file) are different series: torchrun's TORCHELASTIC_RUN_ID (its --rdzv-id; not
+// its default "none"), Slurm's SLURM_JOB_ID, PBS_JOBID, LSF's LSB_JOBID, in that order; "" when none
+// says. `lookup` is getenv.
+std::string launcher_job(const char* (*lookup)(const char*));
 
 // Expands %p (pid) and %h (host name) so every process of a job writes its own file.
 std::string expand_stats_path(const std::string& pattern, int pid, const std::string& host);

@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 python=${PYTHON_VENV:-/opt/sieve/venv}/bin/python  # PyTorch 2.11, from tools/install-deps.sh
 
-bash "$root/tools/install-deps.sh"
+bash "$root/tools/install-deps.sh" --without-newest  # the demo runs on PyTorch 2.11 alone
 echo "demo: building (this takes a few minutes the first time)..."
 bash "$root/tools/build.sh" >/dev/null
 
@@ -26,7 +26,10 @@ gloo_possible() {
 }
 
 # --prune unstructured --density 0.2 are the defaults, left unsaid so that --masks FILE can replace them.
-args=(--nodes 4 --model resnet50 --rate 1gbit --iters 3 --warmup 1)
+args=(--nodes 4 --model resnet50 --rate 1gbit --steps 3 --warmup 1)
+# The emulated nodes are one job: give them its token, as a real job has (no "no SIEVE_JOB_TOKEN" warnings).
+SIEVE_JOB_TOKEN=${SIEVE_JOB_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')}
+export SIEVE_JOB_TOKEN
 if gloo_possible; then
   args+=(--gloo --python "$python")
 elif [[ $(id -u) -eq 0 ]]; then

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzzes the handshake listener's state machine (net/handshake.cc) against a real listening socket
 // on loopback, fed by up to 24 client sockets the input drives: connect, raw bytes in pieces of any
-// size (partial reads), well-formed hellos with chosen fields (right or wrong nonce, connection
-// ids from a small set so groups form, clash and overflow), proofs computed from the welcome read
-// back (right or wrong), closes; the listener is polled after every step. A connection it hands
-// out must have every socket and the fields one hello asked for.
+// size (partial reads), well-formed hellos with chosen fields (right or wrong nonce, right or
+// wrong keyed hash, connection ids from a small set so groups form, clash and overflow), proofs
+// computed from the welcome read back (right or wrong), closes; the listener is polled after every step. A connection
+// it hands out must have every socket and the fields one hello asked for.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -109,6 +109,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         c->hello.connection_id = in.byte() % 4;
         c->hello.client_nonce = in.u64();
         c->hello.chunk_size = (flags & 2) ? in.u64() : 128 * 1024;
+        c->hello.mac = wire::hello_mac("", c->hello);
+        if (flags & 8) c->hello.mac[in.byte() % c->hello.mac.size()] ^= 1 | in.byte();  // knows the nonce only
         uint8_t bytes[wire::kHelloBytes];
         wire::encode_hello(c->hello, bytes);
         const size_t cut = (flags & 4) ? in.byte() % sizeof bytes : sizeof bytes;  // the rest never comes
@@ -122,6 +124,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (::recv(c->fd.get(), welcome, sizeof welcome, MSG_DONTWAIT) != static_cast<ssize_t>(sizeof welcome)) break;
         wire::Welcome w;
         if (!wire::decode_welcome(welcome, &w).ok()) break;
+        check(w.refusal == wire::Refusal::kNone || (w.mac == Digest{} && w.server_nonce == 0));
+        if (w.refusal != wire::Refusal::kNone) break;
         wire::Proof proof{wire::handshake_mac("", wire::Role::kConnector, c->hello, w.server_nonce)};
         if (in.byte() & 1) proof.mac[0] ^= 1;
         uint8_t bytes[wire::kProofBytes];

@@ -57,7 +57,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       wire::Hello again;
       check(wire::decode_hello(out, &again).ok());
       check(std::memcmp(&again, &h, sizeof h) == 0 ||
-            (again.connection_id == h.connection_id && again.client_nonce == h.client_nonce));
+            (again.connection_id == h.connection_id && again.client_nonce == h.client_nonce && again.mac == h.mac));
+      // Any prefix of an accepted hello is accepted by the early check.
+      check(wire::check_hello_start(in.data(), in[0] % wire::kHelloBytes).ok());
       return 0;
     }
     case 2: {
@@ -68,7 +70,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       uint8_t out[wire::kWelcomeBytes];
       wire::encode_welcome(w, out);
       wire::Welcome again;
-      check(wire::decode_welcome(out, &again).ok() && again.server_nonce == w.server_nonce && again.mac == w.mac);
+      check(wire::decode_welcome(out, &again).ok() && again.server_nonce == w.server_nonce && again.mac == w.mac &&
+            again.refusal == w.refusal);
       return 0;
     }
     case 3: {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// ncclNetPlugin_v10 (NCCL 2.24 - 2.26): profiler callback, per-connection config, profiler handles.
+// ncclNetPlugin_v10 (NCCL 2.26 - 2.27): profiler callback, per-connection config, profiler handles.
 #include "plugin/net/abi/net_v10.h"
 #include "plugin/net/net_plugin.h"
 #include "plugin/net/shim_properties.h"

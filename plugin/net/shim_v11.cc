@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// ncclNetPlugin_v11 (NCCL 2.27 - 2.29; 2.30 adds v12): init once per communicator with a context,
+// ncclNetPlugin_v11 (NCCL 2.28 - 2.29; 2.30 adds v12): init once per communicator with a context,
 // finalize, setNetAttr. Each context holds a reference on the shared process state.
 #include "plugin/net/shim_v11.h"
 

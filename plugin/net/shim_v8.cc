@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// ncclNetPlugin_v8 (NCCL 2.19 - 2.21): int sizes, no context. A table over net_plugin.h.
+// ncclNetPlugin_v8 (NCCL 2.20 - 2.23): int sizes, no context. A table over net_plugin.h.
 #include "plugin/net/abi/net_v8.h"
 #include "plugin/net/net_plugin.h"
 #include "plugin/net/shim_properties.h"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// ncclNetPlugin_v9 (NCCL 2.22 - 2.23): size_t sizes, virtual-device properties. A table over net_plugin.h.
+// ncclNetPlugin_v9 (NCCL 2.24 - 2.25): size_t sizes, virtual-device properties. A table over net_plugin.h.
 #include "plugin/net/abi/net_v9.h"
 #include "plugin/net/net_plugin.h"
 #include "plugin/net/shim_properties.h"

@@ -65,15 +65,6 @@ bool prepare(const AgreementContext& ctx, const compress::StagedEntries& entries
   return true;
 }
 
-// One exchange outside any group (after the commit's own collective): in, on the stream, out, wait.
-int run_exchange(const AgreementContext& ctx, Exchange& ex, uint64_t count, int width) {
-  int rc = ctx.backend.exchange_in(ex, nullptr, count, width, ctx.comm, ctx.stream);
-  if (rc == kResultInProgress) rc = ctx.backend.wait_enqueued(ctx.comm, ctx.live);
-  if (rc) return rc;
-  if (int out = ctx.backend.exchange_out(ex, nullptr, count, width, ctx.stream)) return out;
-  return ctx.backend.wait_exchange(ex, ctx.comm, ctx.live);
-}
-
 }  // namespace
 
 void write_vote(const Vote& v, void* words) {
@@ -148,40 +139,65 @@ int TableCommit::begin(const AgreementContext& ctx, compress::StagedEntries entr
   return enqueued(*collective_rc) ? kResultSuccess : *collective_rc;
 }
 
-int TableCommit::vote_again(const AgreementContext& ctx, Exchange& vote, const Vote& mine, Verdict* verdict) {
-  write_vote(mine, vote.host());
-  if (int rc = run_exchange(ctx, vote, kVoteWords, 8)) return rc;
-  *verdict = read_verdict(mine, vote.host());
+void TableCommit::stage_merge(ExchangeStep* next) {
+  const compress::Mask& m = *entries_[merged_]->mask();
+  auto* bytes = static_cast<uint8_t*>(merge_->host());
+  for (uint64_t j = 0; j < m.count(); ++j) bytes[j] = m.test(j) ? 1 : 0;
+  *next = ExchangeStep{merge_.get(), m.count(), 1};
+}
+
+void TableCommit::conclude(TableAgreement* out) {
+  *out = TableAgreement();
+  out->activated = verdict_.unanimous();
+  if (!out->activated) {
+    out->reason = verdict_.reason(local_failure_);
+    return;
+  }
+  out->entries = std::move(prepared_);
+  out->hash = table_hash(entries_, &masks_, flags_);
+}
+
+int TableCommit::read(const AgreementContext& ctx, Exchange& vote, ExchangeStep* next, TableAgreement* out) {
+  *next = ExchangeStep();
+  if (int rc = ctx.backend.exchange_out(vote, token_, kVoteWords, 8, ctx.stream)) return rc;
+  if (int rc = ctx.backend.wait_exchange(vote, ctx.comm, ctx.live)) return rc;
+  verdict_ = read_verdict(mine_, vote.host());
+  masks_ = own_masks(entries_);
+  if ((flags_ & SIEVE_COMMIT_UNION) && verdict_.unanimous()) {
+    // Every rank holds the same buffers and staging: OR the masks one entry at a time, build the
+    // plans on the union, and vote again on whether every rank could.
+    merged_ = 0;
+    if (!entries_.empty()) {
+      stage_merge(next);
+      return kResultSuccess;
+    }
+    return resume(ctx, vote, next, out);
+  }
+  conclude(out);
   return kResultSuccess;
 }
 
-int TableCommit::finish(const AgreementContext& ctx, Exchange& vote, TableAgreement* out) {
-  *out = TableAgreement();
-  if (int rc = ctx.backend.exchange_out(vote, token_, kVoteWords, 8, ctx.stream)) return rc;
-  if (int rc = ctx.backend.wait_exchange(vote, ctx.comm, ctx.live)) return rc;
-  Verdict verdict = read_verdict(mine_, vote.host());
-  std::vector<std::shared_ptr<const compress::Mask>> masks = own_masks(entries_);
-  if ((flags_ & SIEVE_COMMIT_UNION) && verdict.unanimous()) {
-    // Every rank holds the same buffers and staging: OR the masks (bytes, max) one entry at a time,
-    // build the plans on the union, and vote again on whether every rank could.
-    for (size_t i = 0; i < entries_.size(); ++i) {
-      const compress::Mask& m = *entries_[i]->mask();
-      auto* bytes = static_cast<uint8_t*>(merge_->host());
-      for (uint64_t j = 0; j < m.count(); ++j) bytes[j] = m.test(j) ? 1 : 0;
-      if (int rc = run_exchange(ctx, *merge_, m.count(), 1)) return rc;
-      masks[i] = std::make_shared<const compress::Mask>(compress::Mask::from_bytes(bytes, m.count()));
-    }
-    Vote again = mine_;
-    if (!prepare(ctx, entries_, masks, &prepared_, &local_failure_)) again.refusal = Refusal::kCouldNotPrepare;
-    if (int rc = vote_again(ctx, vote, again, &verdict)) return rc;
-  }
-  out->activated = verdict.unanimous();
-  if (!out->activated) {
-    out->reason = verdict.reason(local_failure_);
+int TableCommit::resume(const AgreementContext& ctx, Exchange& vote, ExchangeStep* next, TableAgreement* out) {
+  *next = ExchangeStep();
+  if (voting_again_) {
+    verdict_ = read_verdict(again_, vote.host());
+    conclude(out);
     return kResultSuccess;
   }
-  out->entries = std::move(prepared_);
-  out->hash = table_hash(entries_, &masks, flags_);
+  if (merged_ < entries_.size()) {
+    const uint64_t count = entries_[merged_]->count();
+    masks_[merged_] = std::make_shared<const compress::Mask>(
+        compress::Mask::from_bytes(static_cast<const uint8_t*>(merge_->host()), count));
+    if (++merged_ < entries_.size()) {
+      stage_merge(next);
+      return kResultSuccess;
+    }
+  }
+  again_ = mine_;
+  if (!prepare(ctx, entries_, masks_, &prepared_, &local_failure_)) again_.refusal = Refusal::kCouldNotPrepare;
+  write_vote(again_, vote.host());
+  voting_again_ = true;
+  *next = ExchangeStep{&vote, kVoteWords, 8};
   return kResultSuccess;
 }
 

@@ -87,9 +87,20 @@ struct AgreementContext {
   Refusal veto = Refusal::kNone;
 };
 
-// One commit on one communicator, in two halves so that it can be issued inside an NCCL group:
+// One exchange an agreement needs next. At a group's end every communicator's next exchange is
+// issued together, in one NCCL group: one thread may drive several ranks of one communicator
+// (ncclCommInitAll), and ranks may put communicators into a group in different orders, so no rank
+// may wait on one communicator's exchange while another waits on another's.
+struct ExchangeStep {
+  Exchange* exchange = nullptr;  // null: nothing more to exchange
+  uint64_t count = 0;
+  int width = 8;
+};
+
+// One commit on one communicator, in steps so that it can be issued inside an NCCL group:
 // begin() at the trainer's call issues the vote's collective (queued in the group when inside one),
-// finish() reads the verdict once that collective is on the stream.
+// read() reads the verdict once that collective is on the stream, and each later exchange it needs
+// (a union's merges, its second vote) is the caller's to issue before resume().
 class TableCommit {
  public:
   // Prepares the plans the staged `entries` need (or records why it cannot), writes this rank's vote
@@ -98,22 +109,30 @@ class TableCommit {
   // means the collective itself could not be issued (the communicator is then unusable).
   static int begin(const AgreementContext& ctx, compress::StagedEntries entries, uint32_t flags, Exchange& vote,
                    void* token, std::unique_ptr<TableCommit>* out, int* collective_rc);
-  // Reads the verdict; with SIEVE_COMMIT_UNION, OR-merges the masks across ranks and votes again.
-  // Returns the communicator's error when an exchange failed (the ranks may then disagree: the
-  // caller aborts the communicator).
-  int finish(const AgreementContext& ctx, Exchange& vote, TableAgreement* out);
+  // Reads the verdict. With SIEVE_COMMIT_UNION and a unanimous verdict, *next names the exchanges
+  // that OR-merge the masks across ranks (bytes, max) and then a second vote; otherwise, and once
+  // *next is empty, *out holds the outcome. Returns the communicator's error when an exchange failed
+  // (the ranks may then disagree: the caller aborts the communicator).
+  int read(const AgreementContext& ctx, Exchange& vote, ExchangeStep* next, TableAgreement* out);
+  // After the exchange read() or resume() named has run: the next one, or the outcome.
+  int resume(const AgreementContext& ctx, Exchange& vote, ExchangeStep* next, TableAgreement* out);
 
  private:
   TableCommit() = default;
-  int vote_again(const AgreementContext& ctx, Exchange& vote, const Vote& mine, Verdict* verdict);
+  void stage_merge(ExchangeStep* next);
+  void conclude(TableAgreement* out);
 
   compress::StagedEntries entries_;
   uint32_t flags_ = 0;
-  Vote mine_;
+  Vote mine_, again_;
   void* token_ = nullptr;
   std::string local_failure_;
   std::vector<ActiveEntry> prepared_;
   std::unique_ptr<Exchange> merge_;  // SIEVE_COMMIT_UNION: staging for the largest mask's bytes
+  Verdict verdict_;
+  std::vector<std::shared_ptr<const compress::Mask>> masks_;  // the agreed ones, once merged
+  size_t merged_ = 0;                                         // entries merged so far
+  bool voting_again_ = false;
 };
 
 }  // namespace sieve::plugin::proxy

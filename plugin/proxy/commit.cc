@@ -17,6 +17,7 @@ struct PendingCommit {
   // that one until the group's end (one staging for both: each read the other's verdict).
   Exchange* vote = nullptr;
   std::unique_ptr<Exchange> own;
+  bool read = false;  // its first verdict was read: later steps resume the table's agreement
 };
 
 namespace {
@@ -135,13 +136,29 @@ int Proxy::run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* ou
 }
 
 int Proxy::finish_commit(CommState& cs, Stream stream, PendingCommit& pending) {
+  ExchangeStep next;
+  for (;;) {
+    if (int rc = step_commit(cs, stream, pending, &next)) return rc;
+    if (!next.exchange) return kResultSuccess;
+    if (int rc = exchange_now(cs, stream, next)) {
+      release_vote(cs, pending);
+      return fail_comm(cs, rc, "could not complete a commit's vote");
+    }
+  }
+}
+
+int Proxy::step_commit(CommState& cs, Stream stream, PendingCommit& pending, ExchangeStep* next) {
   Waiting waiting(cs, "a commit's vote");  // also when it comes at a group's end
   auto reusable = reusable_plans(cs.active);
   reuse_shape_plans(cs.shape_masks, &reusable);
   AgreementContext ctx{backend_,     cs.comm,   stream,          cs.live,   options_.rules,
                        fingerprint_, cs.nranks, options_.verify, &reusable, Refusal::kNone};
   TableAgreement agreement;
-  const int rc = pending.table->finish(ctx, *pending.vote, &agreement);
+  const int rc = pending.read ? pending.table->resume(ctx, *pending.vote, next, &agreement)
+                              : pending.table->read(ctx, *pending.vote, next, &agreement);
+  pending.read = true;
+  if (!rc && next->exchange) return kResultSuccess;
+  *next = ExchangeStep();
   release_vote(cs, pending);
   if (rc) return fail_comm(cs, rc, "could not complete a commit's vote");
   CommitOutcome outcome;
@@ -150,6 +167,14 @@ int Proxy::finish_commit(CommState& cs, Stream stream, PendingCommit& pending) {
   ts.outcome_token = pending.token;
   ts.outcome = outcome;
   return kResultSuccess;
+}
+
+int Proxy::exchange_now(CommState& cs, Stream stream, const ExchangeStep& step) {
+  int rc = backend_.exchange_in(*step.exchange, nullptr, step.count, step.width, cs.comm, stream);
+  if (rc == kResultInProgress) rc = backend_.wait_enqueued(cs.comm, cs.live);
+  if (!rc) rc = backend_.exchange_out(*step.exchange, nullptr, step.count, step.width, stream);
+  if (!rc) rc = backend_.wait_exchange(*step.exchange, cs.comm, cs.live);
+  return rc;
 }
 
 void Proxy::release_vote(CommState& cs, PendingCommit& pending) {
@@ -239,18 +264,26 @@ void Proxy::apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outco
 
 int Proxy::vote_learned(CommState& cs, LearnedSignature& sig, Stream stream) {
   Waiting waiting(cs, "a learned-mask vote");
+  Vote mine;
   std::string why;
-  const bool ok = options_.enabled && sig.prepare_proposal(backend_, &why);
-  const Vote mine{sig.proposal_hash(), fingerprint_, ok ? Refusal::kNone : Refusal::kCouldNotPrepare};
-  Exchange& ex = *cs.learned_vote;
-  write_vote(mine, ex.host());
+  ExchangeStep step;
+  propose_learned(cs, sig, &mine, &why, &step);
+  if (int rc = exchange_now(cs, stream, step))
+    return fail_comm(cs, rc, "could not complete the vote on a learned mask");
+  settle_learned(cs, sig, mine, why);
+  return kResultSuccess;
+}
+
+void Proxy::propose_learned(CommState& cs, LearnedSignature& sig, Vote* mine, std::string* why, ExchangeStep* next) {
+  const bool ok = options_.enabled && sig.prepare_proposal(backend_, why);
+  *mine = Vote{sig.proposal_hash(), fingerprint_, ok ? Refusal::kNone : Refusal::kCouldNotPrepare};
+  write_vote(*mine, cs.learned_vote->host());
   note(cs, CallKind::kVote, ReduceOp::kMax, DType::kI64, CallPath::kAgreement, kVoteWords);
-  int rc = backend_.exchange_in(ex, nullptr, kVoteWords, 8, cs.comm, stream);
-  if (rc == kResultInProgress) rc = backend_.wait_enqueued(cs.comm, cs.live);
-  if (!rc) rc = backend_.exchange_out(ex, nullptr, kVoteWords, 8, stream);
-  if (!rc) rc = backend_.wait_exchange(ex, cs.comm, cs.live);
-  if (rc) return fail_comm(cs, rc, "could not complete the vote on a learned mask");
-  const Verdict verdict = read_verdict(mine, ex.host());
+  *next = ExchangeStep{cs.learned_vote.get(), kVoteWords, 8};
+}
+
+void Proxy::settle_learned(CommState& cs, LearnedSignature& sig, const Vote& mine, const std::string& why) {
+  const Verdict verdict = read_verdict(mine, cs.learned_vote->host());
   sig.settle(verdict.unanimous());
   if (verdict.unanimous())
     SIEVE_INFO(
@@ -260,7 +293,6 @@ int Proxy::vote_learned(CommState& cs, LearnedSignature& sig, Stream stream) {
   else
     SIEVE_INFO("collective proxy: a learned mask was not adopted on communicator %p: %s", cs.comm,
                verdict.reason(why).c_str());
-  return kResultSuccess;
 }
 
 }  // namespace sieve::plugin::proxy

@@ -155,6 +155,37 @@ void Proxy::forget(Comm comm) {
   comms_.erase(it);
 }
 
+void Proxy::created(Comm comm) {
+  if (const std::shared_ptr<CommState> old = find(comm))
+    if (old->abort_owner.load(std::memory_order_seq_cst) == 1 && !old->handle_kept.load(std::memory_order_acquire)) {
+      SIEVE_INFO(
+          "collective proxy: a new communicator has the address of %p, which the proxy aborted; the job's next "
+          "teardown of that address is taken as the dead handle's and does not reach NCCL",
+          comm);
+      std::lock_guard lock(mutex_);
+      dead_handles_.insert(comm);
+    }
+  forget(comm);
+}
+
+bool Proxy::teardown(Comm comm, const char* why) {
+  {
+    std::lock_guard lock(mutex_);
+    if (dead_handles_.erase(comm)) return false;
+  }
+  const bool dead = release(comm, why);
+  forget(comm);
+  return !dead;
+}
+
+bool Proxy::dead_handle(Comm comm) const {
+  {
+    std::lock_guard lock(mutex_);
+    if (dead_handles_.count(comm)) return true;
+  }
+  return aborted(comm);
+}
+
 bool Proxy::aborted(Comm comm) const {
   const std::shared_ptr<CommState> cs = find(comm);
   return cs && cs->failed.load(std::memory_order_acquire);

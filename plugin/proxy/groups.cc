@@ -10,6 +10,19 @@
 
 namespace sieve::plugin::proxy {
 
+namespace {
+
+// Several communicators' locks, always in one order (by address), whatever order a group put them
+// in: two groups of one thread never take them in opposite orders.
+template <typename States> std::vector<std::unique_lock<std::mutex>> lock_all(States& states) {
+  std::sort(states.begin(), states.end());
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (auto* state : states) locks.emplace_back(state->mutex);
+  return locks;
+}
+
+}  // namespace
+
 int Proxy::after(Call& call, int rc, Deferred&& work) {
   ThreadState& ts = thread_state();
   if (ts.depth > 0) {
@@ -52,43 +65,128 @@ int Proxy::run_group_end(ThreadState& ts) {
       fail_comm(*d.state, rc, "the gather of a compacted collective failed");
   }
   const int group_rc = backend_.group_end();
-  int rc = group_rc;
-  // After the launch: what follows the collectives, in call order. kResultInProgress stays the
+  // After the launch: what follows the collectives, per communicator in call order (the same on
+  // every rank of it, whatever order this thread put communicators in). kResultInProgress stays the
   // answer unless something fails: collectives that nothing waited for may still be on their way.
-  std::vector<CommState*>& waited = ts.waited;
-  // By index: nothing run here defers work of its own (this thread's group depth is 0 again), but an
-  // append would not invalidate the loop either.
-  ts.collecting_verdicts = true;
+  int rc = group_rc;
+  ts.lanes.clear();  // keeps its capacity: no allocation on the next group
   for (size_t i = 0; i < ts.deferred.size(); ++i) {
-    Deferred& d = ts.deferred[i];
-    std::lock_guard lock(d.state->mutex);
-    CommState& cs = *d.state;
+    CommState* cs = ts.deferred[i].state.get();
+    if (std::none_of(ts.lanes.begin(), ts.lanes.end(), [cs](const Lane& l) { return l.state == cs; }))
+      ts.lanes.push_back(Lane{cs, i});
+  }
+  // Nothing run here defers work of its own (this thread's group depth is 0 again). Rounds: each
+  // communicator runs until its next agreement needs an exchange; then every such exchange is
+  // issued in one NCCL group, so that no rank waits on one communicator while another waits on
+  // another. Each communicator's sequence of exchanges depends only on agreed words, so every
+  // rank's round k issues the same exchanges on it.
+  ts.collecting_verdicts = true;
+  for (;;) {
+    bool pending = false;
+    for (Lane& lane : ts.lanes) {
+      advance(ts, lane, group_rc, &rc);
+      pending = pending || lane.step.exchange;
+    }
+    if (!pending) break;
+    exchange_round(ts, &rc);
+  }
+  ts.collecting_verdicts = false;
+  if (!ts.verdicts.empty()) {
+    // Each communicator's lock, as every step above took it (no other thread waits on this rank's).
+    std::vector<CommState*> held;
+    for (const VerifyVerdict& v : ts.verdicts) held.push_back(v.state);
+    const auto locks = lock_all(held);
+    if (int w = share_verdicts(ts.verdicts); w && enqueued(rc)) rc = w;
+  }
+  ts.deferred.clear();  // keeps its capacity
+  return rc;
+}
+
+void Proxy::advance(ThreadState& ts, Lane& lane, int group_rc, int* rc) {
+  CommState& cs = *lane.state;
+  std::lock_guard lock(cs.mutex);
+  while (lane.next < ts.deferred.size()) {
+    Deferred& d = ts.deferred[lane.next];
+    if (d.state.get() != &cs) {
+      ++lane.next;
+      continue;
+    }
+    const bool agreement = d.kind == Deferred::Kind::kCommit || d.kind == Deferred::Kind::kLearnedVote;
     if (!enqueued(group_rc) || cs.failed.load()) {
       if (d.kind == Deferred::Kind::kLearnedVote) d.learned->withdraw();
       if (d.kind == Deferred::Kind::kCommit) release_vote(cs, *d.commit);
       if (d.kind == Deferred::Kind::kCommit && !cs.failed.load())
         fail_comm(cs, group_rc, "could not launch the group holding a commit's vote");
+      lane.step = ExchangeStep();
+      lane.resume = false;
+      ++lane.next;
       continue;
     }
-    if (group_rc == kResultInProgress && std::find(waited.begin(), waited.end(), &cs) == waited.end()) {
-      waited.push_back(&cs);
-      if (int w = backend_.wait_enqueued(cs.comm, cs.live)) {
-        rc = fail_comm(cs, w, "waited for a group's collectives to reach their streams and");
-        continue;
-      }
+    if (group_rc == kResultInProgress && !lane.waited) {
+      lane.waited = true;
+      if (int w = backend_.wait_enqueued(cs.comm, cs.live))
+        *rc = fail_comm(cs, w, "waited for a group's collectives to reach their streams and");
+      continue;  // a failure is this item's, on the next pass
     }
-    if (int w = run_after(d); w && enqueued(rc)) rc = w;
+    int w = kResultSuccess;
+    if (!agreement) {
+      w = run_after(d);
+    } else if (d.kind == Deferred::Kind::kCommit) {
+      w = step_commit(cs, d.stream, *d.commit, &lane.step);
+    } else if (!lane.resume) {
+      Waiting waiting(cs, "a learned-mask vote");
+      propose_learned(cs, *d.learned, &d.vote, &d.why, &lane.step);
+    } else {
+      settle_learned(cs, *d.learned, d.vote, d.why);
+      lane.step = ExchangeStep();
+    }
+    lane.resume = false;
+    if (!w && lane.step.exchange) {
+      lane.stream = d.stream;
+      return;  // until this round's exchanges have run
+    }
+    if (w && enqueued(*rc)) *rc = w;
+    ++lane.next;
   }
-  ts.collecting_verdicts = false;
-  if (!ts.verdicts.empty()) {
-    // Each communicator's lock, as every step above took it (no other thread waits on this rank's).
-    std::vector<std::unique_lock<std::mutex>> locks;
-    for (const VerifyVerdict& v : ts.verdicts) locks.emplace_back(v.state->mutex);
-    if (int w = share_verdicts(ts.verdicts); w && enqueued(rc)) rc = w;
+}
+
+void Proxy::exchange_round(ThreadState& ts, int* rc) {
+  // Each communicator's lock, as its steps took it (no other thread uses this rank's communicators
+  // of the group now: NCCL requires that of its callers).
+  std::vector<CommState*> held;
+  for (Lane& lane : ts.lanes)
+    if (lane.step.exchange) held.push_back(lane.state);
+  const size_t pending = held.size();
+  const auto locks = lock_all(held);
+  for (CommState* cs : held)
+    cs->waiting_for.store("an agreement's exchange at a group's end", std::memory_order_relaxed);
+  const bool grouped = pending > 1;
+  const int start_rc = grouped ? backend_.group_start() : kResultSuccess;
+  for (Lane& lane : ts.lanes)
+    if (lane.step.exchange)
+      lane.issued = start_rc ? start_rc
+                             : backend_.exchange_in(*lane.step.exchange, nullptr, lane.step.count, lane.step.width,
+                                                    lane.state->comm, lane.stream);
+  const int group_rc = grouped && !start_rc ? backend_.group_end() : kResultSuccess;
+  for (Lane& lane : ts.lanes) {
+    if (!lane.step.exchange) continue;
+    CommState& cs = *lane.state;
+    const ExchangeStep& step = lane.step;
+    int r = enqueued(lane.issued) ? group_rc : lane.issued;
+    if (enqueued(r) && (r == kResultInProgress || lane.issued == kResultInProgress))
+      r = backend_.wait_enqueued(cs.comm, cs.live);
+    if (!r) r = backend_.exchange_out(*step.exchange, nullptr, step.count, step.width, lane.stream);
+    if (!r) r = backend_.wait_exchange(*step.exchange, cs.comm, cs.live);
+    cs.waiting_for.store(nullptr, std::memory_order_relaxed);
+    if (r) {
+      // The suspended item sees the failure on the next pass and withdraws.
+      const int failed = fail_comm(cs, r, "could not complete an agreement's exchange at a group's end");
+      if (enqueued(*rc)) *rc = failed;
+      lane.step = ExchangeStep();
+      continue;
+    }
+    lane.resume = true;
   }
-  ts.deferred.clear();  // both keep their capacity: no allocation on the next group
-  waited.clear();
-  return rc;
 }
 
 int Proxy::group_end() {

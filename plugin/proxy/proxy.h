@@ -118,6 +118,18 @@ class Proxy {
   bool release(Comm comm, const char* why);
   // After NCCL has torn it down: forgets it (NCCL may give a new communicator the same handle).
   void forget(Comm comm);
+  // NCCL created a communicator at `comm` (ncclCommInitRank*, InitAll, Split, Shrink): whatever the
+  // proxy knew at that address is forgotten. When that was one the proxy aborted and NCCL freed
+  // (no ncclCommRevoke: NCCL < 2.28.7) and the job has not torn down its handle yet, the first
+  // teardown of the address is still owed to that dead handle.
+  void created(Comm comm);
+  // The job's ncclCommDestroy / ncclCommAbort of `comm` (`why`: report the state first, as at an
+  // abort): true when it must reach NCCL. False for a handle the proxy's abort freed, and for the
+  // owed teardown of such a handle whose address a new communicator has now, which must never reach
+  // the new one.
+  bool teardown(Comm comm, const char* why);
+  // ncclCommFinalize of `comm` must not reach NCCL: the proxy aborted it, or it is such a dead handle.
+  bool dead_handle(Comm comm) const;
   // True when the proxy aborted this communicator (every later call on it fails).
   bool aborted(Comm comm) const;
   // The interposed ncclCommGetAsyncError (a watchdog thread's poll): never reaches a handle an abort
@@ -225,6 +237,19 @@ class Proxy {
     size_t record = 0;                          // kRecord
     const void* output = nullptr;               // kRecord
     std::shared_ptr<PendingCommit> commit;      // kCommit
+    Vote vote;                                  // kLearnedVote: this rank's, while its exchange runs
+    std::string why;                            // kLearnedVote: why this rank could not prepare it
+  };
+  // One communicator's deferred work at a group's end, in call order: it stops at an agreement's
+  // exchange until every communicator's next exchange has been issued together (one round).
+  struct Lane {
+    CommState* state = nullptr;  // alive: the group's deferred work holds it
+    size_t next = 0;             // index into ThreadState::deferred of its next (or suspended) item
+    bool waited = false;         // a non-blocking group's collectives are on their streams
+    bool resume = false;         // the suspended item's exchange ran: its result is in its host words
+    ExchangeStep step;           // the exchange its suspended item needs
+    Stream stream = nullptr;
+    int issued = kResultSuccess;
   };
   // SIEVE_PROXY_VERIFY's shared verdict: one 6-word all-reduce per communicator saying whether any
   // rank found a difference (`what`: this rank's, empty when none).
@@ -242,7 +267,7 @@ class Proxy {
     // every other deferred step (one thread may drive several ranks' communicators in one group).
     bool collecting_verdicts = false;
     std::vector<VerifyVerdict> verdicts;
-    std::vector<CommState*> waited;  // non-blocking communicators of that group already waited for
+    std::vector<Lane> lanes;
     const void* armed_token = nullptr;
     uint32_t armed_flags = 0;
     const void* outcome_token = nullptr;
@@ -284,10 +309,18 @@ class Proxy {
   // Commits (commit.cc).
   int run_commit(Call& call, uint32_t flags, void* token, CommitOutcome* outcome);
   int finish_commit(CommState& cs, Stream stream, PendingCommit& pending);
+  // A commit's verdict one exchange at a time: *next is what must be exchanged before it is called
+  // again; empty once the outcome is applied.
+  int step_commit(CommState& cs, Stream stream, PendingCommit& pending, ExchangeStep* next);
   void withdraw_commit(CommState& cs, PendingCommit& pending);
   void release_vote(CommState& cs, PendingCommit& pending);
   void apply(CommState& cs, TableAgreement& agreement, CommitOutcome* outcome);
   int vote_learned(CommState& cs, LearnedSignature& sig, Stream stream);
+  // A learned-mask vote in two halves around its exchange (*next).
+  void propose_learned(CommState& cs, LearnedSignature& sig, Vote* mine, std::string* why, ExchangeStep* next);
+  void settle_learned(CommState& cs, LearnedSignature& sig, const Vote& mine, const std::string& why);
+  // One exchange, issued and read back now (outside any group).
+  int exchange_now(CommState& cs, Stream stream, const ExchangeStep& step);
 
   // Collectives (collectives.cc).
   const ActiveEntry* match(CommState& cs, const void* base, uint64_t count, DType type);
@@ -318,6 +351,8 @@ class Proxy {
   // after the group.
   int after(Call& call, int rc, Deferred&& work);
   int run_group_end(ThreadState& ts);
+  void advance(ThreadState& ts, Lane& lane, int group_rc, int* rc);
+  void exchange_round(ThreadState& ts, int* rc);
   void close_groups(ThreadState& ts);
 
   const uint64_t id_;  // this instance, for the calling thread's cache of its state
@@ -336,6 +371,9 @@ class Proxy {
   std::shared_ptr<ThreadStates> threads_;
   // Communicators torn down since a graph captured one of their plans: kept while the process lives.
   std::vector<std::shared_ptr<CommState>> orphaned_;
+  // Addresses whose next teardown is a dead handle's (created()): the job's old handle is torn down
+  // once, and the new communicator there must not go with it.
+  std::unordered_set<Comm> dead_handles_;
   std::atomic<bool> warned_uncommitted_{false};
   std::function<void(const std::string&)> report_;
   void report(const char* why) const;

@@ -59,6 +59,17 @@ TEST_F(MasksCommand, JsonCarriesTheSameNumbers) {
   EXPECT_NE(r.out.find("\"hash\":\"0x"), std::string::npos);
 }
 
+TEST_F(MasksCommand, ATensorThatKeepsNothingIsWarnedAbout) {
+  EXPECT_EQ(run({path}).err, "") << "every tensor keeps something";
+  std::vector<TensorSpec> t = {{"layer1.mask", "BOOL", {2}, {1, 0}}, {"layer2.mask", "U8", {3}, {0, 0, 0}}};
+  ASSERT_TRUE(sieve::compress::testing::write_file(path, sieve::compress::testing::file_bytes(t)));
+  Outcome r = run({path});
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_EQ(r.err,
+            "sieve-info masks: warning: layer2.mask keeps none of its 3 elements: published, every one of "
+            "them is sent as zero (an inverted or empty mask?)\n");
+}
+
 TEST_F(MasksCommand, MalformedFilesAndBadUsageFailWithAMessage) {
   ASSERT_TRUE(sieve::compress::testing::write_file(path, {8, 0, 0, 0, 0, 0, 0, 0, '{', '"'}));
   Outcome r = run({path});

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -219,11 +220,83 @@ TEST(Handshake, TokenNeverTravels) {
   // The connector's messages are a hello and a proof: neither may contain the token's bytes.
   const std::string token = "TOKEN-THAT-MUST-NOT-LEAK";
   wire::Hello hello{1, 2, 0, 11, 22, 33, 1 << 20};
+  hello.mac = wire::hello_mac(token, hello);
   uint8_t bytes[wire::kHelloBytes + wire::kProofBytes];
   wire::encode_hello(hello, bytes);
   wire::encode_proof({wire::handshake_mac(token, wire::Role::kConnector, hello, 44)}, bytes + wire::kHelloBytes);
   std::string all(reinterpret_cast<char*>(bytes), sizeof(bytes));
   EXPECT_EQ(all.find(token.substr(0, 6)), std::string::npos);
+}
+
+// Reads what the listener sends on `fd` until it closes it or `wait` passes, accepting meanwhile;
+// true when it closed. *sent: what it sent.
+bool closed_by_listener(ListenComm& listener, int fd, std::string* sent,
+                        std::chrono::milliseconds wait = std::chrono::seconds(5)) {
+  const auto end = std::chrono::steady_clock::now() + wait;
+  while (std::chrono::steady_clock::now() < end) {
+    std::unique_ptr<RecvComm> none;
+    if (!listener.accept(&none).ok()) return false;
+    char buf[256];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return true;
+    if (n > 0) sent->append(buf, n);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+// NCCL's handle crosses the bootstrap in clear: whoever saw it knows the nonce. Without the token,
+// its hello must earn neither a welcome nor a place held until the peer timeout (a flood of such
+// hellos took the places of a real connector's sockets while their proofs crossed the link).
+TEST(Handshake, AHelloThatKnowsOnlyTheNonceIsRefusedAtOnce) {
+  TransportOptions o = loopback_options();
+  o.job_token = "9c41d2e07b5a3f86d1e04a7c2b9f5e31";
+  o.peer_timeout_ms = 60000;
+  auto t = make_transport(o);
+  Handle handle;
+  std::unique_ptr<ListenComm> listener;
+  ASSERT_TRUE(t->listen(0, &handle, &listener).ok());
+  wire::HandleFields fields;
+  ASSERT_TRUE(wire::decode_handle(handle.bytes, &fields).ok());
+  for (const std::string guess : {"", "0000000000000000000000000000000a"}) {
+    Fd fd = raw_client(handle);
+    wire::Hello hello{0, 1, 0, fields.listener_nonce, 42, 7, 128 * 1024};
+    hello.mac = wire::hello_mac(guess, hello);
+    uint8_t bytes[wire::kHelloBytes];
+    wire::encode_hello(hello, bytes);
+    ASSERT_EQ(::send(fd.get(), bytes, sizeof(bytes), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(bytes)));
+    std::string sent;
+    EXPECT_TRUE(closed_by_listener(*listener, fd.get(), &sent)) << "the listener kept the socket";
+    ASSERT_EQ(sent.size(), wire::kWelcomeBytes);
+    wire::Welcome w;
+    ASSERT_TRUE(wire::decode_welcome(reinterpret_cast<const uint8_t*>(sent.data()), &w).ok());
+    EXPECT_EQ(w.refusal, wire::Refusal::kHelloMac);
+    EXPECT_EQ(w.server_nonce, 0u);
+    EXPECT_EQ(w.mac, Digest{}) << "a refusal must not be a keyed hash to test token guesses against";
+  }
+  EXPECT_EQ(listener->take_rejected(), 2u);
+}
+
+// A peer of another wire version is told so as soon as its hello's first bytes are there, not when
+// a hello of this version's length would be complete (one of version 1 is shorter: never).
+TEST(Handshake, AHelloOfAnotherVersionIsDroppedAtOnce) {
+  TransportOptions o = loopback_options();
+  o.peer_timeout_ms = 60000;
+  auto t = make_transport(o);
+  Handle handle;
+  std::unique_ptr<ListenComm> listener;
+  ASSERT_TRUE(t->listen(0, &handle, &listener).ok());
+  wire::HandleFields fields;
+  ASSERT_TRUE(wire::decode_handle(handle.bytes, &fields).ok());
+  wire::Hello hello{0, 1, 0, fields.listener_nonce, 42, 7, 128 * 1024};
+  uint8_t bytes[wire::kHelloBytes];
+  wire::encode_hello(hello, bytes);
+  bytes[4] = 1;  // version 1, whose hello ended after 48 bytes
+  Fd fd = raw_client(handle);
+  ASSERT_EQ(::send(fd.get(), bytes, 48, MSG_NOSIGNAL), 48);
+  std::string sent;
+  EXPECT_TRUE(closed_by_listener(*listener, fd.get(), &sent)) << "the listener waited for the rest";
+  EXPECT_EQ(listener->take_rejected(), 1u);
 }
 
 TEST(Handshake, ConnectToNothingFailsWithoutHanging) {

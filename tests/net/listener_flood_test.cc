@@ -151,6 +151,7 @@ TEST(ListenerFlood, DropWarningsAreRateLimited) {
 Fd authenticated_socket(Listening& l, uint64_t id, uint16_t index, uint16_t nsocks) {
   Fd fd = raw_client(l.fields);
   wire::Hello hello{index, nsocks, 0, l.fields.listener_nonce, id, 1000 + id, 128 * 1024};
+  hello.mac = wire::hello_mac("", hello);
   uint8_t out[wire::kHelloBytes];
   wire::encode_hello(hello, out);
   EXPECT_EQ(::send(fd.get(), out, sizeof(out), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(out)));
@@ -190,6 +191,7 @@ Fd client_from(const wire::HandleFields& fields, const std::string& source) {
 // and proves; false when the listener dropped the socket instead.
 bool finish_handshake(Listening& l, int fd, uint64_t id, uint16_t index, uint16_t nsocks, size_t sent) {
   wire::Hello hello{index, nsocks, 0, l.fields.listener_nonce, id, 1000 + id, 128 * 1024};
+  hello.mac = wire::hello_mac("", hello);
   uint8_t out[wire::kHelloBytes];
   wire::encode_hello(hello, out);
   if (::send(fd, out + sent, sizeof(out) - sent, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(out) - sent))
@@ -269,6 +271,7 @@ TEST(ListenerFlood, APoolFullOfOtherAddressesMakesRoomForANewConnector) {
   for (uint16_t i = 0; i <= kNsocks; ++i) {
     real.push_back(raw_client(l.fields));
     wire::Hello hello{i, kNsocks, 0, l.fields.listener_nonce, id, 1000 + id, 128 * 1024};
+    hello.mac = wire::hello_mac("", hello);
     uint8_t out[wire::kHelloBytes];
     wire::encode_hello(hello, out);
     ASSERT_EQ(::send(real.back().get(), out, 1, MSG_NOSIGNAL), 1);  // the first byte of its hello

@@ -57,7 +57,8 @@ struct RawSender {
       if (::connect(fds[i]->get(), reinterpret_cast<const sockaddr*>(&fields.address.storage), fields.address.length))
         return false;
       wire::Hello hello{i, 1, caps, fields.listener_nonce, 0x5eed, 100u + i, chunk_size};
-      uint8_t buf[64];
+      hello.mac = wire::hello_mac("", hello);
+      uint8_t buf[wire::kHelloBytes];
       wire::encode_hello(hello, buf);
       if (!send_all(fds[i]->get(), buf, wire::kHelloBytes)) return false;
       if (!recv_all(fds[i]->get(), buf, wire::kWelcomeBytes)) return false;

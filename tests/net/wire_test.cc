@@ -130,10 +130,12 @@ TEST(Handle, RejectsForeignBytes) {
 
 TEST(Handshake, MessagesRoundTripAndValidate) {
   wire::Hello hello{3, 4, 0, 111, 222, 333, 1 << 20};
+  hello.mac = wire::hello_mac("k", hello);
   uint8_t hb[wire::kHelloBytes];
   wire::encode_hello(hello, hb);
   wire::Hello back{};
   ASSERT_TRUE(wire::decode_hello(hb, &back).ok());
+  EXPECT_EQ(back.mac, hello.mac);
   EXPECT_EQ(back.socket_index, 3);
   EXPECT_EQ(back.nsocks, 4);
   EXPECT_EQ(back.listener_nonce, 111u);
@@ -156,8 +158,85 @@ TEST(Handshake, MessagesRoundTripAndValidate) {
   ASSERT_TRUE(wire::decode_welcome(wb, &wback).ok());
   EXPECT_EQ(wback.server_nonce, 999u);
   EXPECT_EQ(wback.mac, w.mac);
+  EXPECT_EQ(wback.refusal, wire::Refusal::kNone);
   wb[0] ^= 1;
   EXPECT_FALSE(wire::decode_welcome(wb, &wback).ok());
+
+  wire::encode_welcome({0, 0, Digest{}, wire::Refusal::kHelloMac}, wb);
+  ASSERT_TRUE(wire::decode_welcome(wb, &wback).ok());
+  EXPECT_EQ(wback.refusal, wire::Refusal::kHelloMac);
+  wb[12] = 7;  // a refusal this version does not know
+  EXPECT_FALSE(wire::decode_welcome(wb, &wback).ok());
+}
+
+// The byte layout of version 2's hello: version 1's 48 bytes of fields, then the keyed hash.
+TEST(Handshake, HelloLayoutOfVersion2) {
+  wire::Hello hello{1, 2, 0, 0x1111111111111111ull, 0x2222222222222222ull, 0x3333333333333333ull, 65536};
+  hello.mac.fill(0xab);
+  uint8_t hb[wire::kHelloBytes];
+  ASSERT_EQ(sizeof(hb), 80u);
+  wire::encode_hello(hello, hb);
+  EXPECT_EQ(hb[4], 2);
+  EXPECT_EQ(hb[5], 0);
+  EXPECT_EQ(hb[16], 0x11);
+  EXPECT_EQ(hb[24], 0x22);
+  EXPECT_EQ(hb[32], 0x33);
+  for (size_t i = 48; i < 80; ++i) EXPECT_EQ(hb[i], 0xab) << i;
+}
+
+// Peers of version 1 (or any other) are told which versions met, on each message and the handle.
+TEST(Handshake, AnotherVersionIsRefusedNamingBoth) {
+  wire::Hello hello{0, 1, 0, 1, 2, 3, 65536};
+  uint8_t hb[wire::kHelloBytes];
+  wire::encode_hello(hello, hb);
+  hb[4] = 1;
+  wire::Hello back{};
+  Status st = wire::decode_hello(hb, &back);
+  EXPECT_NE(st.message().find("wire version 1, this library 2"), std::string::npos) << st.message();
+  EXPECT_FALSE(wire::check_hello_start(hb, 6).ok()) << "six bytes tell the version";
+  EXPECT_TRUE(wire::check_hello_start(hb, 5).ok());
+  uint8_t wb[wire::kWelcomeBytes];
+  wire::encode_welcome({0, 1, Digest{}}, wb);
+  wb[4] = 1;
+  wire::Welcome w;
+  st = wire::decode_welcome(wb, &w);
+  EXPECT_NE(st.message().find("wire version 1, this library 2"), std::string::npos) << st.message();
+  wire::HandleFields h;
+  h.address.length = sizeof(sockaddr_in);
+  reinterpret_cast<sockaddr_in*>(&h.address.storage)->sin_family = AF_INET;
+  h.address.set_port(1234);
+  uint8_t handle[wire::kHandleBytes];
+  wire::encode_handle(h, handle);
+  handle[4] = 1;
+  st = wire::decode_handle(handle, &h);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("version 1, this library speaks 2"), std::string::npos) << st.message();
+}
+
+// The hello's hash binds every field to the token: the nonce alone (or a replay with another
+// connection, socket or nonce of the connector's) does not make one.
+TEST(Handshake, HelloMacDependsOnTokenAndEveryField) {
+  const wire::Hello hello{1, 2, 0, 10, 20, 30, 65536};
+  const Digest base = wire::hello_mac("token", hello);
+  EXPECT_NE(base, wire::hello_mac("tokem", hello));
+  EXPECT_NE(base, wire::hello_mac("", hello));
+  EXPECT_NE(base, wire::handshake_mac("token", wire::Role::kConnector, hello, 0));
+  for (int field = 0; field < 7; ++field) {
+    wire::Hello other = hello;
+    switch (field) {
+      case 0: other.socket_index = 2; break;
+      case 1: other.nsocks = 3; break;
+      case 2: other.caps = wire::kCapZeroElide; break;
+      case 3: other.listener_nonce = 11; break;
+      case 4: other.connection_id = 21; break;
+      case 5: other.client_nonce = 31; break;
+      default: other.chunk_size = 131072; break;
+    }
+    EXPECT_NE(base, wire::hello_mac("token", other)) << "field " << field;
+  }
+  wire::Hello with_mac = hello;
+  with_mac.mac.fill(1);
+  EXPECT_EQ(base, wire::hello_mac("token", with_mac)) << "the hash covers the fields, not itself";
 }
 
 // A verbs connection is its bootstrap socket alone: no data sockets, and only with the carrier bit.

@@ -82,8 +82,9 @@ std::string fresh_directory(const std::string& name) {
 TEST(StatsExport, TheFileAppearsOnlyWithRealTotals) {
   const std::string dir = fresh_directory("sieve-export");
   const std::string path = dir + "/sieve-export-" + std::to_string(getpid()) + ".prom";
-  config::Registry registry(
-      {{"SIEVE_STATS_FILE", dir + "/sieve-export-%p.prom"}, {"SIEVE_STATS_FORMAT", "prometheus"}});
+  config::Registry registry({{"SIEVE_STATS_FILE", dir + "/sieve-export-%p.prom"},
+                             {"SIEVE_STATS_FORMAT", "prometheus"},
+                             {"SIEVE_STATS_JOB", "run-7"}});
   ASSERT_TRUE(registry.diagnostics().empty());
   ASSERT_EQ(start_stats_export(registry.settings()), "");
   EXPECT_EQ(read_file(path), "") << "written before anything moved";
@@ -96,6 +97,7 @@ TEST(StatsExport, TheFileAppearsOnlyWithRealTotals) {
   std::string text = read_file(path);
   EXPECT_NE(text.find("# TYPE sieve_wire_sent_bytes_total counter"), std::string::npos) << text;
   EXPECT_NE(text.find("\"} " + std::to_string(before + 70000000)), std::string::npos) << text;
+  EXPECT_NE(text.find(",job=\"run-7\""), std::string::npos) << "SIEVE_STATS_JOB labels the series:\n" << text;
 
   add(process_stats().bytes_logical_sent, 5);
   stop_stats_export();

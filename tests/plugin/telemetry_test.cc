@@ -117,6 +117,30 @@ TEST(Telemetry, LauncherRankInOrderDigitsOnly) {
   EXPECT_EQ(launcher_rank(lookup), "3") << "a value that is no rank is skipped";
 }
 
+// Two jobs on one node, or a restarted job beside its predecessor's file, are different series.
+TEST(Telemetry, LauncherJobLabelsTheProcessSeries) {
+  static std::map<std::string, std::string> env;
+  auto lookup = [](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  env = {};
+  EXPECT_EQ(launcher_job(lookup), "");
+  env = {{"TORCHELASTIC_RUN_ID", "none"}, {"SLURM_JOB_ID", "4242"}};
+  EXPECT_EQ(launcher_job(lookup), "4242") << "torchrun's default run id names no job";
+  env = {{"TORCHELASTIC_RUN_ID", "run-7"}, {"SLURM_JOB_ID", "4242"}};
+  EXPECT_EQ(launcher_job(lookup), "run-7");
+  Snapshot s = sample();
+  s.rank = "3";
+  s.job = "run-7";
+  const std::string p = to_prometheus(s);
+  EXPECT_NE(p.find("sieve_wire_sent_bytes_total{host=\"node\\\"1\",job=\"run-7\",rank=\"3\"} "), std::string::npos)
+      << p;
+  EXPECT_NE(p.find("sieve_peer_wire_sent_bytes_total{host=\"node\\\"1\",job=\"run-7\",rank=\"3\",device="),
+            std::string::npos)
+      << p;
+}
+
 // Every process counter reaches both formats, each with its own value (a counter wired to the wrong
 // field, or left out of one format, shows as a missing or wrong number).
 TEST(Telemetry, EveryProcessCounterIsInJsonAndPrometheus) {

@@ -85,6 +85,11 @@ class OnSmallProjects(unittest.TestCase):
                                          "suite needs-cuda-toolkit was expected (host has cuda-toolkit)"),
             "an area that did not run": ([("ok", ["true"], {"LABELS": ["area"]})], ["--expect", "docs"],
                                          "suite docs was expected (always)"),
+            # tools/test.sh has torch-newest: the Python suites' second run, on the newest PyTorch, is
+            # expected beside the first.
+            "the newest PyTorch's suites not run": ([("py", ["true"], {"LABELS": ["area", "needs-torch"]})],
+                                                    ["--have", "torch", "--have", "torch-newest"],
+                                                    "suite needs-torch-newest was expected (host has torch-newest)"),
         }
         for case, (tests, args, words) in cases.items():
             code, out = self.judge(tests, *args)

@@ -266,6 +266,32 @@ rc, text, err = run("--plugin", "sieve", env_extra={"LD_LIBRARY_PATH": plugin_di
 check(re.search(r"library +sieve \(/\S+/libnccl-net-sieve\.so\)", text),
       "--plugin sieve: the text does not name the file found")
 
+# The library's capabilities (sieve_capabilities()) are the build's, and --require fails a node whose
+# library lacks one: a build without CUDA has no collective proxy, so a preload would compact nothing.
+cuda = os.environ["SIEVE_TEST_PROXY_BUILT"] == "1"
+verbs = os.environ["SIEVE_TEST_VERBS_BUILT"] == "1"
+built = {"proxy": cuda, "cuda-compact": cuda, "host-compact": True, "verbs": verbs}
+rc, out, err = run("--json")
+check(json.loads(out)["plugin"]["capabilities"] == [name for name, present in built.items() if present],
+      f"capabilities {json.loads(out)['plugin']['capabilities']}, the build has {built}")
+rc, text, err = run()
+check(re.search(r"capabilities +host-compact", text) or re.search(r"capabilities +proxy", text),
+      "the text does not list the capabilities")
+for name, present in built.items():
+    rc, out, err = run("--require", name)
+    lines = [line for line in err.splitlines() if "--require" in line]
+    check((rc, len(lines)) == ((0, 0) if present else (1, 1)), f"--require {name}: exit {rc}, {lines}")
+rc, out, err = run("--require", "host-compact,proxie")
+check(rc == 2 and "unknown capability 'proxie'" in err, f"--require of an unknown name: exit {rc}, {err!r}")
+
+# Another spelling the registry takes (an on/off choice reads every boolean): accepted, and shown as
+# what is in force, not only as written.
+rc, out, err = run("--json", env_extra={"SIEVE_TRACK": "yes"})
+track = next(c for c in json.loads(out)["config"] if c["name"] == "SIEVE_TRACK")
+check(rc == 0 and (track["value"], track["effective"]) == ("yes", "on"), f"SIEVE_TRACK=yes: exit {rc}, {track}")
+rc, text, err = run(env_extra={"SIEVE_TRACK": "yes"})
+check(re.search(r"SIEVE_TRACK +on \(given as yes\)", text), "the text shows SIEVE_TRACK=yes as written only")
+
 for failure in failures:
     print("FAIL:", failure)
 print(f"{len(failures)} failure(s)")

@@ -25,7 +25,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.nn.utils.prune as prune
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+if not os.environ.get("KIT_INSTALLED_PACKAGE"):  # run.sh --installed: the installed package instead
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
 try:  # public from PyTorch 2.6
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard

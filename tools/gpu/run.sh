@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Runs every GPU check of Sieve from a kit made by tools/gpu/bundle.sh, in one command:
 #
-#   bash DIR/run.sh [--quick] [--limit SECONDS | --budget SECONDS] [--no-canary] [--out RESULTS] [STEPS]
+#   bash DIR/run.sh [--quick] [--limit SECONDS | --budget SECONDS] [--no-canary] [--installed] [--out RESULTS] [STEPS]
 #
 # STEPS: "1-7" (the default), "4,1,5" (run in the order given). Each step has its own time budget
 # (full profile / --quick):
@@ -29,8 +29,11 @@
 # chooses the python (KIT_PYTHON, else python3 when it has PyTorch, else KIT_FALLBACK_PYTHON, default
 # /opt/torch/.venv/bin/python3), finds NCCL (KIT_NCCL_DIR, else the nvidia-nccl-cu13 wheel of that
 # python, else the system's), puts it and the kit's lib/ on LD_LIBRARY_PATH, and prints the machine.
-# Exit status: 0 = every step passed; 1 = a step failed or the GPU is unusable; 77 = no GPU (nothing
-# else ran); 2 = bad arguments.
+# --installed tests what an operator ships instead of the kit's own copies: the NCCL steps (default
+# 4-6) load the library of the python's installed package `sieve` (the wheel, or the .deb's) and
+# import that package; it must pass its doctor (`python -m sieve --require proxy`) first.
+# Exit status: 0 = every step passed; 1 = a step failed, the GPU is unusable or --installed found no
+# usable installed Sieve; 77 = no GPU (nothing else ran); 2 = bad arguments.
 set -euo pipefail
 
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -44,8 +47,8 @@ kit=$(cd "$(dirname "$0")" && pwd -P)
 
 started=$(date +%s)
 out=${OUT:-$PWD/sieve-gpu-results}
-budget="" limit="" profile=full canary=()
-steps=1-7
+budget="" limit="" profile=full canary=() installed=""
+steps=""
 while (($#)); do
   case $1 in
     --out) [[ $# -ge 2 ]] || die "--out needs a directory"; out=$2; shift 2;;
@@ -53,11 +56,13 @@ while (($#)); do
     --limit) [[ ${2:-} =~ ^[0-9]+$ ]] || die "--limit needs a number of seconds (the call's timeout_s)"; limit=$2; shift 2;;
     --quick) profile=quick; shift;;
     --no-canary) canary=(--no-canary); shift;;
+    --installed) installed=1; shift;;
     -h|--help) usage; exit 0;;
     -*) die "unknown option $1 (see --help)";;
     *) steps=$1; shift;;
   esac
 done
+[[ -n $steps ]] || { [[ -n $installed ]] && steps=4-6 || steps=1-7; }  # installed: the steps that load it
 [[ $steps =~ ^[0-7](-[0-7])?(,[0-7](-[0-7])?)*$ ]] || die "bad step list '$steps' (steps 0-7: '1-7', '4,1,5', '3')"
 [[ -z $budget || -z $limit ]] || die "--budget and --limit both given: --limit sets the budget (the limit less 40 s)"
 if [[ -n $limit ]]; then
@@ -131,6 +136,11 @@ PY
   fi
 fi
 export LD_LIBRARY_PATH="$kit/lib${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [[ -n $installed ]]; then
+  found=$("$python" "$kit/kit/installed.py" "$python") || { echo "run.sh: --installed: $found" >&2; exit 1; }
+  export KIT_INSTALLED_LIBRARY=${found%%$'\n'*} KIT_INSTALLED_PACKAGE=${found#*$'\n'}
+  echo "run.sh: --installed: the NCCL steps load $KIT_INSTALLED_LIBRARY and import $KIT_INSTALLED_PACKAGE"
+fi
 export PYTHONDONTWRITEBYTECODE=1  # nothing written into the kit
 
 set +e

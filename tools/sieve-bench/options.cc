@@ -120,7 +120,10 @@ int run_budget_seconds(const Options& o, double model_bytes, double kept_fractio
   // An FSDP step on Gloo may all-reduce where it cannot reduce-scatter: half as much again.
   if (o.gloo) share += o.fsdp ? 1.5 : 1.0;
   const double rounds = o.warmup + o.iterations;
-  const double seconds = 120 + 3 * rounds * per_dense * share;  // 120 s: lab, processes, connections
+  double seconds = 120 + 3 * rounds * per_dense * share;  // 120 s: lab, processes, connections
+  // Each Gloo rank imports PyTorch first, all of them at once: tens of seconds apiece on a loaded
+  // 2-core machine, which the fixed allowance above does not cover (a demo's Gloo once timed out).
+  if (o.gloo) seconds += 15.0 * o.nodes + 60;
   return static_cast<int>(std::min(86400.0, std::ceil(seconds)));
 }
 

@@ -474,6 +474,10 @@ ModeResult run_gloo_mode(const Options& o, const RunSetup& run, const std::strin
     progress.update("gloo", 0, 1);
     run_gloo(job, &gloo);
     progress.finish();
+    if (gloo.error.find("timed out") != std::string::npos)  // slow, not broken: say what ran out
+      gloo.error += " (the run's deadline: " + std::to_string(run.budget_s) + " s, " +
+                    (o.timeout_s > 0 ? "--timeout" : "estimated from the model and --rate; --timeout S sets it") +
+                    "; the Gloo ranks import PyTorch first, slow on a loaded machine)";
   }
   gloo.ideal_speedup = 0;
   return gloo;

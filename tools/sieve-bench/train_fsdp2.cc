@@ -15,10 +15,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "tools/common/install_layout.h"
+#include "tools/common/json_writer.h"
 #include "tools/common/netlab.h"
 #include "tools/common/stop_signal.h"
 #include "tools/sieve-bench/gloo_peer.h"
@@ -286,6 +288,67 @@ int print_comparison(const Options& o, const std::vector<ModeRun>& runs, bool fa
   return status;
 }
 
+void numbers_value(tools::JsonWriter& json, const std::vector<double>& values) {
+  json.begin_array();
+  for (double v : values) json.value(v);
+  json.end_array();
+}
+
+void numbers_member(tools::JsonWriter& json, const std::string& name, const std::vector<double>& values) {
+  json.key(name);
+  numbers_value(json, values);
+}
+
+// --json: the table's figures as one object (as --train ddp writes its own), every rank's losses
+// included; the exit status is print_comparison's.
+int print_json(const Options& o, const std::vector<ModeRun>& runs, bool failed) {
+  const std::string& head = runs[0].ranks[0].text;
+  std::ostringstream out;
+  tools::JsonWriter json(out);
+  json.begin_object();
+  json.member("train", "fsdp2");
+  json.member("model", o.train_model);
+  json.member("parameters", number(head, "parameters"));
+  json.member("density", number(head, "density"));
+  json.member("nodes", o.nodes);
+  json.member("rate", o.rate.empty() ? "unshaped" : o.rate);
+  json.member("torch", string_of(head, "torch"));
+  json.member("steps", o.steps);
+  json.key("modes");
+  json.begin_array();
+  bool identical = true;
+  for (const ModeRun& run : runs) {
+    json.begin_object();
+    json.member("name", run.mode);
+    json.key("losses");  // per rank, per step, as float values; losses_bits: their bits
+    json.begin_array();
+    for (const RankResult& r : run.ranks) {
+      std::vector<double> values;
+      for (double bits : r.losses) values.push_back(loss_value(bits));
+      numbers_value(json, values);
+    }
+    json.end_array();
+    numbers_member(json, "losses_bits_rank0", run.ranks[0].losses);
+    numbers_member(json, "step_seconds", run.ranks[0].seconds);
+    numbers_member(json, "comm_seconds", run.ranks[0].comm);
+    numbers_member(json, "wire_bytes_per_node", wire_per_node(run));
+    if (&run != &runs[0]) {
+      bool same = true;
+      for (size_t i = 0; i < runs[0].ranks.size(); ++i) same = same && runs[0].ranks[i].losses == run.ranks[i].losses;
+      if (&run == &runs[1]) identical = same;
+      json.member("losses_identical_to_fsdp2", same);
+      json.member("parameters_identical_to_fsdp2", same_digests(runs[0], run));
+      json.member("largest_loss_difference", largest_difference(runs[0], run));
+    }
+    json.end_object();
+  }
+  json.end_array();
+  json.member("failed", failed);
+  json.end_object();
+  std::printf("%s\n", out.str().c_str());
+  return failed || (o.nodes == 2 && !identical) ? 1 : 0;
+}
+
 }  // namespace
 
 int run_train_fsdp2(const Options& o) {
@@ -319,6 +382,7 @@ int run_train_fsdp2(const Options& o) {
     }
     runs.push_back(run);
   }
+  if (o.json) return print_json(o, runs, failed);
   print_steps(o, runs);
   return print_comparison(o, runs, failed);
 }

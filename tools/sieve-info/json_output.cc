@@ -33,6 +33,15 @@ void write_plugin(JsonWriter& json, const Report& report) {
   json.end_array();
   json.member("used_version", plugin.used_version);
   json.member("name", plugin.name);
+  json.key("capabilities");  // null: not known (not loaded, or no sieve_capabilities())
+  if (plugin.capabilities_known) {
+    json.begin_array();
+    for (const auto& capability : capabilities())
+      if (plugin.capabilities & capability.bit) json.value(std::string(capability.name));
+    json.end_array();
+  } else {
+    json.null();
+  }
   json.key("devices");
   json.begin_array();
   for (size_t i = 0; i < plugin.devices.size(); ++i) {
@@ -205,6 +214,8 @@ void write_config(JsonWriter& json, const Report& report) {
     json.member("name", entry.info->name);
     json.member("kind", config::kind_name(entry.info->kind));
     json.member("value", shown_value(entry));
+    json.member("effective",
+                entry.info->kind == config::Kind::kString ? shown_value(entry) : effective_text(entry));  // in force
     json.member("default", entry.info->default_text);
     json.member("source", entry.source == config::Source::kEnvironment ? "environment" : "default");
     json.member("choices", entry.info->choices);

@@ -2,6 +2,7 @@
 // sieve-info: what the Sieve plugin sees on this machine (or in an hwloc XML topology): its
 // version and exported ABI versions, NICs, GPUs, the GPU x NIC distance matrix, and the effective
 // SIEVE_* configuration. Text by default, --json for machines.
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -16,7 +17,7 @@
 namespace {
 
 void usage(std::ostream& out) {
-  out << "usage: sieve-info [--json] [--topo FILE] [--plugin PATH] [--no-plugin]\n"
+  out << "usage: sieve-info [--json] [--topo FILE] [--plugin PATH] [--no-plugin] [--require CAP[,CAP...]]\n"
          "       sieve-info masks FILE [--json]   (sieve-info masks --help)\n"
          "       sieve-info --help | --version\n"
          "\n"
@@ -36,6 +37,10 @@ void usage(std::ostream& out) {
          "                 (NCCL_NET_PLUGIN=sieve: libnccl-net-sieve.so, found by the dynamic loader as\n"
          "                 NCCL finds it); default: the installed library (see Files), else by name\n"
          "  --no-plugin    do not load the plugin\n"
+         "  --require CAP[,CAP...]\n"
+         "                 fail unless the library has each capability (sieve_capabilities()): proxy\n"
+         "                 (the collective proxy LD_PRELOAD needs; CUDA builds), cuda-compact,\n"
+         "                 host-compact, verbs\n"
          "  -h, --help     this text\n"
          "  --version      the tool and Sieve's version\n"
          "\n"
@@ -48,6 +53,30 @@ void usage(std::ostream& out) {
       << sieve::tools::installed_libdir()
       << "/libnccl-net-sieve.so   the library inspected by default\n"
          "Run from a build tree, sieve-info inspects that build's library.\n";
+}
+
+// --require's list: known capability names only, so a typo fails the command line, not the check.
+bool parse_required(const std::string& names, std::vector<std::string>* into) {
+  size_t start = 0;
+  while (start <= names.size()) {
+    const size_t comma = std::min(names.find(',', start), names.size());
+    const std::string name = names.substr(start, comma - start);
+    bool known = false;
+    for (const auto& capability : sieve::info::capabilities()) known = known || name == capability.name;
+    if (!known) {
+      std::cerr << "sieve-info: --require: unknown capability '" << name << "' (";
+      const char* separator = "";
+      for (const auto& capability : sieve::info::capabilities()) {
+        std::cerr << separator << capability.name;
+        separator = ", ";
+      }
+      std::cerr << ")\n";
+      return false;
+    }
+    into->push_back(name);
+    start = comma + 1;
+  }
+  return true;
 }
 
 }  // namespace
@@ -76,6 +105,10 @@ int main(int argc, char** argv) {
       if (!next(options.topo_file)) return 2;
     } else if (arg == "--plugin") {
       if (!next(options.plugin_path)) return 2;
+    } else if (arg == "--require") {
+      std::string names;
+      if (!next(names)) return 2;
+      if (!parse_required(names, &options.required)) return 2;
     } else if (arg == "--no-plugin") {
       options.skip_plugin = true;
     } else if (arg == "--help" || arg == "-h") {

@@ -16,7 +16,8 @@ void usage(std::ostream& out) {
   out << "usage: sieve-info masks FILE [--json]\n"
          "  Reads a safetensors mask file: its BOOL and U8 tensors, in data-offset order, are the\n"
          "  mask (nonzero = kept). Reports each tensor's elements, kept elements and density, and\n"
-         "  the hash ranks compare. Exit status 1 when the file is malformed, 2 on a bad command line.\n"
+         "  the hash ranks compare; warns, on stderr, of a tensor that keeps nothing. Exit status 1 when\n"
+         "  the file is malformed, 2 on a bad command line.\n"
          "\n"
          "  --json         machine-readable output\n"
          "  -h, --help     this text\n";
@@ -129,6 +130,12 @@ int sieve_info_masks(const std::vector<std::string>& args, std::ostream& out, st
   }
   if (json) write_json(path, file, out);
   else write_text(path, file, out);
+  // Valid, but far more often an inverted or empty mask than a layer pruned away: every element such
+  // a tensor covers would be sent as zero. A warning, not a failure.
+  for (const auto& m : file.masks)
+    if (m.elements > 0 && m.kept == 0)
+      err << "sieve-info masks: warning: " << m.name << " keeps none of its " << m.elements
+          << " elements: published, every one of them is sent as zero (an inverted or empty mask?)\n";
   return 0;
 }
 

@@ -2,6 +2,7 @@
 #include "tools/sieve-info/report.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -31,6 +32,19 @@ std::string find_plugin() {
   return access(path.c_str(), R_OK) == 0 ? path : "libnccl-net-sieve.so";
 }
 
+// What the library holds (sieve_capabilities()), read from the copy NetPlugin::open mapped: a build
+// without CUDA exports no ncclAllReduce, so under LD_PRELOAD it compacts nothing, and only this says so.
+void read_capabilities(PluginReport* report) {
+  void* handle = dlopen(report->library_file.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (handle == nullptr) return;
+  using Capabilities = uint32_t (*)();
+  if (auto call = reinterpret_cast<Capabilities>(dlsym(handle, "sieve_capabilities"))) {
+    report->capabilities = call();
+    report->capabilities_known = true;
+  }
+  dlclose(handle);
+}
+
 PluginReport inspect_plugin(const std::string& path) {
   PluginReport report;
   report.library = path.empty() ? find_plugin() : path;
@@ -56,6 +70,7 @@ PluginReport inspect_plugin(const std::string& path) {
   report.library_file = plugin->library_file();
   report.used_version = plugin->version();
   report.name = plugin->name() != nullptr ? plugin->name() : "";
+  read_capabilities(&report);
   // A failed call's reason is the warning the plugin logged with it; the NCCL code alone says little.
   const auto failure = [](const std::string& call, int result, uint64_t warnings_before) {
     const std::string code = call + " returned " + tools::result_name(result);
@@ -160,6 +175,22 @@ void choose_transport(const config::Settings& settings, Report* report) {
   report->transport_why = choice.why;
 }
 
+// --require's verdict: one line per capability asked for that the library does not have.
+void require_capabilities(const PluginReport& plugin, const std::vector<std::string>& required,
+                          std::vector<std::string>* problems) {
+  if (required.empty() || !plugin.error.empty()) return;
+  for (const auto& name : required) {
+    const auto& all = capabilities();
+    auto found = std::find_if(all.begin(), all.end(), [&](const Capability& c) { return name == c.name; });
+    if (!plugin.capabilities_known) {
+      problems->push_back("--require " + name + ": the plugin " + plugin.library +
+                          " does not say what it holds (no sieve_capabilities())");
+    } else if (!(plugin.capabilities & found->bit)) {
+      problems->push_back("--require " + name + ": the plugin " + plugin.library + " lacks " + found->without);
+    }
+  }
+}
+
 std::vector<std::string> problems_of(const Report& report) {
   std::vector<std::string> problems;
   if (!report.plugin_skipped) {
@@ -209,13 +240,36 @@ std::vector<size_t> matrix_columns(const topology::Machine& machine) {
   return columns;
 }
 
+std::string effective_text(const config::Effective& entry) {
+  if (entry.info->kind == config::Kind::kBool) {
+    bool on = false;
+    if (config::parse_bool(entry.value, on)) return on ? "on" : "off";
+  } else if (entry.info->kind == config::Kind::kChoice) {
+    int index = 0;
+    if (config::parse_choice(entry.value, entry.info->choices, index)) {
+      std::string choices = std::string(entry.info->choices) + "|";
+      size_t start = 0;
+      for (int i = 0; i < index; ++i) start = choices.find('|', start) + 1;
+      return choices.substr(start, choices.find('|', start) - start);
+    }
+  }
+  return entry.value;
+}
+
 std::string shown_value(const config::Effective& entry) {
   const std::string name = entry.info->name;
   const std::string suffix = "_TOKEN";
   const bool secret =
       name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  if (!secret) return entry.value;
-  return entry.value.empty() ? "" : "(set, not shown)";
+  if (secret) return entry.value.empty() ? "" : "(set, not shown)";
+  return entry.value;
+}
+
+std::string shown_effective(const config::Effective& entry) {
+  // Another spelling the registry takes (SIEVE_TRACK=yes is on): what is in force, then what was written.
+  const std::string shown = shown_value(entry);
+  const std::string effective = effective_text(entry);
+  return effective == entry.value ? shown : effective + " (given as " + shown + ")";
 }
 
 Report gather(const ReportOptions& options) {
@@ -300,6 +354,7 @@ Report gather(const ReportOptions& options) {
   report.rdma = inspect_rdma(report.topology.machine, registry.settings(), ib_options, &rdma_problems);
   choose_transport(registry.settings(), &report);
   report.problems = problems_of(report);
+  if (!options.skip_plugin) require_capabilities(report.plugin, options.required, &report.problems);
   if (!copies_problem.empty()) report.problems.push_back(copies_problem);
   if (!stats_problem.empty()) report.problems.push_back(stats_problem + "; traffic statistics would not be exported");
   report.problems.insert(report.problems.end(), rdma_problems.begin(), rdma_problems.end());
@@ -308,6 +363,18 @@ Report gather(const ReportOptions& options) {
   if (!unused.empty())
     report.problems.push_back(config::without_effect_text(unused, in_use) + " (" + report.transport_why + ")");
   return report;
+}
+
+const std::vector<Capability>& capabilities() {
+  static const std::vector<Capability> all = {
+      {"proxy", SIEVE_CAP_PROXY,
+       "the collective proxy (built without CUDA: under LD_PRELOAD it intercepts no collective)"},
+      {"cuda-compact", SIEVE_CAP_CUDA_COMPACT,
+       "Sieve's CUDA gather/scatter (built without CUDA: sieve.ddp and sieve.fsdp use torch's)"},
+      {"host-compact", SIEVE_CAP_HOST_COMPACT, "Sieve's CPU gather/scatter (a library older than them)"},
+      {"verbs", SIEVE_CAP_VERBS, "the verbs transport (built without infiniband/verbs.h: TCP only)"},
+  };
+  return all;
 }
 
 }  // namespace sieve::info

@@ -4,6 +4,7 @@
 // IP addresses of each interface), and the effective SIEVE_* configuration.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -27,6 +28,10 @@ struct PluginReport {
   std::vector<int> abi_versions;  // ncclNetPlugin_vN symbols found, newest first
   int used_version = 0;           // the one driven to list devices
   std::string name;               // the table's name field
+  // sieve_capabilities() of the loaded library (SIEVE_CAP_* bits); false when it did not load or
+  // predates the call.
+  bool capabilities_known = false;
+  uint32_t capabilities = 0;
   std::vector<tools::NetDeviceInfo> devices;
   // Per device: the data sockets and helper threads a connection over it gets (SIEVE_NSOCKS and
   // SIEVE_NTHREADS, or what auto makes of the device's speed).
@@ -84,12 +89,27 @@ struct ReportOptions {
   std::string topo_file;    // --topo, else SIEVE_TOPO_FILE
   std::string plugin_path;  // --plugin, else found next to sieve-info
   bool skip_plugin = false;
+  std::vector<std::string> required;  // --require: capability names the library must have
 };
 
 Report gather(const ReportOptions& options);
 
 // The value to show for a setting: secrets (SIEVE_*_TOKEN) are never printed, only whether set.
 std::string shown_value(const config::Effective& entry);
+// The value in force in its own spelling: a Bool's on or off, a Choice's choice (SIEVE_TRACK=yes is
+// on, as the registry reads it); other kinds as written.
+std::string effective_text(const config::Effective& entry);
+// shown_value, with the value in force first where it was written otherwise ("on (given as yes)").
+std::string shown_effective(const config::Effective& entry);
+
+// The capabilities sieve_capabilities() reports, by the names --require and the output use, with
+// what a library without each one lacks.
+struct Capability {
+  const char* name;
+  uint32_t bit;
+  const char* without;
+};
+const std::vector<Capability>& capabilities();
 
 // Columns of the GPU x NIC matrix: the NICs a GPU could be paired with (real netdevs; RDMA
 // devices appear through their paired netdev, or on their own where they have none).

@@ -81,6 +81,14 @@ void print_plugin(const Report& report, std::ostream& out) {
   out << "  ABI versions ";
   for (int version : plugin.abi_versions) out << " ncclNetPlugin_v" << version;
   out << "\n  name          " << or_dash(plugin.name) << " (driven through v" << plugin.used_version << ")\n";
+  if (plugin.capabilities_known) {
+    std::string has, lacks;
+    for (const auto& capability : capabilities()) {
+      std::string& into = (plugin.capabilities & capability.bit) ? has : lacks;
+      into += (into.empty() ? "" : ", ") + std::string(capability.name);
+    }
+    out << "  capabilities  " << or_dash(has) << (lacks.empty() ? "" : " (lacks " + lacks + ")") << "\n";
+  }
   if (!plugin.devices_error.empty()) out << "  error         " << plugin.devices_error << "\n";
   if (plugin.topology_file != report.topo_file)
     out << "  note          the devices are this machine's interfaces, as the plugin finds them"
@@ -228,7 +236,7 @@ void print_config(const Report& report, std::ostream& out) {
   out << "\nConfiguration (\"tcp only\", \"ib only\": read by that transport alone)\n";
   Table table;
   for (const auto& entry : report.config) {
-    const std::string value = shown_value(entry);
+    const std::string value = shown_effective(entry);
     const config::Scope scope = entry.info->scope;
     table.row({entry.info->name, value.empty() ? "(empty)" : value,
                entry.source == config::Source::kEnvironment ? "environment" : "default",

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// NCCL net plugin ABI v10 (NCCL 2.24 - 2.26): profiler callback, per-connection traffic class,
+// NCCL net plugin ABI v10 (NCCL 2.26 - 2.27): profiler callback, per-connection traffic class,
 // profiler handles on isend/irecv.
 #pragma once
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// NCCL net plugin ABI v11 (NCCL 2.27 - 2.29; 2.30 adds v12): init once per communicator with a
+// NCCL net plugin ABI v11 (NCCL 2.28 - 2.29; 2.30 adds v12): init once per communicator with a
 // context, finalize, setNetAttr, maxMultiRequestSize.
 #pragma once
 

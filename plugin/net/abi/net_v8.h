@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// NCCL net plugin ABI v8 (NCCL 2.19 - 2.21). Declared from the documented interface.
+// NCCL net plugin ABI v8 (NCCL 2.20 - 2.23). Declared from the documented interface.
 #pragma once
 
 #include "plugin/net/abi/net_common.h"

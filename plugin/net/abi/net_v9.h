@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// NCCL net plugin ABI v9 (NCCL 2.22 - 2.23): size_t sizes in isend/irecv, virtual devices.
+// NCCL net plugin ABI v9 (NCCL 2.24 - 2.25): size_t sizes in isend/irecv, virtual devices.
 #pragma once
 
 #include "plugin/net/abi/net_common.h"

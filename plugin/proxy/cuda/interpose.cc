@@ -168,11 +168,12 @@ template <typename Body> ncclResult_t guarded(Body&& body) noexcept {
 }
 
 // A new communicator may get the address of one the proxy aborted (whose handle NCCL freed): the
-// proxy forgets whatever it knew at that address, so the new one is never taken for the dead one.
+// proxy forgets whatever it knew at that address, so the new one is never taken for the dead one,
+// and the dead handle's teardown, if still to come, never reaches the new one.
 template <typename Create> ncclResult_t created(ncclComm_t* out, Create&& create) {
   return guarded([&]() -> ncclResult_t {
     const ncclResult_t rc = create();
-    if ((rc == ncclSuccess || rc == ncclInProgress) && out && *out && !t_inside) process_proxy().forget(*out);
+    if ((rc == ncclSuccess || rc == ncclInProgress) && out && *out && !t_inside) process_proxy().created(*out);
     return rc;
   });
 }
@@ -354,10 +355,7 @@ SIEVE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     const RealNccl& real = nccl_for_call();
     if (!real.complete()) return unreachable();
     if (t_inside) return real.comm_destroy(comm);
-    Proxy& proxy = process_proxy();
-    const ncclResult_t rc = proxy.release(comm, nullptr) ? ncclSuccess : real.comm_destroy(comm);
-    proxy.forget(comm);
-    return rc;
+    return process_proxy().teardown(comm, nullptr) ? real.comm_destroy(comm) : ncclSuccess;
   });
 }
 
@@ -366,10 +364,7 @@ SIEVE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
     const RealNccl& real = nccl_for_call();
     if (!real.complete()) return unreachable();
     if (t_inside) return real.comm_abort(comm);
-    Proxy& proxy = process_proxy();
-    const ncclResult_t rc = proxy.release(comm, "ncclCommAbort") ? ncclSuccess : real.comm_abort(comm);
-    proxy.forget(comm);
-    return rc;
+    return process_proxy().teardown(comm, "ncclCommAbort") ? real.comm_abort(comm) : ncclSuccess;
   });
 }
 
@@ -377,7 +372,7 @@ SIEVE_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return guarded([&]() -> ncclResult_t {
     const RealNccl& real = nccl_for_call();
     if (!real.complete() || !real.comm_finalize) return unreachable();
-    if (!t_inside && process_proxy().aborted(comm)) return ncclSuccess;
+    if (!t_inside && process_proxy().dead_handle(comm)) return ncclSuccess;
     return real.comm_finalize(comm);
   });
 }
@@ -423,7 +418,7 @@ SIEVE_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int
     const ncclResult_t rc = real.comm_init_all(comms, ndev, devlist);
     if (rc == ncclSuccess && comms && !t_inside)
       for (int i = 0; i < ndev; ++i)
-        if (comms[i]) process_proxy().forget(comms[i]);
+        if (comms[i]) process_proxy().created(comms[i]);
     return rc;
   });
 }

@@ -28,7 +28,7 @@ struct RealNccl {
   decltype(&::ncclRedOpCreatePreMulSum) red_op_create_pre_mul_sum = nullptr;
   decltype(&::ncclRedOpDestroy) red_op_destroy = nullptr;
   decltype(&::ncclGetVersion) get_version = nullptr;  // for the log: which NCCL the proxy interposes
-  decltype(&::ncclCommRevoke) comm_revoke = nullptr;  // NCCL >= 2.28: the proxy's abort keeps the handle
+  decltype(&::ncclCommRevoke) comm_revoke = nullptr;  // NCCL >= 2.28.7: the proxy's abort keeps the handle
   // Communicator creation: a new handle may reuse a dead one's address, so the proxy forgets it.
   decltype(&::ncclCommInitRank) comm_init_rank = nullptr;
   decltype(&::ncclCommInitRankConfig) comm_init_rank_config = nullptr;

@@ -154,8 +154,7 @@ bool FakeWorld::collective(int rank, Kind kind, const void* in, void* out, uint6
     arrived_ = 0;
     ++generation_;
     cv_.notify_all();
-  } else if (!cv_.wait_for(lock, std::chrono::seconds(20),
-                           [&] { return generation_ != my_generation || !abort_reason_.empty(); })) {
+  } else if (!cv_.wait_for(lock, patience_, [&] { return generation_ != my_generation || !abort_reason_.empty(); })) {
     --arrived_;
     *error = "rank " + std::to_string(rank) + ": the other ranks never joined the collective";
     return false;
@@ -319,6 +318,50 @@ int FakeBackend::run(const Op& op) {
   return kResultSuccess;
 }
 
+int FakeBackend::run_batch(const std::vector<Op>& ops) {
+  std::vector<std::vector<Op>> lanes;  // per communicator, in call order
+  for (const Op& op : ops) {
+    auto it =
+        std::find_if(lanes.begin(), lanes.end(), [&op](const std::vector<Op>& l) { return l[0].comm == op.comm; });
+    if (it == lanes.end()) lanes.push_back({op});
+    else it->push_back(op);
+  }
+  if (lanes.size() == 1) {
+    for (const Op& op : lanes[0])
+      if (int rc = run(op)) return rc;
+    return kResultSuccess;
+  }
+  std::vector<size_t> order(lanes.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  if (interleave_seed) {
+    std::lock_guard lock(mutex_);
+    if (!seeded_) rng_.seed(interleave_seed), seeded_ = true;
+    std::shuffle(order.begin(), order.end(), rng_);
+  }
+  auto delay = [this] {
+    if (!interleave_seed) return;
+    uint64_t us = 0;
+    {
+      std::lock_guard lock(mutex_);
+      us = rng_() % 300;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
+  };
+  std::vector<int> rcs(lanes.size(), kResultSuccess);
+  std::vector<std::thread> threads;
+  for (size_t k : order)
+    threads.emplace_back([this, &lanes, &rcs, &delay, k] {
+      for (const Op& op : lanes[k]) {
+        delay();
+        if ((rcs[k] = run(op)) != kResultSuccess) return;
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (int rc : rcs)
+    if (rc) return rc;
+  return kResultSuccess;
+}
+
 int FakeBackend::issue(const Op& op) {
   ++collectives;
   static const char* const names[] = {"all_reduce", "reduce_scatter", "all_gather"};
@@ -340,7 +383,7 @@ int FakeBackend::issue(const Op& op) {
   }
   if (nonblocking) {
     std::lock_guard lock(mutex_);
-    pending_.push_back(op);
+    pending_.push_back({op});
     return kResultInProgress;
   }
   return run(op);
@@ -369,18 +412,17 @@ int FakeBackend::group_end() {
   if (--me().depth > 0) return kResultSuccess;
   std::vector<Op> queued;
   queued.swap(me().queued);
+  if (queued.empty()) return kResultSuccess;
   if (me().capturing) {
-    for (const Op& op : queued) me().graph.push_back([this, op] { return run(op); });
+    me().graph.push_back([this, queued] { return run_batch(queued); });
     return kResultSuccess;
   }
   if (nonblocking) {
     std::lock_guard lock(mutex_);
-    pending_.insert(pending_.end(), queued.begin(), queued.end());
-    return queued.empty() ? kResultSuccess : kResultInProgress;
+    pending_.push_back(std::move(queued));
+    return kResultInProgress;
   }
-  for (const Op& op : queued)
-    if (int rc = run(op)) return rc;
-  return kResultSuccess;
+  return run_batch(queued);
 }
 
 int FakeBackend::group_simulate_end(void*) {
@@ -399,19 +441,20 @@ int FakeBackend::comm_shape(Comm comm, int* nranks, int* rank) {
 
 int FakeBackend::wait_enqueued(Comm comm, CommLiveness& live) {
   if (!live.alive()) return kResultInvalidUsage;
-  std::vector<Op> pending;
+  // Every launch holding one of its collectives, whole: a group's other communicators run with it.
+  std::vector<std::vector<Op>> pending;
   std::unique_lock lock(mutex_);
   for (auto it = pending_.begin(); it != pending_.end();) {
-    if (it->comm == comm) {
-      pending.push_back(*it);
+    if (std::any_of(it->begin(), it->end(), [comm](const Op& op) { return op.comm == comm; })) {
+      pending.push_back(std::move(*it));
       it = pending_.erase(it);
     } else {
       ++it;
     }
   }
   lock.unlock();  // a collective waits for the other ranks
-  for (const Op& op : pending)
-    if (int rc = run(op)) return rc;
+  for (const std::vector<Op>& batch : pending)
+    if (int rc = run_batch(batch)) return rc;
   return kResultSuccess;
 }
 
@@ -438,6 +481,17 @@ int FakeBackend::abort_comm(Comm comm) {
   }
   if (Member* m = member(comm)) m->world->abort("rank " + std::to_string(m->rank) + " aborted it");
   return kResultSuccess;
+}
+
+void FakeBackend::destroy_comm(Comm comm) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!freed_.insert(comm).second) {
+      if (error.empty()) error = "ncclCommDestroy on a handle an abort freed";
+      return;
+    }
+  }
+  if (Member* m = member(comm)) m->world->abort("rank " + std::to_string(m->rank) + " destroyed it");
 }
 
 int FakeBackend::capture_status(Stream, bool* capturing) {

@@ -4,8 +4,11 @@
 // every rank's data, and when ranks disagree on what they call (the kind of collective or its count:
 // what would hang or corrupt NCCL) every rank's call fails at once, so consistency bugs show as errors,
 // not hangs. The fake is strict where NCCL and CUDA are: inside a group collectives run only at its
-// end; on a non-blocking communicator they run only when the caller waits for them; during capture
-// nothing runs (it is recorded and runs on replay; a captured group's collectives are recorded at
+// end, and there as NCCL launches a group: every communicator's collectives at once (each
+// communicator's in order), never one communicator after another on the calling thread, so one
+// thread may drive several ranks of one communicator (ncclCommInitAll) and ranks may order
+// communicators differently within a group; on a non-blocking communicator they run only when the caller waits for
+// them; during capture nothing runs (it is recorded and runs on replay; a captured group's collectives are recorded at
 // the group's end, as NCCL captures them); waiting for an exchange inside a group or a
 // capture, an allocation during capture, or a staging buffer too small is an error. Reductions are
 // NCCL's: f16 and bf16 are widened to f32, reduced rank by rank and rounded back to nearest-even at
@@ -14,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -21,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -32,7 +37,9 @@ namespace sieve::plugin::proxy::testing {
 
 class FakeWorld {
  public:
-  explicit FakeWorld(int ranks) : ranks_(ranks), slots_(size_t(ranks)) {}
+  // `patience`: how long a rank waits for the others before its collective fails.
+  explicit FakeWorld(int ranks, std::chrono::milliseconds patience = std::chrono::seconds(20))
+      : ranks_(ranks), patience_(patience), slots_(size_t(ranks)) {}
   int ranks() const { return ranks_; }
 
   enum class Kind { kAllReduce, kReduceScatter, kAllGather };
@@ -60,6 +67,7 @@ class FakeWorld {
   };
   void reduce();
   const int ranks_;
+  const std::chrono::milliseconds patience_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<Slot> slots_;
@@ -141,6 +149,9 @@ class FakeBackend : public DeviceBackend {
   int comm_shape(Comm comm, int* nranks, int* rank) override;
   int wait_enqueued(Comm comm, CommLiveness& live) override;
   int abort_comm(Comm comm) override;
+  // The job's teardown reaching NCCL (ncclCommDestroy): the communicator at `comm` is gone for every
+  // rank (its world fails their calls); on a handle an abort freed, a use after free (recorded).
+  void destroy_comm(Comm comm);
   bool abort_keeps_handle() const override { return keeps_handle; }
   // A poll that takes a while inside "NCCL", as a real one may: an abort that frees the handle
   // meanwhile, or a poll of a freed handle, is recorded as a use after free.
@@ -184,8 +195,11 @@ class FakeBackend : public DeviceBackend {
   bool keep_for_graph(Stream stream, std::shared_ptr<void> keep) override;
   bool graphs_keep = true;  // false: a backend that cannot tie lifetimes to graphs (the caller keeps)
 
-  bool nonblocking = false;   // collectives return kResultInProgress and run at wait_enqueued()
-  bool keeps_handle = false;  // abort_comm revokes (NCCL >= 2.28) instead of freeing the handle
+  bool nonblocking = false;  // collectives return kResultInProgress and run at wait_enqueued()
+  // Nonzero: a group's communicators start in a random order, each collective after a random delay
+  // (seeded), so that nothing may assume one communicator's work runs before another's.
+  uint64_t interleave_seed = 0;
+  bool keeps_handle = false;  // abort_comm revokes (NCCL >= 2.28.7) instead of freeing the handle
   FakeFaults faults;
   // What the proxy did, for tests: kinds and counts of real collectives, in order (read them once the
   // rank's threads are done); per communicator too, where several threads drive several.
@@ -212,6 +226,8 @@ class FakeBackend : public DeviceBackend {
   };
   int issue(const Op& op);
   int run(const Op& op);
+  // A launched group: every communicator's collectives at once, each communicator's in order.
+  int run_batch(const std::vector<Op>& ops);
   bool device_work(std::function<void()> work);  // runs now, or records it during capture
   bool fault(int& countdown);
   Member* member(Comm comm);
@@ -232,7 +248,10 @@ class FakeBackend : public DeviceBackend {
   // Keyed by a number each thread draws once, never by std::thread::id: an id is reused once its
   // thread ends, and a new thread must not inherit a dead one's state (capture, group depth).
   std::map<uint64_t, ThreadState> threads_;
-  std::vector<Op> pending_;      // launched on a non-blocking communicator, not yet enqueued
+  // Launched on a non-blocking communicator, not yet enqueued: one batch per call or group.
+  std::vector<std::vector<Op>> pending_;
+  std::mt19937_64 rng_;  // interleave_seed's, drawn under mutex_
+  bool seeded_ = false;
   std::set<Comm> freed_;         // handles abort_comm freed (a rejoin is a new communicator there)
   std::atomic<int> polling_{0};  // comm_async_error calls inside "NCCL" now
 };

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A communicator's life around aborts: the proxy's own abort against a watchdog thread
 // polling ncclCommGetAsyncError, the job's teardown after an abort that kept the handle (NCCL's
-// ncclCommRevoke), and a new communicator at a dead one's address.
+// ncclCommRevoke), and a new communicator at a dead one's address (and the dead handle's teardown).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -92,7 +92,7 @@ TEST(LifetimeTest, ANewCommunicatorAtADeadOnesAddressIsNotTakenForIt) {
   });
   for (auto& r : ranks) {
     r->backend.join(kComm, reborn, r->rank);  // NCCL gives the new communicator the same address
-    r->proxy.forget(kComm);                   // what ncclCommInitRank* / Split / Shrink do first
+    r->proxy.created(kComm);                  // what ncclCommInitRank* / Split / Shrink do first
   }
   run_ranks(ranks, [&](Rank& r) {
     std::vector<float> g = gradient(m, r.rank);
@@ -109,6 +109,45 @@ TEST(LifetimeTest, ANewCommunicatorAtADeadOnesAddressIsNotTakenForIt) {
     expect_exact(g, dense_sum(m, 2));
   });
   EXPECT_EQ(reborn.mismatches(), 0u);
+}
+
+// NCCL < 2.28 (no revoke): the proxy's abort frees the handle, NCCL creates a new communicator at
+// the same address, and only then does the job tear down its old handle (interpose.cc's
+// ncclCommDestroy: NCCL only when teardown() says so). Review (issue 50, class 6): the creation
+// forgot the address, so the proxy no longer knew that it owned that abort, and the teardown
+// destroyed the new communicator.
+TEST(LifetimeTest, ADeadHandlesTeardownNeverReachesANewCommunicatorAtItsAddress) {
+  FakeWorld world(2), reborn(2);
+  auto ranks = make_ranks(world);
+  compress::Mask m = thirds_mask(kCount);
+  run_ranks(ranks, [&](Rank& r) {
+    std::vector<float> g = gradient(m, r.rank);
+    r.publish(g.data(), m);
+    r.commit();
+    if (r.rank == 0) r.backend.faults.gather = 1;  // rank 0's proxy aborts; rank 1 sees the abort
+    EXPECT_NE(r.all_reduce(g.data(), kCount), 0);
+    EXPECT_TRUE(r.registry.retract(g.data()).ok());
+  });
+  Rank& r0 = *ranks[0];
+  ASSERT_TRUE(r0.proxy.aborted(kComm));
+  // Rank 1's job tears its handle down at once (its abort reached NCCL); rank 0's job creates the
+  // new communicator first, as a restart that rebuilds the process group before dropping the old.
+  if (ranks[1]->proxy.teardown(kComm, nullptr)) ranks[1]->backend.destroy_comm(kComm);
+  for (auto& r : ranks) {
+    r->backend.join(kComm, reborn, r->rank);
+    r->proxy.created(kComm);
+  }
+  EXPECT_TRUE(r0.proxy.dead_handle(kComm)) << "ncclCommFinalize of the dead handle must not reach NCCL";
+  if (r0.proxy.teardown(kComm, nullptr)) r0.backend.destroy_comm(kComm);  // the old handle
+  EXPECT_EQ(r0.backend.error, "");
+  EXPECT_FALSE(reborn.aborted()) << "the dead handle's teardown destroyed the new communicator";
+  run_ranks(ranks, [&](Rank& r) {
+    std::vector<float> g = gradient(m, r.rank);
+    ASSERT_EQ(r.all_reduce(g.data(), kCount), 0) << r.backend.error;
+    expect_exact(g, dense_sum(m, 2));
+  });
+  EXPECT_FALSE(r0.proxy.dead_handle(kComm));
+  EXPECT_TRUE(r0.proxy.teardown(kComm, nullptr)) << "the new communicator's own teardown reaches NCCL";
 }
 
 // The thread that last called a communicator kept its state alive after NCCL tore

@@ -7,14 +7,21 @@
                              the kit needs makes the GPU unusable
     kit_units.py Plan        steps in the order given, the canary before the first NCCL step, and what
                              its verdict (and a missing NCCL) does to each NCCL step
+    kit_units.py Installed   run.sh --installed takes the library of a python's installed package, never
+                             the kit's python/ or PYTHONPATH, and only where its doctor passes --require
+                             proxy (SIEVE_LIBRARY: a built library; SIEVE_TEST_PROXY_BUILT: whether it
+                             has the proxy)
 """
 
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools", "gpu", "kit"))
+import installed  # noqa: E402
 import machine  # noqa: E402
 import schedule  # noqa: E402
 import step7_sanitizers  # noqa: E402
@@ -138,6 +145,44 @@ class Plan(unittest.TestCase):
                              (None, {"KIT_NCCL_NETS": "Socket"}))
         skipped = {"status": "skipped", "budget_s": 45, "data": {}}  # no time for it: the steps decide alone
         self.assertEqual(schedule.nccl_plan(4, self.NCCL, skipped), (None, {}))
+
+
+class Installed(unittest.TestCase):
+    PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools", "python", "sieve")
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        venv = os.path.join(self.tmp.name, "venv")
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=120)
+        self.python = os.path.join(venv, "bin", "python")
+        purelib = subprocess.run([self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        self.site = purelib
+        self.saved = dict(os.environ)
+        os.environ["PYTHONPATH"] = os.path.dirname(os.path.abspath(self.PACKAGE))  # the kit's python/: ignored
+
+    def tearDown(self):
+        os.environ.clear()
+        os.environ.update(self.saved)
+        self.tmp.cleanup()
+
+    def test_no_installed_package_is_said(self):
+        library, package, why = installed.installed(self.python)
+        self.assertEqual((library, package), ("", ""))
+        self.assertIn("has no installed Sieve package", why)
+
+    def test_the_installed_copy_serves_only_with_the_proxy(self):
+        package = os.path.join(self.site, "sieve")
+        shutil.copytree(self.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(os.environ["SIEVE_LIBRARY"], os.path.join(package, "libnccl-net-sieve.so"))
+        library, found, why = installed.installed(self.python)
+        if os.environ["SIEVE_TEST_PROXY_BUILT"] == "1":
+            self.assertEqual((library, found, why), (os.path.realpath(os.path.join(package, "libnccl-net-sieve.so")),
+                                                     os.path.realpath(package), ""))
+        else:
+            self.assertEqual(library, "")
+            self.assertIn("cannot serve the NCCL steps: python -m sieve: --require proxy", why)
+            self.assertIn("lacks the collective proxy", why)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ LD_PRELOAD set to its absolute path, so CMD has it preloaded.
 
 The wheel is left in BUILD_DIR/wheel for wheel_no_hwloc_test.py. The CMake build goes to
 BUILD_DIR/wheel-build and is kept, so a rerun only relinks; it leaves out the CUDA parts
-(CMAKE_CUDA_COMPILER=NOTFOUND), which the main build covers, to keep CI short.
+(SIEVE_CUDA=OFF), which the main build covers, to keep CI short.
 """
 import importlib.util
 import os
@@ -86,8 +86,8 @@ def build_wheel(source, build):
     env = dict(os.environ, WHEEL_BUILD_DIR=os.path.join(build, "wheel-build"),
                PYTHON_VENV=os.path.dirname(os.path.dirname(sys.executable)))
     done = subprocess.run(["bash", os.path.join(source, "tools", "build-wheel.sh"), out,
-                           "cmake.define.CMAKE_CUDA_COMPILER=NOTFOUND"], capture_output=True, text=True,
-                          timeout=1500, env=env)
+                           "cmake.define.CMAKE_CUDA_COMPILER=NOTFOUND", "cmake.define.SIEVE_CUDA=OFF"],
+                          capture_output=True, text=True, timeout=1500, env=env)
     print(done.stdout[-3000:])
     check(done.returncode == 0, "tools/build-wheel.sh failed:\n" + (done.stdout + done.stderr)[-3000:])
     wheels = [os.path.join(out, name) for name in os.listdir(out) if name.endswith(".whl")] if done.returncode == 0 \

@@ -16,6 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "..", "tools", "python"))
 sys.path[:0] = [HERE, PACKAGE_DIR]
 
+from fsdp_test_ranks import end_rank  # noqa: E402
 from suite import main, require_torch  # noqa: E402
 
 torch = require_torch(gloo=True)
@@ -139,6 +140,7 @@ def _worker(rank, world, port, out, cases):
         dist.destroy_process_group()
     with open(os.path.join(out, "rank%d.json" % rank), "w") as f:
         json.dump(results, f)
+    end_rank(0)  # no interpreter finalization: see end_rank
 
 
 def _case(rank, world, case, ref_losses, ref_grads, ref_params):

@@ -235,6 +235,9 @@ class CApi(unittest.TestCase):
         self.assertEqual(self.lib.sieve_capabilities() & _constants._CAP_CUDA_COMPACT,
                          _constants._CAP_CUDA_COMPACT if CUDA_BUILD else 0)
         self.assertTrue(self.lib.sieve_capabilities() & _kernels._CAP_HOST_COMPACT, "in every build")
+        # The proxy's interposer goes in exactly where CUDA does (plugin/CMakeLists.txt).
+        self.assertEqual(self.lib.sieve_capabilities() & _constants._CAP_PROXY,
+                         _constants._CAP_PROXY if CUDA_BUILD else 0)
 
     def test_bad_input_and_no_device_are_clear_errors(self):
         p = self.p

@@ -7,11 +7,15 @@ on loopback, Gloo on the CPU (two; four for one case).
   nonzeros.
 - publish_fsdp against FSDP2's (fully_shard) and FSDP1's (FullyShardedDataParallel) real
   collectives: every all-gather and reduce-scatter of three steps is captured where FSDP calls
-  torch.distributed, and checked (check()) against what was published: by the proxy's rule
-  (Proxy::shape_mask: the one mask of a call's shape, dense when its masks differ or there is none)
-  no call takes a mask that is not exactly its buffer's nonzeros (the reduce-scatter's input; the
-  all-gather's whole buffer, every rank's input), and each step's calls are the published masks one
-  for one, in order. FSDP2: mixed precision, no reshard after forward, weights sharded on dim 1, a
+  torch.distributed, with what was published. Each step's calls are the published masks one for one,
+  in order, each exactly its buffer's nonzeros (the reduce-scatter's input; the all-gather's whole
+  buffer, every rank's input). What the proxy does with those calls is asked of the proxy itself:
+  every rank's calls and masks are replayed through the real Proxy on the fake backend
+  (proxy_shape_replay, replay()), which must agree the commit, give every call its dense result
+  exactly, decide alike on every rank and compact only with a mask of the call's own shape that is
+  exactly its nonzeros; each case then says which calls run dense (the identical blocks, pruned
+  differently, whose calls cannot say which mask is theirs; what publish_fsdp withholds) and how many
+  compact (the root's). FSDP2: mixed precision, no reshard after forward, weights sharded on dim 1, a
   block on a second communicator, a parameter without a gradient for a step (with and without
   reshard), a frozen float32 bias and a reshard to a smaller mesh (4 ranks), a frozen float64
   parameter (gathered as bytes), tensor parallel on a 2-D mesh, an all-gather extension, and
@@ -23,10 +27,12 @@ The ranks meet through a TCPStore that this process serves on a port the kernel 
 case under its own key prefix, nothing on the file system, no port chosen by one process and bound by
 another. On a hang, every rank's Python stacks are dumped (faulthandler on SIGUSR1) into the failure.
 
-Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so /opt/sieve/venv/bin/python tests/tools/python/test_real_torch.py
-(exit 77: skipped as a whole, no torch 2.x with FSDP2 and Gloo; no library is a failure).
+Run: SIEVE_LIBRARY=build/plugin/libnccl-net-sieve.so SIEVE_PROXY_REPLAY=build/tests/plugin/proxy/proxy_shape_replay
+/opt/sieve/venv/bin/python tests/tools/python/test_real_torch.py
+(exit 77: skipped as a whole, no torch 2.x with FSDP2 and Gloo; no library or no replay is a failure).
 """
 
+import collections
 import contextlib
 import datetime
 import faulthandler
@@ -54,6 +60,7 @@ from suite import main, require_torch, skip_script  # noqa: E402
 torch = require_torch(gloo=True)
 import torch.distributed as dist  # noqa: E402
 import torch.distributed.fsdp as _fsdp  # noqa: E402
+from fsdp_capture import Capture, Published, order_problems, replay, replay_part, unpack  # noqa: E402
 
 if not hasattr(_fsdp, "fully_shard"):
     skip_script("needs FSDP2 (torch >= 2.6), this is torch %s" % torch.__version__)
@@ -77,13 +84,6 @@ def sieve_log():
         yield said.lines
     finally:
         logger.removeHandler(said)
-
-
-def unpack(bits, count):
-    """sieve's LSB-first bitmap bytes -> bool tensor."""
-    flat = torch.tensor(list(bits), dtype=torch.uint8)
-    shifts = torch.arange(8, dtype=torch.uint8)
-    return ((flat.unsqueeze(1) >> shifts) & 1).reshape(-1)[:count].bool()
 
 
 TIMEOUT = datetime.timedelta(seconds=60)
@@ -234,132 +234,6 @@ class Model(torch.nn.Module if torch else object):
         return self.head(x)
 
 
-class Capture:
-    """Records, while `on`, every collective FSDP issues where it calls torch.distributed (module
-    attributes, looked up at each call): the kind, the whole buffer it moves (count, dtype, nonzeros),
-    its communicator (numbered in order of first use) and the step. The whole buffer: a reduce-scatter's
-    input; an all-gather's output once complete (every rank's input, rank 0's first). FSDP1 on the
-    CPU gathers with dist.all_gather into torch.chunk views of its padded flat parameter (a GPU's
-    all_gather_into_tensor moves that same buffer): their concatenation."""
-
-    def __init__(self):
-        self.calls, self.on, self.step, self.comms = [], False, 0, {}
-        self.saved = (dist.all_gather_into_tensor, dist.reduce_scatter_tensor, dist.all_gather)
-        real_gather, real_scatter, real_gather_list = self.saved
-
-        def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
-            work = real_gather(output_tensor, input_tensor, group=group, async_op=async_op)
-            if self.on:
-                if work is not None:
-                    work.wait()
-                self.add("all_gather", output_tensor, group)
-            return work
-
-        def all_gather(tensor_list, tensor, group=None, async_op=False):
-            work = real_gather_list(tensor_list, tensor, group=group, async_op=async_op)
-            if self.on:
-                if work is not None:
-                    work.wait()
-                self.add("all_gather", torch.cat([t.reshape(-1) for t in tensor_list]), group)
-            return work
-
-        def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
-            if self.on:
-                self.add("reduce_scatter", input, group)
-            return real_scatter(output, input, op=op, group=group, async_op=async_op)
-        dist.all_gather_into_tensor, dist.reduce_scatter_tensor, dist.all_gather = (
-            all_gather_into_tensor, reduce_scatter_tensor, all_gather)
-
-    def comm_of(self, group):
-        return self.comms.setdefault(dist.group.WORLD if group is None else group, len(self.comms))
-
-    def add(self, kind, buffer, group):
-        self.calls.append({"kind": kind, "count": buffer.numel(), "dtype": buffer.dtype,
-                           "nonzero": buffer.reshape(-1).ne(0).clone(), "comm": self.comm_of(group), "step": self.step})
-
-    def close(self):
-        dist.all_gather_into_tensor, dist.reduce_scatter_tensor, dist.all_gather = self.saved
-
-
-class Published:
-    """What publish_fsdp publishes, in order: (kind, count, sieve dtype code, bool bits); still published."""
-
-    def __init__(self):
-        from sieve import fsdp_masks
-        self.entries, self.module, self.original = [], fsdp_masks, fsdp_masks._publish_collective_bits
-
-        def record(kind, count, dtype, bits):
-            self.entries.append((kind, count, dtype, unpack(bits, count)))
-            return self.original(kind, count, dtype, bits)
-        fsdp_masks._publish_collective_bits = record
-
-    def close(self):
-        self.module._publish_collective_bits = self.original
-
-
-def check(calls, published, plan_comms, steps_in_order, expect_dtype=None, in_order=None):
-    """Every captured call against what was published. plan_comms: the communicators publish_fsdp
-    committed on (the numbers of its result's groups, in its order). Two checks:
-    - the proxy's rule (Proxy::shape_mask): a call on one of those communicators whose shape (kind,
-      count, dtype) names masks compacts when they are all one mask, which must then be exactly the
-      call's nonzeros; a shape whose masks differ runs dense (ambiguous), one without a mask runs
-      dense; on another communicator every call runs dense;
-    - the real order: in each step of steps_in_order, the calls of the published shapes on those
-      communicators (communicator by communicator) are the published masks one for one, each mask
-      exactly that call's nonzeros (in_order a number: the first so many in order, the rest the same
-      masks in any order).
-    Returns (problems, dense calls, compacted count, ambiguous count)."""
-    from sieve.masks import _dtype_code_of
-    by_shape = {}
-    for kind, count, dtype, bits in published:
-        by_shape.setdefault((kind, count, dtype), []).append(bits)
-    problems, dense, compacted, ambiguous = [], [], 0, 0
-
-    def shape(call):
-        return call["kind"], call["count"], _dtype_code_of(call["dtype"])
-
-    def differ(what, bits, call):
-        lost = (~bits & call["nonzero"]).nonzero().reshape(-1).tolist()
-        zero = (bits & ~call["nonzero"]).nonzero().reshape(-1).tolist()
-        return "%s: %s of %d elements: the mask prunes %d nonzeros (at %s) and keeps %d zeros (at %s)" % (
-            what, call["kind"], call["count"], len(lost), lost[:20], len(zero), zero[:20])
-    for k, call in enumerate(calls):
-        if expect_dtype is not None:
-            expected = expect_dtype(call)
-            if expected is not None and call["dtype"] != expected:
-                problems.append("call %d: %s in %s, not %s" % (k, call["kind"], call["dtype"], expected))
-        masks = by_shape.get(shape(call)) if call["comm"] in plan_comms else None
-        if not masks:
-            dense.append({"call": k, "kind": call["kind"], "count": call["count"], "comm": call["comm"],
-                          "step": call["step"]})
-        elif any(not torch.equal(m, masks[0]) for m in masks):
-            ambiguous += 1
-        elif not torch.equal(masks[0], call["nonzero"]):
-            problems.append(differ("call %d" % k, masks[0], call))
-        else:
-            compacted += 1
-    for step in steps_in_order:
-        issued = [c for comm in plan_comms for c in calls
-                  if c["step"] == step and c["comm"] == comm and shape(c) in by_shape]
-        expected = published
-        if in_order is not None:
-            def key(shape_and_bits):
-                return shape_and_bits[0], tuple(shape_and_bits[1].tolist())
-            issued = issued[:in_order] + sorted(issued[in_order:], key=lambda c: key((shape(c), c["nonzero"])))
-            expected = published[:in_order] + sorted(published[in_order:], key=lambda e: key((e[:3], e[3])))
-        if len(issued) != len(expected):
-            problems.append("step %d issued %d calls of the published shapes, %d masks were published" % (
-                step, len(issued), len(expected)))
-            continue
-        for i, (call, entry) in enumerate(zip(issued, expected)):
-            if shape(call) != entry[:3]:
-                problems.append("step %d, mask %d: published for %s, the call is %s" % (step, i, entry[:3],
-                                                                                        shape(call)))
-            elif not torch.equal(entry[3], call["nonzero"]):
-                problems.append(differ("step %d, mask %d" % (step, i), entry[3], call))
-    return problems, dense, compacted, ambiguous
-
-
 def train_steps(model, optimizer, generator, capture, steps, before_step=None):
     for number in range(steps):
         if capture is not None:
@@ -441,9 +315,12 @@ def fsdp2_rank(rank, store, world=WORLD, reshard_after_forward=True, param_dtype
     def expect_dtype(call):
         if frozen_f64 and call["kind"] == "all_gather" and call["dtype"] == torch.uint8:
             return None
-        return (param_dtype if call["kind"] == "all_gather" else reduce_dtype or param_dtype) or torch.float32
+        # Without reduce_dtype, PyTorch 2.11 reduces in param_dtype, 2.15 in the parameters' own dtype.
+        reduce = reduce_dtype or (None if torch.__version__ >= "2.15" else param_dtype)
+        return (param_dtype if call["kind"] == "all_gather" else reduce) or torch.float32
     steps = [s for s in range(3) if s != skip_gate_at]
-    problems, dense, compacted, ambiguous = check(capture.calls, published.entries, plan_comms, steps, expect_dtype)
+    problems = order_problems(capture.calls, published.entries, plan_comms, steps, expect_dtype)
+    replay = replay_part(capture, published.entries, plan_comms)
     if again["skipped"] != result["skipped"]:
         problems.append("publishing again withheld %s, the first time %s" % (again["skipped"], result["skipped"]))
     kinds = [c["kind"] for c in capture.calls]
@@ -451,8 +328,8 @@ def fsdp2_rank(rank, store, world=WORLD, reshard_after_forward=True, param_dtype
     _KEEP.append((model, mesh, dist.group.WORLD))
     dist.destroy_process_group()
     return {"problems": problems, "calls": len(kinds), "all_gathers": kinds.count("all_gather"),
-            "reduce_scatters": kinds.count("reduce_scatter"), "masks": len(published.entries), "dense": dense,
-            "compacted": compacted, "ambiguous": ambiguous,
+            "reduce_scatters": kinds.count("reduce_scatter"), "masks": len(published.entries),
+            "replay": replay,
             "published": [result["all_gather"], result["reduce_scatter"]], "skipped": result["skipped"],
             "said": [line for line in said if "sieve.publish_fsdp" in line],
             "groups": len(result["groups"]), "comms": len(capture.comms),
@@ -521,8 +398,8 @@ def fsdp2_api_rank(rank, store):
     capture.close()
     published.close()
     plan_comms = [capture.comm_of(g) for g in result["groups"]]
-    found, dense, compacted, ambiguous = check(capture.calls, published.entries, plan_comms, range(3))
-    problems += found
+    problems += order_problems(capture.calls, published.entries, plan_comms, range(3))
+    replay = replay_part(capture, published.entries, plan_comms)
     staged = sieve.stats()["masks_published"] - before
     without = sieve.publish_fsdp(model, commit_now=False, forward_order=order, all_gather=False)
     replaced = sieve.stats()["masks_published"] - before
@@ -539,7 +416,7 @@ def fsdp2_api_rank(rank, store):
     fsdps_group = result["groups"] == [mesh.get_group()]
     _KEEP.append((model, bare, mesh, dist.group.WORLD))
     dist.destroy_process_group()
-    return {"problems": problems, "dense": dense, "compacted": compacted, "ambiguous": ambiguous,
+    return {"problems": problems, "replay": replay,
             "published": [result["all_gather"], result["reduce_scatter"]], "skipped": result["skipped"],
             "commits": [c["state"] for c in result["commits"]], "group_is_fsdps": fsdps_group,
             "said_refused": any("sieve.commit" in line for line in said), "staged": staged,
@@ -606,9 +483,9 @@ def fsdp1_rank(rank, store, strategy="FULL_SHARD", prefetch="BACKWARD_PRE", para
     # is not pinned down). The proxy matches a call by its shape alone, so the table's order changes
     # no call's mask: the forward's all-gathers (4, where the prefetch limit shows) are checked in
     # order, the backward's as the same masks in any order.
-    found, dense, compacted, ambiguous = check(capture.calls, published.entries, plan_comms, range(3), expect_dtype,
-                                               in_order=4 if forward_prefetch_limit is not None else None)
-    problems += found
+    problems += order_problems(capture.calls, published.entries, plan_comms, range(3), expect_dtype,
+                               in_order=4 if forward_prefetch_limit is not None else None)
+    replay = replay_part(capture, published.entries, plan_comms)
     kinds = [c["kind"] for c in capture.calls]
     sieve.retract_all(wrapped, commit_now=False)
     # NO_SHARD all-reduces: nothing to publish
@@ -621,7 +498,7 @@ def fsdp1_rank(rank, store, strategy="FULL_SHARD", prefetch="BACKWARD_PRE", para
     no_shard = fsdp_masks._fsdp_plan(plain)[0]
     _KEEP.append((wrapped, plain, dist.group.WORLD))
     dist.destroy_process_group()
-    return {"problems": problems, "dense": dense, "compacted": compacted, "ambiguous": ambiguous,
+    return {"problems": problems, "replay": replay,
             "all_gathers": kinds.count("all_gather"), "reduce_scatters": kinds.count("reduce_scatter"),
             "published": [result["all_gather"], result["reduce_scatter"]], "skipped": result["skipped"],
             "masks": len(published.entries), "padded": padded, "no_shard_plan": len(no_shard)}
@@ -636,6 +513,9 @@ CASES = [("fsdp2_reshard_to_2", 4, lambda rank, store: fsdp2_rank(rank, store, 4
                                                                      reduce_dtype=torch.float32)),
          ("fsdp2_bf16", WORLD, lambda rank, store: fsdp2_rank(rank, store, param_dtype=torch.bfloat16,
                                                               reduce_dtype=torch.bfloat16)),
+         # reduce_dtype=None: PyTorch 2.11 reduces in param_dtype, 2.15 in the parameters' own float32
+         ("fsdp2_bf16_no_reduce_dtype", WORLD, lambda rank, store: fsdp2_rank(rank, store,
+                                                                              param_dtype=torch.bfloat16)),
          ("fsdp2_shard_dim", WORLD, lambda rank, store: fsdp2_rank(rank, store, shard_dim=True)),
          ("fsdp2_two_groups", WORLD, lambda rank, store: fsdp2_rank(rank, store, two_groups=True)),
          ("fsdp2_two_groups_one_unpruned", WORLD,
@@ -715,11 +595,29 @@ class RealStructures(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.ranks = run_ranks()
+        for case, world, _ in CASES:
+            found = [(rank, results[case]) for rank, results in enumerate(cls.ranks) if case in results]
+            if found and "replay" in found[0][1]:
+                replay(case, found)
 
     def results(self, case):
         found = [(rank, results[case]) for rank, results in enumerate(self.ranks) if case in results]
         self.assertGreaterEqual(len(found), WORLD, case)
         return found
+
+    def check_dense(self, result, blocks, others=(), where=""):
+        """result's dense calls: `blocks` of them on one communicator in one shape, the identical
+        blocks' (pruned differently, so no call of theirs can say which of their masks is its own: the
+        proxy runs them dense and its log names that shape), and the others exactly `others`
+        ((kind, communicator, step) of each, in call order)."""
+        shapes = collections.Counter((d["count"], d["comm"]) for d in result["dense"])
+        shape = shapes.most_common(1)[0][0] if blocks else None
+        self.assertEqual(shapes[shape] if blocks else 0, blocks, where)
+        self.assertEqual([(d["kind"], d["comm"], d["step"]) for d in result["dense"]
+                          if (d["count"], d["comm"]) != shape], list(others), where)
+        if blocks:
+            self.assertTrue(any("several different" in line and "of %d x" % shape[0] in line for line in result["log"]),
+                            "%s: %s" % (where, result["log"]))
 
     def test_publish_pruned_model_covers_ddps_real_buckets_after_the_rebuild(self):
         for rank, result in self.results("ddp"):
@@ -730,26 +628,35 @@ class RealStructures(unittest.TestCase):
 
     def test_publish_fsdp_covers_fully_shards_real_collectives_in_their_order(self):
         for rank, result in self.results("fsdp2"):
-            self.assertEqual((result["problems"], result["dense"]), ([], []), "rank %d" % rank)
+            self.assertEqual(result["problems"], [], "rank %d" % rank)
             # per step: 4 groups gathered in forward and again in backward (the root too: it was given
-            # reshard_after_forward=True), 4 reduce-scatters
+            # reshard_after_forward=True), 4 reduce-scatters; the root's 3 compact, the blocks' 9 cannot
             self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 8, 3 * 4))
+            self.check_dense(result, 3 * 9, where="rank %d" % rank)
+            self.assertEqual(result["compacted"], 3 * 3)
 
     def test_publish_fsdp_with_mixed_precision_gathers_in_param_dtype_and_reduces_in_reduce_dtype(self):
-        for case in ("fsdp2_bf16_params", "fsdp2_bf16"):  # reduce in float32; in bf16 (= param_dtype)
+        # reduce in float32; in bf16 (= param_dtype); as the PyTorch at hand does without reduce_dtype
+        for case in ("fsdp2_bf16_params", "fsdp2_bf16", "fsdp2_bf16_no_reduce_dtype"):
             for rank, result in self.results(case):
-                self.assertEqual((result["problems"], result["dense"]), ([], []), "%s, rank %d" % (case, rank))
+                self.assertEqual(result["problems"], [], "%s, rank %d" % (case, rank))
                 self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 8, 3 * 4))
+                self.check_dense(result, 3 * 9, where="%s, rank %d" % (case, rank))
+                self.assertEqual(result["compacted"], 3 * 3)
 
     def test_publish_fsdp_without_reshard_after_forward(self):
         for rank, result in self.results("fsdp2_no_reshard"):
-            self.assertEqual((result["problems"], result["dense"]), ([], []), "rank %d" % rank)
+            self.assertEqual(result["problems"], [], "rank %d" % rank)
             self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 4, 3 * 4))
+            self.check_dense(result, 3 * 6, where="rank %d" % rank)
+            self.assertEqual(result["compacted"], 3 * 2)
 
     def test_publish_fsdp_with_weights_sharded_on_dim_1(self):
         for rank, result in self.results("fsdp2_shard_dim"):
-            self.assertEqual((result["problems"], result["dense"], result["skipped"]), ([], [], []), "rank %d" % rank)
+            self.assertEqual((result["problems"], result["skipped"]), ([], []), "rank %d" % rank)
             self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 8, 3 * 4))
+            self.check_dense(result, 3 * 9, where="rank %d" % rank)
+            self.assertEqual(result["compacted"], 3 * 3)
 
     def test_a_shape_on_two_communicators_is_withheld_and_the_rest_compacts(self):
         for rank, result in self.results("fsdp2_two_groups"):
@@ -765,16 +672,19 @@ class RealStructures(unittest.TestCase):
     def test_a_parameter_without_a_gradient_runs_only_that_reduce_scatter_dense(self):
         for rank, result in self.results("fsdp2_skipped_parameter"):
             self.assertEqual(result["problems"], [], "rank %d" % rank)
-            self.assertEqual([(d["kind"], d["step"]) for d in result["dense"]], [("reduce_scatter", 1)])
+            self.check_dense(result, 3 * 9 - 1, [("reduce_scatter", 0, 1)], "rank %d" % rank)
             self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 8, 3 * 4))
+            self.assertEqual(result["compacted"], 3 * 3)
 
     def test_a_group_gathered_as_bytes_is_withheld(self):
         for rank, result in self.results("fsdp2_frozen_f64"):
             self.assertEqual(result["problems"], [], "rank %d" % rank)
             self.assertTrue(any("as bytes" in s for s in result["skipped"]), result["skipped"])
-            # the last block's gathers, in bytes, are the only dense calls (forward and backward)
+            # the last block's gathers, in bytes (forward and backward), run dense besides the blocks' calls
             self.assertEqual(result["uint8_gathers"], 3 * 2)
-            self.assertEqual(len(result["dense"]), result["uint8_gathers"])
+            self.check_dense(result, 3 * 7, [("all_gather", 0, step) for step in range(3) for _ in range(2)],
+                             "rank %d" % rank)
+            self.assertEqual(result["compacted"], 3 * 3)
 
     def test_frozen_parameters_and_a_reshard_to_a_smaller_mesh(self):
         """4 ranks (2 ranks cannot: 2.11 turns reshard_after_forward=1 into False and =2 into True on
@@ -783,8 +693,8 @@ class RealStructures(unittest.TestCase):
         for rank, result in self.results("fsdp2_reshard_to_2"):
             self.assertEqual(result["problems"], [], "rank %d" % rank)
             self.assertEqual((result["comms"], result["groups"]), (2, 1))
-            self.assertEqual([(d["kind"], d["comm"], d["step"]) for d in result["dense"]],
-                             [("all_gather", 1, step) for step in range(3)])
+            # blocks 0 and 2, and block 1's gathers (its shape), run dense on FSDP's communicator
+            self.check_dense(result, 3 * 7, [("all_gather", 1, step) for step in range(3)], "rank %d" % rank)
             # FSDP's own communicator: 4 groups gathered in forward, 3 again in backward; 4 reduce-scatters
             self.assertEqual(result["published"], [7, 4])
             self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 8, 3 * 4))
@@ -792,14 +702,14 @@ class RealStructures(unittest.TestCase):
             frozen = [c for c in scatters if c not in gathers]  # block 1 reduces fewer elements than it gathers
             self.assertEqual(len(frozen), 1, (gathers, scatters))
             self.assertLess(frozen[0], max(gathers))
-            self.assertGreaterEqual(result["compacted"], 3 * 3, "the root's calls and block 1's reduce-scatters")
+            self.assertEqual(result["compacted"], 3 * 3 + 3, "the root's calls and block 1's reduce-scatters")
 
     def test_without_reshard_a_skipped_parameter_runs_only_that_reduce_scatter_dense(self):
         """No call takes another group's mask: the skipped block's reduce-scatter finds no mask of its
-        shape; the identical blocks' masks differ, so their calls run dense by the proxy's rule."""
+        shape; the identical blocks' masks differ, so their calls run dense."""
         for rank, result in self.results("fsdp2_no_reshard_skipped_parameter"):
             self.assertEqual(result["problems"], [], "rank %d" % rank)
-            self.assertEqual([(d["kind"], d["step"]) for d in result["dense"]], [("reduce_scatter", 1)])
+            self.check_dense(result, 3 * 6 - 1, [("reduce_scatter", 0, 1)], "rank %d" % rank)
             self.assertEqual((result["all_gathers"], result["reduce_scatters"]), (3 * 4, 3 * 4))
             self.assertEqual(result["compacted"], 3 * 2, "the root's all-gather and reduce-scatter")
 
@@ -819,8 +729,10 @@ class RealStructures(unittest.TestCase):
             self.assertEqual(result["problems"], [], "rank %d" % rank)
             self.assertTrue(any("all-gather extension" in s for s in result["skipped"]), result["skipped"])
             self.assertEqual(result["published"], [0, 4])
-            self.assertEqual({d["kind"] for d in result["dense"]}, {"all_gather"})
-            self.assertEqual(len(result["dense"]), result["all_gathers"])
+            # the root's gathers besides the blocks' calls; the root's reduce-scatters compact
+            self.check_dense(result, 3 * 9, [("all_gather", 0, step) for step in range(3) for _ in range(2)],
+                             "rank %d" % rank)
+            self.assertEqual(result["compacted"], 3)
 
     def test_a_shape_on_another_communicator_that_prunes_nothing_is_still_withheld(self):
         """Block 0, on a second communicator, prunes nothing: its shape is still the blocks', so
@@ -838,7 +750,10 @@ class RealStructures(unittest.TestCase):
             # the root prunes nothing: its all-gather and reduce-scatter (one each a step: fully_shard's
             # default keeps the root gathered for backward) are not published
             self.assertEqual((result["published"], result["masks"], result["staged"]), ([4, 2], 6, 6))
-            self.assertEqual(len(result["dense"]), 3 * 2)
+            # the root's calls, not published, and the two blocks', pruned differently: nothing compacts
+            self.check_dense(result, 3 * 6, [(kind, 0, step) for step in range(3)
+                                             for kind in ("all_gather", "reduce_scatter")], "rank %d" % rank)
+            self.assertEqual(result["compacted"], 0)
             self.assertEqual(result["calls"], 3 * 8)
             self.assertEqual((result["without_all_gather"], result["replaced"], result["left"]), ([0, 2], 2, 0))
             self.assertEqual(result["bare"], [0, 0, 1], "nothing pruned: nothing published, no error")
@@ -852,8 +767,9 @@ class RealStructures(unittest.TestCase):
         gather again; every backward prefetch mode."""
         for case in ("fsdp1_backward_pre", "fsdp1_backward_post", "fsdp1_no_prefetch", "fsdp1_forward_prefetch"):
             for rank, result in self.results(case):
-                self.assertEqual((result["problems"], result["dense"], result["skipped"]), ([], [], []),
-                                 "%s, rank %d" % (case, rank))
+                self.assertEqual((result["problems"], result["skipped"]), ([], []), "%s, rank %d" % (case, rank))
+                self.check_dense(result, 3 * 9, where="%s, rank %d" % (case, rank))
+                self.assertEqual(result["compacted"], 3 * 2, "the root's gather and reduce-scatter")
                 self.assertTrue(result["padded"])
                 self.assertEqual((result["published"], result["all_gathers"], result["reduce_scatters"]),
                                  ([7, 4], 3 * 7, 3 * 4))
@@ -863,9 +779,11 @@ class RealStructures(unittest.TestCase):
         """The blocks run 2, 0, 1: FSDP1 records that order in the first step and the table follows it.
         SHARD_GRAD_OP keeps parameters gathered for backward; reduced in param_dtype."""
         for rank, result in self.results("fsdp1_grad_op_bf16_recorded_order"):
-            self.assertEqual((result["problems"], result["dense"]), ([], []), "rank %d" % rank)
+            self.assertEqual(result["problems"], [], "rank %d" % rank)
             self.assertEqual((result["published"], result["all_gathers"], result["reduce_scatters"]),
                              ([4, 4], 3 * 4, 3 * 4))
+            self.check_dense(result, 3 * 6, where="rank %d" % rank)
+            self.assertEqual(result["compacted"], 3 * 2)
 
 
 if __name__ == "__main__":
@@ -875,4 +793,6 @@ if __name__ == "__main__":
         os._exit(0)  # no destructors of the kept process groups (see _KEEP)
     if not (os.environ.get("SIEVE_LIBRARY") or os.environ.get("LD_PRELOAD")):
         sys.exit("FAILED: set SIEVE_LIBRARY to the built libnccl-net-sieve.so, or LD_PRELOAD it")
+    if not os.access(os.environ.get("SIEVE_PROXY_REPLAY", ""), os.X_OK):
+        sys.exit("FAILED: set SIEVE_PROXY_REPLAY to the built proxy_shape_replay (tests/plugin/proxy)")
     main()

@@ -51,11 +51,17 @@ class FindsTheRightLibrary(unittest.TestCase):
             self.assertEqual(os.path.realpath(done.stdout.strip()), os.path.realpath(LIBRARY))
 
     def test_nothing_loaded_gives_one_clear_error(self):
-        done = run_python("import sieve; sieve.stats()")
+        done = run_python("import sieve; sieve.library()")
         self.assertNotEqual(done.returncode, 0)
         self.assertIn("is not loaded in this process", done.stderr)
         self.assertIn("LD_PRELOAD", done.stderr)
+        # A rolled-back job (test_rollback.py): the calls a training script makes do nothing, said once.
+        done = run_python("import sieve; print(sum(sieve.stats().values()), sieve.stats() == sieve.stats())")
+        self.assertEqual((done.returncode, done.stdout.strip()), (0, "0 True"), done.stderr)
+        self.assertEqual(done.stderr.count("is not loaded in this process"), 1, done.stderr)
+        # A SIEVE_LIBRARY that names nothing is a mistake in the launch, not a rollback.
         done = run_python("import sieve; sieve.stats()", SIEVE_LIBRARY="/nope/libnccl-net-sieve.so")
+        self.assertNotEqual(done.returncode, 0)
         self.assertIn("no such file", done.stderr)
 
     def test_sieve_library_takes_a_name_as_ld_preload_does(self):
@@ -158,6 +164,8 @@ class HeaderConstants(unittest.TestCase):
             "_COMMIT_REFUSED": "SIEVE_COMMIT_REFUSED", "_COMMIT_ACTIVATED": "SIEVE_COMMIT_ACTIVATED",
             "_COMMIT_PENDING": "SIEVE_COMMIT_PENDING", "_TOKEN_WORDS": "SIEVE_COMMIT_TOKEN_WORDS",
             "_TOKEN_NO_PROXY": "SIEVE_COMMIT_TOKEN_NO_PROXY", "_CAP_CUDA_COMPACT": "SIEVE_CAP_CUDA_COMPACT",
+            "_CAP_HOST_COMPACT": "SIEVE_CAP_HOST_COMPACT", "_CAP_PROXY": "SIEVE_CAP_PROXY",
+            "_CAP_VERBS": "SIEVE_CAP_VERBS",
         }
         for ours, theirs in expected.items():
             self.assertIn(theirs, h, "sieve.h lost %s" % theirs)
@@ -274,6 +282,19 @@ class Tensors(unittest.TestCase):
         with self.assertRaises(sieve.SieveError) as caught:
             sieve.query(grad)
         self.assertEqual(caught.exception.code, -4)
+
+    def test_a_mask_that_keeps_nothing_is_warned_about(self):
+        # Valid (a layer pruned away) but far more often inverted: every element would go as zero.
+        code = ("import sieve, torch\n"
+                "sieve.publish_mask(torch.zeros(16), torch.ones(16))\n"
+                "sieve.publish_mask(torch.zeros(16), torch.zeros(16))\n"
+                "sieve.publish_collective('all_gather', torch.zeros(8, dtype=torch.bool), torch.float32)\n")
+        done = run_python(code, SIEVE_LIBRARY=LIBRARY)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        said = [line for line in done.stderr.splitlines() if "keeps none of its" in line]
+        self.assertEqual(len(said), 2, done.stderr)
+        self.assertIn("sieve_mask_publish_for: the mask keeps none of its 16 elements", said[0])
+        self.assertIn("sieve_collective_mask_publish_for: the mask keeps none of its 8 elements", said[1])
 
     # Review, hang 4: the binding retracted when a tensor was garbage-collected: the first of a
     # bucket's gradients to die retracted the whole bucket, a cycle retracted whenever the collector

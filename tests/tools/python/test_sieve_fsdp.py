@@ -241,6 +241,28 @@ def case_fallback_counted():
     assert delta["elements_sent"] > delta["elements_dense"], "the dense re-runs are not counted: %s" % delta
 
 
+def case_unused_params():
+    """FSDP2 2.15's set_reduce_scatter_unused_params(True): a parameter without a gradient (block 0's
+    gate in step 1, block 1 in step 2) travels as zeros, so its group's buffer keeps it; sieve.fsdp's
+    layout keeps it too, and every step compacts, bit-identical to FSDP2 as is. PyTorch 2.11 has no
+    such setting (its suite runs this on 2.15, as python_fsdp2_custom_collectives_newest)."""
+    if not hasattr(build(), "set_reduce_scatter_unused_params"):
+        assert torch.__version__ < "2.15", "PyTorch %s lost set_reduce_scatter_unused_params" % torch.__version__
+        return
+    dense_net = build()
+    dense_net.set_reduce_scatter_unused_params(True)
+    dense = train(dense_net)
+    net = build()
+    net.set_reduce_scatter_unused_params(True)
+    outcome = sieve_fsdp.compact(net)
+    assert all(v == "compacted" for k, v in outcome.items() if k.startswith("blocks.")), outcome
+    before = sieve_fsdp.stats()
+    result = train(net)
+    after = sieve_fsdp.stats()
+    same("unused params", dense, result)
+    assert after["dense"] == before["dense"] and after["fallback"] == before["fallback"], (before, after)
+
+
 def worker(rank, world, port):
     init_gloo(rank, world, port)
     try:
@@ -250,6 +272,7 @@ def worker(rank, world, port):
         case_refused()
         case_reprune()
         case_fallback_counted()
+        case_unused_params()
     finally:
         dist.destroy_process_group()
 

@@ -3,7 +3,8 @@
 group sieve.fsdp cannot map exactly (tensor parallel on a 2-D mesh, parameters on different meshes in
 one group, an all-gather extension) is refused with one warning line naming it and the reason, keeps
 FSDP's own collectives, and trains bit-identically to FSDP2 as is, while the model's other groups
-are still compacted.
+are still compacted. A PyTorch whose FSDP2 moved the private modules sieve.fsdp builds on is refused
+with one line naming its version.
 
 Run it alone: python test_sieve_fsdp_refusals.py (exit 77: no torch with Gloo here)."""
 
@@ -195,9 +196,41 @@ def case(variant, reason):
         assert torch.equal(a, b), "%s: parameter %d differs after training" % (variant, i)
 
 
+def case_moved_internals():
+    """A PyTorch whose FSDP2 moved the private modules sieve.fsdp builds on (taken away here through
+    sys.modules, then a class taken out of one): compact() refuses with one line naming the version,
+    on every rank, before any collective, and FSDP keeps its own collectives."""
+    import sieve
+    for module, attribute in ((sieve_fsdp._API, None), (sieve_fsdp._COLLECTIVES, None),
+                              (sieve_fsdp._COLLECTIVES, "DefaultReduceScatter"), (sieve_fsdp._API, "AllGather")):
+        net = build("plain", {})
+        saved = sys.modules[module]
+        held = getattr(saved, attribute) if attribute else None
+        if attribute:
+            delattr(saved, attribute)
+        else:
+            sys.modules[module] = None  # what `import` of a module that is gone raises: ImportError
+        try:
+            sieve_fsdp.compact(net)
+        except sieve.SieveError as error:
+            text = str(error)
+        else:
+            text = None
+        finally:
+            sys.modules[module] = saved
+            if attribute:
+                setattr(saved, attribute, held)
+        assert text is not None, "%s %s moved, and compact() did not refuse" % (module, attribute)
+        assert text.startswith("sieve.fsdp does not support PyTorch %s: " % torch.__version__), text
+        assert "\n" not in text and (attribute or module.rsplit(".", 1)[1]) in text, text
+        group = net.blocks[0]._get_fsdp_state()._fsdp_param_group
+        assert type(group._reduce_scatter_comm) is DefaultReduceScatter, "a refused compact() changed a collective"
+
+
 def worker(rank, world, port):
     init_gloo(rank, world, port)
     try:
+        case_moved_internals()
         case("tensor_parallel", "is a DTensor on a 2-D mesh dp=2 x tp=1 (tensor parallel)")
         case("mixed_meshes", "its parameters are on different meshes (blocks.1.gate.weight on dp=2 x tp=1")
         case("gather_extension", "all-gather extension")
@@ -207,8 +240,9 @@ def worker(rank, world, port):
 
 def main():
     return run_ranks(__file__, worker, 2, 480,
-                     "OK: tensor parallel, parameters on different meshes and an all-gather extension refused with "
-                     "one line each, trained bit-identically to FSDP2 as is, the other groups compacted")
+                     "OK: a PyTorch that moved FSDP2's private modules refused, naming its version; tensor parallel, "
+                     "parameters on different meshes and an all-gather extension refused with one line each, trained "
+                     "bit-identically to FSDP2 as is, the other groups compacted")
 
 
 if __name__ == "__main__":

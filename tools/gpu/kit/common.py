@@ -76,7 +76,8 @@ class Step:
 
     @property
     def library(self):
-        return os.path.join(self.kit, "lib", "libnccl-net-sieve.so")
+        # run.sh --installed: the copy the node's installed package carries (what an operator ships)
+        return os.environ.get("KIT_INSTALLED_LIBRARY") or os.path.join(self.kit, "lib", "libnccl-net-sieve.so")
 
     def path(self, name):
         return os.path.join(self.out, name)

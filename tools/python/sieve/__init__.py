@@ -16,11 +16,12 @@ published alive until a commit has released its mask, so no address is reused un
 the garbage collector decides nothing.
 
 The package, by concern: _library (finding and loading the library), _constants (sieve.h's values),
-masks (publish, retract, commit, counters, pruned models), fsdp_layout (where FSDP's flat buffers put
-each parameter), fsdp_masks (FSDP's collectives for the preloaded proxy), ddp (a DDP communication
-hook that compacts buckets itself, on any backend, without LD_PRELOAD), fsdp (FSDP2's custom
-collectives: sieve.fsdp.compact(model)), _kernels (their gather and scatter), and `python -m sieve`
-(__main__: what to set, and a launcher).
+masks (publish, retract, commit, counters, pruned models), pruning (sieve.masks_from: the masks of
+torch.nn.utils.prune, torch.ao.pruning, a dict or a safetensors file, for every face), fsdp_layout
+(where FSDP's flat buffers put each parameter), fsdp_masks (FSDP's collectives for the preloaded
+proxy), ddp (a DDP communication hook that compacts buckets itself, on any backend, without
+LD_PRELOAD), fsdp (FSDP2's custom collectives: sieve.fsdp.compact(model)), _kernels (their gather and
+scatter), and `python -m sieve` (__main__: what to set, and a launcher).
 """
 
 from __future__ import annotations
@@ -33,13 +34,15 @@ from .masks import (commit, publish_collective, publish_mask, publish_pruned_mod
                     retract_all, retract_id, stats)
 from .fsdp_layout import fsdp1_layout, fsdp2_layout
 from .fsdp_masks import publish_fsdp, semi_structured_masks
+from .pruning import FoundMasks, masks_from, read_safetensors_masks
 from . import ddp  # the DDP communication hook: needs no library, imports torch only when used
 from . import _kernels  # noqa: F401 (the hooks' gather/scatter: Sieve's CUDA kernels or torch; torch when used)
 
 __all__ = [
     "SieveError", "library", "library_path", "publish_mask", "publish_ranges", "retract", "commit", "query", "stats",
     "publish_pruned_model", "retract_all", "publish_collective", "retract_id", "publish_fsdp", "fsdp2_layout",
-    "fsdp1_layout", "semi_structured_masks", "ddp", "fsdp", "__version__",
+    "fsdp1_layout", "semi_structured_masks", "masks_from", "FoundMasks", "read_safetensors_masks", "ddp", "fsdp",
+    "__version__",
 ]
 
 

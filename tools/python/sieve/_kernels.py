@@ -23,7 +23,7 @@ from __future__ import annotations
 import ctypes
 from typing import TYPE_CHECKING, Iterator, Optional, Tuple
 
-from ._constants import _CAP_CUDA_COMPACT
+from ._constants import _CAP_CUDA_COMPACT, _CAP_HOST_COMPACT
 from ._library import SieveError, _library_or_package_copy
 
 if TYPE_CHECKING:
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["Compaction", "backend_for", "cuda_kernels_available", "host_kernels_available"]
 
 _RUNS_MAX = 64  # at most this many contiguous runs: copied run by run, no index
-_CAP_HOST_COMPACT = 2  # sieve.h's SIEVE_CAP_HOST_COMPACT
 _lib = None  # the library when it has the compact entry points, False when there is none (tests reset it)
 
 

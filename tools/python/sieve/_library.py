@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 
 from ._constants import _ERR_INVALID, _ERR_UNAVAILABLE
@@ -77,10 +78,16 @@ def _find_library() -> str:
         if not os.path.isfile(wanted):
             raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s: no such file" % wanted)
         return wanted
-    raise SieveError(_ERR_UNAVAILABLE, "%s is not loaded in this process: start the job with LD_PRELOAD=%s "
-                                       "(or its path; the collective proxy works only preloaded), or set "
-                                       "SIEVE_LIBRARY (a path or a name) to use the C API alone"
-                     % (_LIBRARY_NAME, _LIBRARY_NAME))
+    # By path where this installation has a copy: a wheel's is on no loader path, so its name alone
+    # would not preload it.
+    try:
+        preload = library_path()
+    except SieveError:
+        preload = _LIBRARY_NAME
+    raise SieveError(_ERR_UNAVAILABLE, "%s is not loaded in this process: start the job with python -m sieve run -- "
+                                       "COMMAND, or LD_PRELOAD=%s (the collective proxy works only preloaded), or "
+                                       "set SIEVE_LIBRARY (a path or a name) to use the C API alone"
+                     % (_LIBRARY_NAME, preload))
 
 
 def _editable_copy(here: str) -> str | None:
@@ -144,8 +151,15 @@ def _open(path: str) -> ctypes.CDLL:
     try:
         lib = ctypes.CDLL(path)
     except OSError as e:
-        raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s: the dynamic loader cannot load it (%s); give its path, "
-                                       "or add its directory to LD_LIBRARY_PATH" % (path, e)) from None
+        from ._probe import missing_libraries
+        missing = missing_libraries(path, str(e))
+        if missing and os.path.basename(missing[0]) != os.path.basename(path):
+            advice = "it needs %s, which the dynamic loader does not find: install the package that holds it, or " \
+                     "add its directory to LD_LIBRARY_PATH" % ", ".join(missing)
+        else:
+            advice = "give its path, or add its directory to LD_LIBRARY_PATH"
+        raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s: the dynamic loader cannot load it (%s); %s"
+                         % (path, e, advice)) from None
     lib.sieve_version.restype = ctypes.c_char_p
     lib.sieve_build_id.restype = ctypes.c_char_p
     lib.sieve_strerror.restype = ctypes.c_char_p
@@ -197,6 +211,31 @@ def library() -> ctypes.CDLL:
             _lib, _lib_path = _open(found), found
         _lib_is_package_copy = False
     return _lib
+
+
+# Whether this process was told that Sieve is absent: once, since a training loop calls stats() and
+# publish_pruned_model() every step, and one line says all there is to say.
+_absence_said = False
+
+
+def _present() -> ctypes.CDLL | None:
+    """library(), or None where Sieve is not in this process at all: nothing preloaded, no SIEVE_LIBRARY
+    (a job rolled back by taking Sieve out of its launch). The calls a training script makes then do
+    nothing, so that undoing Sieve changes no line of the script; the "sieve" logger says so once.
+    A SIEVE_LIBRARY that does not load, or names another copy than the loaded one, still raises: that
+    is a mistake in the launch, not a rollback."""
+    global _absence_said
+    try:
+        return library()
+    except SieveError as error:
+        if error.code != _ERR_UNAVAILABLE:
+            raise
+    if not _absence_said:
+        _absence_said = True
+        logging.getLogger("sieve").warning(
+            "sieve: %s is not loaded in this process (no LD_PRELOAD, no SIEVE_LIBRARY): sieve's mask calls do "
+            "nothing, commits are refused and sieve.stats() reads zeros; the job runs as without Sieve", _LIBRARY_NAME)
+    return None
 
 
 def _library_or_package_copy() -> ctypes.CDLL | None:

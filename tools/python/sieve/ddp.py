@@ -349,6 +349,8 @@ def compact_hook(state, bucket):
     check flag, and scattered back; where any rank's flag is up, or the bucket has no agreed mask,
     the bucket runs as DDP's default hook."""
     import torch.distributed as dist
+    if not hasattr(bucket, "buffer"):
+        _refuse_per_parameter_reducer()
     group = _group_of(state)
     buffer = bucket.buffer()
     plan = state._plan(bucket, buffer, group)
@@ -386,6 +388,17 @@ def compact_hook(state, bucket):
         future = dist.all_reduce(piece, group=group, async_op=True).get_future()
         sent.append((future, offset, length, region))
     return state._settle(group, plan, buffer, sent, whole=len(cuts) == 1)
+
+
+def _refuse_per_parameter_reducer():
+    """Compiled autograd's Python reducer (torch._dynamo.config.optimize_ddp = "python_reducer")
+    calls a DDP hook with one parameter's (gradient, parameter), not a bucket: no bucket, no agreed
+    mask. Every rank runs the same configuration, so every rank refuses here alike."""
+    import torch
+    raise RuntimeError("sieve.ddp.compact_hook does not support PyTorch %s's compiled-autograd Python reducer "
+                       "(torch._dynamo.config.optimize_ddp=%r calls the hook per parameter, not per bucket): use "
+                       "optimize_ddp=True, with or without compiled autograd" % (
+                           torch.__version__, torch._dynamo.config.optimize_ddp))
 
 
 def _flag_up(reduced, length):

@@ -43,7 +43,7 @@ except ImportError:
 
 from . import fsdp_layout as _layout
 from . import fsdp_masks as _masks
-from ._constants import _ERR_INVALID
+from ._constants import _ERR_INVALID, _ERR_UNSUPPORTED
 from ._kernels import Compaction
 from ._library import SieveError
 
@@ -217,6 +217,28 @@ class CompactAllGather:
         return None
 
 
+# What sieve.fsdp needs of FSDP2's private modules (torch.distributed.fsdp._fully_shard): the
+# interfaces its collectives implement and FSDP's own collectives, which uncompact() puts back; and of
+# a parameter group, what _record_grads reads. Tested on PyTorch 2.11 and 2.15 (docs/DEPLOY.md).
+_API = "torch.distributed.fsdp._fully_shard._fsdp_api"
+_COLLECTIVES = "torch.distributed.fsdp._fully_shard._fsdp_collectives"
+
+
+def _internals():
+    """(DefaultAllGather, DefaultReduceScatter), or SieveError naming the PyTorch version whose
+    FSDP2 moved what sieve.fsdp builds on: refused, on every rank alike (the same torch), never a
+    silent run on FSDP's own collectives."""
+    import importlib
+    try:
+        api = importlib.import_module(_API)
+        collectives = importlib.import_module(_COLLECTIVES)
+        found = (api.AllGather, api.ReduceScatter, collectives.DefaultAllGather, collectives.DefaultReduceScatter)
+    except (ImportError, AttributeError) as error:
+        raise SieveError(_ERR_UNSUPPORTED, "sieve.fsdp does not support PyTorch %s: FSDP2's private modules moved "
+                                           "(%s)" % (torch.__version__, error)) from None
+    return found[2], found[3]
+
+
 _warned = set()
 
 
@@ -381,6 +403,7 @@ def compact(model, masks=None):
     if torch is None or not hasattr(getattr(model, "set_custom_reduce_scatter", None), "__call__"):
         raise SieveError(_ERR_INVALID, "sieve.fsdp.compact takes a model wrapped by fully_shard of PyTorch >= 2.11 "
                                        "(its set_custom_reduce_scatter and set_custom_all_gather)")
+    _internals()
     masks = dict(masks or {})
     _root_state(model)
     uncompact(model)  # a second call re-prunes: every group is planned from its masks as they are now
@@ -430,22 +453,46 @@ def compact(model, masks=None):
     return result
 
 
+def _reduced_2_11(group):
+    """The parameters FSDP2 2.11's post_backward reduce-scatters, in buffer order: those with a
+    gradient (or an accumulated one), in the group's order."""
+    members = []
+    for i, p in enumerate(group.fsdp_params):
+        if hasattr(p, "_unsharded_param") and (p.unsharded_accumulated_grad is not None or
+                                               p.unsharded_param.grad is not None):
+            members.append(i)
+    return tuple(members)
+
+
+def _reduced_2_15(group):
+    """The same for FSDP2 2.15 (_take_unsharded_grads_to_reduce): its packing order
+    (_reduce_scatter_param_indices: the group's order, grouped by gradient dtype), keeping a parameter
+    with a gradient, with a pending partial reduction, or any trainable one under
+    set_reduce_scatter_unused_params (its zeros travel)."""
+    members = []
+    for i in group._reduce_scatter_param_indices:
+        p = group.fsdp_params[i]
+        if not hasattr(p, "_unsharded_param"):
+            continue
+        param = p.unsharded_param
+        if (param.grad is not None or group._get_partial_reduce_grad(p) is not None or
+                (getattr(group, "reduce_scatter_unused_params", False) and param.requires_grad)):
+            members.append(i)
+    return tuple(members)
+
+
 def _record_grads(group, reduce_scatter):
-    """Wraps the group's post_backward to note which parameters have a gradient this step: FSDP
-    reduce-scatters only those (a frozen or unused parameter leaves the buffer), so the layout of that
-    step's buffer is the masks of exactly those parameters. Same test as FSDP2 2.11's post_backward."""
+    """Wraps the group's post_backward to note which parameters it reduce-scatters this step, in the
+    order it packs them: FSDP leaves a frozen or unused parameter out of the buffer, so the layout of
+    that step's buffer is the masks of exactly those parameters. The same test as FSDP2's own
+    post_backward, of the version at hand (_internals() chose it)."""
     original = group.post_backward
     if getattr(original, "_sieve_reduce_scatter", None) is not None:
         original = original._sieve_original
+    reduced = _reduced_2_15 if hasattr(group, "_reduce_scatter_param_indices") else _reduced_2_11
 
     def post_backward(*unused):
-        members = []
-        for i, p in enumerate(group.fsdp_params):
-            if not hasattr(p, "_unsharded_param"):
-                continue
-            if p.unsharded_accumulated_grad is not None or p.unsharded_param.grad is not None:
-                members.append(i)
-        reduce_scatter.with_grad = tuple(members)
+        reduce_scatter.with_grad = reduced(group)
         return original(*unused)
 
     post_backward._sieve_reduce_scatter = reduce_scatter
@@ -457,7 +504,7 @@ def uncompact(model):
     """Puts back, on every module compact() equipped, the collectives it found there (FSDP's own):
     training goes on exactly as FSDP2 without Sieve. Every rank calls it at the same point, between
     steps. compact(model) again re-prunes by itself; this is for going back to FSDP's collectives."""
-    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
+    DefaultAllGather, DefaultReduceScatter = _internals()
     for state, module in _masks._fsdp2_states(model):
         for group in _masks._state_groups(state):
             wrapped = getattr(group.post_backward, "_sieve_original", None)

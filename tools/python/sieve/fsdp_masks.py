@@ -4,6 +4,7 @@ structure and published as masks that name a collective."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -223,10 +224,13 @@ def _mask_for(module, param_name, full_name, masks, used):
     if param_name.endswith("_orig"):
         keep = getattr(module, "_buffers", {}).get(param_name[:-len("_orig")] + "_mask")
     if full_name in masks:
-        if keep is not None:
-            raise SieveError(_ERR_INVALID, "%s is pruned with torch.nn.utils.prune and also given in masks: give one "
-                                           "mask per parameter" % full_name)
-        keep = masks[full_name]
+        given = masks[full_name]
+        # sieve.masks_from(model) gives prune's own masks too: the same mask twice is one mask.
+        if keep is not None and not (given.numel() == keep.numel() and
+                                     bool(given.reshape(-1).ne(0).cpu().eq(keep.reshape(-1).ne(0).cpu()).all())):
+            raise SieveError(_ERR_INVALID, "%s is pruned with torch.nn.utils.prune and given another mask in masks: "
+                                           "give one mask per parameter" % full_name)
+        keep = given
         used.add(full_name)
     return keep
 
@@ -284,7 +288,7 @@ def _fsdp2_group(group, label, names, masks, used):
             "keep": _mask_for(module, param_name, name, masks, used),
             "gather_dtype": p.param_dtype or p.orig_dtype,
             "trainable": bool(p.sharded_param.requires_grad),
-            "reduce_dtype": p.reduce_dtype or getattr(p, "_explicit_grad_dtype", None) or p.param_dtype or p.orig_dtype,
+            "reduce_dtype": _reduce_dtype_of(p),
             "tensor_parallel": bool(getattr(p, "is_dtensor", False)),
             "extension": local is not None and hasattr(local, "fsdp_pre_all_gather"),
         })
@@ -326,11 +330,29 @@ def _fsdp2_group(group, label, names, masks, used):
     reduce_scatter = None
     if trainable:
         reduce_dtypes = {p["reduce_dtype"] for p in trainable}
+        if len(reduce_dtypes) > 1 and _promotes_reduce_dtypes(group):
+            reduce_dtypes = {functools.reduce(torch.promote_types, reduce_dtypes)}
         if len(reduce_dtypes) != 1:
             raise SieveError(_ERR_INVALID, "group %s reduces gradients of several dtypes %s, which FSDP refuses" % (
                 label, sorted(str(d) for d in reduce_dtypes)))
         reduce_scatter = collective("reduce_scatter", trainable, reduce_dtypes.pop())
     return _FsdpGroup(label, regather, bool(trainable), all_gather, reduce_scatter)
+
+
+def _reduce_dtype_of(p):
+    """The dtype FSDP2 reduces a parameter's gradient in. PyTorch 2.15: its unsharded_grad_dtype
+    (mp_policy.reduce_dtype, else the parameter's grad_dtype, else its own dtype: fp32 for an fp32
+    parameter under param_dtype=bf16; an explicit grad_dtype=None, the compute dtype). 2.11:
+    reduce_dtype, else an explicit grad_dtype, else param_dtype."""
+    if hasattr(type(p), "unsharded_grad_dtype"):
+        return p.unsharded_grad_dtype or p.param_dtype or p.orig_dtype
+    return p.reduce_dtype or getattr(p, "_explicit_grad_dtype", None) or p.param_dtype or p.orig_dtype
+
+
+def _promotes_reduce_dtypes(group):
+    # PyTorch 2.15 reduces a group whose gradients differ in dtype in their promoted dtype
+    # (FSDPParamGroup._get_reduce_dtype); 2.11 refuses such a group.
+    return hasattr(group, "_get_reduce_dtype")
 
 
 def _numel(shape):
@@ -672,8 +694,9 @@ def publish_fsdp(model: torch.nn.Module, group: torch.distributed.ProcessGroup |
       product's zero may lose its sign), the sharded <name>_orig the optimizer and state_dict see is
       untouched; code that reads the unsharded <name>_orig itself sees zeros there. all_gather=False
       publishes none.
-    - a reduce-scatter mask, the gradients in the dtype FSDP reduces them (mp_policy.reduce_dtype;
-      FSDP1: mixed_precision.reduce_dtype, else param_dtype), over the whole input: a pruned
+    - a reduce-scatter mask, the gradients in the dtype FSDP reduces them (mp_policy.reduce_dtype,
+      else on PyTorch 2.15 the parameter's own dtype and on 2.11 param_dtype; FSDP1:
+      mixed_precision.reduce_dtype, else param_dtype), over the whole input: a pruned
       parameter's gradient is exactly zero where its mask prunes (for `masks`, the caller's promise).
     The layouts are fsdp2_layout's and fsdp1_layout's (their docstrings say what they assume);
     padding is pruned, except FSDP1's alignment padding in all-gathers (it holds a filler value).
@@ -711,9 +734,11 @@ def publish_fsdp(model: torch.nn.Module, group: torch.distributed.ProcessGroup |
     ids, counts = [], {"all_gather": 0, "reduce_scatter": 0}
     for comm, entries in plan:
         for entry in entries:
-            ids.append(_publish_collective_bits(entry.kind, entry.count, _dtype_code_of(entry.dtype),
-                                                _packbits(entry.bits)))
-            counts[entry.kind] += 1
+            mask_id = _publish_collective_bits(entry.kind, entry.count, _dtype_code_of(entry.dtype),
+                                               _packbits(entry.bits))
+            if mask_id:  # 0: no Sieve in this process, nothing published
+                ids.append(mask_id)
+                counts[entry.kind] += 1
     groups = [comm for comm, _ in plan]
     _fsdp_published[id(model)] = {"ids": ids, "groups": groups}
     commits = []

@@ -7,12 +7,12 @@ from __future__ import annotations
 import ctypes
 import logging
 import operator
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from ._constants import (_COLLECTIVES, _COMMIT_ACTIVATED, _COMMIT_PENDING, _COMMIT_REFUSED, _COMMIT_UNION,
                          _DTYPE_BF16, _DTYPE_F16, _DTYPE_F32, _DTYPE_F64, _DTYPE_I8, _DTYPE_I32, _DTYPE_I64,
                          _DTYPE_U8, _ERR_INVALID, _ERR_UNSUPPORTED, _INT64_MIN, _TOKEN_NO_PROXY, _TOKEN_WORDS)
-from ._library import SieveError, _CommitResult, _MaskInfo, _Stats, _check, library
+from ._library import SieveError, _CommitResult, _MaskInfo, _Stats, _check, _present, library
 
 if TYPE_CHECKING:
     import torch
@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 # Operational notices (a refused commit) go to the "sieve" logger, not to warnings: they report a state
 # of the job, which every rank also gets back as a return value, not a misuse of the API.
 _log = logging.getLogger("sieve")
+
+# Without Sieve in the process (_library._present() is None: a job rolled back) every call below still
+# checks its arguments, then does nothing: publishes return mask id 0, commit() still sends its token
+# (a rank without Sieve must not leave its peers waiting in the vote) and refuses, stats() reads zeros.
 
 # What the binding published, by mask id: the tensor, held alive while its mask is staged or may be
 # active on a communicator; and the ids retracted but not yet released by a commit.
@@ -35,6 +39,8 @@ def _hold(mask_id, tensor):
 
 def _release_retired():
     """Drops the tensors whose retracted masks no agreed table holds any more (after commits)."""
+    if _present() is None:
+        return
     for mask_id in list(_retiring):
         released = ctypes.c_int(0)
         if library().sieve_mask_released(ctypes.c_uint64(mask_id), ctypes.byref(released)) != 0 or released.value:
@@ -45,8 +51,10 @@ def _release_retired():
 def _retract_id(mask_id):
     """Unstages a mask (it may already be gone: replaced by a later publish); its tensor stays held
     until a commit releases it."""
-    library().sieve_mask_retract_id(ctypes.c_uint64(mask_id))
-    _retiring.add(mask_id)
+    lib = _present()
+    if lib is not None:
+        lib.sieve_mask_retract_id(ctypes.c_uint64(mask_id))
+        _retiring.add(mask_id)
 
 
 def _dtype_code_of(dtype):
@@ -114,6 +122,8 @@ def _packbits(keep: torch.Tensor) -> bytes:
 def _publish_bits(address: int, count: int, dtype: int, bits: bytes, owner: Any = None) -> int:
     """Publishes an LSB-first bitmap for count elements of dtype at address; owner (a tensor) is kept
     alive until a commit has released the mask. A mask it replaces is retired the same way."""
+    if _present() is None:
+        return 0
     previous = _id_at(address)
     mask_id = ctypes.c_uint64(0)
     _check(library().sieve_mask_publish_for(None, ctypes.c_void_p(address), count, dtype, bits, len(bits),
@@ -159,6 +169,8 @@ def publish_ranges(tensor: torch.Tensor, ranges: Iterable[tuple[int, int]]) -> i
     n = len(checked)
     starts = (ctypes.c_uint64 * max(n, 1))(*[s for s, _ in checked])
     lengths = (ctypes.c_uint64 * max(n, 1))(*[l for _, l in checked])
+    if _present() is None:
+        return 0
     previous = _id_at(address)
     mask_id = ctypes.c_uint64(0)
     _check(library().sieve_mask_publish_ranges_for(None, ctypes.c_void_p(address), count, dtype, starts, lengths, n,
@@ -175,6 +187,8 @@ def _publish_collective_bits(kind: str, count: int, dtype: int, bits: bytes) -> 
     held: such a mask names no buffer."""
     if kind not in _COLLECTIVES:
         raise SieveError(_ERR_INVALID, "unknown collective %r (reduce_scatter or all_gather)" % (kind,))
+    if _present() is None:
+        return 0
     mask_id = ctypes.c_uint64(0)
     _check(library().sieve_collective_mask_publish_for(None, _COLLECTIVES[kind], count, dtype, bits, len(bits),
                                                        ctypes.byref(mask_id)))
@@ -199,6 +213,8 @@ def retract_id(mask_id: int) -> None:
     it); like a publish, it takes effect at the next commit. A tensor published with it stays held
     until a commit releases the mask."""
     mask_id = _count(mask_id, "retract_id: the mask id")
+    if _present() is None:
+        return
     _check(library().sieve_mask_retract_id(ctypes.c_uint64(mask_id)))
     _retiring.add(mask_id)
 
@@ -207,6 +223,8 @@ def retract(tensor: torch.Tensor) -> None:
     """Unstages the mask published for `tensor` (its exact data address). Like a publish, it takes
     effect at the next commit on each group; the binding holds the tensor until then."""
     tensor = _tensor(tensor, "the tensor")
+    if _present() is None:
+        return
     mask_id = _id_at(tensor.data_ptr())
     _check(library().sieve_mask_retract(ctypes.c_void_p(tensor.data_ptr())))
     _retiring.add(mask_id)
@@ -237,11 +255,11 @@ def commit(group: torch.distributed.ProcessGroup | None = None, union: bool = Fa
     words = [_INT64_MIN] * _TOKEN_WORDS
     words[4] = _TOKEN_NO_PROXY
     token = torch.tensor(words, dtype=torch.int64, device=_token_device(group))
-    lib, armed = None, False
+    lib, armed = _present(), False
     try:
-        lib = library()
-        _check(lib.sieve_commit_arm(ctypes.c_void_p(token.data_ptr()), flags))
-        armed = True
+        if lib is not None:
+            _check(lib.sieve_commit_arm(ctypes.c_void_p(token.data_ptr()), flags))
+            armed = True
     except SieveError as error:  # no proxy here: the token still goes out, with its "no proxy" vote
         _log.warning("sieve.commit: %s; every rank of the group refuses this commit", error)
     dist.all_reduce(token, op=dist.ReduceOp.MAX, group=group)
@@ -250,7 +268,8 @@ def commit(group: torch.distributed.ProcessGroup | None = None, union: bool = Fa
     result = _CommitResult(size=ctypes.sizeof(_CommitResult))
     if not armed or lib.sieve_commit_outcome(ctypes.c_void_p(token.data_ptr()), ctypes.byref(result)) != 0:
         reason = lib.sieve_last_error().decode() if armed else "no collective proxy in this process"
-        _log.warning("sieve.commit: %s", reason)
+        if lib is not None:  # without Sieve the one warning _present() gave covers every commit
+            _log.warning("sieve.commit: %s", reason)
         return {"state": "refused", "commit": 0, "masks": 0, "compacting": 0, "reason": reason}
     states = {_COMMIT_REFUSED: "refused", _COMMIT_ACTIVATED: "activated", _COMMIT_PENDING: "pending"}
     return {"state": states.get(result.state, "refused"), "commit": result.commit, "masks": result.masks,
@@ -261,27 +280,40 @@ def query(tensor: torch.Tensor) -> dict[str, int]:
     """What is published for `tensor`: dict(mask_id, count, kept, hash, dtype)."""
     tensor = _tensor(tensor, "the tensor")
     info = _MaskInfo(size=ctypes.sizeof(_MaskInfo))
+    if _present() is None:
+        return {name: 0 for name in ("mask_id", "count", "kept", "hash", "dtype")}
     _check(library().sieve_mask_query(ctypes.c_void_p(tensor.data_ptr()), ctypes.byref(info)))
     return {name: getattr(info, name) for name in ("mask_id", "count", "kept", "hash", "dtype")}
 
 
 def stats() -> dict[str, int]:
-    """The process's counters as a dict (sieve_stats_t's fields)."""
+    """The process's counters as a dict (sieve_stats_t's fields); all zero without Sieve in the process."""
     s = _Stats(size=ctypes.sizeof(_Stats))
-    _check(library().sieve_stats_get(ctypes.byref(s)))
+    if _present() is not None:
+        _check(library().sieve_stats_get(ctypes.byref(s)))
     return {name: getattr(s, name) for name, _ in _Stats._fields_[1:]}
 
 
-def _pruned_parameters(model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter, torch.Tensor]]:
-    """(name, parameter, mask) for every torch.nn.utils.prune reparametrization in the model: the
-    trainable tensor is <name>_orig and the mask the buffer <name>_mask."""
+def _pruned_parameters(model: torch.nn.Module, masks: Mapping[str, torch.Tensor] | None = None
+                       ) -> Iterator[tuple[str, torch.nn.Parameter, torch.Tensor]]:
+    """(name, parameter, mask) for every torch.nn.utils.prune reparametrization in the model (the
+    trainable tensor is <name>_orig and the mask the buffer <name>_mask) and every masks[name] (a
+    parameter name, as sieve.masks_from gives them), which wins over prune's buffer."""
+    masks = dict(masks or {})
+    params = dict(model.named_parameters())
+    unknown = sorted(set(masks) - set(params))
+    if unknown:
+        raise SieveError(_ERR_INVALID, "masks names %s, which the model has no parameter of" % ", ".join(unknown))
     for module_name, module in model.named_modules():
         buffers = dict(module.named_buffers(recurse=False))
         for param_name, param in module.named_parameters(recurse=False):
-            if param_name.endswith("_orig"):
+            name = ("%s.%s" % (module_name, param_name)).lstrip(".")
+            if name in masks:
+                yield name, param, masks.pop(name)
+            elif param_name.endswith("_orig"):
                 mask = buffers.get(param_name[:-len("_orig")] + "_mask")
                 if mask is not None:
-                    yield ("%s.%s" % (module_name, param_name)).lstrip("."), param, mask
+                    yield name, param, mask
 
 
 # Mask ids publish_pruned_model published, per model: republishing (buckets moved, masks changed)
@@ -331,8 +363,10 @@ def _storage_masks(pruned):
 
 
 def publish_pruned_model(model: torch.nn.Module, require_grads: bool = True, commit_now: bool = True,
-                         union: bool = False, group: torch.distributed.ProcessGroup | None = None) -> int:
-    """Publishes the masks of every parameter pruned with torch.nn.utils.prune, on the buffers that
+                         union: bool = False, group: torch.distributed.ProcessGroup | None = None,
+                         masks: Mapping[str, torch.Tensor] | None = None) -> int:
+    """Publishes the masks of every parameter pruned with torch.nn.utils.prune, and `masks` ({parameter
+    name: keep}, as sieve.masks_from(model) finds them: torch.ao.pruning's too), on the buffers that
     hold their gradients (the gradient of a pruned weight is exactly zero where the mask prunes), then
     commits on `group` (commit_now=False leaves the commit to the caller). Returns the number of masks
     published.
@@ -346,7 +380,7 @@ def publish_pruned_model(model: torch.nn.Module, require_grads: bool = True, com
     gradient_as_bucket_view DDP copies gradients into buckets no mask covers, and the proxy runs dense
     (it logs the near miss).
     """
-    pruned = list(_pruned_parameters(model))
+    pruned = list(_pruned_parameters(model, masks))
     if require_grads:
         for name, param, _ in pruned:
             if param.grad is None:
@@ -356,7 +390,9 @@ def publish_pruned_model(model: torch.nn.Module, require_grads: bool = True, com
     ids = []
     for address, entry, keep in _storage_masks([p for p in pruned if p[1].grad is not None]):
         dtype = _dtype_code(entry["grads"][0])
-        ids.append(_publish_bits(address, entry["count"], dtype, _packbits(keep), owner=entry["grads"]))
+        mask_id = _publish_bits(address, entry["count"], dtype, _packbits(keep), owner=entry["grads"])
+        if mask_id:  # 0: no Sieve in this process, nothing published
+            ids.append(mask_id)
     _published_by_model[id(model)] = ids
     if commit_now:
         commit(group=group, union=union)
