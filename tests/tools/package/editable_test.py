@@ -50,7 +50,8 @@ def main():
         site = glob.glob(os.path.join(venv, "lib", "python3*", "site-packages"))[0]
         with open(os.path.join(site, "build-tools.pth"), "w") as f:
             f.write(sysconfig.get_paths()["purelib"] + "\n")
-        settings = ["build-dir=" + os.path.join(build, "wheel-build"), "cmake.define.CMAKE_CUDA_COMPILER=NOTFOUND"]
+        settings = ["build-dir=" + os.path.join(build, "wheel-build"), "cmake.define.CMAKE_CUDA_COMPILER=NOTFOUND",
+                    "cmake.define.SIEVE_CUDA=OFF"]
         installed = run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
                          "--no-index", "--no-build-isolation", "-e", source] +
                         ["--config-settings=" + s for s in settings], timeout=1500)
