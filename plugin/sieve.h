@@ -61,6 +61,10 @@ enum {
 };
 
 SIEVE_API const char* sieve_version(void);
+/* What this library was built from: the git commit (12 hex digits, "-dirty" when tracked files had
+ * changed), or "src-" and a hash of the sources outside a git checkout. The same for two builds of one
+ * commit; python -m sieve --version prints it. */
+SIEVE_API const char* sieve_build_id(void);
 /* A static message for any code (unknown codes included). */
 SIEVE_API const char* sieve_strerror(int code);
 /* The reason for this thread's latest failed call ("" if none failed yet); valid until the

