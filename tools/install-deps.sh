@@ -100,4 +100,13 @@ PY
 install_env "$venv" 2.11 0.26  # the GPU machines' PyTorch; torchvision 0.26 is built against it
 if ((with_newest)); then
   install_env "$venv_newest" 2.15
+  # torchtitan for the newest PyTorch only (0.3.0 does not import with 2.11), without its ~50
+  # dependencies (datasets, pyarrow, wandb, ...): its FSDP2 code and model need only these.
+  titan=("torchtitan==0.3.0" "spmd_types==0.2.3" "tyro==1.0.17" "einops==0.8.2" "docstring_parser==0.18.0"
+         "typeguard==4.6.1")
+  if ! "$venv_newest/bin/python" -c "import torchtitan.distributed.fsdp, torchtitan.models.llama3" \
+       2>/dev/null; then
+    echo "install-deps: installing ${titan[*]} into $venv_newest (without their dependencies)"
+    "$venv_newest/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${titan[@]}"
+  fi
 fi

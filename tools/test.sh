@@ -23,10 +23,10 @@ GPU_KIT_BUILD_DIR="$build/gpu-kit-build" "$root/tools/gpu/bundle.sh" "$build/gpu
 
 # What this host has, each probed here and not taken from the build's configuration, so that a suite
 # the configure step dropped is seen as missing. install-deps.sh has just installed torch, the newest
-# torch in its second environment (torch-newest: every Python suite runs again as <test>_newest) and
-# the venv (it fails otherwise), and clang; the rest are facts of the machine. A test carrying
+# torch in its second environment (torch-newest: every Python suite runs again as <test>_newest) with
+# torchtitan, and the venv (it fails otherwise), and clang; the rest are facts of the machine. A test carrying
 # needs-<what> may skip only where <what> is absent (tools/test-report.py).
-have=(torch torch-newest venv)
+have=(torch torch-newest torchtitan venv)
 command -v clang++ >/dev/null && have+=(clang)
 command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] && have+=(cuda-toolkit)
 nvidia-smi -L >/dev/null 2>&1 && have+=(gpu)
