@@ -73,6 +73,8 @@ EXPECTED_FILES = {
     PYTHONDIR + "/sieve/_installed.py",
     PYTHONDIR + "/sieve/py.typed",
     PYTHONDIR + "/sieve/_kernels.py",
+    PYTHONDIR + "/sieve/_launch.py",
+    PYTHONDIR + "/sieve/_probe.py",
     PYTHONDIR + "/sieve/masks.py",
     PYTHONDIR + "/sieve/fsdp_masks.py",
     PREFIX + "/share/sieve/netlab.sh",
@@ -573,12 +575,19 @@ def python(p):
     module = os.path.realpath(p.path(PYTHONDIR + "/sieve/__init__.py"))
     library = os.path.realpath(p.path(LIBDIR + "/" + LIBRARY))
 
-    script = "import os, sieve; print(os.path.realpath(sieve.__file__)); sieve.stats()"
+    # Without the library (a job rolled back): a training script's calls are no-ops that say so once,
+    # while asking for the library itself is the clear error.
+    script = ("import os, sieve; print(os.path.realpath(sieve.__file__)); print(sum(sieve.stats().values())); "
+              "sieve.library()")
     alone = run([interpreter, "-c", script], env=env, cwd=work, expect_ok=False)
-    check(alone.returncode != 0, "sieve.stats() without the library loaded succeeded:\n" + alone.stdout)
-    check(alone.stdout.strip() == module, "imported %r, not the installed %s" % (alone.stdout.strip(), module))
-    check("%s is not loaded in this process" % LIBRARY in alone.stderr and "LD_PRELOAD" in alone.stderr,
-          "without LD_PRELOAD the error is not the clear one:\n" + alone.stderr)
+    lines = alone.stdout.split()
+    check(alone.returncode != 0 and lines[1:2] == ["0"],
+          "without the library: sieve.stats() did not give zeros, or sieve.library() did not fail:\n" + alone.stdout)
+    check(lines[:1] == [module], "imported %r, not the installed %s" % (lines[:1], module))
+    said = alone.stderr.strip().splitlines()
+    warned = [line for line in said if line.startswith("sieve: ") and "is not loaded in this process" in line]
+    check(len(warned) == 1 and said[-1].startswith("sieve.SieveError: %s is not loaded in this process" % LIBRARY)
+          and "LD_PRELOAD" in said[-1], "without LD_PRELOAD: not one warning and one clear error:\n" + alone.stderr)
 
     script = ("import os, sieve; print(os.path.realpath(sieve.__file__)); "
               "print(os.path.realpath(sieve.library()._name)); print(sieve.stats()['masks_published'])")
