@@ -4,14 +4,14 @@
 plugin/config_params.def; its NICs agree with /sys/class/net/*/device; the plugin's devices (when
 it offers any) are NICs of the topology with the same PCI path; a topology file gives the expected
 GPU x NIC matrix; bad input gives clear errors; --help lists every option and --version names the
-project's version. Usage: sieve_info_check.py SIEVE_INFO SOURCE_DIR PROJECT_VERSION"""
+project's version and the build id. Usage: sieve_info_check.py SIEVE_INFO SOURCE_DIR PROJECT_VERSION BUILD_ID"""
 import json
 import os
 import re
 import subprocess
 import sys
 
-sieve_info, source_dir, project_version = sys.argv[1], sys.argv[2], sys.argv[3]
+sieve_info, source_dir, project_version, build_id = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 fixtures = os.path.join(source_dir, "tests", "topology", "fixtures")
 failures = []
 
@@ -177,7 +177,8 @@ check(rc == 0, f"masks --help: exit {rc}")
 for option in sorted(options["masks_command.cc"]):
     check(option in out, f"masks --help does not list {option}")
 rc, out, err = run("--version")
-check(rc == 0 and out == f"sieve-info {project_version}\n", f"--version: exit {rc}, output {out!r}")
+# ... and the build id, as python -m sieve --version and sieve_build_id() give it (CMake's, passed by ctest).
+check(rc == 0 and out == f"sieve-info {project_version} (build {build_id})\n", f"--version: exit {rc}, output {out!r}")
 rc, out, err = run("--topo")
 check(rc == 2 and "--topo" in err, f"--topo without a value: exit {rc}, stderr {err!r}")
 
