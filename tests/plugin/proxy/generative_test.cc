@@ -5,13 +5,17 @@
 // several communicators in one group; published, scoped, union and collective (FSDP) masks;
 // re-pruning; SIEVE_TRACK on and observe; SIEVE_PROXY_VERIFY; capture on all ranks or some (the
 // others run the calls eagerly); one buffer read twice per group; non-finite values; zero-count
-// tensors; a retraction on one rank only (a refused commit); threads handing a rank's work over; and
-// communicators destroyed and created again at the same address. Not drawn here: aborts, faults and
-// settings that differ per rank (consistency_test.cc's), and a learned all-reduce under capture
-// (refused by an abort: PROXY.md). The oracle is independent of the proxy: every result equals a
-// dense reference computed here, no rank's call fails, and every rank issued the same collectives
-// on each communicator. A failing seed prints its program, shrunk to the fewest steps that still
-// fail. ONLY_SEED=n runs one seed, SEEDS=a-b a range (the long run by hand).
+// tensors; a retraction on one rank only (a refused commit); threads handing a rank's work over;
+// communicators destroyed and created again at the same address (a handle the proxy's abort freed
+// torn down after that); an abort on one rank (ncclCommAbort, or ncclCommRevoke keeping the handle);
+// split and shrunk communicators at new addresses; settings that differ per process. Not drawn
+// here: faults (consistency_test.cc's), and a learned all-reduce under capture (refused by an abort:
+// PROXY.md). The oracle is independent of the proxy: every result equals a dense reference computed
+// here over the communicator's members; no rank's call fails but on an aborted communicator, where
+// every call fails on every rank that kept its handle; no other communicator is aborted; with
+// settings that differ, no commit is agreed; every rank issued the same collectives on each
+// communicator up to its abort. A failing seed prints its program, shrunk to the fewest steps that
+// still fail. ONLY_SEED=n runs one seed, SEEDS=a-b a range (the long run by hand).
 #include <gtest/gtest.h>
 
 #include <algorithm>
