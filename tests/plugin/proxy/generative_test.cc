@@ -71,7 +71,7 @@ struct Program {
   config::Track track = config::Track::kOff;
   bool verify = false, merge = false, scoped = false;
   bool revoke = false;  // NCCL >= 2.28.7: an abort (the job's ncclCommRevoke, the proxy's own) keeps the handle
-  int odd_rank = -1, odd_setting = 0;  // the process of this rank has other settings: every commit is refused
+  int odd_rank = -1, odd_setting = 0;  // its process has other settings: its commits are refused
   int total_comms = 1;                 // with those kSplit makes
   bool collective_masks = false;       // reduce-scatters and all-gathers, and their masks
   uint32_t lag = 1;
@@ -625,6 +625,8 @@ void between(const Program& p, const Step& s, Processes& procs, Worlds& worlds, 
   const uint32_t members = procs[0]->members[size_t(s.op == Op::kSplit ? s.comm : c)] &
                            (s.op == Op::kSplit && s.only_rank >= 0 ? ~(1u << s.only_rank) : ~0u);
   if (!members || (s.op == Op::kSplit && procs[0]->members[size_t(c)])) return;
+  // Of an aborted communicator, only a revoked one's handle remains, and NCCL only shrinks it.
+  if (s.op == Op::kSplit && procs[0]->dead[size_t(s.comm)] && !(p.revoke && s.only_rank >= 0)) return;
   if (s.op == Op::kAbort) {
     if (procs[0]->dead[size_t(c)]) return;
     int who = s.only_rank;
