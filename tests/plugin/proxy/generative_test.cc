@@ -5,13 +5,17 @@
 // several communicators in one group; published, scoped, union and collective (FSDP) masks;
 // re-pruning; SIEVE_TRACK on and observe; SIEVE_PROXY_VERIFY; capture on all ranks or some (the
 // others run the calls eagerly); one buffer read twice per group; non-finite values; zero-count
-// tensors; a retraction on one rank only (a refused commit); threads handing a rank's work over; and
-// communicators destroyed and created again at the same address. Not drawn here: aborts, faults and
-// settings that differ per rank (consistency_test.cc's), and a learned all-reduce under capture
-// (refused by an abort: PROXY.md). The oracle is independent of the proxy: every result equals a
-// dense reference computed here, no rank's call fails, and every rank issued the same collectives
-// on each communicator. A failing seed prints its program, shrunk to the fewest steps that still
-// fail. ONLY_SEED=n runs one seed, SEEDS=a-b a range (the long run by hand).
+// tensors; a retraction on one rank only (a refused commit); threads handing a rank's work over;
+// communicators destroyed and created again at the same address (a handle the proxy's abort freed
+// torn down after that); an abort on one rank (ncclCommAbort, or ncclCommRevoke keeping the handle);
+// split and shrunk communicators at new addresses; settings that differ per process. Not drawn
+// here: faults (consistency_test.cc's), and a learned all-reduce under capture (refused by an abort:
+// PROXY.md). The oracle is independent of the proxy: every result equals a dense reference computed
+// here over the communicator's members; no rank's call fails but on an aborted communicator, where
+// every call fails on every rank that kept its handle; no other communicator is aborted; with
+// settings that differ, no commit is agreed; every rank issued the same collectives on each
+// communicator up to its abort. A failing seed prints its program, shrunk to the fewest steps that
+// still fail. ONLY_SEED=n runs one seed, SEEDS=a-b a range (the long run by hand).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,7 +34,7 @@ namespace {
 
 using namespace testing;
 
-enum class Op { kPublish, kRetract, kCommit, kGroup, kSingle, kCapture, kRecreate };
+enum class Op { kPublish, kRetract, kCommit, kGroup, kSingle, kCapture, kRecreate, kAbort, kSplit };
 
 enum class Coll { kAllReduce, kReduceScatter, kAllGather };
 
@@ -49,7 +53,9 @@ struct Step {
   std::vector<int> comms;   // kCommit: every communicator committed in one group
   std::vector<Call> calls;  // kGroup, kSingle
   bool nonfinite = false;   // an inf on rank 0 and a -inf on the last rank (NaN where both meet)
-  int only_rank = -1;       // kRetract: on this rank only (the next commit is refused on every rank)
+  int only_rank = -1;       // kRetract: on this rank only; kAbort: the rank that aborts; kSplit: the one shrunk away
+  bool late = false;        // kRecreate: a handle the proxy's abort freed is torn down after the new one's creation
+  int made = -1;            // kSplit: the new communicator (ncclCommSplit; ncclCommShrink with only_rank)
   bool reprune = false;     // kPublish: a new pruning pattern, in force from this communicator's next commit
   bool collective = false;  // kPublish: masks of the tensor's reduce-scatter and all-gather (FSDP's), not its buffer's
   uint32_t capture_ranks = 0;  // kCapture: the ranks that capture the group and replay it (the others run it)
@@ -64,7 +70,10 @@ struct Program {
   bool nonblocking = false;
   config::Track track = config::Track::kOff;
   bool verify = false, merge = false, scoped = false;
-  bool collective_masks = false;  // reduce-scatters and all-gathers, and their masks
+  bool revoke = false;  // NCCL >= 2.28.7: an abort (the job's ncclCommRevoke, the proxy's own) keeps the handle
+  int odd_rank = -1, odd_setting = 0;  // its process has other settings: its commits are refused
+  int total_comms = 1;                 // with those kSplit makes
+  bool collective_masks = false;       // reduce-scatters and all-gathers, and their masks
   uint32_t lag = 1;
   uint64_t interleave = 0;
   std::vector<uint64_t> counts;  // per tensor, the same on every communicator
@@ -98,13 +107,16 @@ float input(const Program& p, const Step& s, const Call& c, int rank, uint64_t i
 }
 
 // As the fake world reduces: rank by rank, avg scaling each input first.
-float reference(const Program& p, const Step& s, const Call& c, ReduceOp op, uint64_t i, int tick) {
+// `members`: the communicator's ranks (a shrunk one has fewer), in their order there.
+float reference(const Program& p, const Step& s, const Call& c, ReduceOp op, uint64_t i, int tick, uint32_t members) {
   auto in = [&](int r) {
     const float v = input(p, s, c, r, i, tick);
-    return op == ReduceOp::kAvg ? v / float(p.nranks) : v;
+    return op == ReduceOp::kAvg ? v / float(__builtin_popcount(members)) : v;
   };
-  float acc = in(0);
-  for (int r = 1; r < p.nranks; ++r) acc += in(r);
+  float acc = 0;
+  bool first = true;
+  for (int r = 0; r < p.nranks; ++r)
+    if (members >> r & 1) acc = first ? in(r) : acc + in(r), first = false;
   return acc;
 }
 
@@ -127,14 +139,21 @@ Program generate(uint64_t seed) {
   p.collective_masks = rng() % 3 == 0;  // one registry for every rank: each rank's own masks
   p.lag = 1 + uint32_t(rng() % 2);
   p.interleave = rng() % 2 ? rng() | 1 : 0;
+  p.revoke = rng() % 2;
+  p.total_comms = p.ncomms;
+  // Settings that differ per process (where a process drives every rank, nothing can differ).
+  if (p.per_process < p.nranks && rng() % 6 == 0) {
+    p.odd_rank = int(rng() % uint64_t(p.nranks)), p.odd_setting = int(rng() % 4);
+    if (p.odd_setting == 1 && p.verify) p.odd_setting = 0;
+  }
   for (int t = 0; t < kTensors; ++t)
     p.counts.push_back(t == 2 && rng() % 4 == 0 ? 0 : uint64_t(p.nranks) * (16 + 9 * uint64_t(t)));
   const int length = 8 + int(rng() % 18);
-  for (int k = 0; k < length; ++k) {
+  for (int k = 0; k < length; k = int(p.steps.size())) {
     Step s;
     s.id = k;
     const uint64_t pick = rng() % 100;
-    s.comm = int(rng() % uint64_t(p.ncomms));
+    s.comm = int(rng() % uint64_t(p.total_comms));
     s.tensor = int(rng() % kTensors);
     if (pick < 15) {
       s.op = Op::kPublish;
@@ -147,21 +166,40 @@ Program generate(uint64_t seed) {
       if (rng() % 3 == 0) s.only_rank = int(rng() % uint64_t(p.nranks));
     } else if (pick < 35) {
       s.op = Op::kCommit;
-      for (int c = 0; c < p.ncomms; ++c)
+      for (int c = 0; c < p.total_comms; ++c)
         if (c == s.comm || rng() % 2) s.comms.push_back(c);
     } else if (pick < 40 && k > 4) {
       s.op = Op::kRecreate;
+      s.late = !p.revoke && rng() % 2;
+    } else if (pick < 44 && k > 2) {
+      s.op = Op::kAbort;
+      s.only_rank = int(rng() % uint64_t(p.nranks));
+    } else if (pick < 48 && p.total_comms < 6) {
+      // A new communicator at a new address, which then publishes, commits and compacts.
+      s.op = Op::kSplit;
+      s.made = p.total_comms++;
+      if (p.nranks > 2 && rng() % 2) s.only_rank = int(rng() % uint64_t(p.nranks));
+      p.steps.push_back(s);
+      for (int t = 0; t < kTensors; ++t) {
+        Step publish;
+        publish.op = Op::kPublish, publish.id = int(p.steps.size()), publish.comm = s.made, publish.tensor = t;
+        p.steps.push_back(publish);
+      }
+      Step commit;
+      commit.op = Op::kCommit, commit.id = int(p.steps.size()), commit.comm = s.made, commit.comms = {s.made};
+      p.steps.push_back(commit);
+      continue;
     } else {
       s.op = pick < 55 && !p.one_thread() ? Op::kSingle : Op::kGroup;
       // A learned all-reduce cannot be captured (PROXY.md: capturing one aborts the communicator).
-      if (pick >= 90 && p.track != config::Track::kOn) {
+      if (pick >= 90 && p.track != config::Track::kOn && (p.odd_rank < 0 || p.odd_setting != 2)) {
         s.op = Op::kCapture;
         s.capture_ranks = p.one_thread() || rng() % 2 ? ~0u : uint32_t(rng());
       }
       const int n = s.op == Op::kSingle ? 1 : 1 + int(rng() % 4);
       std::vector<std::pair<int, int>> used;
       for (int j = 0; j < n; ++j) {
-        Call c{int(rng() % uint64_t(p.ncomms)), int(rng() % kTensors)};
+        Call c{int(rng() % uint64_t(p.total_comms)), int(rng() % kTensors)};
         if (std::find(used.begin(), used.end(), std::make_pair(c.comm, c.tensor)) != used.end()) continue;
         used.emplace_back(c.comm, c.tensor);
         c.twice = rng() % 4 == 0;
@@ -183,8 +221,11 @@ std::string describe(const Program& p) {
     << (p.one_thread() ? ", one thread drives " + std::to_string(p.per_process) + " ranks" : "")
     << (p.nonblocking ? ", non-blocking" : "") << ", SIEVE_TRACK=" << config::choice_text(p.track)
     << (p.verify ? ", verify" : "") << (p.merge ? ", union" : "") << (p.scoped ? ", scoped" : "")
-    << (p.collective_masks ? ", collective masks" : "") << ", lag " << p.lag << ", interleave " << p.interleave
-    << ", counts";
+    << (p.collective_masks ? ", collective masks" : "") << (p.revoke ? ", aborts revoke" : "") << ", lag " << p.lag
+    << ", interleave " << p.interleave << ", counts";
+  static const char* const kSettings[] = {"SIEVE_PROXY_MAX_DENSITY", "SIEVE_PROXY_VERIFY", "SIEVE_TRACK",
+                                          "SIEVE_PROXY"};
+  if (p.odd_rank >= 0) o << ", rank " << p.odd_rank << "'s process has another " << kSettings[p.odd_setting];
   for (uint64_t c : p.counts) o << " " << c;
   for (const Step& s : p.steps) {
     o << "\n  step " << s.id << ": ";
@@ -197,7 +238,20 @@ std::string describe(const Program& p) {
         o << "retract c" << s.comm << " t" << s.tensor;
         if (s.only_rank >= 0) o << " on rank " << s.only_rank << " only";
         break;
-      case Op::kRecreate: o << "destroy c" << s.comm << ", create it again at its address"; break;
+      case Op::kRecreate:
+        o << "destroy c" << s.comm << ", create it again at its address"
+          << (s.late ? " (a handle the proxy's abort freed: torn down after)" : "");
+        break;
+      case Op::kAbort:
+        o << (p.revoke ? "rank " + std::to_string(s.only_rank) + " revokes c" + std::to_string(s.comm) +
+                             " and keeps the handle (ncclCommRevoke)"
+                       : "rank " + std::to_string(s.only_rank) + " aborts c" + std::to_string(s.comm) +
+                             " (ncclCommAbort from a watchdog)");
+        break;
+      case Op::kSplit:
+        o << (s.only_rank >= 0 ? "shrink c" : "split c") << s.comm << " into c" << s.made;
+        if (s.only_rank >= 0) o << " without rank " << s.only_rank;
+        break;
       case Op::kCommit:
         o << "commit in one group:";
         for (int c : s.comms) o << " c" << c;
@@ -230,13 +284,17 @@ struct Process {
   Process(const Program& p, std::vector<std::unique_ptr<FakeWorld>>& worlds, std::vector<int> ranks_of)
       : ranks(std::move(ranks_of)),
         backend(*worlds[0], ranks[0], handle(0, ranks[0])),
-        proxy(backend, registry, options(p), stats) {
+        proxy(backend, registry, options(p, ranks), stats) {
     for (int c = 0; c < p.ncomms; ++c)
       for (int r : ranks)
         if (c || r != ranks[0]) backend.join(handle(c, r), *worlds[size_t(c)], r);
+    members.assign(size_t(p.total_comms), 0);
+    for (int c = 0; c < p.ncomms; ++c) members[size_t(c)] = (1u << p.nranks) - 1;
+    dead.assign(members.size(), 0), torn.assign(members.size(), 0);
     backend.nonblocking = p.nonblocking;
+    backend.keeps_handle = p.revoke;
     backend.interleave_seed = p.interleave ? p.interleave + uint64_t(ranks[0]) : 0;
-    const size_t buffers = size_t(p.ncomms) * kTensors * size_t(p.nranks);
+    const size_t buffers = size_t(p.total_comms) * kTensors * size_t(p.nranks);
     for (size_t b = 0; b < buffers; ++b) {  // by (communicator, tensor, rank), as Runner::slot()
       const uint64_t count = p.counts[(b / size_t(p.nranks)) % kTensors];
       send.emplace_back(count + 1);
@@ -245,14 +303,27 @@ struct Process {
     ids.assign(buffers, 0);
     collective_ids.assign(buffers, {});
   }
-  static ProxyOptions options(const Program& p) {
+  static ProxyOptions options(const Program& p, const std::vector<int>& ranks) {
     ProxyOptions o = test_options();
     o.track = p.track;
     o.track_stable = 2;
     o.track_lag = p.lag;
     o.verify = p.verify;
+    if (std::find(ranks.begin(), ranks.end(), p.odd_rank) == ranks.end()) return o;
+    switch (p.odd_setting) {
+      case 0: o.rules.max_density = 0.5; break;
+      case 1: o.verify = true; break;
+      // Observe is off to the commit (it changes no collective): on against off.
+      case 2: o.track = p.track == config::Track::kOn ? config::Track::kOff : config::Track::kOn; break;
+      default: o.enabled = false; break;
+    }
     return o;
   }
+  // Per communicator, bits by rank: its members (none: not created yet), the ranks whose calls must
+  // fail (aborted, not created again yet) and those whose handle the abort tore down (no calls).
+  std::vector<uint32_t> members, dead, torn;
+  // Calls on aborted communicators; compacted collectives on split or shrunk ones.
+  uint64_t failed_alike = 0, made_compacted = 0;
   std::vector<int> ranks;
   compress::MaskRegistry registry;
   ProcessStats stats;
@@ -262,7 +333,7 @@ struct Process {
   std::vector<uint64_t> ids;
   std::vector<std::vector<uint64_t>> collective_ids;
   // Per (communicator, tensor): the pruning its values follow, and one published for the next commit.
-  std::vector<int> pruning = std::vector<int>(size_t(kTensors) * 3, 0), pending = std::vector<int>(pruning.size(), -1);
+  std::vector<int> pruning = std::vector<int>(size_t(kTensors) * 6, 0), pending = std::vector<int>(pruning.size(), -1);
   std::string error;
 };
 
@@ -297,6 +368,20 @@ class Runner {
     }
     if (rc) fail(s, std::string(what) + " returned " + std::to_string(rc));
     return rc == 0;
+  }
+  bool in(int c, int r) const { return proc_.members[size_t(c)] >> r & 1; }
+  bool live(int c, int r) const { return in(c, r) && !(proc_.dead[size_t(c)] >> r & 1); }
+  // A call on an aborted communicator fails, on every rank that still has its handle.
+  void expect_failure(const Step& s, int c, int r) {
+    if (live(c, r) || !in(c, r) || (proc_.torn[size_t(c)] >> r & 1)) return;
+    float x = 1;
+    int rc = proc_.proxy.all_reduce(&x, &x, 1, DType::kF32, ReduceOp::kSum, handle(c, r), kStream);
+    if (rc == kResultInProgress) {
+      CommLiveness wait;
+      rc = proc_.backend.wait_enqueued(handle(c, r), wait);
+    }
+    if (rc == 0) fail(s, "a call on aborted c" + std::to_string(c) + " succeeded");
+    ++proc_.failed_alike;
   }
   static size_t at(int comm, int tensor) { return size_t(comm) * kTensors + size_t(tensor); }
   int staged(int comm, int tensor) const {
@@ -339,11 +424,16 @@ class Runner {
             fail(s, "a publish failed");
         }
         return;
-      case Op::kRecreate: return;  // between phases (run_program)
+      case Op::kRecreate:
+      case Op::kAbort:
+      case Op::kSplit: return;  // between phases (run_program)
       case Op::kCommit: {
         std::vector<std::pair<int, int>> order;  // (communicator, rank), in this process's own order
         for (int c : s.comms)
-          for (int r : proc_.ranks) order.emplace_back(c, r);
+          for (int r : proc_.ranks)
+            if (live(c, r)) order.emplace_back(c, r);
+            else expect_failure(s, c, r);
+        if (order.empty()) return;
         std::shuffle(order.begin(), order.end(), rng);
         const bool grouped = order.size() > 1 || rng() % 2;
         if (grouped && !ok(s, proc_.proxy.group_start(), nullptr, "ncclGroupStart")) return;
@@ -353,7 +443,7 @@ class Runner {
             return;
         if (grouped) ok(s, proc_.proxy.group_end(), handle(order[0].first, order[0].second), "a commit's group end");
         // The trainer prunes anew at the commit: from here its values follow what it published.
-        for (int c : s.comms)
+        for (const auto& [c, r] : order)
           for (int t = 0; t < kTensors; ++t) {
             proc_.pruning[at(c, t)] = staged(c, t);
             proc_.pending[at(c, t)] = -1;
@@ -362,19 +452,35 @@ class Runner {
       }
       case Op::kGroup:
       case Op::kSingle:
-      case Op::kCapture: collectives(s, rng, tick); return;
+      case Op::kCapture: {
+        const uint64_t before = proc_.stats.collectives_compacted.load();
+        collectives(s, rng, tick);
+        if (std::all_of(s.calls.begin(), s.calls.end(), [this](const Call& c) { return c.comm >= p_.ncomms; }))
+          proc_.made_compacted += proc_.stats.collectives_compacted.load() - before;
+        return;
+      }
     }
   }
 
   void collectives(const Step& program_step, std::mt19937_64& rng, int tick) {
     Step s = program_step;
-    for (Call& c : s.calls) c.pruning = proc_.pruning[at(c.comm, c.tensor)];
+    s.calls.clear();
+    // Calls on a communicator not created (in a shrunk program) are not made; on an aborted one, they
+    // fail; on a shrunk one, the counts need not divide: all-reduces.
+    for (Call c : program_step.calls) {
+      for (int r : proc_.ranks) expect_failure(s, c.comm, r);
+      if (!proc_.members[size_t(c.comm)] || proc_.dead[size_t(c.comm)]) continue;
+      if (__builtin_popcount(proc_.members[size_t(c.comm)]) != p_.nranks) c.coll = Coll::kAllReduce;
+      c.pruning = proc_.pruning[at(c.comm, c.tensor)];
+      s.calls.push_back(c);
+    }
     // Each communicator's calls in program order; communicators (and ranks) in this process's order.
     std::vector<std::pair<int, int>> lanes;
     for (const Call& c : s.calls)
       for (int r : proc_.ranks)
-        if (std::find(lanes.begin(), lanes.end(), std::make_pair(c.comm, r)) == lanes.end())
+        if (in(c.comm, r) && std::find(lanes.begin(), lanes.end(), std::make_pair(c.comm, r)) == lanes.end())
           lanes.emplace_back(c.comm, r);
+    if (lanes.empty()) return;
     std::shuffle(lanes.begin(), lanes.end(), rng);
     const bool grouped = s.op != Op::kSingle;
     if (s.op != Op::kCapture) {
@@ -406,6 +512,7 @@ class Runner {
   void fill(const Step& s, int tick) {
     for (const Call& c : s.calls)
       for (int r : proc_.ranks) {
+        if (!in(c.comm, r)) continue;
         std::vector<float>& b = proc_.send[slot(c, r)];
         for (uint64_t i = 0; i < p_.counts[size_t(c.tensor)]; ++i) b[i] = input(p_, s, c, r, i, tick);
       }
@@ -449,13 +556,15 @@ class Runner {
   void check(const Step& s, int tick) {
     for (const Call& c : s.calls)
       for (int r : proc_.ranks) {
+        if (!in(c.comm, r)) continue;
         const size_t b = slot(c, r);
+        const uint64_t members = proc_.members[size_t(c.comm)];
         const uint64_t n = p_.counts[size_t(c.tensor)];
         const uint64_t shard = n / uint64_t(p_.nranks);
         const uint64_t first = c.coll == Coll::kReduceScatter ? uint64_t(r) * shard : 0;
         const uint64_t last = c.coll == Coll::kReduceScatter ? first + shard : n;
         for (uint64_t i = first; i < last; ++i) {
-          float want = reference(p_, s, c, c.twice ? ReduceOp::kSum : c.op, i, tick);
+          float want = reference(p_, s, c, c.twice ? ReduceOp::kSum : c.op, i, tick, uint32_t(members));
           float got = c.twice ? proc_.out[b][i] : proc_.send[b][i];
           if (c.coll == Coll::kReduceScatter) got = proc_.out[b][i - first];
           if (c.coll == Coll::kAllGather) {
@@ -467,7 +576,8 @@ class Runner {
                         ": " + std::to_string(got) + ", dense " + std::to_string(want));
             return;
           }
-          if (c.twice && !same(proc_.out[b][n + 1 + i], reference(p_, s, c, ReduceOp::kAvg, i, tick))) {
+          if (c.twice &&
+              !same(proc_.out[b][n + 1 + i], reference(p_, s, c, ReduceOp::kAvg, i, tick, uint32_t(members)))) {
             fail(s, "the second read of c" + std::to_string(c.comm) + " t" + std::to_string(c.tensor) + " element " +
                         std::to_string(i));
             return;
@@ -483,8 +593,75 @@ class Runner {
 // What the programs reached, summed over ranks: a generator that never reaches compaction proves
 // nothing.
 struct Reach {
-  uint64_t compacted = 0, activated = 0, refused = 0, learned = 0;
+  uint64_t compacted = 0, activated = 0, refused = 0, learned = 0, failed_alike = 0, made_compacted = 0;
 };
+
+using Processes = std::vector<std::unique_ptr<Process>>;
+using Worlds = std::vector<std::unique_ptr<FakeWorld>>;
+
+// Empty when every member of communicator c issued the same collectives on it (the fake logs them
+// per handle, as issued); then the logs start anew (for a communicator created there again).
+std::string compare_logs(Processes& procs, int c, bool compare) {
+  const std::vector<std::string>* first = nullptr;
+  std::string error;
+  for (auto& proc : procs)
+    for (int r : proc->ranks) {
+      if (!(proc->members[size_t(c)] >> r & 1)) continue;
+      std::vector<std::string>& log = proc->backend.comm_log[handle(c, r)];
+      if (!first) first = &log;
+      else if (compare && error.empty() && log != *first)
+        error = "rank " + std::to_string(r) + " issued other collectives on c" + std::to_string(c);
+    }
+  for (auto& proc : procs)
+    for (int r : proc->ranks) proc->backend.comm_log[handle(c, r)].clear();
+  return error;
+}
+
+// Between phases, on every rank at once: the job destroys a communicator and creates a new one at
+// its address, aborts or revokes one on one rank, or splits or shrinks one into a new one.
+void between(const Program& p, const Step& s, Processes& procs, Worlds& worlds, Worlds& retired,
+             std::chrono::milliseconds patience) {
+  const int c = s.op == Op::kSplit ? s.made : s.comm;
+  const uint32_t members = procs[0]->members[size_t(s.op == Op::kSplit ? s.comm : c)] &
+                           (s.op == Op::kSplit && s.only_rank >= 0 ? ~(1u << s.only_rank) : ~0u);
+  if (!members || (s.op == Op::kSplit && procs[0]->members[size_t(c)])) return;
+  // Of an aborted communicator, only a revoked one's handle remains, and NCCL only shrinks it.
+  if (s.op == Op::kSplit && procs[0]->dead[size_t(s.comm)] && !(p.revoke && s.only_rank >= 0)) return;
+  if (s.op == Op::kAbort) {
+    if (procs[0]->dead[size_t(c)]) return;
+    int who = s.only_rank;
+    while (!(members >> who & 1)) who = (who + 1) % p.nranks;
+    for (auto& proc : procs) {
+      proc->dead[size_t(c)] = members;
+      if (std::find(proc->ranks.begin(), proc->ranks.end(), who) == proc->ranks.end()) continue;
+      const Comm h = handle(c, who);
+      if (p.revoke) {  // ncclCommRevoke reaches NCCL directly: the proxy learns of it by its calls failing
+        proc->backend.abort_comm(h);
+        continue;
+      }
+      if (!proc->proxy.release(h, nullptr)) proc->backend.abort_comm(h);
+      proc->proxy.forget(h);
+      proc->torn[size_t(c)] |= 1u << who;
+    }
+    return;
+  }
+  if (worlds[size_t(c)]) retired.push_back(std::move(worlds[size_t(c)]));
+  worlds[size_t(c)] = std::make_unique<FakeWorld>(__builtin_popcount(members), patience);
+  for (auto& proc : procs) {
+    for (int r : proc->ranks) {
+      if (!(members >> r & 1)) continue;
+      const Comm h = handle(c, r);
+      const bool torn = s.op != Op::kRecreate || (proc->torn[size_t(c)] >> r & 1);
+      // Only a freed handle's address can be NCCL's again before the job tears the handle down.
+      const bool late = s.late && !torn && !p.revoke && proc->proxy.aborted(h);
+      if (!torn && !late && proc->proxy.teardown(h, nullptr)) proc->backend.destroy_comm(h);
+      proc->backend.join(h, *worlds[size_t(c)], __builtin_popcount(members & ((1u << r) - 1)));
+      proc->proxy.created(h);
+      if (late && proc->proxy.teardown(h, nullptr)) proc->backend.destroy_comm(h);
+    }
+    proc->members[size_t(c)] = members, proc->dead[size_t(c)] = 0, proc->torn[size_t(c)] = 0;
+  }
+}
 
 // Runs the program; empty when the property holds, else what broke it.
 std::string run_program(const Program& p, Reach* reach = nullptr) {
@@ -493,15 +670,12 @@ std::string run_program(const Program& p, Reach* reach = nullptr) {
   // host once kept a rank's thread off the CPU for 2 s.
   const auto patience =
       std::chrono::duration_cast<std::chrono::milliseconds>(liveness::bound(std::chrono::seconds(10)));
-  for (int c = 0; c < p.ncomms; ++c) worlds.push_back(std::make_unique<FakeWorld>(p.nranks, patience));
-  std::vector<std::unique_ptr<Process>> procs;
-  std::vector<size_t> process_of(size_t(p.nranks));
+  for (int c = 0; c < p.total_comms; ++c)
+    worlds.push_back(c < p.ncomms ? std::make_unique<FakeWorld>(p.nranks, patience) : nullptr);
+  Processes procs;
   for (int first_rank = 0; first_rank < p.nranks; first_rank += p.per_process) {
     std::vector<int> block;
-    for (int r = first_rank; r < std::min(p.nranks, first_rank + p.per_process); ++r) {
-      block.push_back(r);
-      process_of[size_t(r)] = procs.size();
-    }
+    for (int r = first_rank; r < std::min(p.nranks, first_rank + p.per_process); ++r) { block.push_back(r); }
     procs.push_back(std::make_unique<Process>(p, worlds, block));
   }
   std::vector<std::unique_ptr<FakeWorld>> retired;  // destroyed communicators' worlds, for their counts
@@ -511,8 +685,17 @@ std::string run_program(const Program& p, Reach* reach = nullptr) {
     for (const auto& w : ws)
       if (w && w->mismatches() && error.empty()) error = "ranks issued different collectives";
   };
+  // Where only some ranks capture, the logs differ (a graph's collectives are logged once, at its
+  // capture): the worlds' own comparison of every collective that ran is the check, with the failure
+  // of any that had no peer.
+  const bool some_capture = std::any_of(p.steps.begin(), p.steps.end(), [&p](const Step& s) {
+    const uint32_t all = (1u << p.nranks) - 1;
+    return s.op == Op::kCapture && (s.capture_ranks & all) != 0 && (s.capture_ranks & all) != all;
+  });
   for (size_t k = 0; k <= p.steps.size() && error.empty(); ++k) {
-    if (k < p.steps.size() && p.steps[k].op != Op::kRecreate) continue;
+    if (k < p.steps.size() && p.steps[k].op != Op::kRecreate && p.steps[k].op != Op::kAbort &&
+        p.steps[k].op != Op::kSplit)
+      continue;
     // A phase: every process runs its steps on its own thread.
     std::vector<std::thread> threads;
     for (auto& proc : procs) threads.emplace_back([&p, &proc, first, k] { Runner(p, *proc).run(first, k); });
@@ -521,16 +704,13 @@ std::string run_program(const Program& p, Reach* reach = nullptr) {
       if (!proc->error.empty() && error.empty()) error = proc->error;
     check_worlds(worlds);
     if (k == p.steps.size() || !error.empty()) break;
-    // The job destroys the communicator on every rank and creates a new one at the same address.
-    const int c = p.steps[k].comm;
-    retired.push_back(std::move(worlds[size_t(c)]));
-    worlds[size_t(c)] = std::make_unique<FakeWorld>(p.nranks, patience);
-    for (auto& proc : procs)
-      for (int r : proc->ranks) {
-        if (proc->proxy.teardown(handle(c, r), nullptr)) proc->backend.destroy_comm(handle(c, r));
-        proc->backend.join(handle(c, r), *worlds[size_t(c)], r);
-        proc->proxy.created(handle(c, r));
-      }
+    // Every rank issued the same collectives on a communicator up to its abort or destruction.
+    const Step& s = p.steps[k];
+    if (s.op != Op::kSplit && s.comm < p.total_comms) {
+      error = compare_logs(procs, s.comm, !some_capture && !procs[0]->dead[size_t(s.comm)]);
+      if (!error.empty()) break;
+    }
+    between(p, s, procs, worlds, retired, patience);
     first = k + 1;
   }
   check_worlds(retired);
@@ -540,25 +720,18 @@ std::string run_program(const Program& p, Reach* reach = nullptr) {
       reach->activated += proc->stats.tables_activated.load();
       reach->refused += proc->stats.tables_refused.load();
       reach->learned += p.track == config::Track::kOn ? proc->stats.learned_bytes_saved.load() : 0;
+      reach->failed_alike += proc->failed_alike, reach->made_compacted += proc->made_compacted;
     }
-  for (const auto& w : worlds)
-    if (w->aborted() && error.empty()) error = "a communicator was aborted";
-  // Every rank issued the same collectives on each communicator (the fake logs them per handle, as
-  // issued: a graph's once, at its capture, so where only some ranks capture, the worlds' own
-  // comparison of every collective that ran is the check, with the failure of any that had no peer).
-  const bool some_capture = std::any_of(p.steps.begin(), p.steps.end(), [&p](const Step& s) {
-    const uint32_t all = (1u << p.nranks) - 1;
-    return s.op == Op::kCapture && (s.capture_ranks & all) != 0 && (s.capture_ranks & all) != all;
-  });
-  for (int c = 0; c < p.ncomms && error.empty() && !some_capture; ++c) {
-    auto log_of = [&](int r) -> const std::vector<std::string>& {
-      Process& proc = *procs[process_of[size_t(r)]];
-      return proc.backend.comm_log[handle(c, r)];
-    };
-    for (int r = 1; r < p.nranks; ++r)
-      if (log_of(r) != log_of(0))
-        error = "rank " + std::to_string(r) + " issued other collectives on c" + std::to_string(c);
-  }
+  // No communicator was aborted but by the job: settings that differ refuse commits, never abort.
+  for (size_t c = 0; c < worlds.size(); ++c)
+    if (worlds[c] && worlds[c]->aborted() && !procs[0]->dead[c] && error.empty()) error = "a communicator was aborted";
+  uint64_t agreed = 0;
+  for (auto& proc : procs) agreed += proc->stats.tables_activated.load();
+  const bool shrunk =
+      std::any_of(p.steps.begin(), p.steps.end(), [](const Step& s) { return s.op == Op::kSplit && s.only_rank >= 0; });
+  if (p.odd_rank >= 0 && !shrunk && agreed && error.empty()) error = "a commit was agreed although settings differ";
+  for (int c = 0; c < p.total_comms && error.empty(); ++c)
+    error = compare_logs(procs, c, !some_capture && !procs[0]->dead[size_t(c)]);
   return error;
 }
 
@@ -602,12 +775,17 @@ TEST_P(Generative, EveryFeatureOnEveryRankKeepsRanksTogether) {
     return;
   }
   if (std::getenv("GENERATIVE_REACH"))
-    std::fprintf(stderr, "compacted %llu, tables activated %llu, refused %llu, learned bytes saved %llu\n",
+    std::fprintf(stderr,
+                 "compacted %llu, tables activated %llu, refused %llu, learned bytes saved %llu, calls on aborted "
+                 "communicators %llu, compacted on split or shrunk ones %llu\n",
                  (unsigned long long)reach.compacted, (unsigned long long)reach.activated,
-                 (unsigned long long)reach.refused, (unsigned long long)reach.learned);
+                 (unsigned long long)reach.refused, (unsigned long long)reach.learned,
+                 (unsigned long long)reach.failed_alike, (unsigned long long)reach.made_compacted);
   if (last - first == kSeedsPerCase) {
     EXPECT_GT(reach.compacted, 0u) << "no program compacted anything";
     EXPECT_GT(reach.activated, 0u) << "no commit was agreed";
+    EXPECT_GT(reach.failed_alike, 0u) << "no program called an aborted communicator";
+    EXPECT_GT(reach.made_compacted, 0u) << "no split or shrunk communicator compacted";
   }
 }
 
