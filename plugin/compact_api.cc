@@ -40,10 +40,10 @@ int check(const char* function, const uint32_t* bits, const uint64_t* tile_base,
 #endif
 }
 
-// The host calls' checks; 0 or the failure's code. compact_bytes receives the span's kept bytes.
+// The host calls' checks; 0 or the failure's code.
 int check_host(const char* function, const uint32_t* bits, const uint64_t* tile_base, uint64_t count, uint64_t nnz,
-               size_t element_size, uint64_t first, uint64_t span, const void* buffer, const void* compact, int threads,
-               uint64_t* compact_bytes) {
+               size_t element_size, uint64_t first, uint64_t span, const void* buffer, const void* compact,
+               int threads) {
   using sieve::plugin::record_failure;
   const std::string fn(function);
   if (element_size != 2 && element_size != 4 && element_size != 8)
@@ -59,7 +59,6 @@ int check_host(const char* function, const uint32_t* bits, const uint64_t* tile_
                           fn + ": nnz " + std::to_string(nnz) + " is more than count " + std::to_string(count));
   if (count > UINTPTR_MAX / element_size)
     return record_failure(SIEVE_ERR_RANGE, fn + ": count " + std::to_string(count) + " does not fit in memory");
-  *compact_bytes = 0;
   if (span == 0) return SIEVE_OK;
   if (!bits || !tile_base || !buffer || !compact)
     return record_failure(SIEVE_ERR_INVALID_ARGUMENT, fn + ": a pointer is NULL");
@@ -69,11 +68,11 @@ int check_host(const char* function, const uint32_t* bits, const uint64_t* tile_
         SIEVE_ERR_INVALID_ARGUMENT,
         fn + ": tile_base's last entry is " + std::to_string(tile_base[tiles]) + ", not nnz " + std::to_string(nnz));
   const sieve::compress::CompactMask mask{bits, tile_base, count};
-  *compact_bytes =
+  const uint64_t compact_bytes =
       (sieve::compress::kept_before(mask, first + span) - sieve::compress::kept_before(mask, first)) * element_size;
   // Only the two in-place forms may overlap: anything else would read what it has already written.
   const auto at = reinterpret_cast<uintptr_t>(buffer), c = reinterpret_cast<uintptr_t>(compact);
-  const bool overlaps = c < at + count * element_size && at < c + *compact_bytes;
+  const bool overlaps = c < at + count * element_size && at < c + compact_bytes;
   if (overlaps && c != at + first * element_size)
     return record_failure(SIEVE_ERR_INVALID_ARGUMENT,
                           fn + ": compact overlaps the buffer other than at element first (in place)");
@@ -143,9 +142,8 @@ int sieve_compact_scatter(const uint32_t* bits, const uint64_t* tile_base, uint6
 int sieve_compact_gather_host(const uint32_t* bits, const uint64_t* tile_base, uint64_t count, uint64_t nnz,
                               size_t element_size, uint64_t first, uint64_t span, const void* src, void* compact,
                               int threads) {
-  uint64_t compact_bytes = 0;
   if (int rc = check_host("sieve_compact_gather_host", bits, tile_base, count, nnz, element_size, first, span, src,
-                          compact, threads, &compact_bytes))
+                          compact, threads))
     return rc;
   if (span == 0) return SIEVE_OK;
   sieve::compress::gather_host({bits, tile_base, count}, first, span, element_size, src, compact,
@@ -156,9 +154,8 @@ int sieve_compact_gather_host(const uint32_t* bits, const uint64_t* tile_base, u
 int sieve_compact_scatter_host(const uint32_t* bits, const uint64_t* tile_base, uint64_t count, uint64_t nnz,
                                size_t element_size, uint64_t first, uint64_t span, const void* compact, void* dst,
                                int threads) {
-  uint64_t compact_bytes = 0;
   if (int rc = check_host("sieve_compact_scatter_host", bits, tile_base, count, nnz, element_size, first, span, dst,
-                          compact, threads, &compact_bytes))
+                          compact, threads))
     return rc;
   if (span == 0) return SIEVE_OK;
   sieve::compress::scatter_host({bits, tile_base, count}, first, span, element_size, compact, dst,
